@@ -1,0 +1,1 @@
+//! Load generators and benchmark peers for anteroom.

@@ -1,0 +1,1049 @@
+//! The room engine: one room's queue, admissions and sessions as a pure state machine
+//! (SPEC §2, §3, §5.1, §5.2).
+//!
+//! Every operation takes the current time and, where it needs chance, a random generator, and
+//! records what it changed in a [`ChangeSet`] so a durable backend knows which records to write.
+//! Backends run each operation under the room's lock, which makes every operation, `tick`
+//! included, atomic.
+//!
+//! A ticket moves `Waiting → Admitted → Claimed` (its session is then the pass's life), or ends
+//! as `Left`, `Abandoned`, `NoShow` or `Reset`. Capacity (I2) counts active sessions plus
+//! admitted-unclaimed tickets; the admission bucket bounds the pace (I3); FIFO rooms admit the
+//! lowest waiting position first (I4), so nobody's `ahead` ever grows (I5).
+
+mod bucket;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::clock::Timestamp;
+use crate::eta::{AdmissionRate, eta_seconds};
+use crate::ids::{SessionId, TicketId};
+use crate::room::{Mode, Order, RoomConfig};
+use crate::waiting::WaitingLine;
+
+pub use bucket::AdmissionBucket;
+
+/// How long ended tickets and sessions are kept for status answers, listings and audits.
+pub const HISTORY_RETENTION: Duration = Duration::from_secs(3600);
+
+/// The longest `return` path a ticket remembers.
+pub const MAX_RETURN_PATH_LEN: usize = 2048;
+
+/// The longest identity a ticket is bound to.
+pub const MAX_IDENTITY_LEN: usize = 256;
+
+/// A place in a room's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// Random id.
+    pub id: TicketId,
+    /// Ticket number: strictly increasing per room in join order (I1).
+    pub position: u64,
+    /// Room generation the ticket belongs to.
+    pub generation: u32,
+    /// When the ticket joined.
+    pub joined_at: Timestamp,
+    /// Last contact (status poll, SSE, page load).
+    pub last_seen: Timestamp,
+    /// Identity the ticket is bound to, when the room has one.
+    pub identity: Option<String>,
+    /// Where the visitor goes once admitted (same-origin path).
+    pub return_to: Option<String>,
+    /// Where the ticket stands.
+    pub state: TicketState,
+}
+
+/// Where a ticket stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketState {
+    /// In line.
+    Waiting,
+    /// Let in; must claim its pass before `claim_deadline`.
+    Admitted {
+        /// When it was admitted.
+        at: Timestamp,
+        /// When the slot is given to somebody else.
+        claim_deadline: Timestamp,
+    },
+    /// Holds a session (a pass was issued).
+    Claimed {
+        /// The session.
+        session: SessionId,
+    },
+    /// No longer in play.
+    Ended {
+        /// Why.
+        reason: TicketEnd,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+/// Why a ticket ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketEnd {
+    /// The visitor left.
+    Left,
+    /// No contact for `ticket_idle_ttl` while waiting.
+    Abandoned,
+    /// Admitted but never claimed its pass within `claim_ttl`.
+    NoShow,
+    /// The room was reset to a new generation.
+    Reset,
+}
+
+impl TicketEnd {
+    /// Stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketEnd::Left => "left",
+            TicketEnd::Abandoned => "abandoned",
+            TicketEnd::NoShow => "no_show",
+            TicketEnd::Reset => "reset",
+        }
+    }
+}
+
+/// An active session: what a pass stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Random id (the pass's `sub` and `jti`).
+    pub id: SessionId,
+    /// The ticket it was claimed by; `None` for passes issued by hand.
+    pub ticket: Option<TicketId>,
+    /// The ticket's position (0 for passes issued by hand).
+    pub position: u64,
+    /// Room generation.
+    pub generation: u32,
+    /// Identity bound to the pass.
+    pub uid: Option<String>,
+    /// When the pass was first issued.
+    pub issued_at: Timestamp,
+    /// Last renewal (or issue).
+    pub renewed_at: Timestamp,
+    /// Idle expiry, pushed forward by renewals, never past `hard_expires_at`.
+    pub expires_at: Timestamp,
+    /// Absolute cap (`session_max`).
+    pub hard_expires_at: Option<Timestamp>,
+    /// Active or ended.
+    pub state: SessionState,
+}
+
+/// Whether a session still holds its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Holds a capacity slot.
+    Active,
+    /// Ended; the slot is free.
+    Ended {
+        /// Why.
+        reason: SessionEnd,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The site said the visitor is done.
+    Completed,
+    /// The site (or visitor) gave the slot up.
+    Abandoned,
+    /// Its time ran out.
+    Expired,
+    /// An operator revoked it.
+    Revoked,
+    /// The room was reset to a new generation.
+    Reset,
+}
+
+impl SessionEnd {
+    /// Stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionEnd::Completed => "completed",
+            SessionEnd::Abandoned => "abandoned",
+            SessionEnd::Expired => "expired",
+            SessionEnd::Revoked => "revoked",
+            SessionEnd::Reset => "reset",
+        }
+    }
+}
+
+/// Running totals of a room, kept across restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RoomTotals {
+    /// Tickets created.
+    pub joined: u64,
+    /// Tickets admitted.
+    pub admitted: u64,
+    /// Admitted tickets that never claimed their pass.
+    pub no_show: u64,
+    /// Waiting tickets dropped for lack of contact.
+    pub abandoned: u64,
+    /// Tickets that left on their own.
+    pub left: u64,
+    /// Passes issued (sessions opened).
+    pub passes: u64,
+    /// Sessions completed by the site.
+    pub completed: u64,
+    /// Sessions abandoned or revoked.
+    pub sessions_abandoned: u64,
+    /// Sessions that ran out of time.
+    pub expired: u64,
+}
+
+/// The persistent scalar state of a room (everything but its tickets and sessions).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomMeta {
+    /// Configuration.
+    pub config: RoomConfig,
+    /// Generation, bumped by a reset.
+    pub generation: u32,
+    /// Last issued position (0 before the first join).
+    pub last_position: u64,
+    /// Highest admitted position (I8: never above `last_position`).
+    pub serving: u64,
+    /// Admission budget.
+    pub bucket: AdmissionBucket,
+    /// Measured admission rate.
+    pub rate: AdmissionRate,
+    /// Running totals.
+    pub totals: RoomTotals,
+}
+
+/// Which records an operation changed; a durable backend writes exactly these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    /// The room's [`RoomMeta`] changed.
+    pub meta: bool,
+    /// Tickets created, changed or deleted (look each up: absent means deleted).
+    pub tickets: BTreeSet<TicketId>,
+    /// Sessions created, changed or deleted (absent means deleted).
+    pub sessions: BTreeSet<SessionId>,
+}
+
+impl ChangeSet {
+    /// Whether nothing durable changed.
+    pub fn is_empty(&self) -> bool {
+        !self.meta && self.tickets.is_empty() && self.sessions.is_empty()
+    }
+}
+
+/// A visitor's request to join (or resume).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinRequest {
+    /// The ticket the visitor already holds, if any.
+    pub resume: Option<TicketRef>,
+    /// The visitor's identity, for rooms that bind one.
+    pub identity: Option<String>,
+    /// Where to go once admitted.
+    pub return_to: Option<String>,
+}
+
+/// A ticket as named by a client's verified ticket token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TicketRef {
+    /// Ticket id.
+    pub id: TicketId,
+    /// Generation the token was issued for.
+    pub generation: u32,
+}
+
+/// What a ticket means right now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// Still waiting.
+    Waiting(WaitingView),
+    /// Let in: the session behind the pass.
+    Admitted(AdmittedView),
+}
+
+/// A waiting ticket's view of the room.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitingView {
+    /// Ticket id.
+    pub ticket: TicketId,
+    /// Its position.
+    pub position: u64,
+    /// Room generation.
+    pub generation: u32,
+    /// Live tickets ahead of it, exactly.
+    pub ahead: u64,
+    /// The room's serving counter.
+    pub serving: u64,
+    /// Live waiting tickets in the room.
+    pub waiting: u64,
+    /// Expected wait, `None` while the admission rate is unknown or zero.
+    pub eta_seconds: Option<u64>,
+    /// Admission is stopped (`queue_all`).
+    pub paused: bool,
+    /// Where to go once admitted.
+    pub return_to: Option<String>,
+}
+
+/// An admitted ticket with its session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmittedView {
+    /// Ticket id.
+    pub ticket: TicketId,
+    /// Its position.
+    pub position: u64,
+    /// The room's serving counter.
+    pub serving: u64,
+    /// The session (same one on every ask, I7).
+    pub session: Session,
+    /// Where to go now.
+    pub return_to: Option<String>,
+}
+
+/// What one `tick` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TickReport {
+    /// Tickets admitted.
+    pub admitted: u64,
+    /// Sessions that expired.
+    pub expired: u64,
+    /// Admitted tickets that lost their slot unclaimed.
+    pub no_shows: u64,
+    /// Waiting tickets abandoned for lack of contact.
+    pub abandoned: u64,
+}
+
+/// A consistent summary of a room at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomSnapshot {
+    /// Generation.
+    pub generation: u32,
+    /// Mode.
+    pub mode: Mode,
+    /// Serving counter.
+    pub serving: u64,
+    /// Last issued position.
+    pub last_position: u64,
+    /// Live waiting tickets.
+    pub waiting: u64,
+    /// Active sessions.
+    pub active: u64,
+    /// Admitted tickets not yet claimed.
+    pub admitted_unclaimed: u64,
+    /// Measured admissions per second.
+    pub admission_rate: Option<f64>,
+    /// Expected wait for somebody joining now.
+    pub eta_seconds_for_new: Option<u64>,
+    /// Running totals.
+    pub totals: RoomTotals,
+}
+
+/// Why an operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The room does not accept joins.
+    #[error("room is closed")]
+    RoomClosed,
+    /// The ticket is unknown (never existed here, or was purged).
+    #[error("ticket is unknown")]
+    TicketUnknown,
+    /// The ticket left, was abandoned, expired, or belongs to an older generation.
+    #[error("ticket has expired")]
+    TicketExpired,
+    /// The session is unknown.
+    #[error("session is unknown")]
+    SessionUnknown,
+    /// The session has ended.
+    #[error("session has ended")]
+    SessionEnded,
+}
+
+/// One room: its meta state, tickets, sessions and the indexes over them.
+#[derive(Debug, Clone)]
+pub struct RoomState {
+    meta: RoomMeta,
+    tickets: HashMap<TicketId, Ticket>,
+    sessions: HashMap<SessionId, Session>,
+    waiting: WaitingLine,
+    /// Waiting tickets by last contact, for abandonment.
+    idle: BTreeSet<(Timestamp, TicketId)>,
+    /// Admitted tickets by claim deadline, for no-shows.
+    claim_deadlines: BTreeSet<(Timestamp, TicketId)>,
+    /// Ended tickets in end order, for garbage collection.
+    ended: VecDeque<(Timestamp, TicketId)>,
+    identities: HashMap<String, TicketId>,
+    active: u64,
+    admitted_unclaimed: u64,
+}
+
+impl RoomState {
+    /// A new, empty room.
+    pub fn new(config: RoomConfig, now: Timestamp) -> RoomState {
+        let meta = RoomMeta {
+            bucket: AdmissionBucket::full(&config, now),
+            config,
+            generation: 1,
+            last_position: 0,
+            serving: 0,
+            rate: AdmissionRate::default(),
+            totals: RoomTotals::default(),
+        };
+        RoomState::restore(meta, Vec::new(), Vec::new(), now)
+    }
+
+    /// Rebuilds a room from its persisted records. Waiting tickets get `now` as their last
+    /// contact at the latest, so a restart never abandons anybody.
+    pub fn restore(
+        meta: RoomMeta,
+        tickets: Vec<Ticket>,
+        sessions: Vec<Session>,
+        now: Timestamp,
+    ) -> RoomState {
+        let mut room = RoomState {
+            meta,
+            tickets: HashMap::with_capacity(tickets.len()),
+            sessions: HashMap::with_capacity(sessions.len()),
+            waiting: WaitingLine::new(),
+            idle: BTreeSet::new(),
+            claim_deadlines: BTreeSet::new(),
+            ended: VecDeque::new(),
+            identities: HashMap::new(),
+            active: 0,
+            admitted_unclaimed: 0,
+        };
+        let mut ended = Vec::new();
+        for mut ticket in tickets {
+            match ticket.state {
+                TicketState::Waiting => {
+                    ticket.last_seen = ticket.last_seen.max(now);
+                    room.waiting.insert(ticket.position, ticket.id);
+                    room.idle.insert((ticket.last_seen, ticket.id));
+                }
+                TicketState::Admitted { claim_deadline, .. } => {
+                    room.admitted_unclaimed += 1;
+                    room.claim_deadlines.insert((claim_deadline, ticket.id));
+                }
+                TicketState::Claimed { .. } => {}
+                TicketState::Ended { at, .. } => ended.push((at, ticket.id)),
+            }
+            if let Some(identity) = &ticket.identity {
+                if !matches!(ticket.state, TicketState::Ended { .. }) {
+                    room.identities.insert(identity.clone(), ticket.id);
+                }
+            }
+            room.tickets.insert(ticket.id, ticket);
+        }
+        ended.sort();
+        room.ended = ended.into();
+        for session in sessions {
+            if session.state == SessionState::Active {
+                room.active += 1;
+            }
+            room.sessions.insert(session.id, session);
+        }
+        room
+    }
+
+    /// The room's scalar state.
+    pub fn meta(&self) -> &RoomMeta {
+        &self.meta
+    }
+
+    /// The room's configuration.
+    pub fn config(&self) -> &RoomConfig {
+        &self.meta.config
+    }
+
+    /// A ticket by id.
+    pub fn ticket(&self, id: TicketId) -> Option<&Ticket> {
+        self.tickets.get(&id)
+    }
+
+    /// A session by id.
+    pub fn session(&self, id: SessionId) -> Option<&Session> {
+        self.sessions.get(&id)
+    }
+
+    /// Every ticket the room remembers.
+    pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
+        self.tickets.values()
+    }
+
+    /// Every session the room remembers.
+    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
+        self.sessions.values()
+    }
+
+    /// Whether a pass for `session` must be refused although its signature and expiry are
+    /// fine: the session ended early (completed, abandoned, revoked, reset) or is unknown.
+    pub fn is_revoked(&self, session: SessionId) -> bool {
+        match self.sessions.get(&session) {
+            Some(found) => found.state != SessionState::Active,
+            None => true,
+        }
+    }
+
+    /// Sessions ended early whose passes have not yet expired: the room's revocation set.
+    pub fn revoked_sessions(&self, now: Timestamp) -> Vec<(SessionId, Timestamp)> {
+        self.sessions
+            .values()
+            .filter(|s| {
+                matches!(s.state, SessionState::Ended { reason, .. } if reason != SessionEnd::Expired)
+                    && s.expires_at > now
+            })
+            .map(|s| (s.id, s.expires_at))
+            .collect()
+    }
+
+    /// A consistent summary of the room.
+    pub fn snapshot(&self) -> RoomSnapshot {
+        RoomSnapshot {
+            generation: self.meta.generation,
+            mode: self.meta.config.mode,
+            serving: self.meta.serving,
+            last_position: self.meta.last_position,
+            waiting: self.waiting.len(),
+            active: self.active,
+            admitted_unclaimed: self.admitted_unclaimed,
+            admission_rate: self.meta.rate.per_second,
+            eta_seconds_for_new: eta_seconds(self.waiting.len(), &self.meta.rate),
+            totals: self.meta.totals,
+        }
+    }
+
+    /// Positions of the live waiting tickets, in order.
+    pub fn waiting_positions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.waiting.iter().map(|(position, _)| position)
+    }
+
+    /// Replaces the configuration, keeping queue, sessions and counters.
+    pub fn set_config(&mut self, config: RoomConfig, changes: &mut ChangeSet) {
+        self.meta.config = config;
+        self.meta.bucket.clamp(&self.meta.config);
+        changes.meta = true;
+    }
+
+    /// Joins the queue, or resumes the visitor's live ticket (by token or identity). In a
+    /// `queue` room where nobody waits and limits allow, the visitor is admitted and claims a
+    /// session at once; a `passthrough` room admits everybody.
+    pub fn join(
+        &mut self,
+        request: JoinRequest,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> Result<Entry, EngineError> {
+        if self.meta.config.mode == Mode::Closed {
+            return Err(EngineError::RoomClosed);
+        }
+        let resumable = request
+            .resume
+            .filter(|held| held.generation == self.meta.generation)
+            .map(|held| held.id)
+            .or_else(|| request.identity.as_ref().and_then(|i| self.identities.get(i).copied()));
+        if let Some(ticket_id) = resumable {
+            let reference = TicketRef { id: ticket_id, generation: self.meta.generation };
+            match self.status(reference, now, rng, changes) {
+                Ok(entry) => return Ok(entry),
+                Err(EngineError::TicketExpired | EngineError::TicketUnknown) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
+        let return_to = request.return_to.filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
+        self.meta.last_position += 1;
+        self.meta.totals.joined += 1;
+        let ticket = Ticket {
+            id: TicketId::random(rng),
+            position: self.meta.last_position,
+            generation: self.meta.generation,
+            joined_at: now,
+            last_seen: now,
+            identity: identity.clone(),
+            return_to,
+            state: TicketState::Waiting,
+        };
+        let ticket_id = ticket.id;
+        if let Some(identity) = identity {
+            self.identities.insert(identity, ticket_id);
+        }
+        self.waiting.insert(ticket.position, ticket_id);
+        self.idle.insert((now, ticket_id));
+        self.tickets.insert(ticket_id, ticket);
+        changes.meta = true;
+        changes.tickets.insert(ticket_id);
+
+        let admit_at_once = match self.meta.config.mode {
+            Mode::Passthrough => true,
+            Mode::Queue => {
+                self.meta.bucket.refill(&self.meta.config, now);
+                self.waiting.len() == 1
+                    && self.free_slots() >= 1
+                    && self.meta.bucket.available(&self.meta.config) >= 1
+            }
+            Mode::QueueAll | Mode::Closed => false,
+        };
+        if admit_at_once {
+            self.meta.bucket.spend(&self.meta.config, 1);
+            self.admit(ticket_id, now, changes);
+        }
+        self.status(TicketRef { id: ticket_id, generation: self.meta.generation }, now, rng, changes)
+    }
+
+    /// The current meaning of a ticket; keeps a waiting ticket alive, and claims the session of
+    /// an admitted one (returning the same session on every later ask, I7).
+    pub fn status(
+        &mut self,
+        reference: TicketRef,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> Result<Entry, EngineError> {
+        if reference.generation != self.meta.generation {
+            return Err(EngineError::TicketExpired);
+        }
+        let ticket = self.tickets.get(&reference.id).ok_or(EngineError::TicketUnknown)?;
+        if ticket.generation != reference.generation {
+            return Err(EngineError::TicketExpired);
+        }
+        match ticket.state {
+            TicketState::Waiting => {
+                self.touch(reference.id, now);
+                Ok(Entry::Waiting(self.waiting_view(reference.id)))
+            }
+            TicketState::Admitted { .. } => {
+                let session = self.claim(reference.id, now, rng, changes);
+                Ok(self.admitted_entry(reference.id, session))
+            }
+            TicketState::Claimed { session } => {
+                let expired = self
+                    .sessions
+                    .get(&session)
+                    .is_none_or(|s| s.state != SessionState::Active || !session_alive(s, now));
+                if expired {
+                    self.expire_session_if_due(session, now, changes);
+                    return Err(EngineError::TicketExpired);
+                }
+                Ok(self.admitted_entry(reference.id, session))
+            }
+            TicketState::Ended { .. } => Err(EngineError::TicketExpired),
+        }
+    }
+
+    /// Leaves the queue; frees an admitted ticket's slot at once. Returns whether a capacity
+    /// slot was freed (the caller then ticks so it is refilled).
+    pub fn leave(
+        &mut self,
+        reference: TicketRef,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) -> Result<bool, EngineError> {
+        let ticket = self.tickets.get(&reference.id).ok_or(EngineError::TicketUnknown)?;
+        if ticket.generation != reference.generation {
+            return Err(EngineError::TicketExpired);
+        }
+        match ticket.state {
+            TicketState::Waiting | TicketState::Admitted { .. } => {
+                let freed = matches!(ticket.state, TicketState::Admitted { .. });
+                self.end_ticket(reference.id, TicketEnd::Left, now, changes);
+                self.meta.totals.left += 1;
+                changes.meta = true;
+                Ok(freed)
+            }
+            TicketState::Claimed { .. } | TicketState::Ended { .. } => Ok(false),
+        }
+    }
+
+    /// Ends a session early (completed, abandoned or revoked), freeing its slot and putting its
+    /// pass on the revocation set. Ending an ended session again changes nothing.
+    pub fn end_session(
+        &mut self,
+        session: SessionId,
+        reason: SessionEnd,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) -> Result<Session, EngineError> {
+        let found = self.sessions.get(&session).ok_or(EngineError::SessionUnknown)?;
+        if found.state == SessionState::Active {
+            self.finish_session(session, reason, now, changes);
+        }
+        self.sessions.get(&session).cloned().ok_or(EngineError::SessionUnknown)
+    }
+
+    /// Renews a session on use once more than half of `session_ttl` has passed since its last
+    /// renewal (one write per renewal, not per request). Returns the session and whether it
+    /// was renewed.
+    pub fn renew_session(
+        &mut self,
+        session: SessionId,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) -> Result<(Session, bool), EngineError> {
+        let ttl = self.meta.config.session_ttl;
+        let found = self.sessions.get_mut(&session).ok_or(EngineError::SessionUnknown)?;
+        if found.state != SessionState::Active || !session_alive(found, now) {
+            return Err(EngineError::SessionEnded);
+        }
+        let half_ttl = ttl / 2;
+        if now.since(found.renewed_at) <= half_ttl {
+            return Ok((found.clone(), false));
+        }
+        found.renewed_at = now;
+        found.expires_at = cap(now.after(ttl), found.hard_expires_at);
+        changes.sessions.insert(session);
+        Ok((found.clone(), true))
+    }
+
+    /// Issues a session by hand (an operator's VIP pass): it does not take a ticket, and it
+    /// counts against capacity like any other session.
+    pub fn issue_session(
+        &mut self,
+        uid: Option<String>,
+        ttl: Duration,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> Session {
+        let session = Session {
+            id: SessionId::random(rng),
+            ticket: None,
+            position: 0,
+            generation: self.meta.generation,
+            uid,
+            issued_at: now,
+            renewed_at: now,
+            expires_at: now.after(ttl),
+            hard_expires_at: Some(now.after(ttl)),
+            state: SessionState::Active,
+        };
+        self.active += 1;
+        self.meta.totals.passes += 1;
+        self.sessions.insert(session.id, session.clone());
+        changes.sessions.insert(session.id);
+        changes.meta = true;
+        session
+    }
+
+    /// The admitter (SPEC §5.1): expire sessions and no-shows, abandon idle tickets, refill the
+    /// admission bucket, admit up to the free capacity, advance serving, and forget history
+    /// older than [`HISTORY_RETENTION`].
+    pub fn tick(&mut self, now: Timestamp, rng: &mut impl Rng, changes: &mut ChangeSet) -> TickReport {
+        let mut report = TickReport::default();
+        let had_demand = !self.waiting.is_empty();
+
+        let due_sessions: Vec<SessionId> = self
+            .sessions
+            .values()
+            .filter(|s| s.state == SessionState::Active && !session_alive(s, now))
+            .map(|s| s.id)
+            .collect();
+        for session in due_sessions {
+            self.finish_session(session, SessionEnd::Expired, now, changes);
+            report.expired += 1;
+        }
+
+        while let Some(&(deadline, ticket)) = self.claim_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.end_ticket(ticket, TicketEnd::NoShow, now, changes);
+            self.meta.totals.no_show += 1;
+            report.no_shows += 1;
+        }
+
+        let idle_ttl = self.meta.config.ticket_idle_ttl;
+        while let Some(&(last_seen, ticket)) = self.idle.first() {
+            if last_seen.after(idle_ttl) > now {
+                break;
+            }
+            self.end_ticket(ticket, TicketEnd::Abandoned, now, changes);
+            self.meta.totals.abandoned += 1;
+            report.abandoned += 1;
+        }
+
+        self.meta.bucket.refill(&self.meta.config, now);
+        let admissions = match self.meta.config.mode {
+            Mode::Queue => self
+                .waiting
+                .len()
+                .min(self.free_slots())
+                .min(self.meta.bucket.available(&self.meta.config)),
+            Mode::Passthrough => self.waiting.len(),
+            Mode::QueueAll | Mode::Closed => 0,
+        };
+        if self.meta.config.mode == Mode::Queue {
+            self.meta.bucket.spend(&self.meta.config, admissions);
+        }
+        for _ in 0..admissions {
+            let next = match self.meta.config.order {
+                Order::Fifo => self.waiting.first(),
+                Order::Random => self.waiting.nth(rng.gen_range(0..self.waiting.len())),
+            };
+            let Some((_, ticket)) = next else { break };
+            self.admit(ticket, now, changes);
+            report.admitted += 1;
+        }
+        self.meta.rate.record(report.admitted, had_demand, now);
+
+        self.forget_history(now, changes);
+        if report != TickReport::default() {
+            changes.meta = true;
+        }
+        report
+    }
+
+    /// Starts a new generation: every waiting and admitted ticket ends, every active session is
+    /// revoked, and (with `purge`) the records of the old generation are deleted. Positions go
+    /// on increasing, so I1 holds across generations too.
+    pub fn reset(&mut self, purge: bool, now: Timestamp, changes: &mut ChangeSet) {
+        let live: Vec<TicketId> = self
+            .tickets
+            .values()
+            .filter(|t| matches!(t.state, TicketState::Waiting | TicketState::Admitted { .. }))
+            .map(|t| t.id)
+            .collect();
+        for ticket in live {
+            self.end_ticket(ticket, TicketEnd::Reset, now, changes);
+        }
+        let active: Vec<SessionId> = self
+            .sessions
+            .values()
+            .filter(|s| s.state == SessionState::Active)
+            .map(|s| s.id)
+            .collect();
+        for session in active {
+            self.finish_session(session, SessionEnd::Reset, now, changes);
+        }
+        self.meta.generation += 1;
+        self.meta.serving = self.meta.last_position;
+        changes.meta = true;
+        if purge {
+            changes.tickets.extend(self.tickets.keys().copied());
+            changes.sessions.extend(self.sessions.keys().copied());
+            self.tickets.clear();
+            self.sessions.clear();
+            self.ended.clear();
+            self.identities.clear();
+        }
+    }
+
+    fn free_slots(&self) -> u64 {
+        let limit = self.meta.config.max_active;
+        if limit == 0 {
+            return u64::MAX;
+        }
+        limit.saturating_sub(self.active + self.admitted_unclaimed)
+    }
+
+    fn admit(&mut self, ticket_id: TicketId, now: Timestamp, changes: &mut ChangeSet) {
+        let claim_deadline = now.after(self.meta.config.claim_ttl);
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+        self.waiting.remove(ticket.position);
+        self.idle.remove(&(ticket.last_seen, ticket_id));
+        ticket.state = TicketState::Admitted { at: now, claim_deadline };
+        self.meta.serving = self.meta.serving.max(ticket.position);
+        self.claim_deadlines.insert((claim_deadline, ticket_id));
+        self.admitted_unclaimed += 1;
+        self.meta.totals.admitted += 1;
+        changes.tickets.insert(ticket_id);
+        changes.meta = true;
+    }
+
+    /// Turns an admitted ticket into a session; the capacity slot moves from
+    /// admitted-unclaimed to active, so I2 is unaffected.
+    fn claim(
+        &mut self,
+        ticket_id: TicketId,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> SessionId {
+        let config = &self.meta.config;
+        let hard_expires_at = config.session_max.map(|max| now.after(max));
+        let expires_at = cap(now.after(config.session_ttl), hard_expires_at);
+        let session_id = SessionId::random(rng);
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return session_id };
+        if let TicketState::Admitted { claim_deadline, .. } = ticket.state {
+            self.claim_deadlines.remove(&(claim_deadline, ticket_id));
+            self.admitted_unclaimed -= 1;
+        }
+        ticket.state = TicketState::Claimed { session: session_id };
+        let session = Session {
+            id: session_id,
+            ticket: Some(ticket_id),
+            position: ticket.position,
+            generation: ticket.generation,
+            uid: ticket.identity.clone(),
+            issued_at: now,
+            renewed_at: now,
+            expires_at,
+            hard_expires_at,
+            state: SessionState::Active,
+        };
+        self.sessions.insert(session_id, session);
+        self.active += 1;
+        self.meta.totals.passes += 1;
+        changes.tickets.insert(ticket_id);
+        changes.sessions.insert(session_id);
+        changes.meta = true;
+        session_id
+    }
+
+    fn touch(&mut self, ticket_id: TicketId, now: Timestamp) {
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+        if ticket.state == TicketState::Waiting && ticket.last_seen < now {
+            self.idle.remove(&(ticket.last_seen, ticket_id));
+            ticket.last_seen = now;
+            self.idle.insert((now, ticket_id));
+        }
+    }
+
+    fn end_ticket(&mut self, ticket_id: TicketId, reason: TicketEnd, now: Timestamp, changes: &mut ChangeSet) {
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+        match ticket.state {
+            TicketState::Waiting => {
+                self.waiting.remove(ticket.position);
+                self.idle.remove(&(ticket.last_seen, ticket_id));
+            }
+            TicketState::Admitted { claim_deadline, .. } => {
+                self.claim_deadlines.remove(&(claim_deadline, ticket_id));
+                self.admitted_unclaimed -= 1;
+            }
+            TicketState::Claimed { .. } | TicketState::Ended { .. } => {}
+        }
+        if let Some(identity) = &ticket.identity {
+            if self.identities.get(identity) == Some(&ticket_id) {
+                self.identities.remove(identity);
+            }
+        }
+        ticket.state = TicketState::Ended { reason, at: now };
+        self.ended.push_back((now, ticket_id));
+        changes.tickets.insert(ticket_id);
+        changes.meta = true;
+    }
+
+    fn finish_session(&mut self, session_id: SessionId, reason: SessionEnd, now: Timestamp, changes: &mut ChangeSet) {
+        let Some(session) = self.sessions.get_mut(&session_id) else { return };
+        if session.state != SessionState::Active {
+            return;
+        }
+        session.state = SessionState::Ended { reason, at: now };
+        self.active -= 1;
+        let totals = &mut self.meta.totals;
+        match reason {
+            SessionEnd::Completed => totals.completed += 1,
+            SessionEnd::Abandoned | SessionEnd::Revoked => totals.sessions_abandoned += 1,
+            SessionEnd::Expired => totals.expired += 1,
+            SessionEnd::Reset => {}
+        }
+        if let Some(ticket_id) = session.ticket {
+            if let Some(ticket) = self.tickets.get(&ticket_id) {
+                if let Some(identity) = &ticket.identity {
+                    if self.identities.get(identity) == Some(&ticket_id) {
+                        self.identities.remove(identity);
+                    }
+                }
+            }
+        }
+        changes.sessions.insert(session_id);
+        changes.meta = true;
+    }
+
+    fn expire_session_if_due(&mut self, session: SessionId, now: Timestamp, changes: &mut ChangeSet) {
+        let due = self
+            .sessions
+            .get(&session)
+            .is_some_and(|s| s.state == SessionState::Active && !session_alive(s, now));
+        if due {
+            self.finish_session(session, SessionEnd::Expired, now, changes);
+        }
+    }
+
+    fn forget_history(&mut self, now: Timestamp, changes: &mut ChangeSet) {
+        while let Some(&(ended_at, ticket_id)) = self.ended.front() {
+            if ended_at.after(HISTORY_RETENTION) > now {
+                break;
+            }
+            self.ended.pop_front();
+            let still_ended = self
+                .tickets
+                .get(&ticket_id)
+                .is_some_and(|t| matches!(t.state, TicketState::Ended { at, .. } if at == ended_at));
+            if still_ended {
+                self.tickets.remove(&ticket_id);
+                changes.tickets.insert(ticket_id);
+            }
+        }
+        let forgotten: Vec<SessionId> = self
+            .sessions
+            .values()
+            .filter(|s| match s.state {
+                SessionState::Active => false,
+                SessionState::Ended { at, .. } => {
+                    at.after(HISTORY_RETENTION) <= now && s.expires_at <= now
+                }
+            })
+            .map(|s| s.id)
+            .collect();
+        for session_id in forgotten {
+            if let Some(session) = self.sessions.remove(&session_id) {
+                if let Some(ticket_id) = session.ticket {
+                    if self.tickets.remove(&ticket_id).is_some() {
+                        changes.tickets.insert(ticket_id);
+                    }
+                }
+            }
+            changes.sessions.insert(session_id);
+        }
+    }
+
+    fn waiting_view(&self, ticket_id: TicketId) -> WaitingView {
+        let ticket = &self.tickets[&ticket_id];
+        let ahead = self.waiting.count_below(ticket.position);
+        WaitingView {
+            ticket: ticket_id,
+            position: ticket.position,
+            generation: ticket.generation,
+            ahead,
+            serving: self.meta.serving,
+            waiting: self.waiting.len(),
+            eta_seconds: eta_seconds(ahead, &self.meta.rate),
+            paused: self.meta.config.mode == Mode::QueueAll,
+            return_to: ticket.return_to.clone(),
+        }
+    }
+
+    fn admitted_entry(&self, ticket_id: TicketId, session: SessionId) -> Entry {
+        let ticket = &self.tickets[&ticket_id];
+        Entry::Admitted(AdmittedView {
+            ticket: ticket_id,
+            position: ticket.position,
+            serving: self.meta.serving,
+            session: self.sessions[&session].clone(),
+            return_to: ticket.return_to.clone(),
+        })
+    }
+}
+
+fn session_alive(session: &Session, now: Timestamp) -> bool {
+    session.expires_at > now && session.hard_expires_at.is_none_or(|hard| hard > now)
+}
+
+fn cap(expiry: Timestamp, hard: Option<Timestamp>) -> Timestamp {
+    hard.map_or(expiry, |hard| expiry.min(hard))
+}
+
+fn truncate(mut text: String, max_len: usize) -> String {
+    if text.len() > max_len {
+        let mut end = max_len;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,355 @@
+//! Unit tests of the room engine: each test drives one room by hand with a controlled clock.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::ids::RoomId;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+struct Harness {
+    room: RoomState,
+    now: Timestamp,
+    rng: StdRng,
+}
+
+impl Harness {
+    fn new(edit: impl FnOnce(&mut RoomConfig)) -> Harness {
+        let mut config = RoomConfig::with_defaults(RoomId::new("test").unwrap());
+        edit(&mut config);
+        let now = Timestamp(1_000_000);
+        Harness { room: RoomState::new(config, now), now, rng: StdRng::seed_from_u64(42) }
+    }
+
+    fn advance(&mut self, millis: u64) {
+        self.now = Timestamp(self.now.0 + millis);
+    }
+
+    fn join(&mut self) -> Entry {
+        let mut changes = ChangeSet::default();
+        self.room.join(JoinRequest::default(), self.now, &mut self.rng, &mut changes).unwrap()
+    }
+
+    fn status(&mut self, entry: &Entry) -> Result<Entry, EngineError> {
+        let mut changes = ChangeSet::default();
+        let reference = reference_of(entry, self.room.meta().generation);
+        self.room.status(reference, self.now, &mut self.rng, &mut changes)
+    }
+
+    fn tick(&mut self) -> TickReport {
+        let mut changes = ChangeSet::default();
+        self.room.tick(self.now, &mut self.rng, &mut changes)
+    }
+}
+
+fn reference_of(entry: &Entry, generation: u32) -> TicketRef {
+    let id = match entry {
+        Entry::Waiting(view) => view.ticket,
+        Entry::Admitted(view) => view.ticket,
+    };
+    TicketRef { id, generation }
+}
+
+fn waiting(entry: &Entry) -> &WaitingView {
+    match entry {
+        Entry::Waiting(view) => view,
+        Entry::Admitted(_) => panic!("expected waiting, got {entry:?}"),
+    }
+}
+
+fn is_admitted(entry: &Entry) -> bool {
+    matches!(entry, Entry::Admitted(_))
+}
+
+#[test]
+fn first_visitor_enters_at_once_when_limits_allow() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 1;
+        c.admit_per_minute = 60;
+    });
+    let first = h.join();
+    assert!(is_admitted(&first));
+    let second = h.join();
+    assert_eq!(waiting(&second).ahead, 0);
+    assert_eq!(waiting(&second).position, 2);
+    assert_eq!(h.room.snapshot().active, 1);
+}
+
+#[test]
+fn nobody_jumps_the_line_even_when_a_slot_is_free() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 10;
+        c.admit_per_minute = 60;
+        c.admit_burst = 1;
+    });
+    assert!(is_admitted(&h.join()));
+    // The bucket is empty now: the next two wait.
+    let second = h.join();
+    let third = h.join();
+    assert_eq!(waiting(&third).ahead, 1);
+    // A slot and a token are free again, but somebody waits: a newcomer queues behind.
+    h.advance(1_000);
+    let fourth = h.join();
+    assert_eq!(waiting(&fourth).ahead, 2);
+    assert_eq!(h.tick().admitted, 1);
+    assert!(is_admitted(&h.status(&second).unwrap()));
+    assert_eq!(waiting(&h.status(&third).unwrap()).ahead, 0);
+}
+
+#[test]
+fn tick_admits_in_fifo_order_up_to_capacity() {
+    let mut h = Harness::new(|c| c.max_active = 3);
+    let entries: Vec<Entry> = (0..6).map(|_| h.join()).collect();
+    // Unlimited rate: the first three enter at once, one by one, as nobody waits before them.
+    assert!(entries[..3].iter().all(is_admitted));
+    assert_eq!(h.tick().admitted, 0);
+    let mut changes = ChangeSet::default();
+    let session = match &entries[0] {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => unreachable!(),
+    };
+    h.room.end_session(session, SessionEnd::Completed, h.now, &mut changes).unwrap();
+    assert_eq!(h.tick().admitted, 1);
+    assert_eq!(h.room.snapshot().serving, 4);
+    assert!(is_admitted(&h.status(&entries[3]).unwrap()));
+    assert_eq!(waiting(&h.status(&entries[5]).unwrap()).ahead, 1);
+}
+
+#[test]
+fn claim_is_idempotent_and_takes_one_slot() {
+    let mut h = Harness::new(|c| c.max_active = 1);
+    let entry = h.join();
+    let first = h.status(&entry).unwrap();
+    let again = h.status(&entry).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(h.room.snapshot().active, 1);
+    assert_eq!(h.room.meta().totals.passes, 1);
+}
+
+#[test]
+fn no_show_frees_the_slot_after_claim_ttl() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 1;
+        c.claim_ttl = Duration::from_secs(120);
+        c.ticket_idle_ttl = Duration::from_secs(3600);
+    });
+    let first = h.join();
+    let second = h.join();
+    let mut changes = ChangeSet::default();
+    let session = match &first {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => unreachable!(),
+    };
+    h.room.end_session(session, SessionEnd::Completed, h.now, &mut changes).unwrap();
+    assert_eq!(h.tick().admitted, 1);
+    assert_eq!(h.room.snapshot().admitted_unclaimed, 1);
+    let third = h.join();
+    h.advance(120_000);
+    let report = h.tick();
+    assert_eq!(report.no_shows, 1);
+    assert_eq!(report.admitted, 1);
+    assert_eq!(h.status(&second), Err(EngineError::TicketExpired));
+    assert!(is_admitted(&h.status(&third).unwrap()));
+}
+
+#[test]
+fn idle_tickets_are_abandoned_and_not_counted_ahead() {
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.ticket_idle_ttl = Duration::from_secs(300);
+    });
+    let first = h.join();
+    let second = h.join();
+    let third = h.join();
+    assert_eq!(waiting(&third).ahead, 2);
+    h.advance(200_000);
+    h.status(&second).unwrap();
+    h.status(&third).unwrap();
+    h.advance(100_000);
+    assert_eq!(h.tick().abandoned, 1);
+    assert_eq!(h.status(&first), Err(EngineError::TicketExpired));
+    assert_eq!(waiting(&h.status(&third).unwrap()).ahead, 1);
+    // A ticket that comes back after being abandoned joins again at the back.
+    let mut changes = ChangeSet::default();
+    let request = JoinRequest { resume: Some(reference_of(&first, 1)), ..JoinRequest::default() };
+    let rejoined = h.room.join(request, h.now, &mut h.rng, &mut changes).unwrap();
+    assert_eq!(waiting(&rejoined).position, 4);
+    assert_eq!(waiting(&rejoined).ahead, 2);
+}
+
+#[test]
+fn admission_rate_bounds_admissions_per_window() {
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.admit_per_minute = 120;
+        c.admit_burst = 5;
+    });
+    for _ in 0..100 {
+        h.join();
+    }
+    let mut config = h.room.config().clone();
+    config.mode = Mode::Queue;
+    h.room.set_config(config, &mut ChangeSet::default());
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += h.tick().admitted;
+        h.advance(1_000);
+    }
+    // Burst of 5, then 2 per second for the 9 further seconds.
+    assert_eq!(admitted, 5 + 18);
+}
+
+#[test]
+fn sessions_expire_after_their_ttl_and_renew_on_use() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 1;
+        c.session_ttl = Duration::from_secs(600);
+        c.session_max = Some(Duration::from_secs(900));
+    });
+    let entry = h.join();
+    let session = match &entry {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => unreachable!(),
+    };
+    let mut changes = ChangeSet::default();
+    h.advance(200_000);
+    let (_, renewed) = h.room.renew_session(session, h.now, &mut changes).unwrap();
+    assert!(!renewed, "not renewed before half the ttl");
+    h.advance(200_000);
+    let (renewed_session, renewed) = h.room.renew_session(session, h.now, &mut changes).unwrap();
+    assert!(renewed);
+    // Capped by session_max.
+    assert_eq!(renewed_session.expires_at, Timestamp(1_000_000 + 900_000));
+    h.advance(500_000);
+    assert_eq!(h.tick().expired, 1);
+    assert_eq!(h.status(&entry), Err(EngineError::TicketExpired));
+    assert!(h.room.is_revoked(session));
+}
+
+#[test]
+fn leaving_frees_an_admitted_slot_at_once() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 1;
+        c.mode = Mode::QueueAll;
+    });
+    let first = h.join();
+    let second = h.join();
+    let mut config = h.room.config().clone();
+    config.mode = Mode::Queue;
+    h.room.set_config(config, &mut ChangeSet::default());
+    assert_eq!(h.tick().admitted, 1);
+    let mut changes = ChangeSet::default();
+    let freed = h.room.leave(reference_of(&first, 1), h.now, &mut changes).unwrap();
+    assert!(freed);
+    assert_eq!(h.tick().admitted, 1);
+    assert!(is_admitted(&h.status(&second).unwrap()));
+}
+
+#[test]
+fn closed_rooms_refuse_joins_and_passthrough_admits_everybody() {
+    let mut closed = Harness::new(|c| c.mode = Mode::Closed);
+    let mut changes = ChangeSet::default();
+    let refused = closed.room.join(JoinRequest::default(), closed.now, &mut closed.rng, &mut changes);
+    assert_eq!(refused, Err(EngineError::RoomClosed));
+    assert!(changes.is_empty(), "a refused join changes nothing");
+
+    let mut open = Harness::new(|c| {
+        c.mode = Mode::Passthrough;
+        c.max_active = 1;
+    });
+    assert!(is_admitted(&open.join()));
+    assert!(is_admitted(&open.join()));
+    assert_eq!(open.room.snapshot().active, 2);
+}
+
+#[test]
+fn identity_rooms_give_one_ticket_per_user() {
+    let mut h = Harness::new(|c| c.mode = Mode::QueueAll);
+    let mut changes = ChangeSet::default();
+    let request = JoinRequest { identity: Some("user-1".into()), ..JoinRequest::default() };
+    let first = h.room.join(request.clone(), h.now, &mut h.rng, &mut changes).unwrap();
+    let again = h.room.join(request, h.now, &mut h.rng, &mut changes).unwrap();
+    assert_eq!(waiting(&first).ticket, waiting(&again).ticket);
+    assert_eq!(h.room.meta().last_position, 1);
+}
+
+#[test]
+fn reset_starts_a_new_generation() {
+    let mut h = Harness::new(|c| c.max_active = 1);
+    let admitted = h.join();
+    let queued = h.join();
+    let mut changes = ChangeSet::default();
+    h.room.reset(false, h.now, &mut changes);
+    assert_eq!(h.room.meta().generation, 2);
+    let old = reference_of(&queued, 1);
+    assert_eq!(h.room.status(old, h.now, &mut h.rng, &mut changes), Err(EngineError::TicketExpired));
+    let session = match &admitted {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => unreachable!(),
+    };
+    assert!(h.room.is_revoked(session));
+    let snapshot = h.room.snapshot();
+    assert_eq!((snapshot.waiting, snapshot.active), (0, 0));
+    // Positions go on increasing across generations.
+    let fresh = h.join();
+    assert!(is_admitted(&fresh));
+    assert_eq!(h.room.meta().last_position, 3);
+}
+
+#[test]
+fn random_order_admits_from_anywhere_in_the_line() {
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.order = Order::Random;
+        c.ticket_idle_ttl = Duration::from_secs(3600);
+    });
+    for _ in 0..200 {
+        h.join();
+    }
+    let mut config = h.room.config().clone();
+    config.mode = Mode::Queue;
+    config.max_active = 20;
+    h.room.set_config(config, &mut ChangeSet::default());
+    assert_eq!(h.tick().admitted, 20);
+    let admitted_positions: Vec<u64> = h
+        .room
+        .tickets()
+        .filter(|t| matches!(t.state, TicketState::Admitted { .. }))
+        .map(|t| t.position)
+        .collect();
+    assert!(admitted_positions.iter().any(|p| *p > 20), "{admitted_positions:?}");
+    assert_eq!(h.room.snapshot().serving, *admitted_positions.iter().max().unwrap());
+}
+
+#[test]
+fn restore_rebuilds_indexes_and_counts() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 2;
+        c.mode = Mode::Queue;
+    });
+    let entries: Vec<Entry> = (0..5).map(|_| h.join()).collect();
+    let tickets: Vec<Ticket> = h.room.tickets().cloned().collect();
+    let sessions: Vec<Session> = h.room.sessions().cloned().collect();
+    let restored = RoomState::restore(h.room.meta().clone(), tickets, sessions, h.now);
+    assert_eq!(restored.snapshot(), h.room.snapshot());
+    let mut restored = Harness { room: restored, now: h.now, rng: StdRng::seed_from_u64(1) };
+    assert_eq!(waiting(&restored.status(&entries[4]).unwrap()).ahead, 2);
+}
+
+#[test]
+fn history_is_forgotten_after_retention() {
+    let mut h = Harness::new(|c| c.mode = Mode::QueueAll);
+    let entry = h.join();
+    let mut changes = ChangeSet::default();
+    h.room.leave(reference_of(&entry, 1), h.now, &mut changes).unwrap();
+    h.advance(duration_ms(HISTORY_RETENTION));
+    let mut changes = ChangeSet::default();
+    h.room.tick(h.now, &mut h.rng, &mut changes);
+    assert_eq!(h.room.tickets().count(), 0);
+    assert!(changes.tickets.contains(&reference_of(&entry, 1).id));
+    assert_eq!(h.status(&entry), Err(EngineError::TicketUnknown));
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    crate::clock::duration_millis(duration)
+}

@@ -1,0 +1,1 @@
+//! Storage traits for rooms, tickets and sessions, with memory and embedded (redb) backends.

@@ -1,0 +1,1 @@
+//! Signing keys, JWT passes, signed ticket tokens and the JWKS.

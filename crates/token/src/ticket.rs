@@ -1,0 +1,170 @@
+//! Ticket tokens: a waiting visitor's place in a queue, bound to its room by a MAC.
+//!
+//! A ticket token is `t1.<room>.<ticket_id>.<position>.<generation>.<mac>`, where `mac` is the
+//! unpadded base64url HMAC-SHA256 of everything before the last `.` under the key directory's
+//! ticket secret. Room ids (`[a-z0-9][a-z0-9-]{0,63}`) and ticket ids (base64url) hold no `.`,
+//! so the token is made only of `[A-Za-z0-9._-]` and can travel as a cookie, header or query
+//! parameter unescaped. The `t1` prefix versions the format. Ticket tokens carry no expiry:
+//! the store decides whether a ticket is still live, and the generation lets a reset reject
+//! old ones.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac as _};
+use sha2::Sha256;
+use subtle::ConstantTimeEq as _;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The format version at the start of every ticket token.
+const VERSION: &str = "t1";
+/// Longest ticket token accepted; far above any well-formed one (about 180 bytes).
+const MAX_TOKEN_LEN: usize = 512;
+
+/// What a ticket token says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TicketClaims {
+    /// The room the ticket queues for.
+    pub room: String,
+    /// The ticket's random id (base64url, no `.`).
+    pub ticket_id: String,
+    /// The ticket's position in the room's queue.
+    pub position: u64,
+    /// The room generation the ticket was issued in.
+    pub generation: u32,
+}
+
+/// Why a ticket token was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TicketTokenError {
+    /// Not a ticket token, or its MAC does not match: forged, altered or garbage.
+    #[error("invalid ticket token")]
+    Invalid,
+    /// A genuine ticket token for another room.
+    #[error("ticket token is for another room")]
+    WrongRoom,
+}
+
+/// Signs and verifies ticket tokens with HMAC-SHA256.
+///
+/// ```
+/// use anteroom_token::{TicketClaims, TicketSigner, TicketTokenError};
+///
+/// let signer = TicketSigner::from_secret([7; 32]);
+/// let claims = TicketClaims {
+///     room: "launch".into(),
+///     ticket_id: "AAAAAAAAAAAAAAAAAAAA-_".into(),
+///     position: 42,
+///     generation: 1,
+/// };
+/// let token = signer.sign(&claims);
+/// assert!(token.starts_with("t1.launch.AAAAAAAAAAAAAAAAAAAA-_.42.1."));
+/// assert_eq!(signer.verify(&token, "launch"), Ok(claims));
+/// assert_eq!(signer.verify(&token, "other"), Err(TicketTokenError::WrongRoom));
+/// ```
+#[derive(Clone)]
+pub struct TicketSigner {
+    /// HMAC state with the key already absorbed; cloned for each token.
+    keyed: HmacSha256,
+}
+
+impl TicketSigner {
+    /// A signer using `secret` as the HMAC key.
+    pub fn from_secret(secret: [u8; 32]) -> TicketSigner {
+        // HMAC zero-pads keys shorter than the hash block to the block size, so keying with
+        // the padded block is HMAC with `secret` itself, and cannot fail.
+        let mut block = [0u8; 64];
+        block[..secret.len()].copy_from_slice(&secret);
+        TicketSigner {
+            keyed: <HmacSha256 as KeyInit>::new(&block.into()),
+        }
+    }
+
+    /// The ticket token for `claims`.
+    ///
+    /// `claims.room` and `claims.ticket_id` must not contain `.`; room and ticket ids as
+    /// the rest of anteroom makes them never do.
+    pub fn sign(&self, claims: &TicketClaims) -> String {
+        let mut token = format!(
+            "{VERSION}.{}.{}.{}.{}",
+            claims.room, claims.ticket_id, claims.position, claims.generation
+        );
+        let mac = self.mac(token.as_bytes());
+        token.push('.');
+        token.push_str(&URL_SAFE_NO_PAD.encode(mac));
+        token
+    }
+
+    /// Checks `token`'s MAC (in constant time) and that it was issued for `room`.
+    pub fn verify(&self, token: &str, room: &str) -> Result<TicketClaims, TicketTokenError> {
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(TicketTokenError::Invalid);
+        }
+        let (signed, mac) = token.rsplit_once('.').ok_or(TicketTokenError::Invalid)?;
+        let mac = URL_SAFE_NO_PAD
+            .decode(mac)
+            .map_err(|_| TicketTokenError::Invalid)?;
+        let expected = self.mac(signed.as_bytes());
+        if !bool::from(expected.as_slice().ct_eq(&mac)) {
+            return Err(TicketTokenError::Invalid);
+        }
+        // The MAC is genuine, so the fields are as this signer wrote them; parse them anyway
+        // rather than trust that no other format ever shared the secret.
+        let claims = parse_fields(signed).ok_or(TicketTokenError::Invalid)?;
+        if claims.room != room {
+            return Err(TicketTokenError::WrongRoom);
+        }
+        Ok(claims)
+    }
+
+    fn mac(&self, message: &[u8]) -> [u8; 32] {
+        let mut mac = self.keyed.clone();
+        mac.update(message);
+        mac.finalize().into_bytes().into()
+    }
+}
+
+impl fmt::Debug for TicketSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TicketSigner")
+            .field("secret", &"[redacted]")
+            .finish()
+    }
+}
+
+/// Reads `t1.<room>.<ticket_id>.<position>.<generation>`.
+fn parse_fields(signed: &str) -> Option<TicketClaims> {
+    let mut fields = signed.split('.');
+    let (Some(VERSION), Some(room), Some(ticket_id), Some(position), Some(generation), None) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return None;
+    };
+    if room.is_empty() || ticket_id.is_empty() {
+        return None;
+    }
+    Some(TicketClaims {
+        room: room.to_owned(),
+        ticket_id: ticket_id.to_owned(),
+        position: parse_decimal(position)?,
+        generation: parse_decimal(generation)?,
+    })
+}
+
+/// Parses a canonical unsigned decimal (digits only, no sign, no leading zero).
+fn parse_decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let canonical = !text.is_empty()
+        && text.bytes().all(|byte| byte.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    if canonical { text.parse().ok() } else { None }
+}
+
+#[cfg(test)]
+mod tests;
