@@ -52,7 +52,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `start`.
     pub fn new(start: Timestamp) -> Self {
-        ManualClock { millis: AtomicU64::new(start.0) }
+        ManualClock {
+            millis: AtomicU64::new(start.0),
+        }
     }
 
     /// Moves the clock forward.

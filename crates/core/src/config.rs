@@ -1,1 +1,330 @@
-//! The configuration file model (SPEC §13): raw TOML in, validated typed config out.
+//! The configuration file model (SPEC §13): TOML text and environment overrides in, validated
+//! typed [`Config`] out, or every problem found, each with its line.
+//!
+//! Configuration comes in two stages. The text is parsed into a tree that remembers the line of
+//! every key and value; the environment overrides are applied to that tree; then each section
+//! is validated into plain typed values, collecting every problem rather than stopping at the
+//! first. This module reads no file and no environment itself: the caller passes the file's
+//! text and the process environment in.
+//!
+//! # Environment overrides
+//!
+//! Every value can be overridden by an environment variable named `ANTEROOM_`, then the path of
+//! the value with a double underscore between levels. Names are case-insensitive:
+//!
+//! | variable                              | overrides                                   |
+//! |---------------------------------------|---------------------------------------------|
+//! | `ANTEROOM_SERVER__LISTEN`             | `[server] listen`                           |
+//! | `ANTEROOM_STORE__BACKEND`             | `[store] backend`                           |
+//! | `ANTEROOM_AUTH__ADMIN_KEYS`           | `[auth] admin_keys`                         |
+//! | `ANTEROOM_ROOM__SALE_2026__MAX_ACTIVE`| `max_active` of the `[[room]]` with `id = "sale-2026"` |
+//!
+//! - A room is chosen by its id, matched case-insensitively with `_` and `-` alike; naming a
+//!   room the file does not define is a problem (rooms cannot be created from the environment).
+//! - A value is read as a TOML value (number, boolean, string in quotes, array, inline table)
+//!   when it parses as one, and as plain text otherwise, so `ANTEROOM_SERVER__LISTEN=127.0.0.1:9000`
+//!   and `ANTEROOM_ROOM__LAUNCH__SESSION_TTL=10m` need no quotes. Where a list of strings is
+//!   expected, plain text is split at commas: `ANTEROOM_SERVER__TRUSTED_PROXIES=10.0.0.0/8,::1`.
+//! - Overrides are applied before validation, so an overridden value is checked like any other;
+//!   a problem in it names the variable instead of a line.
+//! - Variables with no `__` that do not name a section (such as one giving the config file's
+//!   path) are not overrides and are left alone.
+//! - When `ANTEROOM_STORE__BACKEND` switches the backend, the file's keys for its other
+//!   backends are ignored instead of refused.
+//!
+//! # Sections of later versions
+//!
+//! `[[route]]`, `[[rate_limit]]`, `[websocket]`, `[[events.sink]]`, and in a room
+//! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
+//! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
+//! reported as a problem rather than silently ignored.
+//!
+//! ```
+//! use anteroom_core::config::{StoreConfig, parse_config};
+//!
+//! let source = "[server]\nlisten = \"0.0.0.0:8000\"\n\n[[room]]\nid = \"launch\"\nmax_active = 100\n";
+//! let env = [("ANTEROOM_STORE__BACKEND".to_owned(), "memory".to_owned())];
+//! let config = parse_config(source, &env).expect("valid");
+//! assert_eq!(config.server.listen.port(), 8000);
+//! assert_eq!(config.store, StoreConfig::Memory);
+//! assert_eq!(config.rooms[0].max_active, 100);
+//!
+//! let errors = parse_config("[server]\nlisen = \"0.0.0.0:8000\"\n", &[]).expect_err("typo");
+//! assert_eq!(errors.to_string(), "line 2: unknown key `lisen` in [server]; did you mean `listen`?");
+//! ```
+
+mod cidr;
+mod env;
+mod key_hash;
+mod room;
+mod sections;
+mod tree;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use toml::de::DeTable;
+
+pub use cidr::{Cidr, CidrError};
+pub use key_hash::{KeyHash, KeyHashError};
+pub use room::{FieldProblem, RawRoom};
+
+use crate::room::RoomConfig;
+use tree::{LineIndex, Problems, Table};
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    /// `[server]`: listeners and public identity.
+    pub server: ServerConfig,
+    /// `[upstream]`: the protected site, for gateway mode; absent beside an existing proxy.
+    pub upstream: Option<UpstreamConfig>,
+    /// `[store]`: where state lives.
+    pub store: StoreConfig,
+    /// `[keys]`: signing keys.
+    pub keys: KeysConfig,
+    /// `[auth]`: hashes of the admin, read-only and service API keys.
+    pub auth: AuthConfig,
+    /// `[[room]]`: the rooms defined in the file, in file order.
+    pub rooms: Vec<RoomConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The public listener (site and `/_anteroom/*`).
+    pub listen: SocketAddr,
+    /// The admin listener (admin API, control panel, metrics).
+    pub admin_listen: SocketAddr,
+    /// The public base URL, `http://` or `https://`, without a trailing slash.
+    pub public_url: String,
+    /// The `iss` of issued tokens; the public URL unless set.
+    pub issuer: String,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let public_url = "http://localhost:8080".to_owned();
+        ServerConfig {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8080),
+            admin_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9090),
+            issuer: public_url.clone(),
+            public_url,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+/// `[upstream]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// The protected site's base URL, `http://` or `https://`.
+    pub url: String,
+}
+
+/// `[store]`: which backend holds the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// `backend = "embedded"`: a durable redb file.
+    Embedded {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// `backend = "memory"`: nothing survives a restart (tests and demos).
+    Memory,
+    /// `backend = "redis"`: shared by several nodes.
+    Redis {
+        /// `url` (one standalone server) or the `cluster` nodes.
+        urls: Vec<String>,
+        /// Whether `urls` are Redis Cluster nodes.
+        cluster: bool,
+    },
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Embedded {
+            path: PathBuf::from("data/anteroom.redb"),
+        }
+    }
+}
+
+/// The signing algorithms `[keys] algorithm` accepts.
+pub const SIGNING_ALGORITHMS: &[&str] = &["EdDSA", "ES256", "RS256", "HS256"];
+
+/// `[keys]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysConfig {
+    /// Where signing keys live; generated on first start when empty.
+    pub dir: PathBuf,
+    /// One of [`SIGNING_ALGORITHMS`].
+    pub algorithm: String,
+}
+
+impl Default for KeysConfig {
+    fn default() -> Self {
+        KeysConfig {
+            dir: PathBuf::from("data/keys"),
+            algorithm: "EdDSA".to_owned(),
+        }
+    }
+}
+
+/// `[auth]`: SHA-256 hashes of the API keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// Keys for the admin API.
+    pub admin_keys: Vec<KeyHash>,
+    /// Read-only admin keys.
+    pub read_keys: Vec<KeyHash>,
+    /// Keys for the backend API (completing and abandoning sessions).
+    pub service_keys: Vec<KeyHash>,
+}
+
+/// One problem found in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// The 1-based line of the file it is on; `None` for environment overrides.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// Every problem found in a configuration, in line order (environment problems last).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", list_problems(.0))]
+pub struct ConfigErrors(pub Vec<ConfigProblem>);
+
+fn list_problems(problems: &[ConfigProblem]) -> String {
+    problems
+        .iter()
+        .map(ConfigProblem::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level keys this version reads.
+const SUPPORTED_SECTIONS: &[&str] = &["server", "upstream", "store", "keys", "auth", ROOM_SECTION];
+/// Top-level sections of later versions, with how they are written.
+const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[
+    ("route", "[[route]]"),
+    ("rate_limit", "[[rate_limit]]"),
+    ("websocket", "[websocket]"),
+    ("events", "[events]"),
+];
+/// Every top-level key, supported or not.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "server",
+    "upstream",
+    "store",
+    "keys",
+    "auth",
+    ROOM_SECTION,
+    "route",
+    "rate_limit",
+    "websocket",
+    "events",
+];
+const ROOM_SECTION: &str = "room";
+
+/// Parses and validates a whole config file. `env` is the process environment as (name, value)
+/// pairs; only names starting with `ANTEROOM_` are used (see the module documentation).
+pub fn parse_config(source: &str, env: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    let lines = LineIndex::new(source);
+    let (document, syntax_errors) = DeTable::parse_recoverable(source);
+    let mut problems = Problems::default();
+    for error in &syntax_errors {
+        let line = error.span().map(|span| lines.line(span.start));
+        problems.list.push(ConfigProblem {
+            line,
+            message: format!("invalid TOML: {}", error.message()),
+        });
+    }
+    let syntax_lines: Vec<Option<usize>> =
+        problems.list.iter().map(|problem| problem.line).collect();
+
+    let mut root = Table::from_document(document.into_inner(), &lines);
+    env::apply_overrides(&mut root, env, &mut problems);
+    let config = read_document(&root, &mut problems);
+
+    // The parser recovers from syntax errors; what it made of a broken line would only add
+    // confusing follow-up problems on that line.
+    let syntax_count = syntax_lines.len();
+    let mut index = 0;
+    problems.list.retain(|problem| {
+        index += 1;
+        index <= syntax_count || problem.line.is_none() || !syntax_lines.contains(&problem.line)
+    });
+    if problems.list.is_empty() {
+        return Ok(config);
+    }
+    problems
+        .list
+        .sort_by_key(|problem| (problem.line.is_none(), problem.line));
+    Err(ConfigErrors(problems.list))
+}
+
+fn read_document(root: &Table, problems: &mut Problems) -> Config {
+    for entry in &root.entries {
+        if SUPPORTED_SECTIONS.contains(&entry.key.as_str()) {
+            continue;
+        }
+        match UNSUPPORTED_SECTIONS
+            .iter()
+            .find(|(key, _)| *key == entry.key)
+        {
+            Some(("events", written)) => read_events(entry, written, problems),
+            Some((_, written)) => room::report_unsupported(entry, written, problems),
+            None => {
+                let mut message = format!("unknown key `{}`", entry.key);
+                if let Some(suggestion) = tree::closest(&entry.key, TOP_LEVEL_KEYS.iter().copied())
+                {
+                    message.push_str(&format!("; did you mean `{suggestion}`?"));
+                }
+                problems.add(&entry.key_origin, message);
+            }
+        }
+    }
+    Config {
+        server: sections::read_server(root.get("server"), problems),
+        upstream: sections::read_upstream(root.get("upstream"), problems),
+        store: sections::read_store(root.get("store"), problems),
+        keys: sections::read_keys(root.get("keys"), problems),
+        auth: sections::read_auth(root.get("auth"), problems),
+        rooms: room::read_rooms(root.get(ROOM_SECTION), problems),
+    }
+}
+
+/// `[events]` itself is not read yet; its `[[events.sink]]` entries are reported one by one.
+fn read_events(entry: &tree::Entry, written: &str, problems: &mut Problems) {
+    match &entry.item.value {
+        tree::Value::Table(table) if !table.entries.is_empty() => {
+            for inner in &table.entries {
+                if inner.key == "sink" {
+                    room::report_unsupported(inner, "[[events.sink]]", problems);
+                } else {
+                    problems.add(
+                        &inner.key_origin,
+                        format!("{written} is not supported by this version"),
+                    );
+                }
+            }
+        }
+        _ => room::report_unsupported(entry, written, problems),
+    }
+}

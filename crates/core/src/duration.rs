@@ -5,14 +5,18 @@ use std::time::Duration;
 
 /// Why a duration string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {input:?}: expected a number followed by ms, s, m, h or d (e.g. \"90s\", \"10m\", \"1h30m\")")]
+#[error(
+    "invalid duration {input:?}: expected a number followed by ms, s, m, h or d (e.g. \"90s\", \"10m\", \"1h30m\")"
+)]
 pub struct DurationError {
     input: String,
 }
 
 /// Parses a duration such as `"10m"` or `"1h30m"`.
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    let error = || DurationError { input: input.to_owned() };
+    let error = || DurationError {
+        input: input.to_owned(),
+    };
     let text = input.trim();
     if text.is_empty() {
         return Err(error());
@@ -20,13 +24,17 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     let mut total_millis: u64 = 0;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits_end == 0 {
             return Err(error());
         }
         let amount: u64 = rest[..digits_end].parse().map_err(|_| error())?;
         rest = &rest[digits_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit_millis: u64 = match &rest[..unit_end] {
             "ms" => 1,
             "s" => 1_000,
@@ -50,7 +58,13 @@ pub fn format_duration(duration: Duration) -> String {
     if millis == 0 {
         return "0s".to_owned();
     }
-    let units = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+    let units = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ];
     let mut remaining = millis;
     let mut out = String::new();
     for (name, size) in units {

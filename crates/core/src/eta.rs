@@ -115,10 +115,20 @@ mod tests {
     #[test]
     fn poll_schedule_grows_with_ahead_and_jitters_within_bounds() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        for (ahead, base) in [(0, 2_000u64), (500, 2_000), (501, 5_000), (2_000, 5_000), (10_000, 10_000), (10_001, 15_000)] {
+        for (ahead, base) in [
+            (0, 2_000u64),
+            (500, 2_000),
+            (501, 5_000),
+            (2_000, 5_000),
+            (10_000, 10_000),
+            (10_001, 15_000),
+        ] {
             for _ in 0..200 {
                 let poll = next_poll_ms(ahead, &mut rng);
-                assert!(poll >= base * 8 / 10 && poll <= base * 12 / 10, "ahead {ahead}: {poll}");
+                assert!(
+                    poll >= base * 8 / 10 && poll <= base * 12 / 10,
+                    "ahead {ahead}: {poll}"
+                );
             }
         }
     }

@@ -14,7 +14,9 @@ pub struct RoomId(String);
 
 /// Why a room id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid room id {0:?}: use 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit")]
+#[error(
+    "invalid room id {0:?}: use 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit"
+)]
 pub struct RoomIdError(pub String);
 
 impl RoomId {
@@ -26,7 +28,11 @@ impl RoomId {
             && bytes.len() <= 64
             && bytes[0] != b'-'
             && bytes.iter().all(valid_char);
-        if valid { Ok(RoomId(text.to_owned())) } else { Err(RoomIdError(text.to_owned())) }
+        if valid {
+            Ok(RoomId(text.to_owned()))
+        } else {
+            Err(RoomIdError(text.to_owned()))
+        }
     }
 
     /// The id as text.

@@ -90,7 +90,9 @@ impl WaitingLine {
             step /= 2;
         }
         let position = self.base + index as u64;
-        self.by_position.get(&position).map(|ticket| (position, *ticket))
+        self.by_position
+            .get(&position)
+            .map(|ticket| (position, *ticket))
     }
 
     /// Waiting tickets in position order.
@@ -130,9 +132,10 @@ impl WaitingLine {
 
     /// Rebuilds the tree over `[lowest, highest]` with room to grow.
     fn rebuild(&mut self) {
-        let (Some((&lowest, _)), Some((&highest, _))) =
-            (self.by_position.first_key_value(), self.by_position.last_key_value())
-        else {
+        let (Some((&lowest, _)), Some((&highest, _))) = (
+            self.by_position.first_key_value(),
+            self.by_position.last_key_value(),
+        ) else {
             self.tree.clear();
             return;
         };

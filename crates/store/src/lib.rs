@@ -1,1 +1,125 @@
-//! Storage traits for rooms, tickets and sessions, with memory and embedded (redb) backends.
+//! Storage for anteroom's rooms, tickets and sessions, behind one trait with several backends
+//! (SPEC §9).
+//!
+//! [`RoomStore`] names each operation for what it means (`join`, `status`, `tick`, …); every
+//! operation is atomic per room. Backends:
+//! - [`MemoryStore`]: the reference, in process memory, for tests and throwaway demos.
+//! - [`RedbStore`]: the default embedded store, a redb file with group commit: an operation is
+//!   acknowledged only once durable, and concurrent operations share one commit.
+//!
+//! Both run the room engine of `anteroom-core` over an in-memory copy of each room; the
+//! embedded store writes exactly the records each operation changed before answering. One
+//! conformance suite (`tests/conformance`) runs unchanged against every backend.
+//!
+//! This crate must not depend on HTTP or token crates: it stores, it does not speak.
+
+mod engine_host;
+mod memory;
+mod persisted;
+mod redb_store;
+
+use anteroom_core::engine::{
+    EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, TickReport, Ticket,
+    TicketRef,
+};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{RoomId, SessionId};
+use async_trait::async_trait;
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+pub use redb_store::RedbStore;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No room with this id.
+    #[error("room {0} not found")]
+    RoomNotFound(RoomId),
+    /// The room engine refused the operation (closed room, expired ticket, …).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The backend failed; the operation may not have happened.
+    #[error("storage backend failed: {message}")]
+    Backend {
+        /// What failed.
+        message: String,
+        /// The backend's own error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn backend(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Backend {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+/// Everything a room holds, for audits, tests and admin listings.
+#[derive(Debug, Clone)]
+pub struct RoomRecords {
+    /// Tickets the room remembers.
+    pub tickets: Vec<Ticket>,
+    /// Sessions the room remembers.
+    pub sessions: Vec<Session>,
+}
+
+/// Rooms, tickets and sessions (SPEC §9.1). Every operation is atomic per room.
+#[async_trait]
+pub trait RoomStore: Send + Sync + 'static {
+    /// Creates a room, or replaces its configuration keeping its queue and sessions.
+    async fn put_room(&self, config: RoomConfig) -> Result<RoomSnapshot, StoreError>;
+    /// Deletes a room and everything in it; `false` if there was none.
+    async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError>;
+    /// Every room's configuration, ordered by id.
+    async fn rooms(&self) -> Result<Vec<RoomConfig>, StoreError>;
+    /// One room's configuration.
+    async fn room(&self, room: &RoomId) -> Result<RoomConfig, StoreError>;
+    /// Joins (or resumes) the queue.
+    async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<Entry, StoreError>;
+    /// A ticket's status; keeps it alive and claims its session once admitted.
+    async fn status(&self, room: &RoomId, ticket: TicketRef) -> Result<Entry, StoreError>;
+    /// Leaves the queue.
+    async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<(), StoreError>;
+    /// Ends a session early, freeing its slot and revoking its pass.
+    async fn end_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+        reason: SessionEnd,
+    ) -> Result<Session, StoreError>;
+    /// Renews a session when half its idle lifetime has passed; `true` when renewed.
+    async fn renew_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+    ) -> Result<(Session, bool), StoreError>;
+    /// One session, if the room remembers it.
+    async fn session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+    ) -> Result<Option<Session>, StoreError>;
+    /// Issues a session by hand (VIP pass) lasting `ttl`.
+    async fn issue_session(
+        &self,
+        room: &RoomId,
+        uid: Option<String>,
+        ttl: Duration,
+    ) -> Result<Session, StoreError>;
+    /// Runs the admitter once (SPEC §5.1).
+    async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError>;
+    /// A consistent summary of the room.
+    async fn snapshot(&self, room: &RoomId) -> Result<RoomSnapshot, StoreError>;
+    /// Starts a new generation; with `purge`, deletes the old generation's records.
+    async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
+    /// Everything the room holds.
+    async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError>;
+}

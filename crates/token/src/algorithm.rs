@@ -84,7 +84,7 @@ impl SigningAlgorithm {
 impl FromStr for SigningAlgorithm {
     type Err = TokenError;
 
-    /// Parses the JOSE name; `EdDSA` is also accepted as `eddsa`/`EDDSA`, the others in any case.
+    /// Parses a JOSE name, ignoring ASCII case (`EdDSA`, `eddsa`, `ES256`, `es256`, …).
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         SigningAlgorithm::ALL
             .into_iter()
@@ -96,5 +96,38 @@ impl FromStr for SigningAlgorithm {
 impl fmt::Display for SigningAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(name: &str, expected: Option<SigningAlgorithm>) {
+        match (name.parse::<SigningAlgorithm>(), expected) {
+            (Ok(actual), Some(expected)) => assert_eq!(actual, expected, "{name}"),
+            (Err(TokenError::UnknownAlgorithm(rejected)), None) => assert_eq!(rejected, name),
+            (actual, expected) => panic!("{name:?}: got {actual:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_jose_names() {
+        for algorithm in SigningAlgorithm::ALL {
+            check(algorithm.as_str(), Some(algorithm));
+            assert_eq!(algorithm.to_string(), algorithm.as_str());
+        }
+        check("eddsa", Some(SigningAlgorithm::EdDsa));
+        check("es256", Some(SigningAlgorithm::Es256));
+        check("none", None);
+        check("", None);
+        check("Ed25519", None);
+        check("HS512", None);
+    }
+
+    #[test]
+    fn default_is_eddsa() {
+        assert_eq!(SigningAlgorithm::default(), SigningAlgorithm::EdDsa);
+        assert!(!SigningAlgorithm::Hs256.is_asymmetric());
     }
 }

@@ -43,6 +43,12 @@ pub enum TokenError {
         /// The key directory.
         dir: PathBuf,
     },
+    /// The key directory holds signing keys but no ticket secret.
+    #[error("missing ticket secret {}", path.display())]
+    MissingTicketKey {
+        /// Where the ticket secret belongs.
+        path: PathBuf,
+    },
     /// Generating a new key failed.
     #[error("cannot generate {algorithm} key: {reason}")]
     KeyGeneration {

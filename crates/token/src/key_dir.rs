@@ -94,11 +94,16 @@ pub(crate) fn list(dir: &Path) -> Result<Listing, TokenError> {
             listing.active = Some(kid.to_owned());
         } else if name == TICKET_KEY_FILE {
             let text = read_text(&path)?;
-            let secret = keys::decode_secret(&text).map_err(|reason| TokenError::corrupt(&path, reason))?;
+            let secret =
+                keys::decode_secret(&text).map_err(|reason| TokenError::corrupt(&path, reason))?;
             let secret: [u8; keys::SECRET_LEN] = secret.try_into().map_err(|secret: Vec<u8>| {
                 TokenError::corrupt(
                     &path,
-                    format!("ticket secret has {} bytes, not {}", secret.len(), keys::SECRET_LEN),
+                    format!(
+                        "ticket secret has {} bytes, not {}",
+                        secret.len(),
+                        keys::SECRET_LEN
+                    ),
                 )
             })?;
             listing.ticket_secret = Some(secret);

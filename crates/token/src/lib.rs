@@ -1,1 +1,59 @@
 //! Signing keys, JWT passes, signed ticket tokens and the JWKS.
+//!
+//! This crate owns everything cryptographic in anteroom: the key directory, the passes (JWTs
+//! that let a visitor through a room), the ticket tokens (a visitor's MAC'd place in a queue)
+//! and the JWKS that origins use to verify passes themselves.
+//!
+//! It reads no clock: every operation that depends on time takes `now_secs`, Unix seconds
+//! from the caller's clock. It does no networking and depends on no other anteroom crate.
+//!
+//! # Passes
+//!
+//! A pass is a JWT signed by the active key of a [`KeySet`], with a `kid` header naming the
+//! key and the claims of [`PassClaims`]. [`KeySet::verify_pass`] takes the algorithm from the
+//! key the `kid` names, never from the token, so `alg: none` and HMAC-over-a-public-key forgeries
+//! are refused; it checks `exp`/`nbf` with a 30 s leeway, then `aud`, `iss`, `gen`, `scope`.
+//! Revocation is not checked here: the revocation set lives in the store.
+//!
+//! # The key directory
+//!
+//! One directory holds every key, one file each, all owner-only (0600 on unix, the directory
+//! 0700 when this crate creates it):
+//!
+//! | file | content |
+//! |------|---------|
+//! | `<kid>.eddsa.pem`, `<kid>.es256.pem`, `<kid>.rs256.pem` | PKCS#8 PEM private key (RSA at least 2048 bits) |
+//! | `<kid>.hs256.key` | base64url HS256 secret, at least 32 bytes |
+//! | `active` | the kid of the key that signs |
+//! | `<kid>.retired` | decimal Unix time at which that key stopped signing |
+//! | `ticket.key` | base64url 32-byte ticket MAC secret |
+//!
+//! A kid is 1 to 64 base64url characters; generated kids are 64 random bits (11 characters).
+//! [`KeySet::rotate`] adds a key, points `active` at it and writes a `.retired` record for the
+//! keys it replaces; they keep verifying until [`KeySet::prune`] deletes them once their
+//! passes can no longer be valid. `ticket.key` is made with the first key and kept across
+//! rotations, so waiting visitors keep their tickets. Every write goes to a temporary dot file
+//! first and is renamed into place, so a crash never leaves half a key. Files with other names
+//! and dot files are ignored; a file with one of these names that cannot be read is an error
+//! naming it. One process at a time should change a directory.
+//!
+//! # Ticket tokens
+//!
+//! See [`TicketSigner`]: `t1.<room>.<ticket_id>.<position>.<generation>.<mac>`, with an
+//! HMAC-SHA256 over the rest.
+
+mod algorithm;
+mod error;
+#[cfg(test)]
+mod fixtures;
+mod key_dir;
+mod keys;
+mod keyset;
+mod pass;
+mod ticket;
+
+pub use algorithm::SigningAlgorithm;
+pub use error::TokenError;
+pub use keyset::KeySet;
+pub use pass::{Inspection, LEEWAY_SECS, PASS_SCOPE, PassClaims, PassError, PassExpectations};
+pub use ticket::{TicketClaims, TicketSigner, TicketTokenError};

@@ -102,7 +102,11 @@ impl Table {
                 entry.key_origin = key_origin;
                 entry.item = item;
             }
-            None => self.entries.push(Entry { key: key.to_owned(), key_origin, item }),
+            None => self.entries.push(Entry {
+                key: key.to_owned(),
+                key_origin,
+                item,
+            }),
         }
     }
 
@@ -141,7 +145,10 @@ impl Item {
             DeValue::Boolean(flag) => Value::Boolean(flag),
             DeValue::Datetime(datetime) => Value::Datetime(datetime.to_string()),
             DeValue::Array(array) => Value::Array(
-                array.into_iter().map(|element| Item::from_spanned(element, origin_of)).collect(),
+                array
+                    .into_iter()
+                    .map(|element| Item::from_spanned(element, origin_of))
+                    .collect(),
             ),
             DeValue::Table(table) => Value::Table(Table {
                 entries: table
@@ -154,7 +161,11 @@ impl Item {
                     .collect(),
             }),
         };
-        Item { value, origin, env_text: None }
+        Item {
+            value,
+            origin,
+            env_text: None,
+        }
     }
 }
 
@@ -171,7 +182,9 @@ impl LineIndex {
     }
 
     pub(super) fn line(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&start| start <= offset).max(1)
+        self.line_starts
+            .partition_point(|&start| start <= offset)
+            .max(1)
     }
 }
 
@@ -185,7 +198,10 @@ impl Problems {
     /// Records a problem at `origin`; a problem in an environment variable names it.
     pub(super) fn add(&mut self, origin: &Origin, message: impl fmt::Display) {
         let problem = match origin {
-            Origin::Line(line) => ConfigProblem { line: Some(*line), message: message.to_string() },
+            Origin::Line(line) => ConfigProblem {
+                line: Some(*line),
+                message: message.to_string(),
+            },
             Origin::Env(name) => ConfigProblem {
                 line: None,
                 message: format!("environment variable {name}: {message}"),
@@ -300,18 +316,24 @@ impl Entry {
     }
 
     fn wrong_type(&self, expected: &str, problems: &mut Problems) {
-        let message =
-            format!("`{}` must be {expected}, found {}", self.key, self.item.value.describe());
+        let message = format!(
+            "`{}` must be {expected}, found {}",
+            self.key,
+            self.item.value.describe()
+        );
         problems.add(&self.key_origin, message);
     }
 }
 
 /// The candidate closest to `name` when it is close enough to be a likely typo.
-pub(super) fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(super) fn closest<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(1);
     candidates
         .map(|candidate| (edit_distance(name, candidate), candidate))
-        .filter(|(distance, _)| *distance <= limit)
+        .filter(|(distance, _)| *distance <= limit && *distance < name.chars().count())
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate)
 }

@@ -22,14 +22,20 @@ pub struct AdmissionBucket {
 impl AdmissionBucket {
     /// A full bucket for `config`.
     pub fn full(config: &RoomConfig, now: Timestamp) -> AdmissionBucket {
-        AdmissionBucket { units: capacity_units(config), updated_at: now }
+        AdmissionBucket {
+            units: capacity_units(config),
+            updated_at: now,
+        }
     }
 
     /// Adds the budget earned since the last refill, up to the burst.
     pub fn refill(&mut self, config: &RoomConfig, now: Timestamp) {
         let elapsed_ms = now.as_millis().saturating_sub(self.updated_at.as_millis());
         let earned = elapsed_ms.saturating_mul(config.admit_per_minute);
-        self.units = self.units.saturating_add(earned).min(capacity_units(config));
+        self.units = self
+            .units
+            .saturating_add(earned)
+            .min(capacity_units(config));
         if now > self.updated_at {
             self.updated_at = now;
         }
@@ -37,13 +43,19 @@ impl AdmissionBucket {
 
     /// Whole admissions the bucket allows now (unbounded when `admit_per_minute` is 0).
     pub fn available(&self, config: &RoomConfig) -> u64 {
-        if config.admit_per_minute == 0 { u64::MAX } else { self.units / UNITS_PER_TOKEN }
+        if config.admit_per_minute == 0 {
+            u64::MAX
+        } else {
+            self.units / UNITS_PER_TOKEN
+        }
     }
 
     /// Spends `admissions` tokens; callers check [`available`](Self::available) first.
     pub fn spend(&mut self, config: &RoomConfig, admissions: u64) {
         if config.admit_per_minute != 0 {
-            self.units = self.units.saturating_sub(admissions.saturating_mul(UNITS_PER_TOKEN));
+            self.units = self
+                .units
+                .saturating_sub(admissions.saturating_mul(UNITS_PER_TOKEN));
         }
     }
 

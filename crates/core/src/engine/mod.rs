@@ -427,10 +427,10 @@ impl RoomState {
                 TicketState::Claimed { .. } => {}
                 TicketState::Ended { at, .. } => ended.push((at, ticket.id)),
             }
-            if let Some(identity) = &ticket.identity {
-                if !matches!(ticket.state, TicketState::Ended { .. }) {
-                    room.identities.insert(identity.clone(), ticket.id);
-                }
+            if let Some(identity) = &ticket.identity
+                && !matches!(ticket.state, TicketState::Ended { .. })
+            {
+                room.identities.insert(identity.clone(), ticket.id);
             }
             room.tickets.insert(ticket.id, ticket);
         }
@@ -517,9 +517,16 @@ impl RoomState {
         self.waiting.iter().map(|(position, _)| position)
     }
 
-    /// Replaces the configuration, keeping queue, sessions and counters.
-    pub fn set_config(&mut self, config: RoomConfig, changes: &mut ChangeSet) {
+    /// Replaces the configuration, keeping queue, sessions and counters. The admission budget
+    /// earned under the old rate is kept (trimmed to the new burst); a room that had no rate
+    /// limit starts its new one with a full bucket.
+    pub fn set_config(&mut self, config: RoomConfig, now: Timestamp, changes: &mut ChangeSet) {
+        let was_unlimited = self.meta.config.admit_per_minute == 0;
+        self.meta.bucket.refill(&self.meta.config, now);
         self.meta.config = config;
+        if was_unlimited {
+            self.meta.bucket = AdmissionBucket::full(&self.meta.config, now);
+        }
         self.meta.bucket.clamp(&self.meta.config);
         changes.meta = true;
     }
@@ -541,9 +548,17 @@ impl RoomState {
             .resume
             .filter(|held| held.generation == self.meta.generation)
             .map(|held| held.id)
-            .or_else(|| request.identity.as_ref().and_then(|i| self.identities.get(i).copied()));
+            .or_else(|| {
+                request
+                    .identity
+                    .as_ref()
+                    .and_then(|i| self.identities.get(i).copied())
+            });
         if let Some(ticket_id) = resumable {
-            let reference = TicketRef { id: ticket_id, generation: self.meta.generation };
+            let reference = TicketRef {
+                id: ticket_id,
+                generation: self.meta.generation,
+            };
             match self.status(reference, now, rng, changes) {
                 Ok(entry) => return Ok(entry),
                 Err(EngineError::TicketExpired | EngineError::TicketUnknown) => {}
@@ -551,7 +566,9 @@ impl RoomState {
             }
         }
         let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
-        let return_to = request.return_to.filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
+        let return_to = request
+            .return_to
+            .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
         self.meta.last_position += 1;
         self.meta.totals.joined += 1;
         let ticket = Ticket {
@@ -588,7 +605,15 @@ impl RoomState {
             self.meta.bucket.spend(&self.meta.config, 1);
             self.admit(ticket_id, now, changes);
         }
-        self.status(TicketRef { id: ticket_id, generation: self.meta.generation }, now, rng, changes)
+        self.status(
+            TicketRef {
+                id: ticket_id,
+                generation: self.meta.generation,
+            },
+            now,
+            rng,
+            changes,
+        )
     }
 
     /// The current meaning of a ticket; keeps a waiting ticket alive, and claims the session of
@@ -603,7 +628,10 @@ impl RoomState {
         if reference.generation != self.meta.generation {
             return Err(EngineError::TicketExpired);
         }
-        let ticket = self.tickets.get(&reference.id).ok_or(EngineError::TicketUnknown)?;
+        let ticket = self
+            .tickets
+            .get(&reference.id)
+            .ok_or(EngineError::TicketUnknown)?;
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
@@ -639,7 +667,10 @@ impl RoomState {
         now: Timestamp,
         changes: &mut ChangeSet,
     ) -> Result<bool, EngineError> {
-        let ticket = self.tickets.get(&reference.id).ok_or(EngineError::TicketUnknown)?;
+        let ticket = self
+            .tickets
+            .get(&reference.id)
+            .ok_or(EngineError::TicketUnknown)?;
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
@@ -664,11 +695,17 @@ impl RoomState {
         now: Timestamp,
         changes: &mut ChangeSet,
     ) -> Result<Session, EngineError> {
-        let found = self.sessions.get(&session).ok_or(EngineError::SessionUnknown)?;
+        let found = self
+            .sessions
+            .get(&session)
+            .ok_or(EngineError::SessionUnknown)?;
         if found.state == SessionState::Active {
             self.finish_session(session, reason, now, changes);
         }
-        self.sessions.get(&session).cloned().ok_or(EngineError::SessionUnknown)
+        self.sessions
+            .get(&session)
+            .cloned()
+            .ok_or(EngineError::SessionUnknown)
     }
 
     /// Renews a session on use once more than half of `session_ttl` has passed since its last
@@ -681,7 +718,10 @@ impl RoomState {
         changes: &mut ChangeSet,
     ) -> Result<(Session, bool), EngineError> {
         let ttl = self.meta.config.session_ttl;
-        let found = self.sessions.get_mut(&session).ok_or(EngineError::SessionUnknown)?;
+        let found = self
+            .sessions
+            .get_mut(&session)
+            .ok_or(EngineError::SessionUnknown)?;
         if found.state != SessionState::Active || !session_alive(found, now) {
             return Err(EngineError::SessionEnded);
         }
@@ -728,7 +768,12 @@ impl RoomState {
     /// The admitter (SPEC §5.1): expire sessions and no-shows, abandon idle tickets, refill the
     /// admission bucket, admit up to the free capacity, advance serving, and forget history
     /// older than [`HISTORY_RETENTION`].
-    pub fn tick(&mut self, now: Timestamp, rng: &mut impl Rng, changes: &mut ChangeSet) -> TickReport {
+    pub fn tick(
+        &mut self,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> TickReport {
         let mut report = TickReport::default();
         let had_demand = !self.waiting.is_empty();
 
@@ -838,10 +883,15 @@ impl RoomState {
 
     fn admit(&mut self, ticket_id: TicketId, now: Timestamp, changes: &mut ChangeSet) {
         let claim_deadline = now.after(self.meta.config.claim_ttl);
-        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
+            return;
+        };
         self.waiting.remove(ticket.position);
         self.idle.remove(&(ticket.last_seen, ticket_id));
-        ticket.state = TicketState::Admitted { at: now, claim_deadline };
+        ticket.state = TicketState::Admitted {
+            at: now,
+            claim_deadline,
+        };
         self.meta.serving = self.meta.serving.max(ticket.position);
         self.claim_deadlines.insert((claim_deadline, ticket_id));
         self.admitted_unclaimed += 1;
@@ -863,12 +913,16 @@ impl RoomState {
         let hard_expires_at = config.session_max.map(|max| now.after(max));
         let expires_at = cap(now.after(config.session_ttl), hard_expires_at);
         let session_id = SessionId::random(rng);
-        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return session_id };
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
+            return session_id;
+        };
         if let TicketState::Admitted { claim_deadline, .. } = ticket.state {
             self.claim_deadlines.remove(&(claim_deadline, ticket_id));
             self.admitted_unclaimed -= 1;
         }
-        ticket.state = TicketState::Claimed { session: session_id };
+        ticket.state = TicketState::Claimed {
+            session: session_id,
+        };
         let session = Session {
             id: session_id,
             ticket: Some(ticket_id),
@@ -891,7 +945,9 @@ impl RoomState {
     }
 
     fn touch(&mut self, ticket_id: TicketId, now: Timestamp) {
-        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
+            return;
+        };
         if ticket.state == TicketState::Waiting && ticket.last_seen < now {
             self.idle.remove(&(ticket.last_seen, ticket_id));
             ticket.last_seen = now;
@@ -899,8 +955,16 @@ impl RoomState {
         }
     }
 
-    fn end_ticket(&mut self, ticket_id: TicketId, reason: TicketEnd, now: Timestamp, changes: &mut ChangeSet) {
-        let Some(ticket) = self.tickets.get_mut(&ticket_id) else { return };
+    fn end_ticket(
+        &mut self,
+        ticket_id: TicketId,
+        reason: TicketEnd,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) {
+        let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
+            return;
+        };
         match ticket.state {
             TicketState::Waiting => {
                 self.waiting.remove(ticket.position);
@@ -912,10 +976,10 @@ impl RoomState {
             }
             TicketState::Claimed { .. } | TicketState::Ended { .. } => {}
         }
-        if let Some(identity) = &ticket.identity {
-            if self.identities.get(identity) == Some(&ticket_id) {
-                self.identities.remove(identity);
-            }
+        if let Some(identity) = &ticket.identity
+            && self.identities.get(identity) == Some(&ticket_id)
+        {
+            self.identities.remove(identity);
         }
         ticket.state = TicketState::Ended { reason, at: now };
         self.ended.push_back((now, ticket_id));
@@ -923,8 +987,16 @@ impl RoomState {
         changes.meta = true;
     }
 
-    fn finish_session(&mut self, session_id: SessionId, reason: SessionEnd, now: Timestamp, changes: &mut ChangeSet) {
-        let Some(session) = self.sessions.get_mut(&session_id) else { return };
+    fn finish_session(
+        &mut self,
+        session_id: SessionId,
+        reason: SessionEnd,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) {
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return;
+        };
         if session.state != SessionState::Active {
             return;
         }
@@ -937,20 +1009,23 @@ impl RoomState {
             SessionEnd::Expired => totals.expired += 1,
             SessionEnd::Reset => {}
         }
-        if let Some(ticket_id) = session.ticket {
-            if let Some(ticket) = self.tickets.get(&ticket_id) {
-                if let Some(identity) = &ticket.identity {
-                    if self.identities.get(identity) == Some(&ticket_id) {
-                        self.identities.remove(identity);
-                    }
-                }
-            }
+        if let Some(ticket_id) = session.ticket
+            && let Some(ticket) = self.tickets.get(&ticket_id)
+            && let Some(identity) = &ticket.identity
+            && self.identities.get(identity) == Some(&ticket_id)
+        {
+            self.identities.remove(identity);
         }
         changes.sessions.insert(session_id);
         changes.meta = true;
     }
 
-    fn expire_session_if_due(&mut self, session: SessionId, now: Timestamp, changes: &mut ChangeSet) {
+    fn expire_session_if_due(
+        &mut self,
+        session: SessionId,
+        now: Timestamp,
+        changes: &mut ChangeSet,
+    ) {
         let due = self
             .sessions
             .get(&session)
@@ -966,10 +1041,9 @@ impl RoomState {
                 break;
             }
             self.ended.pop_front();
-            let still_ended = self
-                .tickets
-                .get(&ticket_id)
-                .is_some_and(|t| matches!(t.state, TicketState::Ended { at, .. } if at == ended_at));
+            let still_ended = self.tickets.get(&ticket_id).is_some_and(
+                |t| matches!(t.state, TicketState::Ended { at, .. } if at == ended_at),
+            );
             if still_ended {
                 self.tickets.remove(&ticket_id);
                 changes.tickets.insert(ticket_id);
@@ -987,12 +1061,11 @@ impl RoomState {
             .map(|s| s.id)
             .collect();
         for session_id in forgotten {
-            if let Some(session) = self.sessions.remove(&session_id) {
-                if let Some(ticket_id) = session.ticket {
-                    if self.tickets.remove(&ticket_id).is_some() {
-                        changes.tickets.insert(ticket_id);
-                    }
-                }
+            if let Some(session) = self.sessions.remove(&session_id)
+                && let Some(ticket_id) = session.ticket
+                && self.tickets.remove(&ticket_id).is_some()
+            {
+                changes.tickets.insert(ticket_id);
             }
             changes.sessions.insert(session_id);
         }

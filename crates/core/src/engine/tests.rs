@@ -18,7 +18,11 @@ impl Harness {
         let mut config = RoomConfig::with_defaults(RoomId::new("test").unwrap());
         edit(&mut config);
         let now = Timestamp(1_000_000);
-        Harness { room: RoomState::new(config, now), now, rng: StdRng::seed_from_u64(42) }
+        Harness {
+            room: RoomState::new(config, now),
+            now,
+            rng: StdRng::seed_from_u64(42),
+        }
     }
 
     fn advance(&mut self, millis: u64) {
@@ -27,13 +31,21 @@ impl Harness {
 
     fn join(&mut self) -> Entry {
         let mut changes = ChangeSet::default();
-        self.room.join(JoinRequest::default(), self.now, &mut self.rng, &mut changes).unwrap()
+        self.room
+            .join(
+                JoinRequest::default(),
+                self.now,
+                &mut self.rng,
+                &mut changes,
+            )
+            .unwrap()
     }
 
     fn status(&mut self, entry: &Entry) -> Result<Entry, EngineError> {
         let mut changes = ChangeSet::default();
         let reference = reference_of(entry, self.room.meta().generation);
-        self.room.status(reference, self.now, &mut self.rng, &mut changes)
+        self.room
+            .status(reference, self.now, &mut self.rng, &mut changes)
     }
 
     fn tick(&mut self) -> TickReport {
@@ -108,7 +120,9 @@ fn tick_admits_in_fifo_order_up_to_capacity() {
         Entry::Admitted(view) => view.session.id,
         Entry::Waiting(_) => unreachable!(),
     };
-    h.room.end_session(session, SessionEnd::Completed, h.now, &mut changes).unwrap();
+    h.room
+        .end_session(session, SessionEnd::Completed, h.now, &mut changes)
+        .unwrap();
     assert_eq!(h.tick().admitted, 1);
     assert_eq!(h.room.snapshot().serving, 4);
     assert!(is_admitted(&h.status(&entries[3]).unwrap()));
@@ -140,7 +154,9 @@ fn no_show_frees_the_slot_after_claim_ttl() {
         Entry::Admitted(view) => view.session.id,
         Entry::Waiting(_) => unreachable!(),
     };
-    h.room.end_session(session, SessionEnd::Completed, h.now, &mut changes).unwrap();
+    h.room
+        .end_session(session, SessionEnd::Completed, h.now, &mut changes)
+        .unwrap();
     assert_eq!(h.tick().admitted, 1);
     assert_eq!(h.room.snapshot().admitted_unclaimed, 1);
     let third = h.join();
@@ -171,8 +187,14 @@ fn idle_tickets_are_abandoned_and_not_counted_ahead() {
     assert_eq!(waiting(&h.status(&third).unwrap()).ahead, 1);
     // A ticket that comes back after being abandoned joins again at the back.
     let mut changes = ChangeSet::default();
-    let request = JoinRequest { resume: Some(reference_of(&first, 1)), ..JoinRequest::default() };
-    let rejoined = h.room.join(request, h.now, &mut h.rng, &mut changes).unwrap();
+    let request = JoinRequest {
+        resume: Some(reference_of(&first, 1)),
+        ..JoinRequest::default()
+    };
+    let rejoined = h
+        .room
+        .join(request, h.now, &mut h.rng, &mut changes)
+        .unwrap();
     assert_eq!(waiting(&rejoined).position, 4);
     assert_eq!(waiting(&rejoined).ahead, 2);
 }
@@ -189,7 +211,7 @@ fn admission_rate_bounds_admissions_per_window() {
     }
     let mut config = h.room.config().clone();
     config.mode = Mode::Queue;
-    h.room.set_config(config, &mut ChangeSet::default());
+    h.room.set_config(config, h.now, &mut ChangeSet::default());
     let mut admitted = 0;
     for _ in 0..10 {
         admitted += h.tick().admitted;
@@ -236,10 +258,13 @@ fn leaving_frees_an_admitted_slot_at_once() {
     let second = h.join();
     let mut config = h.room.config().clone();
     config.mode = Mode::Queue;
-    h.room.set_config(config, &mut ChangeSet::default());
+    h.room.set_config(config, h.now, &mut ChangeSet::default());
     assert_eq!(h.tick().admitted, 1);
     let mut changes = ChangeSet::default();
-    let freed = h.room.leave(reference_of(&first, 1), h.now, &mut changes).unwrap();
+    let freed = h
+        .room
+        .leave(reference_of(&first, 1), h.now, &mut changes)
+        .unwrap();
     assert!(freed);
     assert_eq!(h.tick().admitted, 1);
     assert!(is_admitted(&h.status(&second).unwrap()));
@@ -249,7 +274,12 @@ fn leaving_frees_an_admitted_slot_at_once() {
 fn closed_rooms_refuse_joins_and_passthrough_admits_everybody() {
     let mut closed = Harness::new(|c| c.mode = Mode::Closed);
     let mut changes = ChangeSet::default();
-    let refused = closed.room.join(JoinRequest::default(), closed.now, &mut closed.rng, &mut changes);
+    let refused = closed.room.join(
+        JoinRequest::default(),
+        closed.now,
+        &mut closed.rng,
+        &mut changes,
+    );
     assert_eq!(refused, Err(EngineError::RoomClosed));
     assert!(changes.is_empty(), "a refused join changes nothing");
 
@@ -266,9 +296,18 @@ fn closed_rooms_refuse_joins_and_passthrough_admits_everybody() {
 fn identity_rooms_give_one_ticket_per_user() {
     let mut h = Harness::new(|c| c.mode = Mode::QueueAll);
     let mut changes = ChangeSet::default();
-    let request = JoinRequest { identity: Some("user-1".into()), ..JoinRequest::default() };
-    let first = h.room.join(request.clone(), h.now, &mut h.rng, &mut changes).unwrap();
-    let again = h.room.join(request, h.now, &mut h.rng, &mut changes).unwrap();
+    let request = JoinRequest {
+        identity: Some("user-1".into()),
+        ..JoinRequest::default()
+    };
+    let first = h
+        .room
+        .join(request.clone(), h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    let again = h
+        .room
+        .join(request, h.now, &mut h.rng, &mut changes)
+        .unwrap();
     assert_eq!(waiting(&first).ticket, waiting(&again).ticket);
     assert_eq!(h.room.meta().last_position, 1);
 }
@@ -282,7 +321,10 @@ fn reset_starts_a_new_generation() {
     h.room.reset(false, h.now, &mut changes);
     assert_eq!(h.room.meta().generation, 2);
     let old = reference_of(&queued, 1);
-    assert_eq!(h.room.status(old, h.now, &mut h.rng, &mut changes), Err(EngineError::TicketExpired));
+    assert_eq!(
+        h.room.status(old, h.now, &mut h.rng, &mut changes),
+        Err(EngineError::TicketExpired)
+    );
     let session = match &admitted {
         Entry::Admitted(view) => view.session.id,
         Entry::Waiting(_) => unreachable!(),
@@ -309,7 +351,7 @@ fn random_order_admits_from_anywhere_in_the_line() {
     let mut config = h.room.config().clone();
     config.mode = Mode::Queue;
     config.max_active = 20;
-    h.room.set_config(config, &mut ChangeSet::default());
+    h.room.set_config(config, h.now, &mut ChangeSet::default());
     assert_eq!(h.tick().admitted, 20);
     let admitted_positions: Vec<u64> = h
         .room
@@ -317,8 +359,14 @@ fn random_order_admits_from_anywhere_in_the_line() {
         .filter(|t| matches!(t.state, TicketState::Admitted { .. }))
         .map(|t| t.position)
         .collect();
-    assert!(admitted_positions.iter().any(|p| *p > 20), "{admitted_positions:?}");
-    assert_eq!(h.room.snapshot().serving, *admitted_positions.iter().max().unwrap());
+    assert!(
+        admitted_positions.iter().any(|p| *p > 20),
+        "{admitted_positions:?}"
+    );
+    assert_eq!(
+        h.room.snapshot().serving,
+        *admitted_positions.iter().max().unwrap()
+    );
 }
 
 #[test]
@@ -332,7 +380,11 @@ fn restore_rebuilds_indexes_and_counts() {
     let sessions: Vec<Session> = h.room.sessions().cloned().collect();
     let restored = RoomState::restore(h.room.meta().clone(), tickets, sessions, h.now);
     assert_eq!(restored.snapshot(), h.room.snapshot());
-    let mut restored = Harness { room: restored, now: h.now, rng: StdRng::seed_from_u64(1) };
+    let mut restored = Harness {
+        room: restored,
+        now: h.now,
+        rng: StdRng::seed_from_u64(1),
+    };
     assert_eq!(waiting(&restored.status(&entries[4]).unwrap()).ahead, 2);
 }
 
@@ -341,7 +393,9 @@ fn history_is_forgotten_after_retention() {
     let mut h = Harness::new(|c| c.mode = Mode::QueueAll);
     let entry = h.join();
     let mut changes = ChangeSet::default();
-    h.room.leave(reference_of(&entry, 1), h.now, &mut changes).unwrap();
+    h.room
+        .leave(reference_of(&entry, 1), h.now, &mut changes)
+        .unwrap();
     h.advance(duration_ms(HISTORY_RETENTION));
     let mut changes = ChangeSet::default();
     h.room.tick(h.now, &mut h.rng, &mut changes);

@@ -1,0 +1,567 @@
+//! Rooms in raw form (SPEC §3 field names, durations and modes as text), their validation, and
+//! the `[[room]]` entries of the config file.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
+use crate::duration::{format_duration, parse_duration};
+use crate::ids::RoomId;
+use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy, default_admit_burst};
+
+/// A room as written in the config file or sent to the admin API: SPEC §3 field names, with
+/// durations and modes as text. Absent fields take their documented defaults.
+///
+/// ```
+/// use anteroom_core::config::RawRoom;
+///
+/// let raw = RawRoom {
+///     id: "launch".to_owned(),
+///     max_active: Some(100),
+///     session_ttl: Some("15m".to_owned()),
+///     ..RawRoom::default()
+/// };
+/// let room = raw.resolve().expect("valid");
+/// assert_eq!(room.max_active, 100);
+/// assert_eq!(RawRoom::from_config(&room).resolve(), Ok(room));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoom {
+    /// The room's id: `[a-z0-9][a-z0-9-]{0,63}`.
+    pub id: String,
+    /// Path globs this room protects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<String>>,
+    /// Concurrent active sessions; 0 = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active: Option<u64>,
+    /// New admissions per minute; 0 = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_per_minute: Option<u64>,
+    /// Admission token-bucket capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_burst: Option<u64>,
+    /// Idle lifetime of a pass, such as `"10m"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ttl: Option<String>,
+    /// Absolute cap on one session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_max: Option<String>,
+    /// How long an admitted ticket has to claim its pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_ttl: Option<String>,
+    /// A waiting ticket with no contact for this long is abandoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_idle_ttl: Option<String>,
+    /// `queue`, `queue_all`, `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `fifo` or `random`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    /// `anonymous`, `header:<name>` or `jwt:<claim>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// Ids of rooms whose valid pass is needed first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires: Option<Vec<String>>,
+    /// Path of a custom waiting page template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_template: Option<String>,
+    /// `open` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_store_error: Option<String>,
+}
+
+/// A problem with one field of a [`RawRoom`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldProblem {
+    /// The field's SPEC §3 name, such as `session_ttl`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// The fields of a room, in SPEC §3 order.
+pub(super) const ROOM_FIELDS: &[&str] = &[
+    "id",
+    "routes",
+    "max_active",
+    "admit_per_minute",
+    "admit_burst",
+    "session_ttl",
+    "session_max",
+    "claim_ttl",
+    "ticket_idle_ttl",
+    "mode",
+    "order",
+    "identity",
+    "requires",
+    "page_template",
+    "on_store_error",
+];
+
+/// Room tables and keys that later versions add, with how they are written.
+const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[
+    ("schedule", "[[room.schedule]]"),
+    ("adaptive", "[room.adaptive]"),
+    ("oidc", "[room.oidc]"),
+    ("priority", "[[room.priority]]"),
+    ("identity_jwt", "[room.identity_jwt]"),
+    ("challenge", "`challenge`"),
+];
+
+impl RawRoom {
+    /// Validates every field, collecting every problem as (field name, message).
+    ///
+    /// Whether the rooms named in `requires` exist is for the caller to check, since it knows
+    /// the other rooms; a room requiring itself is refused here.
+    pub fn resolve(&self) -> Result<RoomConfig, Vec<FieldProblem>> {
+        let mut problems = Vec::new();
+        let mut report = |field: &str, message: String| {
+            problems.push(FieldProblem {
+                field: field.to_owned(),
+                message,
+            });
+        };
+        // Start from the defaults and overwrite each field that is present and valid.
+        let mut room = RoomConfig::with_defaults(placeholder_id());
+
+        let id = RoomId::new(&self.id)
+            .map_err(|error| report("id", error.to_string()))
+            .ok();
+        if let Some(routes) = &self.routes {
+            for route in routes.iter().filter(|route| !route.starts_with('/')) {
+                report(
+                    "routes",
+                    format!("route {route:?} must be a path starting with '/'"),
+                );
+            }
+            room.routes = routes.clone();
+        }
+        room.max_active = self.max_active.unwrap_or(room.max_active);
+        room.admit_per_minute = self.admit_per_minute.unwrap_or(room.admit_per_minute);
+        room.admit_burst = self
+            .admit_burst
+            .unwrap_or_else(|| default_admit_burst(room.admit_per_minute));
+        if room.admit_burst == 0 {
+            report("admit_burst", "must be at least 1".to_owned());
+        }
+
+        let mut duration = |field: &str, text: &Option<String>| {
+            let text = text.as_deref()?;
+            match parse_duration(text) {
+                Ok(duration) if duration.is_zero() => {
+                    report(field, format!("must be longer than zero, found {text:?}"));
+                    None
+                }
+                Ok(duration) => Some(duration),
+                Err(error) => {
+                    report(field, error.to_string());
+                    None
+                }
+            }
+        };
+        let session_ttl = duration("session_ttl", &self.session_ttl);
+        let session_max = duration("session_max", &self.session_max);
+        room.session_ttl = session_ttl.unwrap_or(room.session_ttl);
+        room.session_max = session_max;
+        room.claim_ttl = duration("claim_ttl", &self.claim_ttl).unwrap_or(room.claim_ttl);
+        room.ticket_idle_ttl =
+            duration("ticket_idle_ttl", &self.ticket_idle_ttl).unwrap_or(room.ticket_idle_ttl);
+        // Compare with the default ttl too, but not with an invalid one already reported.
+        let ttl_is_valid = self.session_ttl.is_none() || session_ttl.is_some();
+        if let Some(max) = session_max
+            && ttl_is_valid
+            && max < room.session_ttl
+        {
+            let ttl = format_duration(room.session_ttl);
+            let max = format_duration(max);
+            report(
+                "session_max",
+                format!("must be at least session_ttl ({ttl}), found {max:?}"),
+            );
+        }
+
+        let mode_choices = &["queue", "queue_all", "passthrough", "closed"];
+        if let Some(mode) = parse_choice(&mut report, "mode", &self.mode, Mode::parse, mode_choices)
+        {
+            room.mode = mode;
+        }
+        let order_choices = &["fifo", "random"];
+        if let Some(order) = parse_choice(
+            &mut report,
+            "order",
+            &self.order,
+            Order::parse,
+            order_choices,
+        ) {
+            room.order = order;
+        }
+        let policy_choices = &["open", "closed"];
+        let field = "on_store_error";
+        let parse = StoreErrorPolicy::parse;
+        if let Some(policy) = parse_choice(
+            &mut report,
+            field,
+            &self.on_store_error,
+            parse,
+            policy_choices,
+        ) {
+            room.on_store_error = policy;
+        }
+        if let Some(text) = &self.identity {
+            match Identity::parse(text) {
+                Some(Identity::Header(name)) if !is_header_name(&name) => {
+                    report("identity", format!("{name:?} is not a valid header name"));
+                }
+                Some(identity) => room.identity = identity,
+                None => report(
+                    "identity",
+                    format!(
+                        "invalid identity {text:?}: expected \"anonymous\", \"header:<name>\" or \"jwt:<claim>\""
+                    ),
+                ),
+            }
+        }
+
+        for required in self.requires.iter().flatten() {
+            match RoomId::new(required) {
+                Err(error) => report("requires", error.to_string()),
+                Ok(_) if *required == self.id => {
+                    report("requires", "a room cannot require itself".to_owned());
+                }
+                Ok(required_id) if room.requires.contains(&required_id) => {
+                    report("requires", format!("lists {required:?} more than once"));
+                }
+                Ok(required_id) => room.requires.push(required_id),
+            }
+        }
+        room.page_template = self.page_template.clone().unwrap_or(room.page_template);
+
+        match id {
+            Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
+            _ => Err(problems),
+        }
+    }
+
+    /// The raw form of a resolved room, every field present (except an absent `session_max`),
+    /// so the admin API can show rooms with SPEC §3 field names.
+    pub fn from_config(config: &RoomConfig) -> RawRoom {
+        RawRoom {
+            id: config.id.to_string(),
+            routes: Some(config.routes.clone()),
+            max_active: Some(config.max_active),
+            admit_per_minute: Some(config.admit_per_minute),
+            admit_burst: Some(config.admit_burst),
+            session_ttl: Some(format_duration(config.session_ttl)),
+            session_max: config.session_max.map(format_duration),
+            claim_ttl: Some(format_duration(config.claim_ttl)),
+            ticket_idle_ttl: Some(format_duration(config.ticket_idle_ttl)),
+            mode: Some(config.mode.as_str().to_owned()),
+            order: Some(config.order.as_str().to_owned()),
+            identity: Some(config.identity.to_config_string()),
+            requires: Some(config.requires.iter().map(RoomId::to_string).collect()),
+            page_template: Some(config.page_template.clone()),
+            on_store_error: Some(config.on_store_error.as_str().to_owned()),
+        }
+    }
+}
+
+/// An id that is always valid, to borrow the defaults of [`RoomConfig::with_defaults`].
+fn placeholder_id() -> RoomId {
+    RoomId::new("defaults").expect("\"defaults\" is a valid room id")
+}
+
+/// Reads one of a fixed set of spellings, naming them all (and the likely one) on a mistake.
+/// `None` when the field is absent or wrong.
+fn parse_choice<T>(
+    report: &mut impl FnMut(&str, String),
+    field: &str,
+    text: &Option<String>,
+    parse: fn(&str) -> Option<T>,
+    choices: &[&str],
+) -> Option<T> {
+    let text = text.as_deref()?;
+    let parsed = parse(text);
+    if parsed.is_none() {
+        let mut message = format!(
+            "unknown {field} {text:?}: expected one of {}",
+            choices.join(", ")
+        );
+        if let Some(suggestion) = closest(text, choices.iter().copied()) {
+            message.push_str(&format!("; did you mean {suggestion:?}?"));
+        }
+        report(field, message);
+    }
+    parsed
+}
+
+/// An HTTP header name is a non-empty token (RFC 9110 §5.6.2).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// One `[[room]]` entry read from the tree, with where each field was written.
+struct RoomSource {
+    raw: RawRoom,
+    /// The `[[room]]` header.
+    header: Origin,
+    /// Where each present field's key was written.
+    origins: HashMap<&'static str, Origin>,
+    has_id: bool,
+}
+
+impl RoomSource {
+    fn origin(&self, field: &str) -> &Origin {
+        self.origins.get(field).unwrap_or(&self.header)
+    }
+
+    /// How messages name the room.
+    fn label(&self) -> String {
+        if self.has_id {
+            format!("room {:?}", self.raw.id)
+        } else {
+            "room without an id".to_owned()
+        }
+    }
+}
+
+/// Reads and validates every `[[room]]`, including the checks that span rooms: unique ids,
+/// `requires` naming existing rooms, and no cycle of requirements.
+pub(super) fn read_rooms(entry: Option<&Entry>, problems: &mut Problems) -> Vec<RoomConfig> {
+    let Some(entry) = entry else {
+        return Vec::new();
+    };
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            "`room` must be an array of tables, written [[room]]",
+        );
+        return Vec::new();
+    };
+    let sources: Vec<RoomSource> = elements
+        .iter()
+        .filter_map(|element| match &element.value {
+            Value::Table(table) => Some(read_room(table, &element.origin, problems)),
+            _ => {
+                problems.add(
+                    &element.origin,
+                    "each room must be a table, written [[room]]",
+                );
+                None
+            }
+        })
+        .collect();
+
+    let mut rooms = Vec::new();
+    for source in &sources {
+        match source.raw.resolve() {
+            Ok(room) => rooms.push(room),
+            Err(field_problems) => {
+                for problem in field_problems {
+                    if problem.field == "id" && !source.has_id {
+                        continue;
+                    }
+                    let message =
+                        format!("{}: {}: {}", source.label(), problem.field, problem.message);
+                    problems.add(source.origin(&problem.field), message);
+                }
+            }
+        }
+    }
+    check_unique_ids(&sources, problems);
+    check_requires(&sources, problems);
+    rooms
+}
+
+fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSource {
+    let mut origins = HashMap::new();
+    let mut raw = RawRoom::default();
+    let mut has_id = false;
+    for entry in &table.entries {
+        let Some(field) = ROOM_FIELDS
+            .iter()
+            .copied()
+            .find(|field| *field == entry.key)
+        else {
+            match UNSUPPORTED_ROOM_KEYS
+                .iter()
+                .find(|(key, _)| *key == entry.key)
+            {
+                Some((_, written)) => report_unsupported(entry, written, problems),
+                None => {
+                    let known = ROOM_FIELDS
+                        .iter()
+                        .chain(UNSUPPORTED_ROOM_KEYS.iter().map(|(key, _)| key));
+                    let mut message = format!("unknown key `{}` in [[room]]", entry.key);
+                    if let Some(suggestion) = closest(&entry.key, known.copied()) {
+                        message.push_str(&format!("; did you mean `{suggestion}`?"));
+                    }
+                    problems.add(&entry.key_origin, message);
+                }
+            }
+            continue;
+        };
+        origins.insert(field, entry.key_origin.clone());
+        let strings = |problems: &mut Problems| {
+            entry
+                .strings(problems)
+                .map(|list| list.into_iter().map(|(text, _)| text).collect())
+        };
+        match field {
+            "id" => {
+                if let Some(id) = entry.string(problems) {
+                    raw.id = id;
+                    has_id = true;
+                }
+            }
+            "routes" => raw.routes = strings(problems),
+            "max_active" => raw.max_active = entry.unsigned(problems),
+            "admit_per_minute" => raw.admit_per_minute = entry.unsigned(problems),
+            "admit_burst" => raw.admit_burst = entry.unsigned(problems),
+            "session_ttl" => raw.session_ttl = entry.duration_text(problems),
+            "session_max" => raw.session_max = entry.duration_text(problems),
+            "claim_ttl" => raw.claim_ttl = entry.duration_text(problems),
+            "ticket_idle_ttl" => raw.ticket_idle_ttl = entry.duration_text(problems),
+            "mode" => raw.mode = entry.string(problems),
+            "order" => raw.order = entry.string(problems),
+            "identity" => raw.identity = entry.string(problems),
+            "requires" => raw.requires = strings(problems),
+            "page_template" => raw.page_template = entry.string(problems),
+            _ => raw.on_store_error = entry.string(problems),
+        }
+    }
+    if !has_id && table.get("id").is_none() {
+        problems.add(header, "[[room]] has no `id`");
+    }
+    RoomSource {
+        raw,
+        header: header.clone(),
+        origins,
+        has_id,
+    }
+}
+
+/// Reports a table or key that a later version of anteroom reads.
+pub(super) fn report_unsupported(entry: &Entry, written: &str, problems: &mut Problems) {
+    let message = format!("{written} is not supported by this version");
+    match &entry.item.value {
+        Value::Array(elements) if !elements.is_empty() => {
+            for element in elements {
+                problems.add(&element.origin, &message);
+            }
+        }
+        _ => problems.add(&entry.key_origin, message),
+    }
+}
+
+fn check_unique_ids(sources: &[RoomSource], problems: &mut Problems) {
+    let mut first_seen: HashMap<&str, &Origin> = HashMap::new();
+    for source in sources.iter().filter(|source| source.has_id) {
+        let origin = source.origin("id");
+        match first_seen.get(source.raw.id.as_str()) {
+            Some(first) => problems.add(
+                origin,
+                format!(
+                    "duplicate room id {:?}, first defined at {}",
+                    source.raw.id,
+                    first.describe()
+                ),
+            ),
+            None => {
+                first_seen.insert(&source.raw.id, origin);
+            }
+        }
+    }
+}
+
+/// Every required room must exist, and requirements must not go round in a cycle.
+fn check_requires(sources: &[RoomSource], problems: &mut Problems) {
+    let ids: Vec<&str> = sources
+        .iter()
+        .filter(|s| s.has_id)
+        .map(|s| s.raw.id.as_str())
+        .collect();
+    for source in sources {
+        for required in source.raw.requires.iter().flatten() {
+            // Malformed ids and self-references are reported by `resolve`.
+            if ids.contains(&required.as_str())
+                || RoomId::new(required).is_err()
+                || *required == source.raw.id
+            {
+                continue;
+            }
+            let mut message = format!("{}: requires: unknown room {required:?}", source.label());
+            if let Some(suggestion) = closest(required, ids.iter().copied()) {
+                message.push_str(&format!("; did you mean {suggestion:?}?"));
+            }
+            problems.add(source.origin("requires"), message);
+        }
+    }
+
+    let graph: HashMap<&str, Vec<&str>> = sources
+        .iter()
+        .filter(|source| source.has_id)
+        .map(|source| {
+            let edges = source.raw.requires.iter().flatten();
+            let edges = edges
+                .filter(|required| **required != source.raw.id && ids.contains(&required.as_str()));
+            (source.raw.id.as_str(), edges.map(String::as_str).collect())
+        })
+        .collect();
+    let mut reported: BTreeSet<Vec<&str>> = BTreeSet::new();
+    for source in sources.iter().filter(|source| source.has_id) {
+        let start = source.raw.id.as_str();
+        let Some(cycle) = find_cycle_through(start, &graph) else {
+            continue;
+        };
+        let mut members = cycle.clone();
+        members.sort_unstable();
+        members.dedup();
+        if reported.insert(members) {
+            let mut path = cycle;
+            path.push(start);
+            let message = format!(
+                "{}: requires: rooms require each other in a cycle: {}",
+                source.label(),
+                path.join(" -> ")
+            );
+            problems.add(source.origin("requires"), message);
+        }
+    }
+}
+
+/// A path of requirements from `start` back to `start` (without repeating `start` at the end).
+fn find_cycle_through<'a>(
+    start: &'a str,
+    graph: &HashMap<&'a str, Vec<&'a str>>,
+) -> Option<Vec<&'a str>> {
+    let mut path = vec![start];
+    let mut visited = BTreeSet::new();
+    // Each stack frame is (room, index of its next edge to try).
+    let mut stack = vec![(start, 0usize)];
+    while let Some((room, next_edge)) = stack.last_mut() {
+        let edges = graph.get(*room).map(Vec::as_slice).unwrap_or_default();
+        let Some(&next) = edges.get(*next_edge) else {
+            stack.pop();
+            path.pop();
+            continue;
+        };
+        *next_edge += 1;
+        if next == start {
+            return Some(path);
+        }
+        if visited.insert(next) {
+            stack.push((next, 0));
+            path.push(next);
+        }
+    }
+    None
+}

@@ -1,0 +1,332 @@
+//! The server-wide sections of the config file: `[server]`, `[upstream]`, `[store]`, `[keys]`
+//! and `[auth]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::tree::{Entry, Origin, Problems, Value, closest};
+use super::{
+    AuthConfig, Cidr, KeyHash, KeysConfig, SIGNING_ALGORITHMS, ServerConfig, StoreConfig,
+    UpstreamConfig,
+};
+
+const SERVER_KEYS: &[&str] = &[
+    "listen",
+    "admin_listen",
+    "public_url",
+    "issuer",
+    "trusted_proxies",
+];
+const UPSTREAM_KEYS: &[&str] = &["url"];
+const STORE_KEYS: &[&str] = &["backend", "path", "url", "cluster"];
+const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
+const KEYS_KEYS: &[&str] = &["dir", "algorithm"];
+const AUTH_KEYS: &[&str] = &["admin_keys", "read_keys", "service_keys"];
+
+pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> ServerConfig {
+    let defaults = ServerConfig::default();
+    let Some(table) = section.and_then(|entry| entry.table(problems)) else {
+        return defaults;
+    };
+    problems.unknown_keys(table, SERVER_KEYS, "[server]");
+    let socket_address = |key: &str, default: SocketAddr, problems: &mut Problems| {
+        let Some(entry) = table.get(key) else {
+            return default;
+        };
+        let Some(text) = entry.string(problems) else {
+            return default;
+        };
+        text.trim().parse().unwrap_or_else(|_| {
+            let message = format!(
+                "invalid socket address {text:?} for `{key}`: expected an IP address and port, such as \"0.0.0.0:8080\" or \"[::]:8080\""
+            );
+            problems.add(&entry.key_origin, message);
+            default
+        })
+    };
+    let listen = socket_address("listen", defaults.listen, problems);
+    let admin_listen = socket_address("admin_listen", defaults.admin_listen, problems);
+
+    let public_url = match table.get("public_url") {
+        None => defaults.public_url,
+        Some(entry) => match entry.string(problems) {
+            None => defaults.public_url,
+            Some(text) => match check_http_url(&text) {
+                Ok(()) => text.trim_end_matches('/').to_owned(),
+                Err(reason) => {
+                    problems.add(&entry.key_origin, format!("`public_url` {reason}"));
+                    defaults.public_url
+                }
+            },
+        },
+    };
+    let issuer = match table.get("issuer") {
+        None => public_url.clone(),
+        Some(entry) => match entry.string(problems) {
+            Some(text) if text.trim().is_empty() => {
+                problems.add(&entry.key_origin, "`issuer` must not be empty");
+                public_url.clone()
+            }
+            Some(text) => text,
+            None => public_url.clone(),
+        },
+    };
+    let trusted_proxies = table
+        .get("trusted_proxies")
+        .and_then(|entry| entry.strings(problems))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(text, origin)| {
+            text.trim()
+                .parse::<Cidr>()
+                .map_err(|error| problems.add(&origin, error))
+                .ok()
+        })
+        .collect();
+    ServerConfig {
+        listen,
+        admin_listen,
+        public_url,
+        issuer,
+        trusted_proxies,
+    }
+}
+
+pub(super) fn read_upstream(
+    section: Option<&Entry>,
+    problems: &mut Problems,
+) -> Option<UpstreamConfig> {
+    let table = section?.table(problems)?;
+    problems.unknown_keys(table, UPSTREAM_KEYS, "[upstream]");
+    let Some(entry) = table.get("url") else {
+        let origin = section.map_or(Origin::Line(1), |entry| entry.key_origin.clone());
+        problems.add(
+            &origin,
+            "[upstream] needs a `url`, such as \"http://127.0.0.1:3000\"",
+        );
+        return None;
+    };
+    let url = entry.string(problems)?;
+    match check_http_url(&url) {
+        Ok(()) => Some(UpstreamConfig { url }),
+        Err(reason) => {
+            problems.add(&entry.key_origin, format!("`url` {reason}"));
+            None
+        }
+    }
+}
+
+/// Checks that `url` is an absolute `http://` or `https://` URL with a host.
+fn check_http_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Err(format!(
+            "must start with http:// or https://, found {url:?}"
+        ));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || url.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "must be a URL with a host and no spaces, found {url:?}"
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn read_store(section: Option<&Entry>, problems: &mut Problems) -> StoreConfig {
+    let defaults = StoreConfig::default();
+    let Some(table) = section.and_then(|entry| entry.table(problems)) else {
+        return defaults;
+    };
+    problems.unknown_keys(table, STORE_KEYS, "[store]");
+    let backend_entry = table.get("backend");
+    let backend = match backend_entry {
+        None => Some("embedded".to_owned()),
+        Some(entry) => entry.string(problems).filter(|backend| {
+            let known = STORE_BACKENDS.contains(&backend.as_str());
+            if !known {
+                let mut message = format!(
+                    "unknown store backend {backend:?}: expected one of {}",
+                    STORE_BACKENDS.join(", ")
+                );
+                if let Some(suggestion) = closest(backend, STORE_BACKENDS.iter().copied()) {
+                    message.push_str(&format!("; did you mean {suggestion:?}?"));
+                }
+                problems.add(&entry.key_origin, message);
+            }
+            known
+        }),
+    };
+    let Some(backend) = backend else {
+        return defaults;
+    };
+
+    // Keys of another backend are a mistake in a file, but not when the environment switched
+    // the backend (a file for production, ANTEROOM_STORE__BACKEND=memory for a test run).
+    let backend_from_env = backend_entry.is_some_and(|entry| entry.item.origin.is_env());
+    let used_keys: &[&str] = match backend.as_str() {
+        "embedded" => &["path"],
+        "redis" => &["url", "cluster"],
+        _ => &[],
+    };
+    if !backend_from_env {
+        for key in ["path", "url", "cluster"]
+            .into_iter()
+            .filter(|key| !used_keys.contains(key))
+        {
+            if let Some(entry) = table.get(key) {
+                let message = format!("`{key}` does not apply to the {backend:?} store backend");
+                problems.add(&entry.key_origin, message);
+            }
+        }
+    }
+
+    match backend.as_str() {
+        "memory" => StoreConfig::Memory,
+        "redis" => read_redis(table, section, problems).unwrap_or(defaults),
+        _ => {
+            let path = match table
+                .get("path")
+                .map(|entry| (entry, entry.string(problems)))
+            {
+                None | Some((_, None)) => return defaults,
+                Some((entry, Some(path))) if path.is_empty() => {
+                    problems.add(&entry.key_origin, "`path` must not be empty");
+                    return defaults;
+                }
+                Some((_, Some(path))) => path,
+            };
+            StoreConfig::Embedded {
+                path: PathBuf::from(path),
+            }
+        }
+    }
+}
+
+fn read_redis(
+    table: &super::tree::Table,
+    section: Option<&Entry>,
+    problems: &mut Problems,
+) -> Option<StoreConfig> {
+    let (urls, cluster) = match (table.get("url"), table.get("cluster")) {
+        (Some(url), None) => (vec![(url.string(problems)?, url.key_origin.clone())], false),
+        (None, Some(cluster)) => {
+            let urls = cluster.strings(problems)?;
+            if urls.is_empty() {
+                problems.add(
+                    &cluster.key_origin,
+                    "`cluster` must list at least one node URL",
+                );
+                return None;
+            }
+            (urls, true)
+        }
+        (Some(url), Some(_)) => {
+            problems.add(
+                &url.key_origin,
+                "the redis store takes either `url` (standalone) or `cluster` (Redis Cluster), not both",
+            );
+            return None;
+        }
+        (None, None) => {
+            let origin = section.map_or(Origin::Line(1), |entry| entry.key_origin.clone());
+            problems.add(
+                &origin,
+                "the redis store needs `url = \"redis://…\"` (standalone) or `cluster = [\"redis://…\", …]`",
+            );
+            return None;
+        }
+    };
+    let mut valid = true;
+    for (url, origin) in &urls {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            problems.add(
+                origin,
+                format!("redis URL must start with redis:// or rediss://, found {url:?}"),
+            );
+            valid = false;
+        }
+    }
+    valid.then(|| StoreConfig::Redis {
+        urls: urls.into_iter().map(|(url, _)| url).collect(),
+        cluster,
+    })
+}
+
+pub(super) fn read_keys(section: Option<&Entry>, problems: &mut Problems) -> KeysConfig {
+    let defaults = KeysConfig::default();
+    let Some(table) = section.and_then(|entry| entry.table(problems)) else {
+        return defaults;
+    };
+    problems.unknown_keys(table, KEYS_KEYS, "[keys]");
+    let dir = match table
+        .get("dir")
+        .map(|entry| (entry, entry.string(problems)))
+    {
+        None | Some((_, None)) => defaults.dir,
+        Some((entry, Some(dir))) if dir.is_empty() => {
+            problems.add(&entry.key_origin, "`dir` must not be empty");
+            defaults.dir
+        }
+        Some((_, Some(dir))) => PathBuf::from(dir),
+    };
+    let algorithm = match table
+        .get("algorithm")
+        .map(|entry| (entry, entry.string(problems)))
+    {
+        None | Some((_, None)) => defaults.algorithm,
+        Some((_, Some(algorithm))) if SIGNING_ALGORITHMS.contains(&algorithm.as_str()) => algorithm,
+        Some((entry, Some(algorithm))) => {
+            let mut message = format!(
+                "unknown signing algorithm {algorithm:?}: expected one of {}",
+                SIGNING_ALGORITHMS.join(", ")
+            );
+            if let Some(suggestion) = closest(&algorithm, SIGNING_ALGORITHMS.iter().copied()) {
+                message.push_str(&format!("; did you mean {suggestion:?}?"));
+            }
+            problems.add(&entry.key_origin, message);
+            defaults.algorithm
+        }
+    };
+    KeysConfig { dir, algorithm }
+}
+
+pub(super) fn read_auth(section: Option<&Entry>, problems: &mut Problems) -> AuthConfig {
+    let Some(table) = section.and_then(|entry| entry.table(problems)) else {
+        return AuthConfig::default();
+    };
+    problems.unknown_keys(table, AUTH_KEYS, "[auth]");
+    let mut hashes = |key: &str| -> Vec<KeyHash> {
+        let Some(entry) = table.get(key) else {
+            return Vec::new();
+        };
+        // A wrong type is reported without the value: it may be a key written by mistake.
+        let is_list = match &entry.item.value {
+            Value::Array(_) => true,
+            Value::String(_) => entry.item.origin.is_env(),
+            _ => false,
+        };
+        if !is_list {
+            let message = format!("`{key}` must be an array of \"sha256:<hex>\" strings");
+            problems.add(&entry.key_origin, message);
+            return Vec::new();
+        }
+        let texts = entry.strings(problems).unwrap_or_default();
+        texts
+            .into_iter()
+            .filter_map(|(text, origin)| {
+                text.trim()
+                    .parse::<KeyHash>()
+                    .map_err(|error| problems.add(&origin, error))
+                    .ok()
+            })
+            .collect()
+    };
+    AuthConfig {
+        admin_keys: hashes("admin_keys"),
+        read_keys: hashes("read_keys"),
+        service_keys: hashes("service_keys"),
+    }
+}

@@ -1,0 +1,777 @@
+//! Tests of the config model: whole files in, typed values or located problems out.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::ids::RoomId;
+use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy};
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+fn room_id(id: &str) -> RoomId {
+    RoomId::new(id).unwrap()
+}
+
+fn hash(byte: u8) -> KeyHash {
+    KeyHash([byte; 32])
+}
+
+/// Parses `source` with `env` and asserts the config is `expected`.
+fn check_config(source: &str, env_pairs: &[(&str, &str)], expected: &Config) {
+    match parse_config(source, &env(env_pairs)) {
+        Ok(config) => assert_eq!(&config, expected),
+        Err(errors) => panic!("unexpected problems:\n{errors}"),
+    }
+}
+
+/// Parses `source` with `env` and asserts exactly the `expected` problems: each a line and a
+/// piece of its message, in the order reported.
+fn check_problems(source: &str, env_pairs: &[(&str, &str)], expected: &[(Option<usize>, &str)]) {
+    let errors = match parse_config(source, &env(env_pairs)) {
+        Ok(config) => panic!("expected problems, got {config:#?}"),
+        Err(errors) => errors,
+    };
+    let found: Vec<(Option<usize>, &str)> = errors
+        .0
+        .iter()
+        .map(|problem| (problem.line, problem.message.as_str()))
+        .collect();
+    assert_eq!(found.len(), expected.len(), "problems:\n{errors}");
+    for ((line, message), (expected_line, expected_text)) in found.iter().zip(expected) {
+        assert_eq!(
+            line, expected_line,
+            "line of {message:?}; problems:\n{errors}"
+        );
+        assert!(
+            message.contains(expected_text),
+            "{message:?} should contain {expected_text:?}"
+        );
+    }
+}
+
+const FULL: &str = r#"
+[server]
+listen = "127.0.0.1:8000"
+admin_listen = "[::1]:9999"
+public_url = "https://queue.example.com/"
+issuer = "https://issuer.example.com"
+trusted_proxies = ["10.0.0.0/8", "::1"]
+
+[upstream]
+url = "http://127.0.0.1:3000"
+
+[store]
+backend = "embedded"
+path = "/var/lib/anteroom/state.redb"
+
+[keys]
+dir = "/etc/anteroom/keys"
+algorithm = "ES256"
+
+[auth]
+admin_keys = ["sha256:0101010101010101010101010101010101010101010101010101010101010101"]
+read_keys = []
+service_keys = [
+  "sha256:0202020202020202020202020202020202020202020202020202020202020202",
+  "SHA256:03" ,
+]
+
+[[room]]
+id = "launch"
+routes = ["/events/*/book/**", "/api/v1/reservations/**"]
+max_active = 1000
+admit_per_minute = 3000
+admit_burst = 100
+session_ttl = "10m"
+session_max = "1h"
+claim_ttl = "2m"
+ticket_idle_ttl = "5m"
+mode = "queue"
+order = "fifo"
+identity = "anonymous"
+requires = []
+page_template = ""
+on_store_error = "open"
+
+[[room]]
+id = "checkout"
+max_active = 50
+admit_per_minute = 600
+session_ttl = "15m"
+claim_ttl = "90s"
+ticket_idle_ttl = "1m"
+mode = "queue_all"
+order = "random"
+identity = "header:X-User-Id"
+requires = ["launch"]
+page_template = "pages/checkout.html"
+on_store_error = "closed"
+"#;
+
+#[test]
+fn full_file_resolves_to_typed_values() {
+    // The last service key is malformed on purpose: fix it, then check the whole value.
+    check_problems(
+        FULL,
+        &[],
+        &[(Some(25), "invalid key hash: expected \"sha256:\"")],
+    );
+    let source = FULL.replace(r#"  "SHA256:03" ,"#, "");
+
+    let launch = RoomConfig {
+        id: room_id("launch"),
+        routes: vec![
+            "/events/*/book/**".to_owned(),
+            "/api/v1/reservations/**".to_owned(),
+        ],
+        max_active: 1000,
+        admit_per_minute: 3000,
+        admit_burst: 100,
+        session_ttl: Duration::from_secs(600),
+        session_max: Some(Duration::from_secs(3600)),
+        claim_ttl: Duration::from_secs(120),
+        ticket_idle_ttl: Duration::from_secs(300),
+        mode: Mode::Queue,
+        order: Order::Fifo,
+        identity: Identity::Anonymous,
+        requires: vec![],
+        page_template: String::new(),
+        on_store_error: StoreErrorPolicy::Open,
+    };
+    let checkout = RoomConfig {
+        id: room_id("checkout"),
+        routes: vec![],
+        max_active: 50,
+        admit_per_minute: 600,
+        admit_burst: 10,
+        session_ttl: Duration::from_secs(900),
+        session_max: None,
+        claim_ttl: Duration::from_secs(90),
+        ticket_idle_ttl: Duration::from_secs(60),
+        mode: Mode::QueueAll,
+        order: Order::Random,
+        identity: Identity::Header("X-User-Id".to_owned()),
+        requires: vec![room_id("launch")],
+        page_template: "pages/checkout.html".to_owned(),
+        on_store_error: StoreErrorPolicy::Closed,
+    };
+    let expected = Config {
+        server: ServerConfig {
+            listen: "127.0.0.1:8000".parse().unwrap(),
+            admin_listen: "[::1]:9999".parse().unwrap(),
+            public_url: "https://queue.example.com".to_owned(),
+            issuer: "https://issuer.example.com".to_owned(),
+            trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+        },
+        upstream: Some(UpstreamConfig {
+            url: "http://127.0.0.1:3000".to_owned(),
+        }),
+        store: StoreConfig::Embedded {
+            path: PathBuf::from("/var/lib/anteroom/state.redb"),
+        },
+        keys: KeysConfig {
+            dir: PathBuf::from("/etc/anteroom/keys"),
+            algorithm: "ES256".to_owned(),
+        },
+        auth: AuthConfig {
+            admin_keys: vec![hash(1)],
+            read_keys: vec![],
+            service_keys: vec![hash(2)],
+        },
+        rooms: vec![launch, checkout],
+    };
+    check_config(&source, &[], &expected);
+}
+
+#[test]
+fn absent_sections_take_defaults() {
+    let defaults = Config {
+        server: ServerConfig {
+            listen: "0.0.0.0:8080".parse().unwrap(),
+            admin_listen: "127.0.0.1:9090".parse().unwrap(),
+            public_url: "http://localhost:8080".to_owned(),
+            issuer: "http://localhost:8080".to_owned(),
+            trusted_proxies: vec![],
+        },
+        upstream: None,
+        store: StoreConfig::Embedded {
+            path: PathBuf::from("data/anteroom.redb"),
+        },
+        keys: KeysConfig {
+            dir: PathBuf::from("data/keys"),
+            algorithm: "EdDSA".to_owned(),
+        },
+        auth: AuthConfig::default(),
+        rooms: vec![],
+    };
+    assert_eq!(Config::default(), defaults);
+    check_config("", &[], &defaults);
+    check_config("# nothing but a comment\n", &[], &defaults);
+    check_config("[server]\n[store]\n[keys]\n[auth]\n", &[], &defaults);
+
+    // The issuer follows the public URL unless set.
+    let mut expected = defaults.clone();
+    expected.server.public_url = "https://q.example".to_owned();
+    expected.server.issuer = "https://q.example".to_owned();
+    check_config(
+        "[server]\npublic_url = \"https://q.example//\"\n",
+        &[],
+        &expected,
+    );
+
+    // A room with only an id takes every §3 default.
+    let mut expected = defaults;
+    expected.rooms = vec![RoomConfig::with_defaults(room_id("a"))];
+    check_config("[[room]]\nid = \"a\"\n", &[], &expected);
+}
+
+#[test]
+fn every_problem_is_reported_with_its_line() {
+    let source = r#"[server]
+listen = "0.0.0.0:8080"
+admin_listn = "127.0.0.1:9090"
+
+[[room]]
+id = "launch"
+session_ttl = "ten minutes"
+mode = "queu"
+
+[[room]]
+id = "launch"
+max_active = -1
+admit_burst = 0
+
+[[route]]
+paths = ["/**"]
+"#;
+    check_problems(
+        source,
+        &[],
+        &[
+            (
+                Some(3),
+                "unknown key `admin_listn` in [server]; did you mean `admin_listen`?",
+            ),
+            (
+                Some(7),
+                "room \"launch\": session_ttl: invalid duration \"ten minutes\"",
+            ),
+            (
+                Some(8),
+                "room \"launch\": mode: unknown mode \"queu\": expected one of queue, queue_all, passthrough, closed; did you mean \"queue\"?",
+            ),
+            (
+                Some(11),
+                "duplicate room id \"launch\", first defined at line 6",
+            ),
+            (Some(12), "`max_active` must not be negative, found -1"),
+            (Some(13), "room \"launch\": admit_burst: must be at least 1"),
+            (Some(15), "[[route]] is not supported by this version"),
+        ],
+    );
+}
+
+#[test]
+fn room_field_rules() {
+    let room = |fields: &str| format!("[[room]]\nid = \"a\"\n{fields}\n");
+    let check_room = |fields: &str, expected: &str| {
+        check_problems(&room(fields), &[], &[(Some(3), expected)]);
+    };
+    check_room(
+        "session_ttl = \"0s\"",
+        "session_ttl: must be longer than zero, found \"0s\"",
+    );
+    check_room(
+        "claim_ttl = 120",
+        "`claim_ttl` must be a duration string such as \"10m\", found integer 120",
+    );
+    check_room(
+        "session_max = \"5m\"",
+        "session_max: must be at least session_ttl (10m), found \"5m\"",
+    );
+    check_room(
+        "order = \"lifo\"",
+        "unknown order \"lifo\": expected one of fifo, random",
+    );
+    check_room("identity = \"cookie:x\"", "invalid identity \"cookie:x\"");
+    check_room(
+        "identity = \"header:X User\"",
+        "\"X User\" is not a valid header name",
+    );
+    check_room(
+        "on_store_error = \"shut\"",
+        "unknown on_store_error \"shut\"",
+    );
+    check_room(
+        "requires = [\"a\"]",
+        "requires: a room cannot require itself",
+    );
+    check_room("requires = [\"b\"]", "requires: unknown room \"b\"");
+    check_room(
+        "routes = [\"events/**\"]",
+        "route \"events/**\" must be a path starting with '/'",
+    );
+    check_room(
+        "max_activ = 5",
+        "unknown key `max_activ` in [[room]]; did you mean `max_active`?",
+    );
+    check_room(
+        "max_active = 1.5",
+        "`max_active` must be a non-negative integer, found float 1.5",
+    );
+    check_room(
+        "[room.oidc]\nclient_secret = \"x\"",
+        "[room.oidc] is not supported by this version",
+    );
+    check_room(
+        "[room.identity_jwt]",
+        "[room.identity_jwt] is not supported by this version",
+    );
+    check_room(
+        "[[room.schedule]]\nat = \"x\"",
+        "[[room.schedule]] is not supported by this version",
+    );
+    check_room(
+        "challenge = { kind = \"pow\" }",
+        "`challenge` is not supported by this version",
+    );
+    check_problems(
+        "[[room]]\nmax_active = 1\n",
+        &[],
+        &[(Some(1), "[[room]] has no `id`")],
+    );
+    check_problems(
+        "[[room]]\nid = \"Launch\"\n",
+        &[],
+        &[(Some(2), "invalid room id \"Launch\"")],
+    );
+    check_problems(
+        "room = { id = \"a\" }\n",
+        &[],
+        &[(Some(1), "must be an array of tables")],
+    );
+
+    // jwt identities are accepted; their [room.identity_jwt] table is what is not yet read.
+    let config = parse_config(&room("identity = \"jwt:sub\""), &[]).unwrap();
+    assert_eq!(
+        config.rooms[0].identity,
+        Identity::JwtClaim("sub".to_owned())
+    );
+
+    // The default burst follows admit_per_minute.
+    let config = parse_config(&room("admit_per_minute = 6000"), &[]).unwrap();
+    assert_eq!(config.rooms[0].admit_burst, 100);
+}
+
+#[test]
+fn requirement_cycles() {
+    let source = "[[room]]\nid = \"a\"\nrequires = [\"b\"]\n\n[[room]]\nid = \"b\"\nrequires = [\"c\"]\n\n[[room]]\nid = \"c\"\nrequires = [\"a\"]\n";
+    check_problems(
+        source,
+        &[],
+        &[(
+            Some(3),
+            "room \"a\": requires: rooms require each other in a cycle: a -> b -> c -> a",
+        )],
+    );
+    let chain = "[[room]]\nid = \"a\"\nrequires = [\"b\"]\n\n[[room]]\nid = \"b\"\n";
+    assert_eq!(
+        parse_config(chain, &[]).unwrap().rooms[0].requires,
+        vec![room_id("b")]
+    );
+}
+
+#[test]
+fn other_sections_of_later_versions_are_reported() {
+    check_problems(
+        "[[rate_limit]]\nname = \"x\"\n\n[[rate_limit]]\nname = \"y\"\n",
+        &[],
+        &[
+            (Some(1), "[[rate_limit]] is not supported by this version"),
+            (Some(4), "[[rate_limit]] is not supported by this version"),
+        ],
+    );
+    check_problems(
+        "[websocket]\nlimit = 5\n",
+        &[],
+        &[(Some(1), "[websocket] is not supported")],
+    );
+    check_problems(
+        "[[events.sink]]\nkind = \"webhook\"\n",
+        &[],
+        &[(Some(1), "[[events.sink]] is not supported")],
+    );
+    check_problems(
+        "[sever]\nlisten = \"x\"\n",
+        &[],
+        &[(Some(1), "unknown key `sever`; did you mean `server`?")],
+    );
+}
+
+#[test]
+fn server_store_keys_and_auth_rules() {
+    check_problems(
+        "[server]\nlisten = \"8080\"\n",
+        &[],
+        &[(Some(2), "invalid socket address \"8080\" for `listen`")],
+    );
+    check_problems(
+        "[server]\npublic_url = \"queue.example\"\n",
+        &[],
+        &[(Some(2), "`public_url` must start with http:// or https://")],
+    );
+    check_problems(
+        "[server]\ntrusted_proxies = [\n  \"10.0.0.0/8\",\n  \"10.0.0.0/33\",\n]\n",
+        &[],
+        &[(Some(4), "invalid CIDR \"10.0.0.0/33\"")],
+    );
+    check_problems(
+        "[upstream]\nurl = \"ftp://x\"\n",
+        &[],
+        &[(Some(2), "`url` must start with http:// or https://")],
+    );
+    check_problems(
+        "[upstream]\n",
+        &[],
+        &[(Some(1), "[upstream] needs a `url`")],
+    );
+    check_problems(
+        "[keys]\nalgorithm = \"eddsa\"\n",
+        &[],
+        &[(Some(2), "did you mean \"EdDSA\"?")],
+    );
+    check_problems(
+        "[auth]\nadmin_keys = \"hunter2\"\n",
+        &[],
+        &[(
+            Some(2),
+            "`admin_keys` must be an array of \"sha256:<hex>\" strings",
+        )],
+    );
+    check_problems(
+        "[auth]\nadmin_keys = [\"hunter2\"]\n",
+        &[],
+        &[(Some(2), "invalid key hash")],
+    );
+    for source in [
+        "[auth]\nadmin_keys = \"hunter2\"\n",
+        "[auth]\nadmin_keys = [\"hunter2\"]\n",
+    ] {
+        let errors = parse_config(source, &[]).unwrap_err().to_string();
+        assert!(
+            !errors.contains("hunter2"),
+            "a mistaken key must not be echoed: {errors}"
+        );
+    }
+
+    let store = |source: &str| parse_config(source, &[]).map(|config| config.store);
+    assert_eq!(
+        store("[store]\nbackend = \"memory\"\n"),
+        Ok(StoreConfig::Memory)
+    );
+    assert_eq!(
+        store("[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n"),
+        Ok(StoreConfig::Redis {
+            urls: vec!["redis://127.0.0.1:6379".to_owned()],
+            cluster: false
+        })
+    );
+    assert_eq!(
+        store(
+            "[store]\nbackend = \"redis\"\ncluster = [\"redis://a:7000\", \"rediss://b:7001\"]\n"
+        ),
+        Ok(StoreConfig::Redis {
+            urls: vec!["redis://a:7000".to_owned(), "rediss://b:7001".to_owned()],
+            cluster: true
+        })
+    );
+    check_problems(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://a\"\ncluster = [\"redis://b\"]\n",
+        &[],
+        &[(Some(3), "either `url` (standalone) or `cluster`")],
+    );
+    check_problems(
+        "[store]\nbackend = \"redis\"\n",
+        &[],
+        &[(Some(1), "the redis store needs `url")],
+    );
+    check_problems(
+        "[store]\nbackend = \"redis\"\nurl = \"http://a\"\n",
+        &[],
+        &[(Some(3), "must start with redis://")],
+    );
+    check_problems(
+        "[store]\nbackend = \"memory\"\npath = \"x.redb\"\n",
+        &[],
+        &[(
+            Some(3),
+            "`path` does not apply to the \"memory\" store backend",
+        )],
+    );
+    check_problems(
+        "[store]\nbackend = \"redb\"\n",
+        &[],
+        &[(Some(2), "unknown store backend \"redb\"")],
+    );
+}
+
+#[test]
+fn syntax_errors_carry_their_line() {
+    check_problems(
+        "[server]\nlisten = \"0.0.0.0:8080\n\n[[room]]\nid = \"a\"\nmode = queue\n",
+        &[],
+        &[
+            (Some(2), "invalid TOML: invalid basic string"),
+            (Some(6), "invalid TOML: string values must be quoted"),
+        ],
+    );
+}
+
+#[test]
+fn environment_overrides() {
+    let source =
+        "[server]\nlisten = \"0.0.0.0:8080\"\n\n[[room]]\nid = \"sale-2026\"\nmax_active = 10\n";
+    let config = parse_config(
+        source,
+        &env(&[
+            ("ANTEROOM_SERVER__LISTEN", "127.0.0.1:9000"),
+            ("anteroom_server__trusted_proxies", "10.0.0.0/8, ::1"),
+            ("ANTEROOM_STORE__BACKEND", "memory"),
+            (
+                "ANTEROOM_AUTH__ADMIN_KEYS",
+                &format!("[\"sha256:{}\"]", "07".repeat(32)),
+            ),
+            ("ANTEROOM_ROOM__SALE_2026__MAX_ACTIVE", "500"),
+            ("ANTEROOM_ROOM__sale-2026__SESSION_TTL", "20m"),
+            ("ANTEROOM_ROOM__SALE_2026__PAGE_TEMPLATE", "42"),
+            ("ANTEROOM_UPSTREAM__URL", "http://origin:3000"),
+            ("ANTEROOM_CONFIG", "/etc/anteroom.toml"),
+            ("HOME", "/root"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        config.server.listen,
+        "127.0.0.1:9000".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.server.trusted_proxies.len(), 2);
+    assert_eq!(config.store, StoreConfig::Memory);
+    assert_eq!(config.auth.admin_keys, vec![hash(7)]);
+    assert_eq!(config.rooms[0].max_active, 500);
+    assert_eq!(config.rooms[0].session_ttl, Duration::from_secs(1200));
+    assert_eq!(config.rooms[0].page_template, "42");
+    assert_eq!(
+        config.upstream,
+        Some(UpstreamConfig {
+            url: "http://origin:3000".to_owned()
+        })
+    );
+
+    // Switching the backend from the environment ignores the file's keys for the other one.
+    let redb = "[store]\npath = \"x.redb\"\n";
+    assert_eq!(
+        parse_config(redb, &env(&[("ANTEROOM_STORE__BACKEND", "memory")]))
+            .unwrap()
+            .store,
+        StoreConfig::Memory
+    );
+
+    check_problems(
+        source,
+        &[("ANTEROOM_ROOM__CHECKOUT__MAX_ACTIVE", "5")],
+        &[(
+            None,
+            "environment variable ANTEROOM_ROOM__CHECKOUT__MAX_ACTIVE: no room with id \"checkout\" in the config file",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_ROOM__SALE_2026__MAX_ACTIVE", "lots")],
+        &[(
+            None,
+            "environment variable ANTEROOM_ROOM__SALE_2026__MAX_ACTIVE: `max_active` must be a non-negative integer, found string \"lots\"",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_SERVER__LISTEN", "localhost")],
+        &[(
+            None,
+            "environment variable ANTEROOM_SERVER__LISTEN: invalid socket address \"localhost\"",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_SERVER__LISTN", "127.0.0.1:1")],
+        &[(
+            None,
+            "ANTEROOM_SERVER__LISTN: unknown key `listn` in [server]; did you mean `listen`?",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_SERVER_LISTEN", "127.0.0.1:1")],
+        &[(
+            None,
+            "ANTEROOM_SERVER_LISTEN: separate levels with two underscores, as in ANTEROOM_SERVER__LISTEN",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_SERVR__LISTEN", "127.0.0.1:1")],
+        &[(
+            None,
+            "unknown config section `servr`; did you mean `server`?",
+        )],
+    );
+    check_problems(
+        source,
+        &[("ANTEROOM_ROOM__SALE_2026", "1")],
+        &[(None, "name a room field")],
+    );
+    // Environment problems come after the file's, which keep their lines.
+    check_problems(
+        "[server]\nlisen = 1\n",
+        &[("ANTEROOM_KEYS__ALGORITHM", "HS512")],
+        &[
+            (Some(2), "unknown key `lisen`"),
+            (
+                None,
+                "ANTEROOM_KEYS__ALGORITHM: unknown signing algorithm \"HS512\"",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn raw_rooms_from_json() {
+    let check_json = |json: &str, expected: Result<RoomConfig, Vec<(&str, &str)>>| {
+        let raw: RawRoom = serde_json::from_str(json).unwrap();
+        match (raw.resolve(), expected) {
+            (Ok(room), Ok(expected)) => {
+                assert_eq!(room, expected);
+                let shown = RawRoom::from_config(&room);
+                assert_eq!(shown.resolve(), Ok(room));
+                let text = serde_json::to_string(&shown).unwrap();
+                assert_eq!(serde_json::from_str::<RawRoom>(&text).unwrap(), shown);
+            }
+            (Err(problems), Err(expected)) => {
+                let found: Vec<(&str, &str)> = problems
+                    .iter()
+                    .map(|p| (p.field.as_str(), p.message.as_str()))
+                    .collect();
+                assert_eq!(found.len(), expected.len(), "{found:?}");
+                for ((field, message), (expected_field, expected_text)) in
+                    found.iter().zip(&expected)
+                {
+                    assert_eq!(field, expected_field);
+                    assert!(
+                        message.contains(expected_text),
+                        "{message:?} should contain {expected_text:?}"
+                    );
+                }
+            }
+            (found, expected) => panic!("found {found:?}, expected {expected:?}"),
+        }
+    };
+
+    check_json(
+        r#"{"id": "a"}"#,
+        Ok(RoomConfig::with_defaults(room_id("a"))),
+    );
+    let mut expected = RoomConfig::with_defaults(room_id("b"));
+    expected.max_active = 7;
+    expected.session_max = Some(Duration::from_millis(5_400_500));
+    expected.mode = Mode::Passthrough;
+    expected.identity = Identity::JwtClaim("email".to_owned());
+    expected.requires = vec![room_id("a")];
+    check_json(
+        r#"{"id": "b", "max_active": 7, "session_max": "1h30m500ms", "mode": "passthrough", "identity": "jwt:email", "requires": ["a"]}"#,
+        Ok(expected),
+    );
+    check_json(
+        r#"{"id": "B", "claim_ttl": "soon", "mode": "open", "requires": ["B"]}"#,
+        Err(vec![
+            ("id", "invalid room id \"B\""),
+            ("claim_ttl", "invalid duration \"soon\""),
+            ("mode", "unknown mode \"open\""),
+            ("requires", "invalid room id \"B\""),
+        ]),
+    );
+
+    assert!(serde_json::from_str::<RawRoom>(r#"{"id": "a", "max_actve": 1}"#).is_err());
+    assert!(serde_json::from_str::<RawRoom>(r#"{"id": "a", "max_active": -1}"#).is_err());
+    // Absent optional fields are left out when shown.
+    let text = serde_json::to_string(&RawRoom::from_config(&RoomConfig::with_defaults(room_id(
+        "a",
+    ))))
+    .unwrap();
+    assert!(!text.contains("session_max"), "{text}");
+}
+
+#[test]
+fn cidr_parsing_and_membership() {
+    let check_cidr = |cidr: &str, ip: &str, expected: bool| {
+        let cidr: Cidr = cidr.parse().unwrap();
+        let ip: IpAddr = ip.parse().unwrap();
+        assert_eq!(cidr.contains(ip), expected, "{cidr} contains {ip}");
+    };
+    check_cidr("10.0.0.0/8", "10.255.0.1", true);
+    check_cidr("10.0.0.0/8", "11.0.0.1", false);
+    check_cidr("192.168.1.7", "192.168.1.7", true);
+    check_cidr("192.168.1.7", "192.168.1.8", false);
+    check_cidr("0.0.0.0/0", "203.0.113.9", true);
+    check_cidr("0.0.0.0/0", "2001:db8::1", false);
+    check_cidr("2001:db8::/32", "2001:db8:ffff::1", true);
+    check_cidr("2001:db8::/32", "2001:db9::1", false);
+    check_cidr("::1/128", "::1", true);
+    check_cidr("::/0", "2001:db8::1", true);
+    // IPv4-mapped IPv6 addresses count as IPv4, on either side.
+    check_cidr("10.0.0.0/8", "::ffff:10.1.2.3", true);
+    check_cidr("::ffff:10.0.0.0/104", "10.9.9.9", true);
+    check_cidr("::ffff:10.0.0.0/104", "11.0.0.1", false);
+
+    let check_text = |input: &str, expected: Option<&str>| {
+        let parsed = input.parse::<Cidr>().ok().map(|cidr| cidr.to_string());
+        assert_eq!(parsed.as_deref(), expected, "{input}");
+    };
+    check_text("10.1.2.3/8", Some("10.0.0.0/8"));
+    check_text("::1", Some("::1/128"));
+    check_text("::ffff:10.0.0.0/104", Some("10.0.0.0/8"));
+    check_text("10.0.0.0/33", None);
+    check_text("10.0.0.0/", None);
+    check_text("10.0.0.0/+8", None);
+    check_text("example.com/8", None);
+}
+
+#[test]
+fn key_hashes() {
+    let check_hash = |input: &str, expected: Option<KeyHash>| {
+        assert_eq!(input.parse::<KeyHash>().ok(), expected, "{input}");
+    };
+    check_hash(&format!("sha256:{}", "0a".repeat(32)), Some(hash(10)));
+    check_hash(&format!("sha256:{}", "0A".repeat(32)), Some(hash(10)));
+    check_hash(&"0a".repeat(32), None);
+    check_hash(&format!("sha256:{}", "0a".repeat(31)), None);
+    check_hash(&format!("sha256:+a{}", "0a".repeat(31)), None);
+    check_hash(&format!("sha256:{}", "zz".repeat(32)), None);
+}
+
+#[test]
+fn top_level_keys_are_the_supported_and_unsupported_sections() {
+    let mut listed: Vec<&str> = SUPPORTED_SECTIONS.to_vec();
+    listed.extend(UNSUPPORTED_SECTIONS.iter().map(|(key, _)| *key));
+    listed.sort_unstable();
+    let mut all = TOP_LEVEL_KEYS.to_vec();
+    all.sort_unstable();
+    assert_eq!(listed, all);
+}

@@ -1,0 +1,439 @@
+//! Runs the core room engine for a set of rooms held in memory, and hands each operation's
+//! changed records to a [`Persister`] before the operation is acknowledged.
+//!
+//! Each room sits behind its own mutex, so operations on one room are serialised (atomic) and
+//! different rooms proceed in parallel. The persister is called while the room's lock is still
+//! held, which puts a room's writes into the durable log in the order they happened; the lock
+//! is released before waiting for the disk, so many operations share one commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::engine::{
+    ChangeSet, EngineError, Entry, JoinRequest, RoomSnapshot, RoomState, Session, SessionEnd,
+    TickReport, TicketRef,
+};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{Clock, RoomId, SessionId, Timestamp};
+use parking_lot::{Mutex, RwLock};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::oneshot;
+
+use crate::{RoomRecords, StoreError};
+
+/// A durable write that has been queued; resolves once it is on disk.
+pub(crate) type PendingWrite = oneshot::Receiver<Result<(), String>>;
+
+/// What a backend does to make a room's changes durable.
+pub(crate) trait Persister: Send + Sync + 'static {
+    /// Queues the records named by `changes` (and the configuration when `config_changed`).
+    /// Called with the room's lock held. `None` means nothing needs waiting for.
+    fn persist(
+        &self,
+        room: &RoomState,
+        changes: &ChangeSet,
+        config_changed: bool,
+    ) -> Result<Option<PendingWrite>, StoreError>;
+
+    /// Queues the deletion of a room and all its records.
+    fn persist_deletion(&self, room: &RoomId) -> Result<Option<PendingWrite>, StoreError>;
+}
+
+/// One room with the random generator its operations draw from.
+pub(crate) struct RoomSlot {
+    pub(crate) state: RoomState,
+    rng: StdRng,
+    deleted: bool,
+}
+
+/// The shared engine host behind [`crate::MemoryStore`] and [`crate::RedbStore`].
+pub(crate) struct EngineHost<P> {
+    rooms: RwLock<BTreeMap<RoomId, Arc<Mutex<RoomSlot>>>>,
+    clock: Arc<dyn Clock>,
+    persister: P,
+    seed: Option<u64>,
+}
+
+impl<P: Persister> EngineHost<P> {
+    /// A host over already-restored rooms. With `seed`, random choices are reproducible.
+    pub(crate) fn new(
+        rooms: Vec<RoomState>,
+        clock: Arc<dyn Clock>,
+        persister: P,
+        seed: Option<u64>,
+    ) -> EngineHost<P> {
+        let host = EngineHost {
+            rooms: RwLock::new(BTreeMap::new()),
+            clock,
+            persister,
+            seed,
+        };
+        {
+            let mut map = host.rooms.write();
+            for state in rooms {
+                let id = state.config().id.clone();
+                map.insert(id, Arc::new(Mutex::new(host.slot_for(state))));
+            }
+        }
+        host
+    }
+
+    pub(crate) fn persister(&self) -> &P {
+        &self.persister
+    }
+
+    fn slot_for(&self, state: RoomState) -> RoomSlot {
+        let rng = match self.seed {
+            Some(seed) => {
+                // Mixing in the room's counters keeps a reopened store from replaying the ids
+                // it handed out before.
+                let meta = state.meta();
+                let history =
+                    meta.last_position.rotate_left(17) ^ meta.totals.passes.rotate_left(41);
+                StdRng::seed_from_u64(seed ^ hash_room(&state.config().id) ^ history)
+            }
+            None => StdRng::from_entropy(),
+        };
+        RoomSlot {
+            state,
+            rng,
+            deleted: false,
+        }
+    }
+
+    fn slot(&self, room: &RoomId) -> Result<Arc<Mutex<RoomSlot>>, StoreError> {
+        self.rooms
+            .read()
+            .get(room)
+            .cloned()
+            .ok_or_else(|| StoreError::RoomNotFound(room.clone()))
+    }
+
+    /// Runs `operation` on the room atomically and waits until its changes are durable.
+    pub(crate) async fn apply<T>(
+        &self,
+        room: &RoomId,
+        operation: impl FnOnce(
+            &mut RoomState,
+            Timestamp,
+            &mut StdRng,
+            &mut ChangeSet,
+        ) -> Result<T, EngineError>,
+    ) -> Result<T, StoreError> {
+        let slot = self.slot(room)?;
+        let (result, pending) = {
+            let mut guard = slot.lock();
+            if guard.deleted {
+                return Err(StoreError::RoomNotFound(room.clone()));
+            }
+            let now = self.clock.now();
+            let mut changes = ChangeSet::default();
+            let RoomSlot { state, rng, .. } = &mut *guard;
+            let result = operation(state, now, rng, &mut changes);
+            let pending = if changes.is_empty() {
+                None
+            } else {
+                self.persister.persist(&guard.state, &changes, false)?
+            };
+            (result, pending)
+        };
+        wait_durable(pending).await?;
+        Ok(result?)
+    }
+
+    /// Reads the room under its lock, without changing it.
+    pub(crate) fn read<T>(
+        &self,
+        room: &RoomId,
+        read: impl FnOnce(&RoomState) -> T,
+    ) -> Result<T, StoreError> {
+        let slot = self.slot(room)?;
+        let guard = slot.lock();
+        if guard.deleted {
+            return Err(StoreError::RoomNotFound(room.clone()));
+        }
+        Ok(read(&guard.state))
+    }
+
+    pub(crate) async fn put_room(&self, config: RoomConfig) -> Result<RoomSnapshot, StoreError> {
+        let id = config.id.clone();
+        let (snapshot, pending) = {
+            let mut rooms = self.rooms.write();
+            let slot = rooms
+                .entry(id)
+                .or_insert_with(|| {
+                    Arc::new(Mutex::new(
+                        self.slot_for(RoomState::new(config.clone(), self.clock.now())),
+                    ))
+                })
+                .clone();
+            drop(rooms);
+            let mut guard = slot.lock();
+            let mut changes = ChangeSet::default();
+            guard
+                .state
+                .set_config(config, self.clock.now(), &mut changes);
+            let pending = self.persister.persist(&guard.state, &changes, true)?;
+            (guard.state.snapshot(), pending)
+        };
+        wait_durable(pending).await?;
+        Ok(snapshot)
+    }
+
+    pub(crate) async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError> {
+        let pending = {
+            let mut rooms = self.rooms.write();
+            let Some(slot) = rooms.remove(room) else {
+                return Ok(false);
+            };
+            slot.lock().deleted = true;
+            self.persister.persist_deletion(room)?
+        };
+        wait_durable(pending).await?;
+        Ok(true)
+    }
+
+    pub(crate) fn rooms(&self) -> Vec<RoomConfig> {
+        let slots: Vec<Arc<Mutex<RoomSlot>>> = self.rooms.read().values().cloned().collect();
+        slots
+            .iter()
+            .map(|slot| slot.lock().state.config().clone())
+            .collect()
+    }
+
+    pub(crate) async fn join(
+        &self,
+        room: &RoomId,
+        request: JoinRequest,
+    ) -> Result<Entry, StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            state.join(request, now, rng, changes)
+        })
+        .await
+    }
+
+    pub(crate) async fn status(
+        &self,
+        room: &RoomId,
+        ticket: TicketRef,
+    ) -> Result<Entry, StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            state.status(ticket, now, rng, changes)
+        })
+        .await
+    }
+
+    /// Leaves; a freed slot is refilled by an immediate tick.
+    pub(crate) async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<(), StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            let freed = state.leave(ticket, now, changes)?;
+            if freed {
+                state.tick(now, rng, changes);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Ends a session; its slot is refilled by an immediate tick (one-in-one-out).
+    pub(crate) async fn end_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+        reason: SessionEnd,
+    ) -> Result<Session, StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            let ended = state.end_session(session, reason, now, changes)?;
+            state.tick(now, rng, changes);
+            Ok(ended)
+        })
+        .await
+    }
+
+    pub(crate) async fn renew_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+    ) -> Result<(Session, bool), StoreError> {
+        self.apply(room, |state, now, _, changes| {
+            state.renew_session(session, now, changes)
+        })
+        .await
+    }
+
+    pub(crate) async fn issue_session(
+        &self,
+        room: &RoomId,
+        uid: Option<String>,
+        ttl: Duration,
+    ) -> Result<Session, StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            Ok(state.issue_session(uid, ttl, now, rng, changes))
+        })
+        .await
+    }
+
+    pub(crate) async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError> {
+        self.apply(room, |state, now, rng, changes| {
+            Ok(state.tick(now, rng, changes))
+        })
+        .await
+    }
+
+    pub(crate) async fn reset(
+        &self,
+        room: &RoomId,
+        purge: bool,
+    ) -> Result<RoomSnapshot, StoreError> {
+        self.apply(room, |state, now, _, changes| {
+            state.reset(purge, now, changes);
+            Ok(state.snapshot())
+        })
+        .await
+    }
+
+    pub(crate) fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError> {
+        self.read(room, |state| RoomRecords {
+            tickets: state.tickets().cloned().collect(),
+            sessions: state.sessions().cloned().collect(),
+        })
+    }
+}
+
+async fn wait_durable(pending: Option<PendingWrite>) -> Result<(), StoreError> {
+    let Some(pending) = pending else {
+        return Ok(());
+    };
+    match pending.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(message)) => Err(StoreError::Backend {
+            message,
+            source: None,
+        }),
+        Err(_) => Err(StoreError::Backend {
+            message: "the store's writer stopped".to_owned(),
+            source: None,
+        }),
+    }
+}
+
+/// A stable per-room mix for seeded generators, so rooms do not share one random sequence.
+fn hash_room(room: &RoomId) -> u64 {
+    room.as_str()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// Implements [`crate::RoomStore`] for a wrapper whose field `host` is an [`EngineHost`].
+macro_rules! delegate_room_store {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::RoomStore for $store {
+            async fn put_room(
+                &self,
+                config: anteroom_core::room::RoomConfig,
+            ) -> Result<anteroom_core::engine::RoomSnapshot, $crate::StoreError> {
+                self.host.put_room(config).await
+            }
+            async fn delete_room(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<bool, $crate::StoreError> {
+                self.host.delete_room(room).await
+            }
+            async fn rooms(
+                &self,
+            ) -> Result<Vec<anteroom_core::room::RoomConfig>, $crate::StoreError> {
+                Ok(self.host.rooms())
+            }
+            async fn room(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<anteroom_core::room::RoomConfig, $crate::StoreError> {
+                self.host.read(room, |state| state.config().clone())
+            }
+            async fn join(
+                &self,
+                room: &anteroom_core::RoomId,
+                request: anteroom_core::engine::JoinRequest,
+            ) -> Result<anteroom_core::engine::Entry, $crate::StoreError> {
+                self.host.join(room, request).await
+            }
+            async fn status(
+                &self,
+                room: &anteroom_core::RoomId,
+                ticket: anteroom_core::engine::TicketRef,
+            ) -> Result<anteroom_core::engine::Entry, $crate::StoreError> {
+                self.host.status(room, ticket).await
+            }
+            async fn leave(
+                &self,
+                room: &anteroom_core::RoomId,
+                ticket: anteroom_core::engine::TicketRef,
+            ) -> Result<(), $crate::StoreError> {
+                self.host.leave(room, ticket).await
+            }
+            async fn end_session(
+                &self,
+                room: &anteroom_core::RoomId,
+                session: anteroom_core::SessionId,
+                reason: anteroom_core::engine::SessionEnd,
+            ) -> Result<anteroom_core::engine::Session, $crate::StoreError> {
+                self.host.end_session(room, session, reason).await
+            }
+            async fn renew_session(
+                &self,
+                room: &anteroom_core::RoomId,
+                session: anteroom_core::SessionId,
+            ) -> Result<(anteroom_core::engine::Session, bool), $crate::StoreError> {
+                self.host.renew_session(room, session).await
+            }
+            async fn session(
+                &self,
+                room: &anteroom_core::RoomId,
+                session: anteroom_core::SessionId,
+            ) -> Result<Option<anteroom_core::engine::Session>, $crate::StoreError> {
+                self.host
+                    .read(room, |state| state.session(session).cloned())
+            }
+            async fn issue_session(
+                &self,
+                room: &anteroom_core::RoomId,
+                uid: Option<String>,
+                ttl: std::time::Duration,
+            ) -> Result<anteroom_core::engine::Session, $crate::StoreError> {
+                self.host.issue_session(room, uid, ttl).await
+            }
+            async fn tick(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<anteroom_core::engine::TickReport, $crate::StoreError> {
+                self.host.tick(room).await
+            }
+            async fn snapshot(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<anteroom_core::engine::RoomSnapshot, $crate::StoreError> {
+                self.host.read(room, |state| state.snapshot())
+            }
+            async fn reset(
+                &self,
+                room: &anteroom_core::RoomId,
+                purge: bool,
+            ) -> Result<anteroom_core::engine::RoomSnapshot, $crate::StoreError> {
+                self.host.reset(room, purge).await
+            }
+            async fn records(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<$crate::RoomRecords, $crate::StoreError> {
+                self.host.records(room)
+            }
+        }
+    };
+}
+pub(crate) use delegate_room_store;

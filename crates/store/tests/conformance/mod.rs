@@ -1,0 +1,595 @@
+//! The storage conformance suite: one `async fn` per behaviour, run unchanged against every
+//! backend by [`conformance_suite!`].
+//!
+//! Behaviours are grouped by capability: rooms, joining and status, admission (I1-I5, I8),
+//! sessions (I7, revocation, renewal), generations, durability (I6, for backends that keep
+//! data), concurrency, and a property test that drives random operation sequences against a
+//! naive reference model (`model.rs`) and checks every invariant after every step.
+
+#![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
+
+pub mod model;
+pub mod properties;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, SessionState, TicketRef};
+use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_core::{ManualClock, RoomId, Timestamp};
+use anteroom_store::{RoomStore, StoreError};
+
+/// A backend under test: opens stores over one data location.
+pub trait Backend: Send + Sync {
+    /// Opens a store. Durable backends open the same data every time; the caller drops the
+    /// previous store first.
+    fn open(&self, clock: Arc<ManualClock>) -> Arc<dyn RoomStore>;
+    /// Whether data survives [`Backend::open`] again.
+    fn is_durable(&self) -> bool;
+}
+
+/// Stamps out one `#[test]` per behaviour for a backend expression.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:expr) => {
+        $crate::conformance_suite!(@tests $backend;
+            rooms_are_created_replaced_listed_and_deleted,
+            unknown_rooms_and_tickets_are_refused,
+            first_visitor_enters_at_once_then_others_queue,
+            positions_strictly_increase_under_concurrent_joins,
+            ahead_counts_only_live_tickets,
+            tick_admits_fifo_within_capacity,
+            admissions_follow_the_rate_and_burst,
+            claiming_twice_returns_the_same_session,
+            ending_a_session_refills_its_slot_at_once,
+            no_shows_idle_tickets_and_sessions_expire,
+            renewal_extends_a_session_once_half_spent,
+            reset_bumps_the_generation,
+            closed_rooms_refuse_joins_without_changing_state,
+            acknowledged_state_survives_reopening,
+        );
+        #[test]
+        fn invariants_hold_under_random_operations() {
+            $crate::conformance::properties::run(&|| $backend);
+        }
+    };
+    (@tests $backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::conformance::$name(&$backend).await;
+            }
+        )*
+    };
+}
+
+pub const START: Timestamp = Timestamp(1_700_000_000_000);
+
+pub fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(START))
+}
+
+pub fn room_id(name: &str) -> RoomId {
+    RoomId::new(name).unwrap()
+}
+
+pub fn room(name: &str, edit: impl FnOnce(&mut RoomConfig)) -> RoomConfig {
+    let mut config = RoomConfig::with_defaults(room_id(name));
+    edit(&mut config);
+    config
+}
+
+pub fn reference(entry: &Entry, generation: u32) -> TicketRef {
+    let id = match entry {
+        Entry::Waiting(view) => view.ticket,
+        Entry::Admitted(view) => view.ticket,
+    };
+    TicketRef { id, generation }
+}
+
+fn ahead(entry: &Entry) -> u64 {
+    match entry {
+        Entry::Waiting(view) => view.ahead,
+        Entry::Admitted(_) => panic!("expected a waiting ticket, got {entry:?}"),
+    }
+}
+
+fn position(entry: &Entry) -> u64 {
+    match entry {
+        Entry::Waiting(view) => view.position,
+        Entry::Admitted(view) => view.position,
+    }
+}
+
+fn session_of(entry: &Entry) -> anteroom_core::SessionId {
+    match entry {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => panic!("expected an admitted ticket, got {entry:?}"),
+    }
+}
+
+async fn join(store: &dyn RoomStore, room: &RoomId) -> Entry {
+    store.join(room, JoinRequest::default()).await.unwrap()
+}
+
+fn engine_error(result: Result<impl std::fmt::Debug, StoreError>) -> EngineError {
+    match result {
+        Err(StoreError::Engine(error)) => error,
+        other => panic!("expected an engine error, got {other:?}"),
+    }
+}
+
+pub async fn rooms_are_created_replaced_listed_and_deleted(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("alpha");
+    store
+        .put_room(room("alpha", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    store.put_room(room("beta", |_| {})).await.unwrap();
+    let names: Vec<String> = store
+        .rooms()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id.to_string())
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    join(&*store, &id).await;
+    join(&*store, &id).await;
+    // Replacing the configuration keeps the queue.
+    store
+        .put_room(room("alpha", |c| {
+            c.mode = Mode::QueueAll;
+            c.max_active = 7;
+        }))
+        .await
+        .unwrap();
+    assert_eq!(store.room(&id).await.unwrap().max_active, 7);
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 2);
+    assert!(store.delete_room(&id).await.unwrap());
+    assert!(!store.delete_room(&id).await.unwrap());
+    assert!(matches!(
+        store.snapshot(&id).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
+    assert_eq!(store.rooms().await.unwrap().len(), 1);
+}
+
+pub async fn unknown_rooms_and_tickets_are_refused(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let missing = room_id("missing");
+    assert!(matches!(
+        store.join(&missing, JoinRequest::default()).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
+    store.put_room(room("r", |_| {})).await.unwrap();
+    let forged = TicketRef {
+        id: anteroom_core::TicketId::from_bytes([9; 16]),
+        generation: 1,
+    };
+    assert_eq!(
+        engine_error(store.status(&room_id("r"), forged).await),
+        EngineError::TicketUnknown
+    );
+    let unknown_session = anteroom_core::SessionId::from_bytes([3; 16]);
+    assert_eq!(
+        engine_error(
+            store
+                .end_session(&room_id("r"), unknown_session, SessionEnd::Completed)
+                .await
+        ),
+        EngineError::SessionUnknown
+    );
+    assert_eq!(
+        store.snapshot(&room_id("r")).await.unwrap().last_position,
+        0
+    );
+}
+
+pub async fn first_visitor_enters_at_once_then_others_queue(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.max_active = 1;
+            c.admit_per_minute = 60;
+        }))
+        .await
+        .unwrap();
+    let first = join(&*store, &id).await;
+    assert!(matches!(first, Entry::Admitted(_)), "{first:?}");
+    let second = join(&*store, &id).await;
+    assert_eq!((position(&second), ahead(&second)), (2, 0));
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!(
+        (snapshot.active, snapshot.waiting, snapshot.serving),
+        (1, 1, 1)
+    );
+    // Resuming with the held ticket returns the same place, no new position.
+    let resumed = store
+        .join(
+            &id,
+            JoinRequest {
+                resume: Some(reference(&second, 1)),
+                ..JoinRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(position(&resumed), 2);
+    assert_eq!(store.snapshot(&id).await.unwrap().last_position, 2);
+}
+
+pub async fn positions_strictly_increase_under_concurrent_joins(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let store = store.clone();
+        let id = id.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut positions = Vec::new();
+            for _ in 0..25 {
+                positions.push(position(&join(&*store, &id).await));
+            }
+            positions
+        }));
+    }
+    let mut all = BTreeSet::new();
+    for task in tasks {
+        let positions = task.await.unwrap();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "each client sees increasing positions"
+        );
+        for p in positions {
+            assert!(all.insert(p), "duplicate position {p}");
+        }
+    }
+    assert_eq!(all, (1..=400).collect::<BTreeSet<u64>>());
+}
+
+pub async fn ahead_counts_only_live_tickets(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.mode = Mode::QueueAll;
+            c.ticket_idle_ttl = Duration::from_secs(60);
+        }))
+        .await
+        .unwrap();
+    let entries: Vec<Entry> = {
+        let mut entries = Vec::new();
+        for _ in 0..5 {
+            entries.push(join(&*store, &id).await);
+        }
+        entries
+    };
+    store.leave(&id, reference(&entries[1], 1)).await.unwrap();
+    clock.advance(Duration::from_secs(40));
+    for keep in [2, 3, 4] {
+        store
+            .status(&id, reference(&entries[keep], 1))
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(30));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!(report.abandoned, 1, "ticket 1 had no contact for 70 s");
+    assert_eq!(
+        ahead(&store.status(&id, reference(&entries[4], 1)).await.unwrap()),
+        2
+    );
+    assert_eq!(
+        engine_error(store.status(&id, reference(&entries[0], 1)).await),
+        EngineError::TicketExpired
+    );
+    assert_eq!(
+        engine_error(store.status(&id, reference(&entries[1], 1)).await),
+        EngineError::TicketExpired
+    );
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 3);
+}
+
+pub async fn tick_admits_fifo_within_capacity(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..10 {
+        entries.push(join(&*store, &id).await);
+    }
+    store
+        .put_room(room("r", |c| c.max_active = 4))
+        .await
+        .unwrap();
+    assert_eq!(store.tick(&id).await.unwrap().admitted, 4);
+    assert_eq!(
+        store.tick(&id).await.unwrap().admitted,
+        0,
+        "capacity is full"
+    );
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!(
+        (
+            snapshot.admitted_unclaimed,
+            snapshot.serving,
+            snapshot.waiting
+        ),
+        (4, 4, 6)
+    );
+    for entry in &entries[..4] {
+        assert!(matches!(
+            store.status(&id, reference(entry, 1)).await.unwrap(),
+            Entry::Admitted(_)
+        ));
+    }
+    assert_eq!(
+        ahead(&store.status(&id, reference(&entries[4], 1)).await.unwrap()),
+        0
+    );
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!((snapshot.active, snapshot.admitted_unclaimed), (4, 0));
+}
+
+pub async fn admissions_follow_the_rate_and_burst(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        join(&*store, &id).await;
+    }
+    store
+        .put_room(room("r", |c| {
+            c.admit_per_minute = 60;
+            c.admit_burst = 3;
+        }))
+        .await
+        .unwrap();
+    let mut admitted = Vec::new();
+    for _ in 0..10 {
+        admitted.push(store.tick(&id).await.unwrap().admitted);
+        clock.advance(Duration::from_millis(500));
+    }
+    // A burst of 3, then one a second: ticks at 1 s, 2 s, 3 s, 4 s.
+    assert_eq!(admitted, [3, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
+    let rate = store.snapshot(&id).await.unwrap().admission_rate.unwrap();
+    assert!(rate > 0.0);
+}
+
+pub async fn claiming_twice_returns_the_same_session(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.max_active = 2))
+        .await
+        .unwrap();
+    let entry = join(&*store, &id).await;
+    let first = store.status(&id, reference(&entry, 1)).await.unwrap();
+    let second = store.status(&id, reference(&entry, 1)).await.unwrap();
+    assert_eq!(session_of(&entry), session_of(&first));
+    assert_eq!(session_of(&first), session_of(&second));
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!((snapshot.active, snapshot.totals.passes), (1, 1));
+}
+
+pub async fn ending_a_session_refills_its_slot_at_once(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.max_active = 1))
+        .await
+        .unwrap();
+    let first = join(&*store, &id).await;
+    let second = join(&*store, &id).await;
+    let ended = store
+        .end_session(&id, session_of(&first), SessionEnd::Completed)
+        .await
+        .unwrap();
+    assert!(matches!(
+        ended.state,
+        SessionState::Ended {
+            reason: SessionEnd::Completed,
+            ..
+        }
+    ));
+    // One in, one out: the waiting ticket was admitted by the same operation.
+    assert!(matches!(
+        store.status(&id, reference(&second, 1)).await.unwrap(),
+        Entry::Admitted(_)
+    ));
+    let session = store
+        .session(&id, session_of(&first))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(
+        session.state,
+        SessionState::Active,
+        "the ended pass is revoked"
+    );
+    // Ending again changes nothing.
+    store
+        .end_session(&id, session_of(&first), SessionEnd::Abandoned)
+        .await
+        .unwrap();
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!((snapshot.active, snapshot.totals.completed), (1, 1));
+}
+
+pub async fn no_shows_idle_tickets_and_sessions_expire(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.max_active = 1;
+            c.claim_ttl = Duration::from_secs(30);
+            c.session_ttl = Duration::from_secs(60);
+            c.ticket_idle_ttl = Duration::from_secs(600);
+        }))
+        .await
+        .unwrap();
+    let holder = join(&*store, &id).await;
+    let no_show = join(&*store, &id).await;
+    let patient = join(&*store, &id).await;
+    clock.advance(Duration::from_secs(60));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!((report.expired, report.admitted), (1, 1));
+    assert_eq!(
+        engine_error(store.status(&id, reference(&holder, 1)).await),
+        EngineError::TicketExpired
+    );
+    clock.advance(Duration::from_secs(30));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!((report.no_shows, report.admitted), (1, 1));
+    assert_eq!(
+        engine_error(store.status(&id, reference(&no_show, 1)).await),
+        EngineError::TicketExpired
+    );
+    assert!(matches!(
+        store.status(&id, reference(&patient, 1)).await.unwrap(),
+        Entry::Admitted(_)
+    ));
+    let totals = store.snapshot(&id).await.unwrap().totals;
+    assert_eq!((totals.expired, totals.no_show, totals.passes), (1, 1, 2));
+}
+
+pub async fn renewal_extends_a_session_once_half_spent(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.session_ttl = Duration::from_secs(100)))
+        .await
+        .unwrap();
+    let session = session_of(&join(&*store, &id).await);
+    clock.advance(Duration::from_secs(40));
+    let (_, renewed) = store.renew_session(&id, session).await.unwrap();
+    assert!(!renewed);
+    clock.advance(Duration::from_secs(20));
+    let (renewed_session, renewed) = store.renew_session(&id, session).await.unwrap();
+    assert!(renewed);
+    assert_eq!(
+        renewed_session.expires_at,
+        START.after(Duration::from_secs(160))
+    );
+    clock.advance(Duration::from_secs(150));
+    store.tick(&id).await.unwrap();
+    assert_eq!(
+        engine_error(store.renew_session(&id, session).await),
+        EngineError::SessionEnded
+    );
+}
+
+pub async fn reset_bumps_the_generation(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.max_active = 1))
+        .await
+        .unwrap();
+    let admitted = join(&*store, &id).await;
+    let waiting = join(&*store, &id).await;
+    let snapshot = store.reset(&id, false).await.unwrap();
+    assert_eq!(
+        (snapshot.generation, snapshot.waiting, snapshot.active),
+        (2, 0, 0)
+    );
+    assert_eq!(
+        engine_error(store.status(&id, reference(&waiting, 1)).await),
+        EngineError::TicketExpired
+    );
+    let session = store
+        .session(&id, session_of(&admitted))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(session.state, SessionState::Active);
+    let fresh = join(&*store, &id).await;
+    assert_eq!(position(&fresh), 3);
+    let purged = store.reset(&id, true).await.unwrap();
+    assert_eq!(purged.generation, 3);
+    let records = store.records(&id).await.unwrap();
+    assert!(records.tickets.is_empty() && records.sessions.is_empty());
+}
+
+pub async fn closed_rooms_refuse_joins_without_changing_state(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::Closed))
+        .await
+        .unwrap();
+    assert_eq!(
+        engine_error(store.join(&id, JoinRequest::default()).await),
+        EngineError::RoomClosed
+    );
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!((snapshot.last_position, snapshot.totals.joined), (0, 0));
+}
+
+pub async fn acknowledged_state_survives_reopening(backend: &dyn Backend) {
+    if !backend.is_durable() {
+        return;
+    }
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.max_active = 2;
+            c.admit_per_minute = 600;
+        }))
+        .await
+        .unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..6 {
+        entries.push(join(&*store, &id).await);
+    }
+    store.leave(&id, reference(&entries[3], 1)).await.unwrap();
+    let before_snapshot = store.snapshot(&id).await.unwrap();
+    let before_records = store.records(&id).await.unwrap();
+    drop(store);
+    let store = backend.open(clock.clone());
+    assert_eq!(store.room(&id).await.unwrap().max_active, 2);
+    let after_snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!(after_snapshot, before_snapshot);
+    let mut before: Vec<_> = before_records
+        .tickets
+        .iter()
+        .map(|t| (t.id, t.position, t.state))
+        .collect();
+    let mut after: Vec<_> = store
+        .records(&id)
+        .await
+        .unwrap()
+        .tickets
+        .iter()
+        .map(|t| (t.id, t.position, t.state))
+        .collect();
+    before.sort_by_key(|t| t.1);
+    after.sort_by_key(|t| t.1);
+    assert_eq!(before, after);
+    // The same sessions come back for the same tickets, and positions go on from where they were.
+    assert_eq!(
+        session_of(&store.status(&id, reference(&entries[0], 1)).await.unwrap()),
+        session_of(&entries[0])
+    );
+    assert_eq!(position(&join(&*store, &id).await), 7);
+}

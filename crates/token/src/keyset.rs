@@ -1,0 +1,289 @@
+//! The key set: every key in the key directory, the active one that signs, the JWKS and the
+//! ticket signer.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Once};
+
+use jsonwebtoken::{DecodingKey, EncodingKey};
+use serde_json::{Value, json};
+
+use crate::key_dir::{self, Listing};
+use crate::keys::{self, KeyMaterial};
+use crate::{SigningAlgorithm, TicketSigner, TokenError};
+
+/// The keys of one key directory, loaded and ready to sign and verify.
+///
+/// Cloning is cheap (the keys are shared). A `KeySet` is a snapshot: after a rotation or
+/// prune, load the directory again to see the change.
+///
+/// ```
+/// use anteroom_token::{KeySet, SigningAlgorithm};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let keys = KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, 1_700_000_000).unwrap();
+/// assert_eq!(keys.algorithm(), SigningAlgorithm::EdDsa);
+/// assert_eq!(keys.jwks()["keys"][0]["kid"], keys.active_kid());
+///
+/// // Loading again finds the same key instead of making another.
+/// let again = KeySet::load(dir.path()).unwrap();
+/// assert_eq!(again.active_kid(), keys.active_kid());
+/// ```
+#[derive(Clone)]
+pub struct KeySet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Every key, the active one first, then by kid.
+    keys: Vec<LoadedKey>,
+    jwks: Value,
+    ticket_signer: TicketSigner,
+}
+
+/// One key of the set.
+pub(crate) struct LoadedKey {
+    pub(crate) kid: String,
+    pub(crate) material: KeyMaterial,
+}
+
+impl KeySet {
+    /// Loads every key in `dir`; when the directory holds no signing key, generates one of
+    /// `algorithm` (creating the directory, owner-only on unix) and makes it active. The
+    /// ticket secret is generated too when missing.
+    ///
+    /// Keys that are neither active nor retired (left by an interrupted rotation, or copied
+    /// in by hand) are recorded as retired at `now_secs`, so [`KeySet::prune`] removes them
+    /// in time. An existing key of another algorithm is kept: changing the algorithm of a
+    /// running key set is a [`KeySet::rotate`].
+    pub fn load_or_generate(
+        dir: &Path,
+        algorithm: SigningAlgorithm,
+        now_secs: u64,
+    ) -> Result<KeySet, TokenError> {
+        key_dir::create_dir(dir)?;
+        let listing = key_dir::list(dir)?;
+        ensure_ticket_secret(dir, &listing)?;
+        if listing.keys.is_empty() {
+            let kid = add_key(dir, &listing, algorithm)?;
+            key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
+        } else {
+            let active = listing.active_kid(dir)?.to_owned();
+            if listing.active.is_none() {
+                key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{active}\n"))?;
+            }
+            retire_all_but(dir, &listing, &active, now_secs)?;
+        }
+        KeySet::load(dir)
+    }
+
+    /// Loads every key in `dir` without changing anything; an error if it holds no signing
+    /// key, no ticket secret, or a file it owns that it cannot read.
+    pub fn load(dir: &Path) -> Result<KeySet, TokenError> {
+        install_crypto_provider();
+        let listing = key_dir::list(dir)?;
+        let active = listing.active_kid(dir)?;
+        let Some(ticket_secret) = listing.ticket_secret else {
+            return Err(TokenError::MissingTicketKey {
+                path: dir.join(key_dir::TICKET_KEY_FILE),
+            });
+        };
+        let mut keys = Vec::with_capacity(listing.keys.len());
+        for file in &listing.keys {
+            let text = std::fs::read_to_string(&file.path)
+                .map_err(|error| TokenError::io("reading", &file.path, error))?;
+            let material = keys::parse(file.algorithm, &text)
+                .map_err(|reason| TokenError::corrupt(&file.path, reason))?;
+            keys.push(LoadedKey {
+                kid: file.kid.clone(),
+                material,
+            });
+        }
+        // `list` sorts by kid; a stable sort on "is not active" moves the active key first.
+        keys.sort_by_key(|key| key.kid != active);
+        let jwks = jwks_document(&keys);
+        Ok(KeySet {
+            inner: Arc::new(Inner {
+                keys,
+                jwks,
+                ticket_signer: TicketSigner::from_secret(ticket_secret),
+            }),
+        })
+    }
+
+    /// Generates a new key of `algorithm` in `dir` and makes it the active signing key. The
+    /// previous keys stay for verification, recorded as retired at `now_secs`, until
+    /// [`KeySet::prune`] removes them. The ticket secret is kept (or generated when missing).
+    pub fn rotate(
+        dir: &Path,
+        algorithm: SigningAlgorithm,
+        now_secs: u64,
+    ) -> Result<KeySet, TokenError> {
+        key_dir::create_dir(dir)?;
+        let listing = key_dir::list(dir)?;
+        ensure_ticket_secret(dir, &listing)?;
+        let kid = add_key(dir, &listing, algorithm)?;
+        // The new key becomes active before the old ones are marked retired, so a crash in
+        // between never leaves the active key with a retirement record.
+        key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
+        retire_all_but(dir, &listing, &kid, now_secs)?;
+        KeySet::load(dir)
+    }
+
+    /// Deletes the files of retired keys whose retirement is at least `keep_secs` old, so
+    /// every pass they signed has expired; returns how many keys were deleted. The active key
+    /// is never deleted. Choose `keep_secs` at least the longest pass lifetime plus the
+    /// 30 s verification leeway.
+    pub fn prune(dir: &Path, keep_secs: u64, now_secs: u64) -> Result<usize, TokenError> {
+        let listing = key_dir::list(dir)?;
+        let active = listing.active_kid(dir)?.to_owned();
+        retire_all_but(dir, &listing, &active, now_secs)?;
+        let mut n_deleted = 0;
+        for (kid, (retired_at, record)) in &listing.retired {
+            if *kid == active || now_secs.saturating_sub(*retired_at) < keep_secs {
+                continue;
+            }
+            // Key first, record second: a crash in between leaves only an orphan record,
+            // which the next prune removes.
+            if let Some(file) = listing.keys.iter().find(|key| &key.kid == kid) {
+                key_dir::remove_file(&file.path)?;
+                n_deleted += 1;
+            }
+            key_dir::remove_file(record)?;
+        }
+        Ok(n_deleted)
+    }
+
+    /// The id of the key that signs new passes.
+    pub fn active_kid(&self) -> &str {
+        &self.active().kid
+    }
+
+    /// The algorithm of the active key.
+    pub fn algorithm(&self) -> SigningAlgorithm {
+        self.active().material.algorithm
+    }
+
+    /// The ids of every key in the set, the active one first.
+    pub fn kids(&self) -> Vec<String> {
+        self.inner.keys.iter().map(|key| key.kid.clone()).collect()
+    }
+
+    /// The JWKS document (`{"keys": [...]}`) with every public key in the set, the active one
+    /// first, each with `kid`, `alg` and `"use": "sig"`. HS256 keys are secret and never
+    /// appear.
+    pub fn jwks(&self) -> Value {
+        self.inner.jwks.clone()
+    }
+
+    /// The signer for ticket tokens, keyed by the directory's `ticket.key`.
+    pub fn ticket_signer(&self) -> &TicketSigner {
+        &self.inner.ticket_signer
+    }
+
+    pub(crate) fn active(&self) -> &LoadedKey {
+        // `load` never builds an empty set and puts the active key first.
+        &self.inner.keys[0]
+    }
+
+    pub(crate) fn find(&self, kid: &str) -> Option<&LoadedKey> {
+        self.inner.keys.iter().find(|key| key.kid == kid)
+    }
+}
+
+impl LoadedKey {
+    pub(crate) fn encoding_key(&self) -> &EncodingKey {
+        &self.material.encoding
+    }
+
+    pub(crate) fn decoding_key(&self) -> &DecodingKey {
+        &self.material.decoding
+    }
+}
+
+impl fmt::Debug for KeySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeySet")
+            .field("active_kid", &self.active_kid())
+            .field("algorithm", &self.algorithm().as_str())
+            .field("kids", &self.kids())
+            .finish_non_exhaustive()
+    }
+}
+
+/// jsonwebtoken picks its crypto backend from a process-wide provider. Installing the
+/// RustCrypto one here means callers need not know; if the process already chose a provider,
+/// that one stays.
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // An error only says a provider is already installed, which is fine.
+        let _ = jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER.install_default();
+    });
+}
+
+/// Writes `ticket.key` when the directory has none.
+fn ensure_ticket_secret(dir: &Path, listing: &Listing) -> Result<(), TokenError> {
+    if listing.ticket_secret.is_some() {
+        return Ok(());
+    }
+    let secret = keys::encode_secret(&keys::random_secret());
+    key_dir::write_file(dir, key_dir::TICKET_KEY_FILE, &format!("{secret}\n"))
+}
+
+/// Generates a key of `algorithm` under a fresh kid, writes its file and returns the kid.
+fn add_key(
+    dir: &Path,
+    listing: &Listing,
+    algorithm: SigningAlgorithm,
+) -> Result<String, TokenError> {
+    let text = keys::generate(algorithm).map_err(|reason| TokenError::KeyGeneration {
+        algorithm: algorithm.as_str(),
+        reason,
+    })?;
+    let kid = loop {
+        // 64 random bits: collisions are only possible in theory, and checked anyway.
+        let kid = keys::encode_secret(&keys::random_secret()[..8]);
+        if !listing.has_kid(&kid) && !listing.retired.contains_key(&kid) {
+            break kid;
+        }
+    };
+    key_dir::write_file(dir, &key_dir::key_file_name(&kid, algorithm), &text)?;
+    Ok(kid)
+}
+
+/// Records every key other than `active` that has no retirement record as retired now.
+fn retire_all_but(
+    dir: &Path,
+    listing: &Listing,
+    active: &str,
+    now_secs: u64,
+) -> Result<(), TokenError> {
+    for key in &listing.keys {
+        if key.kid != active && !listing.retired.contains_key(&key.kid) {
+            key_dir::write_file(
+                dir,
+                &key_dir::retired_file_name(&key.kid),
+                &format!("{now_secs}\n"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn jwks_document(keys: &[LoadedKey]) -> Value {
+    let entries: Vec<Value> = keys
+        .iter()
+        .filter_map(|key| {
+            let mut jwk = key.material.public_jwk.clone()?;
+            jwk.insert("kid".into(), json!(key.kid));
+            jwk.insert("alg".into(), json!(key.material.algorithm.as_str()));
+            jwk.insert("use".into(), json!("sig"));
+            Some(Value::Object(jwk))
+        })
+        .collect();
+    json!({ "keys": entries })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,291 @@
+//! Loading, generating, rotating and pruning key directories.
+
+use std::fs;
+use std::path::Path;
+
+use super::*;
+use crate::fixtures::{self, EXPECT, NOW};
+
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .into_string()
+                .expect("utf-8")
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Loads `dir` and checks that it fails with a corrupt-file error naming `file`.
+fn check_corrupt(dir: &Path, file: &str) {
+    match KeySet::load(dir) {
+        Err(error @ TokenError::CorruptKeyFile { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains(file), "{message:?} names {file}");
+        }
+        other => panic!("expected a corrupt {file}, got {other:?}"),
+    }
+}
+
+#[test]
+fn generates_the_layout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_dir = dir.path().join("keys");
+    let keys = KeySet::load_or_generate(&key_dir, SigningAlgorithm::EdDsa, NOW).expect("keys");
+    let kid = keys.active_kid().to_owned();
+    assert!(key_dir::is_valid_kid(&kid) && kid.len() == 11, "{kid}");
+    let mut expected = vec![
+        format!("{kid}.eddsa.pem"),
+        "active".into(),
+        "ticket.key".into(),
+    ];
+    expected.sort();
+    assert_eq!(file_names(&key_dir), expected);
+    assert_eq!(
+        fs::read_to_string(key_dir.join("active")).expect("active"),
+        format!("{kid}\n")
+    );
+    let pem = fs::read_to_string(key_dir.join(format!("{kid}.eddsa.pem"))).expect("pem");
+    assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"), "{pem}");
+    assert_eq!(keys.kids(), [kid]);
+}
+
+#[cfg(unix)]
+#[test]
+fn files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_dir = dir.path().join("keys");
+    KeySet::load_or_generate(&key_dir, SigningAlgorithm::Hs256, NOW).expect("keys");
+    KeySet::rotate(&key_dir, SigningAlgorithm::EdDsa, NOW).expect("rotate");
+    let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&key_dir), 0o700);
+    for name in file_names(&key_dir) {
+        assert_eq!(mode(&key_dir.join(&name)), 0o600, "{name}");
+    }
+}
+
+#[test]
+fn loading_again_reuses_the_keys() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::Es256);
+    let before = file_names(dir.path());
+    let again =
+        KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW + 1).expect("keys");
+    assert_eq!(again.active_kid(), keys.active_kid());
+    assert_eq!(
+        again.algorithm(),
+        SigningAlgorithm::Es256,
+        "existing key kept"
+    );
+    assert_eq!(file_names(dir.path()), before, "nothing written");
+    let token = keys.sign_pass(&fixtures::claims()).expect("sign");
+    assert!(again.verify_pass(&token, &EXPECT, NOW).is_ok());
+    let ticket = fixtures_ticket();
+    let signed = keys.ticket_signer().sign(&ticket);
+    assert_eq!(again.ticket_signer().verify(&signed, "launch"), Ok(ticket));
+}
+
+fn fixtures_ticket() -> crate::TicketClaims {
+    crate::TicketClaims {
+        room: "launch".into(),
+        ticket_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+        position: 9,
+        generation: 1,
+    }
+}
+
+#[test]
+fn load_needs_a_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert!(matches!(
+        KeySet::load(dir.path()),
+        Err(TokenError::NoSigningKey { .. })
+    ));
+    assert!(matches!(
+        KeySet::load(&dir.path().join("missing")),
+        Err(TokenError::Io { .. })
+    ));
+    assert!(file_names(dir.path()).is_empty(), "load writes nothing");
+}
+
+#[test]
+fn load_needs_the_ticket_secret() {
+    let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    fs::remove_file(dir.path().join("ticket.key")).expect("remove");
+    let error = KeySet::load(dir.path()).expect_err("no ticket key");
+    assert!(
+        matches!(error, TokenError::MissingTicketKey { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("ticket.key"));
+    // load_or_generate makes a new one.
+    KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW).expect("keys");
+    assert!(dir.path().join("ticket.key").is_file());
+}
+
+#[test]
+fn corrupt_files_are_named() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let kid = keys.active_kid().to_owned();
+    let key_file = format!("{kid}.eddsa.pem");
+    let original = fs::read_to_string(dir.path().join(&key_file)).expect("pem");
+
+    fs::write(dir.path().join(&key_file), "not a key").expect("write");
+    check_corrupt(dir.path(), &key_file);
+    // An ES256 key under an EdDSA name is corrupt too.
+    fs::write(
+        dir.path().join(&key_file),
+        keys::generate(SigningAlgorithm::Es256).expect("key"),
+    )
+    .expect("write");
+    check_corrupt(dir.path(), &key_file);
+    fs::write(dir.path().join(&key_file), &original).expect("write");
+
+    for (file, content) in [
+        ("ticket.key", "short"),
+        ("ticket.key", "!!!"),
+        ("active", "not a kid!"),
+        ("active", "unknownkid"),
+        ("old.retired", "yesterday"),
+        ("bad!kid.eddsa.pem", "x"),
+        ("weak.hs256.key", "c2hvcnQ"),
+    ] {
+        let path = dir.path().join(file);
+        let saved = fs::read(&path).ok();
+        fs::write(&path, content).expect("write");
+        check_corrupt(dir.path(), file);
+        match saved {
+            Some(saved) => fs::write(&path, saved).expect("restore"),
+            None => fs::remove_file(&path).expect("remove"),
+        }
+    }
+    KeySet::load(dir.path()).expect("restored directory loads");
+}
+
+#[test]
+fn two_files_with_one_kid_are_refused() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let kid = keys.active_kid();
+    let name = format!("{kid}.es256.pem");
+    fs::write(
+        dir.path().join(&name),
+        keys::generate(SigningAlgorithm::Es256).expect("key"),
+    )
+    .expect("write");
+    let error = KeySet::load(dir.path()).expect_err("duplicate kid");
+    assert!(error.to_string().contains(kid), "{error}");
+}
+
+#[test]
+fn foreign_files_are_ignored() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    fs::write(dir.path().join("README"), "keys live here").expect("write");
+    fs::write(dir.path().join(".abc.eddsa.pem.tmp"), "partial").expect("write");
+    fs::write(dir.path().join(".hidden.eddsa.pem"), "partial").expect("write");
+    fs::create_dir(dir.path().join("backup.eddsa.pem")).expect("mkdir");
+    let again = KeySet::load(dir.path()).expect("keys");
+    assert_eq!(again.kids(), keys.kids());
+}
+
+#[test]
+fn missing_active_file_is_recovered() {
+    // A crash after the first key was written but before `active` was.
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    fs::remove_file(dir.path().join("active")).expect("remove");
+    assert_eq!(
+        KeySet::load(dir.path()).expect("keys").active_kid(),
+        keys.active_kid()
+    );
+    KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW).expect("keys");
+    assert!(dir.path().join("active").is_file(), "active file rewritten");
+}
+
+#[test]
+fn ambiguous_active_key_is_an_error() {
+    let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let stray = format!("{}.eddsa.pem", "strayKey");
+    fs::write(
+        dir.path().join(stray),
+        keys::generate(SigningAlgorithm::EdDsa).expect("key"),
+    )
+    .expect("write");
+    fs::remove_file(dir.path().join("active")).expect("remove");
+    assert!(matches!(
+        KeySet::load(dir.path()),
+        Err(TokenError::NoActiveKey { .. })
+    ));
+}
+
+#[test]
+fn stray_keys_are_retired_and_verify() {
+    // A key copied in by hand (or left by an interrupted rotation) verifies and is retired.
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let (_other_dir, other) = fixtures::key_set(SigningAlgorithm::Es256);
+    let other_kid = other.active_kid().to_owned();
+    let name = format!("{other_kid}.es256.pem");
+    fs::copy(_other_dir.path().join(&name), dir.path().join(&name)).expect("copy");
+
+    let merged = KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW).expect("keys");
+    assert_eq!(merged.active_kid(), keys.active_kid());
+    assert_eq!(
+        merged.kids(),
+        [keys.active_kid().to_owned(), other_kid.clone()]
+    );
+    let token = other.sign_pass(&fixtures::claims()).expect("sign");
+    assert!(merged.verify_pass(&token, &EXPECT, NOW).is_ok());
+    assert_eq!(
+        fs::read_to_string(dir.path().join(format!("{other_kid}.retired"))).expect("record"),
+        format!("{NOW}\n")
+    );
+}
+
+#[test]
+fn rotate_on_an_empty_directory_makes_the_first_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keys = KeySet::rotate(dir.path(), SigningAlgorithm::Hs256, NOW).expect("rotate");
+    assert_eq!(keys.algorithm(), SigningAlgorithm::Hs256);
+    assert_eq!(keys.kids().len(), 1);
+    assert!(dir.path().join("ticket.key").is_file());
+}
+
+#[test]
+fn prune_keeps_the_active_key() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    // Even a stale retirement record on the active key does not get it deleted.
+    fs::write(
+        dir.path().join(format!("{}.retired", keys.active_kid())),
+        "0",
+    )
+    .expect("write");
+    assert_eq!(KeySet::prune(dir.path(), 0, NOW).expect("prune"), 0);
+    KeySet::load(dir.path()).expect("active key still there");
+}
+
+#[test]
+fn prune_removes_orphan_records() {
+    let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    fs::write(dir.path().join("gone.retired"), "5").expect("write");
+    assert_eq!(KeySet::prune(dir.path(), 10, NOW).expect("prune"), 0);
+    assert!(!dir.path().join("gone.retired").exists());
+}
+
+#[test]
+fn debug_shows_ids_not_secrets() {
+    let (_dir, keys) = fixtures::key_set(SigningAlgorithm::Hs256);
+    let debug = format!("{keys:?}");
+    assert!(debug.contains(keys.active_kid()), "{debug}");
+    assert!(debug.contains("HS256"), "{debug}");
+}
+
+#[test]
+fn key_set_is_shareable() {
+    fn assert_shareable<T: Clone + Send + Sync + 'static>() {}
+    assert_shareable::<KeySet>();
+    assert_shareable::<TicketSigner>();
+}

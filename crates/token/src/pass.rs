@@ -1,0 +1,303 @@
+//! Passes: the JWTs that let a visitor through a room, their claims, and their verification.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::keyset::LoadedKey;
+use crate::{KeySet, SigningAlgorithm, TokenError};
+
+/// Clock skew tolerated on `exp` and `nbf`, in seconds.
+pub const LEEWAY_SECS: u64 = 30;
+
+/// The only `scope` a room pass carries.
+pub const PASS_SCOPE: &str = "room";
+
+/// Longest token considered; passes are a few hundred bytes, so anything longer is refused
+/// before any decoding work.
+const MAX_TOKEN_LEN: usize = 8 * 1024;
+
+/// The claims of a pass.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct PassClaims {
+    /// Issuer: the configured issuer, by default the public base URL.
+    pub iss: String,
+    /// Audience: the room id.
+    pub aud: String,
+    /// Subject: the session id.
+    pub sub: String,
+    /// Token id: the session id.
+    pub jti: String,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// Not before (Unix seconds).
+    pub nbf: u64,
+    /// Expires at (Unix seconds).
+    pub exp: u64,
+    /// The ticket position the pass was issued to.
+    pub pos: u64,
+    /// The room generation the pass belongs to (`gen` on the wire).
+    pub r#gen: u32,
+    /// The visitor's identity, when the room's identity is not anonymous.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uid: Option<String>,
+    /// Always [`PASS_SCOPE`] for a room pass.
+    pub scope: String,
+}
+
+/// What a pass must say to be accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassExpectations<'a> {
+    /// The room the pass must be for (`aud`).
+    pub room: &'a str,
+    /// The issuer the pass must come from (`iss`).
+    pub issuer: &'a str,
+    /// The room's current generation (`gen`).
+    pub generation: u32,
+}
+
+/// Why a pass was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PassError {
+    /// Not a compact JWS with a JSON header and the pass claims.
+    #[error("malformed pass")]
+    Malformed,
+    /// The `kid` names no key of the set (or is missing).
+    #[error("pass signed with an unknown key")]
+    UnknownKey,
+    /// `alg` is `none`, unsupported, or not the algorithm of the key named by `kid`.
+    #[error("pass signing algorithm not allowed")]
+    AlgorithmNotAllowed,
+    /// The signature does not verify.
+    #[error("bad pass signature")]
+    BadSignature,
+    /// `exp` is more than the leeway in the past.
+    #[error("pass expired")]
+    Expired,
+    /// `nbf` is more than the leeway in the future.
+    #[error("pass not yet valid")]
+    NotYetValid,
+    /// `aud` is another room.
+    #[error("pass is for another room")]
+    WrongAudience,
+    /// `iss` is another issuer.
+    #[error("pass from another issuer")]
+    WrongIssuer,
+    /// `gen` is not the room's current generation.
+    #[error("pass from another room generation")]
+    OldGeneration,
+    /// `scope` is not `"room"`.
+    #[error("pass has the wrong scope")]
+    WrongScope,
+}
+
+/// An unverified look inside a token, for people debugging passes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inspection {
+    /// The decoded JOSE header.
+    pub header: Value,
+    /// The decoded claims.
+    pub claims: Value,
+    /// `Ok` when the signature verifies with a key of this set under the rules of
+    /// [`KeySet::verify_pass`]; otherwise why not (`UnknownKey`, `AlgorithmNotAllowed`,
+    /// `BadSignature` or `Malformed`).
+    pub signature: Result<(), PassError>,
+    /// `Ok` when `exp` and `nbf` hold at the time given (with the leeway); otherwise
+    /// `Expired`, `NotYetValid`, or `Malformed` when they are missing or not integers.
+    pub validity: Result<(), PassError>,
+}
+
+impl Inspection {
+    /// Whether the signature verifies with this key set.
+    pub fn signature_verifies(&self) -> bool {
+        self.signature.is_ok()
+    }
+}
+
+impl KeySet {
+    /// Signs `claims` with the active key; the header carries `alg`, `kid` and `typ: JWT`.
+    pub fn sign_pass(&self, claims: &PassClaims) -> Result<String, TokenError> {
+        let key = self.active();
+        let mut header = jsonwebtoken::Header::new(key.material.algorithm.jsonwebtoken());
+        header.kid = Some(key.kid.clone());
+        jsonwebtoken::encode(&header, claims, key.encoding_key())
+            .map_err(|error| TokenError::Signing(error.to_string()))
+    }
+
+    /// Verifies a pass: its `alg` must be the algorithm of the key its `kid` names (never
+    /// `none`, never HMAC with an asymmetric key), the signature must verify, `exp` and `nbf`
+    /// must hold at `now_secs` within [`LEEWAY_SECS`], and `aud`, `iss`, `gen` and `scope`
+    /// must match `expect`.
+    ///
+    /// ```
+    /// use anteroom_token::{KeySet, PassClaims, PassError, PassExpectations, SigningAlgorithm};
+    ///
+    /// let now = 1_700_000_000;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let keys = KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, now).unwrap();
+    /// let claims = PassClaims {
+    ///     iss: "https://shop.example".into(),
+    ///     aud: "launch".into(),
+    ///     sub: "s1".into(),
+    ///     jti: "s1".into(),
+    ///     iat: now,
+    ///     nbf: now,
+    ///     exp: now + 600,
+    ///     pos: 17,
+    ///     r#gen: 1,
+    ///     uid: None,
+    ///     scope: "room".into(),
+    /// };
+    /// let pass = keys.sign_pass(&claims).unwrap();
+    /// let expect = PassExpectations { room: "launch", issuer: "https://shop.example", generation: 1 };
+    /// assert_eq!(keys.verify_pass(&pass, &expect, now + 10), Ok(claims));
+    /// assert_eq!(keys.verify_pass(&pass, &expect, now + 700), Err(PassError::Expired));
+    /// ```
+    pub fn verify_pass(
+        &self,
+        token: &str,
+        expect: &PassExpectations<'_>,
+        now_secs: u64,
+    ) -> Result<PassClaims, PassError> {
+        let claims: PassClaims = self.verify_signature(token)?;
+        check_time(claims.exp, claims.nbf, now_secs)?;
+        if claims.aud != expect.room {
+            return Err(PassError::WrongAudience);
+        }
+        if claims.iss != expect.issuer {
+            return Err(PassError::WrongIssuer);
+        }
+        if claims.r#gen != expect.generation {
+            return Err(PassError::OldGeneration);
+        }
+        if claims.scope != PASS_SCOPE {
+            return Err(PassError::WrongScope);
+        }
+        Ok(claims)
+    }
+
+    /// Decodes the header and claims of `token` without trusting them, and reports whether
+    /// its signature verifies with this key set and whether it is within its lifetime at
+    /// `now_secs`. An error only when the token is not a JWS with JSON header and claims.
+    pub fn inspect(&self, token: &str, now_secs: u64) -> Result<Inspection, TokenError> {
+        let parts = split(token).ok_or_else(|| {
+            TokenError::MalformedToken("not three base64url parts joined by '.'".into())
+        })?;
+        let header = decode_json_part(parts.header)
+            .ok_or_else(|| TokenError::MalformedToken("header is not a JSON object".into()))?;
+        let claims = decode_json_part(parts.claims)
+            .ok_or_else(|| TokenError::MalformedToken("claims are not a JSON object".into()))?;
+        let signature = self.verify_signature::<Value>(token).map(|_| ());
+        let validity = match (
+            claims.get("exp").and_then(Value::as_u64),
+            claims.get("nbf").map_or(Some(0), Value::as_u64),
+        ) {
+            (Some(exp), Some(nbf)) => check_time(exp, nbf, now_secs),
+            _ => Err(PassError::Malformed),
+        };
+        Ok(Inspection {
+            header: Value::Object(header),
+            claims: Value::Object(claims),
+            signature,
+            validity,
+        })
+    }
+
+    /// Checks the header against the key set and the signature with the named key, and
+    /// returns the claims; no claim is checked.
+    fn verify_signature<T: DeserializeOwned>(&self, token: &str) -> Result<T, PassError> {
+        let parts = split(token).ok_or(PassError::Malformed)?;
+        let header = decode_json_part(parts.header).ok_or(PassError::Malformed)?;
+        // Passes use no header extensions, and a token marking one critical must be refused
+        // by a verifier that does not implement it (RFC 7515 §4.1.11).
+        if header.contains_key("crit") {
+            return Err(PassError::Malformed);
+        }
+        // The algorithm is judged before the key is looked up, so `none` and foreign
+        // algorithms are refused whatever `kid` they name.
+        let alg = header
+            .get("alg")
+            .and_then(Value::as_str)
+            .ok_or(PassError::Malformed)?;
+        let algorithm = SigningAlgorithm::from_jose(alg).ok_or(PassError::AlgorithmNotAllowed)?;
+        let key = header
+            .get("kid")
+            .and_then(Value::as_str)
+            .and_then(|kid| self.find(kid))
+            .ok_or(PassError::UnknownKey)?;
+        // The key decides the algorithm, never the token: this is what stops a token MAC'd
+        // with HS256 over an asymmetric key's public bytes.
+        if algorithm != key.material.algorithm {
+            return Err(PassError::AlgorithmNotAllowed);
+        }
+        decode_verified(token, key)
+    }
+}
+
+/// The three parts of a compact JWS.
+struct Parts<'a> {
+    header: &'a str,
+    claims: &'a str,
+}
+
+fn split(token: &str) -> Option<Parts<'_>> {
+    if token.len() > MAX_TOKEN_LEN {
+        return None;
+    }
+    let mut parts = token.split('.');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(header), Some(claims), Some(_signature), None) => Some(Parts { header, claims }),
+        _ => None,
+    }
+}
+
+fn decode_json_part(part: &str) -> Option<Map<String, Value>> {
+    let bytes = URL_SAFE_NO_PAD.decode(part).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Verifies the signature with jsonwebtoken and decodes the claims. Its time checks read the
+/// system clock, so they are off here and done by [`check_time`] against the caller's time.
+fn decode_verified<T: DeserializeOwned>(token: &str, key: &LoadedKey) -> Result<T, PassError> {
+    let mut validation = jsonwebtoken::Validation::new(key.material.algorithm.jsonwebtoken());
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    match jsonwebtoken::decode::<T>(token, key.decoding_key(), &validation) {
+        Ok(data) => Ok(data.claims),
+        Err(error) => Err(map_jsonwebtoken_error(error.kind())),
+    }
+}
+
+fn map_jsonwebtoken_error(kind: &jsonwebtoken::errors::ErrorKind) -> PassError {
+    use jsonwebtoken::errors::ErrorKind;
+    match kind {
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm => PassError::AlgorithmNotAllowed,
+        ErrorKind::InvalidToken
+        | ErrorKind::Base64(_)
+        | ErrorKind::Json(_)
+        | ErrorKind::Utf8(_)
+        | ErrorKind::InvalidClaimFormat(_)
+        | ErrorKind::MissingRequiredClaim(_) => PassError::Malformed,
+        // Everything else means the signature could not be shown to come from the key.
+        _ => PassError::BadSignature,
+    }
+}
+
+fn check_time(exp: u64, nbf: u64, now_secs: u64) -> Result<(), PassError> {
+    // Valid while now < exp (RFC 7519 §4.1.4) and now >= nbf (§4.1.5), each widened by the
+    // leeway.
+    if now_secs >= exp.saturating_add(LEEWAY_SECS) {
+        return Err(PassError::Expired);
+    }
+    if now_secs.saturating_add(LEEWAY_SECS) < nbf {
+        return Err(PassError::NotYetValid);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
