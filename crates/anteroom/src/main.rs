@@ -1,2 +1,157 @@
-//! The anteroom binary.
-fn main() {}
+//! The `anteroom` binary: command-line parsing and wiring, nothing more.
+//!
+//! `run()` picks the exit code: 0 on success, 64 for a bad configuration (EX_USAGE), 1 for
+//! anything else.
+
+mod clock;
+mod commands;
+mod demo;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A self-hosted virtual waiting room and rate-limiting gateway.
+#[derive(Debug, Parser)]
+#[command(name = "anteroom", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the waiting room with a config file.
+    Serve {
+        /// The config file.
+        #[arg(long, short, env = "ANTEROOM_CONFIG", default_value = "anteroom.toml")]
+        config: PathBuf,
+    },
+    /// Checks a config file and reports every problem with its line.
+    CheckConfig {
+        /// The config file.
+        #[arg(long, short, env = "ANTEROOM_CONFIG", default_value = "anteroom.toml")]
+        config: PathBuf,
+    },
+    /// Signing keys.
+    Keys {
+        #[command(subcommand)]
+        command: commands::KeysCommand,
+    },
+    /// Tokens.
+    Token {
+        #[command(subcommand)]
+        command: commands::TokenCommand,
+    },
+    /// Starts a self-contained demo: a room, a demo site behind it, and the URLs to try.
+    Demo(demo::DemoArgs),
+}
+
+/// Exit code for a bad configuration or bad arguments (EX_USAGE).
+const EXIT_BAD_CONFIG: u8 = 64;
+
+/// A failure that has its own exit code.
+#[derive(Debug)]
+struct BadConfig(String);
+
+impl std::fmt::Display for BadConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadConfig {}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            if let Some(bad) = error.downcast_ref::<BadConfig>() {
+                eprintln!("{bad}");
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { config } => {
+            init_tracing();
+            let config = serve::load_config(&config)?;
+            runtime()?.block_on(serve::serve(config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CheckConfig { config } => {
+            let loaded = serve::load_config(&config)?;
+            println!("{}: ok ({} room(s))", config.display(), loaded.rooms.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Keys { command } => commands::keys(command),
+        Command::Token { command } => commands::token(command),
+        Command::Demo(args) => {
+            init_tracing();
+            runtime()?.block_on(demo::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Logs to stderr; `ANTEROOM_LOG` (or `RUST_LOG`) filters, `ANTEROOM_LOG_FORMAT=json` for
+/// one JSON object per line.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("ANTEROOM_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("ANTEROOM_LOG_FORMAT")
+        .is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

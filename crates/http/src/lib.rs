@@ -1,1 +1,178 @@
-//! The HTTP surface of anteroom: public API, and (later) gateway, pages and admin.
+//! The HTTP surface of anteroom: the public JSON API (SPEC §6.1), the admission ticker
+//! (§5.1) and the server loop with graceful shutdown.
+//!
+//! Handlers are thin: they parse and verify what the client sent, call one store operation,
+//! and shape the answer. Every error leaves through [`ApiError`] as problem+json.
+//!
+//! This crate may depend on core, store and token; nothing depends on it but the binary and
+//! the benchmarks.
+
+mod api;
+mod cookies;
+mod error;
+mod ticker;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use anteroom_core::config::KeyHash;
+use anteroom_core::engine::TicketRef;
+use anteroom_core::{Clock, RoomId, Timestamp};
+use anteroom_store::RoomStore;
+use anteroom_token::KeySet;
+
+pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
+pub use error::ApiError;
+pub use ticker::{TICK_INTERVAL, run_ticker};
+
+/// The largest request body the public API reads.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Deployment settings the public API needs.
+#[derive(Debug, Clone)]
+pub struct PublicSettings {
+    /// The public base URL (`https://…` makes cookies `Secure`).
+    pub public_url: String,
+    /// The `iss` of every pass.
+    pub issuer: String,
+    /// SHA-256 hashes of the keys allowed to call the backend session endpoints.
+    pub service_keys: Vec<KeyHash>,
+}
+
+/// Everything the handlers share; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn RoomStore>,
+    keys: KeySet,
+    clock: Arc<dyn Clock>,
+    settings: PublicSettings,
+    cookies: CookiePolicy,
+}
+
+impl AppState {
+    /// Wires the store, the signing keys and the clock together.
+    pub fn new(
+        store: Arc<dyn RoomStore>,
+        keys: KeySet,
+        clock: Arc<dyn Clock>,
+        settings: PublicSettings,
+    ) -> AppState {
+        let cookies = CookiePolicy {
+            secure: settings.public_url.starts_with("https://"),
+        };
+        AppState {
+            inner: Arc::new(Shared {
+                store,
+                keys,
+                clock,
+                settings,
+                cookies,
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn RoomStore> {
+        &self.inner.store
+    }
+
+    /// The signing keys.
+    pub fn keys(&self) -> &KeySet {
+        &self.inner.keys
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &PublicSettings {
+        &self.inner.settings
+    }
+
+    fn cookies(&self) -> CookiePolicy {
+        self.inner.cookies
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    fn verify_ticket(&self, room: &RoomId, token: &str) -> Result<TicketRef, ApiError> {
+        let claims = self
+            .keys()
+            .ticket_signer()
+            .verify(token, room.as_str())
+            .map_err(|_| ApiError::ticket_invalid())?;
+        api::ticket_reference(&claims).ok_or_else(ApiError::ticket_invalid)
+    }
+
+    fn require_service_key(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .ok_or_else(ApiError::unauthorized)?;
+        if key_matches(&self.settings().service_keys, presented) {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorized())
+        }
+    }
+}
+
+/// Whether `presented` hashes to one of `hashes`, compared in constant time.
+pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
+    let digest: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
+    hashes.iter().fold(false, |found, hash| {
+        found | bool::from(hash.0.ct_eq(&digest))
+    })
+}
+
+/// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS.
+pub fn public_router(state: AppState) -> Router {
+    Router::new()
+        .route("/_anteroom/v1/rooms/{room}/join", post(api::join))
+        .route("/_anteroom/v1/rooms/{room}/status", get(api::status))
+        .route(
+            "/_anteroom/v1/rooms/{room}/ticket",
+            axum::routing::delete(api::leave),
+        )
+        .route("/_anteroom/v1/rooms/{room}", get(api::summary))
+        .route(
+            "/_anteroom/v1/rooms/{room}/sessions/{session}/complete",
+            post(api::complete_session),
+        )
+        .route(
+            "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon",
+            post(api::abandon_session),
+        )
+        .route("/_anteroom/healthz", get(api::health))
+        .route("/.well-known/jwks.json", get(api::jwks))
+        .fallback(api::not_found)
+        // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}

@@ -295,6 +295,8 @@ pub struct AdmittedView {
     pub position: u64,
     /// The room's serving counter.
     pub serving: u64,
+    /// Live waiting tickets in the room.
+    pub waiting: u64,
     /// The session (same one on every ask, I7).
     pub session: Session,
     /// Where to go now.
@@ -1093,6 +1095,7 @@ impl RoomState {
             ticket: ticket_id,
             position: ticket.position,
             serving: self.meta.serving,
+            waiting: self.waiting.len(),
             session: self.sessions[&session].clone(),
             return_to: ticket.return_to.clone(),
         })

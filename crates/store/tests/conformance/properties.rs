@@ -308,14 +308,15 @@ async fn run_case(backend: &dyn Backend, limits: ModelLimits, ops: Vec<Op>) -> R
             let was_waiting = states_before
                 .iter()
                 .any(|(p, s)| p == position && *s == "waiting");
-            if was_waiting && (*state == "admitted" || *state == "claimed") {
-                if let Some(lowest) = lowest_waiting {
-                    check(
-                        *position < lowest,
-                        &context,
-                        format!("I4: {position} admitted while {lowest} waits"),
-                    )?;
-                }
+            if was_waiting
+                && (*state == "admitted" || *state == "claimed")
+                && let Some(lowest) = lowest_waiting
+            {
+                check(
+                    *position < lowest,
+                    &context,
+                    format!("I4: {position} admitted while {lowest} waits"),
+                )?;
             }
         }
         // I7: one session per claimed ticket.

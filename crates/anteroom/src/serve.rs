@@ -1,0 +1,121 @@
+//! `anteroom serve`: load the config, open the store and keys, start the listeners and the
+//! ticker, and drain on SIGTERM/SIGINT.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use anteroom_core::Clock;
+use anteroom_core::config::{Config, StoreConfig, parse_config};
+use anteroom_http::{AppState, PublicSettings};
+use anteroom_store::{MemoryStore, RedbStore, RoomStore};
+use anteroom_token::{KeySet, SigningAlgorithm};
+
+use crate::BadConfig;
+use crate::clock::SystemClock;
+
+/// Reads and validates the config file, with `ANTEROOM_…` overrides from the environment.
+pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
+    let source = std::fs::read_to_string(path).map_err(|error| {
+        BadConfig(format!(
+            "cannot read config file {}: {error}",
+            path.display()
+        ))
+    })?;
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    parse_config(&source, &env).map_err(|errors| {
+        let count = errors.0.len();
+        BadConfig(format!("{}: {count} problem(s)\n{errors}", path.display())).into()
+    })
+}
+
+/// Everything `serve` and `demo` run on.
+pub(crate) struct Runtime {
+    pub(crate) state: AppState,
+    pub(crate) store: Arc<dyn RoomStore>,
+    pub(crate) keys: KeySet,
+}
+
+/// Opens the store and keys and installs the configured rooms.
+pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store: Arc<dyn RoomStore> = match &config.store {
+        StoreConfig::Embedded { path } => Arc::new(
+            RedbStore::open(path, clock.clone())
+                .with_context(|| format!("opening the store at {}", path.display()))?,
+        ),
+        StoreConfig::Memory => {
+            tracing::warn!("memory store: every queue and session is lost when the process stops");
+            Arc::new(MemoryStore::new(clock.clone()))
+        }
+        StoreConfig::Redis { .. } => {
+            return Err(BadConfig(
+                "[store] backend = \"redis\" is not supported by this version".to_owned(),
+            )
+            .into());
+        }
+    };
+    let algorithm: SigningAlgorithm = config
+        .keys
+        .algorithm
+        .parse()
+        .map_err(|error| BadConfig(format!("[keys] algorithm: {error}")))?;
+    let keys = KeySet::load_or_generate(&config.keys.dir, algorithm, clock.now().as_secs())
+        .with_context(|| format!("loading signing keys from {}", config.keys.dir.display()))?;
+    if keys.algorithm() != algorithm {
+        tracing::warn!(
+            configured = algorithm.as_str(),
+            active = keys.algorithm().as_str(),
+            "the key directory's active key uses another algorithm; run `anteroom keys generate` to rotate"
+        );
+    }
+    for room in &config.rooms {
+        store
+            .put_room(room.clone())
+            .await
+            .with_context(|| format!("installing room {}", room.id))?;
+    }
+    let settings = PublicSettings {
+        public_url: config.server.public_url.clone(),
+        issuer: config.server.issuer.clone(),
+        service_keys: config.auth.service_keys.clone(),
+    };
+    let state = AppState::new(store.clone(), keys.clone(), clock, settings);
+    Ok(Runtime { state, store, keys })
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
+    let runtime = prepare(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding the public listener on {}", config.server.listen))?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        public_url = %config.server.public_url,
+        rooms = config.rooms.len(),
+        "anteroom is serving"
+    );
+    run_until_shutdown(runtime, listener, crate::shutdown_signal()).await
+}
+
+/// Serves the public API and runs the ticker until `shutdown`, then drains.
+pub(crate) async fn run_until_shutdown(
+    runtime: Runtime,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_ticker, ticker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let ticker = tokio::spawn(anteroom_http::run_ticker(runtime.store.clone(), async {
+        let _ = ticker_stopped.await;
+    }));
+    let router = anteroom_http::public_router(runtime.state);
+    anteroom_http::serve(listener, router, shutdown)
+        .await
+        .context("serving the public listener")?;
+    let _ = stop_ticker.send(());
+    let _ = ticker.await;
+    tracing::info!("stopped");
+    Ok(())
+}

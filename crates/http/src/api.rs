@@ -1,0 +1,455 @@
+//! The public JSON API under `/_anteroom/v1` (SPEC §6.1): join, status, leave, the room
+//! summary, the JWKS, and the backend's session endpoints.
+//!
+//! Wire types live here, not in the core: the status JSON is shaped exactly as §6.1 shows it.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketRef};
+use anteroom_core::eta::next_poll_ms;
+use anteroom_core::room::{Identity, Mode};
+use anteroom_core::{RoomId, SessionId, TicketId, Timestamp};
+use anteroom_token::{PassClaims, TicketClaims};
+
+use crate::AppState;
+use crate::cookies::{pass_cookie_name, read_cookie, ticket_cookie_name};
+use crate::error::ApiError;
+
+/// How long the ticket cookie lives in the browser; the store decides whether it still counts.
+const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
+
+/// The longest `return` path accepted.
+const MAX_RETURN_LEN: usize = 2048;
+
+/// Status JSON (join, status, and later the SSE `status` event).
+#[derive(Debug, Serialize)]
+struct StatusBody {
+    room: String,
+    state: &'static str,
+    ticket: String,
+    position: u64,
+    ahead: u64,
+    serving: u64,
+    waiting: u64,
+    eta_seconds: Option<u64>,
+    next_poll_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass_expires_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redirect: Option<String>,
+}
+
+/// Optional body of a join.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JoinBody {
+    #[serde(rename = "return")]
+    return_to: Option<String>,
+    /// Accepted for forward compatibility with rooms that ask for a proof of work (§12).
+    #[allow(dead_code)]
+    challenge: Option<serde_json::Value>,
+}
+
+/// `?ticket=` for clients that cannot send headers or cookies (EventSource).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct TicketQuery {
+    ticket: Option<String>,
+}
+
+/// Public summary of a room, cacheable for a second.
+#[derive(Debug, Serialize)]
+struct RoomSummary {
+    room: String,
+    mode: &'static str,
+    serving: u64,
+    waiting: u64,
+    active: u64,
+    admit_per_minute: u64,
+    eta_seconds_for_new: Option<u64>,
+}
+
+/// The answer to a session's complete/abandon.
+#[derive(Debug, Serialize)]
+struct SessionBody {
+    room: String,
+    session: String,
+    state: &'static str,
+}
+
+/// `POST /_anteroom/v1/rooms/{room}/join`
+pub(crate) async fn join(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<TicketQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let room = parse_room(&room)?;
+    let body = body.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            rejection.body_text(),
+        )
+    })?;
+    let join_body: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
+        JoinBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request("invalid_json", format!("the join body is not valid: {e}"))
+        })?
+    };
+    let return_to = join_body
+        .return_to
+        .map(|path| validate_return(&path))
+        .transpose()?;
+    let config = app.store().room(&room).await?;
+    let identity = match &config.identity {
+        Identity::Anonymous => None,
+        Identity::Header(name) => Some(identity_from_header(&headers, name)?),
+        Identity::JwtClaim(_) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "identity_unsupported",
+                "this room takes its identity from a JWT, which this version cannot verify",
+            ));
+        }
+    };
+    let resume = match held_ticket(&headers, &query, &room) {
+        Some(token) => Some(app.verify_ticket(&room, token)?),
+        None => None,
+    };
+    let entry = app
+        .store()
+        .join(
+            &room,
+            JoinRequest {
+                resume,
+                identity,
+                return_to,
+            },
+        )
+        .await?;
+    Ok(entry_response(&app, &room, config.mode, entry))
+}
+
+/// `GET /_anteroom/v1/rooms/{room}/status`
+pub(crate) async fn status(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<TicketQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let room = parse_room(&room)?;
+    let token = held_ticket(&headers, &query, &room)
+        .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
+    let reference = app.verify_ticket(&room, token)?;
+    let mode = app.store().room(&room).await?.mode;
+    let entry = app.store().status(&room, reference).await?;
+    Ok(entry_response(&app, &room, mode, entry))
+}
+
+/// `DELETE /_anteroom/v1/rooms/{room}/ticket`
+pub(crate) async fn leave(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    Query(query): Query<TicketQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let room = parse_room(&room)?;
+    let token = held_ticket(&headers, &query, &room)
+        .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
+    let reference = app.verify_ticket(&room, token)?;
+    match app.store().leave(&room, reference).await {
+        // Leaving twice, or after the ticket expired, is not an error: the visitor is out.
+        Ok(()) | Err(anteroom_store::StoreError::Engine(_)) => {}
+        Err(other) => return Err(other.into()),
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Some(clear) = app.cookies().clear(&ticket_cookie_name(room.as_str())) {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
+    Ok(response)
+}
+
+/// `GET /_anteroom/v1/rooms/{room}`
+pub(crate) async fn summary(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+) -> Result<Response, ApiError> {
+    let room = parse_room(&room)?;
+    let config = app.store().room(&room).await?;
+    let snapshot = app.store().snapshot(&room).await?;
+    let body = RoomSummary {
+        room: room.to_string(),
+        mode: config.mode.as_str(),
+        serving: snapshot.serving,
+        waiting: snapshot.waiting,
+        active: snapshot.active,
+        admit_per_minute: config.admit_per_minute,
+        eta_seconds_for_new: snapshot.eta_seconds_for_new,
+    };
+    let mut response = Json(body).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=1"),
+    );
+    Ok(response)
+}
+
+/// `GET /.well-known/jwks.json`
+pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
+    let mut response = Json(app.keys().jwks()).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    response
+}
+
+/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/complete`
+pub(crate) async fn complete_session(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    end_session(state, path, headers, SessionEnd::Completed).await
+}
+
+/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/abandon`
+pub(crate) async fn abandon_session(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    end_session(state, path, headers, SessionEnd::Abandoned).await
+}
+
+async fn end_session(
+    State(app): State<AppState>,
+    Path((room, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    reason: SessionEnd,
+) -> Result<Response, ApiError> {
+    app.require_service_key(&headers)?;
+    let room = parse_room(&room)?;
+    let session: SessionId = session.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            "no such session in this room",
+        )
+    })?;
+    let ended = app.store().end_session(&room, session, reason).await?;
+    let state = match ended.state {
+        anteroom_core::engine::SessionState::Active => "active",
+        anteroom_core::engine::SessionState::Ended { reason, .. } => reason.as_str(),
+    };
+    Ok(Json(SessionBody {
+        room: room.to_string(),
+        session: session.to_string(),
+        state,
+    })
+    .into_response())
+}
+
+/// Problem+json for any unknown path under the reserved prefix.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// `GET /_anteroom/healthz`
+pub(crate) async fn health() -> &'static str {
+    "ok"
+}
+
+fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
+}
+
+/// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
+fn held_ticket<'a>(
+    headers: &'a HeaderMap,
+    query: &'a TicketQuery,
+    room: &RoomId,
+) -> Option<&'a str> {
+    headers
+        .get("x-anteroom-ticket")
+        .and_then(|value| value.to_str().ok())
+        .or(query.ticket.as_deref())
+        .or_else(|| read_cookie(headers, &ticket_cookie_name(room.as_str())))
+        .filter(|token| !token.is_empty())
+}
+
+fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "identity_required",
+                format!("this room needs the {name} header"),
+            )
+        })
+}
+
+/// Accepts only same-origin relative paths, so admission can never redirect off-site.
+fn validate_return(path: &str) -> Result<String, ApiError> {
+    let refuse = || {
+        ApiError::bad_request(
+            "invalid_return",
+            "return must be a relative path starting with a single /",
+        )
+    };
+    if path.len() > MAX_RETURN_LEN
+        || !path.starts_with('/')
+        || path.starts_with("//")
+        || path.contains('\\')
+        || path.chars().any(char::is_control)
+    {
+        return Err(refuse());
+    }
+    Ok(path.to_owned())
+}
+
+fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Response {
+    let mut rng = rand::thread_rng();
+    let (body, pass) = match entry {
+        Entry::Waiting(view) => {
+            let ticket = TicketClaims {
+                room: room.to_string(),
+                ticket_id: view.ticket.to_string(),
+                position: view.position,
+                generation: view.generation,
+            };
+            let state = if view.paused || mode == Mode::QueueAll {
+                "paused"
+            } else {
+                "waiting"
+            };
+            let body = StatusBody {
+                room: room.to_string(),
+                state,
+                ticket: app.keys().ticket_signer().sign(&ticket),
+                position: view.position,
+                ahead: view.ahead,
+                serving: view.serving,
+                waiting: view.waiting,
+                eta_seconds: view.eta_seconds,
+                next_poll_ms: next_poll_ms(view.ahead, &mut rng),
+                pass: None,
+                pass_expires_at: None,
+                redirect: None,
+            };
+            (body, None)
+        }
+        Entry::Admitted(view) => {
+            let session = &view.session;
+            let ticket = TicketClaims {
+                room: room.to_string(),
+                ticket_id: view.ticket.to_string(),
+                position: view.position,
+                generation: session.generation,
+            };
+            let claims = PassClaims {
+                iss: app.settings().issuer.clone(),
+                aud: room.to_string(),
+                sub: session.id.to_string(),
+                jti: session.id.to_string(),
+                iat: session.renewed_at.as_secs(),
+                nbf: session.issued_at.as_secs(),
+                exp: session.expires_at.as_secs(),
+                pos: session.position,
+                r#gen: session.generation,
+                uid: session.uid.clone(),
+                scope: anteroom_token::PASS_SCOPE.to_owned(),
+            };
+            let pass = match app.keys().sign_pass(&claims) {
+                Ok(pass) => Some(pass),
+                Err(error) => {
+                    tracing::error!(%error, "cannot sign a pass");
+                    None
+                }
+            };
+            let body = StatusBody {
+                room: room.to_string(),
+                state: "admitted",
+                ticket: app.keys().ticket_signer().sign(&ticket),
+                position: view.position,
+                ahead: 0,
+                serving: view.serving,
+                waiting: view.waiting,
+                eta_seconds: Some(0),
+                next_poll_ms: next_poll_ms(0, &mut rng),
+                pass: pass.clone(),
+                pass_expires_at: Some(rfc3339(session.expires_at)),
+                redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
+            };
+            let max_age = session
+                .expires_at
+                .as_secs()
+                .saturating_sub(app.now().as_secs());
+            (body, pass.map(|pass| (pass, max_age)))
+        }
+    };
+    if body.state == "admitted" && body.pass.is_none() {
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the pass could not be issued",
+        )
+        .into_response();
+    }
+    let ticket_token = body.ticket.clone();
+    let mut response = Json(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(cookie) = app.cookies().set(
+        &ticket_cookie_name(room.as_str()),
+        &ticket_token,
+        TICKET_COOKIE_MAX_AGE_SECS,
+    ) {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+    if let Some((pass, max_age)) = pass {
+        if let Some(cookie) = app
+            .cookies()
+            .set(&pass_cookie_name(room.as_str()), &pass, max_age)
+        {
+            headers.append(header::SET_COOKIE, cookie);
+        }
+    }
+    response
+}
+
+fn rfc3339(at: Timestamp) -> String {
+    let nanos = i128::from(at.as_millis()) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// Turns a verified ticket token into the store's reference.
+pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
+    let id: TicketId = claims.ticket_id.parse().ok()?;
+    Some(TicketRef {
+        id,
+        generation: claims.generation,
+    })
+}

@@ -1,0 +1,160 @@
+//! The one place HTTP errors are made: every failure becomes an RFC 9457
+//! `application/problem+json` body with a stable `code` (SPEC §6.1).
+//!
+//! Client mistakes are answered plainly and not logged as errors; backend failures are logged
+//! with their cause and answered with a generic body, never a stack trace.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use anteroom_core::engine::EngineError;
+use anteroom_store::StoreError;
+
+/// An error answered as problem+json.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    detail: String,
+    retry_after_secs: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    code: &'a str,
+    detail: &'a str,
+}
+
+impl ApiError {
+    /// An error with an explicit status, stable code and human-readable detail.
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            detail: detail.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// Adds a `Retry-After` header.
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after_secs = Some(seconds);
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// 400 for a request the server cannot make sense of.
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    /// 404 for a room that does not exist.
+    pub fn room_not_found(room: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "room_not_found",
+            format!("no room named {room:?}"),
+        )
+    }
+
+    /// 400 for a ticket token that does not verify.
+    pub fn ticket_invalid() -> ApiError {
+        ApiError::bad_request("ticket_invalid", "the ticket is not valid for this room")
+    }
+
+    /// 401 for a missing or wrong service key.
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid service key is required",
+        )
+    }
+
+    /// 503 when the store cannot be reached.
+    pub fn store_unavailable() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            "the waiting room is temporarily unavailable",
+        )
+        .retry_after(5)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> ApiError {
+        match error {
+            EngineError::RoomClosed => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "room_closed",
+                "this room is closed",
+            ),
+            EngineError::TicketUnknown | EngineError::TicketExpired => ApiError::new(
+                StatusCode::GONE,
+                "ticket_expired",
+                "this ticket has expired, left or been replaced; join again",
+            ),
+            EngineError::SessionUnknown => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "session_not_found",
+                "no such session in this room",
+            ),
+            EngineError::SessionEnded => {
+                ApiError::new(StatusCode::GONE, "session_ended", "this session has ended")
+            }
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::RoomNotFound(room) => ApiError::room_not_found(room.as_str()),
+            StoreError::Engine(engine) => engine.into(),
+            StoreError::Backend { .. } => {
+                tracing::error!(error = %error, source = ?std::error::Error::source(&error), "store operation failed");
+                ApiError::store_unavailable()
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let title = self.status.canonical_reason().unwrap_or("Error");
+        let problem = Problem {
+            kind: "about:blank".to_owned(),
+            title,
+            status: self.status.as_u16(),
+            code: self.code,
+            detail: &self.detail,
+        };
+        let mut response = (self.status, Json(problem)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(seconds) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
