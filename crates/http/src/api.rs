@@ -422,13 +422,12 @@ fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Re
     ) {
         headers.append(header::SET_COOKIE, cookie);
     }
-    if let Some((pass, max_age)) = pass {
-        if let Some(cookie) = app
+    if let Some((pass, max_age)) = pass
+        && let Some(cookie) = app
             .cookies()
             .set(&pass_cookie_name(room.as_str()), &pass, max_age)
-        {
-            headers.append(header::SET_COOKIE, cookie);
-        }
+    {
+        headers.append(header::SET_COOKIE, cookie);
     }
     response
 }

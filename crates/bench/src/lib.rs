@@ -1,1 +1,0 @@
-//! Load generators and benchmark peers for anteroom.

@@ -1,0 +1,57 @@
+//! `anteroom-bench`: the peers and tools anteroom's benchmarks measure against.
+//!
+//! `trivial-server` is the baseline of the HTTP benchmarks (`bench/http-throughput`): an axum
+//! handler on the same runtime settings as anteroom, answering a small JSON body with no work
+//! behind it. anteroom's join and status are reported as a ratio to it.
+
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::routing::{get, post};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "anteroom-bench",
+    about = "Benchmark peers and load tools for anteroom"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serves a trivial JSON handler on GET and POST `/trivial` (the HTTP benchmarks' peer).
+    TrivialServer {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        listen: SocketAddr,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::TrivialServer { listen } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(trivial_server(listen))
+        }
+    }
+}
+
+async fn trivial_server(listen: SocketAddr) -> anyhow::Result<()> {
+    let router = axum::Router::new().route("/trivial", get(trivial).merge(post(trivial)));
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
+/// A body of the same shape and about the size of a status answer, built per request.
+async fn trivial() -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "room": "bench", "state": "waiting", "position": 1234, "ahead": 57,
+        "serving": 1177, "waiting": 9000, "eta_seconds": 42, "next_poll_ms": 2000
+    }))
+}

@@ -1,0 +1,14 @@
+//! The example configuration shipped in `examples/` stays valid as the config model changes.
+
+#![allow(clippy::unwrap_used)]
+
+use anteroom_core::config::parse_config;
+
+#[test]
+fn shipped_example_config_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/anteroom.toml");
+    let source = std::fs::read_to_string(path).unwrap();
+    let config = parse_config(&source, &[]).unwrap_or_else(|errors| panic!("{errors}"));
+    assert_eq!(config.rooms.len(), 2);
+    assert_eq!(config.rooms[1].requires[0].as_str(), "launch");
+}

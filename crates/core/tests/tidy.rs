@@ -1,0 +1,127 @@
+//! Tidy checks that keep the architecture honest (DESIGN.md conventions 3, 13, 14):
+//! the core stays free of I/O, async and clocks, every Rust file opens with a `//!` doc, and no
+//! test hides behind `#[ignore]` or `#[should_panic]`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') && name != "node_modules" {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn workspace_rust_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(&workspace_root().join("crates"), &mut files);
+    files
+}
+
+#[test]
+fn core_depends_on_nothing_that_does_io() {
+    let manifest =
+        std::fs::read_to_string(workspace_root().join("crates/core/Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .unwrap()
+        .split("\n[")
+        .next()
+        .unwrap();
+    let forbidden = [
+        "tokio",
+        "hyper",
+        "axum",
+        "redis",
+        "redb",
+        "reqwest",
+        "mio",
+        "async-std",
+        "futures",
+        "tower",
+        "anteroom-store",
+        "anteroom-http",
+        "anteroom-token",
+    ];
+    for line in dependencies.lines() {
+        let name = line.split(['=', '.']).next().unwrap().trim();
+        assert!(
+            !forbidden.contains(&name),
+            "anteroom-core must not depend on {name}"
+        );
+    }
+}
+
+#[test]
+fn core_reads_no_clock_environment_or_os_randomness() {
+    let mut files = Vec::new();
+    rust_files(&workspace_root().join("crates/core/src"), &mut files);
+    let forbidden = [
+        "SystemTime::now",
+        "Instant::now",
+        "thread_rng",
+        "OsRng",
+        "from_entropy",
+        "std::env",
+        "std::fs",
+        "std::net::Tcp",
+        "std::process",
+        "async fn",
+    ];
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for needle in forbidden {
+            assert!(
+                !text.contains(needle),
+                "{} uses {needle}: the core does no I/O and reads no clock",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_rust_file_starts_with_a_module_doc() {
+    for file in workspace_rust_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.starts_with("//!"),
+            "{} must start with a `//!` doc comment",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn no_test_is_ignored_or_expects_a_panic() {
+    let this_file = Path::new(file!()).file_name().unwrap().to_owned();
+    for file in workspace_rust_files() {
+        if file.file_name() == Some(this_file.as_os_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for attribute in ["#[ignore", "#[should_panic"] {
+            assert!(
+                !text.contains(attribute),
+                "{} uses {attribute}]: assert the error instead",
+                file.display()
+            );
+        }
+    }
+}
