@@ -176,7 +176,7 @@ async fn origin_page(State(origin): State<OriginState>, headers: HeaderMap) -> i
         .keys
         .verify_pass(&pass, &expect, SystemClock.now().as_secs())
     {
-        Ok(claims) => (
+        Ok(claims) if session_is_active(&origin, &room, &claims.sub).await => (
             StatusCode::OK,
             Html(page(
                 "You are in",
@@ -186,11 +186,30 @@ async fn origin_page(State(origin): State<OriginState>, headers: HeaderMap) -> i
                 ),
             )),
         ),
+        Ok(_) => (
+            StatusCode::FORBIDDEN,
+            Html(page("Pass refused", "this session has ended")),
+        ),
         Err(error) => (
             StatusCode::FORBIDDEN,
             Html(page("Pass refused", &format!("{error}"))),
         ),
     }
+}
+
+/// Whether the pass's session still holds its slot (a completed or revoked one does not).
+async fn session_is_active(
+    origin: &OriginState,
+    room: &anteroom_core::RoomId,
+    session: &str,
+) -> bool {
+    let Ok(session) = session.parse() else {
+        return false;
+    };
+    matches!(
+        origin.store.session(room, session).await,
+        Ok(Some(found)) if found.state == anteroom_core::engine::SessionState::Active
+    )
 }
 
 fn page(title: &str, body: &str) -> String {

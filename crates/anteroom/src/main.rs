@@ -83,8 +83,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { config } => {
             init_tracing();
-            let config = serve::load_config(&config)?;
-            runtime()?.block_on(serve::serve(config))?;
+            let loaded = serve::load_config(&config)?;
+            runtime()?.block_on(serve::serve(loaded, config))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig { config } => check_config(&config),

@@ -1,7 +1,7 @@
 //! `anteroom serve`: load the config, open the store and keys, start the listeners and the
 //! ticker, and drain on SIGTERM/SIGINT.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -85,9 +85,10 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     Ok(Runtime { state, store, keys })
 }
 
-/// Runs until SIGTERM or SIGINT.
-pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
+/// Runs until SIGTERM or SIGINT; SIGHUP reloads the rooms from `path`.
+pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let runtime = prepare(&config).await?;
+    tokio::spawn(reload_on_hangup(path, runtime.store.clone()));
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("binding the public listener on {}", config.server.listen))?;
@@ -118,4 +119,43 @@ pub(crate) async fn run_until_shutdown(
     let _ = ticker.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Re-reads the config file on every SIGHUP and applies its rooms live. A file with problems
+/// is refused as a whole (and the problems logged), so a typo never half-applies.
+async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>) {
+    #[cfg(unix)]
+    {
+        let mut hangups =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    tracing::error!(%error, "cannot listen for SIGHUP; reloading is off");
+                    return;
+                }
+            };
+        while hangups.recv().await.is_some() {
+            match load_config(&path) {
+                Ok(config) => {
+                    let mut applied = 0;
+                    for room in config.rooms {
+                        match store.put_room(room.clone()).await {
+                            Ok(_) => applied += 1,
+                            Err(error) => {
+                                tracing::error!(room = %room.id, %error, "cannot apply the reloaded room")
+                            }
+                        }
+                    }
+                    tracing::info!(path = %path.display(), rooms = applied, "configuration reloaded");
+                }
+                Err(error) => {
+                    tracing::error!(path = %path.display(), "configuration not reloaded: {error:#}")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, store);
+    }
 }

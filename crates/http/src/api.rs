@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -88,11 +88,12 @@ struct SessionBody {
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path(room): Path<String>,
-    Query(query): Query<TicketQuery>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
+    let query = ticket_query(query)?;
     let body = body.map_err(|rejection| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -123,10 +124,10 @@ pub(crate) async fn join(
             ));
         }
     };
-    let resume = match held_ticket(&headers, &query, &room) {
-        Some(token) => Some(app.verify_ticket(&room, token)?),
-        None => None,
-    };
+    // A ticket that does not verify (say, from before the ticket key changed) must not lock
+    // the visitor out: the join goes ahead as a new visitor and replaces the cookie.
+    let resume =
+        held_ticket(&headers, &query, &room).and_then(|token| app.verify_ticket(&room, token).ok());
     let entry = app
         .store()
         .join(
@@ -145,10 +146,11 @@ pub(crate) async fn join(
 pub(crate) async fn status(
     State(app): State<AppState>,
     Path(room): Path<String>,
-    Query(query): Query<TicketQuery>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
+    let query = ticket_query(query)?;
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -161,10 +163,11 @@ pub(crate) async fn status(
 pub(crate) async fn leave(
     State(app): State<AppState>,
     Path(room): Path<String>,
-    Query(query): Query<TicketQuery>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
+    let query = ticket_query(query)?;
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -266,9 +269,26 @@ pub(crate) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
 
+/// Problem+json for a known path asked with the wrong method.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take this method",
+    )
+}
+
 /// `GET /_anteroom/healthz`
 pub(crate) async fn health() -> &'static str {
     "ok"
+}
+
+fn ticket_query(
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<TicketQuery, ApiError> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
 }
 
 fn parse_room(text: &str) -> Result<RoomId, ApiError> {
@@ -281,12 +301,13 @@ fn held_ticket<'a>(
     query: &'a TicketQuery,
     room: &RoomId,
 ) -> Option<&'a str> {
+    let non_empty = |token: &&str| !token.trim().is_empty();
     headers
         .get("x-anteroom-ticket")
         .and_then(|value| value.to_str().ok())
-        .or(query.ticket.as_deref())
-        .or_else(|| read_cookie(headers, &ticket_cookie_name(room.as_str())))
-        .filter(|token| !token.is_empty())
+        .filter(non_empty)
+        .or(query.ticket.as_deref().filter(non_empty))
+        .or_else(|| read_cookie(headers, &ticket_cookie_name(room.as_str())).filter(non_empty))
 }
 
 fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
@@ -295,7 +316,20 @@ fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiEr
         .and_then(|value| value.to_str().ok())
         .map(str::trim)
         .filter(|value| !value.is_empty())
-        .map(str::to_owned)
+        .map(|value| {
+            if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
+                Err(ApiError::bad_request(
+                    "identity_invalid",
+                    format!(
+                        "the {name} header is longer than {} bytes",
+                        anteroom_core::engine::MAX_IDENTITY_LEN
+                    ),
+                ))
+            } else {
+                Ok(value.to_owned())
+            }
+        })
+        .transpose()?
         .ok_or_else(|| {
             ApiError::bad_request(
                 "identity_required",

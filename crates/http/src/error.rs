@@ -150,6 +150,12 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"anteroom\""),
+            );
+        }
         if let Some(seconds) = self.retry_after_secs {
             response
                 .headers_mut()

@@ -158,6 +158,7 @@ pub fn public_router(state: AppState) -> Router {
         .route("/_anteroom/healthz", get(api::health))
         .route("/.well-known/jwks.json", get(api::jwks))
         .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
         // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

@@ -127,7 +127,11 @@ impl Site {
 pub(crate) fn anteroom() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_anteroom"));
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().to_ascii_uppercase().starts_with("ANTEROOM_") {
+        if name
+            .to_string_lossy()
+            .to_ascii_uppercase()
+            .starts_with("ANTEROOM_")
+        {
             command.env_remove(&name);
         }
     }
@@ -137,7 +141,10 @@ pub(crate) fn anteroom() -> Command {
 
 /// Runs `anteroom <args>` to completion.
 pub(crate) fn run(args: &[&str]) -> Output {
-    anteroom().args(args).output().expect("run the anteroom binary")
+    anteroom()
+        .args(args)
+        .output()
+        .expect("run the anteroom binary")
 }
 
 /// A running `anteroom serve`; killed (SIGKILL) and reaped when dropped.

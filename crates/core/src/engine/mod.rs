@@ -546,16 +546,16 @@ impl RoomState {
         if self.meta.config.mode == Mode::Closed {
             return Err(EngineError::RoomClosed);
         }
-        let resumable = request
-            .resume
-            .filter(|held| held.generation == self.meta.generation)
-            .map(|held| held.id)
-            .or_else(|| {
-                request
-                    .identity
-                    .as_ref()
-                    .and_then(|i| self.identities.get(i).copied())
-            });
+        // In an identity room the identity decides which ticket is resumed: a ticket token
+        // presented by somebody else (a shared browser) never hands over another user's place.
+        let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
+        let resumable = match &identity {
+            Some(identity) => self.identities.get(identity).copied(),
+            None => request
+                .resume
+                .filter(|held| held.generation == self.meta.generation)
+                .map(|held| held.id),
+        };
         if let Some(ticket_id) = resumable {
             let reference = TicketRef {
                 id: ticket_id,
@@ -567,7 +567,6 @@ impl RoomState {
                 Err(other) => return Err(other),
             }
         }
-        let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
         let return_to = request
             .return_to
             .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
@@ -661,7 +660,8 @@ impl RoomState {
         }
     }
 
-    /// Leaves the queue; frees an admitted ticket's slot at once. Returns whether a capacity
+    /// Leaves: a waiting ticket leaves the line, an admitted one gives its slot up, and one
+    /// holding a pass abandons its session (the pass is revoked). Returns whether a capacity
     /// slot was freed (the caller then ticks so it is refilled).
     pub fn leave(
         &mut self,
@@ -684,7 +684,18 @@ impl RoomState {
                 changes.meta = true;
                 Ok(freed)
             }
-            TicketState::Claimed { .. } | TicketState::Ended { .. } => Ok(false),
+            // Leaving with a pass gives the slot up at once and revokes the pass.
+            TicketState::Claimed { session } => {
+                let active = self
+                    .sessions
+                    .get(&session)
+                    .is_some_and(|s| s.state == SessionState::Active);
+                if active {
+                    self.finish_session(session, SessionEnd::Abandoned, now, changes);
+                }
+                Ok(active)
+            }
+            TicketState::Ended { .. } => Ok(false),
         }
     }
 

@@ -220,7 +220,9 @@ impl Call {
 
     /// A JSON body.
     pub(crate) fn json(mut self, text: impl Into<String>) -> Call {
-        self.builder = self.builder.header(header::CONTENT_TYPE, "application/json");
+        self.builder = self
+            .builder
+            .header(header::CONTENT_TYPE, "application/json");
         self.body = Body::from(text.into());
         self
     }
@@ -268,9 +270,7 @@ impl Reply {
 
     /// A header as text.
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(name)
-            .map(|value| value.to_str().unwrap())
+        self.headers.get(name).map(|value| value.to_str().unwrap())
     }
 
     /// The whole `Set-Cookie` line for cookie `name`, if one was set.
@@ -281,14 +281,6 @@ impl Reply {
             .iter()
             .map(|value| value.to_str().unwrap())
             .find(|line| line.starts_with(&prefix))
-    }
-
-    /// The value `Set-Cookie` gives cookie `name`.
-    pub(crate) fn cookie_value(&self, name: &str) -> Option<&str> {
-        self.set_cookie(name)
-            .and_then(|line| line.split(';').next())
-            .and_then(|pair| pair.split_once('='))
-            .map(|(_, value)| value)
     }
 
     /// Asserts an RFC 9457 problem with `status` and the stable `code`.

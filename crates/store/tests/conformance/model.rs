@@ -165,7 +165,17 @@ impl ModelRoom {
                 self.tickets[index] = ModelState::Gone;
                 self.tick(now);
             }
-            ModelState::Claimed { .. } | ModelState::Gone => {}
+            ModelState::Claimed {
+                expires_at,
+                ended: false,
+            } => {
+                self.tickets[index] = ModelState::Claimed {
+                    expires_at,
+                    ended: true,
+                };
+                self.tick(now);
+            }
+            ModelState::Claimed { ended: true, .. } | ModelState::Gone => {}
         }
     }
 

@@ -1,0 +1,302 @@
+//! The `anteroom` command line as an operator meets it (SPEC §4, §13): `check-config`,
+//! `keys generate`, `keys hash`, `token inspect`, and `serve`'s exit codes on a bad config
+//! and on SIGTERM.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use support::{Site, run};
+
+/// EX_USAGE: the exit code of a bad config or bad arguments.
+const EXIT_BAD_CONFIG: i32 = 64;
+
+const OPEN_ROOM: &str = r#"
+[[room]]
+id = "shop"
+"#;
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn path_arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn check_config_accepts_a_valid_file() {
+    let site = Site::new();
+    let config = site.write_config("EdDSA", OPEN_ROOM);
+    let output = run(&["check-config", "--config", path_arg(&config)]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert!(
+        stdout(&output).contains("ok (1 room(s))"),
+        "stdout: {}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn check_config_names_every_problem_with_its_line() {
+    let site = Site::new();
+    let config = site.path().join("broken.toml");
+    // One mistake on each of lines 2, 3, 6, 7 and 8.
+    let text = "[server]\n\
+                listen = \"127.0.0.1:notaport\"\n\
+                lisen = \"127.0.0.1:8080\"\n\
+                \n\
+                [[room]]\n\
+                id = \"Not A Room\"\n\
+                max_active = -5\n\
+                mode = \"sometimes\"\n";
+    std::fs::write(&config, text).unwrap();
+    let output = run(&["check-config", "--config", path_arg(&config)]);
+    let errors = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_BAD_CONFIG),
+        "stderr: {errors}"
+    );
+    for (line, word) in [
+        (2, "listen"),
+        (3, "lisen"),
+        (6, "invalid room id"),
+        (7, "max_active"),
+        (8, "unknown mode"),
+    ] {
+        let reported = errors
+            .lines()
+            .find(|text| text.contains(&format!("line {line}:")))
+            .unwrap_or_else(|| panic!("line {line} is reported; stderr:\n{errors}"));
+        assert!(
+            reported.contains(word),
+            "the problem on line {line} names `{word}`: {reported}"
+        );
+    }
+    assert!(
+        errors.contains("did you mean `listen`?"),
+        "a typo gets a suggestion: {errors}"
+    );
+}
+
+#[test]
+fn check_config_refuses_a_missing_file() {
+    let site = Site::new();
+    let missing = site.path().join("nowhere.toml");
+    let output = run(&["check-config", "--config", path_arg(&missing)]);
+    assert_eq!(output.status.code(), Some(EXIT_BAD_CONFIG));
+    assert!(
+        stderr(&output).contains("nowhere.toml"),
+        "the error names the file: {}",
+        stderr(&output)
+    );
+}
+
+/// The kid `keys generate` printed: `active key <kid> (<alg>) in <dir>`.
+fn printed_kid(output: &Output) -> String {
+    let text = stdout(output);
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("active key "))
+        .unwrap_or_else(|| panic!("no active key line in: {text}"));
+    line["active key ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn keys_generate_creates_then_rotates() {
+    let site = Site::new();
+    let dir = site.keys_dir();
+    let first = run(&["keys", "generate", "--dir", path_arg(&dir)]);
+    assert_eq!(first.status.code(), Some(0), "stderr: {}", stderr(&first));
+    let first_kid = printed_kid(&first);
+    assert!(
+        dir.join(format!("{first_kid}.eddsa.pem")).is_file(),
+        "the key file exists"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("active")).unwrap().trim(),
+        first_kid
+    );
+
+    let second = run(&["keys", "generate", "--dir", path_arg(&dir)]);
+    assert_eq!(second.status.code(), Some(0), "stderr: {}", stderr(&second));
+    let second_kid = printed_kid(&second);
+    assert_ne!(first_kid, second_kid, "a second run makes a new key");
+    let kept = stdout(&second)
+        .lines()
+        .find(|line| line.starts_with("older keys stay for verification:"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("rotation lists the kept keys: {}", stdout(&second)));
+    assert!(
+        kept.contains(&first_kid),
+        "the old kid is still listed: {kept}"
+    );
+    assert!(dir.join(format!("{first_kid}.eddsa.pem")).is_file());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("active")).unwrap().trim(),
+        second_kid
+    );
+
+    let bad = run(&[
+        "keys",
+        "generate",
+        "--dir",
+        path_arg(&dir),
+        "--algorithm",
+        "none",
+    ]);
+    assert_eq!(
+        bad.status.code(),
+        Some(EXIT_BAD_CONFIG),
+        "`none` is no algorithm"
+    );
+}
+
+#[test]
+fn keys_hash_prints_the_sha256_form() {
+    let output = run(&["keys", "hash", "secret"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        stdout(&output).trim(),
+        "sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+    );
+    assert_eq!(stdout(&output).trim(), support::key_hash("secret"));
+}
+
+/// The same JWT with its `pos` claim changed and re-encoded: well formed, wrongly signed.
+fn forge_position(pass: &str) -> String {
+    let parts: Vec<&str> = pass.split('.').collect();
+    let mut claims = support::jwt_claims(pass);
+    claims["pos"] = serde_json::json!(claims["pos"].as_u64().unwrap() + 1000);
+    let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap());
+    format!("{}.{payload}.{}", parts[0], parts[2])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_inspect_checks_a_served_pass_against_the_key_directory() {
+    let site = Site::new();
+    site.write_config("EdDSA", OPEN_ROOM);
+    let client = support::client();
+    let mut server = site.start();
+    server.wait_ready(&client).await;
+    let status = support::join(&client, &server.url(), "shop").await;
+    let pass = status.pass.expect("an empty room admits at once");
+    server.kill();
+
+    let keys = site.keys_dir();
+    let genuine = run(&["token", "inspect", &pass, "--keys", path_arg(&keys)]);
+    let text = stdout(&genuine);
+    assert_eq!(
+        genuine.status.code(),
+        Some(0),
+        "stdout: {text}; stderr: {}",
+        stderr(&genuine)
+    );
+    assert!(text.contains("signature: valid"), "stdout: {text}");
+    assert!(text.contains("time: valid now"), "stdout: {text}");
+    assert!(
+        text.contains("\"aud\": \"shop\""),
+        "the claims are shown: {text}"
+    );
+
+    for tampered in [forge_position(&pass), support::tamper_payload(&pass)] {
+        let refused = run(&["token", "inspect", &tampered, "--keys", path_arg(&keys)]);
+        let text = stdout(&refused);
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "a tampered pass exits 2; stdout: {text}; stderr: {}",
+            stderr(&refused)
+        );
+        assert!(text.contains("signature: INVALID"), "stdout: {text}");
+    }
+}
+
+#[test]
+fn serve_refuses_a_bad_config_before_touching_anything() {
+    let site = Site::new();
+    // A valid file with one mistake in the room (line 17 of what `write_config` writes).
+    let config = site.write_config("EdDSA", "[[room]]\nid = \"shop\"\nmax_active = \"lots\"\n");
+    let started = Instant::now();
+    let output = support::anteroom()
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let errors = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_BAD_CONFIG),
+        "stderr: {errors}"
+    );
+    assert!(
+        errors.contains("max_active"),
+        "the problem is named: {errors}"
+    );
+    assert!(
+        errors
+            .lines()
+            .any(|line| line.contains("line ") && line.contains("max_active")),
+        "with its line: {errors}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a bad config fails fast"
+    );
+    // Nothing was opened, generated or bound.
+    assert!(!site.store_path().exists(), "no store file was created");
+    assert!(!site.keys_dir().exists(), "no keys were generated");
+    std::net::TcpListener::bind(("127.0.0.1", site.port)).expect("the port is still free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_exits_zero_on_sigterm() {
+    let site = Site::new();
+    site.write_config("EdDSA", OPEN_ROOM);
+    let client = support::client();
+    let mut server = site.start();
+    server.wait_ready(&client).await;
+    // One real request first, so shutdown has something to have served.
+    let status = support::join(&client, &server.url(), "shop").await;
+    assert_eq!(status.state, "admitted");
+    drop(client);
+
+    let signalled = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success(), "kill -TERM was delivered");
+    let exit = server
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| {
+            panic!(
+                "serve did not stop within 10 s of SIGTERM; log:\n{}",
+                server.log()
+            )
+        });
+    let took = signalled.elapsed();
+    assert!(
+        exit.success(),
+        "graceful shutdown exits 0, got {exit}; log:\n{}",
+        server.log()
+    );
+    eprintln!("serve stopped {took:.2?} after SIGTERM");
+    std::net::TcpListener::bind(("127.0.0.1", site.port)).expect("the port is released");
+}
