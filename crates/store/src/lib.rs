@@ -14,6 +14,7 @@
 //! This crate must not depend on HTTP or token crates: it stores, it does not speak.
 
 mod engine_host;
+pub mod limit;
 mod memory;
 mod persisted;
 mod redb_store;
