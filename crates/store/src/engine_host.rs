@@ -433,6 +433,24 @@ macro_rules! delegate_room_store {
             ) -> Result<$crate::RoomRecords, $crate::StoreError> {
                 self.host.records(room)
             }
+            async fn waiting_positions(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<Vec<u64>, $crate::StoreError> {
+                self.host
+                    .read(room, |state| state.waiting_positions().collect())
+            }
+            async fn touch(
+                &self,
+                room: &anteroom_core::RoomId,
+                tickets: &[anteroom_core::engine::TicketRef],
+            ) -> Result<u64, $crate::StoreError> {
+                self.host
+                    .apply(room, |state, now, _, _| {
+                        Ok(state.touch_waiting(tickets, now))
+                    })
+                    .await
+            }
         }
     };
 }

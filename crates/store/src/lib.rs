@@ -123,4 +123,30 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
     /// Everything the room holds.
     async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError>;
+
+    /// Positions of the live waiting tickets, ascending: what a node needs to compute every
+    /// connected visitor's `ahead` locally from one shared snapshot.
+    async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
+        let records = self.records(room).await?;
+        let mut positions: Vec<u64> = records
+            .tickets
+            .iter()
+            .filter(|ticket| ticket.state == anteroom_core::engine::TicketState::Waiting)
+            .map(|ticket| ticket.position)
+            .collect();
+        positions.sort_unstable();
+        Ok(positions)
+    }
+
+    /// Keeps the given waiting tickets alive in one batched operation (open SSE streams count
+    /// as contact); returns how many were still waiting.
+    async fn touch(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<u64, StoreError> {
+        let mut waiting = 0;
+        for ticket in tickets {
+            if let Ok(Entry::Waiting(_)) = self.status(room, *ticket).await {
+                waiting += 1;
+            }
+        }
+        Ok(waiting)
+    }
 }

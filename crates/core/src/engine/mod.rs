@@ -519,6 +519,22 @@ impl RoomState {
         self.waiting.iter().map(|(position, _)| position)
     }
 
+    /// Keeps waiting tickets alive (an open SSE stream is contact too, SPEC §5.2); returns how
+    /// many of them were still waiting. Tickets of another generation are ignored.
+    pub fn touch_waiting(&mut self, tickets: &[TicketRef], now: Timestamp) -> u64 {
+        let mut waiting = 0;
+        for reference in tickets {
+            let current = self.tickets.get(&reference.id).is_some_and(|t| {
+                t.generation == reference.generation && t.state == TicketState::Waiting
+            });
+            if current {
+                self.touch(reference.id, now);
+                waiting += 1;
+            }
+        }
+        waiting
+    }
+
     /// Replaces the configuration, keeping queue, sessions and counters. The admission budget
     /// earned under the old rate is kept (trimmed to the new burst); a room that had no rate
     /// limit starts its new one with a full bucket.

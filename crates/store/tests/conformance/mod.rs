@@ -48,6 +48,8 @@ macro_rules! conformance_suite {
             reset_bumps_the_generation,
             closed_rooms_refuse_joins_without_changing_state,
             acknowledged_state_survives_reopening,
+            touching_keeps_waiting_tickets_alive_in_one_call,
+            waiting_positions_list_the_live_line_in_order,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
@@ -592,4 +594,62 @@ pub async fn acknowledged_state_survives_reopening(backend: &dyn Backend) {
         session_of(&entries[0])
     );
     assert_eq!(position(&join(&*store, &id).await), 7);
+}
+
+pub async fn touching_keeps_waiting_tickets_alive_in_one_call(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.mode = Mode::QueueAll;
+            c.ticket_idle_ttl = Duration::from_secs(60);
+        }))
+        .await
+        .unwrap();
+    let mut references = Vec::new();
+    for _ in 0..4 {
+        references.push(reference(&join(&*store, &id).await, 1));
+    }
+    store.leave(&id, references[3]).await.unwrap();
+    clock.advance(Duration::from_secs(45));
+    let stale = TicketRef {
+        generation: 9,
+        ..references[2]
+    };
+    let touched = store
+        .touch(&id, &[references[0], references[1], stale, references[3]])
+        .await
+        .unwrap();
+    assert_eq!(
+        touched, 2,
+        "only the live waiting tickets of this generation count"
+    );
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        store.tick(&id).await.unwrap().abandoned,
+        1,
+        "the untouched ticket was abandoned"
+    );
+    assert_eq!(ahead(&store.status(&id, references[1]).await.unwrap()), 1);
+}
+
+pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    let mut references = Vec::new();
+    for _ in 0..5 {
+        references.push(reference(&join(&*store, &id).await, 1));
+    }
+    store.leave(&id, references[1]).await.unwrap();
+    store
+        .put_room(room("r", |c| c.max_active = 1))
+        .await
+        .unwrap();
+    store.tick(&id).await.unwrap();
+    assert_eq!(store.waiting_positions(&id).await.unwrap(), [3, 4, 5]);
 }
