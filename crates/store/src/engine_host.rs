@@ -23,8 +23,13 @@ use tokio::sync::oneshot;
 
 use crate::{RoomRecords, StoreError};
 
-/// A durable write that has been queued; resolves once it is on disk.
-pub(crate) type PendingWrite = oneshot::Receiver<Result<(), String>>;
+/// A durable write that has been queued; `done` resolves once it is on disk.
+pub(crate) struct PendingWrite {
+    /// The write's place in the backend's log: writes become durable in this order.
+    pub(crate) sequence: u64,
+    /// Resolves when the write is durable (or failed).
+    pub(crate) done: oneshot::Receiver<Result<(), String>>,
+}
 
 /// What a backend does to make a room's changes durable.
 pub(crate) trait Persister: Send + Sync + 'static {
@@ -39,6 +44,12 @@ pub(crate) trait Persister: Send + Sync + 'static {
 
     /// Queues the deletion of a room and all its records.
     fn persist_deletion(&self, room: &RoomId) -> Result<Option<PendingWrite>, StoreError>;
+
+    /// Resolves once every write up to `sequence` is durable.
+    fn wait_durable_until(
+        &self,
+        sequence: u64,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// One room with the random generator its operations draw from.
@@ -46,6 +57,9 @@ pub(crate) struct RoomSlot {
     pub(crate) state: RoomState,
     rng: StdRng,
     deleted: bool,
+    /// The last write queued for this room: an answer that reports its effects (even from an
+    /// operation that changed nothing itself) waits until it is durable.
+    last_sequence: u64,
 }
 
 /// The shared engine host behind [`crate::MemoryStore`] and [`crate::RedbStore`].
@@ -100,6 +114,7 @@ impl<P: Persister> EngineHost<P> {
             state,
             rng,
             deleted: false,
+            last_sequence: 0,
         }
     }
 
@@ -122,8 +137,26 @@ impl<P: Persister> EngineHost<P> {
             &mut ChangeSet,
         ) -> Result<T, EngineError>,
     ) -> Result<T, StoreError> {
+        self.apply_acknowledging(room, |_| false, operation).await
+    }
+
+    /// Like [`apply`](Self::apply); when the operation changed nothing itself but
+    /// `acknowledges` says its answer reports state (a join resumed, a pass re-returned), the
+    /// answer also waits until the room's last queued write is durable, so nothing is
+    /// acknowledged that a crash could still take back (I6).
+    pub(crate) async fn apply_acknowledging<T>(
+        &self,
+        room: &RoomId,
+        acknowledges: impl FnOnce(&Result<T, EngineError>) -> bool,
+        operation: impl FnOnce(
+            &mut RoomState,
+            Timestamp,
+            &mut StdRng,
+            &mut ChangeSet,
+        ) -> Result<T, EngineError>,
+    ) -> Result<T, StoreError> {
         let slot = self.slot(room)?;
-        let (result, pending) = {
+        let (result, pending, earlier) = {
             let mut guard = slot.lock();
             if guard.deleted {
                 return Err(StoreError::RoomNotFound(room.clone()));
@@ -132,14 +165,25 @@ impl<P: Persister> EngineHost<P> {
             let mut changes = ChangeSet::default();
             let RoomSlot { state, rng, .. } = &mut *guard;
             let result = operation(state, now, rng, &mut changes);
+            let mut earlier = None;
             let pending = if changes.is_empty() {
+                if acknowledges(&result) {
+                    earlier = Some(guard.last_sequence);
+                }
                 None
             } else {
-                self.persister.persist(&guard.state, &changes, false)?
+                let pending = self.persister.persist(&guard.state, &changes, false)?;
+                if let Some(pending) = &pending {
+                    guard.last_sequence = pending.sequence;
+                }
+                pending
             };
-            (result, pending)
+            (result, pending, earlier)
         };
         wait_durable(pending).await?;
+        if let Some(sequence) = earlier {
+            self.persister.wait_durable_until(sequence).await?;
+        }
         Ok(result?)
     }
 
@@ -176,6 +220,9 @@ impl<P: Persister> EngineHost<P> {
                 .state
                 .set_config(config, self.clock.now(), &mut changes);
             let pending = self.persister.persist(&guard.state, &changes, true)?;
+            if let Some(pending) = &pending {
+                guard.last_sequence = pending.sequence;
+            }
             (guard.state.snapshot(), pending)
         };
         wait_durable(pending).await?;
@@ -208,9 +255,11 @@ impl<P: Persister> EngineHost<P> {
         room: &RoomId,
         request: JoinRequest,
     ) -> Result<Entry, StoreError> {
-        self.apply(room, |state, now, rng, changes| {
-            state.join(request, now, rng, changes)
-        })
+        self.apply_acknowledging(
+            room,
+            |_| true,
+            |state, now, rng, changes| state.join(request, now, rng, changes),
+        )
         .await
     }
 
@@ -219,7 +268,9 @@ impl<P: Persister> EngineHost<P> {
         room: &RoomId,
         ticket: TicketRef,
     ) -> Result<Entry, StoreError> {
-        self.apply(room, |state, now, rng, changes| {
+        let admitted =
+            |result: &Result<Entry, EngineError>| matches!(result, Ok(Entry::Admitted(_)));
+        self.apply_acknowledging(room, admitted, |state, now, rng, changes| {
             state.status(ticket, now, rng, changes)
         })
         .await
@@ -244,11 +295,15 @@ impl<P: Persister> EngineHost<P> {
         session: SessionId,
         reason: SessionEnd,
     ) -> Result<Session, StoreError> {
-        self.apply(room, |state, now, rng, changes| {
-            let ended = state.end_session(session, reason, now, changes)?;
-            state.tick(now, rng, changes);
-            Ok(ended)
-        })
+        self.apply_acknowledging(
+            room,
+            |result| result.is_ok(),
+            |state, now, rng, changes| {
+                let ended = state.end_session(session, reason, now, changes)?;
+                state.tick(now, rng, changes);
+                Ok(ended)
+            },
+        )
         .await
     }
 
@@ -257,9 +312,11 @@ impl<P: Persister> EngineHost<P> {
         room: &RoomId,
         session: SessionId,
     ) -> Result<(Session, bool), StoreError> {
-        self.apply(room, |state, now, _, changes| {
-            state.renew_session(session, now, changes)
-        })
+        self.apply_acknowledging(
+            room,
+            |result| result.is_ok(),
+            |state, now, _, changes| state.renew_session(session, now, changes),
+        )
         .await
     }
 
@@ -306,7 +363,7 @@ async fn wait_durable(pending: Option<PendingWrite>) -> Result<(), StoreError> {
     let Some(pending) = pending else {
         return Ok(());
     };
-    match pending.await {
+    match pending.done.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(message)) => Err(StoreError::Backend {
             message,
@@ -455,3 +512,127 @@ macro_rules! delegate_room_store {
     };
 }
 pub(crate) use delegate_room_store;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! Durability of answers, with a persister whose writes reach "disk" only when the test
+    //! says so.
+
+    use super::*;
+    use anteroom_core::ManualClock;
+    use anteroom_core::room::{Identity, RoomConfig};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::sync::watch;
+
+    /// Holds every write until `release` is called.
+    struct HeldPersister {
+        next: AtomicU64,
+        released: watch::Sender<u64>,
+        waiting: Mutex<Vec<(u64, oneshot::Sender<Result<(), String>>)>>,
+    }
+
+    impl HeldPersister {
+        fn new() -> HeldPersister {
+            HeldPersister {
+                next: AtomicU64::new(0),
+                released: watch::channel(0).0,
+                waiting: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn queue(&self) -> Option<PendingWrite> {
+            let sequence = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+            let (done, receiver) = oneshot::channel();
+            self.waiting.lock().push((sequence, done));
+            Some(PendingWrite {
+                sequence,
+                done: receiver,
+            })
+        }
+
+        fn release(&self) {
+            for (sequence, done) in self.waiting.lock().drain(..) {
+                self.released
+                    .send_modify(|through| *through = (*through).max(sequence));
+                let _ = done.send(Ok(()));
+            }
+        }
+    }
+
+    impl Persister for HeldPersister {
+        fn persist(
+            &self,
+            _: &RoomState,
+            _: &ChangeSet,
+            _: bool,
+        ) -> Result<Option<PendingWrite>, StoreError> {
+            Ok(self.queue())
+        }
+
+        fn persist_deletion(&self, _: &RoomId) -> Result<Option<PendingWrite>, StoreError> {
+            Ok(self.queue())
+        }
+
+        async fn wait_durable_until(&self, sequence: u64) -> Result<(), StoreError> {
+            let mut released = self.released.subscribe();
+            released
+                .wait_for(|through| *through >= sequence)
+                .await
+                .unwrap();
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resumed_join_is_not_acknowledged_before_the_original_is_durable() {
+        let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+        let host = Arc::new(EngineHost::new(
+            Vec::new(),
+            clock,
+            HeldPersister::new(),
+            Some(1),
+        ));
+        let room = RoomId::new("r").unwrap();
+        let mut config = RoomConfig::with_defaults(room.clone());
+        config.identity = Identity::Header("X-User".to_owned());
+        let put = tokio::spawn({
+            let host = host.clone();
+            async move { host.put_room(config).await }
+        });
+        tokio::task::yield_now().await;
+        host.persister().release();
+        put.await.unwrap().unwrap();
+
+        let request = JoinRequest {
+            identity: Some("alice".to_owned()),
+            ..JoinRequest::default()
+        };
+        let first = tokio::spawn({
+            let (host, room, request) = (host.clone(), room.clone(), request.clone());
+            async move { host.join(&room, request).await }
+        });
+        // Let the first join take its place and queue its write.
+        while host.persister().waiting.lock().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let second = tokio::spawn({
+            let (host, room) = (host.clone(), room.clone());
+            async move { host.join(&room, request).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !first.is_finished() && !second.is_finished(),
+            "nothing is acknowledged before it is durable"
+        );
+        host.persister().release();
+        let (first, second) = (
+            first.await.unwrap().unwrap(),
+            second.await.unwrap().unwrap(),
+        );
+        assert_eq!(
+            first, second,
+            "the second join resumed the first one's ticket"
+        );
+    }
+}

@@ -46,6 +46,10 @@ impl Persister for Volatile {
     fn persist_deletion(&self, _: &RoomId) -> Result<Option<PendingWrite>, StoreError> {
         Ok(None)
     }
+
+    async fn wait_durable_until(&self, _: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 delegate_room_store!(MemoryStore);

@@ -112,8 +112,16 @@ enum Write {
 }
 
 struct Batch {
+    sequence: u64,
     writes: Vec<Write>,
     done: oneshot::Sender<Result<(), String>>,
+}
+
+/// How far the log is durable: the highest committed sequence, or the failure that stopped it.
+#[derive(Debug, Clone, Default)]
+struct Durable {
+    through: u64,
+    failure: Option<String>,
 }
 
 #[derive(Default)]
@@ -124,7 +132,10 @@ struct CommitStats {
 
 /// The handle on the writer thread.
 pub(crate) struct RedbWriter {
-    sender: Option<mpsc::Sender<Batch>>,
+    /// The next sequence number and the channel, under one lock so sequence order is
+    /// channel order (and so commit order).
+    queue: parking_lot::Mutex<(u64, Option<mpsc::Sender<Batch>>)>,
+    durable: tokio::sync::watch::Receiver<Durable>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<CommitStats>,
 }
@@ -132,14 +143,16 @@ pub(crate) struct RedbWriter {
 impl RedbWriter {
     fn start(database: Database) -> Result<RedbWriter, StoreError> {
         let (sender, receiver) = mpsc::channel();
+        let (durable_sender, durable) = tokio::sync::watch::channel(Durable::default());
         let stats = Arc::new(CommitStats::default());
         let thread_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("anteroom-redb-writer".to_owned())
-            .spawn(move || write_loop(database, receiver, &thread_stats))
+            .spawn(move || write_loop(database, receiver, &durable_sender, &thread_stats))
             .map_err(|e| StoreError::backend("cannot start the store's writer thread", e))?;
         Ok(RedbWriter {
-            sender: Some(sender),
+            queue: parking_lot::Mutex::new((0, Some(sender))),
+            durable,
             thread: Some(thread),
             stats,
         })
@@ -147,11 +160,21 @@ impl RedbWriter {
 
     fn submit(&self, writes: Vec<Write>) -> Result<Option<PendingWrite>, StoreError> {
         let (done, pending) = oneshot::channel();
-        let sender = self.sender.as_ref().ok_or_else(writer_gone)?;
+        let mut queue = self.queue.lock();
+        let sequence = queue.0 + 1;
+        let sender = queue.1.as_ref().ok_or_else(writer_gone)?;
         sender
-            .send(Batch { writes, done })
+            .send(Batch {
+                sequence,
+                writes,
+                done,
+            })
             .map_err(|_| writer_gone())?;
-        Ok(Some(pending))
+        queue.0 = sequence;
+        Ok(Some(PendingWrite {
+            sequence,
+            done: pending,
+        }))
     }
 }
 
@@ -159,7 +182,7 @@ impl Drop for RedbWriter {
     fn drop(&mut self) {
         // Closing the channel ends the writer after it has committed what is queued; joining
         // it releases the database file, so the store can be reopened at once.
-        self.sender.take();
+        self.queue.lock().1.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -207,6 +230,21 @@ impl Persister for RedbWriter {
     fn persist_deletion(&self, room: &RoomId) -> Result<Option<PendingWrite>, StoreError> {
         self.submit(vec![Write::DeleteRoom { room: room.clone() }])
     }
+
+    async fn wait_durable_until(&self, sequence: u64) -> Result<(), StoreError> {
+        let mut durable = self.durable.clone();
+        let state = durable
+            .wait_for(|state| state.through >= sequence || state.failure.is_some())
+            .await
+            .map_err(|_| writer_gone())?;
+        match &state.failure {
+            Some(message) if state.through < sequence => Err(StoreError::Backend {
+                message: message.clone(),
+                source: None,
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn writer_gone() -> StoreError {
@@ -216,7 +254,12 @@ fn writer_gone() -> StoreError {
     }
 }
 
-fn write_loop(database: Database, receiver: mpsc::Receiver<Batch>, stats: &CommitStats) {
+fn write_loop(
+    database: Database,
+    receiver: mpsc::Receiver<Batch>,
+    durable: &tokio::sync::watch::Sender<Durable>,
+    stats: &CommitStats,
+) {
     let mut failure: Option<String> = None;
     while let Ok(first) = receiver.recv() {
         let mut batches = vec![first];
@@ -243,6 +286,15 @@ fn write_loop(database: Database, receiver: mpsc::Receiver<Batch>, stats: &Commi
                 .commits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        let through = batches
+            .iter()
+            .map(|batch| batch.sequence)
+            .max()
+            .unwrap_or(0);
+        durable.send_modify(|state| match &result {
+            Ok(()) => state.through = state.through.max(through),
+            Err(message) => state.failure = Some(message.clone()),
+        });
         for batch in batches {
             let _ = batch.done.send(result.clone());
         }
