@@ -18,9 +18,11 @@
 //! | `ANTEROOM_STORE__BACKEND`             | `[store] backend`                           |
 //! | `ANTEROOM_AUTH__ADMIN_KEYS`           | `[auth] admin_keys`                         |
 //! | `ANTEROOM_ROOM__SALE_2026__MAX_ACTIVE`| `max_active` of the `[[room]]` with `id = "sale-2026"` |
+//! | `ANTEROOM_RATE_LIMIT__JOIN_PER_IP__LIMIT` | `limit` of the `[[rate_limit]]` with `name = "join-per-ip"` |
 //!
-//! - A room is chosen by its id, matched case-insensitively with `_` and `-` alike; naming a
-//!   room the file does not define is a problem (rooms cannot be created from the environment).
+//! - A room is chosen by its id, a rate limit by its name, matched case-insensitively with `_`
+//!   and `-` alike; naming a room or rate limit the file does not define is a problem (they
+//!   cannot be created from the environment).
 //! - A value is read as a TOML value (number, boolean, string in quotes, array, inline table)
 //!   when it parses as one, and as plain text otherwise, so `ANTEROOM_SERVER__LISTEN=127.0.0.1:9000`
 //!   and `ANTEROOM_ROOM__LAUNCH__SESSION_TTL=10m` need no quotes. Where a list of strings is
@@ -34,7 +36,7 @@
 //!
 //! # Sections of later versions
 //!
-//! `[[route]]`, `[[rate_limit]]`, `[websocket]`, `[[events.sink]]`, and in a room
+//! `[[route]]`, `[websocket]`, `[[events.sink]]`, and in a room
 //! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
 //! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
 //! reported as a problem rather than silently ignored.
@@ -56,6 +58,7 @@
 mod cidr;
 mod env;
 mod key_hash;
+mod rate_limit;
 mod room;
 mod sections;
 mod tree;
@@ -73,6 +76,7 @@ pub use cidr::{Cidr, CidrError};
 pub use key_hash::{KeyHash, KeyHashError};
 pub use room::{FieldProblem, RawRoom};
 
+use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;
 use tree::{LineIndex, Problems, Table};
 
@@ -91,6 +95,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[[room]]`: the rooms defined in the file, in file order.
     pub rooms: Vec<RoomConfig>,
+    /// `[[rate_limit]]`: the rate-limit rules, in file order.
+    pub rate_limits: Vec<RateLimitRule>,
 }
 
 /// `[server]`.
@@ -219,11 +225,18 @@ fn list_problems(problems: &[ConfigProblem]) -> String {
 }
 
 /// The top-level keys this version reads.
-const SUPPORTED_SECTIONS: &[&str] = &["server", "upstream", "store", "keys", "auth", ROOM_SECTION];
+const SUPPORTED_SECTIONS: &[&str] = &[
+    "server",
+    "upstream",
+    "store",
+    "keys",
+    "auth",
+    ROOM_SECTION,
+    RATE_LIMIT_SECTION,
+];
 /// Top-level sections of later versions, with how they are written.
 const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[
     ("route", "[[route]]"),
-    ("rate_limit", "[[rate_limit]]"),
     ("websocket", "[websocket]"),
     ("events", "[events]"),
 ];
@@ -236,11 +249,12 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "auth",
     ROOM_SECTION,
     "route",
-    "rate_limit",
+    RATE_LIMIT_SECTION,
     "websocket",
     "events",
 ];
 const ROOM_SECTION: &str = "room";
+const RATE_LIMIT_SECTION: &str = "rate_limit";
 
 /// Parses and validates a whole config file. `env` is the process environment as (name, value)
 /// pairs; only names starting with `ANTEROOM_` are used (see the module documentation).
@@ -307,6 +321,11 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         keys: sections::read_keys(root.get("keys"), problems),
         auth: sections::read_auth(root.get("auth"), problems),
         rooms: room::read_rooms(root.get(ROOM_SECTION), problems),
+        rate_limits: rate_limit::read_rate_limits(
+            root.get(RATE_LIMIT_SECTION),
+            rate_limit::redis_store_selected(root),
+            problems,
+        ),
     }
 }
 

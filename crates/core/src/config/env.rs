@@ -4,7 +4,7 @@
 use toml::de::DeValue;
 
 use super::tree::{Item, Origin, Problems, Table, Value, closest};
-use super::{ROOM_SECTION, TOP_LEVEL_KEYS};
+use super::{RATE_LIMIT_SECTION, ROOM_SECTION, TOP_LEVEL_KEYS};
 
 const PREFIX: &str = "ANTEROOM_";
 
@@ -36,8 +36,10 @@ pub(super) fn apply_overrides(root: &mut Table, env: &[(String, String)], proble
             continue;
         }
         let item = parse_value(text, &origin);
-        if section == ROOM_SECTION && levels.len() > 1 {
-            override_room(root, &levels[1..], item, &origin, problems);
+        if let Some(entries) = NamedEntries::of(section)
+            && levels.len() > 1
+        {
+            override_named(root, entries, &levels[1..], item, &origin, problems);
         } else {
             set_path(root, &levels, item, &origin, problems);
         }
@@ -87,9 +89,45 @@ fn parse_value(text: &str, origin: &Origin) -> Item {
     }
 }
 
-/// `levels` is `[<id>, <field>, …]`: sets the field of every room whose id matches.
-fn override_room(
+/// An array of tables whose entries the environment addresses by one of their fields.
+#[derive(Clone, Copy)]
+struct NamedEntries {
+    section: &'static str,
+    /// The field that names an entry.
+    name_field: &'static str,
+    /// How messages call an entry, and its name.
+    noun: &'static str,
+    name_noun: &'static str,
+    /// The variable's shape, for a message when the field is missing.
+    shape: &'static str,
+}
+
+impl NamedEntries {
+    fn of(section: &str) -> Option<NamedEntries> {
+        match section {
+            ROOM_SECTION => Some(NamedEntries {
+                section: ROOM_SECTION,
+                name_field: "id",
+                noun: "room",
+                name_noun: "with id",
+                shape: "ANTEROOM_ROOM__<ID>__<FIELD>",
+            }),
+            RATE_LIMIT_SECTION => Some(NamedEntries {
+                section: RATE_LIMIT_SECTION,
+                name_field: "name",
+                noun: "rate limit",
+                name_noun: "named",
+                shape: "ANTEROOM_RATE_LIMIT__<NAME>__<FIELD>",
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// `levels` is `[<name>, <field>, …]`: sets the field of every entry whose name matches.
+fn override_named(
     root: &mut Table,
+    entries: NamedEntries,
     levels: &[String],
     item: Item,
     origin: &Origin,
@@ -98,27 +136,30 @@ fn override_room(
     if levels.len() < 2 {
         problems.add(
             origin,
-            "name a room field, as in ANTEROOM_ROOM__<ID>__<FIELD>",
+            format!("name a {} field, as in {}", entries.noun, entries.shape),
         );
         return;
     }
-    let wanted = normalise_room_id(&levels[0]);
-    let rooms = root
-        .get_mut(ROOM_SECTION)
+    let wanted = normalise_name(&levels[0]);
+    let tables = root
+        .get_mut(entries.section)
         .and_then(|entry| match &mut entry.item.value {
-            Value::Array(rooms) => Some(rooms),
+            Value::Array(tables) => Some(tables),
             _ => None,
         });
     let mut matched = false;
-    for room in rooms.into_iter().flatten() {
-        let Value::Table(table) = &mut room.value else {
+    for element in tables.into_iter().flatten() {
+        let Value::Table(table) = &mut element.value else {
             continue;
         };
-        let id_matches = table.get("id").is_some_and(|id| match &id.item.value {
-            Value::String(id) => normalise_room_id(id) == wanted,
-            _ => false,
-        });
-        if id_matches {
+        let name_matches =
+            table
+                .get(entries.name_field)
+                .is_some_and(|name| match &name.item.value {
+                    Value::String(name) => normalise_name(name) == wanted,
+                    _ => false,
+                });
+        if name_matches {
             matched = true;
             set_path(table, &levels[1..], item.clone(), origin, problems);
         }
@@ -126,14 +167,17 @@ fn override_room(
     if !matched {
         problems.add(
             origin,
-            format!("no room with id \"{wanted}\" in the config file"),
+            format!(
+                "no {} {} \"{wanted}\" in the config file",
+                entries.noun, entries.name_noun
+            ),
         );
     }
 }
 
-/// Room ids are lowercase with '-'; variable names are often uppercase with '_'.
-fn normalise_room_id(id: &str) -> String {
-    id.to_ascii_lowercase().replace('_', "-")
+/// Ids and names are written with '-'; variable names are often uppercase with '_'.
+fn normalise_name(name: &str) -> String {
+    name.to_ascii_lowercase().replace('_', "-")
 }
 
 /// Sets `levels` (a path of keys) in `table`, creating missing tables on the way.

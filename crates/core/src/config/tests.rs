@@ -10,7 +10,7 @@ use super::*;
 use crate::ids::RoomId;
 use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy};
 
-fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
         .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
@@ -26,7 +26,7 @@ fn hash(byte: u8) -> KeyHash {
 }
 
 /// Parses `source` with `env` and asserts the config is `expected`.
-fn check_config(source: &str, env_pairs: &[(&str, &str)], expected: &Config) {
+pub(super) fn check_config(source: &str, env_pairs: &[(&str, &str)], expected: &Config) {
     match parse_config(source, &env(env_pairs)) {
         Ok(config) => assert_eq!(&config, expected),
         Err(errors) => panic!("unexpected problems:\n{errors}"),
@@ -35,7 +35,11 @@ fn check_config(source: &str, env_pairs: &[(&str, &str)], expected: &Config) {
 
 /// Parses `source` with `env` and asserts exactly the `expected` problems: each a line and a
 /// piece of its message, in the order reported.
-fn check_problems(source: &str, env_pairs: &[(&str, &str)], expected: &[(Option<usize>, &str)]) {
+pub(super) fn check_problems(
+    source: &str,
+    env_pairs: &[(&str, &str)],
+    expected: &[(Option<usize>, &str)],
+) {
     let errors = match parse_config(source, &env(env_pairs)) {
         Ok(config) => panic!("expected problems, got {config:#?}"),
         Err(errors) => errors,
@@ -188,6 +192,7 @@ fn full_file_resolves_to_typed_values() {
             service_keys: vec![hash(2)],
         },
         rooms: vec![launch, checkout],
+        rate_limits: vec![],
     };
     check_config(&source, &[], &expected);
 }
@@ -212,6 +217,7 @@ fn absent_sections_take_defaults() {
         },
         auth: AuthConfig::default(),
         rooms: vec![],
+        rate_limits: vec![],
     };
     assert_eq!(Config::default(), defaults);
     check_config("", &[], &defaults);
@@ -393,11 +399,11 @@ fn requirement_cycles() {
 #[test]
 fn other_sections_of_later_versions_are_reported() {
     check_problems(
-        "[[rate_limit]]\nname = \"x\"\n\n[[rate_limit]]\nname = \"y\"\n",
+        "[[route]]\npaths = [\"/a\"]\n\n[[route]]\npaths = [\"/b\"]\n",
         &[],
         &[
-            (Some(1), "[[rate_limit]] is not supported by this version"),
-            (Some(4), "[[rate_limit]] is not supported by this version"),
+            (Some(1), "[[route]] is not supported by this version"),
+            (Some(4), "[[route]] is not supported by this version"),
         ],
     );
     check_problems(

@@ -251,6 +251,16 @@ impl Entry {
         }
     }
 
+    pub(super) fn boolean(&self, problems: &mut Problems) -> Option<bool> {
+        match &self.item.value {
+            Value::Boolean(flag) => Some(*flag),
+            _ => {
+                self.wrong_type("true or false", problems);
+                None
+            }
+        }
+    }
+
     pub(super) fn unsigned(&self, problems: &mut Problems) -> Option<u64> {
         match &self.item.value {
             Value::Integer(Some(number)) => match u64::try_from(*number) {

@@ -4,7 +4,11 @@
 //! integer state (milliseconds and scaled units), so the Redis Lua scripts can compute exactly
 //! the same answers and property tests can hold the two to identical decisions.
 
+pub mod algorithms;
+
 use std::time::Duration;
+
+pub use algorithms::{LimitParamsError, LimitState, MAX_UNITS, decide, decide_in_place, forget_at};
 
 /// Which algorithm a limit uses (SPEC §10.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,509 @@
+//! The `[[rate_limit]]` entries of the config file (SPEC §10.2), validated into
+//! [`RateLimitRule`]s with every problem reported at its line.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
+use crate::duration::parse_duration;
+use crate::ratelimit::rules::{
+    Action, DEFAULT_IPV6_PREFIX, DEFAULT_STATUS, KeyPart, LimitBackend, OnStoreError,
+    RateLimitRule, RequestMatcher, default_burst, is_valid_rule_name,
+};
+use crate::ratelimit::{Algorithm, LimitParams};
+
+/// The fields of a `[[rate_limit]]`, in SPEC §10.2 order (then the ones it adds).
+pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
+    "name",
+    "match",
+    "key",
+    "algorithm",
+    "limit",
+    "period",
+    "burst",
+    "cost",
+    "delay",
+    "nodelay",
+    "action",
+    "store",
+    "status",
+    "headers",
+    "on_store_error",
+    "ipv6_prefix",
+];
+
+/// The fields of a rule's `match`.
+const MATCH_FIELDS: &[&str] = &["hosts", "paths", "methods", "headers"];
+
+const ALGORITHM_CHOICES: &[&str] = &[
+    "token_bucket",
+    "leaky_bucket",
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+    "gcra",
+];
+
+/// Reads and validates every `[[rate_limit]]`. `redis_store` says whether `[store]` is the
+/// redis backend, which rules with `store = "redis"` need.
+pub(super) fn read_rate_limits(
+    entry: Option<&Entry>,
+    redis_store: bool,
+    problems: &mut Problems,
+) -> Vec<RateLimitRule> {
+    let Some(entry) = entry else {
+        return Vec::new();
+    };
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            "`rate_limit` must be an array of tables, written [[rate_limit]]",
+        );
+        return Vec::new();
+    };
+    let mut names: HashMap<String, Origin> = HashMap::new();
+    let mut rules = Vec::new();
+    for element in elements {
+        let Value::Table(table) = &element.value else {
+            problems.add(
+                &element.origin,
+                "each rate limit must be a table, written [[rate_limit]]",
+            );
+            continue;
+        };
+        let before = problems.list.len();
+        let mut reader = RuleReader {
+            table,
+            header: &element.origin,
+            label: "rate limit without a name".to_owned(),
+            problems,
+        };
+        let rule = reader.read(redis_store, &mut names);
+        if problems.list.len() == before
+            && let Some(rule) = rule
+        {
+            rules.push(rule);
+        }
+    }
+    rules
+}
+
+/// Reads one rule, reporting each problem with the rule's name and the field's line.
+struct RuleReader<'a> {
+    table: &'a Table,
+    /// The `[[rate_limit]]` header.
+    header: &'a Origin,
+    /// How messages name the rule.
+    label: String,
+    problems: &'a mut Problems,
+}
+
+impl<'a> RuleReader<'a> {
+    fn report(&mut self, entry: &Entry, message: impl std::fmt::Display) {
+        let message = format!("{}: {}: {message}", self.label, entry.key);
+        self.problems.add(&entry.key_origin, message);
+    }
+
+    fn report_rule(&mut self, message: impl std::fmt::Display) {
+        let message = format!("{}: {message}", self.label);
+        self.problems.add(self.header, message);
+    }
+
+    fn get(&self, field: &str) -> Option<&'a Entry> {
+        self.table.get(field)
+    }
+
+    fn read(
+        &mut self,
+        redis_store: bool,
+        names: &mut HashMap<String, Origin>,
+    ) -> Option<RateLimitRule> {
+        self.problems
+            .unknown_keys(self.table, RATE_LIMIT_FIELDS, "[[rate_limit]]");
+        let name = self.read_name(names);
+
+        let algorithm = match self.get("algorithm") {
+            None => Some(Algorithm::TokenBucket),
+            Some(entry) => entry.string(self.problems).and_then(|text| {
+                let parsed = Algorithm::parse(&text);
+                if parsed.is_none() {
+                    let mut message = format!(
+                        "unknown algorithm {text:?}: expected one of {}",
+                        ALGORITHM_CHOICES.join(", ")
+                    );
+                    if let Some(suggestion) = closest(&text, ALGORITHM_CHOICES.iter().copied()) {
+                        message.push_str(&format!("; did you mean {suggestion:?}?"));
+                    }
+                    self.report(entry, message);
+                }
+                parsed
+            }),
+        };
+        let limit = self.read_limit();
+        let period = self.read_period();
+        let cost = self.read_positive("cost").unwrap_or(Some(1));
+        let params = match (algorithm, limit, period) {
+            (Some(algorithm), Some(limit), Some(period)) => {
+                self.read_shape(algorithm, limit, period, cost)
+            }
+            _ => None,
+        };
+
+        let action = self.read_choice("action", Action::parse, &["reject", "delay", "shadow"]);
+        let store = self.read_choice("store", LimitBackend::parse, &["local", "redis"]);
+        if let (Some(Some(LimitBackend::Redis)), false, Some(entry)) =
+            (store, redis_store, self.get("store"))
+        {
+            self.report(
+                entry,
+                "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
+            );
+        }
+        let on_store_error =
+            self.read_choice("on_store_error", OnStoreError::parse, &["allow", "deny"]);
+        let status = self.read_status();
+        let headers = match self.get("headers") {
+            None => Some(true),
+            Some(entry) => entry.boolean(self.problems),
+        };
+        let ipv6_prefix = self.read_ipv6_prefix();
+        let key = self.read_key();
+        let matcher = self.read_match();
+
+        Some(RateLimitRule {
+            name: name?,
+            matcher: matcher?,
+            key: key?,
+            ipv6_prefix: ipv6_prefix?,
+            params: params?,
+            cost: cost?,
+            action: action?.unwrap_or(Action::Reject),
+            store: store?.unwrap_or(LimitBackend::Local),
+            status: status?,
+            headers: headers?,
+            on_store_error: on_store_error?.unwrap_or(OnStoreError::Allow),
+        })
+    }
+
+    fn read_name(&mut self, names: &mut HashMap<String, Origin>) -> Option<String> {
+        let Some(entry) = self.get("name") else {
+            self.problems
+                .add(self.header, "[[rate_limit]] has no `name`");
+            return None;
+        };
+        let name = entry.string(self.problems)?;
+        if !is_valid_rule_name(&name) {
+            let message = format!(
+                "invalid rate limit name {name:?}: use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+            );
+            self.problems.add(&entry.key_origin, message);
+            return None;
+        }
+        self.label = format!("rate limit {name:?}");
+        if let Some(first) = names.get(&name) {
+            let message = format!(
+                "duplicate rate limit name {name:?}, first defined at {}",
+                first.describe()
+            );
+            self.problems.add(&entry.key_origin, message);
+            return None;
+        }
+        names.insert(name.clone(), entry.key_origin.clone());
+        Some(name)
+    }
+
+    fn read_limit(&mut self) -> Option<u64> {
+        match self.read_positive("limit") {
+            None => {
+                self.report_rule("needs a `limit` (requests per `period`)");
+                None
+            }
+            Some(limit) => limit,
+        }
+    }
+
+    fn read_period(&mut self) -> Option<Duration> {
+        let Some(entry) = self.get("period") else {
+            self.report_rule("needs a `period`, such as \"1m\"");
+            return None;
+        };
+        let text = entry.duration_text(self.problems)?;
+        match parse_duration(&text) {
+            Ok(period) if period.is_zero() => {
+                self.report(entry, format!("must be longer than zero, found {text:?}"));
+                None
+            }
+            Ok(period) => Some(period),
+            Err(error) => {
+                self.report(entry, error);
+                None
+            }
+        }
+    }
+
+    /// `burst`, `delay` and `nodelay`, which depend on the algorithm, and whether one request's
+    /// `cost` can ever pass.
+    fn read_shape(
+        &mut self,
+        algorithm: Algorithm,
+        limit: u64,
+        period: Duration,
+        cost: Option<u64>,
+    ) -> Option<LimitParams> {
+        let name = algorithm.as_str();
+        let leaky = algorithm == Algorithm::LeakyBucket;
+        let bucket = matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra);
+        let mut valid = true;
+
+        let burst = match self.get("burst") {
+            None => Some(default_burst(algorithm, limit)),
+            Some(entry) => match entry.unsigned(self.problems) {
+                None => None,
+                Some(_) if !leaky && !bucket => {
+                    let message = format!(
+                        "does not apply to the {name} algorithm, which allows `limit` per `period`; remove it"
+                    );
+                    self.report(entry, message);
+                    None
+                }
+                Some(0) if bucket => {
+                    self.report(entry, "must be at least 1");
+                    None
+                }
+                Some(burst) => Some(burst),
+            },
+        };
+        let delay = match self.get("delay") {
+            None => Some(0),
+            Some(entry) => match entry.unsigned(self.problems) {
+                Some(delay) if delay > 0 && !leaky => {
+                    let message = format!(
+                        "applies only to the leaky_bucket algorithm, not {name}; remove it"
+                    );
+                    self.report(entry, message);
+                    None
+                }
+                other => other,
+            },
+        };
+        let nodelay = match self.get("nodelay") {
+            None => Some(false),
+            Some(entry) => match entry.boolean(self.problems) {
+                Some(true) if !leaky => {
+                    let message = format!(
+                        "applies only to the leaky_bucket algorithm, not {name}; remove it"
+                    );
+                    self.report(entry, message);
+                    None
+                }
+                Some(true) if delay.is_some_and(|delay| delay > 0) => {
+                    self.report(
+                        entry,
+                        "`nodelay = true` lets the whole burst through at once, so it cannot be combined with `delay`",
+                    );
+                    None
+                }
+                other => other,
+            },
+        };
+        let (Some(burst), Some(delay), Some(nodelay)) = (burst, delay, nodelay) else {
+            return None;
+        };
+
+        // A request costing more than the limit can ever hold would never pass.
+        let capacity = match algorithm {
+            Algorithm::TokenBucket | Algorithm::Gcra => Some(("burst", burst)),
+            Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
+                Some(("limit", limit))
+            }
+            Algorithm::LeakyBucket => None,
+        };
+        if let (Some(cost), Some((field, capacity)), Some(entry)) =
+            (cost, capacity, self.get("cost"))
+            && cost > capacity
+        {
+            let message = format!(
+                "{cost} is more than the rule's {field} ({capacity}), so no request could ever pass"
+            );
+            self.report(entry, message);
+            valid = false;
+        }
+        valid.then_some(LimitParams {
+            algorithm,
+            limit,
+            period,
+            burst,
+            delay,
+            nodelay,
+        })
+    }
+
+    /// `None`: the field is absent. `Some(None)`: present but wrong (reported).
+    fn read_positive(&mut self, field: &str) -> Option<Option<u64>> {
+        let entry = self.get(field)?;
+        Some(match entry.unsigned(self.problems) {
+            Some(0) => {
+                self.report(entry, "must be at least 1");
+                None
+            }
+            other => other,
+        })
+    }
+
+    /// `Some(None)`: absent. `None`: present but wrong (reported).
+    fn read_choice<T>(
+        &mut self,
+        field: &str,
+        parse: fn(&str) -> Option<T>,
+        choices: &[&str],
+    ) -> Option<Option<T>> {
+        let Some(entry) = self.get(field) else {
+            return Some(None);
+        };
+        let text = entry.string(self.problems)?;
+        match parse(&text) {
+            Some(value) => Some(Some(value)),
+            None => {
+                let mut message = format!(
+                    "unknown {field} {text:?}: expected one of {}",
+                    choices.join(", ")
+                );
+                if let Some(suggestion) = closest(&text, choices.iter().copied()) {
+                    message.push_str(&format!("; did you mean {suggestion:?}?"));
+                }
+                self.report(entry, message);
+                None
+            }
+        }
+    }
+
+    fn read_status(&mut self) -> Option<u16> {
+        let Some(entry) = self.get("status") else {
+            return Some(DEFAULT_STATUS);
+        };
+        let status = entry.unsigned(self.problems)?;
+        match u16::try_from(status) {
+            Ok(status) if (400..=599).contains(&status) => Some(status),
+            _ => {
+                self.report(
+                    entry,
+                    format!("must be an error status between 400 and 599, found {status}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn read_ipv6_prefix(&mut self) -> Option<u8> {
+        let Some(entry) = self.get("ipv6_prefix") else {
+            return Some(DEFAULT_IPV6_PREFIX);
+        };
+        let prefix = entry.unsigned(self.problems)?;
+        match u8::try_from(prefix) {
+            Ok(prefix) if (1..=128).contains(&prefix) => Some(prefix),
+            _ => {
+                self.report(entry, format!("must be between 1 and 128, found {prefix}"));
+                None
+            }
+        }
+    }
+
+    fn read_key(&mut self) -> Option<Vec<KeyPart>> {
+        let Some(entry) = self.get("key") else {
+            return Some(vec![KeyPart::Ip]);
+        };
+        // A single part may be written without the brackets.
+        let texts = match &entry.item.value {
+            Value::String(text) if !entry.item.origin.is_env() => {
+                vec![(text.clone(), entry.key_origin.clone())]
+            }
+            _ => entry.strings(self.problems)?,
+        };
+        if texts.is_empty() {
+            self.report(entry, "must list at least one part, such as [\"ip\"]");
+            return None;
+        }
+        let mut parts = Vec::new();
+        let mut valid = true;
+        for (text, origin) in texts {
+            match text.trim().parse::<KeyPart>() {
+                Ok(part) if parts.contains(&part) => {
+                    let message = format!("{}: key: lists {text:?} more than once", self.label);
+                    self.problems.add(&origin, message);
+                    valid = false;
+                }
+                Ok(part) => parts.push(part),
+                Err(error) => {
+                    let message = format!("{}: key: {error}", self.label);
+                    self.problems.add(&origin, message);
+                    valid = false;
+                }
+            }
+        }
+        valid.then_some(parts)
+    }
+
+    /// `Some(None)`: no `match` (a route-only rule, refused while routes are not read).
+    /// `None`: a problem was reported.
+    fn read_match(&mut self) -> Option<Option<RequestMatcher>> {
+        let Some(entry) = self.get("match") else {
+            self.report_rule(
+                "has no `match`: a rule without one applies only on the routes that list it, and [[route]] is not supported by this version; add `match = { paths = [\"/**\"] }` to apply it everywhere",
+            );
+            return None;
+        };
+        let table = entry.table(self.problems)?;
+        self.problems
+            .unknown_keys(table, MATCH_FIELDS, "`match` of [[rate_limit]]");
+        let mut matcher = RequestMatcher::default();
+        let mut valid = true;
+        for inner in &table.entries {
+            if !MATCH_FIELDS.contains(&inner.key.as_str()) {
+                // Already reported as an unknown key.
+                valid = false;
+                continue;
+            }
+            let Some(texts) = inner.strings(self.problems) else {
+                valid = false;
+                continue;
+            };
+            for (text, origin) in texts {
+                let added = match inner.key.as_str() {
+                    "hosts" => RequestMatcher::default()
+                        .with_hosts([text.as_str()])
+                        .map(|one| matcher.hosts.extend(one.hosts)),
+                    "paths" => RequestMatcher::default()
+                        .with_paths([text.as_str()])
+                        .map(|one| matcher.paths.extend(one.paths)),
+                    "methods" => RequestMatcher::default()
+                        .with_methods([text.as_str()])
+                        .map(|one| matcher.methods.extend(one.methods)),
+                    _ => RequestMatcher::default()
+                        .with_headers([text.as_str()])
+                        .map(|one| matcher.headers.extend(one.headers)),
+                };
+                if let Err(error) = added {
+                    let message = format!("{}: match.{}: {error}", self.label, inner.key);
+                    self.problems.add(&origin, message);
+                    valid = false;
+                }
+            }
+        }
+        valid.then_some(Some(matcher))
+    }
+}
+
+/// Whether the tree's `[store]` (after environment overrides) selects the redis backend.
+pub(super) fn redis_store_selected(root: &Table) -> bool {
+    root.get("store")
+        .and_then(|entry| match &entry.item.value {
+            Value::Table(table) => table.get("backend"),
+            _ => None,
+        })
+        .is_some_and(
+            |backend| matches!(&backend.item.value, Value::String(text) if text == "redis"),
+        )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,274 @@
+//! The six rate-limit algorithms as pure state transitions over integers.
+//!
+//! Every algorithm is a function
+//! `decide(params, state: Option<&State>, now_ms, cost) -> (Decision, Option<State>)`:
+//! given a key's current state (`None` for a key never seen, or one whose state has been
+//! forgotten), the time in milliseconds and the request's cost, it answers with a [`Decision`]
+//! and the state to store. A returned `None` means "store nothing new": the state is unchanged.
+//!
+//! # Rules shared by every algorithm
+//! - **A rejected request never changes state**, whatever the algorithm: its new state is
+//!   always `None`. So a client that keeps knocking does not push its own retry time further
+//!   out, and a request rejected by one limit can be evaluated against others without
+//!   consuming anything (all-or-nothing across several limits is "decide all, then store only
+//!   if all allowed").
+//! - **Cost 0 is a peek**: always allowed, never changes state, and reports what is left.
+//! - **A cost that can never fit** (more than the algorithm's capacity) is rejected with
+//!   `retry_after: None`, meaning "never at this cost".
+//! - **Time never runs backwards for a key**: a `now` earlier than the latest instant the
+//!   key's state records is treated as that instant (clocks of several nodes may disagree by a
+//!   little).
+//! - **Integers only.** Time is in milliseconds; quantities are in *units* where one request is
+//!   worth `period_ms` units and the sustained rate drains or refills `limit` units per
+//!   millisecond, so `limit` per `period` is represented exactly, with no rounding of the rate.
+//!   [`LimitParams::validate`] bounds every count times `period_ms` by [`MAX_UNITS`] (2^48), so
+//!   every intermediate value stays below 2^53 and the Redis Lua scripts, whose numbers are
+//!   doubles, compute bit-identical answers.
+//! - [`forget_at`] gives the instant from which a state can no longer affect any decision (it
+//!   decides exactly like `None`); stores evict by that time and never earlier.
+//!
+//! # The algorithms
+//! Let `P` be the period in milliseconds and `L` the limit.
+//! - [`token_bucket`]: capacity `burst` (0 means `limit`), refilled continuously at `L` per `P`.
+//! - [`gcra`]: the generic cell rate algorithm over a theoretical arrival time. For the same
+//!   parameters it makes exactly the decisions of the token bucket (the two are known to be
+//!   equivalent; a test holds them to it); it stores one instant instead of a level and a time.
+//! - [`leaky_bucket`]: nginx `limit_req`: `burst` excess requests beyond the rate, the first
+//!   `delay` of them pass at once and the rest are delayed, `nodelay` never delays.
+//! - [`fixed_window`]: `L` per window, the window starting at the first request after the
+//!   previous window ended (lazy reset, no timer).
+//! - [`sliding_log`]: exact: at most `L` in any span of `P` milliseconds.
+//! - [`sliding_window`]: the weighted estimate `floor(prev * (P - elapsed) / P) + current` over
+//!   windows aligned to multiples of `P`.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use super::{Algorithm, Decision, LimitParams};
+use crate::clock::duration_millis;
+
+/// The bound on every count (`limit`, `burst`, `delay`, plus one) times the period in
+/// milliseconds. Keeping units below 2^48 keeps every sum and product the algorithms form below
+/// 2^53, where doubles are exact.
+pub const MAX_UNITS: u64 = 1 << 48;
+
+/// Why a [`LimitParams`] cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitParamsError {
+    /// `limit` is zero.
+    #[error("limit must be at least 1")]
+    ZeroLimit,
+    /// The period is shorter than a millisecond.
+    #[error("period must be at least 1ms")]
+    PeriodTooShort,
+    /// A count times the period in milliseconds is too large to compute exactly.
+    #[error(
+        "limit, burst or delay is too large for the period (count x period_ms must stay below 2^48)"
+    )]
+    TooLarge,
+}
+
+impl LimitParams {
+    /// Checks the parameters can be computed with exactly (see the module docs). Stores refuse
+    /// parameters that fail this check.
+    pub fn validate(&self) -> Result<(), LimitParamsError> {
+        if self.limit == 0 {
+            return Err(LimitParamsError::ZeroLimit);
+        }
+        let period_ms = duration_millis(self.period);
+        if period_ms == 0 {
+            return Err(LimitParamsError::PeriodTooShort);
+        }
+        let largest = self.limit.max(self.burst).max(self.delay);
+        match largest
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(period_ms))
+        {
+            Some(units) if units <= MAX_UNITS => Ok(()),
+            _ => Err(LimitParamsError::TooLarge),
+        }
+    }
+
+    /// The period in whole milliseconds (at least 1).
+    pub fn period_ms(&self) -> u64 {
+        duration_millis(self.period).max(1)
+    }
+
+    /// Token bucket and GCRA capacity: `burst`, or `limit` when `burst` is 0.
+    pub fn capacity(&self) -> u64 {
+        if self.burst == 0 {
+            self.limit
+        } else {
+            self.burst
+        }
+    }
+}
+
+/// One key's state, whichever algorithm it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitState {
+    /// See [`token_bucket::State`].
+    TokenBucket(token_bucket::State),
+    /// See [`leaky_bucket::State`].
+    LeakyBucket(leaky_bucket::State),
+    /// See [`fixed_window::State`].
+    FixedWindow(fixed_window::State),
+    /// See [`sliding_log::State`].
+    SlidingLog(sliding_log::State),
+    /// See [`sliding_window::State`].
+    SlidingWindow(sliding_window::State),
+    /// See [`gcra::State`].
+    Gcra(gcra::State),
+}
+
+/// Decides one request with `params.algorithm`. A `state` of another algorithm (the limit was
+/// reconfigured) counts as no state. The returned state is `None` when nothing changes.
+pub fn decide(
+    params: &LimitParams,
+    state: Option<&LimitState>,
+    now_ms: u64,
+    cost: u64,
+) -> (Decision, Option<LimitState>) {
+    match params.algorithm {
+        Algorithm::TokenBucket => {
+            let state = match state {
+                Some(LimitState::TokenBucket(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = token_bucket::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::TokenBucket))
+        }
+        Algorithm::LeakyBucket => {
+            let state = match state {
+                Some(LimitState::LeakyBucket(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = leaky_bucket::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::LeakyBucket))
+        }
+        Algorithm::FixedWindow => {
+            let state = match state {
+                Some(LimitState::FixedWindow(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = fixed_window::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::FixedWindow))
+        }
+        Algorithm::SlidingLog => {
+            let state = match state {
+                Some(LimitState::SlidingLog(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = sliding_log::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::SlidingLog))
+        }
+        Algorithm::SlidingWindow => {
+            let state = match state {
+                Some(LimitState::SlidingWindow(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = sliding_window::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::SlidingWindow))
+        }
+        Algorithm::Gcra => {
+            let state = match state {
+                Some(LimitState::Gcra(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = gcra::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::Gcra))
+        }
+    }
+}
+
+/// Like [`decide`], but updates `state` in place (only when the request is allowed and changes
+/// something). Saves a copy of the sliding log's entries on the hot path of a local store.
+pub fn decide_in_place(
+    params: &LimitParams,
+    state: &mut Option<LimitState>,
+    now_ms: u64,
+    cost: u64,
+) -> Decision {
+    if params.algorithm == Algorithm::SlidingLog
+        && let Some(LimitState::SlidingLog(log)) = state
+    {
+        return sliding_log::decide_in_place(params, log, now_ms, cost);
+    }
+    let (decision, next) = decide(params, state.as_ref(), now_ms, cost);
+    if let Some(next) = next {
+        *state = Some(next);
+    }
+    decision
+}
+
+/// The instant (ms) from which `state` can no longer affect a decision under `params`: from
+/// then on every request decides exactly as with no state, so the state may be dropped. A state
+/// of another algorithm can be dropped at once.
+pub fn forget_at(params: &LimitParams, state: &LimitState) -> u64 {
+    match (params.algorithm, state) {
+        (Algorithm::TokenBucket, LimitState::TokenBucket(state)) => {
+            token_bucket::forget_at(params, state)
+        }
+        (Algorithm::LeakyBucket, LimitState::LeakyBucket(state)) => {
+            leaky_bucket::forget_at(params, state)
+        }
+        (Algorithm::FixedWindow, LimitState::FixedWindow(state)) => {
+            fixed_window::forget_at(params, state)
+        }
+        (Algorithm::SlidingLog, LimitState::SlidingLog(state)) => {
+            sliding_log::forget_at(params, state)
+        }
+        (Algorithm::SlidingWindow, LimitState::SlidingWindow(state)) => {
+            sliding_window::forget_at(params, state)
+        }
+        (Algorithm::Gcra, LimitState::Gcra(state)) => gcra::forget_at(params, state),
+        _ => 0,
+    }
+}
+
+/// `ceil(numerator / denominator)` for a positive denominator.
+pub(crate) fn ceil_div(numerator: u64, denominator: u64) -> u64 {
+    numerator.div_ceil(denominator)
+}
+
+/// An allowed decision.
+pub(crate) fn allowed(
+    params: &LimitParams,
+    remaining: u64,
+    reset_after_ms: u64,
+    delay_ms: u64,
+) -> Decision {
+    Decision {
+        allowed: true,
+        limit: params.limit,
+        remaining,
+        reset_after: Duration::from_millis(reset_after_ms),
+        retry_after: None,
+        delay: Duration::from_millis(delay_ms),
+    }
+}
+
+/// A rejection; `retry_after_ms: None` means the cost can never be allowed.
+pub(crate) fn rejected(
+    params: &LimitParams,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+) -> Decision {
+    Decision {
+        allowed: false,
+        limit: params.limit,
+        remaining: 0,
+        reset_after: Duration::from_millis(reset_after_ms),
+        retry_after: retry_after_ms.map(Duration::from_millis),
+        delay: Duration::ZERO,
+    }
+}

@@ -1,0 +1,272 @@
+//! Path globs (`/events/*/book/**`) compiled once, and the path normalisation every match runs
+//! on, so `//api/./x/` and `/api/x` are the same path to a rule.
+//!
+//! - `*` as a whole segment matches exactly one non-empty segment; inside a segment
+//!   (`*.css`, `v*`) it matches any run of characters other than `/`.
+//! - `**` as a whole segment matches any number of segments, none included: `/api/**`
+//!   matches `/api`, `/api/x` and `/api/x/y`.
+//! - Everything else matches itself, case-sensitively.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// A compiled path glob.
+///
+/// ```
+/// use anteroom_core::ratelimit::rules::PathGlob;
+///
+/// let glob = PathGlob::new("/_anteroom/v1/rooms/*/join").expect("valid");
+/// assert!(glob.matches("/_anteroom/v1/rooms/launch/join"));
+/// assert!(!glob.matches("/_anteroom/v1/rooms/launch/status"));
+/// assert!(PathGlob::new("/static/**").expect("valid").matches("/static/css/site.css"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PathGlob {
+    source: String,
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Segment {
+    /// Matches this exact segment.
+    Literal(String),
+    /// `*`: exactly one non-empty segment.
+    One,
+    /// `**`: zero or more segments.
+    AnyDepth,
+    /// A segment with `*` inside: the literal pieces between the stars, in order.
+    Wildcard(Vec<String>),
+}
+
+/// Why a path glob was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
+    /// The glob does not start with `/`.
+    #[error("path glob {0:?} must start with '/'")]
+    NotAbsolute(String),
+    /// `**` was used inside a segment.
+    #[error("path glob {0:?}: `**` must be a whole segment, as in \"/api/**\"")]
+    DoubleStarInSegment(String),
+    /// The glob holds a character that never appears in a request path.
+    #[error("path glob {0:?} must not contain spaces, control characters, '?' or '#'")]
+    InvalidCharacter(String),
+}
+
+impl PathGlob {
+    /// Compiles `pattern`. The pattern is normalised like a request path (see
+    /// [`normalize_path`]), so `/api/x/` and `/api//x` mean `/api/x`.
+    pub fn new(pattern: &str) -> Result<PathGlob, GlobError> {
+        if !pattern.starts_with('/') {
+            return Err(GlobError::NotAbsolute(pattern.to_owned()));
+        }
+        if pattern
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+        {
+            return Err(GlobError::InvalidCharacter(pattern.to_owned()));
+        }
+        let normalized = normalize_path(pattern);
+        let mut segments = Vec::new();
+        for text in path_segments(&normalized) {
+            let segment = match text {
+                "**" => Segment::AnyDepth,
+                "*" => Segment::One,
+                _ if text.contains("**") => {
+                    return Err(GlobError::DoubleStarInSegment(pattern.to_owned()));
+                }
+                _ if text.contains('*') => {
+                    Segment::Wildcard(text.split('*').map(str::to_owned).collect())
+                }
+                _ => Segment::Literal(text.to_owned()),
+            };
+            // `**/**` means the same as `**`; one keeps matching linear.
+            if segment == Segment::AnyDepth && segments.last() == Some(&Segment::AnyDepth) {
+                continue;
+            }
+            segments.push(segment);
+        }
+        Ok(PathGlob {
+            source: pattern.to_owned(),
+            segments,
+        })
+    }
+
+    /// The glob as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether `path` matches. `path` should already be normalised with [`normalize_path`];
+    /// it is normalised here if it is not.
+    pub fn matches(&self, path: &str) -> bool {
+        let normalized = normalize_path(path);
+        let path: Vec<&str> = path_segments(&normalized).collect();
+        // reachable[i]: the glob's segments so far can consume exactly the first i path segments.
+        let mut reachable = vec![false; path.len() + 1];
+        reachable[0] = true;
+        for segment in &self.segments {
+            match segment {
+                Segment::AnyDepth => {
+                    // Once some prefix is reachable, every longer one is too.
+                    let mut seen = false;
+                    for slot in reachable.iter_mut() {
+                        seen |= *slot;
+                        *slot = seen;
+                    }
+                }
+                _ => {
+                    for i in (0..path.len()).rev() {
+                        reachable[i + 1] = reachable[i] && segment.matches_one(path[i]);
+                    }
+                    reachable[0] = false;
+                }
+            }
+            if !reachable.contains(&true) {
+                return false;
+            }
+        }
+        reachable[path.len()]
+    }
+}
+
+impl fmt::Display for PathGlob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl Segment {
+    fn matches_one(&self, text: &str) -> bool {
+        match self {
+            Segment::Literal(literal) => literal == text,
+            Segment::One => !text.is_empty(),
+            Segment::AnyDepth => true,
+            Segment::Wildcard(pieces) => wildcard_matches(pieces, text),
+        }
+    }
+}
+
+/// `pieces` are the literal parts of a segment split at its stars: the first must be a prefix,
+/// the last a suffix, and the middle ones must appear in order between them.
+fn wildcard_matches(pieces: &[String], text: &str) -> bool {
+    let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
+        return true;
+    };
+    if text.len() < first.len() + last.len() || !text.starts_with(first.as_str()) {
+        return false;
+    }
+    if !text.ends_with(last.as_str()) {
+        return false;
+    }
+    let mut middle = &text[first.len()..text.len() - last.len()];
+    for piece in &pieces[1..pieces.len() - 1] {
+        match middle.find(piece.as_str()) {
+            Some(at) => middle = &middle[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The segments of a normalised path: none for `/`.
+fn path_segments(normalized: &str) -> impl Iterator<Item = &str> {
+    normalized
+        .strip_prefix('/')
+        .unwrap_or(normalized)
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+}
+
+/// Puts a request path in the one form rules match against, so the same resource cannot be
+/// spelled past a rule:
+/// - anything from `?` or `#` on is dropped;
+/// - percent-encoded unreserved characters (`A-Z a-z 0-9 - . _ ~`) are decoded and other
+///   percent-encodings have upper-case hex (RFC 3986 §6.2.2);
+/// - empty segments (`//`) and `.` segments are removed, `..` removes the segment before it
+///   (never going above `/`);
+/// - a trailing `/` is dropped (except for `/` itself); an empty path is `/`.
+///
+/// ```
+/// use anteroom_core::ratelimit::rules::normalize_path;
+///
+/// assert_eq!(normalize_path("//api/./v1/../%6Aoin/?x=1"), "/api/join");
+/// assert_eq!(normalize_path("/a%2fb"), "/a%2Fb");
+/// ```
+pub fn normalize_path(raw: &str) -> Cow<'_, str> {
+    let path = raw.split(['?', '#']).next().unwrap_or_default();
+    if is_normal(path) {
+        return Cow::Borrowed(path);
+    }
+    let decoded = decode_unreserved(path);
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
+    let mut out = String::with_capacity(decoded.len() + 1);
+    for segment in &segments {
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `path` is already normal: the common case costs no allocation.
+fn is_normal(path: &str) -> bool {
+    if path == "/" {
+        return true;
+    }
+    if !path.starts_with('/') || path.ends_with('/') || path.contains('%') {
+        return false;
+    }
+    path[1..]
+        .split('/')
+        .all(|segment| !matches!(segment, "" | "." | ".."))
+}
+
+fn decode_unreserved(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let (Some(high), Some(low)) = (
+                bytes.get(i + 1).and_then(|b| hex_value(*b)),
+                bytes.get(i + 2).and_then(|b| hex_value(*b)),
+            )
+        {
+            let byte = high * 16 + low;
+            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                out.push(char::from(byte));
+            } else {
+                out.push('%');
+                out.push(char::from(b"0123456789ABCDEF"[usize::from(high)]));
+                out.push(char::from(b"0123456789ABCDEF"[usize::from(low)]));
+            }
+            i += 3;
+            continue;
+        }
+        // Copy up to the next '%' as text, so multi-byte characters stay whole.
+        let next = path[i + 1..].find('%').map_or(path.len(), |at| i + 1 + at);
+        out.push_str(&path[i..next]);
+        i = next;
+    }
+    out
+}
+
+fn hex_value(byte: u8) -> Option<u8> {
+    match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        b'A'..=b'F' => Some(byte - b'A' + 10),
+        _ => None,
+    }
+}
