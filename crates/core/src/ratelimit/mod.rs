@@ -5,6 +5,8 @@
 //! the same answers and property tests can hold the two to identical decisions.
 
 pub mod algorithms;
+pub mod client_ip;
+pub mod rules;
 
 use std::time::Duration;
 
@@ -52,7 +54,9 @@ impl Algorithm {
 
     /// Reads the config spelling.
     pub fn parse(text: &str) -> Option<Algorithm> {
-        Algorithm::ALL.into_iter().find(|algorithm| algorithm.as_str() == text)
+        Algorithm::ALL
+            .into_iter()
+            .find(|algorithm| algorithm.as_str() == text)
     }
 }
 
