@@ -6,11 +6,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use clap::Args;
 
 use anteroom_core::Clock;
@@ -30,12 +31,12 @@ pub(crate) struct DemoArgs {
     /// Where the demo keeps its store and keys.
     #[arg(long, default_value = "anteroom-demo")]
     data_dir: PathBuf,
-    /// The waiting room's public listener.
+    /// Where the demo listens: the waiting room and the demo site behind it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// The demo site's listener.
-    #[arg(long, default_value = "127.0.0.1:3000")]
-    origin_listen: SocketAddr,
+    /// Simulated visitors who join in the first seconds and are let in like everybody else.
+    #[arg(long, default_value_t = 0)]
+    crowd: u32,
 }
 
 /// Starts the room and the demo site; runs until Ctrl-C.
@@ -70,27 +71,22 @@ ticket_idle_ttl = "2m"
     let config =
         parse_config(&source, &[]).map_err(|errors| anyhow::anyhow!("demo config: {errors}"))?;
     let runtime = serve::prepare(&config).await?;
-    let keys = runtime.keys.clone();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {} (is another demo running?)", args.listen))?;
-    let origin_listener = tokio::net::TcpListener::bind(args.origin_listen)
-        .await
-        .with_context(|| format!("binding {} for the demo site", args.origin_listen))?;
-    let origin = axum::Router::new()
-        .route("/", axum::routing::get(origin_page))
+    let site = axum::Router::new()
+        .route("/", axum::routing::get(site_page))
         .with_state(OriginState {
-            keys,
+            keys: runtime.keys.clone(),
             issuer: config.server.issuer.clone(),
             store: runtime.store.clone(),
         });
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(origin_listener, origin).await {
-            tracing::error!(%error, "demo site stopped");
-        }
-    });
-    print_welcome(&public_url, args.origin_listen);
-    serve::run_until_shutdown(runtime, listener, crate::shutdown_signal()).await
+    let router = anteroom_http::public_router_with_site(runtime.state.clone(), site);
+    if args.crowd > 0 {
+        tokio::spawn(simulate_crowd(runtime.store.clone(), args.crowd));
+    }
+    print_welcome(&public_url, args.crowd);
+    serve::run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }
 
 fn toml_path(path: &std::path::Path) -> String {
@@ -101,28 +97,82 @@ fn toml_path(path: &std::path::Path) -> String {
 }
 
 #[allow(clippy::print_stdout)]
-fn print_welcome(public_url: &str, origin: SocketAddr) {
+fn print_welcome(public_url: &str, crowd: u32) {
     let room = DEMO_ROOM;
+    let crowd_line = if crowd > 0 {
+        format!("{crowd} simulated visitors are joining now, so you will wait behind them.\n")
+    } else {
+        "Add --crowd 40 to have simulated visitors queue in front of you.\n".to_owned()
+    };
     println!(
         r#"
 anteroom demo is running (Ctrl-C to stop).
 
-  waiting room API   {public_url}/_anteroom/v1/rooms/{room}
-  public keys        {public_url}/.well-known/jwks.json
-  demo site          http://{origin}/   (lets in only visitors with a valid pass)
+  open this in a browser   {public_url}/
+  the waiting page         {public_url}/_anteroom/wait/{room}?return=/
+  room figures (JSON)      {public_url}/_anteroom/v1/rooms/{room}
+  public keys              {public_url}/.well-known/jwks.json
 
-The room admits 3 visitors at a time and 12 a minute, so a small crowd queues.
-Try it from a shell (each cookie jar is one visitor):
-
-  curl -s -c v1 -X POST {public_url}/_anteroom/v1/rooms/{room}/join     # visitor 1: admitted at once
-  for v in v2 v3 v4 v5; do curl -s -c $v -X POST {public_url}/_anteroom/v1/rooms/{room}/join; echo; done
-  curl -s -b v5 {public_url}/_anteroom/v1/rooms/{room}/status            # place in line, ahead, ETA
-  curl -s -b v1 http://{origin}/                                           # the demo site lets visitor 1 in
-  curl -s -X DELETE -b v1 {public_url}/_anteroom/v1/rooms/{room}/ticket  # leave
-
-Poll the status again and watch `ahead` fall as visitors are admitted.
+The demo site at / lets in only visitors holding a pass; everybody else is sent to the waiting
+page. The room admits 3 visitors at a time and 12 a minute.
+{crowd_line}
+From a shell (each cookie jar is one visitor):
+  curl -s -c me -X POST {public_url}/_anteroom/v1/rooms/{room}/join
+  curl -s -b me {public_url}/_anteroom/v1/rooms/{room}/status
 "#
     );
+}
+
+/// Simulated visitors: they join over a few seconds, keep their place by polling, and once let
+/// in stay a little while and then leave, so the line moves as it would with real people.
+async fn simulate_crowd(store: std::sync::Arc<dyn anteroom_store::RoomStore>, visitors: u32) {
+    let Ok(room) = anteroom_core::RoomId::new(DEMO_ROOM) else {
+        return;
+    };
+    for visitor in 0..visitors {
+        let store = store.clone();
+        let room = room.clone();
+        tokio::spawn(async move {
+            let joined = store
+                .join(&room, anteroom_core::engine::JoinRequest::default())
+                .await;
+            let Ok(entry) = joined else { return };
+            let reference = match &entry {
+                anteroom_core::engine::Entry::Waiting(view) => anteroom_core::engine::TicketRef {
+                    id: view.ticket,
+                    generation: view.generation,
+                },
+                anteroom_core::engine::Entry::Admitted(view) => anteroom_core::engine::TicketRef {
+                    id: view.ticket,
+                    generation: view.session.generation,
+                },
+            };
+            loop {
+                match store.status(&room, reference).await {
+                    Ok(anteroom_core::engine::Entry::Waiting(_)) => {
+                        tokio::time::sleep(Duration::from_millis(2_000 + jitter_ms(3_000))).await;
+                    }
+                    Ok(anteroom_core::engine::Entry::Admitted(view)) => {
+                        tokio::time::sleep(Duration::from_millis(8_000 + jitter_ms(20_000))).await;
+                        let _ = store
+                            .end_session(
+                                &room,
+                                view.session.id,
+                                anteroom_core::engine::SessionEnd::Completed,
+                            )
+                            .await;
+                        return;
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100 + u64::from(visitor % 3) * 50)).await;
+    }
+}
+
+fn jitter_ms(max: u64) -> u64 {
+    rand::Rng::gen_range(&mut rand::thread_rng(), 0..max)
 }
 
 #[derive(Clone)]
@@ -132,8 +182,9 @@ struct OriginState {
     store: std::sync::Arc<dyn anteroom_store::RoomStore>,
 }
 
-/// The demo site's one page: open to pass holders, closed to everyone else.
-async fn origin_page(State(origin): State<OriginState>, headers: HeaderMap) -> impl IntoResponse {
+/// The demo site's one page: open to pass holders; everybody else is sent to the waiting
+/// page, as the gateway will do for protected routes.
+async fn site_page(State(origin): State<OriginState>, headers: HeaderMap) -> Response {
     let pass = read_cookie(&headers, &pass_cookie_name(DEMO_ROOM))
         .map(str::to_owned)
         .or_else(|| {
@@ -144,27 +195,19 @@ async fn origin_page(State(origin): State<OriginState>, headers: HeaderMap) -> i
                 .map(str::to_owned)
         });
     let Some(pass) = pass else {
-        return (
-            StatusCode::FORBIDDEN,
-            Html(page(
-                "No pass yet",
-                "Join the queue first: see the commands printed by <code>anteroom demo</code>.",
-            )),
-        );
+        return to_waiting_room();
     };
     let Ok(room) = anteroom_core::RoomId::new(DEMO_ROOM) else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Html(page("Demo broken", "invalid room id")),
-        );
+        return to_waiting_room();
     };
     let generation = match origin.store.snapshot(&room).await {
         Ok(snapshot) => snapshot.generation,
         Err(_) => {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Html(page("Unavailable", "the store cannot be reached")),
-            );
+                Html(page("Unavailable", "The store cannot be reached.")),
+            )
+                .into_response();
         }
     };
     let expect = PassExpectations {
@@ -172,29 +215,22 @@ async fn origin_page(State(origin): State<OriginState>, headers: HeaderMap) -> i
         issuer: &origin.issuer,
         generation,
     };
-    match origin
-        .keys
-        .verify_pass(&pass, &expect, SystemClock.now().as_secs())
-    {
-        Ok(claims) if session_is_active(&origin, &room, &claims.sub).await => (
-            StatusCode::OK,
-            Html(page(
-                "You are in",
-                &format!(
-                    "Welcome to the demo site. Your pass is for position {} (session {}).",
-                    claims.pos, claims.sub
-                ),
-            )),
-        ),
-        Ok(_) => (
-            StatusCode::FORBIDDEN,
-            Html(page("Pass refused", "this session has ended")),
-        ),
-        Err(error) => (
-            StatusCode::FORBIDDEN,
-            Html(page("Pass refused", &format!("{error}"))),
-        ),
+    match origin.keys.verify_pass(&pass, &expect, SystemClock.now().as_secs()) {
+        Ok(claims) if session_is_active(&origin, &room, &claims.sub).await => Html(page(
+            "You are in",
+            &format!(
+                "Welcome to the demo site. You held number {} in line; your pass (session <code>{}</code>) \
+                 was verified here offline with the waiting room's public key.",
+                claims.pos, claims.sub
+            ),
+        ))
+        .into_response(),
+        _ => to_waiting_room(),
     }
+}
+
+fn to_waiting_room() -> Response {
+    Redirect::to(&format!("/_anteroom/wait/{DEMO_ROOM}?return=/")).into_response()
 }
 
 /// Whether the pass's session still holds its slot (a completed or revoked one does not).

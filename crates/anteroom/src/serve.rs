@@ -8,7 +8,9 @@ use anyhow::Context;
 
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
-use anteroom_http::{AppState, PublicSettings};
+use anteroom_http::{
+    AppState, DEFAULT_MAX_SSE_CONNECTIONS, NodeOptions, PageRenderer, PublicSettings,
+};
 use anteroom_store::{MemoryStore, RedbStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
@@ -81,7 +83,20 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         issuer: config.server.issuer.clone(),
         service_keys: config.auth.service_keys.clone(),
     };
-    let state = AppState::new(store.clone(), keys.clone(), clock, settings);
+    let page = PageRenderer::default();
+    for room in config
+        .rooms
+        .iter()
+        .filter(|room| !room.page_template.is_empty())
+    {
+        page.load(&room.page_template)
+            .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
+    }
+    let options = NodeOptions {
+        max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
+        page,
+    };
+    let state = AppState::with_options(store.clone(), keys.clone(), clock, settings, options);
     Ok(Runtime { state, store, keys })
 }
 
@@ -98,20 +113,25 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         rooms = config.rooms.len(),
         "anteroom is serving"
     );
-    run_until_shutdown(runtime, listener, crate::shutdown_signal()).await
+    let router = anteroom_http::public_router(runtime.state.clone());
+    run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }
 
 /// Serves the public API and runs the ticker until `shutdown`, then drains.
 pub(crate) async fn run_until_shutdown(
     runtime: Runtime,
     listener: tokio::net::TcpListener,
+    router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_ticker, ticker_stopped) = tokio::sync::oneshot::channel::<()>();
-    let ticker = tokio::spawn(anteroom_http::run_ticker(runtime.store.clone(), async {
-        let _ = ticker_stopped.await;
-    }));
-    let router = anteroom_http::public_router(runtime.state);
+    let ticker = tokio::spawn(anteroom_http::run_ticker(
+        runtime.store.clone(),
+        runtime.state.hub().clone(),
+        async {
+            let _ = ticker_stopped.await;
+        },
+    ));
     anteroom_http::serve(listener, router, shutdown)
         .await
         .context("serving the public listener")?;

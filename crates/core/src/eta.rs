@@ -12,16 +12,41 @@ use crate::clock::Timestamp;
 /// Time constant of the admission-rate average, in seconds.
 const RATE_TIME_CONSTANT_SECS: f64 = 120.0;
 
-/// The measured admission rate of a room.
+/// Observed time below which the rate is still unknown.
+const MIN_OBSERVED_SECS: f64 = 1.5;
+
+/// The measured admission rate of a room: admissions and observed time, both decayed
+/// exponentially with a two-minute time constant. Their ratio is the rate; unlike a plain
+/// moving average of per-interval samples it needs no warm-up, so the first estimate after a
+/// room opens is already the real pace.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct AdmissionRate {
-    /// Admissions per second; `None` until the first measured interval.
-    pub per_second: Option<f64>,
+    /// Decayed count of admissions.
+    pub admissions: f64,
+    /// Decayed observed time, in seconds.
+    pub seconds: f64,
     /// End of the last measured interval.
     pub measured_until: Option<Timestamp>,
 }
 
 impl AdmissionRate {
+    /// A rate known only as admissions per second (for views built from a snapshot).
+    pub fn from_estimate(per_second: Option<f64>) -> AdmissionRate {
+        match per_second {
+            Some(rate) => AdmissionRate {
+                admissions: rate * RATE_TIME_CONSTANT_SECS,
+                seconds: RATE_TIME_CONSTANT_SECS,
+                measured_until: None,
+            },
+            None => AdmissionRate::default(),
+        }
+    }
+
+    /// Admissions per second; `None` until enough time has been observed.
+    pub fn per_second(&self) -> Option<f64> {
+        (self.seconds >= MIN_OBSERVED_SECS).then(|| self.admissions / self.seconds)
+    }
+
     /// Folds in `admitted` admissions made between the last measurement and `now`.
     /// `had_demand` says whether anyone was waiting during the interval.
     pub fn record(&mut self, admitted: u64, had_demand: bool, now: Timestamp) {
@@ -37,12 +62,9 @@ impl AdmissionRate {
             return;
         }
         let elapsed_secs = now.since(since).as_secs_f64();
-        let sample = admitted as f64 / elapsed_secs;
-        let weight = 1.0 - (-elapsed_secs / RATE_TIME_CONSTANT_SECS).exp();
-        self.per_second = Some(match self.per_second {
-            None => sample,
-            Some(previous) => previous + weight * (sample - previous),
-        });
+        let decay = (-elapsed_secs / RATE_TIME_CONSTANT_SECS).exp();
+        self.admissions = self.admissions * decay + admitted as f64;
+        self.seconds = self.seconds * decay + elapsed_secs;
     }
 }
 
@@ -52,11 +74,12 @@ pub fn eta_seconds(ahead: u64, rate: &AdmissionRate) -> Option<u64> {
     if ahead == 0 {
         return Some(0);
     }
-    let per_second = rate.per_second?;
+    let per_second = rate.per_second()?;
     if per_second <= 1e-9 {
         return None;
     }
-    Some((ahead as f64 / per_second).ceil() as u64)
+    // The small slack keeps float noise (4.999… per second) from adding a whole second.
+    Some((ahead as f64 / per_second - 1e-6).ceil() as u64)
 }
 
 /// How long a client should wait before polling again (SPEC §5.5): 2 s up to 500 ahead, 5 s up
@@ -86,7 +109,10 @@ mod tests {
         rate.record(0, true, Timestamp(1_000));
         assert_eq!(eta_seconds(10, &rate), None);
         rate.record(5, true, Timestamp(2_000));
-        assert_eq!(rate.per_second, Some(5.0));
+        assert_eq!(rate.per_second(), None, "one second is too little to tell");
+        rate.record(5, true, Timestamp(3_000));
+        let measured = rate.per_second().unwrap();
+        assert!((measured - 5.0).abs() < 0.01, "measured {measured}");
         assert_eq!(eta_seconds(10, &rate), Some(2));
         assert_eq!(eta_seconds(0, &rate), Some(0));
     }
@@ -95,9 +121,9 @@ mod tests {
     fn idle_intervals_do_not_dilute_the_rate() {
         let mut rate = AdmissionRate::default();
         rate.record(0, true, Timestamp(0));
-        rate.record(10, true, Timestamp(1_000));
+        rate.record(20, true, Timestamp(2_000));
         rate.record(0, false, Timestamp(3_600_000));
-        assert_eq!(rate.per_second, Some(10.0));
+        assert_eq!(rate.per_second(), Some(10.0));
     }
 
     #[test]
@@ -108,8 +134,21 @@ mod tests {
         for second in 2..=1200 {
             rate.record(2, true, Timestamp(second * 1_000));
         }
-        let measured = rate.per_second.unwrap();
+        let measured = rate.per_second().unwrap();
         assert!((measured - 2.0).abs() < 0.05, "measured {measured}");
+    }
+
+    #[test]
+    fn the_first_estimate_is_already_the_real_pace() {
+        // One admission every 5 s, ticked twice a second: no warm-up from zero.
+        let mut rate = AdmissionRate::default();
+        rate.record(0, true, Timestamp(0));
+        for tick in 1..=20u64 {
+            let admitted = u64::from(tick % 10 == 0);
+            rate.record(admitted, true, Timestamp(tick * 500));
+        }
+        let measured = rate.per_second().unwrap();
+        assert!((measured - 0.2).abs() < 0.02, "measured {measured}");
     }
 
     #[test]

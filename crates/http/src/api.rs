@@ -29,22 +29,22 @@ const MAX_RETURN_LEN: usize = 2048;
 
 /// Status JSON (join, status, and later the SSE `status` event).
 #[derive(Debug, Serialize)]
-struct StatusBody {
-    room: String,
-    state: &'static str,
-    ticket: String,
-    position: u64,
-    ahead: u64,
-    serving: u64,
-    waiting: u64,
-    eta_seconds: Option<u64>,
-    next_poll_ms: u64,
+pub(crate) struct StatusBody {
+    pub(crate) room: String,
+    pub(crate) state: &'static str,
+    pub(crate) ticket: String,
+    pub(crate) position: u64,
+    pub(crate) ahead: u64,
+    pub(crate) serving: u64,
+    pub(crate) waiting: u64,
+    pub(crate) eta_seconds: Option<u64>,
+    pub(crate) next_poll_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pass: Option<String>,
+    pub(crate) pass: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pass_expires_at: Option<String>,
+    pub(crate) pass_expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    redirect: Option<String>,
+    pub(crate) redirect: Option<String>,
 }
 
 /// Optional body of a join.
@@ -113,9 +113,23 @@ pub(crate) async fn join(
         .map(|path| validate_return(&path))
         .transpose()?;
     let config = app.store().room(&room).await?;
+    let entry = join_entry(&app, &room, &config, &headers, &query, return_to).await?;
+    Ok(entry_response(&app, &room, config.mode, entry))
+}
+
+/// Joins (or resumes) for the API and the page alike: identity from the room's source, the
+/// held ticket when it verifies.
+pub(crate) async fn join_entry(
+    app: &AppState,
+    room: &RoomId,
+    config: &anteroom_core::room::RoomConfig,
+    headers: &HeaderMap,
+    query: &TicketQuery,
+    return_to: Option<String>,
+) -> Result<Entry, ApiError> {
     let identity = match &config.identity {
         Identity::Anonymous => None,
-        Identity::Header(name) => Some(identity_from_header(&headers, name)?),
+        Identity::Header(name) => Some(identity_from_header(headers, name)?),
         Identity::JwtClaim(_) => {
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
@@ -127,19 +141,18 @@ pub(crate) async fn join(
     // A ticket that does not verify (say, from before the ticket key changed) must not lock
     // the visitor out: the join goes ahead as a new visitor and replaces the cookie.
     let resume =
-        held_ticket(&headers, &query, &room).and_then(|token| app.verify_ticket(&room, token).ok());
-    let entry = app
+        held_ticket(headers, query, room).and_then(|token| app.verify_ticket(room, token).ok());
+    Ok(app
         .store()
         .join(
-            &room,
+            room,
             JoinRequest {
                 resume,
                 identity,
                 return_to,
             },
         )
-        .await?;
-    Ok(entry_response(&app, &room, config.mode, entry))
+        .await?)
 }
 
 /// `GET /_anteroom/v1/rooms/{room}/status`
@@ -283,7 +296,7 @@ pub(crate) async fn health() -> &'static str {
     "ok"
 }
 
-fn ticket_query(
+pub(crate) fn ticket_query(
     query: Result<Query<TicketQuery>, QueryRejection>,
 ) -> Result<TicketQuery, ApiError> {
     query
@@ -291,12 +304,12 @@ fn ticket_query(
         .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
 }
 
-fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
     RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
 }
 
 /// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
-fn held_ticket<'a>(
+pub(crate) fn held_ticket<'a>(
     headers: &'a HeaderMap,
     query: &'a TicketQuery,
     room: &RoomId,
@@ -339,7 +352,7 @@ fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiEr
 }
 
 /// Accepts only same-origin relative paths, so admission can never redirect off-site.
-fn validate_return(path: &str) -> Result<String, ApiError> {
+pub(crate) fn validate_return(path: &str) -> Result<String, ApiError> {
     let refuse = || {
         ApiError::bad_request(
             "invalid_return",
@@ -357,16 +370,40 @@ fn validate_return(path: &str) -> Result<String, ApiError> {
     Ok(path.to_owned())
 }
 
-fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Response {
+/// What a ticket's entry means for the client: the status JSON, and the pass (with its cookie
+/// lifetime) once admitted.
+pub(crate) struct EntryAnswer {
+    pub(crate) body: StatusBody,
+    pub(crate) pass: Option<(String, u64)>,
+}
+
+/// The signed ticket token for a ticket.
+pub(crate) fn ticket_token(
+    app: &AppState,
+    room: &RoomId,
+    ticket: TicketId,
+    position: u64,
+    generation: u32,
+) -> String {
+    let claims = TicketClaims {
+        room: room.to_string(),
+        ticket_id: ticket.to_string(),
+        position,
+        generation,
+    };
+    app.keys().ticket_signer().sign(&claims)
+}
+
+/// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
+pub(crate) fn entry_answer(
+    app: &AppState,
+    room: &RoomId,
+    mode: Mode,
+    entry: Entry,
+) -> Result<EntryAnswer, ApiError> {
     let mut rng = rand::thread_rng();
-    let (body, pass) = match entry {
+    match entry {
         Entry::Waiting(view) => {
-            let ticket = TicketClaims {
-                room: room.to_string(),
-                ticket_id: view.ticket.to_string(),
-                position: view.position,
-                generation: view.generation,
-            };
             let state = if view.paused || mode == Mode::QueueAll {
                 "paused"
             } else {
@@ -375,7 +412,7 @@ fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Re
             let body = StatusBody {
                 room: room.to_string(),
                 state,
-                ticket: app.keys().ticket_signer().sign(&ticket),
+                ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
                 position: view.position,
                 ahead: view.ahead,
                 serving: view.serving,
@@ -386,16 +423,10 @@ fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Re
                 pass_expires_at: None,
                 redirect: None,
             };
-            (body, None)
+            Ok(EntryAnswer { body, pass: None })
         }
         Entry::Admitted(view) => {
             let session = &view.session;
-            let ticket = TicketClaims {
-                room: room.to_string(),
-                ticket_id: view.ticket.to_string(),
-                position: view.position,
-                generation: session.generation,
-            };
             let claims = PassClaims {
                 iss: app.settings().issuer.clone(),
                 aud: room.to_string(),
@@ -409,24 +440,25 @@ fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Re
                 uid: session.uid.clone(),
                 scope: anteroom_token::PASS_SCOPE.to_owned(),
             };
-            let pass = match app.keys().sign_pass(&claims) {
-                Ok(pass) => Some(pass),
-                Err(error) => {
-                    tracing::error!(%error, "cannot sign a pass");
-                    None
-                }
-            };
+            let pass = app.keys().sign_pass(&claims).map_err(|error| {
+                tracing::error!(%error, "cannot sign a pass");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the pass could not be issued",
+                )
+            })?;
             let body = StatusBody {
                 room: room.to_string(),
                 state: "admitted",
-                ticket: app.keys().ticket_signer().sign(&ticket),
+                ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
                 position: view.position,
                 ahead: 0,
                 serving: view.serving,
                 waiting: view.waiting,
                 eta_seconds: Some(0),
                 next_poll_ms: next_poll_ms(0, &mut rng),
-                pass: pass.clone(),
+                pass: Some(pass.clone()),
                 pass_expires_at: Some(rfc3339(session.expires_at)),
                 redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
             };
@@ -434,36 +466,61 @@ fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Re
                 .expires_at
                 .as_secs()
                 .saturating_sub(app.now().as_secs());
-            (body, pass.map(|pass| (pass, max_age)))
+            Ok(EntryAnswer {
+                body,
+                pass: Some((pass, max_age)),
+            })
         }
-    };
-    if body.state == "admitted" && body.pass.is_none() {
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the pass could not be issued",
-        )
-        .into_response();
     }
-    let ticket_token = body.ticket.clone();
-    let mut response = Json(body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// The status JSON of an entry as a JSON value (for SSE events).
+pub(crate) fn entry_body(
+    app: &AppState,
+    room: &RoomId,
+    mode: Mode,
+    entry: Entry,
+) -> serde_json::Value {
+    match entry_answer(app, room, mode, entry) {
+        Ok(answer) => serde_json::to_value(&answer.body).unwrap_or_default(),
+        Err(error) => {
+            serde_json::json!({"room": room.as_str(), "state": "error", "code": error.code()})
+        }
+    }
+}
+
+/// Adds the ticket cookie, and the pass cookie when there is a pass, to `headers`.
+pub(crate) fn set_entry_cookies(
+    app: &AppState,
+    room: &RoomId,
+    answer: &EntryAnswer,
+    headers: &mut HeaderMap,
+) {
     if let Some(cookie) = app.cookies().set(
         &ticket_cookie_name(room.as_str()),
-        &ticket_token,
+        &answer.body.ticket,
         TICKET_COOKIE_MAX_AGE_SECS,
     ) {
         headers.append(header::SET_COOKIE, cookie);
     }
-    if let Some((pass, max_age)) = pass
+    if let Some((pass, max_age)) = &answer.pass
         && let Some(cookie) = app
             .cookies()
-            .set(&pass_cookie_name(room.as_str()), &pass, max_age)
+            .set(&pass_cookie_name(room.as_str()), pass, *max_age)
     {
         headers.append(header::SET_COOKIE, cookie);
     }
-    response
+}
+
+pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Response {
+    let answer = match entry_answer(app, room, mode, entry) {
+        Ok(answer) => answer,
+        Err(error) => return error.into_response(),
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    set_entry_cookies(app, room, &answer, &mut headers);
+    (headers, Json(answer.body)).into_response()
 }
 
 fn rfc3339(at: Timestamp) -> String {

@@ -10,6 +10,9 @@
 mod api;
 mod cookies;
 mod error;
+mod page;
+mod ratelimit;
+mod sse;
 mod ticker;
 
 use std::future::Future;
@@ -31,6 +34,13 @@ use anteroom_token::KeySet;
 
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
+pub use page::{PageError, PageRenderer};
+pub use ratelimit::{
+    ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,
+    RateLimitOptions, RateLimitService, RateLimitSetupError, RateLimitVerdict, RateLimiter,
+    RouteRateLimits, RuleMetrics, RuleResult,
+};
+pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
 pub use ticker::{TICK_INTERVAL, run_ticker};
 
 /// The largest request body the public API reads.
@@ -47,6 +57,23 @@ pub struct PublicSettings {
     pub service_keys: Vec<KeyHash>,
 }
 
+/// Limits and templates of one node.
+pub struct NodeOptions {
+    /// Open SSE streams this node accepts before answering 503.
+    pub max_sse_connections: usize,
+    /// The waiting page templates.
+    pub page: page::PageRenderer,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
+            page: page::PageRenderer::default(),
+        }
+    }
+}
+
 /// Everything the handlers share; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -59,6 +86,8 @@ struct Shared {
     clock: Arc<dyn Clock>,
     settings: PublicSettings,
     cookies: CookiePolicy,
+    hub: Arc<SseHub>,
+    page: page::PageRenderer,
 }
 
 impl AppState {
@@ -68,6 +97,17 @@ impl AppState {
         keys: KeySet,
         clock: Arc<dyn Clock>,
         settings: PublicSettings,
+    ) -> AppState {
+        AppState::with_options(store, keys, clock, settings, NodeOptions::default())
+    }
+
+    /// Like [`new`](Self::new), with this node's own limits and templates.
+    pub fn with_options(
+        store: Arc<dyn RoomStore>,
+        keys: KeySet,
+        clock: Arc<dyn Clock>,
+        settings: PublicSettings,
+        options: NodeOptions,
     ) -> AppState {
         let cookies = CookiePolicy {
             secure: settings.public_url.starts_with("https://"),
@@ -79,8 +119,19 @@ impl AppState {
                 clock,
                 settings,
                 cookies,
+                hub: Arc::new(SseHub::new(options.max_sse_connections)),
+                page: options.page,
             }),
         }
+    }
+
+    /// This node's SSE hub.
+    pub fn hub(&self) -> &Arc<SseHub> {
+        &self.inner.hub
+    }
+
+    fn page(&self) -> &page::PageRenderer {
+        &self.inner.page
     }
 
     /// The store.
@@ -104,6 +155,17 @@ impl AppState {
 
     fn now(&self) -> Timestamp {
         self.inner.clock.now()
+    }
+
+    /// The current time of day, `HH:MM:SS` UTC, for "last updated" on pages.
+    fn clock_time_of_day(&self) -> String {
+        let seconds = self.now().as_secs() % 86_400;
+        format!(
+            "{:02}:{:02}:{:02} UTC",
+            seconds / 3600,
+            seconds / 60 % 60,
+            seconds % 60
+        )
     }
 
     fn verify_ticket(&self, room: &RoomId, token: &str) -> Result<TicketRef, ApiError> {
@@ -137,8 +199,22 @@ pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
     })
 }
 
-/// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS.
+/// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS. Anything
+/// else answers 404 problem+json.
 pub fn public_router(state: AppState) -> Router {
+    reserved_routes(state).fallback(api::not_found)
+}
+
+/// The public routes in front of a site: `/_anteroom/*` and the JWKS are anteroom's, every
+/// other path goes to `site`.
+pub fn public_router_with_site(state: AppState, site: Router) -> Router {
+    reserved_routes(state)
+        .route("/_anteroom", axum::routing::any(api::not_found))
+        .route("/_anteroom/{*rest}", axum::routing::any(api::not_found))
+        .fallback_service(site)
+}
+
+fn reserved_routes(state: AppState) -> Router {
     Router::new()
         .route("/_anteroom/v1/rooms/{room}/join", post(api::join))
         .route("/_anteroom/v1/rooms/{room}/status", get(api::status))
@@ -146,6 +222,9 @@ pub fn public_router(state: AppState) -> Router {
             "/_anteroom/v1/rooms/{room}/ticket",
             axum::routing::delete(api::leave),
         )
+        // `navigator.sendBeacon` can only POST: the page's leave beacon uses this alias.
+        .route("/_anteroom/v1/rooms/{room}/leave", post(api::leave))
+        .route("/_anteroom/v1/rooms/{room}/events", get(sse::events))
         .route("/_anteroom/v1/rooms/{room}", get(api::summary))
         .route(
             "/_anteroom/v1/rooms/{room}/sessions/{session}/complete",
@@ -155,9 +234,10 @@ pub fn public_router(state: AppState) -> Router {
             "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon",
             post(api::abandon_session),
         )
+        .route("/_anteroom/wait/{room}", get(page::waiting_page))
+        .route("/_anteroom/wait/{room}/preview", get(page::preview))
         .route("/_anteroom/healthz", get(api::health))
         .route("/.well-known/jwks.json", get(api::jwks))
-        .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -36,7 +36,8 @@ struct StateV1 {
     serving: u64,
     bucket_units: u64,
     bucket_updated_at: u64,
-    rate_per_second: Option<f64>,
+    rate_admissions: f64,
+    rate_seconds: f64,
     rate_measured_until: Option<u64>,
     totals: TotalsV1,
 }
@@ -121,7 +122,8 @@ pub(crate) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
         serving: meta.serving,
         bucket_units: meta.bucket.units,
         bucket_updated_at: meta.bucket.updated_at.0,
-        rate_per_second: meta.rate.per_second,
+        rate_admissions: meta.rate.admissions,
+        rate_seconds: meta.rate.seconds,
         rate_measured_until: meta.rate.measured_until.map(|t| t.0),
         totals: TotalsV1 {
             joined: totals.joined,
@@ -151,7 +153,8 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
             updated_at: Timestamp(state.bucket_updated_at),
         },
         rate: AdmissionRate {
-            per_second: state.rate_per_second,
+            admissions: state.rate_admissions,
+            seconds: state.rate_seconds,
             measured_until: state.rate_measured_until.map(Timestamp),
         },
         totals: RoomTotals {

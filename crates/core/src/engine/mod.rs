@@ -508,7 +508,7 @@ impl RoomState {
             waiting: self.waiting.len(),
             active: self.active,
             admitted_unclaimed: self.admitted_unclaimed,
-            admission_rate: self.meta.rate.per_second,
+            admission_rate: self.meta.rate.per_second(),
             eta_seconds_for_new: eta_seconds(self.waiting.len(), &self.meta.rate),
             totals: self.meta.totals,
         }

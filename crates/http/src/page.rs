@@ -1,0 +1,593 @@
+//! The waiting page (SPEC §6.3) and custom page templates (§6.4).
+//!
+//! Serving the page joins the visitor server-side (or resumes the ticket their cookie names),
+//! so the figures are in the HTML itself and the page works without JavaScript (a `<noscript>`
+//! refresh). With JavaScript it follows the room over SSE, falls back to polling with
+//! `next_poll_ms`, pauses polling in hidden tabs, and goes to the `return` path on admission.
+//! The page is one template with inline CSS and JS, rendered by minijinja; a room may name its
+//! own template file (`page_template`) using the same placeholders.
+//!
+//! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `closed`,
+//! `unavailable`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`, `eta_text`,
+//! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `t` (the
+//! texts of the chosen language) and `config` (what the script needs, for `tojson`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use anteroom_core::RoomId;
+use anteroom_core::room::RoomConfig;
+use anteroom_store::StoreError;
+
+use crate::AppState;
+use crate::api::{self, TicketQuery};
+use crate::error::ApiError;
+
+/// The built-in waiting page.
+const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
+
+/// Why a custom template could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// The file could not be read.
+    #[error("cannot read page template {path}: {source}")]
+    Read {
+        /// The template's path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The template does not parse or render.
+    #[error("page template {path} is invalid: {source}")]
+    Template {
+        /// The template's path.
+        path: String,
+        /// The template engine's error.
+        source: minijinja::Error,
+    },
+}
+
+/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept.
+pub struct PageRenderer {
+    custom: RwLock<HashMap<String, Arc<minijinja::Environment<'static>>>>,
+    default: minijinja::Environment<'static>,
+}
+
+impl Default for PageRenderer {
+    fn default() -> Self {
+        let mut default = minijinja::Environment::new();
+        // The built-in template is part of the binary and checked by the tests.
+        if let Err(error) = default.add_template("page", DEFAULT_TEMPLATE) {
+            tracing::error!(%error, "the built-in waiting page does not parse");
+        }
+        PageRenderer {
+            custom: RwLock::new(HashMap::new()),
+            default,
+        }
+    }
+}
+
+impl PageRenderer {
+    /// Loads and checks a custom template (`page_template`), so a broken one is reported at
+    /// start rather than shown to visitors.
+    pub fn load(&self, path: &str) -> Result<(), PageError> {
+        let source = std::fs::read_to_string(path).map_err(|source| PageError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut environment = minijinja::Environment::new();
+        environment
+            .add_template_owned("page", source)
+            .map_err(|source| PageError::Template {
+                path: path.to_owned(),
+                source,
+            })?;
+        let sample = PageContext::sample("preview", Lang::En, PageState::Waiting);
+        environment
+            .get_template("page")
+            .and_then(|template| template.render(&sample))
+            .map_err(|source| PageError::Template {
+                path: path.to_owned(),
+                source,
+            })?;
+        self.custom
+            .write()
+            .insert(path.to_owned(), Arc::new(environment));
+        Ok(())
+    }
+
+    fn render(&self, room: &RoomConfig, context: &PageContext) -> String {
+        if !room.page_template.is_empty() {
+            let custom = self.custom.read().get(&room.page_template).cloned();
+            let custom = match custom {
+                Some(environment) => Some(environment),
+                None => match self.load(&room.page_template) {
+                    Ok(()) => self.custom.read().get(&room.page_template).cloned(),
+                    Err(error) => {
+                        tracing::error!(room = %room.id, %error, "falling back to the built-in waiting page");
+                        None
+                    }
+                },
+            };
+            if let Some(environment) = custom {
+                match environment
+                    .get_template("page")
+                    .and_then(|template| template.render(context))
+                {
+                    Ok(html) => return html,
+                    Err(error) => {
+                        tracing::error!(room = %room.id, %error, "custom page failed to render")
+                    }
+                }
+            }
+        }
+        self.default
+            .get_template("page")
+            .and_then(|template| template.render(context))
+            .unwrap_or_else(|error| {
+                tracing::error!(%error, "the built-in waiting page failed to render");
+                "<!doctype html><title>Waiting room</title><p>Please wait and reload this page.</p>"
+                    .to_owned()
+            })
+    }
+}
+
+/// `?return=/path&lang=ko` on the page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageQuery {
+    #[serde(rename = "return")]
+    return_to: Option<String>,
+    lang: Option<String>,
+    state: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    En,
+    Ko,
+}
+
+impl Lang {
+    fn choose(query: Option<&str>, headers: &HeaderMap) -> Lang {
+        match query {
+            Some("ko") => return Lang::Ko,
+            Some("en") => return Lang::En,
+            _ => {}
+        }
+        let accept = headers
+            .get(header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        // The first language the browser names that we speak wins.
+        for part in accept.split(',') {
+            let tag = part
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            if tag.starts_with("ko") {
+                return Lang::Ko;
+            }
+            if tag.starts_with("en") {
+                return Lang::En;
+            }
+        }
+        Lang::En
+    }
+
+    fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Ko => "ko",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum PageState {
+    Waiting,
+    Paused,
+    Closed,
+    Unavailable,
+}
+
+#[derive(Debug, Serialize)]
+struct PageContext {
+    room: String,
+    lang: &'static str,
+    state: PageState,
+    position: u64,
+    ahead: u64,
+    waiting: u64,
+    serving: u64,
+    eta_seconds: Option<u64>,
+    eta_text: String,
+    progress_percent: u64,
+    next_poll_ms: u64,
+    refresh_seconds: Option<u64>,
+    updated_at: String,
+    return_path: String,
+    t: serde_json::Value,
+    config: serde_json::Value,
+}
+
+impl PageContext {
+    fn sample(room: &str, lang: Lang, state: PageState) -> PageContext {
+        PageContext::build(
+            room,
+            lang,
+            state,
+            &Figures {
+                position: 1234,
+                ahead: 57,
+                waiting: 9000,
+                serving: 1177,
+                eta_seconds: Some(150),
+                next_poll_ms: 2000,
+            },
+            "/",
+        )
+    }
+
+    fn build(
+        room: &str,
+        lang: Lang,
+        state: PageState,
+        figures: &Figures,
+        return_path: &str,
+    ) -> PageContext {
+        let text = texts(lang);
+        let progress = (100 * figures.serving)
+            .checked_div(figures.position)
+            .unwrap_or(0)
+            .min(100);
+        let base = format!("/_anteroom/v1/rooms/{room}");
+        let waiting_like = matches!(state, PageState::Waiting | PageState::Paused);
+        let refresh_seconds = match state {
+            PageState::Waiting | PageState::Paused => {
+                Some(figures.next_poll_ms.div_ceil(1000).max(2))
+            }
+            PageState::Closed | PageState::Unavailable => Some(30),
+        };
+        let config = serde_json::json!({
+            "room": room,
+            "lang": lang.code(),
+            "state": state,
+            "position": figures.position,
+            "ahead": figures.ahead,
+            "waiting": figures.waiting,
+            "etaSeconds": figures.eta_seconds,
+            "nextPollMs": figures.next_poll_ms,
+            "returnPath": return_path,
+            "statusUrl": format!("{base}/status"),
+            "joinUrl": format!("{base}/join"),
+            "eventsUrl": format!("{base}/events"),
+            "leaveUrl": format!("{base}/leave"),
+            "text": text,
+        });
+        PageContext {
+            room: room.to_owned(),
+            lang: lang.code(),
+            state,
+            position: figures.position,
+            ahead: figures.ahead,
+            waiting: figures.waiting,
+            serving: figures.serving,
+            eta_seconds: figures.eta_seconds,
+            eta_text: eta_text(lang, figures.eta_seconds),
+            progress_percent: if waiting_like { progress.max(2) } else { 0 },
+            next_poll_ms: figures.next_poll_ms,
+            refresh_seconds,
+            updated_at: String::new(),
+            return_path: return_path.to_owned(),
+            t: text,
+            config,
+        }
+    }
+}
+
+struct Figures {
+    position: u64,
+    ahead: u64,
+    waiting: u64,
+    serving: u64,
+    eta_seconds: Option<u64>,
+    next_poll_ms: u64,
+}
+
+fn eta_text(lang: Lang, seconds: Option<u64>) -> String {
+    let Some(seconds) = seconds else {
+        return match lang {
+            Lang::En => "estimating…".to_owned(),
+            Lang::Ko => "계산 중…".to_owned(),
+        };
+    };
+    let minutes = seconds.div_ceil(60);
+    match (lang, seconds) {
+        (Lang::En, 0..60) => "under a minute".to_owned(),
+        (Lang::Ko, 0..60) => "1분 이내".to_owned(),
+        (Lang::En, _) if minutes < 60 => format!("about {minutes} min"),
+        (Lang::Ko, _) if minutes < 60 => format!("약 {minutes}분"),
+        (Lang::En, _) => format!("about {} h {} min", minutes / 60, minutes % 60),
+        (Lang::Ko, _) => format!("약 {}시간 {}분", minutes / 60, minutes % 60),
+    }
+}
+
+fn texts(lang: Lang) -> serde_json::Value {
+    match lang {
+        Lang::En => serde_json::json!({
+            "title": "You are in line",
+            "heading": {"waiting": "You are in line", "paused": "The line is paused", "closed": "This room is closed",
+                        "unavailable": "Temporarily unavailable", "admitted": "It is your turn", "left": "You left the line"},
+            "lead": {"waiting": "Thanks for waiting. We will take you in automatically when it is your turn.",
+                     "paused": "Entry is paused for a moment. You keep your place.",
+                     "closed": "Nobody is being let in right now.",
+                     "unavailable": "The waiting room cannot be reached right now. Your place is kept.",
+                     "admitted": "Taking you in…", "left": "Your place has been given up."},
+            "position": "your number", "ahead": "ahead of you", "eta": "estimated wait", "progress": "progress",
+            "waiting_total": "people waiting", "updated": "updated",
+            "keep_open": "Keep this page open: refreshing it or opening it in another tab keeps your place.",
+            "paused_notice": "Admissions are paused by the organiser.",
+            "try_later": "Please try again in a few minutes.", "leave": "Leave the line",
+            "eta_unknown": "estimating…", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
+        }),
+        Lang::Ko => serde_json::json!({
+            "title": "대기열에 있습니다",
+            "heading": {"waiting": "대기열에 있습니다", "paused": "입장이 잠시 멈췄습니다", "closed": "지금은 입장할 수 없습니다",
+                        "unavailable": "일시적으로 이용할 수 없습니다", "admitted": "입장 차례입니다", "left": "대기열에서 나왔습니다"},
+            "lead": {"waiting": "기다려 주셔서 감사합니다. 차례가 되면 자동으로 입장합니다.",
+                     "paused": "입장이 잠시 멈췄습니다. 순서는 그대로 유지됩니다.",
+                     "closed": "지금은 입장을 받지 않습니다.",
+                     "unavailable": "지금은 대기열에 연결할 수 없습니다. 순서는 유지됩니다.",
+                     "admitted": "입장하는 중…", "left": "대기 순서를 포기했습니다."},
+            "position": "내 번호", "ahead": "앞 사람", "eta": "예상 대기 시간", "progress": "진행률",
+            "waiting_total": "대기 인원", "updated": "갱신",
+            "keep_open": "이 페이지를 열어 두세요. 새로 고침하거나 다른 탭에서 열어도 순서는 유지됩니다.",
+            "paused_notice": "주최 측이 입장을 잠시 멈췄습니다.",
+            "try_later": "잠시 후 다시 시도해 주세요.", "leave": "대기 취소",
+            "eta_unknown": "계산 중…", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
+        }),
+    }
+}
+
+/// `GET /_anteroom/wait/{room}?return=/path&lang=ko`
+pub(crate) async fn waiting_page(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return error_page(StatusCode::BAD_REQUEST, "That address is not valid.");
+    };
+    let lang = Lang::choose(query.lang.as_deref(), &headers);
+    let Ok(room) = RoomId::new(&room) else {
+        return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+    };
+    let return_path = match query.return_to.as_deref() {
+        None | Some("") => None,
+        Some(path) => match api::validate_return(path) {
+            Ok(path) => Some(path),
+            Err(_) => {
+                return error_page(
+                    StatusCode::BAD_REQUEST,
+                    "That return address is not allowed: it must be a path on this site.",
+                );
+            }
+        },
+    };
+    let wants_json = accepts_json(&headers);
+    let config = match app.store().room(&room).await {
+        Ok(config) => config,
+        Err(StoreError::RoomNotFound(_)) => {
+            return if wants_json {
+                ApiError::room_not_found(room.as_str()).into_response()
+            } else {
+                error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
+            };
+        }
+        Err(error) => {
+            return unavailable(&app, None, &room, lang, wants_json, ApiError::from(error));
+        }
+    };
+    let ticket_query = TicketQuery::default();
+    let entry = match api::join_entry(
+        &app,
+        &room,
+        &config,
+        &headers,
+        &ticket_query,
+        return_path.clone(),
+    )
+    .await
+    {
+        Ok(entry) => entry,
+        Err(error) if error.code() == "room_closed" => {
+            if wants_json {
+                return error.into_response();
+            }
+            let context = PageContext::build(
+                room.as_str(),
+                lang,
+                PageState::Closed,
+                &no_figures(),
+                return_path.as_deref().unwrap_or("/"),
+            );
+            return html(&app, &config, &context, StatusCode::SERVICE_UNAVAILABLE);
+        }
+        Err(error) if error.status() == StatusCode::SERVICE_UNAVAILABLE => {
+            return unavailable(&app, Some(&config), &room, lang, wants_json, error);
+        }
+        Err(error) => {
+            return if wants_json {
+                error.into_response()
+            } else {
+                error_page(error.status(), "Your request could not be handled.")
+            };
+        }
+    };
+    if wants_json {
+        return api::entry_response(&app, &room, config.mode, entry);
+    }
+    let answer = match api::entry_answer(&app, &room, config.mode, entry) {
+        Ok(answer) => answer,
+        Err(error) => return error.into_response(),
+    };
+    let mut cookies = HeaderMap::new();
+    api::set_entry_cookies(&app, &room, &answer, &mut cookies);
+    if answer.body.state == "admitted" {
+        let target = return_path
+            .or(answer.body.redirect.clone())
+            .unwrap_or_else(|| "/".to_owned());
+        return (cookies, Redirect::to(&target)).into_response();
+    }
+    let state = if answer.body.state == "paused" {
+        PageState::Paused
+    } else {
+        PageState::Waiting
+    };
+    let figures = Figures {
+        position: answer.body.position,
+        ahead: answer.body.ahead,
+        waiting: answer.body.waiting,
+        serving: answer.body.serving,
+        eta_seconds: answer.body.eta_seconds,
+        next_poll_ms: answer.body.next_poll_ms,
+    };
+    let mut context = PageContext::build(
+        room.as_str(),
+        lang,
+        state,
+        &figures,
+        return_path.as_deref().unwrap_or("/"),
+    );
+    context.updated_at = app.clock_time_of_day();
+    let mut response = html(&app, &config, &context, StatusCode::OK);
+    response.headers_mut().extend(cookies);
+    response
+}
+
+/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|closed|unavailable&lang=ko`: the
+/// room's page with sample figures, for operators checking a template. Changes nothing.
+pub(crate) async fn preview(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.map(|Query(query)| query).unwrap_or_default();
+    let Ok(room) = RoomId::new(&room) else {
+        return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+    };
+    let config = match app.store().room(&room).await {
+        Ok(config) => config,
+        Err(_) => return error_page(StatusCode::NOT_FOUND, "There is no such waiting room."),
+    };
+    let state = match query.state.as_deref() {
+        Some("paused") => PageState::Paused,
+        Some("closed") => PageState::Closed,
+        Some("unavailable") => PageState::Unavailable,
+        _ => PageState::Waiting,
+    };
+    let lang = Lang::choose(query.lang.as_deref(), &headers);
+    let mut context = PageContext::sample(room.as_str(), lang, state);
+    // A preview must not start polling a real ticket.
+    context.config["state"] = serde_json::json!("preview");
+    context.refresh_seconds = None;
+    context.updated_at = app.clock_time_of_day();
+    html(&app, &config, &context, StatusCode::OK)
+}
+
+fn no_figures() -> Figures {
+    Figures {
+        position: 0,
+        ahead: 0,
+        waiting: 0,
+        serving: 0,
+        eta_seconds: None,
+        next_poll_ms: 30_000,
+    }
+}
+
+fn unavailable(
+    app: &AppState,
+    config: Option<&RoomConfig>,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    error: ApiError,
+) -> Response {
+    if wants_json {
+        return error.into_response();
+    }
+    let context = PageContext::build(
+        room.as_str(),
+        lang,
+        PageState::Unavailable,
+        &no_figures(),
+        "/",
+    );
+    let fallback = RoomConfig::with_defaults(room.clone());
+    let mut response = html(
+        app,
+        config.unwrap_or(&fallback),
+        &context,
+        StatusCode::SERVICE_UNAVAILABLE,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+    response
+}
+
+fn html(
+    app: &AppState,
+    config: &RoomConfig,
+    context: &PageContext,
+    status: StatusCode,
+) -> Response {
+    let body = app.page().render(config, context);
+    let mut response = (status, Html(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Language, Cookie"),
+    );
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    );
+    response
+}
+
+fn error_page(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>Waiting room</title>\
+         <body style=\"font-family:system-ui,sans-serif;max-width:34rem;margin:4rem auto;padding:0 1rem\"><h1>Waiting room</h1><p>{message}</p></body></html>\n"
+    );
+    let mut response = (status, Html(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Whether the client asked for JSON rather than a page (mobile apps).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    accept.contains("application/json") && !accept.contains("text/html")
+}

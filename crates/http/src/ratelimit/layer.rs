@@ -1,0 +1,168 @@
+//! [`RateLimitLayer`]: the rate limiter as a tower layer, for any axum or tower HTTP service.
+//!
+//! The layer decides each request before the inner service sees it; a refused request never
+//! reaches it. Allowed responses get the rate-limit headers, unless the inner service already
+//! set them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::{Request, Response};
+use tower::{Layer, Service};
+
+use anteroom_core::ratelimit::rules::RateLimitRule;
+use anteroom_store::limit::LimitStore;
+
+use super::{RateLimitSetupError, RateLimitVerdict, RateLimiter};
+
+/// A tower layer that rate-limits requests with a [`RateLimiter`].
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use anteroom_core::ratelimit::Algorithm;
+/// use anteroom_core::ratelimit::rules::{RateLimitRule, default_params};
+/// use anteroom_http::RateLimitLayer;
+/// use tower::ServiceExt;
+/// # use anteroom_core::ratelimit::Decision;
+/// # use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
+/// # /// Allows the first request of each key only.
+/// # #[derive(Default)]
+/// # struct FirstOnly(std::sync::Mutex<std::collections::HashSet<String>>);
+/// # #[async_trait::async_trait]
+/// # impl LimitStore for FirstOnly {
+/// #     async fn acquire(&self, requests: &[LimitRequest<'_>]) -> Result<Vec<Decision>, LimitStoreError> {
+/// #         let mut seen = self.0.lock().unwrap();
+/// #         Ok(requests.iter().map(|request| {
+/// #             let allowed = seen.insert(request.key.to_owned());
+/// #             Decision {
+/// #                 allowed, limit: request.params.limit, remaining: 0,
+/// #                 reset_after: Duration::from_secs(60),
+/// #                 retry_after: (!allowed).then_some(Duration::from_secs(60)),
+/// #                 delay: Duration::ZERO,
+/// #             }
+/// #         }).collect())
+/// #     }
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// # let store: Arc<dyn anteroom_store::limit::LimitStore> = Arc::new(FirstOnly::default());
+///
+/// // One request per minute per client address, on every route.
+/// let rule = RateLimitRule::new(
+///     "per-ip",
+///     default_params(Algorithm::FixedWindow, 1, Duration::from_secs(60)),
+/// );
+/// let app = axum::Router::new()
+///     .route("/", axum::routing::get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(vec![rule], store).expect("valid rules"));
+///
+/// let request = || {
+///     let mut request = axum::http::Request::new(axum::body::Body::empty());
+///     let peer: SocketAddr = "203.0.113.7:50000".parse().unwrap();
+///     request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+///     request
+/// };
+/// let first = app.clone().oneshot(request()).await.unwrap();
+/// assert_eq!(first.status(), 200);
+/// assert_eq!(first.headers()["ratelimit-policy"], "\"per-ip\";q=1;w=60");
+/// let second = app.oneshot(request()).await.unwrap();
+/// assert_eq!(second.status(), 429);
+/// assert_eq!(second.headers()["retry-after"], "60");
+/// # });
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    limiter: RateLimiter,
+    route_rules: Arc<[String]>,
+}
+
+impl RateLimitLayer {
+    /// A layer applying `rules`, counting in `store` (see [`RateLimiter::new`]; use
+    /// [`RateLimiter::with_options`] for trusted proxies, a redis store or another delay
+    /// bound).
+    pub fn new(
+        rules: Vec<RateLimitRule>,
+        store: Arc<dyn LimitStore>,
+    ) -> Result<RateLimitLayer, RateLimitSetupError> {
+        Ok(RateLimiter::new(rules, store)?.layer())
+    }
+
+    pub(super) fn from_limiter(limiter: RateLimiter, route_rules: Vec<String>) -> RateLimitLayer {
+        RateLimitLayer {
+            limiter,
+            route_rules: route_rules.into(),
+        }
+    }
+
+    /// The rate limiter, for its metrics and reloads.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService {
+            inner,
+            limiter: self.limiter.clone(),
+            route_rules: self.route_rules.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around an inner service.
+#[derive(Clone, Debug)]
+pub struct RateLimitService<S> {
+    inner: S,
+    limiter: RateLimiter,
+    route_rules: Arc<[String]>,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service polled ready goes into the future; a fresh clone stays for the next call.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let limiter = self.limiter.clone();
+        let route_rules = self.route_rules.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let headers = match limiter.check_with_route(&mut parts, &route_rules).await {
+                RateLimitVerdict::Refused(response) => return Ok(response),
+                RateLimitVerdict::Allowed { headers } => headers,
+            };
+            let response = inner.call(Request::from_parts(parts, body)).await?;
+            let mut response = response.map(Body::new);
+            let response_headers = response.headers_mut();
+            for (name, value) in &headers {
+                if !response_headers.contains_key(name) {
+                    response_headers.insert(name.clone(), value.clone());
+                }
+            }
+            Ok(response)
+        })
+    }
+}

@@ -1,0 +1,393 @@
+//! Server-Sent Events for waiting visitors (SPEC §6.2).
+//!
+//! A node keeps one [`RoomView`] per room that has listeners: the room's figures and the
+//! sorted positions of its live waiting tickets, refreshed by the ticker and shared by every
+//! connection through a `watch` channel (latest state wins; a slow client skips stale views).
+//! Each connection computes its own `ahead` by binary search in the shared view, so the
+//! broadcast costs no store read per connection. Only when a connection's position leaves the
+//! line does it ask the store once, to claim its pass or learn that the ticket ended.
+//!
+//! Open streams keep their tickets alive: the hub remembers which tickets are connected and
+//! the ticker refreshes them all in one batched store write per room (§5.2).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use anteroom_core::engine::{Entry, RoomSnapshot, TicketRef};
+use anteroom_core::eta::{AdmissionRate, eta_seconds, next_poll_ms};
+use anteroom_core::room::Mode;
+use anteroom_core::{RoomId, TicketId};
+use anteroom_store::RoomStore;
+
+use crate::AppState;
+use crate::api::{self, TicketQuery};
+use crate::error::ApiError;
+
+/// Connections one node holds at most unless configured otherwise.
+pub const DEFAULT_MAX_SSE_CONNECTIONS: usize = 18_000;
+
+/// Comment keep-alives keep proxies from closing quiet streams.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Status events go out at most this often per connection.
+const MIN_EVENT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the browser waits before reconnecting.
+const RETRY: Duration = Duration::from_millis(3000);
+
+/// One room's figures as all of a node's connections see them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomView {
+    /// The room's summary.
+    pub snapshot: RoomSnapshot,
+    /// Positions of live waiting tickets, ascending.
+    pub waiting_positions: Arc<[u64]>,
+}
+
+impl RoomView {
+    /// Live tickets ahead of `position`, or `None` when it is no longer waiting.
+    pub fn ahead_of(&self, position: u64) -> Option<u64> {
+        let index = self.waiting_positions.partition_point(|&p| p < position);
+        (self.waiting_positions.get(index) == Some(&position)).then_some(index as u64)
+    }
+}
+
+/// The tickets of one room with open streams, and how many streams each has open.
+type ConnectedTickets = HashMap<TicketId, (TicketRef, usize)>;
+
+/// The node's shared room views, its connection count and its connected tickets.
+pub struct SseHub {
+    views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<RoomView>>>>>,
+    connected: Mutex<HashMap<RoomId, ConnectedTickets>>,
+    connections: AtomicUsize,
+    max_connections: usize,
+}
+
+impl SseHub {
+    /// A hub that accepts at most `max_connections` streams.
+    pub fn new(max_connections: usize) -> SseHub {
+        SseHub {
+            views: Mutex::new(HashMap::new()),
+            connected: Mutex::new(HashMap::new()),
+            connections: AtomicUsize::new(0),
+            max_connections,
+        }
+    }
+
+    /// Open streams on this node.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    fn subscribe(&self, room: &RoomId) -> watch::Receiver<Option<Arc<RoomView>>> {
+        let mut views = self.views.lock();
+        views
+            .entry(room.clone())
+            .or_insert_with(|| watch::channel(None).0)
+            .subscribe()
+    }
+
+    /// Rooms some connection on this node listens to.
+    pub fn watched_rooms(&self) -> Vec<RoomId> {
+        let mut views = self.views.lock();
+        views.retain(|_, sender| sender.receiver_count() > 0);
+        views.keys().cloned().collect()
+    }
+
+    /// Re-reads a watched room's figures and publishes them when they changed.
+    pub async fn refresh(&self, store: &dyn RoomStore, room: &RoomId) {
+        let view = match (
+            store.snapshot(room).await,
+            store.waiting_positions(room).await,
+        ) {
+            (Ok(snapshot), Ok(positions)) => RoomView {
+                snapshot,
+                waiting_positions: positions.into(),
+            },
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::debug!(%room, %error, "cannot refresh the room view");
+                return;
+            }
+        };
+        let views = self.views.lock();
+        if let Some(sender) = views.get(room) {
+            sender.send_if_modified(|current| {
+                let changed = current.as_deref() != Some(&view);
+                if changed {
+                    *current = Some(Arc::new(view));
+                }
+                changed
+            });
+        }
+    }
+
+    /// Keeps every connected waiting ticket of `room` alive in one store call.
+    pub async fn touch_connected(&self, store: &dyn RoomStore, room: &RoomId) {
+        let tickets: Vec<TicketRef> = self
+            .connected
+            .lock()
+            .get(room)
+            .map(|tickets| tickets.values().map(|(reference, _)| *reference).collect())
+            .unwrap_or_default();
+        if tickets.is_empty() {
+            return;
+        }
+        if let Err(error) = store.touch(room, &tickets).await {
+            tracing::warn!(%room, %error, "cannot refresh connected tickets");
+        }
+    }
+
+    /// Rooms with connected tickets.
+    pub fn rooms_with_connections(&self) -> Vec<RoomId> {
+        self.connected.lock().keys().cloned().collect()
+    }
+
+    fn connect(self: &Arc<Self>, room: &RoomId, ticket: TicketRef) -> Option<Connection> {
+        let previous = self.connections.fetch_add(1, Ordering::AcqRel);
+        if previous >= self.max_connections {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let mut connected = self.connected.lock();
+        let entry = connected
+            .entry(room.clone())
+            .or_default()
+            .entry(ticket.id)
+            .or_insert((ticket, 0));
+        entry.1 += 1;
+        Some(Connection {
+            hub: self.clone(),
+            room: room.clone(),
+            ticket: ticket.id,
+        })
+    }
+}
+
+/// One open stream; unregisters itself when dropped (the client went away).
+struct Connection {
+    hub: Arc<SseHub>,
+    room: RoomId,
+    ticket: TicketId,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.hub.connections.fetch_sub(1, Ordering::AcqRel);
+        let mut connected = self.hub.connected.lock();
+        if let Some(tickets) = connected.get_mut(&self.room) {
+            if let Some(entry) = tickets.get_mut(&self.ticket) {
+                entry.1 -= 1;
+                if entry.1 == 0 {
+                    tickets.remove(&self.ticket);
+                }
+            }
+            if tickets.is_empty() {
+                connected.remove(&self.room);
+            }
+        }
+    }
+}
+
+/// `GET /_anteroom/v1/rooms/{room}/events`
+pub(crate) async fn events(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let room = api::parse_room(&room)?;
+    let query = api::ticket_query(query)?;
+    let token = api::held_ticket(&headers, &query, &room)
+        .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
+    let reference = app.verify_ticket(&room, token)?;
+    let config = app.store().room(&room).await?;
+    let Some(connection) = app.hub().connect(&room, reference) else {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_connections",
+            "this node holds as many live streams as it can; poll the status instead",
+        )
+        .retry_after(5));
+    };
+    let entry = app.store().status(&room, reference).await?;
+    let views = app.hub().subscribe(&room);
+    let first = match entry {
+        Entry::Admitted(_) => Step::Admitted(entry),
+        Entry::Waiting(_) if config.mode == Mode::Closed => Step::Closed,
+        Entry::Waiting(view) => {
+            let body = api::entry_body(&app, &room, config.mode, Entry::Waiting(view.clone()));
+            Step::Status {
+                body,
+                position: view.position,
+                generation: view.generation,
+            }
+        }
+    };
+    let stream = StreamState {
+        app,
+        room,
+        reference,
+        views,
+        first: Some(first),
+        position: 0,
+        generation: 0,
+        ticket_token: token.to_owned(),
+        last_sent: None,
+        _connection: connection,
+    };
+    let sse = Sse::new(event_stream(stream)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
+    let mut response = sse.into_response();
+    response.headers_mut().insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    Ok(response)
+}
+
+enum Step {
+    Status {
+        body: serde_json::Value,
+        position: u64,
+        generation: u32,
+    },
+    Admitted(Entry),
+    Closed,
+    End,
+}
+
+struct StreamState {
+    app: AppState,
+    room: RoomId,
+    reference: TicketRef,
+    views: watch::Receiver<Option<Arc<RoomView>>>,
+    first: Option<Step>,
+    position: u64,
+    generation: u32,
+    /// The connection's ticket token, signed once.
+    ticket_token: String,
+    /// What the last status event said, so an unchanged view sends nothing.
+    last_sent: Option<EventKey>,
+    _connection: Connection,
+}
+
+/// The figures a status event shows; the ETA in 10-second steps, so the rate's slow drift
+/// alone does not wake every connection.
+type EventKey = (u64, u64, u64, Option<u64>, Mode);
+
+fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallible>> {
+    stream::unfold(Some(state), |state| async move {
+        let mut state = state?;
+        let step = match state.first.take() {
+            Some(first) => first,
+            None => next_step(&mut state).await,
+        };
+        let event = match step {
+            Step::Status {
+                body,
+                position,
+                generation,
+            } => {
+                let first = state.position == 0;
+                state.position = position;
+                state.generation = generation;
+                let event = Event::default().event("status").data(body.to_string());
+                if first { event.retry(RETRY) } else { event }
+            }
+            Step::Admitted(entry) => {
+                let body = api::entry_body(&state.app, &state.room, Mode::Queue, entry);
+                return Some((
+                    Ok(Event::default().event("admitted").data(body.to_string())),
+                    None,
+                ));
+            }
+            Step::Closed => {
+                let body = serde_json::json!({"room": state.room.as_str(), "state": "closed"});
+                return Some((
+                    Ok(Event::default().event("closed").data(body.to_string())),
+                    None,
+                ));
+            }
+            Step::End => return None,
+        };
+        Some((Ok(event), Some(state)))
+    })
+}
+
+/// Waits for the next change worth telling this connection about.
+async fn next_step(state: &mut StreamState) -> Step {
+    loop {
+        tokio::time::sleep(MIN_EVENT_INTERVAL).await;
+        if state.views.changed().await.is_err() {
+            return Step::End;
+        }
+        let Some(view) = state.views.borrow_and_update().clone() else {
+            continue;
+        };
+        if view.snapshot.mode == Mode::Closed {
+            return Step::Closed;
+        }
+        if view.snapshot.generation != state.generation {
+            return Step::End;
+        }
+        match view.ahead_of(state.position) {
+            Some(ahead) => {
+                let key = event_key(&view, ahead);
+                if state.last_sent == Some(key) {
+                    continue;
+                }
+                state.last_sent = Some(key);
+                return Step::Status {
+                    body: status_body(state, &view, ahead),
+                    position: state.position,
+                    generation: state.generation,
+                };
+            }
+            // Out of the line: admitted (claim the pass now) or ended.
+            None => match state.app.store().status(&state.room, state.reference).await {
+                Ok(entry @ Entry::Admitted(_)) => return Step::Admitted(entry),
+                Ok(Entry::Waiting(_)) => continue,
+                Err(_) => return Step::End,
+            },
+        }
+    }
+}
+
+fn event_key(view: &RoomView, ahead: u64) -> EventKey {
+    let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
+    let eta = eta_seconds(ahead, &rate).map(|seconds| seconds.div_ceil(10));
+    (
+        ahead,
+        view.snapshot.serving,
+        view.snapshot.waiting,
+        eta,
+        view.snapshot.mode,
+    )
+}
+
+fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::Value {
+    let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
+    let mode = view.snapshot.mode;
+    serde_json::json!({
+        "room": state.room.as_str(),
+        "state": if mode == Mode::QueueAll { "paused" } else { "waiting" },
+        "ticket": state.ticket_token,
+        "position": state.position,
+        "ahead": ahead,
+        "serving": view.snapshot.serving,
+        "waiting": view.snapshot.waiting,
+        "eta_seconds": eta_seconds(ahead, &rate),
+        "next_poll_ms": next_poll_ms(ahead, &mut rand::thread_rng()),
+    })
+}
