@@ -95,6 +95,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let options = NodeOptions {
         max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
         page,
+        rate_limiter: None,
     };
     let state = AppState::with_options(store.clone(), keys.clone(), clock, settings, options);
     Ok(Runtime { state, store, keys })

@@ -63,6 +63,9 @@ pub struct NodeOptions {
     pub max_sse_connections: usize,
     /// The waiting page templates.
     pub page: page::PageRenderer,
+    /// The rate limits applied to every request of the public listener (SPEC §10.2); none
+    /// when absent.
+    pub rate_limiter: Option<RateLimiter>,
 }
 
 impl Default for NodeOptions {
@@ -70,6 +73,7 @@ impl Default for NodeOptions {
         NodeOptions {
             max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
             page: page::PageRenderer::default(),
+            rate_limiter: None,
         }
     }
 }
@@ -88,6 +92,7 @@ struct Shared {
     cookies: CookiePolicy,
     hub: Arc<SseHub>,
     page: page::PageRenderer,
+    rate_limiter: Option<RateLimiter>,
 }
 
 impl AppState {
@@ -121,6 +126,7 @@ impl AppState {
                 cookies,
                 hub: Arc::new(SseHub::new(options.max_sse_connections)),
                 page: options.page,
+                rate_limiter: options.rate_limiter,
             }),
         }
     }
@@ -128,6 +134,11 @@ impl AppState {
     /// This node's SSE hub.
     pub fn hub(&self) -> &Arc<SseHub> {
         &self.inner.hub
+    }
+
+    /// The rate limiter of the public listener, if any.
+    pub fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.inner.rate_limiter.as_ref()
     }
 
     fn page(&self) -> &page::PageRenderer {
@@ -202,16 +213,28 @@ pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
 /// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS. Anything
 /// else answers 404 problem+json.
 pub fn public_router(state: AppState) -> Router {
-    reserved_routes(state).fallback(api::not_found)
+    let limiter = state.rate_limiter().cloned();
+    with_rate_limits(reserved_routes(state).fallback(api::not_found), limiter)
 }
 
 /// The public routes in front of a site: `/_anteroom/*` and the JWKS are anteroom's, every
 /// other path goes to `site`.
 pub fn public_router_with_site(state: AppState, site: Router) -> Router {
-    reserved_routes(state)
+    let limiter = state.rate_limiter().cloned();
+    let router = reserved_routes(state)
         .route("/_anteroom", axum::routing::any(api::not_found))
         .route("/_anteroom/{*rest}", axum::routing::any(api::not_found))
-        .fallback_service(site)
+        .fallback_service(site);
+    with_rate_limits(router, limiter)
+}
+
+/// Puts the rate limiter in front of every route and the fallback. It is the outermost layer:
+/// a refused request costs no routing, no body and no store work.
+fn with_rate_limits(router: Router, limiter: Option<RateLimiter>) -> Router {
+    match limiter {
+        Some(limiter) => router.layer(limiter.layer()),
+        None => router,
+    }
 }
 
 fn reserved_routes(state: AppState) -> Router {

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod public_router;
 mod support;
 
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use support::{FixedWindowStore, app, get_from, limiter, request, rule, send, sta
 
 const CLIENT: &str = "203.0.113.7:50000";
 
-fn join_rule(limit: u64) -> anteroom_core::ratelimit::rules::RateLimitRule {
+pub(crate) fn join_rule(limit: u64) -> anteroom_core::ratelimit::rules::RateLimitRule {
     let mut join = rule("join-per-ip", limit, 60, &["/_anteroom/v1/rooms/*/join"]);
     join.matcher = Some(
         RequestMatcher::default()
