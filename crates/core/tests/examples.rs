@@ -11,4 +11,10 @@ fn shipped_example_config_is_valid() {
     let config = parse_config(&source, &[]).unwrap_or_else(|errors| panic!("{errors}"));
     assert_eq!(config.rooms.len(), 2);
     assert_eq!(config.rooms[1].requires[0].as_str(), "launch");
+    let names: Vec<&str> = config
+        .rate_limits
+        .iter()
+        .map(|rule| rule.name.as_str())
+        .collect();
+    assert_eq!(names, ["join-per-ip", "status-polls"]);
 }
