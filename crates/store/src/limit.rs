@@ -1,7 +1,56 @@
-//! Rate-limit state (SPEC §10.1-§10.2): the [`LimitStore`] trait the rule engine calls.
+//! Rate-limit state (SPEC §10.1-§10.2): the [`LimitStore`] trait the rule engine calls, and its
+//! two backends.
+//!
+//! - [`LocalLimitStore`]: state in this process, in a sharded concurrent map, bounded in memory
+//!   (evicted by time, a cap on keys).
+//! - [`RedisLimitStore`]: state in Redis, shared by every node, one Lua script per algorithm.
+//!
+//! Both run the algorithms of `anteroom_core::ratelimit::algorithms` (the Lua scripts are
+//! ports held to the Rust by a property test) and both decide the requests of one call all or
+//! nothing: when any request is rejected, no key changes.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use anteroom_core::{ManualClock, Timestamp};
+//! use anteroom_core::ratelimit::{Algorithm, LimitParams};
+//! use anteroom_store::limit::{LimitRequest, LimitStore, LocalLimitConfig, LocalLimitStore};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let clock = Arc::new(ManualClock::new(Timestamp(0)));
+//! let store = LocalLimitStore::new(clock.clone(), LocalLimitConfig::default());
+//! let params = LimitParams {
+//!     algorithm: Algorithm::TokenBucket,
+//!     limit: 2,
+//!     period: Duration::from_secs(1),
+//!     burst: 0,
+//!     delay: 0,
+//!     nodelay: false,
+//! };
+//! let request = LimitRequest { key: "join-per-ip:203.0.113.7", params: &params, cost: 1 };
+//! let allowed: Vec<bool> = {
+//!     let mut allowed = Vec::new();
+//!     for _ in 0..3 {
+//!         allowed.push(store.acquire(&[request]).await.unwrap()[0].allowed);
+//!     }
+//!     allowed
+//! };
+//! assert_eq!(allowed, [true, true, false]);
+//! clock.advance(Duration::from_millis(500)); // one request's worth refills
+//! assert!(store.acquire(&[request]).await.unwrap()[0].allowed);
+//! # });
+//! ```
 
-use anteroom_core::ratelimit::{Decision, LimitParams};
+mod local;
+mod metrics;
+mod redis;
+
+use anteroom_core::ratelimit::{Decision, LimitParams, LimitParamsError};
 use async_trait::async_trait;
+
+pub use local::{LocalLimitConfig, LocalLimitStore};
+pub use metrics::{LimitMetrics, LimitMetricsSnapshot};
+pub use redis::{RedisLimitConfig, RedisLimitStore};
 
 /// One request against one limit.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +75,16 @@ pub enum LimitStoreError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// A limit's parameters cannot be computed exactly (see `LimitParams::validate`); the
+    /// configuration should have refused them.
+    #[error("rate limit for key {key:?} is invalid: {source}")]
+    InvalidParams {
+        /// The request's key.
+        key: String,
+        /// What is wrong.
+        #[source]
+        source: LimitParamsError,
+    },
 }
 
 /// Where rate-limit state lives: in process or in Redis.
@@ -34,5 +93,22 @@ pub trait LimitStore: Send + Sync + 'static {
     /// Decides every request of one HTTP request at once, in order. All or nothing: when any
     /// decision is a rejection, no limit's state changes (a request rejected by one rule
     /// consumes nothing from the others).
-    async fn acquire(&self, requests: &[LimitRequest<'_>]) -> Result<Vec<Decision>, LimitStoreError>;
+    async fn acquire(
+        &self,
+        requests: &[LimitRequest<'_>],
+    ) -> Result<Vec<Decision>, LimitStoreError>;
+}
+
+/// Checks every request's parameters before anything is decided.
+fn validate(requests: &[LimitRequest<'_>]) -> Result<(), LimitStoreError> {
+    for request in requests {
+        request
+            .params
+            .validate()
+            .map_err(|source| LimitStoreError::InvalidParams {
+                key: request.key.to_owned(),
+                source,
+            })?;
+    }
+    Ok(())
 }

@@ -41,7 +41,8 @@ pub fn decide(
     let now = state.map_or(now_ms, |state| {
         now_ms.max(state.tat_ms.saturating_sub(full / rate))
     });
-    let debt = state.map_or(0, |state| debt(state, now, rate));
+    // A TAT stored under other parameters may lie further ahead than the capacity allows.
+    let debt = state.map_or(0, |state| debt(state, now, rate).min(full));
     if cost == 0 {
         let decision = allowed(params, (full - debt) / period, ceil_div(debt, rate), 0);
         return (decision, None);

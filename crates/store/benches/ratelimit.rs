@@ -1,0 +1,3 @@
+//! Rate-limit decision benchmarks (placeholder while the backends are written).
+
+fn main() {}
