@@ -13,6 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: a request allocates many small short-lived buffers, which glibc's allocator
+/// serves with more lock traffic and fragmentation.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A self-hosted virtual waiting room and rate-limiting gateway.
 #[derive(Debug, Parser)]
 #[command(name = "anteroom", version, about)]

@@ -10,6 +10,10 @@ use axum::Json;
 use axum::routing::{get, post};
 use clap::{Parser, Subcommand};
 
+/// The same allocator as anteroom, so the comparison measures the handlers, not allocators.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "anteroom-bench",
