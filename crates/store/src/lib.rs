@@ -18,6 +18,7 @@ pub mod limit;
 mod memory;
 mod persisted;
 mod redb_store;
+mod redis_store;
 
 use anteroom_core::engine::{
     EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, TickReport, Ticket,
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use memory::MemoryStore;
 pub use redb_store::RedbStore;
+pub use redis_store::{RedisConfig, RedisStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,21 @@
+-- end_session: ends a session early (completed, abandoned, revoked, …), freeing its slot and
+-- revoking its pass, then ticks so the slot is refilled at once (RoomState::end_session and
+-- tick). Ending an ended session again changes nothing but still ticks.
+-- ARGV[4] session id
+-- ARGV[5] reason
+-- ARGV[6] seed for random-order admissions
+-- Returns: 'ok', session id, session record (as it was before the tick); or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local session = get_session(ARGV[4])
+if not session then
+  return { 'error', 'session_unknown' }
+end
+finish_session(session, ARGV[5])
+local record = encode_session(session)
+tick(tonumber(ARGV[6]))
+save_room()
+notify('end_session')
+return { 'ok', session.id, record }

@@ -1,0 +1,32 @@
+-- issue_session: issues a session by hand (an operator's pass): no ticket, and it counts
+-- against capacity like any other session (RoomState::issue_session).
+-- ARGV[4] session id
+-- ARGV[5] uid ('' or '=' and the escaped uid)
+-- ARGV[6] lifetime in milliseconds
+-- Returns: 'ok', session id, session record; or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local expires_at = NOW + tonumber(ARGV[6])
+local session = {
+  id = ARGV[4],
+  state = 'a',
+  ticket = '',
+  position = 0,
+  generation = room.generation,
+  issued_at = NOW,
+  renewed_at = NOW,
+  expires_at = expires_at,
+  hard_expires_at = expires_at,
+  ended_at = nil,
+  reason = '',
+  uid = ARGV[5],
+}
+put_session(session)
+redis.call('ZADD', ACTIVE, int(expiry_score(session)), session.id)
+room.passes = room.passes + 1
+room.changed = true
+save_room()
+notify('issue_session')
+return { 'ok', session.id, encode_session(session) }

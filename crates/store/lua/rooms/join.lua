@@ -1,0 +1,78 @@
+-- join: joins the queue, or resumes the visitor's live ticket by identity or by the ticket the
+-- visitor holds (RoomState::join). In a `queue` room where nobody else waits and limits allow,
+-- the visitor is admitted and claims a session at once; a `passthrough` room admits everybody.
+-- ARGV[4] id for a new ticket
+-- ARGV[5] id for a new session (used only if this join claims one)
+-- ARGV[6] held ticket id or ''
+-- ARGV[7] held ticket's generation or ''
+-- ARGV[8] identity ('' or '=' and the escaped identity)
+-- ARGV[9] return path ('' or '=' and the escaped path)
+-- Returns: a status answer (see room.lua), or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+if room.mode == 'closed' then
+  return { 'error', 'room_closed' }
+end
+
+local new_ticket_id, session_id = ARGV[4], ARGV[5]
+local identity, return_to = ARGV[8], ARGV[9]
+
+-- In an identity room the identity decides which ticket is resumed: a ticket presented by
+-- somebody else never hands over another user's place.
+local resumable = nil
+if identity ~= '' then
+  resumable = redis.call('HGET', IDENTITIES, identity) or nil
+elseif ARGV[6] ~= '' and tonumber(ARGV[7]) == room.generation then
+  resumable = ARGV[6]
+end
+if resumable then
+  local answer = status(resumable, room.generation, session_id)
+  if answer[1] ~= 'error' then
+    if room.changed then
+      save_room()
+      notify('status')
+    end
+    return answer
+  end
+end
+
+room.last_position = room.last_position + 1
+room.joined = room.joined + 1
+local ticket = {
+  id = new_ticket_id,
+  state = 'w',
+  position = room.last_position,
+  generation = room.generation,
+  joined_at = NOW,
+  last_seen = NOW,
+  x = '',
+  y = '',
+  identity = identity,
+  return_to = return_to,
+}
+if identity ~= '' then
+  redis.call('HSET', IDENTITIES, identity, new_ticket_id)
+end
+redis.call('ZADD', WAITING, int(ticket.position), new_ticket_id)
+redis.call('ZADD', IDLE, int(NOW), new_ticket_id)
+put_ticket(ticket)
+room.changed = true
+
+local admit_at_once = false
+if room.mode == 'passthrough' then
+  admit_at_once = true
+elseif room.mode == 'queue' then
+  refill()
+  admit_at_once = n_waiting() == 1 and free_slots() >= 1 and available() >= 1
+end
+if admit_at_once then
+  spend(1)
+  admit(ticket)
+end
+
+local answer = status(new_ticket_id, room.generation, session_id)
+save_room()
+notify('join')
+return answer

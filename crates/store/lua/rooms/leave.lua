@@ -1,0 +1,38 @@
+-- leave: a waiting ticket leaves the line, an admitted one gives its slot up, and one holding
+-- a pass abandons its session (RoomState::leave). A freed slot is refilled by a tick in the
+-- same script.
+-- ARGV[4] ticket id
+-- ARGV[5] the ticket token's generation
+-- ARGV[6] seed for random-order admissions
+-- Returns: 'ok', or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local ticket = get_ticket(ARGV[4])
+if not ticket then
+  return { 'error', 'ticket_unknown' }
+end
+if ticket.generation ~= tonumber(ARGV[5]) then
+  return { 'error', 'ticket_expired' }
+end
+
+local freed = false
+if ticket.state == 'w' or ticket.state == 'a' then
+  freed = ticket.state == 'a'
+  end_ticket(ticket, 'left')
+  room.left = room.left + 1
+elseif ticket.state == 'c' then
+  -- Leaving with a pass gives the slot up at once and revokes the pass.
+  local session = get_session(ticket.x)
+  if session and session.state == 'a' then
+    finish_session(session, 'abandoned')
+    freed = true
+  end
+end
+if freed then
+  tick(tonumber(ARGV[6]))
+end
+save_room()
+notify('leave')
+return { 'ok' }

@@ -1,0 +1,68 @@
+-- put_room: creates a room, or replaces its configuration keeping queue, sessions and counters
+-- (RoomState::new then RoomState::set_config).
+-- ARGV[4] configuration (JSON, read only by the Rust side)
+-- ARGV[5..14] mode, order, max_active, admit_per_minute, bucket capacity in units,
+--   session_ttl, session_max ('' for none), claim_ttl, ticket_idle_ttl, renewal threshold
+--   (durations in milliseconds)
+-- Returns: 'ok' and the room's snapshot.
+
+-- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
+-- would skip it.
+local function apply_config()
+  room.mode = ARGV[5]
+  room.order = ARGV[6]
+  room.max_active = tonumber(ARGV[7])
+  room.per_minute = tonumber(ARGV[8])
+  room.capacity = tonumber(ARGV[9])
+  room.session_ttl = tonumber(ARGV[10])
+  room.session_max = optional_number(ARGV[11])
+  room.claim_ttl = tonumber(ARGV[12])
+  room.idle_ttl = tonumber(ARGV[13])
+  room.renew_after = tonumber(ARGV[14])
+end
+
+if load_room() then
+  -- Budget earned under the old rate is kept (trimmed to the new burst); a room that had no
+  -- rate limit starts its new one with a full bucket.
+  refill()
+  local was_unlimited = room.per_minute == 0
+  apply_config()
+  if was_unlimited then
+    room.units = room.capacity
+    room.units_at = NOW
+  end
+  room.units = math.min(room.units, room.capacity)
+else
+  room = {
+    generation = 1,
+    last_position = 0,
+    serving = 0,
+    rate_admissions = 0,
+    rate_seconds = 0,
+    rate_at = nil,
+  }
+  for _, name in ipairs(TOTAL_FIELDS) do
+    room[name] = 0
+  end
+  apply_config()
+  room.units = room.capacity
+  room.units_at = NOW
+end
+
+redis.call('HSET', META,
+  'layout', '1',
+  'config', ARGV[4],
+  'mode', room.mode,
+  'order', room.order,
+  'max_active', int(room.max_active),
+  'per_minute', int(room.per_minute),
+  'capacity', int(room.capacity),
+  'session_ttl', int(room.session_ttl),
+  'session_max', optional_int(room.session_max),
+  'claim_ttl', int(room.claim_ttl),
+  'idle_ttl', int(room.idle_ttl),
+  'renew_after', int(room.renew_after))
+save_room()
+room.changed = true
+notify('config')
+return snapshot_reply({ 'ok' })

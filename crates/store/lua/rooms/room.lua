@@ -1,0 +1,584 @@
+-- The room engine of anteroom-core (crates/core/src/engine/mod.rs), in Lua, over one room's
+-- keys. This file is the shared prelude: the store puts it in front of every room script, so
+-- each operation is still one script (one EVALSHA) and runs atomically on the room's slot.
+--
+-- KEYS (all carry the hash tag {room}, so a room lives in one Cluster slot):
+--   1 meta        hash   configuration (as numbers), counters, admission bucket, measured
+--                        admission rate (decayed admissions and seconds), totals
+--   2 tickets     hash   ticket id -> ticket record
+--   3 waiting     zset   waiting ticket ids by position (ZCOUNT gives `ahead` exactly)
+--   4 idle        zset   waiting ticket ids by last contact (the record's last_seen is only
+--                        brought up to date when the ticket stops waiting)
+--   5 admitted    zset   admitted, unclaimed ticket ids by claim deadline
+--   6 sessions    hash   session id -> session record
+--   7 active      zset   active session ids by expiry
+--   8 identities  hash   identity -> ticket id (identity rooms)
+--   9 ended       zset   ended ticket ids by end time (forgotten after the retention)
+--  10 forget      zset   ended session ids by the time they may be forgotten
+-- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
+-- ARGV[2] the room's shard channel for change notices
+-- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
+-- ARGV[4...] the operation's own arguments
+--
+-- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to
+--   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
+--   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
+--   the text with '%' and '|' percent-escaped (done by the caller, never here).
+-- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
+--   hard_expires_at|ended_at|reason|uid
+--   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
+--
+-- Every integer stays below 2^53, so Lua's doubles hold them exactly.
+
+local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local CHANNEL = ARGV[2]
+local RETENTION = tonumber(ARGV[3])
+
+-- Admission bucket units per token (one minute in milliseconds), as in engine/bucket.rs.
+local UNITS_PER_TOKEN = 60000
+-- Time constant of the admission-rate average, as in eta.rs.
+local RATE_TIME_CONSTANT_SECS = 120.0
+
+local NOW
+if ARGV[1] ~= '' then
+  NOW = tonumber(ARGV[1])
+else
+  local time = redis.call('TIME')
+  NOW = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+local function int(number)
+  return string.format('%.0f', number)
+end
+
+local function float(number)
+  return string.format('%.17g', number)
+end
+
+local function optional_int(number)
+  if number == nil then
+    return ''
+  end
+  return int(number)
+end
+
+local function optional_number(text)
+  if text == nil or text == false or text == '' then
+    return nil
+  end
+  return tonumber(text)
+end
+
+local function split(record)
+  local fields = {}
+  for field in string.gmatch(record .. '|', '([^|]*)|') do
+    fields[#fields + 1] = field
+  end
+  return fields
+end
+
+-- The room ----------------------------------------------------------------------------------
+
+local CONFIG_FIELDS = {
+  'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
+  'claim_ttl', 'idle_ttl', 'renew_after',
+}
+local STATE_FIELDS = {
+  'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
+  'rate_seconds', 'rate_at',
+}
+local TOTAL_FIELDS = {
+  'joined', 'admitted', 'no_show', 'abandoned', 'left', 'passes', 'completed',
+  'sessions_abandoned', 'expired',
+}
+
+local room = nil
+
+-- Loads the room's meta hash into `room`; false when the room does not exist.
+local function load_room()
+  local fields = {}
+  for _, name in ipairs(CONFIG_FIELDS) do fields[#fields + 1] = name end
+  for _, name in ipairs(STATE_FIELDS) do fields[#fields + 1] = name end
+  for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
+  local values = redis.call('HMGET', META, unpack(fields))
+  local loaded = {}
+  for i, name in ipairs(fields) do
+    loaded[name] = values[i]
+  end
+  if not loaded.generation then
+    return false
+  end
+  room = {
+    mode = loaded.mode,
+    order = loaded.order,
+    changed = false,
+  }
+  for _, name in ipairs({ 'max_active', 'per_minute', 'capacity', 'session_ttl', 'claim_ttl',
+    'idle_ttl', 'renew_after', 'generation', 'last_position', 'serving', 'units', 'units_at' }) do
+    room[name] = tonumber(loaded[name])
+  end
+  room.session_max = optional_number(loaded.session_max)
+  room.rate_admissions = tonumber(loaded.rate_admissions)
+  room.rate_seconds = tonumber(loaded.rate_seconds)
+  room.rate_at = optional_number(loaded.rate_at)
+  for _, name in ipairs(TOTAL_FIELDS) do
+    room[name] = tonumber(loaded[name])
+  end
+  return true
+end
+
+local function save_room()
+  local values = {
+    'generation', int(room.generation),
+    'last_position', int(room.last_position),
+    'serving', int(room.serving),
+    'units', int(room.units),
+    'units_at', int(room.units_at),
+    'rate_admissions', float(room.rate_admissions),
+    'rate_seconds', float(room.rate_seconds),
+    'rate_at', optional_int(room.rate_at),
+  }
+  for _, name in ipairs(TOTAL_FIELDS) do
+    values[#values + 1] = name
+    values[#values + 1] = int(room[name])
+  end
+  redis.call('HSET', META, unpack(values))
+end
+
+local function n_waiting()
+  return redis.call('ZCARD', WAITING)
+end
+
+-- Tells other nodes the room changed (a small notice; they re-read what they need).
+local function notify(operation)
+  if room.changed then
+    redis.call('SPUBLISH', CHANNEL, table.concat({
+      operation, int(room.generation), int(room.serving), int(room.last_position),
+      int(n_waiting()),
+    }, '|'))
+  end
+end
+
+local function snapshot_reply(reply)
+  reply[#reply + 1] = int(room.generation)
+  reply[#reply + 1] = room.mode
+  reply[#reply + 1] = int(room.serving)
+  reply[#reply + 1] = int(room.last_position)
+  reply[#reply + 1] = int(n_waiting())
+  reply[#reply + 1] = int(redis.call('ZCARD', ACTIVE))
+  reply[#reply + 1] = int(redis.call('ZCARD', ADMITTED))
+  reply[#reply + 1] = float(room.rate_admissions)
+  reply[#reply + 1] = float(room.rate_seconds)
+  for _, name in ipairs(TOTAL_FIELDS) do
+    reply[#reply + 1] = int(room[name])
+  end
+  return reply
+end
+
+-- Admission bucket (engine/bucket.rs) -------------------------------------------------------
+
+local function refill()
+  local elapsed = NOW - room.units_at
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  room.units = math.min(room.units + elapsed * room.per_minute, room.capacity)
+  if NOW > room.units_at then
+    room.units_at = NOW
+  end
+end
+
+local function available()
+  if room.per_minute == 0 then
+    return math.huge
+  end
+  return math.floor(room.units / UNITS_PER_TOKEN)
+end
+
+local function spend(admissions)
+  if room.per_minute ~= 0 then
+    room.units = math.max(0, room.units - admissions * UNITS_PER_TOKEN)
+  end
+end
+
+local function free_slots()
+  if room.max_active == 0 then
+    return math.huge
+  end
+  local held = redis.call('ZCARD', ACTIVE) + redis.call('ZCARD', ADMITTED)
+  return math.max(0, room.max_active - held)
+end
+
+-- Admission rate (eta.rs: AdmissionRate::record): admissions and observed time, both decayed
+-- exponentially; their ratio (computed by the caller, eta.rs) is the rate.
+
+local function record_rate(admitted, had_demand)
+  if room.rate_at == nil then
+    room.rate_at = NOW
+    return
+  end
+  if NOW <= room.rate_at then
+    return
+  end
+  local since = room.rate_at
+  room.rate_at = NOW
+  if admitted == 0 and not had_demand then
+    return
+  end
+  -- The same arithmetic as Duration::as_secs_f64 on whole milliseconds.
+  local elapsed_ms = NOW - since
+  local elapsed_secs = math.floor(elapsed_ms / 1000) + ((elapsed_ms % 1000) * 1000000) / 1e9
+  local decay = math.exp(-elapsed_secs / RATE_TIME_CONSTANT_SECS)
+  room.rate_admissions = room.rate_admissions * decay + admitted
+  room.rate_seconds = room.rate_seconds * decay + elapsed_secs
+end
+
+-- Tickets -----------------------------------------------------------------------------------
+
+local function decode_ticket(id, record)
+  local f = split(record)
+  return {
+    id = id,
+    state = f[1],
+    position = tonumber(f[2]),
+    generation = tonumber(f[3]),
+    joined_at = tonumber(f[4]),
+    last_seen = tonumber(f[5]),
+    x = f[6],
+    y = f[7],
+    identity = f[8],
+    return_to = f[9],
+  }
+end
+
+local function encode_ticket(ticket)
+  return table.concat({
+    ticket.state, int(ticket.position), int(ticket.generation), int(ticket.joined_at),
+    int(ticket.last_seen), ticket.x, ticket.y, ticket.identity, ticket.return_to,
+  }, '|')
+end
+
+local function get_ticket(id)
+  local record = redis.call('HGET', TICKETS, id)
+  if not record then
+    return nil
+  end
+  return decode_ticket(id, record)
+end
+
+local function put_ticket(ticket)
+  redis.call('HSET', TICKETS, ticket.id, encode_ticket(ticket))
+end
+
+-- A waiting ticket's last contact lives in the idle index; fold it into the record.
+local function take_last_seen(ticket)
+  local seen = redis.call('ZSCORE', IDLE, ticket.id)
+  if seen then
+    ticket.last_seen = tonumber(seen)
+  end
+  redis.call('ZREM', IDLE, ticket.id)
+end
+
+-- Sessions ----------------------------------------------------------------------------------
+
+local function decode_session(id, record)
+  local f = split(record)
+  return {
+    id = id,
+    state = f[1],
+    ticket = f[2],
+    position = tonumber(f[3]),
+    generation = tonumber(f[4]),
+    issued_at = tonumber(f[5]),
+    renewed_at = tonumber(f[6]),
+    expires_at = tonumber(f[7]),
+    hard_expires_at = optional_number(f[8]),
+    ended_at = optional_number(f[9]),
+    reason = f[10],
+    uid = f[11],
+  }
+end
+
+local function encode_session(session)
+  return table.concat({
+    session.state, session.ticket, int(session.position), int(session.generation),
+    int(session.issued_at), int(session.renewed_at), int(session.expires_at),
+    optional_int(session.hard_expires_at), optional_int(session.ended_at), session.reason,
+    session.uid,
+  }, '|')
+end
+
+local function get_session(id)
+  local record = redis.call('HGET', SESSIONS, id)
+  if not record then
+    return nil
+  end
+  return decode_session(id, record)
+end
+
+local function put_session(session)
+  redis.call('HSET', SESSIONS, session.id, encode_session(session))
+end
+
+local function expiry_score(session)
+  if session.hard_expires_at and session.hard_expires_at < session.expires_at then
+    return session.hard_expires_at
+  end
+  return session.expires_at
+end
+
+local function session_alive(session)
+  return session.expires_at > NOW
+    and (session.hard_expires_at == nil or session.hard_expires_at > NOW)
+end
+
+local function capped(expiry, hard)
+  if hard and hard < expiry then
+    return hard
+  end
+  return expiry
+end
+
+-- Drops an identity's binding when it still names this ticket.
+local function unbind_identity(identity, ticket_id)
+  if identity ~= '' and redis.call('HGET', IDENTITIES, identity) == ticket_id then
+    redis.call('HDEL', IDENTITIES, identity)
+  end
+end
+
+-- State changes (RoomState's private methods) -----------------------------------------------
+
+local function admit(ticket)
+  local claim_deadline = NOW + room.claim_ttl
+  redis.call('ZREM', WAITING, ticket.id)
+  take_last_seen(ticket)
+  ticket.state = 'a'
+  ticket.x = int(NOW)
+  ticket.y = int(claim_deadline)
+  put_ticket(ticket)
+  if ticket.position > room.serving then
+    room.serving = ticket.position
+  end
+  redis.call('ZADD', ADMITTED, int(claim_deadline), ticket.id)
+  room.admitted = room.admitted + 1
+  room.changed = true
+end
+
+-- Turns an admitted ticket into a session; the capacity slot moves from admitted to active.
+local function claim(ticket, session_id)
+  local hard = nil
+  if room.session_max then
+    hard = NOW + room.session_max
+  end
+  local expires_at = capped(NOW + room.session_ttl, hard)
+  if ticket.state == 'a' then
+    redis.call('ZREM', ADMITTED, ticket.id)
+  end
+  ticket.state = 'c'
+  ticket.x = session_id
+  ticket.y = ''
+  put_ticket(ticket)
+  local session = {
+    id = session_id,
+    state = 'a',
+    ticket = ticket.id,
+    position = ticket.position,
+    generation = ticket.generation,
+    issued_at = NOW,
+    renewed_at = NOW,
+    expires_at = expires_at,
+    hard_expires_at = hard,
+    ended_at = nil,
+    reason = '',
+    uid = ticket.identity,
+  }
+  put_session(session)
+  redis.call('ZADD', ACTIVE, int(expiry_score(session)), session_id)
+  room.passes = room.passes + 1
+  room.changed = true
+  return session
+end
+
+local function end_ticket(ticket, reason)
+  if ticket.state == 'w' then
+    redis.call('ZREM', WAITING, ticket.id)
+    take_last_seen(ticket)
+  elseif ticket.state == 'a' then
+    redis.call('ZREM', ADMITTED, ticket.id)
+  end
+  unbind_identity(ticket.identity, ticket.id)
+  ticket.state = 'e'
+  ticket.x = int(NOW)
+  ticket.y = reason
+  put_ticket(ticket)
+  redis.call('ZADD', ENDED, int(NOW), ticket.id)
+  room.changed = true
+end
+
+local function finish_session(session, reason)
+  if session.state ~= 'a' then
+    return
+  end
+  session.state = 'e'
+  session.ended_at = NOW
+  session.reason = reason
+  put_session(session)
+  redis.call('ZREM', ACTIVE, session.id)
+  if reason == 'completed' then
+    room.completed = room.completed + 1
+  elseif reason == 'abandoned' or reason == 'revoked' then
+    room.sessions_abandoned = room.sessions_abandoned + 1
+  elseif reason == 'expired' then
+    room.expired = room.expired + 1
+  end
+  -- A claimed session's uid is its ticket's identity.
+  if session.ticket ~= '' then
+    unbind_identity(session.uid, session.ticket)
+  end
+  redis.call('ZADD', FORGET, int(math.max(NOW + RETENTION, session.expires_at)), session.id)
+  room.changed = true
+end
+
+local function forget_history()
+  local cutoff = NOW - RETENTION
+  local tickets = redis.call('ZRANGEBYSCORE', ENDED, '-inf', int(cutoff))
+  for _, id in ipairs(tickets) do
+    redis.call('HDEL', TICKETS, id)
+  end
+  if #tickets > 0 then
+    redis.call('ZREMRANGEBYSCORE', ENDED, '-inf', int(cutoff))
+  end
+  local sessions = redis.call('ZRANGEBYSCORE', FORGET, '-inf', int(NOW))
+  for _, id in ipairs(sessions) do
+    local session = get_session(id)
+    if session and session.ticket ~= '' then
+      redis.call('HDEL', TICKETS, session.ticket)
+    end
+    redis.call('HDEL', SESSIONS, id)
+  end
+  if #sessions > 0 then
+    redis.call('ZREMRANGEBYSCORE', FORGET, '-inf', int(NOW))
+  end
+end
+
+-- The admitter (SPEC §5.1, RoomState::tick). `seed` drives random-order picks.
+local function tick(seed)
+  local report = { admitted = 0, expired = 0, no_shows = 0, abandoned = 0 }
+  local had_demand = n_waiting() > 0
+
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', ACTIVE, '-inf', int(NOW))) do
+    local session = get_session(id)
+    if session then
+      finish_session(session, 'expired')
+      report.expired = report.expired + 1
+    else
+      redis.call('ZREM', ACTIVE, id)
+    end
+  end
+
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', ADMITTED, '-inf', int(NOW))) do
+    local ticket = get_ticket(id)
+    if ticket then
+      end_ticket(ticket, 'no_show')
+      room.no_show = room.no_show + 1
+      report.no_shows = report.no_shows + 1
+    else
+      redis.call('ZREM', ADMITTED, id)
+    end
+  end
+
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', IDLE, '-inf', int(NOW - room.idle_ttl))) do
+    local ticket = get_ticket(id)
+    if ticket then
+      end_ticket(ticket, 'abandoned')
+      room.abandoned = room.abandoned + 1
+      report.abandoned = report.abandoned + 1
+    else
+      redis.call('ZREM', IDLE, id)
+    end
+  end
+
+  refill()
+  local admissions = 0
+  if room.mode == 'queue' then
+    admissions = math.min(n_waiting(), free_slots(), available())
+    spend(admissions)
+  elseif room.mode == 'passthrough' then
+    admissions = n_waiting()
+  end
+  if admissions > 0 then
+    if room.order == 'random' then
+      math.randomseed(seed)
+      for _ = 1, admissions do
+        local index = math.random(n_waiting()) - 1
+        local id = redis.call('ZRANGE', WAITING, index, index)[1]
+        admit(get_ticket(id))
+        report.admitted = report.admitted + 1
+      end
+    else
+      for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, admissions - 1)) do
+        admit(get_ticket(id))
+        report.admitted = report.admitted + 1
+      end
+    end
+  end
+  record_rate(report.admitted, had_demand)
+
+  forget_history()
+  return report
+end
+
+-- Answers ------------------------------------------------------------------------------------
+
+local function waiting_reply(ticket)
+  local ahead = redis.call('ZCOUNT', WAITING, '-inf', '(' .. int(ticket.position))
+  return {
+    'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
+    float(room.rate_admissions), float(room.rate_seconds), room.mode,
+  }
+end
+
+local function admitted_reply(ticket, session)
+  return {
+    'admitted', ticket.id, encode_ticket(ticket), session.id, encode_session(session),
+    int(room.serving), int(n_waiting()),
+  }
+end
+
+-- The current meaning of a ticket (RoomState::status): keeps a waiting ticket alive, and claims
+-- the session of an admitted one (the same session on every later ask, I7).
+local function status(ticket_id, generation, session_id)
+  if generation ~= room.generation then
+    return { 'error', 'ticket_expired' }
+  end
+  local ticket = get_ticket(ticket_id)
+  if not ticket then
+    return { 'error', 'ticket_unknown' }
+  end
+  if ticket.generation ~= generation then
+    return { 'error', 'ticket_expired' }
+  end
+  if ticket.state == 'w' then
+    -- GT: only ever moves the last contact forward.
+    redis.call('ZADD', IDLE, 'GT', int(NOW), ticket.id)
+    return waiting_reply(ticket)
+  elseif ticket.state == 'a' then
+    local session = claim(ticket, session_id)
+    return admitted_reply(ticket, session)
+  elseif ticket.state == 'c' then
+    local session = get_session(ticket.x)
+    if session == nil or session.state ~= 'a' or not session_alive(session) then
+      if session and session.state == 'a' then
+        finish_session(session, 'expired')
+      end
+      return { 'error', 'ticket_expired' }
+    end
+    return admitted_reply(ticket, session)
+  end
+  return { 'error', 'ticket_expired' }
+end
+
+local function room_not_found()
+  return { 'error', 'room_not_found' }
+end

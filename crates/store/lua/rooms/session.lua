@@ -1,0 +1,8 @@
+-- session: one session's record, if the room remembers it. Changes nothing.
+-- ARGV[4] session id
+-- Returns: 'ok' and the session record ('' when unknown); or 'error' and why.
+
+if redis.call('EXISTS', META) == 0 then
+  return room_not_found()
+end
+return { 'ok', redis.call('HGET', SESSIONS, ARGV[4]) or '' }

@@ -1,0 +1,19 @@
+-- status: a ticket's current meaning (RoomState::status): keeps a waiting ticket alive, claims
+-- the session of an admitted one, and returns the same session on every later ask (I7).
+-- ARGV[4] ticket id
+-- ARGV[5] the ticket token's generation
+-- ARGV[6] id for a new session (used only if this call claims one)
+-- Returns: 'waiting', ticket id, ticket record, ahead, serving, waiting, decayed admissions,
+-- decayed seconds, mode; or
+-- 'admitted', ticket id, ticket record, session id, session record, serving, waiting; or
+-- 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local answer = status(ARGV[4], tonumber(ARGV[5]), ARGV[6])
+if room.changed then
+  save_room()
+  notify('status')
+end
+return answer

@@ -1,0 +1,15 @@
+-- tick: the admitter (SPEC §5.1, RoomState::tick): expire sessions and no-shows, abandon idle
+-- tickets, refill the admission bucket, admit up to the free capacity (lowest positions first,
+-- or at random), advance serving, and forget history older than the retention.
+-- ARGV[4] seed for random-order admissions
+-- Returns: 'ok', admitted, expired, no-shows, abandoned; or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local report = tick(tonumber(ARGV[4]))
+save_room()
+notify('tick')
+return {
+  'ok', int(report.admitted), int(report.expired), int(report.no_shows), int(report.abandoned),
+}

@@ -1,0 +1,627 @@
+//! [`RedisStore`]: rooms, tickets and sessions in Redis, standalone or Cluster (SPEC §9.3),
+//! shared by any number of anteroom nodes.
+//!
+//! Every room operation is one Lua script (`lua/rooms/`) run with EVALSHA and loaded again on
+//! NOSCRIPT. The scripts reproduce the room engine of `anteroom-core` over the room's keys, so
+//! any node may run any operation, `tick` included, at any time: Redis runs one script at a
+//! time, which makes each operation atomic without a leader.
+//!
+//! - **Keys** are `anteroom:{<room>}:<part>`: the hash tag is the room, so a room lives in one
+//!   Cluster slot and no script crosses slots. The room list (`anteroom:rooms`, a set) lives in
+//!   another slot and is changed by separate commands: a room is listed before it is created
+//!   and unlisted after it is deleted; a listed room without its meta key is skipped.
+//! - **Time** comes from the server's `TIME` inside each script, so every node agrees on it. A
+//!   store given a [`Clock`] (tests driving a `ManualClock`) passes that clock's time to the
+//!   scripts instead; production stores are built without one.
+//! - **Randomness**: ticket and session ids are drawn here from the OS's CSPRNG and passed in;
+//!   random-order admission draws from Lua's generator seeded per call from the same source.
+//! - **Change notices**: scripts that change a room publish `<op>|<generation>|<serving>|
+//!   <last position>|<waiting>` on the room's shard channel `anteroom:{<room>}:events`
+//!   (SPUBLISH, so a notice stays on the room's shard in a Cluster).
+//! - **Opening** a store (its first connection) counts as contact for every waiting ticket, as
+//!   reopening the embedded store does: a restart of the service never abandons anybody.
+//! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
+//!   their own. A call that timed out may still have happened.
+//!
+//! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
+//! scripts are capped at 2^52 ms (about 142 000 years).
+
+mod connection;
+mod records;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::clock::duration_millis;
+use anteroom_core::engine::{
+    Entry, HISTORY_RETENTION, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot,
+    Session, SessionEnd, TickReport, TicketRef,
+};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{Clock, RoomId, SessionId, TicketId};
+use async_trait::async_trait;
+use rand::Rng;
+use rand::rngs::OsRng;
+use redis::Script;
+use tokio::sync::OnceCell;
+
+use crate::persisted::{decode_config, encode_config};
+use crate::{RoomRecords, RoomStore, StoreError};
+use connection::{Client, Connection};
+use records::{Answer, MalformedAnswer, Refusal, encode_text};
+use scripts::SCRIPTS;
+
+/// How long a store call may take by default, connecting included.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The key prefix by default: keys are `anteroom:{<room>}:…`.
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "anteroom";
+
+/// Admission bucket units per token (`anteroom_core::engine::AdmissionBucket`).
+const UNITS_PER_TOKEN: u64 = 60_000;
+
+/// The largest duration handed to a script, so that time plus duration stays below 2^53.
+const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
+
+/// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
+const ROOM_KEY_PARTS: [&str; 10] = [
+    "meta",
+    "tickets",
+    "waiting",
+    "idle",
+    "admitted",
+    "sessions",
+    "active",
+    "identities",
+    "ended",
+    "forget",
+];
+
+/// Where and how to reach Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// One standalone server's URL, or a Cluster's seed nodes.
+    pub urls: Vec<String>,
+    /// Whether `urls` are Redis Cluster nodes.
+    pub cluster: bool,
+    /// Bound on every store call, connecting included (2 s by default).
+    pub timeout: Duration,
+    /// First part of every key (`<prefix>:{<room>}:…`, `<prefix>:rooms`; `anteroom` by
+    /// default), so several deployments can share one Redis.
+    pub key_prefix: String,
+}
+
+impl RedisConfig {
+    /// One standalone server (`redis://host:port/db`).
+    pub fn standalone(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            urls: vec![url.into()],
+            cluster: false,
+            timeout: DEFAULT_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+        }
+    }
+
+    /// A Redis Cluster, reached through any of its `nodes`.
+    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> RedisConfig {
+        RedisConfig {
+            urls: nodes.into_iter().map(Into::into).collect(),
+            cluster: true,
+            timeout: DEFAULT_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+        }
+    }
+
+    /// With another bound on every call.
+    pub fn with_timeout(mut self, timeout: Duration) -> RedisConfig {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With another key prefix.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> RedisConfig {
+        self.key_prefix = prefix.into();
+        self
+    }
+}
+
+/// Rooms in Redis (standalone or Cluster), shared by every node that opens the same keys.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), anteroom_store::StoreError> {
+/// use anteroom_store::{RedisConfig, RedisStore, RoomStore};
+///
+/// let store = RedisStore::new(RedisConfig::standalone("redis://127.0.0.1:6379"), None)?;
+/// let rooms = store.rooms().await?;
+/// # let _ = rooms;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisStore {
+    client: Client,
+    connection: OnceCell<Connection>,
+    clock: Option<Arc<dyn Clock>>,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// A store over `config`. It connects on first use (and again on its own after a
+    /// failure), so building one needs no reachable server.
+    ///
+    /// `clock` is for tests only: with one, scripts use its time instead of the server's
+    /// `TIME`. Production passes `None`, so every node shares the server's clock.
+    pub fn new(
+        config: RedisConfig,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Result<RedisStore, StoreError> {
+        let client =
+            Client::new(&config.urls, config.cluster, config.timeout).map_err(|error| {
+                StoreError::backend(format!("invalid redis configuration: {error}"), error)
+            })?;
+        Ok(RedisStore {
+            client,
+            connection: OnceCell::new(),
+            clock,
+            prefix: config.key_prefix,
+            timeout: config.timeout,
+        })
+    }
+
+    /// Connects now (if not yet connected) and checks the server answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.bounded("ping", async {
+            let connection = self.connection().await?;
+            let _: String = connection
+                .query(&redis::cmd("PING"))
+                .await
+                .map_err(|error| StoreError::backend("redis did not answer PING", error))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn connection(&self) -> Result<Connection, StoreError> {
+        self.connection
+            .get_or_try_init(|| async {
+                let connection = self
+                    .client
+                    .connect(self.timeout)
+                    .await
+                    .map_err(|error| StoreError::backend("cannot connect to redis", error))?;
+                self.reopen_rooms(&connection).await?;
+                Ok(connection)
+            })
+            .await
+            .cloned()
+    }
+
+    /// Gives every waiting ticket of every room a fresh idle period (see the module docs).
+    async fn reopen_rooms(&self, connection: &Connection) -> Result<(), StoreError> {
+        for room in self.listed_rooms(connection).await? {
+            match self
+                .eval_on(connection, "reopen", &SCRIPTS.reopen, &room, Vec::new())
+                .await?
+            {
+                Ok(_) | Err(Refusal::RoomNotFound) => {}
+                Err(Refusal::Engine(error)) => return Err(StoreError::Engine(error)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn listed_rooms(&self, connection: &Connection) -> Result<Vec<RoomId>, StoreError> {
+        let names: Vec<String> = connection
+            .query(redis::cmd("SMEMBERS").arg(self.rooms_key()))
+            .await
+            .map_err(|error| StoreError::backend("cannot list rooms in redis", error))?;
+        let mut rooms: Vec<RoomId> = names
+            .iter()
+            .filter_map(|name| RoomId::new(name).ok())
+            .collect();
+        rooms.sort();
+        Ok(rooms)
+    }
+
+    fn rooms_key(&self) -> String {
+        format!("{}:rooms", self.prefix)
+    }
+
+    fn room_key(&self, room: &RoomId, part: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, room, part)
+    }
+
+    /// Runs `operation` within the configured timeout.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        operation: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, operation).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(StoreError::backend(
+                format!("redis did not complete {what} within {:?}", self.timeout),
+                elapsed,
+            )),
+        }
+    }
+
+    /// Runs a room script and reads its answer; refusals become [`StoreError`]s.
+    async fn eval(
+        &self,
+        name: &str,
+        script: &Script,
+        room: &RoomId,
+        args: Vec<String>,
+    ) -> Result<Answer, StoreError> {
+        self.bounded(name, async {
+            let connection = self.connection().await?;
+            match self.eval_on(&connection, name, script, room, args).await? {
+                Ok(answer) => Ok(answer),
+                Err(Refusal::RoomNotFound) => Err(StoreError::RoomNotFound(room.clone())),
+                Err(Refusal::Engine(error)) => Err(StoreError::Engine(error)),
+            }
+        })
+        .await
+    }
+
+    async fn eval_on(
+        &self,
+        connection: &Connection,
+        name: &str,
+        script: &Script,
+        room: &RoomId,
+        args: Vec<String>,
+    ) -> Result<Result<Answer, Refusal>, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for part in ROOM_KEY_PARTS {
+            invocation.key(self.room_key(room, part));
+        }
+        let now = match &self.clock {
+            Some(clock) => clock.now().as_millis().to_string(),
+            None => String::new(),
+        };
+        invocation
+            .arg(now)
+            .arg(self.room_key(room, "events"))
+            .arg(duration_millis(HISTORY_RETENTION));
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let fields: Vec<String> = connection
+            .eval(&invocation)
+            .await
+            .map_err(|error| StoreError::backend(format!("redis script {name} failed"), error))?;
+        Answer::new(fields).map_err(|error| malformed(name, error))
+    }
+
+    async fn config_on(
+        &self,
+        connection: &Connection,
+        room: &RoomId,
+    ) -> Result<Option<RoomConfig>, StoreError> {
+        let stored: Option<Vec<u8>> = connection
+            .query(
+                redis::cmd("HGET")
+                    .arg(self.room_key(room, "meta"))
+                    .arg("config"),
+            )
+            .await
+            .map_err(|error| StoreError::backend("cannot read a room from redis", error))?;
+        stored
+            .map(|bytes| {
+                decode_config(&bytes).map_err(|error| {
+                    StoreError::backend(format!("room {room} is stored badly in redis"), error)
+                })
+            })
+            .transpose()
+    }
+}
+
+fn malformed(name: &str, error: MalformedAnswer) -> StoreError {
+    StoreError::backend(format!("redis script {name} answered badly"), error)
+}
+
+fn millis(duration: Duration) -> String {
+    duration_millis(duration).min(MAX_SCRIPT_MILLIS).to_string()
+}
+
+fn safe_number(number: u64) -> String {
+    number.min(MAX_SCRIPT_MILLIS).to_string()
+}
+
+/// A seed for random-order admissions, within what Lua's `math.randomseed` takes.
+fn admission_seed() -> String {
+    OsRng.gen_range(0..i32::MAX).to_string()
+}
+
+/// The configuration as the scripts read it (`put_room.lua`).
+fn config_args(config: &RoomConfig) -> Vec<String> {
+    vec![
+        String::from_utf8_lossy(&encode_config(config)).into_owned(),
+        config.mode.as_str().to_owned(),
+        config.order.as_str().to_owned(),
+        safe_number(config.max_active),
+        safe_number(config.admit_per_minute),
+        safe_number(config.admit_burst.max(1).saturating_mul(UNITS_PER_TOKEN)),
+        millis(config.session_ttl),
+        config.session_max.map(millis).unwrap_or_default(),
+        millis(config.claim_ttl),
+        millis(config.ticket_idle_ttl),
+        // Renewal happens once more than half the ttl has passed (RoomState::renew_session).
+        millis(config.session_ttl / 2),
+    ]
+}
+
+/// Cuts `text` to at most `max_len` bytes on a character boundary (as the engine does).
+fn truncate(mut text: String, max_len: usize) -> String {
+    if text.len() > max_len {
+        let mut end = max_len;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[async_trait]
+impl RoomStore for RedisStore {
+    async fn put_room(&self, config: RoomConfig) -> Result<RoomSnapshot, StoreError> {
+        let room = config.id.clone();
+        self.bounded("put_room", async {
+            let connection = self.connection().await?;
+            // Listed first, created second: a crash in between leaves a listed room without
+            // data, which listings skip.
+            let _: i64 = connection
+                .query(redis::cmd("SADD").arg(self.rooms_key()).arg(room.as_str()))
+                .await
+                .map_err(|error| StoreError::backend("cannot list the room in redis", error))?;
+            Ok(())
+        })
+        .await?;
+        self.eval("put_room", &SCRIPTS.put_room, &room, config_args(&config))
+            .await?
+            .snapshot()
+            .map_err(|error| malformed("put_room", error))
+    }
+
+    async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError> {
+        let mut answer = self
+            .eval("delete_room", &SCRIPTS.delete_room, room, Vec::new())
+            .await?;
+        let existed = answer
+            .expect("ok")
+            .and_then(|()| answer.number())
+            .map_err(|error| malformed("delete_room", error))?
+            == 1;
+        self.bounded("delete_room", async {
+            let connection = self.connection().await?;
+            let _: i64 = connection
+                .query(redis::cmd("SREM").arg(self.rooms_key()).arg(room.as_str()))
+                .await
+                .map_err(|error| StoreError::backend("cannot unlist the room in redis", error))?;
+            Ok(())
+        })
+        .await?;
+        Ok(existed)
+    }
+
+    async fn rooms(&self) -> Result<Vec<RoomConfig>, StoreError> {
+        self.bounded("rooms", async {
+            let connection = self.connection().await?;
+            let mut configs = Vec::new();
+            for room in self.listed_rooms(&connection).await? {
+                if let Some(config) = self.config_on(&connection, &room).await? {
+                    configs.push(config);
+                }
+            }
+            Ok(configs)
+        })
+        .await
+    }
+
+    async fn room(&self, room: &RoomId) -> Result<RoomConfig, StoreError> {
+        self.bounded("room", async {
+            let connection = self.connection().await?;
+            self.config_on(&connection, room)
+                .await?
+                .ok_or_else(|| StoreError::RoomNotFound(room.clone()))
+        })
+        .await
+    }
+
+    async fn join(&self, room: &RoomId, request: JoinRequest) -> Result<Entry, StoreError> {
+        let identity = request
+            .identity
+            .map(|identity| truncate(identity, MAX_IDENTITY_LEN));
+        let return_to = request
+            .return_to
+            .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
+        let (resume_id, resume_generation) = match request.resume {
+            Some(held) => (held.id.to_string(), held.generation.to_string()),
+            None => (String::new(), String::new()),
+        };
+        let args = vec![
+            TicketId::random(&mut OsRng).to_string(),
+            SessionId::random(&mut OsRng).to_string(),
+            resume_id,
+            resume_generation,
+            encode_text(identity.as_deref()),
+            encode_text(return_to.as_deref()),
+        ];
+        self.eval("join", &SCRIPTS.join, room, args)
+            .await?
+            .entry()
+            .map_err(|error| malformed("join", error))
+    }
+
+    async fn status(&self, room: &RoomId, ticket: TicketRef) -> Result<Entry, StoreError> {
+        let args = vec![
+            ticket.id.to_string(),
+            ticket.generation.to_string(),
+            SessionId::random(&mut OsRng).to_string(),
+        ];
+        self.eval("status", &SCRIPTS.status, room, args)
+            .await?
+            .entry()
+            .map_err(|error| malformed("status", error))
+    }
+
+    async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<(), StoreError> {
+        let args = vec![
+            ticket.id.to_string(),
+            ticket.generation.to_string(),
+            admission_seed(),
+        ];
+        self.eval("leave", &SCRIPTS.leave, room, args)
+            .await?
+            .expect("ok")
+            .map_err(|error| malformed("leave", error))
+    }
+
+    async fn end_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+        reason: SessionEnd,
+    ) -> Result<Session, StoreError> {
+        let args = vec![
+            session.to_string(),
+            reason.as_str().to_owned(),
+            admission_seed(),
+        ];
+        let mut answer = self
+            .eval("end_session", &SCRIPTS.end_session, room, args)
+            .await?;
+        answer
+            .expect("ok")
+            .and_then(|()| answer.session())
+            .map_err(|error| malformed("end_session", error))
+    }
+
+    async fn renew_session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+    ) -> Result<(Session, bool), StoreError> {
+        let mut answer = self
+            .eval(
+                "renew_session",
+                &SCRIPTS.renew_session,
+                room,
+                vec![session.to_string()],
+            )
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            let renewed = answer.number()? == 1;
+            Ok((answer.session()?, renewed))
+        };
+        read(&mut answer).map_err(|error| malformed("renew_session", error))
+    }
+
+    async fn session(
+        &self,
+        room: &RoomId,
+        session: SessionId,
+    ) -> Result<Option<Session>, StoreError> {
+        let id = session.to_string();
+        let mut answer = self
+            .eval("session", &SCRIPTS.session, room, vec![id.clone()])
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            let record = answer.text()?;
+            if record.is_empty() {
+                return Ok(None);
+            }
+            records::decode_session(&id, &record).map(Some)
+        };
+        read(&mut answer).map_err(|error| malformed("session", error))
+    }
+
+    async fn issue_session(
+        &self,
+        room: &RoomId,
+        uid: Option<String>,
+        ttl: Duration,
+    ) -> Result<Session, StoreError> {
+        let args = vec![
+            SessionId::random(&mut OsRng).to_string(),
+            encode_text(uid.as_deref()),
+            millis(ttl),
+        ];
+        let mut answer = self
+            .eval("issue_session", &SCRIPTS.issue_session, room, args)
+            .await?;
+        answer
+            .expect("ok")
+            .and_then(|()| answer.session())
+            .map_err(|error| malformed("issue_session", error))
+    }
+
+    async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError> {
+        self.eval("tick", &SCRIPTS.tick, room, vec![admission_seed()])
+            .await?
+            .tick_report()
+            .map_err(|error| malformed("tick", error))
+    }
+
+    async fn snapshot(&self, room: &RoomId) -> Result<RoomSnapshot, StoreError> {
+        self.eval("snapshot", &SCRIPTS.snapshot, room, Vec::new())
+            .await?
+            .snapshot()
+            .map_err(|error| malformed("snapshot", error))
+    }
+
+    async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError> {
+        let purge = if purge { "1" } else { "0" };
+        self.eval("reset", &SCRIPTS.reset, room, vec![purge.to_owned()])
+            .await?
+            .snapshot()
+            .map_err(|error| malformed("reset", error))
+    }
+
+    async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError> {
+        let (tickets, sessions) = self
+            .eval("records", &SCRIPTS.records, room, Vec::new())
+            .await?
+            .records()
+            .map_err(|error| malformed("records", error))?;
+        Ok(RoomRecords { tickets, sessions })
+    }
+
+    async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
+        let mut answer = self
+            .eval(
+                "waiting_positions",
+                &SCRIPTS.waiting_positions,
+                room,
+                Vec::new(),
+            )
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            let mut positions = Vec::new();
+            while !answer.is_empty() {
+                positions.push(answer.number()?);
+            }
+            Ok(positions)
+        };
+        read(&mut answer).map_err(|error| malformed("waiting_positions", error))
+    }
+
+    async fn touch(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<u64, StoreError> {
+        let args = tickets
+            .iter()
+            .flat_map(|ticket| [ticket.id.to_string(), ticket.generation.to_string()])
+            .collect();
+        let mut answer = self.eval("touch", &SCRIPTS.touch, room, args).await?;
+        answer
+            .expect("ok")
+            .and_then(|()| answer.number())
+            .map_err(|error| malformed("touch", error))
+    }
+}

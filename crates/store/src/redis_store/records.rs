@@ -1,0 +1,479 @@
+//! The Redis layout's record formats (layout 1) and the scripts' answers, decoded into core
+//! types.
+//!
+//! Records are `|`-separated text (see `lua/rooms/room.lua` for the fields): compact, cheap to
+//! rewrite in Lua, and readable with `redis-cli`. The only free text, identities and return
+//! paths, is written `=` + the text with `%` and `|` percent-escaped, or empty for none, so the
+//! scripts can split records on `|` and copy these fields without ever decoding them.
+
+use anteroom_core::engine::{
+    AdmittedView, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd, SessionState,
+    TickReport, Ticket, TicketEnd, TicketState, WaitingView,
+};
+use anteroom_core::eta::{AdmissionRate, eta_seconds};
+use anteroom_core::room::Mode;
+use anteroom_core::{SessionId, TicketId, Timestamp};
+
+/// Why a script's answer could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed answer from a room script: {0}")]
+pub(crate) struct MalformedAnswer(pub(crate) String);
+
+/// What a script says when it refuses an operation.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// The room does not exist.
+    RoomNotFound,
+    /// The room engine's refusal.
+    Engine(EngineError),
+}
+
+/// Writes optional free text for a record field: `""` for none, else `=` and the escaped text.
+pub(crate) fn encode_text(text: Option<&str>) -> String {
+    let Some(text) = text else {
+        return String::new();
+    };
+    let mut encoded = String::with_capacity(text.len() + 1);
+    encoded.push('=');
+    for character in text.chars() {
+        match character {
+            '%' => encoded.push_str("%25"),
+            '|' => encoded.push_str("%7C"),
+            other => encoded.push(other),
+        }
+    }
+    encoded
+}
+
+/// Reads a field written by [`encode_text`].
+pub(crate) fn decode_text(field: &str) -> Result<Option<String>, MalformedAnswer> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    let Some(escaped) = field.strip_prefix('=') else {
+        return Err(MalformedAnswer(format!("text field {field:?}")));
+    };
+    let mut text = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(index) = rest.find('%') {
+        text.push_str(&rest[..index]);
+        let code = rest.get(index..index + 3);
+        match code {
+            Some("%25") => text.push('%'),
+            Some("%7C") => text.push('|'),
+            _ => return Err(MalformedAnswer(format!("escape in {field:?}"))),
+        }
+        rest = &rest[index + 3..];
+    }
+    text.push_str(rest);
+    Ok(Some(text))
+}
+
+/// A script's answer: a flat list of text fields, read front to back.
+pub(crate) struct Answer {
+    fields: std::vec::IntoIter<String>,
+}
+
+impl Answer {
+    /// Splits off a refusal (`error`, why); anything else is handed back for reading.
+    pub(crate) fn new(fields: Vec<String>) -> Result<Result<Answer, Refusal>, MalformedAnswer> {
+        let mut answer = Answer {
+            fields: fields.into_iter(),
+        };
+        if answer.peek() != Some("error") {
+            return Ok(Ok(answer));
+        }
+        answer.text()?;
+        let why = answer.text()?;
+        let refusal = match why.as_str() {
+            "room_not_found" => Refusal::RoomNotFound,
+            "room_closed" => Refusal::Engine(EngineError::RoomClosed),
+            "ticket_unknown" => Refusal::Engine(EngineError::TicketUnknown),
+            "ticket_expired" => Refusal::Engine(EngineError::TicketExpired),
+            "session_unknown" => Refusal::Engine(EngineError::SessionUnknown),
+            "session_ended" => Refusal::Engine(EngineError::SessionEnded),
+            other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
+        };
+        Ok(Err(refusal))
+    }
+
+    /// Whether every field was read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.fields.as_slice().is_empty()
+    }
+
+    fn peek(&self) -> Option<&str> {
+        self.fields.as_slice().first().map(String::as_str)
+    }
+
+    pub(crate) fn text(&mut self) -> Result<String, MalformedAnswer> {
+        self.fields
+            .next()
+            .ok_or_else(|| MalformedAnswer("answer too short".to_owned()))
+    }
+
+    pub(crate) fn expect(&mut self, word: &str) -> Result<(), MalformedAnswer> {
+        let found = self.text()?;
+        if found == word {
+            Ok(())
+        } else {
+            Err(MalformedAnswer(format!(
+                "expected {word:?}, found {found:?}"
+            )))
+        }
+    }
+
+    pub(crate) fn number(&mut self) -> Result<u64, MalformedAnswer> {
+        parse_number(&self.text()?)
+    }
+
+    fn float(&mut self) -> Result<f64, MalformedAnswer> {
+        let text = self.text()?;
+        text.parse()
+            .map_err(|_| MalformedAnswer(format!("number {text:?}")))
+    }
+
+    /// The measured admission rate: decayed admissions, then decayed seconds (eta.rs).
+    fn rate(&mut self) -> Result<AdmissionRate, MalformedAnswer> {
+        Ok(AdmissionRate {
+            admissions: self.float()?,
+            seconds: self.float()?,
+            measured_until: None,
+        })
+    }
+
+    /// `ok` followed by a snapshot (`snapshot_reply` in room.lua).
+    pub(crate) fn snapshot(&mut self) -> Result<RoomSnapshot, MalformedAnswer> {
+        self.expect("ok")?;
+        let generation = self.generation()?;
+        let mode_text = self.text()?;
+        let mode = Mode::parse(&mode_text)
+            .ok_or_else(|| MalformedAnswer(format!("mode {mode_text:?}")))?;
+        let serving = self.number()?;
+        let last_position = self.number()?;
+        let waiting = self.number()?;
+        let active = self.number()?;
+        let admitted_unclaimed = self.number()?;
+        let rate = self.rate()?;
+        let totals = RoomTotals {
+            joined: self.number()?,
+            admitted: self.number()?,
+            no_show: self.number()?,
+            abandoned: self.number()?,
+            left: self.number()?,
+            passes: self.number()?,
+            completed: self.number()?,
+            sessions_abandoned: self.number()?,
+            expired: self.number()?,
+        };
+        Ok(RoomSnapshot {
+            generation,
+            mode,
+            serving,
+            last_position,
+            waiting,
+            active,
+            admitted_unclaimed,
+            admission_rate: rate.per_second(),
+            eta_seconds_for_new: eta_seconds(waiting, &rate),
+            totals,
+        })
+    }
+
+    /// A status answer (`waiting_reply` / `admitted_reply` in room.lua).
+    pub(crate) fn entry(&mut self) -> Result<Entry, MalformedAnswer> {
+        let kind = self.text()?;
+        match kind.as_str() {
+            "waiting" => {
+                let ticket = decode_ticket(&self.text()?, &self.text()?, None)?;
+                let ahead = self.number()?;
+                let serving = self.number()?;
+                let waiting = self.number()?;
+                let rate = self.rate()?;
+                let mode = self.text()?;
+                Ok(Entry::Waiting(WaitingView {
+                    ticket: ticket.id,
+                    position: ticket.position,
+                    generation: ticket.generation,
+                    ahead,
+                    serving,
+                    waiting,
+                    eta_seconds: eta_seconds(ahead, &rate),
+                    paused: mode == Mode::QueueAll.as_str(),
+                    return_to: ticket.return_to,
+                }))
+            }
+            "admitted" => {
+                let ticket = decode_ticket(&self.text()?, &self.text()?, None)?;
+                let session = decode_session(&self.text()?, &self.text()?)?;
+                let serving = self.number()?;
+                let waiting = self.number()?;
+                Ok(Entry::Admitted(AdmittedView {
+                    ticket: ticket.id,
+                    position: ticket.position,
+                    serving,
+                    waiting,
+                    session,
+                    return_to: ticket.return_to,
+                }))
+            }
+            other => Err(MalformedAnswer(format!("status kind {other:?}"))),
+        }
+    }
+
+    /// `ok`, session id, session record.
+    pub(crate) fn session(&mut self) -> Result<Session, MalformedAnswer> {
+        decode_session(&self.text()?, &self.text()?)
+    }
+
+    /// `ok`, admitted, expired, no-shows, abandoned.
+    pub(crate) fn tick_report(&mut self) -> Result<TickReport, MalformedAnswer> {
+        self.expect("ok")?;
+        Ok(TickReport {
+            admitted: self.number()?,
+            expired: self.number()?,
+            no_shows: self.number()?,
+            abandoned: self.number()?,
+        })
+    }
+
+    /// `ok`, then counted tickets (id, record, last contact) and sessions (id, record).
+    pub(crate) fn records(&mut self) -> Result<(Vec<Ticket>, Vec<Session>), MalformedAnswer> {
+        self.expect("ok")?;
+        let n_tickets = self.number()?;
+        let mut tickets = Vec::new();
+        for _ in 0..n_tickets {
+            let id = self.text()?;
+            let record = self.text()?;
+            let last_seen = self.text()?;
+            let last_seen = if last_seen.is_empty() {
+                None
+            } else {
+                Some(Timestamp(parse_number(&last_seen)?))
+            };
+            tickets.push(decode_ticket(&id, &record, last_seen)?);
+        }
+        let n_sessions = self.number()?;
+        let mut sessions = Vec::new();
+        for _ in 0..n_sessions {
+            let id = self.text()?;
+            let record = self.text()?;
+            sessions.push(decode_session(&id, &record)?);
+        }
+        Ok((tickets, sessions))
+    }
+
+    fn generation(&mut self) -> Result<u32, MalformedAnswer> {
+        let number = self.number()?;
+        u32::try_from(number).map_err(|_| MalformedAnswer(format!("generation {number}")))
+    }
+}
+
+/// Decodes a ticket record; `last_seen` overrides the record's (a waiting ticket's last
+/// contact lives in the idle index).
+pub(crate) fn decode_ticket(
+    id: &str,
+    record: &str,
+    last_seen: Option<Timestamp>,
+) -> Result<Ticket, MalformedAnswer> {
+    let fields: Vec<&str> = record.split('|').collect();
+    let [
+        state,
+        position,
+        generation,
+        joined_at,
+        seen,
+        x,
+        y,
+        identity,
+        return_to,
+    ] = fields[..]
+    else {
+        return Err(MalformedAnswer(format!("ticket record {record:?}")));
+    };
+    let state = match state {
+        "w" => TicketState::Waiting,
+        "a" => TicketState::Admitted {
+            at: timestamp(x)?,
+            claim_deadline: timestamp(y)?,
+        },
+        "c" => TicketState::Claimed {
+            session: parse_session_id(x)?,
+        },
+        "e" => TicketState::Ended {
+            reason: parse_ticket_end(y)?,
+            at: timestamp(x)?,
+        },
+        other => return Err(MalformedAnswer(format!("ticket state {other:?}"))),
+    };
+    Ok(Ticket {
+        id: parse_ticket_id(id)?,
+        position: parse_number(position)?,
+        generation: u32::try_from(parse_number(generation)?)
+            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
+        joined_at: timestamp(joined_at)?,
+        last_seen: match last_seen {
+            Some(last_seen) => last_seen,
+            None => timestamp(seen)?,
+        },
+        identity: decode_text(identity)?,
+        return_to: decode_text(return_to)?,
+        state,
+    })
+}
+
+/// Decodes a session record.
+pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, MalformedAnswer> {
+    let fields: Vec<&str> = record.split('|').collect();
+    let [
+        state,
+        ticket,
+        position,
+        generation,
+        issued_at,
+        renewed_at,
+        expires_at,
+        hard_expires_at,
+        ended_at,
+        reason,
+        uid,
+    ] = fields[..]
+    else {
+        return Err(MalformedAnswer(format!("session record {record:?}")));
+    };
+    let state = match state {
+        "a" => SessionState::Active,
+        "e" => SessionState::Ended {
+            reason: parse_session_end(reason)?,
+            at: timestamp(ended_at)?,
+        },
+        other => return Err(MalformedAnswer(format!("session state {other:?}"))),
+    };
+    Ok(Session {
+        id: parse_session_id(id)?,
+        ticket: if ticket.is_empty() {
+            None
+        } else {
+            Some(parse_ticket_id(ticket)?)
+        },
+        position: parse_number(position)?,
+        generation: u32::try_from(parse_number(generation)?)
+            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
+        uid: decode_text(uid)?,
+        issued_at: timestamp(issued_at)?,
+        renewed_at: timestamp(renewed_at)?,
+        expires_at: timestamp(expires_at)?,
+        hard_expires_at: if hard_expires_at.is_empty() {
+            None
+        } else {
+            Some(timestamp(hard_expires_at)?)
+        },
+        state,
+    })
+}
+
+fn parse_number(text: &str) -> Result<u64, MalformedAnswer> {
+    text.parse()
+        .map_err(|_| MalformedAnswer(format!("number {text:?}")))
+}
+
+fn timestamp(text: &str) -> Result<Timestamp, MalformedAnswer> {
+    parse_number(text).map(Timestamp)
+}
+
+fn parse_ticket_id(text: &str) -> Result<TicketId, MalformedAnswer> {
+    text.parse()
+        .map_err(|_| MalformedAnswer(format!("ticket id {text:?}")))
+}
+
+fn parse_session_id(text: &str) -> Result<SessionId, MalformedAnswer> {
+    text.parse()
+        .map_err(|_| MalformedAnswer(format!("session id {text:?}")))
+}
+
+fn parse_ticket_end(text: &str) -> Result<TicketEnd, MalformedAnswer> {
+    [
+        TicketEnd::Left,
+        TicketEnd::Abandoned,
+        TicketEnd::NoShow,
+        TicketEnd::Reset,
+    ]
+    .into_iter()
+    .find(|end| end.as_str() == text)
+    .ok_or_else(|| MalformedAnswer(format!("ticket end {text:?}")))
+}
+
+fn parse_session_end(text: &str) -> Result<SessionEnd, MalformedAnswer> {
+    [
+        SessionEnd::Completed,
+        SessionEnd::Abandoned,
+        SessionEnd::Expired,
+        SessionEnd::Revoked,
+        SessionEnd::Reset,
+    ]
+    .into_iter()
+    .find(|end| end.as_str() == text)
+    .ok_or_else(|| MalformedAnswer(format!("session end {text:?}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_text_survives_the_separator_and_escapes() {
+        for text in [
+            "",
+            "plain",
+            "a|b",
+            "100%",
+            "%7C",
+            "|%|%25|",
+            "ünïcode/päth?q=1",
+        ] {
+            let encoded = encode_text(Some(text));
+            assert!(!encoded.contains('|'), "{encoded}");
+            assert_eq!(decode_text(&encoded).unwrap().as_deref(), Some(text));
+        }
+        assert_eq!(encode_text(None), "");
+        assert_eq!(decode_text("").unwrap(), None);
+        assert!(decode_text("=%zz").is_err());
+        assert!(decode_text("no-marker").is_err());
+    }
+
+    #[test]
+    fn records_decode_into_core_types() {
+        let ticket_id = TicketId::from_bytes([1; 16]).to_string();
+        let session_id = SessionId::from_bytes([2; 16]).to_string();
+        let record = format!("c|7|2|1000|1500|{session_id}|||=/back%7C");
+        let ticket = decode_ticket(&ticket_id, &record, None).unwrap();
+        assert_eq!(ticket.position, 7);
+        assert_eq!(ticket.generation, 2);
+        assert_eq!(ticket.last_seen, Timestamp(1500));
+        assert_eq!(ticket.return_to.as_deref(), Some("/back|"));
+        assert_eq!(
+            ticket.state,
+            TicketState::Claimed {
+                session: SessionId::from_bytes([2; 16])
+            }
+        );
+        let waiting = decode_ticket(&ticket_id, "w|1|1|10|10||||", Some(Timestamp(99))).unwrap();
+        assert_eq!(waiting.last_seen, Timestamp(99));
+        let session = decode_session(
+            &session_id,
+            &format!("e|{ticket_id}|7|2|1|2|3||4|revoked|=u"),
+        )
+        .unwrap();
+        assert_eq!(session.hard_expires_at, None);
+        assert_eq!(session.uid.as_deref(), Some("u"));
+        assert_eq!(
+            session.state,
+            SessionState::Ended {
+                reason: SessionEnd::Revoked,
+                at: Timestamp(4)
+            }
+        );
+        assert!(decode_ticket(&ticket_id, "w|1|1", None).is_err());
+    }
+}

@@ -1,0 +1,58 @@
+//! The room scripts (`lua/rooms/*.lua`), each one Lua script run with EVALSHA.
+//!
+//! Every script is the shared prelude `room.lua` (keys, record formats and the engine's
+//! state changes) followed by the operation's own file, so each operation stays one atomic
+//! script while the engine logic is written once.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! room_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("../../lua/rooms/room.lua"),
+            "\n",
+            include_str!(concat!("../../lua/rooms/", $file)),
+        ))
+    };
+}
+
+/// Every room script, compiled (hashed) once per process.
+pub(crate) struct RoomScripts {
+    pub(crate) put_room: Script,
+    pub(crate) delete_room: Script,
+    pub(crate) join: Script,
+    pub(crate) status: Script,
+    pub(crate) leave: Script,
+    pub(crate) end_session: Script,
+    pub(crate) renew_session: Script,
+    pub(crate) session: Script,
+    pub(crate) issue_session: Script,
+    pub(crate) tick: Script,
+    pub(crate) snapshot: Script,
+    pub(crate) reset: Script,
+    pub(crate) records: Script,
+    pub(crate) reopen: Script,
+    pub(crate) touch: Script,
+    pub(crate) waiting_positions: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<RoomScripts> = LazyLock::new(|| RoomScripts {
+    put_room: room_script!("put_room.lua"),
+    delete_room: room_script!("delete_room.lua"),
+    join: room_script!("join.lua"),
+    status: room_script!("status.lua"),
+    leave: room_script!("leave.lua"),
+    end_session: room_script!("end_session.lua"),
+    renew_session: room_script!("renew_session.lua"),
+    session: room_script!("session.lua"),
+    issue_session: room_script!("issue_session.lua"),
+    tick: room_script!("tick.lua"),
+    snapshot: room_script!("snapshot.lua"),
+    reset: room_script!("reset.lua"),
+    records: room_script!("records.lua"),
+    reopen: room_script!("reopen.lua"),
+    touch: room_script!("touch.lua"),
+    waiting_positions: room_script!("waiting_positions.lua"),
+});
