@@ -1,0 +1,227 @@
+//! The conformance suite against [`RedisStore`] on a standalone `redis-server`, plus checks
+//! only Redis needs: the production clock path (`TIME`), bounded calls, reconnection, random
+//! order, change notices.
+
+#![allow(clippy::unwrap_used)]
+
+mod conformance;
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anteroom_core::engine::{Entry, JoinRequest, TicketState};
+use anteroom_core::room::{Mode, Order, RoomConfig};
+use anteroom_core::{Clock, ManualClock, RoomId};
+use anteroom_store::{RedisConfig, RedisStore, RoomStore, StoreError};
+use conformance::Backend;
+use support::redis::{RedisServer, shared_server, unique_prefix};
+
+/// Stores under a key prefix of their own on the shared server; reopening sees the same keys.
+struct Redis {
+    prefix: String,
+}
+
+impl Redis {
+    fn new() -> Redis {
+        Redis {
+            prefix: unique_prefix(),
+        }
+    }
+}
+
+impl Backend for Redis {
+    fn open(&self, clock: Arc<ManualClock>) -> Arc<dyn RoomStore> {
+        let clock: Arc<dyn Clock> = clock;
+        let config =
+            RedisConfig::standalone(shared_server().url()).with_key_prefix(self.prefix.as_str());
+        Arc::new(RedisStore::new(config, Some(clock)).expect("redis store"))
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+}
+
+conformance_suite!(Redis::new());
+
+fn room_id(name: &str) -> RoomId {
+    RoomId::new(name).unwrap()
+}
+
+#[tokio::test]
+async fn production_stores_read_the_servers_clock() {
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("timed");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+    let first = store.join(&id, JoinRequest::default()).await.unwrap();
+    let Entry::Admitted(view) = first else {
+        panic!("expected an admitted visitor, got {first:?}");
+    };
+    let server_secs: u64 = shared_server()
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let issued_secs = view.session.issued_at.as_secs();
+    assert!(
+        issued_secs.abs_diff(server_secs) <= 5,
+        "issued at {issued_secs}, server time {server_secs}"
+    );
+    assert!(matches!(
+        store.join(&id, JoinRequest::default()).await.unwrap(),
+        Entry::Waiting(_)
+    ));
+}
+
+#[tokio::test]
+async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let timeout = Duration::from_millis(500);
+    let config = RedisConfig::standalone(server.url())
+        .with_key_prefix(unique_prefix())
+        .with_timeout(timeout);
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("r");
+    store
+        .put_room(RoomConfig::with_defaults(id.clone()))
+        .await
+        .unwrap();
+
+    // A server that stops answering: the call gives up in time.
+    server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    let started = Instant::now();
+    let paused = store.snapshot(&id).await;
+    assert!(
+        matches!(paused, Err(StoreError::Backend { .. })),
+        "{paused:?}"
+    );
+    assert!(started.elapsed() < timeout * 3, "{:?}", started.elapsed());
+
+    // A server that is gone: calls fail in time, then work again once it is back.
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let started = Instant::now();
+    let gone = store.snapshot(&id).await;
+    assert!(matches!(gone, Err(StoreError::Backend { .. })), "{gone:?}");
+    assert!(started.elapsed() < timeout * 3, "{:?}", started.elapsed());
+    let _server = RedisServer::restart_on(port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        // The restarted server is empty: the room has to be put again.
+        match store.put_room(RoomConfig::with_defaults(id.clone())).await {
+            Ok(snapshot) => {
+                assert_eq!(snapshot.last_position, 0);
+                break;
+            }
+            Err(error) => {
+                assert!(Instant::now() < deadline, "no recovery: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let entry = store.join(&id, JoinRequest::default()).await.unwrap();
+    assert!(matches!(entry, Entry::Admitted(_)));
+    let mut closed = RoomConfig::with_defaults(id.clone());
+    closed.mode = Mode::Closed;
+    store.put_room(closed).await.unwrap();
+}
+
+#[tokio::test]
+async fn random_order_admits_among_all_the_waiting() {
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, None).unwrap();
+    let mut lowest_only = 0;
+    for trial in 0..3 {
+        let id = room_id(&format!("lottery-{trial}"));
+        let mut config = RoomConfig::with_defaults(id.clone());
+        config.mode = Mode::QueueAll;
+        config.order = Order::Random;
+        store.put_room(config.clone()).await.unwrap();
+        for _ in 0..40 {
+            store.join(&id, JoinRequest::default()).await.unwrap();
+        }
+        config.mode = Mode::Queue;
+        config.max_active = 10;
+        store.put_room(config).await.unwrap();
+        assert_eq!(store.tick(&id).await.unwrap().admitted, 10);
+        let records = store.records(&id).await.unwrap();
+        let mut admitted: Vec<u64> = records
+            .tickets
+            .iter()
+            .filter(|ticket| matches!(ticket.state, TicketState::Admitted { .. }))
+            .map(|ticket| ticket.position)
+            .collect();
+        admitted.sort_unstable();
+        assert_eq!(admitted.len(), 10);
+        let snapshot = store.snapshot(&id).await.unwrap();
+        assert_eq!((snapshot.waiting, snapshot.admitted_unclaimed), (30, 10));
+        assert_eq!(snapshot.serving, *admitted.last().unwrap());
+        if admitted == (1..=10).collect::<Vec<u64>>() {
+            lowest_only += 1;
+        }
+    }
+    // Drawing exactly the ten lowest of forty by chance: about one in a billion, three times.
+    assert!(
+        lowest_only < 3,
+        "random order admitted the lowest positions every time"
+    );
+}
+
+#[tokio::test]
+async fn changed_rooms_are_announced_on_their_shard_channel() {
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("announced");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+
+    let channel = format!("{prefix}:{{announced}}:events");
+    let mut subscriber = Command::new("redis-cli")
+        .args([
+            "-p",
+            &shared_server().port().to_string(),
+            "SSUBSCRIBE",
+            &channel,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    let stdout = subscriber.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || received.recv_timeout(Duration::from_secs(5)).unwrap();
+    while next_line() != channel {}
+    assert_eq!(next_line(), "1", "subscribed");
+
+    store.join(&id, JoinRequest::default()).await.unwrap();
+    store.join(&id, JoinRequest::default()).await.unwrap();
+    let mut notices = Vec::new();
+    while notices.len() < 2 {
+        if next_line() == "smessage" {
+            assert_eq!(next_line(), channel);
+            notices.push(next_line());
+        }
+    }
+    // operation|generation|serving|last position|waiting
+    assert_eq!(notices, ["join|1|1|1|0", "join|1|1|2|1"]);
+    subscriber.kill().unwrap();
+    subscriber.wait().unwrap();
+}
