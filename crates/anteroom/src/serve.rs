@@ -51,11 +51,18 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             tracing::warn!("memory store: every queue and session is lost when the process stops");
             Arc::new(MemoryStore::new(clock.clone()))
         }
-        StoreConfig::Redis { .. } => {
-            return Err(BadConfig(
-                "[store] backend = \"redis\" is not supported by this version".to_owned(),
+        StoreConfig::Redis { urls, cluster } => {
+            // Scripts read the server's TIME (no clock passed): every node shares one clock.
+            let redis = if *cluster {
+                anteroom_store::RedisConfig::cluster(urls.iter().cloned())
+            } else {
+                anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
+            };
+            tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
+            Arc::new(
+                anteroom_store::RedisStore::new(redis, None)
+                    .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
             )
-            .into());
         }
     };
     let algorithm: SigningAlgorithm = config
