@@ -525,11 +525,14 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use tokio::sync::watch;
 
+    /// Where a held write reports that it is durable.
+    type WriteDone = oneshot::Sender<Result<(), String>>;
+
     /// Holds every write until `release` is called.
     struct HeldPersister {
         next: AtomicU64,
         released: watch::Sender<u64>,
-        waiting: Mutex<Vec<(u64, oneshot::Sender<Result<(), String>>)>>,
+        waiting: Mutex<Vec<(u64, WriteDone)>>,
     }
 
     impl HeldPersister {
