@@ -18,12 +18,13 @@ use anteroom_core::config::Cidr;
 use anteroom_core::ratelimit::rules::{
     Action, KeyPart, LimitBackend, OnStoreError, RequestMatcher,
 };
+use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_http::{
     RateLimitClaims, RateLimitOptions, RateLimitSetupError, RateLimiter, RuleMetrics,
 };
 use anteroom_store::limit::LimitStore;
 
-use support::{FixedWindowStore, app, get_from, limiter, request, rule, send, statuses};
+use support::{TestStore, app, get_from, limiter, request, rule, send, statuses};
 
 const CLIENT: &str = "203.0.113.7:50000";
 
@@ -46,7 +47,7 @@ fn join(peer: &str) -> http::Request<axum::body::Body> {
 #[tokio::test]
 async fn a_rejection_is_problem_json_with_every_header() {
     tokio::time::pause();
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let limiter = limiter(vec![join_rule(2)], &store, RateLimitOptions::default());
     let app = app(&limiter);
 
@@ -117,7 +118,7 @@ async fn a_rejection_is_problem_json_with_every_header() {
 
 #[tokio::test]
 async fn only_requests_the_match_selects_are_limited() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let limiter = limiter(vec![join_rule(1)], &store, RateLimitOptions::default());
     let app = app(&limiter);
     // Other paths and other methods on the same path are not counted, and carry no headers.
@@ -151,7 +152,7 @@ async fn only_requests_the_match_selects_are_limited() {
 
 #[tokio::test]
 async fn headers_false_hides_them_on_allowed_responses_only() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let quiet = {
         let mut quiet = rule("quiet", 1, 60, &[]);
         quiet.headers = false;
@@ -183,7 +184,7 @@ async fn headers_false_hides_them_on_allowed_responses_only() {
 
 #[tokio::test]
 async fn the_rejection_status_is_configurable() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let mut unavailable = rule("busy", 1, 60, &[]);
     unavailable.status = 503;
     let limiter = limiter(vec![unavailable], &store, RateLimitOptions::default());
@@ -199,7 +200,7 @@ async fn the_rejection_status_is_configurable() {
 
 #[tokio::test]
 async fn shadow_rules_never_block_and_the_others_still_count() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let mut shadow = rule("would-limit", 1, 60, &[]);
     shadow.action = Action::Shadow;
     let enforcing = rule("enforced", 3, 60, &["/api/**"]);
@@ -238,7 +239,7 @@ async fn shadow_rules_never_block_and_the_others_still_count() {
 #[tokio::test]
 async fn delay_rules_hold_requests_until_the_limit_allows_them() {
     tokio::time::pause();
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let mut throttle = rule("throttle", 1, 2, &[]);
     throttle.action = Action::Delay;
     let options = RateLimitOptions {
@@ -300,14 +301,14 @@ fn app_with(
     rules: Vec<anteroom_core::ratelimit::rules::RateLimitRule>,
     options: RateLimitOptions,
 ) -> axum::Router {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     app(&limiter(rules, &store, options))
 }
 
 #[tokio::test]
 async fn decisions_that_ask_for_a_delay_are_waited_out_within_the_bound() {
     tokio::time::pause();
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     *store.allowed_delay.lock().unwrap() = Duration::from_millis(400);
     let options = RateLimitOptions {
         max_delay: Duration::from_millis(1000),
@@ -334,8 +335,59 @@ async fn decisions_that_ask_for_a_delay_are_waited_out_within_the_bound() {
 }
 
 #[tokio::test]
+async fn the_nginx_two_stage_example_through_the_layer() {
+    // rate=5r/s burst=12 delay=8, 20 simultaneous requests: 9 pass at once, 4 are held for
+    // 200, 400, 600 and 800 ms, 7 are refused.
+    tokio::time::pause();
+    let mut leaky = rule("nginx", 5, 1, &[]);
+    leaky.params = LimitParams {
+        algorithm: Algorithm::LeakyBucket,
+        limit: 5,
+        period: Duration::from_secs(1),
+        burst: 12,
+        delay: 8,
+        nodelay: false,
+    };
+    let store = Arc::new(TestStore::default());
+    let limiter = limiter(vec![leaky], &store, RateLimitOptions::default());
+    let app = app(&limiter);
+    let start = Instant::now();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let app = app.clone();
+        requests.spawn(async move {
+            let status = send(&app, get_from("/", CLIENT)).await.status;
+            (status, start.elapsed())
+        });
+    }
+    let mut passed = Vec::new();
+    let mut refused = 0;
+    while let Some(result) = requests.join_next().await {
+        match result.unwrap() {
+            (StatusCode::OK, waited) => passed.push(waited.as_millis()),
+            (StatusCode::TOO_MANY_REQUESTS, _) => refused += 1,
+            (other, _) => panic!("unexpected {other}"),
+        }
+    }
+    passed.sort_unstable();
+    // Held requests wake on tokio's next millisecond.
+    let rounded: Vec<u128> = passed.iter().map(|millis| millis / 10 * 10).collect();
+    assert_eq!(rounded, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 200, 400, 600, 800]);
+    assert_eq!(refused, 7);
+    assert_eq!(
+        limiter.metrics().rule("nginx"),
+        Some(RuleMetrics {
+            allowed: 9,
+            delayed: 4,
+            rejected: 7,
+            ..RuleMetrics::default()
+        })
+    );
+}
+
+#[tokio::test]
 async fn a_request_refused_by_one_rule_consumes_nothing_from_the_others() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let per_ip = rule("per-ip", 5, 60, &["/api/**"]);
     let mut per_key = rule("per-key", 1, 60, &["/api/**"]);
     per_key.key = vec![KeyPart::Header("x-api-key".to_owned())];
@@ -381,7 +433,7 @@ async fn a_request_refused_by_one_rule_consumes_nothing_from_the_others() {
 
 #[tokio::test]
 async fn allowed_responses_report_the_rule_closest_to_its_limit() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let rules = vec![rule("wide", 100, 60, &[]), rule("narrow", 3, 10, &[])];
     let limiter = limiter(rules, &store, RateLimitOptions::default());
     let app = app(&limiter);
@@ -397,7 +449,7 @@ async fn allowed_responses_report_the_rule_closest_to_its_limit() {
 
 #[tokio::test]
 async fn forwarded_addresses_count_only_from_trusted_proxies() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let options = RateLimitOptions {
         trusted_proxies: vec!["10.0.0.0/8".parse::<Cidr>().unwrap()],
         ..RateLimitOptions::default()
@@ -455,7 +507,7 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
 
 #[tokio::test]
 async fn ipv6_clients_are_counted_by_their_64() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let mut wide = rule("per-48", 1, 60, &["/wide"]);
     wide.ipv6_prefix = 48;
     let limiter = limiter(
@@ -499,7 +551,7 @@ async fn keys_by_header_cookie_path_host_and_claim() {
         keyed.key = vec![part.parse().unwrap()];
         keyed
     };
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let rules = vec![
         keyed("header", "header:X-Api-Key"),
         keyed("cookie", "cookie:session"),
@@ -570,7 +622,7 @@ async fn keys_by_header_cookie_path_host_and_claim() {
 
 #[tokio::test]
 async fn store_failures_follow_each_rules_policy() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     store.failing.store(true, Ordering::SeqCst);
     let open = rule("open", 1, 60, &["/open"]);
     let mut closed = rule("closed", 1, 60, &["/closed"]);
@@ -598,7 +650,7 @@ async fn store_failures_follow_each_rules_policy() {
 
 #[tokio::test]
 async fn a_rule_applies_at_most_once_per_request_and_routes_add_theirs() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let everywhere = rule("everywhere", 3, 60, &[]);
     let mut checkout = rule("checkout", 1, 60, &[]);
     checkout.matcher = None;
@@ -644,7 +696,7 @@ async fn a_rule_applies_at_most_once_per_request_and_routes_add_theirs() {
 
 #[tokio::test]
 async fn without_a_peer_address_requests_share_one_counter() {
-    let store = Arc::new(FixedWindowStore::default());
+    let store = Arc::new(TestStore::default());
     let limiter = limiter(
         vec![rule("per-ip", 1, 60, &[])],
         &store,
@@ -670,7 +722,7 @@ async fn without_a_peer_address_requests_share_one_counter() {
 
 #[tokio::test]
 async fn rules_are_checked_when_installed_and_can_be_replaced() {
-    let store: Arc<dyn LimitStore> = Arc::new(FixedWindowStore::default());
+    let store: Arc<dyn LimitStore> = Arc::new(TestStore::default());
     let duplicate = RateLimiter::new(
         vec![rule("a", 1, 1, &[]), rule("a", 2, 1, &[])],
         store.clone(),
@@ -691,12 +743,12 @@ async fn rules_are_checked_when_installed_and_can_be_replaced() {
         "rate limit \"shared\" uses the redis store, and no redis store is configured"
     );
     // With a redis store, redis rules count there.
-    let redis = Arc::new(FixedWindowStore::default());
+    let redis = Arc::new(TestStore::default());
     let options = RateLimitOptions {
         redis_store: Some(redis.clone() as Arc<dyn LimitStore>),
         ..RateLimitOptions::default()
     };
-    let local = Arc::new(FixedWindowStore::default());
+    let local = Arc::new(TestStore::default());
     let both = limiter(vec![shared, rule("local", 5, 60, &[])], &local, options);
     let app = app(&both);
     assert_eq!(
@@ -705,8 +757,12 @@ async fn rules_are_checked_when_installed_and_can_be_replaced() {
     );
     assert_eq!(redis.calls.load(Ordering::SeqCst), 1);
     assert_eq!(local.calls.load(Ordering::SeqCst), 1);
-    // Refused locally: redis is not asked.
-    both.replace_rules(vec![rule("local", 0, 60, &[])]).unwrap();
+    // A reload lowers the local limit to the one request already counted: refused locally,
+    // and redis is not asked.
+    let mut shared_again = rule("shared", 1, 1, &[]);
+    shared_again.store = LimitBackend::Redis;
+    both.replace_rules(vec![shared_again, rule("local", 1, 60, &[])])
+        .unwrap();
     assert_eq!(
         send(&app, get_from("/", CLIENT)).await.status,
         StatusCode::TOO_MANY_REQUESTS
@@ -715,5 +771,5 @@ async fn rules_are_checked_when_installed_and_can_be_replaced() {
     // Counters of a rule that keeps its name keep counting across a reload.
     assert_eq!(both.metrics().rule("local").unwrap().allowed, 1);
     assert_eq!(both.metrics().rule("local").unwrap().rejected, 1);
-    assert_eq!(both.rules().len(), 1);
+    assert_eq!(both.rules().len(), 2);
 }

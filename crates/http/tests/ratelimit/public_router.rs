@@ -12,7 +12,7 @@ use anteroom_store::{MemoryStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use crate::join_rule;
-use crate::support::{FixedWindowStore, get_from, limiter, request, send};
+use crate::support::{TestStore, get_from, limiter, request, send};
 
 #[tokio::test]
 async fn configured_rules_guard_the_public_api() {
@@ -31,7 +31,7 @@ async fn configured_rules_guard_the_public_api() {
         issuer: "https://shop.example".to_owned(),
         service_keys: Vec::new(),
     };
-    let limits = Arc::new(FixedWindowStore::default());
+    let limits = Arc::new(TestStore::default());
     let options = NodeOptions {
         rate_limiter: Some(limiter(
             vec![join_rule(2)],

@@ -1,8 +1,7 @@
-//! What the rate-limit layer tests share: a small fixed-window `LimitStore` with the trait's
-//! all-or-nothing semantics (its clock is tokio's, so paused time moves it), rules built in
-//! code, an app behind the layer, and one `send` that returns status, headers and body.
+//! What the rate-limit layer tests share: the local limit store on tokio's (pausable) clock,
+//! rules built in code, an app behind the layer, and one `send` that returns status, headers
+//! and body.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,25 +19,56 @@ use tower::ServiceExt;
 
 use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
 use anteroom_core::ratelimit::{Algorithm, Decision};
+use anteroom_core::{Clock, Timestamp};
 use anteroom_http::{ClientIp, RateLimitOptions, RateLimiter};
-use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
+use anteroom_store::limit::{
+    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore,
+};
 
-/// A fixed window per key, opened by the key's first request. All or nothing: when one
-/// request of a batch is refused, no counter moves.
-#[derive(Default)]
-pub(crate) struct FixedWindowStore {
-    windows: Mutex<HashMap<String, (Instant, u64)>>,
+/// Milliseconds since the epoch at which every test's clock starts.
+const EPOCH_MILLIS: u64 = 1_700_000_000_000;
+
+/// A clock reading tokio's time, so `tokio::time::pause` and `advance` move the limit store's
+/// time too.
+struct TokioClock {
+    origin: Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = u64::try_from(self.origin.elapsed().as_millis()).unwrap();
+        Timestamp(EPOCH_MILLIS + elapsed)
+    }
+}
+
+/// The local limit store, with switches to make it fail and to make its allowed decisions ask
+/// for a delay (as a leaky bucket within its burst does), and a count of its calls.
+pub(crate) struct TestStore {
+    inner: LocalLimitStore,
     /// Answer every call with an error.
     pub(crate) failing: AtomicBool,
-    /// Every allowed decision asks the request to wait this long (as a leaky bucket within its
-    /// burst does).
+    /// Added to every allowed decision's delay.
     pub(crate) allowed_delay: Mutex<Duration>,
     /// How many `acquire` calls were made.
     pub(crate) calls: AtomicUsize,
 }
 
+impl Default for TestStore {
+    fn default() -> Self {
+        let clock = Arc::new(TokioClock {
+            origin: Instant::now(),
+        });
+        TestStore {
+            inner: LocalLimitStore::new(clock, LocalLimitConfig::default()),
+            failing: AtomicBool::new(false),
+            allowed_delay: Mutex::new(Duration::ZERO),
+            calls: AtomicUsize::new(0),
+        }
+    }
+}
+
 #[async_trait]
-impl LimitStore for FixedWindowStore {
+impl LimitStore for TestStore {
     async fn acquire(
         &self,
         requests: &[LimitRequest<'_>],
@@ -50,46 +80,10 @@ impl LimitStore for FixedWindowStore {
                 source: None,
             });
         }
-        let now = Instant::now();
+        let mut decisions = self.inner.acquire(requests).await?;
         let delay = *self.allowed_delay.lock().unwrap();
-        let mut windows = self.windows.lock().unwrap();
-        let mut decisions = Vec::new();
-        // Requests of one batch under the same key see each other's cost.
-        let mut pending: HashMap<&str, u64> = HashMap::new();
-        for request in requests {
-            let period = request.params.period;
-            let (start, used) = match windows.get(request.key) {
-                Some((start, used)) if now < *start + period => (*start, *used),
-                _ => (now, 0),
-            };
-            let used = used + pending.get(request.key).copied().unwrap_or(0);
-            let reset_after = (start + period).saturating_duration_since(now);
-            let allowed = used + request.cost <= request.params.limit;
-            if allowed {
-                *pending.entry(request.key).or_default() += request.cost;
-            }
-            decisions.push(Decision {
-                allowed,
-                limit: request.params.limit,
-                remaining: if allowed {
-                    request.params.limit - used - request.cost
-                } else {
-                    0
-                },
-                reset_after,
-                retry_after: (!allowed).then_some(reset_after),
-                delay: if allowed { delay } else { Duration::ZERO },
-            });
-        }
-        if decisions.iter().all(|decision| decision.allowed) {
-            for request in requests {
-                let period = request.params.period;
-                let window = windows.entry(request.key.to_owned()).or_insert((now, 0));
-                if now >= window.0 + period {
-                    *window = (now, 0);
-                }
-                window.1 += request.cost;
-            }
+        for decision in decisions.iter_mut().filter(|decision| decision.allowed) {
+            decision.delay += delay;
         }
         Ok(decisions)
     }
@@ -131,7 +125,7 @@ pub(crate) fn app(limiter: &RateLimiter) -> Router {
 /// A limiter over `rules` counting in `store`.
 pub(crate) fn limiter(
     rules: Vec<RateLimitRule>,
-    store: &Arc<FixedWindowStore>,
+    store: &Arc<TestStore>,
     options: RateLimitOptions,
 ) -> RateLimiter {
     let store: Arc<dyn LimitStore> = store.clone();
