@@ -246,10 +246,7 @@ impl PageContext {
         return_path: &str,
     ) -> PageContext {
         let text = texts(lang);
-        let progress = (100 * figures.serving)
-            .checked_div(figures.position)
-            .unwrap_or(0)
-            .min(100);
+        let progress = progress_percent(figures.ahead, figures.waiting);
         let base = format!("/_anteroom/v1/rooms/{room}");
         let waiting_like = matches!(state, PageState::Waiting | PageState::Paused);
         let refresh_seconds = match state {
@@ -283,7 +280,11 @@ impl PageContext {
             waiting: figures.waiting,
             serving: figures.serving,
             eta_seconds: figures.eta_seconds,
-            eta_text: eta_text(lang, figures.eta_seconds),
+            eta_text: if state == PageState::Paused {
+                paused_eta_text(lang).to_owned()
+            } else {
+                eta_text(lang, figures.eta_seconds)
+            },
             progress_percent: if waiting_like { progress.max(2) } else { 0 },
             next_poll_ms: figures.next_poll_ms,
             refresh_seconds,
@@ -295,6 +296,17 @@ impl PageContext {
     }
 }
 
+/// How near the front of today's line the visitor is: the share of the people waiting who are
+/// not ahead of them. A newcomer at the back starts near 0 %, the next in line is at 100 %. It
+/// needs nothing but the status figures, so the page with and without JavaScript, every tab and
+/// every refresh show the same bar.
+fn progress_percent(ahead: u64, waiting: u64) -> u64 {
+    (100 * waiting.saturating_sub(ahead))
+        .checked_div(waiting)
+        .unwrap_or(0)
+        .min(100)
+}
+
 struct Figures {
     position: u64,
     ahead: u64,
@@ -302,6 +314,14 @@ struct Figures {
     serving: u64,
     eta_seconds: Option<u64>,
     next_poll_ms: u64,
+}
+
+/// While admissions are paused no estimate holds, whatever the recent rate says.
+fn paused_eta_text(lang: Lang) -> &'static str {
+    match lang {
+        Lang::En => "on hold",
+        Lang::Ko => "일시 중지",
+    }
 }
 
 fn eta_text(lang: Lang, seconds: Option<u64>) -> String {
@@ -338,7 +358,7 @@ fn texts(lang: Lang) -> serde_json::Value {
             "keep_open": "Keep this page open: refreshing it or opening it in another tab keeps your place.",
             "paused_notice": "Admissions are paused by the organiser.",
             "try_later": "Please try again in a few minutes.", "leave": "Leave the line",
-            "eta_unknown": "estimating…", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
+            "eta_unknown": "estimating…", "eta_paused": "on hold", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
         }),
         Lang::Ko => serde_json::json!({
             "title": "대기열에 있습니다",
@@ -354,7 +374,7 @@ fn texts(lang: Lang) -> serde_json::Value {
             "keep_open": "이 페이지를 열어 두세요. 새로 고침하거나 다른 탭에서 열어도 순서는 유지됩니다.",
             "paused_notice": "주최 측이 입장을 잠시 멈췄습니다.",
             "try_later": "잠시 후 다시 시도해 주세요.", "leave": "대기 취소",
-            "eta_unknown": "계산 중…", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
+            "eta_unknown": "계산 중…", "eta_paused": "일시 중지", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
         }),
     }
 }
@@ -590,4 +610,61 @@ fn accepts_json(headers: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     accept.contains("application/json") && !accept.contains("text/html")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(ahead: u64, waiting: u64, eta_seconds: Option<u64>) -> Figures {
+        Figures {
+            position: 100 + ahead,
+            ahead,
+            waiting,
+            serving: 99,
+            eta_seconds,
+            next_poll_ms: 2000,
+        }
+    }
+
+    #[test]
+    fn progress_is_the_share_of_the_line_not_ahead() {
+        assert_eq!(progress_percent(0, 1), 100, "next in line");
+        assert_eq!(progress_percent(9, 10), 10, "last of ten");
+        assert_eq!(progress_percent(0, 0), 0);
+        assert_eq!(progress_percent(5, 3), 0, "stale figures never underflow");
+    }
+
+    #[test]
+    fn the_bar_never_looks_empty_while_waiting() {
+        let context = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(999, 1000, None),
+            "/",
+        );
+        assert_eq!(context.progress_percent, 2);
+    }
+
+    #[test]
+    fn a_paused_line_shows_no_estimate() {
+        for (lang, expected) in [(Lang::En, "on hold"), (Lang::Ko, "일시 중지")] {
+            let context =
+                PageContext::build("r", lang, PageState::Paused, &figures(0, 1, Some(0)), "/");
+            assert_eq!(context.eta_text, expected);
+            assert_eq!(
+                context.t["eta_paused"], expected,
+                "the script's text agrees"
+            );
+        }
+        let waiting = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(0, 1, Some(0)),
+            "/",
+        );
+        assert_eq!(waiting.eta_text, "under a minute");
+    }
 }
