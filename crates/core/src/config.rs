@@ -36,7 +36,7 @@
 //!
 //! # Sections of later versions
 //!
-//! `[[route]]`, `[websocket]`, `[[events.sink]]`, and in a room
+//! `[[events.sink]]`, and in a room
 //! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
 //! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
 //! reported as a problem rather than silently ignored.
@@ -57,6 +57,7 @@
 
 mod cidr;
 mod env;
+mod gateway;
 mod key_hash;
 mod rate_limit;
 mod room;
@@ -73,6 +74,10 @@ use std::path::PathBuf;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
+pub use gateway::{
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
+    UpstreamConfig, WebSocketConfig, parse_size,
+};
 pub use key_hash::{KeyHash, KeyHashError};
 pub use room::{FieldProblem, RawRoom};
 
@@ -97,6 +102,11 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
     /// `[[rate_limit]]`: the rate-limit rules, in file order.
     pub rate_limits: Vec<RateLimitRule>,
+    /// `[[route]]` in file order, then one route per room with `routes = [...]`, in room
+    /// order: the first route that matches a request is its route.
+    pub routes: Vec<RouteConfig>,
+    /// `[websocket]`: per-connection message limits; absent when the section is.
+    pub websocket: Option<WebSocketConfig>,
 }
 
 /// `[server]`.
@@ -125,13 +135,6 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
         }
     }
-}
-
-/// `[upstream]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamConfig {
-    /// The protected site's base URL, `http://` or `https://`.
-    pub url: String,
 }
 
 /// `[store]`: which backend holds the state.
@@ -233,13 +236,11 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     "auth",
     ROOM_SECTION,
     RATE_LIMIT_SECTION,
+    "route",
+    "websocket",
 ];
 /// Top-level sections of later versions, with how they are written.
-const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[
-    ("route", "[[route]]"),
-    ("websocket", "[websocket]"),
-    ("events", "[events]"),
-];
+const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[("events", "[events]")];
 /// Every top-level key, supported or not.
 const TOP_LEVEL_KEYS: &[&str] = &[
     "server",
@@ -314,18 +315,23 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
             }
         }
     }
+    let rooms = room::read_rooms(root.get(ROOM_SECTION), problems);
+    let rate_limits = rate_limit::read_rate_limits(
+        root.get(RATE_LIMIT_SECTION),
+        rate_limit::redis_store_selected(root),
+        problems,
+    );
+    let routes = gateway::read_routes(root, &rooms, &rate_limits, problems);
     Config {
         server: sections::read_server(root.get("server"), problems),
-        upstream: sections::read_upstream(root.get("upstream"), problems),
+        upstream: gateway::read_upstream(root.get("upstream"), problems),
         store: sections::read_store(root.get("store"), problems),
         keys: sections::read_keys(root.get("keys"), problems),
         auth: sections::read_auth(root.get("auth"), problems),
-        rooms: room::read_rooms(root.get(ROOM_SECTION), problems),
-        rate_limits: rate_limit::read_rate_limits(
-            root.get(RATE_LIMIT_SECTION),
-            rate_limit::redis_store_selected(root),
-            problems,
-        ),
+        rooms,
+        rate_limits,
+        routes,
+        websocket: gateway::read_websocket(root.get("websocket"), problems),
     }
 }
 

@@ -1,14 +1,10 @@
-//! The server-wide sections of the config file: `[server]`, `[upstream]`, `[store]`, `[keys]`
-//! and `[auth]`.
+//! The server-wide sections of the config file: `[server]`, `[store]`, `[keys]` and `[auth]`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::tree::{Entry, Origin, Problems, Value, closest};
-use super::{
-    AuthConfig, Cidr, KeyHash, KeysConfig, SIGNING_ALGORITHMS, ServerConfig, StoreConfig,
-    UpstreamConfig,
-};
+use super::{AuthConfig, Cidr, KeyHash, KeysConfig, SIGNING_ALGORITHMS, ServerConfig, StoreConfig};
 
 const SERVER_KEYS: &[&str] = &[
     "listen",
@@ -17,7 +13,6 @@ const SERVER_KEYS: &[&str] = &[
     "issuer",
     "trusted_proxies",
 ];
-const UPSTREAM_KEYS: &[&str] = &["url"];
 const STORE_KEYS: &[&str] = &["backend", "path", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
 const KEYS_KEYS: &[&str] = &["dir", "algorithm"];
@@ -89,30 +84,6 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         public_url,
         issuer,
         trusted_proxies,
-    }
-}
-
-pub(super) fn read_upstream(
-    section: Option<&Entry>,
-    problems: &mut Problems,
-) -> Option<UpstreamConfig> {
-    let table = section?.table(problems)?;
-    problems.unknown_keys(table, UPSTREAM_KEYS, "[upstream]");
-    let Some(entry) = table.get("url") else {
-        let origin = section.map_or(Origin::Line(1), |entry| entry.key_origin.clone());
-        problems.add(
-            &origin,
-            "[upstream] needs a `url`, such as \"http://127.0.0.1:3000\"",
-        );
-        return None;
-    };
-    let url = entry.string(problems)?;
-    match check_http_url(&url) {
-        Ok(()) => Some(UpstreamConfig { url }),
-        Err(reason) => {
-            problems.add(&entry.key_origin, format!("`url` {reason}"));
-            None
-        }
     }
 }
 

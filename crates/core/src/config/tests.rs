@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::ids::RoomId;
+use crate::ratelimit::rules::RequestMatcher;
 use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy};
+
+mod gateway;
 
 pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
@@ -176,9 +179,7 @@ fn full_file_resolves_to_typed_values() {
             issuer: "https://issuer.example.com".to_owned(),
             trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
         },
-        upstream: Some(UpstreamConfig {
-            url: "http://127.0.0.1:3000".to_owned(),
-        }),
+        upstream: Some(UpstreamConfig::new("http://127.0.0.1:3000")),
         store: StoreConfig::Embedded {
             path: PathBuf::from("/var/lib/anteroom/state.redb"),
         },
@@ -191,8 +192,19 @@ fn full_file_resolves_to_typed_values() {
             read_keys: vec![],
             service_keys: vec![hash(2)],
         },
+        routes: vec![RouteConfig {
+            name: "room-launch".to_owned(),
+            matcher: RequestMatcher::default()
+                .with_paths(["/events/*/book/**", "/api/v1/reservations/**"])
+                .unwrap(),
+            rooms: vec![room_id("launch")],
+            rate_limits: vec![],
+            bypass: false,
+            page: PageMode::Inline,
+        }],
         rooms: vec![launch, checkout],
         rate_limits: vec![],
+        websocket: None,
     };
     check_config(&source, &[], &expected);
 }
@@ -218,6 +230,8 @@ fn absent_sections_take_defaults() {
         auth: AuthConfig::default(),
         rooms: vec![],
         rate_limits: vec![],
+        routes: vec![],
+        websocket: None,
     };
     assert_eq!(Config::default(), defaults);
     check_config("", &[], &defaults);
@@ -281,7 +295,10 @@ paths = ["/**"]
             ),
             (Some(12), "`max_active` must not be negative, found -1"),
             (Some(13), "room \"launch\": admit_burst: must be at least 1"),
-            (Some(15), "[[route]] is not supported by this version"),
+            (
+                Some(15),
+                "route \"route-1\": needs `rooms`, `rate_limits` or `bypass = true`",
+            ),
         ],
     );
 }
@@ -399,19 +416,6 @@ fn requirement_cycles() {
 #[test]
 fn other_sections_of_later_versions_are_reported() {
     check_problems(
-        "[[route]]\npaths = [\"/a\"]\n\n[[route]]\npaths = [\"/b\"]\n",
-        &[],
-        &[
-            (Some(1), "[[route]] is not supported by this version"),
-            (Some(4), "[[route]] is not supported by this version"),
-        ],
-    );
-    check_problems(
-        "[websocket]\nlimit = 5\n",
-        &[],
-        &[(Some(1), "[websocket] is not supported")],
-    );
-    check_problems(
         "[[events.sink]]\nkind = \"webhook\"\n",
         &[],
         &[(Some(1), "[[events.sink]] is not supported")],
@@ -443,7 +447,7 @@ fn server_store_keys_and_auth_rules() {
     check_problems(
         "[upstream]\nurl = \"ftp://x\"\n",
         &[],
-        &[(Some(2), "`url` must start with http:// or https://")],
+        &[(Some(2), "`url` must start with http://")],
     );
     check_problems(
         "[upstream]\n",
@@ -577,9 +581,7 @@ fn environment_overrides() {
     assert_eq!(config.rooms[0].page_template, "42");
     assert_eq!(
         config.upstream,
-        Some(UpstreamConfig {
-            url: "http://origin:3000".to_owned()
-        })
+        Some(UpstreamConfig::new("http://origin:3000"))
     );
 
     // Switching the backend from the environment ignores the file's keys for the other one.

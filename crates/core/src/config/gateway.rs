@@ -1,0 +1,669 @@
+//! The gateway's sections of the config file (SPEC §7, §10.4): `[upstream]` (the protected
+//! site and how it is reached), `[[route]]` (which requests need which rooms and rate limits),
+//! the rooms' `routes = [...]` shorthand, and `[websocket]` (per-connection message limits).
+
+use std::time::Duration;
+
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
+use crate::duration::parse_duration;
+use crate::ids::RoomId;
+use crate::ratelimit::rules::{RateLimitRule, RequestMatcher, default_burst};
+use crate::ratelimit::{Algorithm, LimitParams};
+use crate::room::RoomConfig;
+
+/// `[upstream]`: the protected site, for gateway mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// The site's base URL, `http://host:port` (no path).
+    pub url: String,
+    /// Opening a connection to the site may take this long (502 after).
+    pub connect_timeout: Duration,
+    /// The site must send its response headers within this long of the request (504 after).
+    pub header_timeout: Duration,
+    /// A body (either way) that makes no progress for this long is cut off.
+    pub idle_timeout: Duration,
+    /// Idle pooled connections to the site are closed after this long.
+    pub pool_idle_timeout: Duration,
+    /// The largest request body passed on, in bytes; `None` = unlimited.
+    pub max_request_body: Option<u64>,
+    /// The largest response body passed on, in bytes; `None` = unlimited.
+    pub max_response_body: Option<u64>,
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge) to the site instead of HTTP/1.1.
+    pub http2: bool,
+}
+
+impl UpstreamConfig {
+    /// An upstream at `url` with every other field at its default.
+    pub fn new(url: impl Into<String>) -> UpstreamConfig {
+        UpstreamConfig {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            pool_idle_timeout: Duration::from_secs(90),
+            max_request_body: Some(DEFAULT_MAX_REQUEST_BODY),
+            max_response_body: None,
+            http2: false,
+        }
+    }
+}
+
+/// The default `max_request_body`: 100 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY: u64 = 100 * 1024 * 1024;
+
+/// How a route shows the waiting page to a navigation without a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PageMode {
+    /// The page itself, answered with 200 at the requested address.
+    #[default]
+    Inline,
+    /// 302 to `/_anteroom/wait/{room}?return=…`.
+    Redirect,
+}
+
+impl PageMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PageMode::Inline => "inline",
+            PageMode::Redirect => "redirect",
+        }
+    }
+}
+
+/// One route (SPEC §7.1): the requests it selects and what they need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// A label for logs and measurements: `name`, else `route-<n>` (n counts `[[route]]`
+    /// entries from 1), else `room-<id>` for a room's `routes` shorthand.
+    pub name: String,
+    /// Hosts, path globs and methods; an empty list selects everything.
+    pub matcher: RequestMatcher,
+    /// Rooms whose pass is needed, in order (tier 1 then tier 2). A room's own `requires`
+    /// are needed before it.
+    pub rooms: Vec<RoomId>,
+    /// Route-only rate limits (rules without `match`) applied to the route's requests.
+    pub rate_limits: Vec<String>,
+    /// Health checks, static assets: no room is checked.
+    pub bypass: bool,
+    /// How navigations without a pass see the waiting page.
+    pub page: PageMode,
+}
+
+/// What happens to a WebSocket message over the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnExceed {
+    /// Drop the message silently (and count it).
+    #[default]
+    Drop,
+    /// Close the connection with 1008 (policy violation).
+    Close,
+}
+
+/// `[websocket]`: limits on each proxied WebSocket connection (SPEC §10.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSocketConfig {
+    /// Client→upstream data messages allowed per connection; `None`: no limit.
+    pub limit: Option<LimitParams>,
+    /// What happens to a message over the limit.
+    pub on_exceed: OnExceed,
+    /// The largest message accepted from either side, in bytes.
+    pub max_message_size: usize,
+}
+
+impl Default for WebSocketConfig {
+    fn default() -> Self {
+        WebSocketConfig {
+            limit: None,
+            on_exceed: OnExceed::Drop,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+/// The default `max_message_size`: 1 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1024 * 1024;
+
+const UPSTREAM_KEYS: &[&str] = &[
+    "url",
+    "connect_timeout",
+    "header_timeout",
+    "idle_timeout",
+    "pool_idle_timeout",
+    "max_request_body",
+    "max_response_body",
+    "http2",
+];
+const ROUTE_KEYS: &[&str] = &[
+    "name",
+    "hosts",
+    "paths",
+    "methods",
+    "rooms",
+    "rate_limits",
+    "bypass",
+    "page",
+];
+const WEBSOCKET_KEYS: &[&str] = &[
+    "limit",
+    "period",
+    "burst",
+    "algorithm",
+    "on_exceed",
+    "max_message_size",
+];
+
+pub(super) fn read_upstream(
+    section: Option<&Entry>,
+    problems: &mut Problems,
+) -> Option<UpstreamConfig> {
+    let entry = section?;
+    let table = entry.table(problems)?;
+    problems.unknown_keys(table, UPSTREAM_KEYS, "[upstream]");
+    let Some(url_entry) = table.get("url") else {
+        problems.add(
+            &entry.key_origin,
+            "[upstream] needs a `url`, such as \"http://127.0.0.1:3000\"",
+        );
+        return None;
+    };
+    let url = url_entry.string(problems)?;
+    if let Err(reason) = check_upstream_url(&url) {
+        problems.add(&url_entry.key_origin, format!("`url` {reason}"));
+        return None;
+    }
+    let mut upstream = UpstreamConfig::new(url.trim_end_matches('/'));
+    let mut duration = |key: &str, default: Duration, problems: &mut Problems| {
+        table
+            .get(key)
+            .and_then(|entry| read_positive_duration(entry, problems))
+            .unwrap_or(default)
+    };
+    upstream.connect_timeout = duration("connect_timeout", upstream.connect_timeout, problems);
+    upstream.header_timeout = duration("header_timeout", upstream.header_timeout, problems);
+    upstream.idle_timeout = duration("idle_timeout", upstream.idle_timeout, problems);
+    upstream.pool_idle_timeout =
+        duration("pool_idle_timeout", upstream.pool_idle_timeout, problems);
+    if let Some(entry) = table.get("max_request_body") {
+        upstream.max_request_body = read_size(entry, problems).unwrap_or(upstream.max_request_body);
+    }
+    if let Some(entry) = table.get("max_response_body") {
+        upstream.max_response_body =
+            read_size(entry, problems).unwrap_or(upstream.max_response_body);
+    }
+    if let Some(flag) = table.get("http2").and_then(|entry| entry.boolean(problems)) {
+        upstream.http2 = flag;
+    }
+    Some(upstream)
+}
+
+/// The upstream is spoken to in plain HTTP (or h2c) at its root.
+fn check_upstream_url(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") {
+        return Err(format!(
+            "must be http:// (TLS to the site is not supported by this version; put it on a private network or a local TLS-terminating proxy), found {url:?}"
+        ));
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("must start with http://, found {url:?}"));
+    };
+    let rest = rest.trim_end_matches('/');
+    let valid_host = !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@'])
+        && !url.chars().any(char::is_whitespace);
+    if !valid_host {
+        return Err(format!(
+            "must be the site's root, http://host:port with no path, found {url:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn read_positive_duration(entry: &Entry, problems: &mut Problems) -> Option<Duration> {
+    let text = entry.duration_text(problems)?;
+    match parse_duration(&text) {
+        Ok(duration) if duration.is_zero() => {
+            problems.add(
+                &entry.key_origin,
+                format!("`{}` must be longer than zero, found {text:?}", entry.key),
+            );
+            None
+        }
+        Ok(duration) => Some(duration),
+        Err(error) => {
+            problems.add(&entry.key_origin, format!("`{}`: {error}", entry.key));
+            None
+        }
+    }
+}
+
+/// A size: a number of bytes, or text such as `"10MiB"`, `"512KB"`, `"1GiB"`; 0 = unlimited.
+/// `None` when wrong (reported); `Some(None)` for unlimited.
+fn read_size(entry: &Entry, problems: &mut Problems) -> Option<Option<u64>> {
+    let bytes = match (&entry.item.value, &entry.item.env_text) {
+        (Value::Integer(_), _) => entry.unsigned(problems)?,
+        (Value::String(text), _) | (_, Some(text)) => match parse_size(text) {
+            Some(bytes) => bytes,
+            None => {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "invalid size {text:?} for `{}`: expected bytes or a number with B, KB, KiB, MB, MiB, GB or GiB, such as \"10MiB\"",
+                        entry.key
+                    ),
+                );
+                return None;
+            }
+        },
+        _ => {
+            problems.add(
+                &entry.key_origin,
+                format!(
+                    "`{}` must be a size, such as \"10MiB\" or 1048576",
+                    entry.key
+                ),
+            );
+            return None;
+        }
+    };
+    Some((bytes > 0).then_some(bytes))
+}
+
+/// Parses `"10MiB"`, `"512KB"`, `"100"` (bytes).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let amount: u64 = text[..digits_end].parse().ok()?;
+    let unit: u64 = match text[digits_end..].trim() {
+        "" | "B" => 1,
+        "KB" => 1000,
+        "KiB" => 1 << 10,
+        "MB" => 1000 * 1000,
+        "MiB" => 1 << 20,
+        "GB" => 1000 * 1000 * 1000,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    amount.checked_mul(unit)
+}
+
+/// Reads every `[[route]]`, then adds one route per room with `routes = [...]` (after the
+/// explicit ones: the first matching route wins). Route-only rate limits that no route lists
+/// are reported, since they would never apply.
+pub(super) fn read_routes(
+    root: &Table,
+    rooms: &[RoomConfig],
+    rules: &[RateLimitRule],
+    problems: &mut Problems,
+) -> Vec<RouteConfig> {
+    let mut routes = Vec::new();
+    if let Some(entry) = root.get("route") {
+        match &entry.item.value {
+            Value::Array(elements) => {
+                for (index, element) in elements.iter().enumerate() {
+                    match &element.value {
+                        Value::Table(table) => {
+                            let reader = RouteReader {
+                                table,
+                                header: &element.origin,
+                                rooms,
+                                rules,
+                            };
+                            if let Some(route) = reader.read(index + 1, problems) {
+                                routes.push(route);
+                            }
+                        }
+                        _ => problems.add(
+                            &element.origin,
+                            "each route must be a table, written [[route]]",
+                        ),
+                    }
+                }
+            }
+            _ => problems.add(
+                &entry.key_origin,
+                "`route` must be an array of tables, written [[route]]",
+            ),
+        }
+    }
+    for room in rooms.iter().filter(|room| !room.routes.is_empty()) {
+        let origin = room_field_origin(root, room.id.as_str(), "routes");
+        let globs: Vec<&str> = room.routes.iter().map(String::as_str).collect();
+        match RequestMatcher::default().with_paths(globs) {
+            Ok(matcher) => routes.push(RouteConfig {
+                name: format!("room-{}", room.id),
+                matcher,
+                rooms: vec![room.id.clone()],
+                rate_limits: Vec::new(),
+                bypass: false,
+                page: PageMode::Inline,
+            }),
+            Err(error) => problems.add(
+                &origin,
+                format!("room {:?}: routes: {error}", room.id.as_str()),
+            ),
+        }
+    }
+    for rule in rules.iter().filter(|rule| rule.route_only()) {
+        let listed = routes
+            .iter()
+            .any(|route| route.rate_limits.contains(&rule.name));
+        if !listed {
+            let origin = rule_origin(root, &rule.name);
+            problems.add(
+                &origin,
+                format!(
+                    "rate limit {:?}: has no `match` and no [[route]] lists it in `rate_limits`, so it never applies; add `match = {{ paths = [\"/**\"] }}` to apply it everywhere",
+                    rule.name
+                ),
+            );
+        }
+    }
+    routes
+}
+
+/// Where the `[[room]]` with `id` wrote `field` (its header when absent).
+fn room_field_origin(root: &Table, id: &str, field: &str) -> Origin {
+    find_named(root, "room", "id", id, field)
+}
+
+/// Where the `[[rate_limit]]` named `name` starts.
+fn rule_origin(root: &Table, name: &str) -> Origin {
+    find_named(root, "rate_limit", "name", name, "name")
+}
+
+fn find_named(root: &Table, section: &str, key: &str, value: &str, field: &str) -> Origin {
+    let Some(Value::Array(elements)) = root.get(section).map(|entry| &entry.item.value) else {
+        return Origin::Line(1);
+    };
+    elements
+        .iter()
+        .find_map(|element| match &element.value {
+            Value::Table(table)
+                if matches!(table.get(key).map(|entry| &entry.item.value), Some(Value::String(text)) if text == value) =>
+            {
+                Some(
+                    table
+                        .get(field)
+                        .map_or(element.origin.clone(), |entry| entry.key_origin.clone()),
+                )
+            }
+            _ => None,
+        })
+        .unwrap_or(Origin::Line(1))
+}
+
+struct RouteReader<'a> {
+    table: &'a Table,
+    header: &'a Origin,
+    rooms: &'a [RoomConfig],
+    rules: &'a [RateLimitRule],
+}
+
+impl RouteReader<'_> {
+    fn read(&self, number: usize, problems: &mut Problems) -> Option<RouteConfig> {
+        problems.unknown_keys(self.table, ROUTE_KEYS, "[[route]]");
+        let before = problems.list.len();
+        let name = match self.table.get("name") {
+            None => format!("route-{number}"),
+            Some(entry) => match entry.string(problems) {
+                Some(name) if crate::ratelimit::rules::is_valid_rule_name(&name) => name,
+                Some(name) => {
+                    problems.add(
+                        &entry.key_origin,
+                        format!(
+                            "invalid route name {name:?}: use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+                        ),
+                    );
+                    String::new()
+                }
+                None => String::new(),
+            },
+        };
+        let label = format!("route {name:?}");
+        let mut matcher = RequestMatcher::default();
+        for field in ["hosts", "paths", "methods"] {
+            let Some(entry) = self.table.get(field) else {
+                continue;
+            };
+            for (text, origin) in entry.strings(problems).unwrap_or_default() {
+                let added = match field {
+                    "hosts" => RequestMatcher::default()
+                        .with_hosts([text.as_str()])
+                        .map(|one| matcher.hosts.extend(one.hosts)),
+                    "paths" => RequestMatcher::default()
+                        .with_paths([text.as_str()])
+                        .map(|one| matcher.paths.extend(one.paths)),
+                    _ => RequestMatcher::default()
+                        .with_methods([text.as_str()])
+                        .map(|one| matcher.methods.extend(one.methods)),
+                };
+                if let Err(error) = added {
+                    problems.add(&origin, format!("{label}: {field}: {error}"));
+                }
+            }
+        }
+        let mut rooms = Vec::new();
+        let rooms_entry = self.table.get("rooms");
+        if let Some(entry) = rooms_entry {
+            for (text, origin) in entry.strings(problems).unwrap_or_default() {
+                match RoomId::new(&text) {
+                    Err(error) => problems.add(&origin, format!("{label}: rooms: {error}")),
+                    Ok(id) if rooms.contains(&id) => problems.add(
+                        &origin,
+                        format!("{label}: rooms: lists {text:?} more than once"),
+                    ),
+                    Ok(id) if !self.rooms.iter().any(|room| room.id == id) => {
+                        let mut message = format!("{label}: rooms: unknown room {text:?}");
+                        let ids = self.rooms.iter().map(|room| room.id.as_str());
+                        if let Some(suggestion) = closest(&text, ids) {
+                            message.push_str(&format!("; did you mean {suggestion:?}?"));
+                        }
+                        problems.add(&origin, message);
+                    }
+                    Ok(id) => rooms.push(id),
+                }
+            }
+        }
+        let mut rate_limits = Vec::new();
+        let limits_entry = self.table.get("rate_limits");
+        if let Some(entry) = limits_entry {
+            for (text, origin) in entry.strings(problems).unwrap_or_default() {
+                match self.rules.iter().find(|rule| rule.name == text) {
+                    None => {
+                        let mut message =
+                            format!("{label}: rate_limits: unknown rate limit {text:?}");
+                        let names = self.rules.iter().map(|rule| rule.name.as_str());
+                        if let Some(suggestion) = closest(&text, names) {
+                            message.push_str(&format!("; did you mean {suggestion:?}?"));
+                        }
+                        problems.add(&origin, message);
+                    }
+                    Some(_) if rate_limits.contains(&text) => problems.add(
+                        &origin,
+                        format!("{label}: rate_limits: lists {text:?} more than once"),
+                    ),
+                    Some(_) => rate_limits.push(text),
+                }
+            }
+        }
+        let bypass_entry = self.table.get("bypass");
+        let bypass = bypass_entry
+            .and_then(|entry| entry.boolean(problems))
+            .unwrap_or(false);
+        if let Some(entry) = bypass_entry.filter(|_| bypass) {
+            if rooms_entry.is_some() || limits_entry.is_some() {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "{label}: `bypass = true` lets requests through untouched, so it cannot be combined with `rooms` or `rate_limits`"
+                    ),
+                );
+            }
+        } else if rooms_entry.is_none() && limits_entry.is_none() {
+            problems.add(
+                self.header,
+                format!("{label}: needs `rooms`, `rate_limits` or `bypass = true`"),
+            );
+        }
+        let page = match self.table.get("page") {
+            None => PageMode::Inline,
+            Some(entry) => match entry.string(problems).as_deref() {
+                Some("inline") => PageMode::Inline,
+                Some("redirect") => PageMode::Redirect,
+                Some(other) => {
+                    let mut message = format!(
+                        "{label}: page: unknown page {other:?}: expected one of inline, redirect"
+                    );
+                    if let Some(suggestion) = closest(other, ["inline", "redirect"].into_iter()) {
+                        message.push_str(&format!("; did you mean {suggestion:?}?"));
+                    }
+                    problems.add(&entry.key_origin, message);
+                    PageMode::Inline
+                }
+                None => PageMode::Inline,
+            },
+        };
+        (problems.list.len() == before).then_some(RouteConfig {
+            name,
+            matcher,
+            rooms,
+            rate_limits,
+            bypass,
+            page,
+        })
+    }
+}
+
+pub(super) fn read_websocket(
+    section: Option<&Entry>,
+    problems: &mut Problems,
+) -> Option<WebSocketConfig> {
+    let entry = section?;
+    let table = entry.table(problems)?;
+    problems.unknown_keys(table, WEBSOCKET_KEYS, "[websocket]");
+    let mut config = WebSocketConfig::default();
+    if let Some(entry) = table.get("on_exceed") {
+        match entry.string(problems).as_deref() {
+            Some("drop") => config.on_exceed = OnExceed::Drop,
+            Some("close") => config.on_exceed = OnExceed::Close,
+            Some(other) => problems.add(
+                &entry.key_origin,
+                format!("unknown on_exceed {other:?}: expected one of drop, close"),
+            ),
+            None => {}
+        }
+    }
+    if let Some(entry) = table.get("max_message_size") {
+        match read_size(entry, problems) {
+            Some(Some(bytes)) => config.max_message_size = usize::try_from(bytes).unwrap_or(usize::MAX),
+            Some(None) => problems.add(
+                &entry.key_origin,
+                "`max_message_size` must be more than zero: an unbounded message size lets one client exhaust memory",
+            ),
+            None => {}
+        }
+    }
+    let limit = table.get("limit");
+    let period = table.get("period");
+    match (limit, period) {
+        (None, None) => {
+            for key in ["burst", "algorithm"] {
+                if let Some(entry) = table.get(key) {
+                    problems.add(
+                        &entry.key_origin,
+                        format!("`{key}` needs `limit` and `period` in [websocket]"),
+                    );
+                }
+            }
+        }
+        (Some(_), None) | (None, Some(_)) => problems.add(
+            &entry.key_origin,
+            "[websocket] needs both `limit` and `period` (messages per period), such as limit = 20, period = \"1s\"",
+        ),
+        (Some(limit), Some(period)) => {
+            config.limit = read_message_limit(table, limit, period, problems);
+        }
+    }
+    Some(config)
+}
+
+fn read_message_limit(
+    table: &Table,
+    limit_entry: &Entry,
+    period_entry: &Entry,
+    problems: &mut Problems,
+) -> Option<LimitParams> {
+    let limit = match limit_entry.unsigned(problems)? {
+        0 => {
+            problems.add(&limit_entry.key_origin, "`limit` must be at least 1");
+            return None;
+        }
+        limit => limit,
+    };
+    let period = read_positive_duration(period_entry, problems)?;
+    let algorithm = match table.get("algorithm") {
+        None => Algorithm::TokenBucket,
+        Some(entry) => {
+            let text = entry.string(problems)?;
+            match Algorithm::parse(&text) {
+                Some(algorithm) => algorithm,
+                None => {
+                    let names = Algorithm::ALL.map(Algorithm::as_str);
+                    let mut message = format!(
+                        "unknown algorithm {text:?}: expected one of {}",
+                        names.join(", ")
+                    );
+                    if let Some(suggestion) = closest(&text, names.into_iter()) {
+                        message.push_str(&format!("; did you mean {suggestion:?}?"));
+                    }
+                    problems.add(&entry.key_origin, message);
+                    return None;
+                }
+            }
+        }
+    };
+    let burst = match table.get("burst") {
+        None => default_burst(algorithm, limit),
+        Some(entry) => {
+            let burst = entry.unsigned(problems)?;
+            let window = matches!(
+                algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow
+            );
+            if window {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "`burst` does not apply to the {} algorithm, which allows `limit` per `period`; remove it",
+                        algorithm.as_str()
+                    ),
+                );
+                return None;
+            }
+            if burst == 0 && algorithm != Algorithm::LeakyBucket {
+                problems.add(&entry.key_origin, "`burst` must be at least 1");
+                return None;
+            }
+            burst
+        }
+    };
+    let params = LimitParams {
+        algorithm,
+        limit,
+        period,
+        burst,
+        delay: 0,
+        // Messages are never held back: within the burst they pass at once.
+        nodelay: algorithm == Algorithm::LeakyBucket,
+    };
+    match params.validate() {
+        Ok(()) => Some(params),
+        Err(error) => {
+            problems.add(&limit_entry.key_origin, format!("[websocket]: {error}"));
+            None
+        }
+    }
+}
