@@ -339,6 +339,18 @@ impl<P: Persister> EngineHost<P> {
         .await
     }
 
+    pub(crate) async fn advance(
+        &self,
+        room: &RoomId,
+        count: u64,
+    ) -> Result<(u64, RoomSnapshot), StoreError> {
+        self.apply(room, |state, now, _, changes| {
+            let admitted = state.advance(count, now, changes);
+            Ok((admitted, state.snapshot()))
+        })
+        .await
+    }
+
     pub(crate) async fn reset(
         &self,
         room: &RoomId,
@@ -476,6 +488,13 @@ macro_rules! delegate_room_store {
                 room: &anteroom_core::RoomId,
             ) -> Result<anteroom_core::engine::RoomSnapshot, $crate::StoreError> {
                 self.host.read(room, |state| state.snapshot())
+            }
+            async fn advance(
+                &self,
+                room: &anteroom_core::RoomId,
+                count: u64,
+            ) -> Result<(u64, anteroom_core::engine::RoomSnapshot), $crate::StoreError> {
+                self.host.advance(room, count).await
             }
             async fn reset(
                 &self,

@@ -121,6 +121,10 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError>;
     /// A consistent summary of the room.
     async fn snapshot(&self, room: &RoomId) -> Result<RoomSnapshot, StoreError>;
+    /// The operator's advance by hand (SPEC §8.1): admits up to `count` more waiting tickets
+    /// now, lowest positions first, bounded by the line and by free capacity (I2, I8); returns
+    /// how many were admitted and the room after.
+    async fn advance(&self, room: &RoomId, count: u64) -> Result<(u64, RoomSnapshot), StoreError>;
     /// Starts a new generation; with `purge`, deletes the old generation's records.
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
     /// Everything the room holds.

@@ -576,6 +576,17 @@ impl RoomStore for RedisStore {
             .map_err(|error| malformed("snapshot", error))
     }
 
+    async fn advance(&self, room: &RoomId, count: u64) -> Result<(u64, RoomSnapshot), StoreError> {
+        let mut answer = self
+            .eval("advance", &SCRIPTS.advance, room, vec![safe_number(count)])
+            .await?;
+        let read = |answer: &mut Answer| {
+            let snapshot = answer.snapshot()?;
+            Ok((answer.number()?, snapshot))
+        };
+        read(&mut answer).map_err(|error| malformed("advance", error))
+    }
+
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError> {
         let purge = if purge { "1" } else { "0" };
         self.eval("reset", &SCRIPTS.reset, room, vec![purge.to_owned()])

@@ -867,6 +867,30 @@ impl RoomState {
         report
     }
 
+    /// The operator's advance by hand (SPEC §5.1, §8.1): admits up to `count` more waiting
+    /// tickets now, lowest positions first whatever the room's order, so the serving counter
+    /// moves forward like AWS's increment but never past the last issued position (I8). It
+    /// ignores the admission bucket and the mode (an operator may let a few in while paused),
+    /// but not capacity: with `max_active > 0` it admits at most the free slots, so I2 holds.
+    /// Returns how many tickets were admitted.
+    pub fn advance(&mut self, count: u64, now: Timestamp, changes: &mut ChangeSet) -> u64 {
+        let had_demand = !self.waiting.is_empty();
+        let admissions = count.min(self.waiting.len()).min(self.free_slots());
+        let mut admitted = 0;
+        for _ in 0..admissions {
+            let Some((_, ticket)) = self.waiting.first() else {
+                break;
+            };
+            self.admit(ticket, now, changes);
+            admitted += 1;
+        }
+        if admitted > 0 {
+            self.meta.rate.record(admitted, had_demand, now);
+            changes.meta = true;
+        }
+        admitted
+    }
+
     /// Starts a new generation: every waiting and admitted ticket ends, every active session is
     /// revoked, and (with `purge`) the records of the old generation are deleted. Positions go
     /// on increasing, so I1 holds across generations too.

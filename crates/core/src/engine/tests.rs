@@ -407,3 +407,38 @@ fn history_is_forgotten_after_retention() {
 fn duration_ms(duration: Duration) -> u64 {
     crate::clock::duration_millis(duration)
 }
+
+#[test]
+fn advance_admits_by_hand_within_the_line_and_capacity() {
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.max_active = 3;
+    });
+    let entries: Vec<Entry> = (0..5).map(|_| h.join()).collect();
+    assert_eq!(h.tick().admitted, 0, "paused: the admitter lets nobody in");
+    let mut changes = ChangeSet::default();
+    // Bounded by capacity (I2): three slots, although ten were asked for.
+    assert_eq!(h.room.advance(10, h.now, &mut changes), 3);
+    assert!(changes.meta && changes.tickets.len() == 3);
+    let snapshot = h.room.snapshot();
+    assert_eq!((snapshot.serving, snapshot.admitted_unclaimed), (3, 3));
+    assert!(is_admitted(&h.status(&entries[0]).unwrap()));
+    assert_eq!(waiting(&h.status(&entries[3]).unwrap()).ahead, 0);
+    // No free slot: nothing moves, and nothing is written.
+    let mut changes = ChangeSet::default();
+    assert_eq!(h.room.advance(1, h.now, &mut changes), 0);
+    assert!(changes.is_empty());
+    // Unlimited capacity: bounded by the line, so serving never passes the last position (I8).
+    h.room.set_config(
+        RoomConfig {
+            max_active: 0,
+            ..h.room.config().clone()
+        },
+        h.now,
+        &mut ChangeSet::default(),
+    );
+    assert_eq!(h.room.advance(100, h.now, &mut ChangeSet::default()), 2);
+    let snapshot = h.room.snapshot();
+    assert_eq!((snapshot.serving, snapshot.last_position), (5, 5));
+    assert_eq!(snapshot.waiting, 0);
+}

@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             positions_strictly_increase_under_concurrent_joins,
             ahead_counts_only_live_tickets,
             tick_admits_fifo_within_capacity,
+            advance_admits_by_hand_within_the_line_and_capacity,
             admissions_follow_the_rate_and_burst,
             claiming_twice_returns_the_same_session,
             ending_a_session_refills_its_slot_at_once,
@@ -343,6 +344,66 @@ pub async fn tick_admits_fifo_within_capacity(backend: &dyn Backend) {
     );
     let snapshot = store.snapshot(&id).await.unwrap();
     assert_eq!((snapshot.active, snapshot.admitted_unclaimed), (4, 0));
+}
+
+pub async fn advance_admits_by_hand_within_the_line_and_capacity(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| {
+            c.mode = Mode::QueueAll;
+            c.max_active = 3;
+        }))
+        .await
+        .unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..5 {
+        entries.push(join(&*store, &id).await);
+    }
+    assert_eq!(store.tick(&id).await.unwrap().admitted, 0, "paused");
+    // Paused or not, the operator lets people in, but never past free capacity (I2).
+    let (admitted, snapshot) = store.advance(&id, 10).await.unwrap();
+    assert_eq!(admitted, 3);
+    assert_eq!(
+        (
+            snapshot.serving,
+            snapshot.admitted_unclaimed,
+            snapshot.waiting
+        ),
+        (3, 3, 2)
+    );
+    for entry in &entries[..3] {
+        assert!(matches!(
+            store.status(&id, reference(entry, 1)).await.unwrap(),
+            Entry::Admitted(_)
+        ));
+    }
+    assert_eq!(
+        store.advance(&id, 1).await.unwrap().0,
+        0,
+        "capacity is full"
+    );
+    // Without a capacity limit the line bounds it: serving never passes the last position (I8).
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    assert_eq!(store.advance(&id, 1).await.unwrap().0, 1);
+    let (admitted, snapshot) = store.advance(&id, 1_000_000).await.unwrap();
+    assert_eq!(admitted, 1);
+    assert_eq!(
+        (snapshot.serving, snapshot.last_position, snapshot.waiting),
+        (5, 5, 0)
+    );
+    assert_eq!(snapshot.totals.admitted, 5);
+    assert!(matches!(
+        store.status(&id, reference(&entries[4], 1)).await.unwrap(),
+        Entry::Admitted(_)
+    ));
+    assert!(matches!(
+        store.advance(&room_id("nowhere"), 1).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
 }
 
 pub async fn admissions_follow_the_rate_and_burst(backend: &dyn Backend) {

@@ -1,0 +1,26 @@
+-- advance: the operator's advance by hand (RoomState::advance): admits up to `count` more
+-- waiting tickets now, lowest positions first, bounded by the line (I8) and by free capacity
+-- (I2); neither the admission bucket nor the mode holds it back.
+-- ARGV[4] count
+-- Returns: 'ok', the snapshot, then how many were admitted; or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+local had_demand = n_waiting() > 0
+local admissions = math.min(tonumber(ARGV[4]), n_waiting(), free_slots())
+local admitted = 0
+if admissions > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, admissions - 1)) do
+    admit(get_ticket(id))
+    admitted = admitted + 1
+  end
+end
+if admitted > 0 then
+  record_rate(admitted, had_demand)
+  save_room()
+end
+notify('advance')
+local reply = snapshot_reply({ 'ok' })
+reply[#reply + 1] = int(admitted)
+return reply
