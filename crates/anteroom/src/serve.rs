@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -10,6 +11,10 @@ use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_http::{
     AppState, DEFAULT_MAX_SSE_CONNECTIONS, NodeOptions, PageRenderer, PublicSettings,
+    RateLimitOptions, RateLimiter,
+};
+use anteroom_store::limit::{
+    LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
 use anteroom_store::{MemoryStore, RedbStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
@@ -102,16 +107,53 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let options = NodeOptions {
         max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
         page,
-        rate_limiter: None,
+        rate_limiter: Some(rate_limiter(config, clock.clone())?),
     };
     let state = AppState::with_options(store.clone(), keys.clone(), clock, settings, options);
     Ok(Runtime { state, store, keys })
 }
 
-/// Runs until SIGTERM or SIGINT; SIGHUP reloads the rooms from `path`.
+/// How often the local rate-limit store drops keys whose state no longer matters.
+const LIMIT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The rate limiter of the public listener: `[[rate_limit]]` rules counting in this process,
+/// or in the redis store for `store = "redis"` rules (config validation makes sure there is
+/// one). It exists even without rules, so a reload can add some.
+fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLimiter> {
+    let local = Arc::new(LocalLimitStore::new(clock, LocalLimitConfig::default()));
+    local.spawn_sweeper(LIMIT_SWEEP_INTERVAL);
+    // Connecting is lazy: a redis that is down fails the calls (each rule's on_store_error),
+    // not the start.
+    let redis_store = match &config.store {
+        StoreConfig::Redis {
+            urls,
+            cluster: false,
+        } => {
+            let url = urls.first().cloned().unwrap_or_default();
+            let store = RedisLimitStore::connect(RedisLimitConfig::new(url))
+                .map_err(|error| BadConfig(format!("[store] redis for rate limits: {error}")))?;
+            Some(Arc::new(store) as Arc<dyn LimitStore>)
+        }
+        _ => None,
+    };
+    let options = RateLimitOptions {
+        trusted_proxies: config.server.trusted_proxies.clone(),
+        redis_store,
+        ..RateLimitOptions::default()
+    };
+    let limiter = RateLimiter::with_options(config.rate_limits.clone(), local, options)
+        .map_err(|error| BadConfig(format!("[[rate_limit]]: {error}")))?;
+    Ok(limiter)
+}
+
+/// Runs until SIGTERM or SIGINT; SIGHUP reloads the rooms and rate limits from `path`.
 pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let runtime = prepare(&config).await?;
-    tokio::spawn(reload_on_hangup(path, runtime.store.clone()));
+    tokio::spawn(reload_on_hangup(
+        path,
+        runtime.store.clone(),
+        runtime.state.rate_limiter().cloned(),
+    ));
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("binding the public listener on {}", config.server.listen))?;
@@ -149,9 +191,11 @@ pub(crate) async fn run_until_shutdown(
     Ok(())
 }
 
-/// Re-reads the config file on every SIGHUP and applies its rooms live. A file with problems
-/// is refused as a whole (and the problems logged), so a typo never half-applies.
-async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>) {
+/// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live. A file
+/// with problems is refused as a whole (and the problems logged), so a typo never
+/// half-applies. Rate-limit counters carry on for rules that keep their name; listeners,
+/// stores and trusted proxies need a restart.
+async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>, limiter: Option<RateLimiter>) {
     #[cfg(unix)]
     {
         let mut hangups =
@@ -165,6 +209,12 @@ async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>) {
         while hangups.recv().await.is_some() {
             match load_config(&path) {
                 Ok(config) => {
+                    let rate_limits = config.rate_limits.len();
+                    if let Some(limiter) = &limiter
+                        && let Err(error) = limiter.replace_rules(config.rate_limits)
+                    {
+                        tracing::error!(%error, "cannot apply the reloaded rate limits");
+                    }
                     let mut applied = 0;
                     for room in config.rooms {
                         match store.put_room(room.clone()).await {
@@ -174,7 +224,7 @@ async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>) {
                             }
                         }
                     }
-                    tracing::info!(path = %path.display(), rooms = applied, "configuration reloaded");
+                    tracing::info!(path = %path.display(), rooms = applied, rate_limits, "configuration reloaded");
                 }
                 Err(error) => {
                     tracing::error!(path = %path.display(), "configuration not reloaded: {error:#}")
@@ -184,6 +234,6 @@ async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (path, store);
+        let _ = (path, store, limiter);
     }
 }

@@ -44,11 +44,23 @@ const ALGORITHM_CHOICES: &[&str] = &[
     "gcra",
 ];
 
-/// Reads and validates every `[[rate_limit]]`. `redis_store` says whether `[store]` is the
-/// redis backend, which rules with `store = "redis"` need.
+/// Which redis server `[store]` names, as far as rules with `store = "redis"` care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RedisStore {
+    /// `[store]` is not the redis backend.
+    None,
+    /// One server (`url`): rules can use it.
+    Standalone,
+    /// A Redis Cluster (`cluster`): a request's limits hash to different slots, and a Cluster
+    /// has no atomic call across slots, so rules cannot use it yet.
+    Cluster,
+}
+
+/// Reads and validates every `[[rate_limit]]`. `redis_store` says which redis `[store]` names,
+/// which rules with `store = "redis"` need.
 pub(super) fn read_rate_limits(
     entry: Option<&Entry>,
-    redis_store: bool,
+    redis_store: RedisStore,
     problems: &mut Problems,
 ) -> Vec<RateLimitRule> {
     let Some(entry) = entry else {
@@ -115,7 +127,7 @@ impl<'a> RuleReader<'a> {
 
     fn read(
         &mut self,
-        redis_store: bool,
+        redis_store: RedisStore,
         names: &mut HashMap<String, Origin>,
     ) -> Option<RateLimitRule> {
         self.problems
@@ -151,13 +163,18 @@ impl<'a> RuleReader<'a> {
 
         let action = self.read_choice("action", Action::parse, &["reject", "delay", "shadow"]);
         let store = self.read_choice("store", LimitBackend::parse, &["local", "redis"]);
-        if let (Some(Some(LimitBackend::Redis)), false, Some(entry)) =
-            (store, redis_store, self.get("store"))
-        {
-            self.report(
-                entry,
-                "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
-            );
+        if let (Some(Some(LimitBackend::Redis)), Some(entry)) = (store, self.get("store")) {
+            match redis_store {
+                RedisStore::Standalone => {}
+                RedisStore::None => self.report(
+                    entry,
+                    "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
+                ),
+                RedisStore::Cluster => self.report(
+                    entry,
+                    "store = \"redis\" needs one redis server ([store] url): rate limits cannot use a Redis Cluster yet, which has no atomic call across the slots of a request's limits; use store = \"local\"",
+                ),
+            }
         }
         let on_store_error =
             self.read_choice("on_store_error", OnStoreError::parse, &["allow", "deny"]);
@@ -443,11 +460,14 @@ impl<'a> RuleReader<'a> {
         valid.then_some(parts)
     }
 
-    /// `Some(None)`: no `match`, a route-only rule (whether a route lists it is checked with
-    /// the routes). `None`: a problem was reported.
+    /// `Some(None)`: no `match` (a route-only rule, refused while routes are not read).
+    /// `None`: a problem was reported.
     fn read_match(&mut self) -> Option<Option<RequestMatcher>> {
         let Some(entry) = self.get("match") else {
-            return Some(None);
+            self.report_rule(
+                "has no `match`: a rule without one applies only on the routes that list it, and [[route]] is not supported by this version; add `match = { paths = [\"/**\"] }` to apply it everywhere",
+            );
+            return None;
         };
         let table = entry.table(self.problems)?;
         self.problems
@@ -490,16 +510,19 @@ impl<'a> RuleReader<'a> {
     }
 }
 
-/// Whether the tree's `[store]` (after environment overrides) selects the redis backend.
-pub(super) fn redis_store_selected(root: &Table) -> bool {
-    root.get("store")
-        .and_then(|entry| match &entry.item.value {
-            Value::Table(table) => table.get("backend"),
-            _ => None,
-        })
-        .is_some_and(
-            |backend| matches!(&backend.item.value, Value::String(text) if text == "redis"),
-        )
+/// Which redis the tree's `[store]` (after environment overrides) selects.
+pub(super) fn redis_store_selected(root: &Table) -> RedisStore {
+    let Some(Value::Table(store)) = root.get("store").map(|entry| &entry.item.value) else {
+        return RedisStore::None;
+    };
+    let is_redis = store.get("backend").is_some_and(
+        |backend| matches!(&backend.item.value, Value::String(text) if text == "redis"),
+    );
+    match (is_redis, store.get("cluster")) {
+        (false, _) => RedisStore::None,
+        (true, None) => RedisStore::Standalone,
+        (true, Some(_)) => RedisStore::Cluster,
+    }
 }
 
 #[cfg(test)]

@@ -414,20 +414,14 @@ fn field_rules() {
 
 #[test]
 fn rules_without_match_need_routes() {
-    let rule = "\n[[rate_limit]]\nname = \"checkout\"\nlimit = 10\nperiod = \"1m\"\n";
     check_problems(
-        rule,
+        "\n[[rate_limit]]\nname = \"checkout\"\nlimit = 10\nperiod = \"1m\"\n",
         &[],
         &[(
-            Some(3),
-            "rate limit \"checkout\": has no `match` and no [[route]] lists it in `rate_limits`, so it never applies",
+            Some(2),
+            "rate limit \"checkout\": has no `match`: a rule without one applies only on the routes that list it, and [[route]] is not supported by this version",
         )],
     );
-    let routed =
-        format!("{rule}\n[[route]]\npaths = [\"/checkout/**\"]\nrate_limits = [\"checkout\"]\n");
-    let config = parse_config(&routed, &[]).unwrap();
-    assert!(config.rate_limits[0].route_only());
-    assert_eq!(config.routes[0].rate_limits, ["checkout"]);
 }
 
 #[test]
@@ -453,6 +447,17 @@ fn redis_rules_need_the_redis_store() {
         ],
     );
     assert_eq!(from_env[0].store, LimitBackend::Redis);
+    // A Redis Cluster cannot hold them yet.
+    let with_cluster =
+        format!("[store]\nbackend = \"redis\"\ncluster = [\"redis://10.0.0.1:7000\"]\n\n{rule}");
+    check_problems(
+        &with_cluster,
+        &[],
+        &[(
+            Some(10),
+            "store: store = \"redis\" needs one redis server ([store] url): rate limits cannot use a Redis Cluster yet",
+        )],
+    );
 }
 
 #[test]
