@@ -460,14 +460,11 @@ impl<'a> RuleReader<'a> {
         valid.then_some(parts)
     }
 
-    /// `Some(None)`: no `match` (a route-only rule, refused while routes are not read).
-    /// `None`: a problem was reported.
+    /// `Some(None)`: no `match`, a route-only rule (whether a route lists it is checked with
+    /// the routes). `None`: a problem was reported.
     fn read_match(&mut self) -> Option<Option<RequestMatcher>> {
         let Some(entry) = self.get("match") else {
-            self.report_rule(
-                "has no `match`: a rule without one applies only on the routes that list it, and [[route]] is not supported by this version; add `match = { paths = [\"/**\"] }` to apply it everywhere",
-            );
-            return None;
+            return Some(None);
         };
         let table = entry.table(self.problems)?;
         self.problems

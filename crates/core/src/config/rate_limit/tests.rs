@@ -414,14 +414,20 @@ fn field_rules() {
 
 #[test]
 fn rules_without_match_need_routes() {
+    let rule = "\n[[rate_limit]]\nname = \"checkout\"\nlimit = 10\nperiod = \"1m\"\n";
     check_problems(
-        "\n[[rate_limit]]\nname = \"checkout\"\nlimit = 10\nperiod = \"1m\"\n",
+        rule,
         &[],
         &[(
-            Some(2),
-            "rate limit \"checkout\": has no `match`: a rule without one applies only on the routes that list it, and [[route]] is not supported by this version",
+            Some(3),
+            "rate limit \"checkout\": has no `match` and no [[route]] lists it in `rate_limits`, so it never applies",
         )],
     );
+    let routed =
+        format!("{rule}\n[[route]]\npaths = [\"/checkout/**\"]\nrate_limits = [\"checkout\"]\n");
+    let config = parse_config(&routed, &[]).unwrap();
+    assert!(config.rate_limits[0].route_only());
+    assert_eq!(config.routes[0].rate_limits, ["checkout"]);
 }
 
 #[test]
