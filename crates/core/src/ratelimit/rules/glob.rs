@@ -180,8 +180,9 @@ fn path_segments(normalized: &str) -> impl Iterator<Item = &str> {
 /// Puts a request path in the one form rules match against, so the same resource cannot be
 /// spelled past a rule:
 /// - anything from `?` or `#` on is dropped;
-/// - percent-encoded unreserved characters (`A-Z a-z 0-9 - . _ ~`) are decoded and other
-///   percent-encodings have upper-case hex (RFC 3986 §6.2.2);
+/// - percent-encodings are decoded, once, `%2F` included: a site behind anteroom may well
+///   treat `/a%2Fb` as `/a/b`, and a rule had better select too many spellings than too few
+///   (bytes that do not form UTF-8 become U+FFFD);
 /// - empty segments (`//`) and `.` segments are removed, `..` removes the segment before it
 ///   (never going above `/`);
 /// - a trailing `/` is dropped (except for `/` itself); an empty path is `/`.
@@ -190,14 +191,14 @@ fn path_segments(normalized: &str) -> impl Iterator<Item = &str> {
 /// use anteroom_core::ratelimit::rules::normalize_path;
 ///
 /// assert_eq!(normalize_path("//api/./v1/../%6Aoin/?x=1"), "/api/join");
-/// assert_eq!(normalize_path("/a%2fb"), "/a%2Fb");
+/// assert_eq!(normalize_path("/api%2Fjoin"), "/api/join");
 /// ```
 pub fn normalize_path(raw: &str) -> Cow<'_, str> {
     let path = raw.split(['?', '#']).next().unwrap_or_default();
     if is_normal(path) {
         return Cow::Borrowed(path);
     }
-    let decoded = decode_unreserved(path);
+    let decoded = percent_decode(path);
     let mut segments: Vec<&str> = Vec::new();
     for segment in decoded.split('/') {
         match segment {
@@ -232,9 +233,9 @@ fn is_normal(path: &str) -> bool {
         .all(|segment| !matches!(segment, "" | "." | ".."))
 }
 
-fn decode_unreserved(path: &str) -> String {
+fn percent_decode(path: &str) -> String {
     let bytes = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
+    let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%'
@@ -243,23 +244,14 @@ fn decode_unreserved(path: &str) -> String {
                 bytes.get(i + 2).and_then(|b| hex_value(*b)),
             )
         {
-            let byte = high * 16 + low;
-            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-                out.push(char::from(byte));
-            } else {
-                out.push('%');
-                out.push(char::from(b"0123456789ABCDEF"[usize::from(high)]));
-                out.push(char::from(b"0123456789ABCDEF"[usize::from(low)]));
-            }
+            out.push(high * 16 + low);
             i += 3;
             continue;
         }
-        // Copy up to the next '%' as text, so multi-byte characters stay whole.
-        let next = path[i + 1..].find('%').map_or(path.len(), |at| i + 1 + at);
-        out.push_str(&path[i..next]);
-        i = next;
+        out.push(bytes[i]);
+        i += 1;
     }
-    out
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn hex_value(byte: u8) -> Option<u8> {
