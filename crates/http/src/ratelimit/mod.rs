@@ -484,7 +484,7 @@ impl Evaluation<'_> {
         store: &dyn LimitStore,
         mut active: Vec<Pending>,
     ) -> GroupOutcome {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let decisions = {
                 let requests: Vec<LimitRequest<'_>> = active
                     .iter()
@@ -547,25 +547,29 @@ impl Evaluation<'_> {
                 }
                 continue;
             }
-            let all_delay = refusing
-                .iter()
-                .all(|d| self.rule(d.index).action == Action::Delay);
+            // Hold the request only when every refusing rule says `delay` and each can tell
+            // when it would pass (no `retry_after`: never at this cost).
             let wait = refusing
                 .iter()
-                .map(|d| d.decision.retry_after.unwrap_or(d.decision.reset_after))
-                .max()
-                .unwrap_or_default()
+                .map(|d| {
+                    (self.rule(d.index).action == Action::Delay)
+                        .then_some(d.decision.retry_after)
+                        .flatten()
+                })
+                .try_fold(Duration::ZERO, |longest, wait| Some(longest.max(wait?)))
                 // A store answering "retry now" gets a moment, not a busy loop.
-                .max(Duration::from_millis(1));
-            if all_delay && wait <= self.budget {
-                tokio::time::sleep(wait).await;
-                self.budget -= wait;
-                self.held_by.extend(refusing.iter().map(|d| d.index));
-                continue;
+                .map(|wait| wait.max(Duration::from_millis(1)));
+            match wait {
+                Some(wait) if wait <= self.budget && attempt + 1 < MAX_ATTEMPTS => {
+                    tokio::time::sleep(wait).await;
+                    self.budget -= wait;
+                    self.held_by.extend(refusing.iter().map(|d| d.index));
+                }
+                _ => return GroupOutcome::Refused { refusing, others },
             }
-            return GroupOutcome::Refused { refusing, others };
         }
-        tracing::warn!("a request was decided too many times; refusing it");
+        // Only shadow refusals and delay waits decide again, and both are bounded above.
+        tracing::warn!("a request was decided too many times; treating it as a store failure");
         GroupOutcome::Failed
     }
 

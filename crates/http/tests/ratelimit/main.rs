@@ -297,6 +297,19 @@ fn assert_waited(start: Instant, expected: Duration) {
     );
 }
 
+#[tokio::test]
+async fn a_delay_rule_does_not_hold_a_request_that_can_never_pass() {
+    tokio::time::pause();
+    let mut heavy = rule("heavy", 1, 2, &[]);
+    heavy.action = Action::Delay;
+    heavy.cost = 2;
+    let app = app_with(vec![heavy], RateLimitOptions::default());
+    let start = Instant::now();
+    let refused = send(&app, get_from("/", CLIENT)).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_waited(start, Duration::ZERO);
+}
+
 fn app_with(
     rules: Vec<anteroom_core::ratelimit::rules::RateLimitRule>,
     options: RateLimitOptions,
