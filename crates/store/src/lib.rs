@@ -16,6 +16,7 @@
 mod engine_host;
 pub mod limit;
 mod memory;
+mod notices;
 mod persisted;
 mod redb_store;
 mod redis_store;
@@ -30,6 +31,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 pub use memory::MemoryStore;
+pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use redb_store::RedbStore;
 pub use redis_store::{RedisConfig, RedisStore};
 
@@ -129,6 +131,12 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
     /// Everything the room holds.
     async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError>;
+
+    /// Change notices from every node sharing this store, or `None` for a backend only this
+    /// process uses (it made every change itself).
+    fn notices(&self) -> Option<Notices> {
+        None
+    }
 
     /// Positions of the live waiting tickets, ascending: what a node needs to compute every
     /// connected visitor's `ahead` locally from one shared snapshot.

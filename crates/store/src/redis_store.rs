@@ -16,8 +16,10 @@
 //! - **Randomness**: ticket and session ids are drawn here from the OS's CSPRNG and passed in;
 //!   random-order admission draws from Lua's generator seeded per call from the same source.
 //! - **Change notices**: scripts that change a room publish `<op>|<generation>|<serving>|
-//!   <last position>|<waiting>` on the room's shard channel `anteroom:{<room>}:events`
-//!   (SPUBLISH, so a notice stays on the room's shard in a Cluster).
+//!   <last position>|<waiting>` (ending a session adds `|<session id>`) on the room's shard
+//!   channel `anteroom:{<room>}:events` (SPUBLISH, so a notice stays on the room's shard in a
+//!   Cluster). [`RoomStore::notices`] subscribes to them on a connection of its own
+//!   (`subscriber.rs`), so every node hears of another node's admissions and revocations.
 //! - **Opening** a store (its first connection) counts as contact for every waiting ticket, as
 //!   reopening the embedded store does: a restart of the service never abandons anybody.
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
@@ -29,6 +31,7 @@
 mod connection;
 mod records;
 mod scripts;
+mod subscriber;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +49,7 @@ use rand::rngs::OsRng;
 use redis::Script;
 use tokio::sync::OnceCell;
 
+use crate::notices::Notices;
 use crate::persisted::{decode_config, encode_config};
 use crate::{RoomRecords, RoomStore, StoreError};
 use connection::{Client, Connection};
@@ -144,6 +148,8 @@ pub struct RedisStore {
     clock: Option<Arc<dyn Clock>>,
     prefix: String,
     timeout: Duration,
+    urls: Vec<String>,
+    notices: std::sync::OnceLock<Notices>,
 }
 
 impl RedisStore {
@@ -166,6 +172,8 @@ impl RedisStore {
             clock,
             prefix: config.key_prefix,
             timeout: config.timeout,
+            urls: config.urls,
+            notices: std::sync::OnceLock::new(),
         })
     }
 
@@ -180,6 +188,29 @@ impl RedisStore {
             Ok(())
         })
         .await
+    }
+
+    /// Starts the notice subscriber (once); needs a tokio runtime.
+    fn start_notices(&self) -> Option<Notices> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let target = match &self.client {
+            Client::Standalone(client) => {
+                subscriber::Target::Standalone(client.get_connection_info().clone())
+            }
+            Client::Cluster(_) => subscriber::Target::Cluster(self.urls.clone()),
+        };
+        let notices = self.notices.get_or_init(|| {
+            let notices = Notices::new();
+            let subscriber = subscriber::Subscriber {
+                target,
+                timeout: self.timeout,
+                prefix: self.prefix.clone(),
+                notices: notices.downgrade(),
+            };
+            runtime.spawn(subscriber.run());
+            notices
+        });
+        Some(notices.clone())
     }
 
     async fn connection(&self) -> Result<Connection, StoreError> {
@@ -602,6 +633,10 @@ impl RoomStore for RedisStore {
             .records()
             .map_err(|error| malformed("records", error))?;
         Ok(RoomRecords { tickets, sessions })
+    }
+
+    fn notices(&self) -> Option<Notices> {
+        self.start_notices()
     }
 
     async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {

@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{Entry, JoinRequest, TicketState};
+use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketState};
 use anteroom_core::room::{Mode, Order, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId};
-use anteroom_store::{RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
 use conformance::Backend;
 use support::redis::{RedisServer, shared_server, unique_prefix};
 
@@ -224,4 +224,127 @@ async fn changed_rooms_are_announced_on_their_shard_channel() {
     assert_eq!(notices, ["join|1|1|1|0", "join|1|1|2|1"]);
     subscriber.kill().unwrap();
     subscriber.wait().unwrap();
+}
+
+/// The next notice about a room (skipping resyncs), within five seconds.
+async fn next_change(
+    receiver: &mut tokio::sync::broadcast::Receiver<Notice>,
+) -> anteroom_store::RoomNotice {
+    loop {
+        let notice = tokio::time::timeout(Duration::from_secs(5), receiver.recv())
+            .await
+            .expect("a notice within five seconds")
+            .unwrap();
+        if let Notice::Changed(change) = notice {
+            return change;
+        }
+    }
+}
+
+/// Waits for the subscription to be confirmed (its first `Resync`).
+async fn subscribed(receiver: &mut tokio::sync::broadcast::Receiver<Notice>) {
+    loop {
+        let notice = tokio::time::timeout(Duration::from_secs(5), receiver.recv())
+            .await
+            .expect("the subscription is confirmed within five seconds")
+            .unwrap();
+        if notice == Notice::Resync {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn another_node_hears_of_changes_and_ended_sessions() {
+    let prefix = unique_prefix();
+    let open = || {
+        let config =
+            RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+        RedisStore::new(config, None).unwrap()
+    };
+    let (node_a, node_b) = (open(), open());
+    let id = room_id("heard");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    node_a.put_room(config).await.unwrap();
+
+    let notices = node_b.notices().expect("redis stores have notices");
+    let mut receiver = notices.subscribe();
+    notices.follow(&id);
+    subscribed(&mut receiver).await;
+
+    // Admitted at once and claimed: one notice with the figures after the join.
+    let Entry::Admitted(first) = node_a.join(&id, JoinRequest::default()).await.unwrap() else {
+        panic!("the first visitor gets in at once");
+    };
+    let heard = next_change(&mut receiver).await;
+    assert_eq!(heard.room, id);
+    assert_eq!(heard.change, Change::Join);
+    let figures = heard.figures.unwrap();
+    assert_eq!(
+        (figures.serving, figures.last_position, figures.waiting),
+        (1, 1, 0)
+    );
+    assert_eq!(heard.ended_session, None);
+
+    node_a.join(&id, JoinRequest::default()).await.unwrap();
+    assert_eq!(next_change(&mut receiver).await.figures.unwrap().waiting, 1);
+
+    // Completing the session names it (its pass is revoked) and admits the next visitor.
+    node_a
+        .end_session(&id, first.session.id, SessionEnd::Completed)
+        .await
+        .unwrap();
+    let ended = next_change(&mut receiver).await;
+    assert_eq!(ended.change, Change::EndSession);
+    assert_eq!(ended.ended_session, Some(first.session.id));
+    assert_eq!(ended.figures.unwrap().serving, 2);
+
+    // Unfollowed rooms are not heard of; deleting a followed one is.
+    notices.unfollow(&id);
+    let other = room_id("unheard");
+    node_a
+        .put_room(RoomConfig::with_defaults(other.clone()))
+        .await
+        .unwrap();
+    notices.follow(&other);
+    subscribed(&mut receiver).await;
+    node_a.join(&id, JoinRequest::default()).await.unwrap();
+    node_a.delete_room(&other).await.unwrap();
+    let deleted = next_change(&mut receiver).await;
+    assert_eq!((deleted.room, deleted.change), (other, Change::Deleted));
+}
+
+#[tokio::test]
+async fn notices_come_back_after_the_server_restarts() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let config = RedisConfig::standalone(server.url()).with_timeout(Duration::from_millis(500));
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("restarted");
+    store
+        .put_room(RoomConfig::with_defaults(id.clone()))
+        .await
+        .unwrap();
+    let notices = store.notices().unwrap();
+    let mut receiver = notices.subscribe();
+    notices.follow(&id);
+    subscribed(&mut receiver).await;
+
+    drop(server);
+    let server = RedisServer::restart_on(port);
+    // The subscriber notices the loss, subscribes again and says something may be missed.
+    subscribed(&mut receiver).await;
+    let started = Instant::now();
+    loop {
+        match store.put_room(RoomConfig::with_defaults(id.clone())).await {
+            Ok(_) => break,
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("the store reconnects: {error}"),
+        }
+    }
+    assert_eq!(next_change(&mut receiver).await.change, Change::Config);
+    drop(server);
 }

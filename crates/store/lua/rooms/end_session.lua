@@ -17,5 +17,5 @@ finish_session(session, ARGV[5])
 local record = encode_session(session)
 tick(tonumber(ARGV[6]))
 save_room()
-notify('end_session')
+notify('end_session', session.id)
 return { 'ok', session.id, record }

@@ -18,6 +18,7 @@ if ticket.generation ~= tonumber(ARGV[5]) then
 end
 
 local freed = false
+local ended_session = nil
 if ticket.state == 'w' or ticket.state == 'a' then
   freed = ticket.state == 'a'
   end_ticket(ticket, 'left')
@@ -27,6 +28,7 @@ elseif ticket.state == 'c' then
   local session = get_session(ticket.x)
   if session and session.state == 'a' then
     finish_session(session, 'abandoned')
+    ended_session = session.id
     freed = true
   end
 end
@@ -34,5 +36,5 @@ if freed then
   tick(tonumber(ARGV[6]))
 end
 save_room()
-notify('leave')
+notify('leave', ended_session)
 return { 'ok' }

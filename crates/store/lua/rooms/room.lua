@@ -151,12 +151,17 @@ local function n_waiting()
 end
 
 -- Tells other nodes the room changed (a small notice; they re-read what they need).
-local function notify(operation)
+-- `ended_session`, when given, is a session this operation ended: nodes refuse its pass.
+local function notify(operation, ended_session)
   if room.changed then
-    redis.call('SPUBLISH', CHANNEL, table.concat({
+    local fields = {
       operation, int(room.generation), int(room.serving), int(room.last_position),
       int(n_waiting()),
-    }, '|'))
+    }
+    if ended_session then
+      fields[#fields + 1] = ended_session
+    end
+    redis.call('SPUBLISH', CHANNEL, table.concat(fields, '|'))
   end
 end
 
