@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketRef};
+use anteroom_core::engine::{Entry, JoinRequest, Session, SessionEnd, TicketRef};
 use anteroom_core::eta::next_poll_ms;
 use anteroom_core::room::{Identity, Mode};
 use anteroom_core::{RoomId, SessionId, TicketId, Timestamp};
@@ -427,27 +427,7 @@ pub(crate) fn entry_answer(
         }
         Entry::Admitted(view) => {
             let session = &view.session;
-            let claims = PassClaims {
-                iss: app.settings().issuer.clone(),
-                aud: room.to_string(),
-                sub: session.id.to_string(),
-                jti: session.id.to_string(),
-                iat: session.renewed_at.as_secs(),
-                nbf: session.issued_at.as_secs(),
-                exp: session.expires_at.as_secs(),
-                pos: session.position,
-                r#gen: session.generation,
-                uid: session.uid.clone(),
-                scope: anteroom_token::PASS_SCOPE.to_owned(),
-            };
-            let pass = app.keys().sign_pass(&claims).map_err(|error| {
-                tracing::error!(%error, "cannot sign a pass");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "the pass could not be issued",
-                )
-            })?;
+            let pass = sign_pass(app, room, session)?;
             let body = StatusBody {
                 room: room.to_string(),
                 state: "admitted",
@@ -472,6 +452,41 @@ pub(crate) fn entry_answer(
             })
         }
     }
+}
+
+/// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.
+pub(crate) fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
+    PassClaims {
+        iss: app.settings().issuer.clone(),
+        aud: room.to_string(),
+        sub: session.id.to_string(),
+        jti: session.id.to_string(),
+        iat: session.renewed_at.as_secs(),
+        nbf: session.issued_at.as_secs(),
+        exp: session.expires_at.as_secs(),
+        pos: session.position,
+        r#gen: session.generation,
+        uid: session.uid.clone(),
+        scope: anteroom_token::PASS_SCOPE.to_owned(),
+    }
+}
+
+/// Signs the pass of `session`.
+pub(crate) fn sign_pass(
+    app: &AppState,
+    room: &RoomId,
+    session: &Session,
+) -> Result<String, ApiError> {
+    app.keys()
+        .sign_pass(&pass_claims(app, room, session))
+        .map_err(|error| {
+            tracing::error!(%error, "cannot sign a pass");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the pass could not be issued",
+            )
+        })
 }
 
 /// The status JSON of an entry as a JSON value (for SSE events).

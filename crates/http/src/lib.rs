@@ -1,5 +1,5 @@
 //! The HTTP surface of anteroom: the public JSON API (SPEC §6.1), the admission ticker
-//! (§5.1) and the server loop with graceful shutdown.
+//! (§5.1), the gateway (§7) and the server loop with graceful shutdown.
 //!
 //! Handlers are thin: they parse and verify what the client sent, call one store operation,
 //! and shape the answer. Every error leaves through [`ApiError`] as problem+json.
@@ -10,13 +10,13 @@
 mod api;
 mod cookies;
 mod error;
+mod gateway;
 mod page;
 mod ratelimit;
 mod sse;
 mod ticker;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -34,6 +34,10 @@ use anteroom_token::KeySet;
 
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
+pub use gateway::{
+    Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
+    UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
+};
 pub use page::{PageError, PageRenderer};
 pub use ratelimit::{
     ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,
@@ -267,16 +271,83 @@ fn reserved_routes(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets requests in flight finish.
+/// The public routes of a gateway: `/_anteroom/*` (with the verify endpoint) and the JWKS are
+/// anteroom's; every other path goes through the gateway to the upstream, or answers 404 when
+/// no upstream is configured (anteroom beside an existing proxy).
+pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
+    if gateway.has_upstream() {
+        public_router_with_site(state, gateway.site()).merge(gateway.verify_router())
+    } else {
+        public_router(state).merge(gateway.verify_router())
+    }
+}
+
+/// How long requests in flight may take to finish after shutdown begins.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a client may take to send a request's headers (slow-loris bound).
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets requests in flight
+/// finish (for up to ten seconds).
+///
+/// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
+/// every request carries the peer's `ConnectInfo<SocketAddr>`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::Service as _;
+
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                router.clone().call(request)
+            },
+        );
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, error = %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain timeout; closing them");
+    }
+    Ok(())
 }

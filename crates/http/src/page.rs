@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::RoomId;
+use anteroom_core::engine::Entry;
 use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
@@ -458,12 +459,72 @@ pub(crate) async fn waiting_page(
     if wants_json {
         return api::entry_response(&app, &room, config.mode, entry);
     }
-    let answer = match api::entry_answer(&app, &room, config.mode, entry) {
+    entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// Why the gateway holds a protected navigation back (SPEC §7.1).
+pub(crate) enum HeldBack {
+    /// The visitor waits with this entry (joined or resumed by the gateway).
+    Waiting(Entry),
+    /// The room is closed.
+    Closed,
+    /// The store cannot be reached and the room fails closed (§9.4).
+    Unavailable,
+}
+
+/// The waiting page answered in place of a protected page (the same page as
+/// `/_anteroom/wait/{room}`): 200 while waiting, 503 closed or unavailable. `cookies` (the
+/// ticket cookie, passes of earlier rooms) go out with it.
+pub(crate) fn held_back_page(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    held: HeldBack,
+    return_path: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let lang = Lang::choose(None, headers);
+    match held {
+        HeldBack::Waiting(entry) => {
+            entry_page(app, room, config, entry, Some(return_path.to_owned()), lang)
+        }
+        HeldBack::Closed => {
+            let context = PageContext::build(
+                room.as_str(),
+                lang,
+                PageState::Closed,
+                &no_figures(),
+                return_path,
+            );
+            html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+        }
+        HeldBack::Unavailable => unavailable(
+            app,
+            Some(config),
+            room,
+            lang,
+            false,
+            ApiError::store_unavailable(),
+        ),
+    }
+}
+
+/// The page of a joined visitor: the waiting page with the ticket cookie, or a redirect to
+/// `return_path` with the pass cookie once admitted.
+fn entry_page(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    entry: Entry,
+    return_path: Option<String>,
+    lang: Lang,
+) -> Response {
+    let answer = match api::entry_answer(app, room, config.mode, entry) {
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };
     let mut cookies = HeaderMap::new();
-    api::set_entry_cookies(&app, &room, &answer, &mut cookies);
+    api::set_entry_cookies(app, room, &answer, &mut cookies);
     if answer.body.state == "admitted" {
         let target = return_path
             .or(answer.body.redirect.clone())
@@ -491,7 +552,7 @@ pub(crate) async fn waiting_page(
         return_path.as_deref().unwrap_or("/"),
     );
     context.updated_at = app.clock_time_of_day();
-    let mut response = html(&app, &config, &context, StatusCode::OK);
+    let mut response = html(app, config, &context, StatusCode::OK);
     response.headers_mut().extend(cookies);
     response
 }

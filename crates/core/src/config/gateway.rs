@@ -173,7 +173,7 @@ pub(super) fn read_upstream(
         return None;
     }
     let mut upstream = UpstreamConfig::new(url.trim_end_matches('/'));
-    let mut duration = |key: &str, default: Duration, problems: &mut Problems| {
+    let duration = |key: &str, default: Duration, problems: &mut Problems| {
         table
             .get(key)
             .and_then(|entry| read_positive_duration(entry, problems))

@@ -1,0 +1,187 @@
+//! The gateway (SPEC §7): route matching, the routes' rate limits, rooms and passes, and the
+//! reverse proxy to the protected site, with WebSocket message limits (§10.4) and upstream
+//! measurements (§5.4); and the verify endpoint for proxies that keep proxying themselves
+//! (nginx `auth_request`, Envoy `ext_authz`, Traefik `forwardAuth`, Caddy `forward_auth`).
+//!
+//! [`Gateway::site`] builds the request stack in one place ([`Gateway::stack`]); each step is
+//! an axum middleware in its own file:
+//! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled);
+//! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
+//! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
+//!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
+//!   room, else the waiting page (navigations) or 429 `waiting_room` (everything else);
+//! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
+//! - `proxy.rs`: the reverse proxy on hyper (pooled keep-alive HTTP/1.1 or h2c), which hands
+//!   WebSocket upgrades to `websocket.rs`.
+//!
+//! Verified passes are cached per node (`passes.rs`): a signature check costs more than
+//! proxying a small request. Revocation still holds within a second: a cached pass's session is
+//! looked up in the store at most once a second. Room configurations and figures are cached
+//! the same way (`rooms.rs`).
+
+mod limits;
+mod passes;
+mod protect;
+mod proxy;
+mod rooms;
+mod routes;
+mod upstream_stats;
+mod verify;
+mod websocket;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::Request;
+use axum::middleware::from_fn_with_state;
+use axum::routing::get;
+use tower::ServiceBuilder;
+
+use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
+use anteroom_core::room::RoomConfig;
+
+use crate::AppState;
+
+pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
+pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
+
+/// What the gateway is built from (the `[upstream]`, `[[route]]` and `[websocket]` sections).
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// The protected site; `None` beside an existing proxy (only the verify endpoint works).
+    pub upstream: Option<UpstreamConfig>,
+    /// The routes, the first match wins; requests no route matches go through unprotected.
+    pub routes: Vec<RouteConfig>,
+    /// Per-connection WebSocket limits; `None`: no message limit.
+    pub websocket: Option<WebSocketConfig>,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` are believed and appended to.
+    pub trusted_proxies: Vec<Cidr>,
+    /// The configured rooms: what `on_store_error` says when the store cannot be read.
+    pub rooms: Vec<RoomConfig>,
+}
+
+/// The gateway: routes, rooms, passes and the upstream; cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    app: AppState,
+    routes: routes::RouteTable,
+    upstream: Option<proxy::Upstream>,
+    websocket: WebSocketConfig,
+    trusted_proxies: Vec<Cidr>,
+    rooms: rooms::RoomCache,
+    passes: passes::PassCache,
+    stats: GatewayStats,
+}
+
+/// What the gateway measures, for metrics and adaptive admission.
+#[derive(Debug, Default)]
+pub struct GatewayStats {
+    routes: Vec<Arc<UpstreamStats>>,
+    websocket: WebSocketStats,
+    store_failures_passed: AtomicU64,
+    store_failures_refused: AtomicU64,
+}
+
+impl GatewayStats {
+    /// Each route's upstream measurements, in route order, then the requests no route matched
+    /// (named `default`).
+    pub fn routes(&self) -> &[Arc<UpstreamStats>] {
+        &self.routes
+    }
+
+    /// The proxied WebSocket connections and their messages.
+    pub fn websocket(&self) -> &WebSocketStats {
+        &self.websocket
+    }
+
+    /// Protected requests let through without a pass because the store could not be reached
+    /// and the room says `on_store_error = "open"`.
+    pub fn store_failures_passed(&self) -> u64 {
+        self.store_failures_passed.load(Ordering::Relaxed)
+    }
+
+    /// Protected requests refused with 503 because the store could not be reached and the room
+    /// says `on_store_error = "closed"`.
+    pub fn store_failures_refused(&self) -> u64 {
+        self.store_failures_refused.load(Ordering::Relaxed)
+    }
+}
+
+impl Gateway {
+    /// The gateway of `app`'s rooms with these routes and upstream.
+    pub fn new(app: AppState, options: GatewayOptions) -> Gateway {
+        let routes = routes::RouteTable::new(options.routes);
+        let stats = GatewayStats {
+            routes: routes
+                .names()
+                .map(|name| Arc::new(UpstreamStats::new(name)))
+                .collect(),
+            ..GatewayStats::default()
+        };
+        Gateway {
+            inner: Arc::new(Shared {
+                upstream: options.upstream.and_then(|config| {
+                    let url = config.url.clone();
+                    let upstream = proxy::Upstream::new(config);
+                    if upstream.is_none() {
+                        tracing::error!(%url, "the upstream URL cannot be used; nothing is proxied");
+                    }
+                    upstream
+                }),
+                websocket: options.websocket.unwrap_or_default(),
+                trusted_proxies: options.trusted_proxies,
+                rooms: rooms::RoomCache::new(options.rooms),
+                passes: passes::PassCache::default(),
+                routes,
+                stats,
+                app,
+            }),
+        }
+    }
+
+    /// What the gateway measured so far.
+    pub fn stats(&self) -> &GatewayStats {
+        &self.inner.stats
+    }
+
+    /// Whether an upstream is configured (otherwise only the verify endpoint is useful).
+    pub fn has_upstream(&self) -> bool {
+        self.inner.upstream.is_some()
+    }
+
+    /// `GET /_anteroom/verify` (SPEC §7.3), to merge into the public router.
+    pub fn verify_router(&self) -> Router {
+        Router::new()
+            .route("/_anteroom/verify", get(verify::verify))
+            .with_state(self.clone())
+    }
+
+    /// The protected site: every request the reserved routes do not take. This is the request
+    /// stack, outermost first.
+    pub fn site(&self) -> Router {
+        let gateway = self.clone();
+        let stack = ServiceBuilder::new()
+            // Which route the request is on: every step below acts on the matched route.
+            .layer(from_fn_with_state(self.clone(), routes::match_route))
+            // The route's own rate limits before anything costs store work or the upstream's
+            // time; rules with a `match` already ran in the public router's outer layer.
+            .layer(from_fn_with_state(self.clone(), limits::route_rate_limits))
+            // Rooms and passes: a request held back never reaches the upstream.
+            .layer(from_fn_with_state(self.clone(), protect::protect))
+            // Measure only what reaches the upstream, per route, until the body is done.
+            .layer(from_fn_with_state(self.clone(), upstream_stats::measure))
+            // The reverse proxy (and WebSocket upgrades) at the bottom.
+            .service_fn(move |request: Request<Body>| proxy::proxy(gateway.clone(), request));
+        Router::new().fallback_service(stack)
+    }
+
+    fn app(&self) -> &AppState {
+        &self.inner.app
+    }
+}

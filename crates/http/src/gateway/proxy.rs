@@ -1,0 +1,552 @@
+//! The reverse proxy (SPEC §7.2) on hyper: a pooled keep-alive HTTP/1.1 client (or h2c) to
+//! the upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
+//! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set,
+//! upstream failures answered 502/504 problem+json, and the origin's `Anteroom-Release`
+//! header acted on and stripped.
+
+use std::convert::Infallible;
+use std::error::Error as _;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::http::uri::{Authority, Scheme};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, Version, header};
+use axum::response::{IntoResponse, Response};
+use http_body::{Frame, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Sleep;
+
+use anteroom_core::config::{Cidr, UpstreamConfig};
+use anteroom_core::engine::SessionEnd;
+use anteroom_core::ratelimit::client_ip::is_trusted;
+use anteroom_store::StoreError;
+
+use crate::cookies::pass_cookie_name;
+use crate::error::ApiError;
+
+use super::Gateway;
+use super::protect::RequestPasses;
+use super::websocket;
+
+/// The response header through which the origin ends the visitor's session.
+static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release");
+
+/// The protected site and the pooled client that reaches it.
+pub(crate) struct Upstream {
+    pub(crate) config: UpstreamConfig,
+    pub(crate) authority: Authority,
+    client: Client<HttpConnector, GuardedBody<Body>>,
+}
+
+impl Upstream {
+    /// The client of `config`. The URL was validated with the config (`http://host:port`);
+    /// `None` if it still does not parse.
+    pub(crate) fn new(config: UpstreamConfig) -> Option<Upstream> {
+        let authority = config
+            .url
+            .strip_prefix("http://")
+            .map(|rest| rest.trim_end_matches('/'))
+            .and_then(|rest| Authority::from_str(rest).ok())?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(config.http2)
+            .build(connector);
+        Some(Upstream {
+            config,
+            authority,
+            client,
+        })
+    }
+}
+
+/// The bottom of the stack: proxies `request` (or its WebSocket upgrade) to the upstream.
+pub(crate) async fn proxy(
+    gateway: Gateway,
+    request: Request<Body>,
+) -> Result<Response, Infallible> {
+    let Some(upstream) = &gateway.inner.upstream else {
+        return Ok(
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response(),
+        );
+    };
+    if websocket::is_upgrade(&request) {
+        return Ok(websocket::proxy(&gateway, upstream, request).await);
+    }
+    Ok(forward(&gateway, upstream, request).await)
+}
+
+async fn forward(gateway: &Gateway, upstream: &Upstream, request: Request<Body>) -> Response {
+    let config = &upstream.config;
+    let (mut parts, body) = request.into_parts();
+    if let (Some(limit), Some(length)) = (config.max_request_body, content_length(&parts.headers))
+        && length > limit
+    {
+        return body_too_large(limit);
+    }
+    let passes = parts.extensions.remove::<RequestPasses>();
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
+    let mut headers = std::mem::take(&mut parts.headers);
+    let host = request_host(&parts.uri, &headers);
+    remove_hop_by_hop(&mut headers);
+    set_forwarding(
+        &mut headers,
+        peer,
+        host.as_ref(),
+        &gateway.inner.trusted_proxies,
+    );
+    if config.http2 {
+        // The target's authority says where the request goes; the visitor's host travels in
+        // X-Forwarded-Host and Forwarded.
+        headers.remove(header::HOST);
+    } else if let Some(host) = host {
+        headers.insert(header::HOST, host);
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |path_and_query| path_and_query.as_str());
+    let uri = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(upstream.authority.clone())
+        .path_and_query(path)
+        .build();
+    let Ok(uri) = uri else {
+        return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
+            .into_response();
+    };
+    let mut outgoing = Request::new(GuardedBody::new(
+        body,
+        config.max_request_body,
+        config.idle_timeout,
+    ));
+    *outgoing.method_mut() = parts.method;
+    *outgoing.uri_mut() = uri;
+    *outgoing.headers_mut() = headers;
+    *outgoing.version_mut() = if config.http2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+
+    let answer =
+        tokio::time::timeout(config.header_timeout, upstream.client.request(outgoing)).await;
+    let response = match answer {
+        Err(_) => return upstream_timeout(config.header_timeout),
+        Ok(Err(error)) => return upstream_failure(&error, config),
+        Ok(Ok(response)) => response,
+    };
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    let release = parts.headers.remove(&ANTEROOM_RELEASE);
+    parts.version = Version::HTTP_11;
+    let body = GuardedBody::new(body, config.max_response_body, config.idle_timeout);
+    let mut response = Response::from_parts(parts, Body::new(body));
+    if let Some(value) = release {
+        end_session(gateway, passes, &value, &mut response).await;
+    }
+    response
+}
+
+/// `Anteroom-Release: 1` ends the session of the route's last room (the innermost tier);
+/// `Anteroom-Release: <room>` the session of that room. The slot frees at once (the store
+/// ticks the room in the same operation) and the pass cookie is cleared.
+async fn end_session(
+    gateway: &Gateway,
+    passes: Option<RequestPasses>,
+    value: &HeaderValue,
+    response: &mut Response,
+) {
+    let passes = passes.unwrap_or_default().0;
+    let named = value.to_str().unwrap_or_default().trim();
+    let held = if named == "1" || named.eq_ignore_ascii_case("true") {
+        passes.last()
+    } else {
+        passes.iter().find(|held| held.room.as_str() == named)
+    };
+    let Some(held) = held else {
+        tracing::debug!(
+            value = named,
+            "Anteroom-Release on a request without that pass"
+        );
+        return;
+    };
+    let app = gateway.app();
+    match app
+        .store()
+        .end_session(&held.room, held.pass.session, SessionEnd::Completed)
+        .await
+    {
+        Ok(_) | Err(StoreError::Engine(_)) => {
+            held.pass.revoke();
+            if let Some(clear) = app.cookies().clear(&pass_cookie_name(held.room.as_str())) {
+                response.headers_mut().append(header::SET_COOKIE, clear);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(room = %held.room, %error, "cannot end the session the origin released");
+        }
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// The host the visitor asked for: the URI's authority (HTTP/2) or the `Host` header.
+pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue> {
+    uri.authority()
+        .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+        .or_else(|| headers.get(header::HOST).cloned())
+}
+
+/// Removes the headers that concern one connection only (RFC 9110 §7.6.1): `Connection`
+/// and the headers it names, and the classic hop-by-hop set.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    if let Some(connection) = headers.get(header::CONNECTION) {
+        let named: Vec<HeaderName> = connection
+            .to_str()
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|name| HeaderName::from_str(name.trim()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Sets `X-Forwarded-For/Proto/Host` and `Forwarded`. From a trusted proxy the chains it sent
+/// are kept and the peer appended; from anybody else they are replaced (a client cannot plant
+/// addresses the site would believe).
+pub(crate) fn set_forwarding(
+    headers: &mut HeaderMap,
+    peer: Option<IpAddr>,
+    host: Option<&HeaderValue>,
+    trusted_proxies: &[Cidr],
+) {
+    let peer = peer.map(|peer| peer.to_canonical());
+    let trusted = peer.is_some_and(|peer| is_trusted(peer, trusted_proxies));
+    if !trusted {
+        for name in [
+            &X_FORWARDED_FOR,
+            &X_FORWARDED_PROTO,
+            &X_FORWARDED_HOST,
+            &header::FORWARDED,
+        ] {
+            headers.remove(name);
+        }
+    }
+    let peer_text = peer.map_or_else(|| "unknown".to_owned(), |peer| peer.to_string());
+    let joined = |existing: Option<String>, own: &str| match existing {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing}, {own}"),
+        _ => own.to_owned(),
+    };
+    let all = |headers: &HeaderMap, name: &HeaderName| -> Option<String> {
+        let lines: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(", "))
+    };
+    let forwarded_for = joined(all(headers, &X_FORWARDED_FOR), &peer_text);
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert(X_FORWARDED_FOR.clone(), value);
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    }
+    if let Some(host) = host
+        && !headers.contains_key(&X_FORWARDED_HOST)
+    {
+        headers.insert(X_FORWARDED_HOST.clone(), host.clone());
+    }
+    let node = match peer {
+        Some(IpAddr::V6(v6)) => format!("\"[{v6}]\""),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        None => "unknown".to_owned(),
+    };
+    let mut element = format!("for={node};proto=http");
+    if let Some(host) = host.and_then(|host| host.to_str().ok()) {
+        element.push_str(&format!(";host=\"{}\"", host.replace(['"', '\\'], "")));
+    }
+    let forwarded = joined(all(headers, &header::FORWARDED), &element);
+    if let Ok(value) = HeaderValue::from_str(&forwarded) {
+        headers.insert(header::FORWARDED, value);
+    }
+}
+
+fn body_too_large(limit: u64) -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body is larger than {limit} bytes"),
+    )
+    .into_response()
+}
+
+fn upstream_timeout(after: Duration) -> Response {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "upstream_timeout",
+        format!("the site did not answer within {} ms", after.as_millis()),
+    )
+    .into_response()
+}
+
+/// 413 when the request body outgrew its limit on the way, 504 when connecting timed out,
+/// 502 for anything else.
+fn upstream_failure(
+    error: &hyper_util::client::legacy::Error,
+    config: &UpstreamConfig,
+) -> Response {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = error.source();
+    let mut timed_out = false;
+    while let Some(cause) = source {
+        if let Some(body) = cause.downcast_ref::<BodyError>() {
+            if *body == BodyError::TooLarge
+                && let Some(limit) = config.max_request_body
+            {
+                return body_too_large(limit);
+            }
+            timed_out |= *body == BodyError::Idle;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
+        }
+        source = cause.source();
+    }
+    if timed_out {
+        tracing::debug!(%error, "upstream timed out");
+        return upstream_timeout(if error.is_connect() {
+            config.connect_timeout
+        } else {
+            config.idle_timeout
+        });
+    }
+    tracing::debug!(%error, source = ?error.source(), "upstream failed");
+    let (code, detail) = if error.is_connect() {
+        ("upstream_unreachable", "the site cannot be reached")
+    } else {
+        ("upstream_failed", "the site's answer could not be read")
+    };
+    ApiError::new(StatusCode::BAD_GATEWAY, code, detail).into_response()
+}
+
+/// Why [`GuardedBody`] cut a body off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// The body grew past its limit.
+    #[error("body larger than the configured limit")]
+    TooLarge,
+    /// No data came for the idle timeout.
+    #[error("body made no progress within the idle timeout")]
+    Idle,
+}
+
+/// A body passed through as it streams: bounded in size, cut off when it stalls for
+/// `idle`. Memory stays at the frames in flight whatever the body's length.
+pub(crate) struct GuardedBody<B> {
+    inner: B,
+    limit: Option<u64>,
+    seen: u64,
+    idle: Duration,
+    idle_timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> GuardedBody<B> {
+    pub(crate) fn new(inner: B, limit: Option<u64>, idle: Duration) -> GuardedBody<B> {
+        GuardedBody {
+            inner,
+            limit,
+            seen: 0,
+            idle,
+            idle_timer: None,
+        }
+    }
+}
+
+impl<B> http_body::Body for GuardedBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len() as u64);
+                    if this.limit.is_some_and(|limit| this.seen > limit) {
+                        return Poll::Ready(Some(Err(BodyError::TooLarge.into())));
+                    }
+                }
+                if let Some(timer) = &mut this.idle_timer {
+                    timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + this.idle);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(error.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let idle = this.idle;
+                let timer = this
+                    .idle_timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Idle.into()))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_str(name).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed() {
+        let mut map = headers(&[
+            ("connection", "keep-alive, x-secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-authorization", "Basic x"),
+            ("te", "trailers"),
+            ("accept", "*/*"),
+        ]);
+        remove_hop_by_hop(&mut map);
+        let left: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["accept"]);
+    }
+
+    fn check_forwarding(
+        incoming: &[(&str, &str)],
+        peer: &str,
+        trusted: &[&str],
+        expected: &[(&str, &str)],
+    ) {
+        let mut map = headers(incoming);
+        let trusted: Vec<Cidr> = trusted.iter().map(|cidr| cidr.parse().unwrap()).collect();
+        let host = HeaderValue::from_static("shop.example");
+        set_forwarding(&mut map, Some(peer.parse().unwrap()), Some(&host), &trusted);
+        for (name, value) in expected {
+            assert_eq!(map.get(*name).unwrap(), value, "{name}");
+        }
+    }
+
+    #[test]
+    fn forwarding_headers_are_set_and_appended_only_for_trusted_peers() {
+        check_forwarding(
+            &[("x-forwarded-for", "6.6.6.6"), ("forwarded", "for=6.6.6.6")],
+            "203.0.113.7",
+            &["10.0.0.0/8"],
+            &[
+                ("x-forwarded-for", "203.0.113.7"),
+                ("x-forwarded-proto", "http"),
+                ("x-forwarded-host", "shop.example"),
+                (
+                    "forwarded",
+                    "for=203.0.113.7;proto=http;host=\"shop.example\"",
+                ),
+            ],
+        );
+        check_forwarding(
+            &[
+                ("x-forwarded-for", "198.51.100.1"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", "www.shop.example"),
+                ("forwarded", "for=198.51.100.1;proto=https"),
+            ],
+            "10.0.0.2",
+            &["10.0.0.0/8"],
+            &[
+                ("x-forwarded-for", "198.51.100.1, 10.0.0.2"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", "www.shop.example"),
+                (
+                    "forwarded",
+                    "for=198.51.100.1;proto=https, for=10.0.0.2;proto=http;host=\"shop.example\"",
+                ),
+            ],
+        );
+        check_forwarding(
+            &[],
+            "2001:db8::1",
+            &[],
+            &[(
+                "forwarded",
+                "for=\"[2001:db8::1]\";proto=http;host=\"shop.example\"",
+            )],
+        );
+    }
+}

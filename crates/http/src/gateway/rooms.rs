@@ -1,0 +1,205 @@
+//! Each room's configuration and figures as the gateway uses them: read from the store at most
+//! once a second per room (one request refreshes while the others use the copy they have), so
+//! protecting a request costs no store read. A reset (new generation) or a room changed through
+//! the admin API is seen within a second.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use anteroom_core::engine::RoomSnapshot;
+use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_core::{RoomId, Timestamp};
+use anteroom_store::{RoomStore, StoreError};
+
+/// How long a copy is used before it is read again.
+const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The most `requires` levels followed (the config refuses cycles; this bounds rooms changed at
+/// run time).
+const MAX_REQUIRES_DEPTH: usize = 8;
+
+/// A room as last read.
+pub(crate) struct RoomInfo {
+    pub(crate) config: RoomConfig,
+    pub(crate) snapshot: RoomSnapshot,
+    read_at: Timestamp,
+    refreshing: AtomicBool,
+}
+
+impl RoomInfo {
+    /// Whether a visitor joining now would most likely be admitted at once: nobody waits and
+    /// capacity is free (`queue`), or the room only counts (`passthrough`). Figures are at most
+    /// a second old; the join itself decides.
+    pub(crate) fn admits_at_once(&self) -> bool {
+        match self.config.mode {
+            Mode::Passthrough => true,
+            Mode::Queue => {
+                let used = self.snapshot.active + self.snapshot.admitted_unclaimed;
+                self.snapshot.waiting == 0
+                    && (self.config.max_active == 0 || used < self.config.max_active)
+            }
+            Mode::QueueAll | Mode::Closed => false,
+        }
+    }
+}
+
+/// What the cache knows about a room.
+pub(crate) enum RoomLookup {
+    /// The room, as of at most a second ago.
+    Found(Arc<RoomInfo>),
+    /// No such room (deleted after the routes were configured).
+    Missing,
+    /// The store cannot be read: the last copy, if any, and the room's configuration (from the
+    /// last copy or the config file), for its `on_store_error`.
+    StoreDown {
+        last: Option<Arc<RoomInfo>>,
+        config: Option<Box<RoomConfig>>,
+    },
+}
+
+/// The rooms' copies.
+pub(crate) struct RoomCache {
+    rooms: RwLock<HashMap<RoomId, Arc<RoomInfo>>>,
+    /// The rooms of the config file, for when the store cannot be read before the first copy.
+    configured: HashMap<RoomId, RoomConfig>,
+}
+
+impl RoomCache {
+    pub(crate) fn new(configured: Vec<RoomConfig>) -> RoomCache {
+        RoomCache {
+            rooms: RwLock::new(HashMap::new()),
+            configured: configured
+                .into_iter()
+                .map(|room| (room.id.clone(), room))
+                .collect(),
+        }
+    }
+
+    /// The room, read again from the store when the copy is older than a second.
+    pub(crate) async fn get(
+        &self,
+        store: &dyn RoomStore,
+        room: &RoomId,
+        now: Timestamp,
+    ) -> RoomLookup {
+        let cached = self.rooms.read().get(room).cloned();
+        if let Some(info) = &cached {
+            let fresh = now.since(info.read_at) < FRESH_FOR;
+            // One request refreshes; the others go on with the copy they have.
+            if fresh || info.refreshing.swap(true, Ordering::AcqRel) {
+                return RoomLookup::Found(info.clone());
+            }
+        }
+        let read = async {
+            let config = store.room(room).await?;
+            let snapshot = store.snapshot(room).await?;
+            Ok::<_, StoreError>((config, snapshot))
+        };
+        match read.await {
+            Ok((config, snapshot)) => {
+                let info = Arc::new(RoomInfo {
+                    config,
+                    snapshot,
+                    read_at: now,
+                    refreshing: AtomicBool::new(false),
+                });
+                self.rooms.write().insert(room.clone(), info.clone());
+                RoomLookup::Found(info)
+            }
+            Err(StoreError::RoomNotFound(_)) => {
+                self.rooms.write().remove(room);
+                RoomLookup::Missing
+            }
+            Err(error) => {
+                tracing::warn!(%room, %error, "cannot read the room from the store");
+                if let Some(info) = &cached {
+                    info.refreshing.store(false, Ordering::Release);
+                }
+                let config = cached
+                    .as_ref()
+                    .map(|info| info.config.clone())
+                    .or_else(|| self.configured.get(room).cloned())
+                    .map(Box::new);
+                RoomLookup::StoreDown {
+                    last: cached,
+                    config,
+                }
+            }
+        }
+    }
+
+    /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's
+    /// `requires` (recursively) before the room, each room once.
+    pub(crate) fn with_requirements(&self, rooms: &[RoomId]) -> Vec<RoomId> {
+        let copies = self.rooms.read();
+        let requires = |room: &RoomId| -> Vec<RoomId> {
+            copies
+                .get(room)
+                .map(|info| info.config.requires.clone())
+                .or_else(|| {
+                    self.configured
+                        .get(room)
+                        .map(|config| config.requires.clone())
+                })
+                .unwrap_or_default()
+        };
+        let mut ordered = Vec::new();
+        for room in rooms {
+            add_with_requirements(room, &requires, &mut ordered, 0);
+        }
+        ordered
+    }
+}
+
+fn add_with_requirements(
+    room: &RoomId,
+    requires: &impl Fn(&RoomId) -> Vec<RoomId>,
+    ordered: &mut Vec<RoomId>,
+    depth: usize,
+) {
+    if ordered.contains(room) {
+        return;
+    }
+    if depth < MAX_REQUIRES_DEPTH {
+        for required in requires(room) {
+            add_with_requirements(&required, requires, ordered, depth + 1);
+        }
+    }
+    if !ordered.contains(room) {
+        ordered.push(room.clone());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn id(text: &str) -> RoomId {
+        RoomId::new(text).unwrap()
+    }
+
+    #[test]
+    fn requirements_come_first_and_once() {
+        let mut site = RoomConfig::with_defaults(id("site"));
+        site.requires = vec![];
+        let mut checkout = RoomConfig::with_defaults(id("checkout"));
+        checkout.requires = vec![id("site")];
+        let mut pay = RoomConfig::with_defaults(id("pay"));
+        pay.requires = vec![id("checkout")];
+        let cache = RoomCache::new(vec![site, checkout, pay]);
+        assert_eq!(
+            cache.with_requirements(&[id("pay")]),
+            [id("site"), id("checkout"), id("pay")]
+        );
+        assert_eq!(
+            cache.with_requirements(&[id("site"), id("checkout")]),
+            [id("site"), id("checkout")]
+        );
+        assert_eq!(cache.with_requirements(&[id("other")]), [id("other")]);
+    }
+}

@@ -1,0 +1,177 @@
+//! `GET /_anteroom/verify` (SPEC §7.3) for proxies that keep proxying themselves: nginx
+//! `auth_request`, Envoy `ext_authz` (HTTP), Traefik `forwardAuth`, Caddy `forward_auth`.
+//!
+//! The proxy names the visitor's request in headers: the URI in `X-Original-URI`,
+//! `X-Forwarded-Uri` or `X-Envoy-Original-Path`, the method in `X-Original-Method` or
+//! `X-Forwarded-Method` (GET when absent), the host in `X-Forwarded-Host` or `Host`; the
+//! visitor's own headers (cookies, `Authorization`, `Accept`) come along. The request is matched
+//! to a route, rate limited and checked against the route's rooms exactly as the gateway does,
+//! and answered:
+//! - 200: go ahead (with `Set-Cookie` when a pass was issued or renewed);
+//! - 401 with `X-Anteroom-Location: /_anteroom/wait/{room}?return=…`: send the visitor to the
+//!   waiting page (with the ticket cookie when the visitor was joined);
+//! - 429 with the rate-limit headers; 403 for a pass of another user; 503 for a closed room or
+//!   an unreachable store that fails closed.
+//!
+//! Visitors are joined here only when the room would admit them at once; anybody else joins
+//! on the waiting page, so a proxy that drops this answer's cookies leaves no ticket behind.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::{RateLimitVerdict, RouteRateLimits};
+
+use super::Gateway;
+use super::protect::{self, Asked, JoinWhen, Verdict};
+
+/// The headers that may carry the visitor's URI, in the order they are read.
+const URI_HEADERS: [&str; 3] = ["x-original-uri", "x-forwarded-uri", "x-envoy-original-path"];
+/// The headers that may carry the visitor's method.
+const METHOD_HEADERS: [&str; 2] = ["x-original-method", "x-forwarded-method"];
+
+static ANTEROOM_LOCATION: HeaderName = HeaderName::from_static("x-anteroom-location");
+
+/// The handler.
+pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    let Some(uri) =
+        first_header(&parts.headers, &URI_HEADERS).and_then(|text| text.parse::<Uri>().ok())
+    else {
+        return ApiError::bad_request(
+            "original_uri_missing",
+            "send the visitor's URI in X-Original-URI, X-Forwarded-Uri or X-Envoy-Original-Path",
+        )
+        .into_response();
+    };
+    let method = match first_header(&parts.headers, &METHOD_HEADERS) {
+        None => Method::GET,
+        Some(text) => match text.trim().parse::<Method>() {
+            Ok(method) => method,
+            Err(_) => {
+                return ApiError::bad_request("invalid_method", "the original method is not valid")
+                    .into_response();
+            }
+        },
+    };
+    // The visitor's request as the gateway would have seen it: its method, URI and host,
+    // with the headers and connection details of this one.
+    let mut visitor = Request::new(Body::empty());
+    *visitor.method_mut() = method;
+    *visitor.uri_mut() = Uri::builder()
+        .path_and_query(uri.path_and_query().map_or("/", |path| path.as_str()))
+        .build()
+        .unwrap_or_default();
+    *visitor.headers_mut() = parts.headers.clone();
+    *visitor.extensions_mut() = parts.extensions.clone();
+    if let Some(host) = parts.headers.get("x-forwarded-host").cloned() {
+        visitor.headers_mut().insert(header::HOST, host);
+    }
+    let (mut visitor, _) = visitor.into_parts();
+
+    let route = gateway
+        .inner
+        .routes
+        .find(
+            &visitor.method,
+            &visitor.uri,
+            visitor
+                .headers
+                .get(header::HOST)
+                .and_then(|value| value.to_str().ok()),
+        )
+        .clone();
+    if route.bypass {
+        return StatusCode::OK.into_response();
+    }
+    let mut rate_headers = HeaderMap::new();
+    if let Some(limiter) = gateway.app().rate_limiter() {
+        visitor
+            .extensions
+            .insert(RouteRateLimits(route.rate_limits.clone()));
+        match limiter.check(&mut visitor).await {
+            RateLimitVerdict::Refused(response) => return response,
+            RateLimitVerdict::Allowed { headers } => rate_headers = headers,
+        }
+    }
+    let return_to = protect::return_path(&visitor.uri);
+    let asked = Asked {
+        method: &visitor.method,
+        headers: &visitor.headers,
+        return_path: &return_to,
+    };
+    let verdict = if route.rooms.is_empty() {
+        Verdict::Allow {
+            cookies: Vec::new(),
+            passes: Vec::new(),
+        }
+    } else {
+        protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await
+    };
+    let mut response = match verdict {
+        Verdict::Allow { cookies, .. } => {
+            let mut response = StatusCode::OK.into_response();
+            for cookie in cookies {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        Verdict::Wait(waiting) => {
+            let waiting = *waiting;
+            let location = protect::wait_location(&waiting.room, &return_to);
+            let mut cookies = waiting.cookies;
+            if let Some(entry) = waiting.entry {
+                cookies.extend(
+                    protect::entry_status(&gateway, &waiting.room, &waiting.config, entry).1,
+                );
+            }
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "waiting_room",
+                format!(
+                    "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
+                    waiting.room.as_str()
+                ),
+            )
+            .retry_after(waiting.retry_after_secs)
+            .into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response
+                    .headers_mut()
+                    .insert(ANTEROOM_LOCATION.clone(), value);
+            }
+            for cookie in cookies {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        Verdict::Closed { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_closed",
+            "this room is closed",
+        )
+        .into_response(),
+        Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
+        Verdict::Refuse(error) => error.into_response(),
+    };
+    for (name, value) in &rate_headers {
+        if !response.headers().contains_key(name) {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+    names.iter().find_map(|name| {
+        headers
+            .get(*name)
+            .and_then(|value| value.to_str().ok())
+            .filter(|value| !value.trim().is_empty())
+    })
+}

@@ -1,0 +1,323 @@
+//! WebSocket proxying (SPEC §7.2, §10.4). The gateway ends both legs: it opens the upstream
+//! connection first (so a site that refuses becomes a clean 502, and the subprotocol the site
+//! picks is the one the visitor gets), then completes the visitor's upgrade and pumps messages
+//! both ways.
+//!
+//! Each connection's visitor→site data messages go through the `[websocket]` limit with the
+//! rate-limit algorithms on a state local to the connection: one task reads the visitor's
+//! messages in order, so the check is race-free and costs no store round trip. A message over
+//! the limit is dropped (and counted) or, with `on_exceed = "close"`, the connection is closed
+//! with 1008. Control frames are not limited. Messages larger than `max_message_size` are
+//! refused by both legs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::{Body, Bytes};
+use axum::extract::FromRequestParts;
+use axum::extract::ws::{self, CloseFrame, WebSocket, WebSocketUpgrade};
+use axum::http::{Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig as UpstreamWsConfig;
+use tokio_tungstenite::tungstenite::{self, Message as UpstreamMessage};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use anteroom_core::config::OnExceed;
+use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
+
+use crate::error::ApiError;
+
+use super::Gateway;
+use super::proxy::{Upstream, remove_hop_by_hop, request_host, set_forwarding};
+
+/// Counts of the proxied WebSocket connections and their messages (visitor→site).
+#[derive(Debug, Default)]
+pub struct WebSocketStats {
+    connections: AtomicU64,
+    open: AtomicU64,
+    forwarded: AtomicU64,
+    dropped: AtomicU64,
+    closed_over_limit: AtomicU64,
+}
+
+/// A copy of [`WebSocketStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebSocketStatsSnapshot {
+    /// Connections proxied since start.
+    pub connections: u64,
+    /// Connections open now.
+    pub open: u64,
+    /// Data messages passed from visitors to the site.
+    pub forwarded: u64,
+    /// Data messages over the limit, dropped.
+    pub dropped: u64,
+    /// Connections closed with 1008 for going over the limit.
+    pub closed_over_limit: u64,
+}
+
+impl WebSocketStats {
+    /// A copy of the counts.
+    pub fn snapshot(&self) -> WebSocketStatsSnapshot {
+        WebSocketStatsSnapshot {
+            connections: self.connections.load(Ordering::Relaxed),
+            open: self.open.load(Ordering::Relaxed),
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            closed_over_limit: self.closed_over_limit.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Whether the request asks to upgrade to WebSocket.
+pub(crate) fn is_upgrade<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.eq_ignore_ascii_case("websocket"))
+}
+
+/// Headers of the visitor's handshake that belong to the handshake itself, not to the site.
+const HANDSHAKE_HEADERS: [&str; 4] = [
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-accept",
+];
+
+/// Opens the upstream leg, then upgrades the visitor and pumps messages.
+pub(crate) async fn proxy(
+    gateway: &Gateway,
+    upstream: &Upstream,
+    request: Request<Body>,
+) -> Response {
+    let (mut parts, _body) = request.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let config = &upstream.config;
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |path_and_query| path_and_query.as_str());
+    let target = format!("ws://{}{path}", upstream.authority);
+    let Ok(mut handshake) = target.as_str().into_client_request() else {
+        return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
+            .into_response();
+    };
+    let host = request_host(&parts.uri, &parts.headers);
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(address)| address.ip());
+    let mut headers = parts.headers.clone();
+    remove_hop_by_hop(&mut headers);
+    for name in HANDSHAKE_HEADERS {
+        headers.remove(name);
+    }
+    set_forwarding(
+        &mut headers,
+        peer,
+        host.as_ref(),
+        &gateway.inner.trusted_proxies,
+    );
+    for (name, value) in &headers {
+        if name != header::HOST {
+            handshake.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    if let Some(host) = host {
+        handshake.headers_mut().insert(header::HOST, host);
+    }
+
+    let settings = &gateway.inner.websocket;
+    let mut leg_config = UpstreamWsConfig::default();
+    leg_config.max_message_size = Some(settings.max_message_size);
+    leg_config.max_frame_size = Some(settings.max_message_size);
+    let connect = async {
+        let stream = tokio::time::timeout(
+            config.connect_timeout,
+            TcpStream::connect(upstream.authority.as_str()),
+        )
+        .await
+        .map_err(|_| Leg::Timeout)?
+        .map_err(|_| Leg::Unreachable)?;
+        let _ = stream.set_nodelay(true);
+        tokio::time::timeout(
+            config.header_timeout,
+            tokio_tungstenite::client_async_with_config(
+                handshake,
+                MaybeTlsStream::Plain(stream),
+                Some(leg_config),
+            ),
+        )
+        .await
+        .map_err(|_| Leg::Timeout)?
+        .map_err(Leg::Refused)
+    };
+    let (site, site_response) = match connect.await {
+        Ok(connected) => connected,
+        Err(Leg::Timeout) => {
+            return ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "the site did not accept the WebSocket in time",
+            )
+            .into_response();
+        }
+        Err(Leg::Unreachable) => {
+            return ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                "the site cannot be reached",
+            )
+            .into_response();
+        }
+        Err(Leg::Refused(error)) => {
+            tracing::debug!(%error, "the site refused the WebSocket");
+            return ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_refused",
+                "the site refused the WebSocket",
+            )
+            .into_response();
+        }
+    };
+    let mut upgrade = upgrade
+        .max_message_size(settings.max_message_size)
+        .max_frame_size(settings.max_message_size);
+    if let Some(protocol) = site_response.headers().get(header::SEC_WEBSOCKET_PROTOCOL) {
+        upgrade.set_selected_protocol(protocol.clone());
+    }
+    let limit = settings.limit;
+    let on_exceed = settings.on_exceed;
+    let gateway = gateway.clone();
+    upgrade.on_upgrade(move |visitor| async move {
+        let stats = &gateway.inner.stats.websocket;
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        pump(visitor, site, limit, on_exceed, stats).await;
+        stats.open.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+enum Leg {
+    Timeout,
+    Unreachable,
+    Refused(tungstenite::Error),
+}
+
+type SiteSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Pumps messages until either side closes.
+async fn pump(
+    visitor: WebSocket,
+    site: SiteSocket,
+    limit: Option<LimitParams>,
+    on_exceed: OnExceed,
+    stats: &WebSocketStats,
+) {
+    let (mut to_visitor, mut from_visitor) = visitor.split();
+    let (mut to_site, mut from_site) = site.split();
+    let started = tokio::time::Instant::now();
+    let mut state: Option<LimitState> = None;
+
+    let visitor_to_site = async {
+        while let Some(Ok(message)) = from_visitor.next().await {
+            let data = matches!(message, ws::Message::Text(_) | ws::Message::Binary(_));
+            if data && let Some(params) = &limit {
+                let now_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                if !decide_in_place(params, &mut state, now_ms, 1).allowed {
+                    match on_exceed {
+                        OnExceed::Drop => {
+                            stats.dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        OnExceed::Close => {
+                            stats.closed_over_limit.fetch_add(1, Ordering::Relaxed);
+                            return Some(CloseFrame {
+                                code: ws::close_code::POLICY,
+                                reason: "message rate limit exceeded".into(),
+                            });
+                        }
+                    }
+                }
+            }
+            let closing = matches!(message, ws::Message::Close(_));
+            let Some(message) = to_site_message(message) else {
+                continue;
+            };
+            if to_site.send(message).await.is_err() {
+                break;
+            }
+            if data {
+                stats.forwarded.fetch_add(1, Ordering::Relaxed);
+            }
+            if closing {
+                break;
+            }
+        }
+        let _ = to_site.close().await;
+        None
+    };
+    let site_to_visitor = async {
+        while let Some(Ok(message)) = from_site.next().await {
+            let closing = matches!(message, UpstreamMessage::Close(_));
+            let Some(message) = to_visitor_message(message) else {
+                continue;
+            };
+            if to_visitor.send(message).await.is_err() || closing {
+                break;
+            }
+        }
+    };
+    let over_limit = {
+        tokio::pin!(visitor_to_site, site_to_visitor);
+        tokio::select! {
+            over_limit = &mut visitor_to_site => over_limit,
+            () = &mut site_to_visitor => None,
+        }
+    };
+    if let Some(frame) = over_limit {
+        let _ = to_visitor.send(ws::Message::Close(Some(frame))).await;
+        let _ = to_site.close().await;
+    }
+}
+
+fn to_site_message(message: ws::Message) -> Option<UpstreamMessage> {
+    Some(match message {
+        ws::Message::Text(text) => {
+            UpstreamMessage::Text(tungstenite::Utf8Bytes::try_from(Bytes::from(text)).ok()?)
+        }
+        ws::Message::Binary(data) => UpstreamMessage::Binary(data),
+        ws::Message::Ping(data) => UpstreamMessage::Ping(data),
+        ws::Message::Pong(data) => UpstreamMessage::Pong(data),
+        ws::Message::Close(frame) => {
+            UpstreamMessage::Close(frame.map(|frame| tungstenite::protocol::CloseFrame {
+                code: frame.code.into(),
+                reason:
+                    tungstenite::Utf8Bytes::try_from(Bytes::from(frame.reason)).unwrap_or_default(),
+            }))
+        }
+    })
+}
+
+fn to_visitor_message(message: UpstreamMessage) -> Option<ws::Message> {
+    Some(match message {
+        UpstreamMessage::Text(text) => {
+            ws::Message::Text(ws::Utf8Bytes::try_from(Bytes::from(text)).ok()?)
+        }
+        UpstreamMessage::Binary(data) => ws::Message::Binary(data),
+        UpstreamMessage::Ping(data) => ws::Message::Ping(data),
+        UpstreamMessage::Pong(data) => ws::Message::Pong(data),
+        UpstreamMessage::Close(frame) => ws::Message::Close(frame.map(|frame| CloseFrame {
+            code: frame.code.into(),
+            reason: ws::Utf8Bytes::try_from(Bytes::from(frame.reason)).unwrap_or_default(),
+        })),
+        UpstreamMessage::Frame(_) => return None,
+    })
+}
