@@ -3,6 +3,12 @@
 //! `trivial-server` is the baseline of the HTTP benchmarks (`bench/http-throughput`): an axum
 //! handler on the same runtime settings as anteroom, answering a small JSON body with no work
 //! behind it. anteroom's join and status are reported as a ratio to it.
+//!
+//! `sse-soak` holds thousands of waiting visitors' event streams open on one anteroom process
+//! and measures how fast a serving change reaches all of them, and what they cost the server
+//! (`bench/sse-soak`).
+
+mod sse_soak;
 
 use std::net::SocketAddr;
 
@@ -32,6 +38,8 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
     },
+    /// Holds many SSE waiters on one anteroom and measures update delay, memory and CPU.
+    SseSoak(sse_soak::SseSoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +50,7 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             runtime.block_on(trivial_server(listen))
         }
+        Command::SseSoak(args) => sse_soak::run(args),
     }
 }
 

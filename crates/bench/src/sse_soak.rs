@@ -1,0 +1,804 @@
+//! `sse-soak`: many concurrent SSE waiters on one anteroom process (SPEC §6.2).
+//!
+//! The client joins `--connections` visitors to a room that admits one at a time, opens one
+//! event stream per visitor (one task per stream, at a bounded rate, spreading source addresses
+//! over `127.0.0.x` so local ports do not run short), then moves the line a few times by
+//! completing the admitted visitor's session with the service key: the server admits the next
+//! visitor and every waiting stream must show the new serving counter. For every stream it
+//! measures the delay from the change to the `status` event that shows it; for the server
+//! process it reads resident memory before and after the streams opened and CPU time around each
+//! change (from `/proc/<pid>/`). It stops by itself after each phase's time limit.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use clap::Args;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Options of `anteroom-bench sse-soak`.
+#[derive(Debug, Args)]
+pub(crate) struct SseSoakArgs {
+    /// The anteroom public listener, `http://127.0.0.1:PORT`.
+    #[arg(long)]
+    target: String,
+    /// The room: empty, `max_active = 1`, `admit_per_minute = 0`, a long `ticket_idle_ttl`.
+    #[arg(long)]
+    room: String,
+    /// Concurrent event streams (one waiting visitor each).
+    #[arg(long, default_value_t = 15_000)]
+    connections: usize,
+    /// A key of `[auth] service_keys`, to complete sessions.
+    #[arg(long)]
+    service_key: String,
+    /// The anteroom process, for memory and CPU figures from `/proc`.
+    #[arg(long)]
+    pid: u32,
+    /// Streams opened per second.
+    #[arg(long, default_value_t = 1_000)]
+    ramp: u32,
+    /// Keep-alive connections the joins are spread over.
+    #[arg(long, default_value_t = 16)]
+    join_connections: usize,
+    /// Serving changes to measure.
+    #[arg(long, default_value_t = 5)]
+    changes: usize,
+    /// Source addresses to rotate over: 127.0.0.1 … 127.0.0.N.
+    #[arg(long, default_value_t = 4)]
+    source_addresses: u8,
+    /// How long to wait for every stream to show a change before counting it missing.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    change_timeout: Duration,
+    /// CPU is read over this long after a change, and over as long just before it.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    cpu_window: Duration,
+    /// The whole run stops after this long, whatever the phase.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    deadline: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("not a duration: {text}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" | "" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number * 60)),
+        _ => Err(format!("not a duration: {text} (use ms, s or m)")),
+    }
+}
+
+/// Runs the soak on a runtime of its own.
+pub(crate) fn run(args: SseSoakArgs) -> anyhow::Result<()> {
+    // One worker: the client shares the machine with the server it measures, and a client
+    // spread over every core would slow the server down more than it needs to.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let deadline = args.deadline;
+    runtime.block_on(async move {
+        match tokio::time::timeout(deadline, soak(args)).await {
+            Ok(result) => result,
+            Err(_) => bail!("the soak did not finish within {deadline:?}"),
+        }
+    })
+}
+
+async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
+    let target = target_address(&args.target)?;
+    let process = Process::new(args.pid)?;
+    let started = Instant::now();
+    let rss_at_start = process.rss_kib()?;
+
+    // The first visitor takes the room's one slot; everybody after waits.
+    let mut control = HttpConnection::open(target, None).await?;
+    let first = control.join(&args.room).await?;
+    if first.state != "admitted" {
+        bail!(
+            "the first visitor was not admitted ({}): the room must be empty with max_active = 1",
+            first.state
+        );
+    }
+    let mut session = first.session()?;
+
+    let joined_at = Instant::now();
+    let tickets = join_all(target, &args).await?;
+    let join_seconds = joined_at.elapsed().as_secs_f64();
+    eprintln!(
+        "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
+        tickets.len(),
+        tickets.len() as f64 / join_seconds
+    );
+    // Let the joins' writes and the ticker settle before the baseline.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_before = process.rss_kib()?;
+    let fds_before = process.open_files();
+
+    let shared = Arc::new(Shared::default());
+    let opened_at = Instant::now();
+    let mut streams = Vec::with_capacity(tickets.len());
+    let batch = (args.ramp / 100).max(1) as usize;
+    let mut ticks = tokio::time::interval(Duration::from_millis(10));
+    for (index, ticket) in tickets.iter().enumerate() {
+        if index % batch == 0 {
+            ticks.tick().await;
+        }
+        let source = source_address(index, args.source_addresses);
+        let request = StreamRequest {
+            target,
+            source,
+            room: args.room.clone(),
+            ticket: ticket.token.clone(),
+            position: ticket.position,
+        };
+        streams.push(tokio::spawn(follow_stream(request, shared.clone())));
+    }
+    let connect_limit = Instant::now() + Duration::from_secs(60);
+    while shared.connected.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed)
+        < tickets.len()
+        && Instant::now() < connect_limit
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let open_seconds = opened_at.elapsed().as_secs_f64();
+    let connected = shared.connected.load(Ordering::Relaxed);
+    eprintln!(
+        "{connected} streams open after {open_seconds:.1} s, {} failed",
+        shared.failed.load(Ordering::Relaxed)
+    );
+    if connected == 0 {
+        bail!("no stream opened: {:?}", shared.errors.lock());
+    }
+    // Keep-alives, first touches and allocator warm-up come and go; measure when they are done.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_after = process.rss_kib()?;
+    let fds_after = process.open_files();
+
+    let mut changes = Vec::new();
+    for (index, next) in tickets.iter().take(args.changes).enumerate() {
+        let idle_before = process.cpu_seconds()?;
+        tokio::time::sleep(args.cpu_window).await;
+        let idle_cpu = process.cpu_seconds()? - idle_before;
+
+        let expected = shared.open.load(Ordering::Relaxed).saturating_sub(1);
+        let cpu_before = process.cpu_seconds()?;
+        let changed_at = Instant::now();
+        *shared.change.lock() = Some((next.position, changed_at));
+        control
+            .complete(&args.room, &session, &args.service_key)
+            .await?;
+        let wait_limit = changed_at + args.change_timeout;
+        while shared.seen(next.position) < expected && Instant::now() < wait_limit {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cpu_window_end = changed_at + args.cpu_window;
+        tokio::time::sleep_until(cpu_window_end.max(Instant::now()).into()).await;
+        let change_cpu = process.cpu_seconds()? - cpu_before;
+
+        let delays = shared.delays(next.position);
+        let admitted_delay = *shared.admitted_delay.lock();
+        changes.push(ChangeReport {
+            number: index + 1,
+            serving: next.position,
+            expected,
+            delays,
+            admitted_delay,
+            change_cpu,
+            idle_cpu,
+        });
+        eprintln!("change {} measured", index + 1);
+        // The admitted visitor claims the pass; its session is the next one to complete.
+        let admitted = control.status(&args.room, &next.token).await?;
+        if admitted.state != "admitted" {
+            bail!(
+                "visitor {} was not admitted after the change",
+                next.position
+            );
+        }
+        session = admitted.session()?;
+    }
+
+    let report = Report {
+        connections: tickets.len(),
+        connected,
+        failed: shared.failed.load(Ordering::Relaxed),
+        errors: shared.errors.lock().clone(),
+        join_seconds,
+        open_seconds,
+        rss_at_start,
+        rss_before,
+        rss_after,
+        fds_before,
+        fds_after,
+        changes,
+        elapsed: started.elapsed(),
+        source_addresses: args.source_addresses,
+        ramp: args.ramp,
+        cpu_window: args.cpu_window,
+    };
+    report.print();
+    for stream in &streams {
+        stream.abort();
+    }
+    Ok(())
+}
+
+/// What the stream tasks report to the coordinator.
+#[derive(Default)]
+struct Shared {
+    /// Streams that answered 200 and sent their first status.
+    connected: AtomicUsize,
+    /// Streams open now.
+    open: AtomicUsize,
+    /// Streams that could not be opened.
+    failed: AtomicUsize,
+    /// Why streams failed, counted by reason.
+    errors: Mutex<HashMap<String, usize>>,
+    /// The change being measured: the serving counter it leads to, and when it was made.
+    change: Mutex<Option<(u64, Instant)>>,
+    /// For each serving value, when each stream first showed it (delay from the change).
+    first_seen: Mutex<HashMap<u64, Vec<Duration>>>,
+    /// How long the admitted visitor's stream took to say `admitted`, for the latest change.
+    admitted_delay: Mutex<Option<Duration>>,
+    /// Status events received, all streams together.
+    events: AtomicU64,
+}
+
+impl Shared {
+    fn fail(&self, reason: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        *self.errors.lock().entry(reason).or_default() += 1;
+    }
+
+    fn seen(&self, serving: u64) -> usize {
+        self.first_seen.lock().get(&serving).map_or(0, Vec::len)
+    }
+
+    fn delays(&self, serving: u64) -> Vec<Duration> {
+        let mut delays = self
+            .first_seen
+            .lock()
+            .get(&serving)
+            .cloned()
+            .unwrap_or_default();
+        delays.sort();
+        delays
+    }
+
+    /// A stream showed `serving`: record the delay if it is the change being measured.
+    fn observe(&self, serving: u64, at: Instant) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        let Some((target, changed_at)) = *self.change.lock() else {
+            return;
+        };
+        if serving >= target {
+            self.first_seen
+                .lock()
+                .entry(target)
+                .or_default()
+                .push(at.saturating_duration_since(changed_at));
+        }
+    }
+
+    fn observe_admitted(&self, at: Instant) {
+        if let Some((_, changed_at)) = *self.change.lock() {
+            *self.admitted_delay.lock() = Some(at.saturating_duration_since(changed_at));
+        }
+    }
+}
+
+struct StreamRequest {
+    target: SocketAddr,
+    source: Option<IpAddr>,
+    room: String,
+    ticket: String,
+    position: u64,
+}
+
+/// One visitor's event stream: open it, then report every new serving counter it shows.
+async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
+    let stream = match connect(request.target, request.source).await {
+        Ok(stream) => stream,
+        Err(error) => return shared.fail(format!("connect: {}", error.kind())),
+    };
+    let (mut sender, connection) = match http1::handshake(TokioIo::new(stream)).await {
+        Ok(parts) => parts,
+        Err(error) => return shared.fail(format!("handshake: {error}")),
+    };
+    let mut connection = pin!(connection);
+    let http_request =
+        match hyper::Request::get(format!("/_anteroom/v1/rooms/{}/events", request.room))
+            .header(hyper::header::HOST, request.target.to_string())
+            .header(hyper::header::ACCEPT, "text/event-stream")
+            .header("x-anteroom-ticket", &request.ticket)
+            .body(Empty::<Bytes>::new())
+        {
+            Ok(http_request) => http_request,
+            Err(error) => return shared.fail(format!("request: {error}")),
+        };
+    let response = tokio::select! {
+        response = sender.send_request(http_request) => response,
+        _ = &mut connection => return shared.fail("closed before answering".to_owned()),
+    };
+    let response = match response {
+        Ok(response) => response,
+        Err(error) => return shared.fail(format!("request: {error}")),
+    };
+    if response.status() != hyper::StatusCode::OK {
+        return shared.fail(format!("status {}", response.status().as_u16()));
+    }
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    let mut last_serving = 0;
+    let mut connected = false;
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            _ = &mut connection => break,
+        };
+        let Some(Ok(frame)) = frame else { break };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let at = Instant::now();
+        buffer.extend_from_slice(&data);
+        while let Some(end) = find(&buffer, b"\n\n") {
+            let event: Vec<u8> = buffer.drain(..end + 2).collect();
+            match event_kind(&event) {
+                Some(EventKind::Status) => {
+                    if !connected {
+                        connected = true;
+                        shared.connected.fetch_add(1, Ordering::Relaxed);
+                        shared.open.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Some(serving) = number_field(&event, b"\"serving\":")
+                        && serving > last_serving
+                    {
+                        last_serving = serving;
+                        shared.observe(serving, at);
+                    }
+                }
+                Some(EventKind::Admitted) => shared.observe_admitted(at),
+                Some(EventKind::Other) | None => {}
+            }
+        }
+    }
+    if connected {
+        shared.open.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        shared.fail(format!(
+            "stream of {} ended before its first status",
+            request.position
+        ));
+    }
+}
+
+enum EventKind {
+    Status,
+    Admitted,
+    Other,
+}
+
+fn event_kind(event: &[u8]) -> Option<EventKind> {
+    let line = event
+        .split(|&byte| byte == b'\n')
+        .find(|line| line.starts_with(b"event:"))?;
+    let name = line[b"event:".len()..].trim_ascii();
+    Some(match name {
+        b"status" => EventKind::Status,
+        b"admitted" => EventKind::Admitted,
+        _ => EventKind::Other,
+    })
+}
+
+/// The unsigned number after `key` in a JSON text, without parsing the rest.
+fn number_field(text: &[u8], key: &[u8]) -> Option<u64> {
+    let start = find(text, key)? + key.len();
+    let digits: Vec<u8> = text[start..]
+        .iter()
+        .copied()
+        .skip_while(u8::is_ascii_whitespace)
+        .take_while(u8::is_ascii_digit)
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+async fn connect(target: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    if let Some(source) = source {
+        socket.bind(SocketAddr::new(source, 0))?;
+    }
+    let stream = tokio::time::timeout(Duration::from_secs(10), socket.connect(target))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// `127.0.0.1 … 127.0.0.N` in turn; `None` (any) when N is 1 or less.
+fn source_address(index: usize, addresses: u8) -> Option<IpAddr> {
+    if addresses <= 1 {
+        return None;
+    }
+    let host = 1 + (index % usize::from(addresses)) as u8;
+    Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)))
+}
+
+fn target_address(target: &str) -> anyhow::Result<SocketAddr> {
+    let address = target
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow!("--target must be http://HOST:PORT"))?
+        .trim_end_matches('/');
+    address
+        .parse()
+        .with_context(|| format!("--target {target}: expected http://IP:PORT"))
+}
+
+/// A waiting visitor's ticket.
+struct Ticket {
+    position: u64,
+    token: String,
+}
+
+/// Joins `connections` visitors over a few keep-alive connections, in position order.
+async fn join_all(target: SocketAddr, args: &SseSoakArgs) -> anyhow::Result<Vec<Ticket>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..args.join_connections.max(1) {
+        let next = next.clone();
+        let room = args.room.clone();
+        let total = args.connections;
+        workers.push(tokio::spawn(async move {
+            let mut connection = HttpConnection::open(target, None).await?;
+            let mut tickets = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                let status = connection.join(&room).await?;
+                if status.state != "waiting" {
+                    bail!("a joining visitor is {}, not waiting", status.state);
+                }
+                tickets.push(Ticket {
+                    position: status.position,
+                    token: status.ticket,
+                });
+            }
+            anyhow::Ok(tickets)
+        }));
+    }
+    let mut tickets = Vec::with_capacity(args.connections);
+    for worker in workers {
+        tickets.extend(worker.await??);
+    }
+    tickets.sort_by_key(|ticket| ticket.position);
+    Ok(tickets)
+}
+
+/// The parts of the status JSON the coordinator reads.
+#[derive(Debug, serde::Deserialize)]
+struct Status {
+    state: String,
+    #[serde(default)]
+    position: u64,
+    #[serde(default)]
+    ticket: String,
+    pass: Option<String>,
+}
+
+impl Status {
+    /// The session id of an admitted visitor: the pass's `sub`.
+    fn session(&self) -> anyhow::Result<String> {
+        use base64::Engine as _;
+        let pass = self.pass.as_deref().ok_or_else(|| anyhow!("no pass"))?;
+        let payload = pass.split('.').nth(1).ok_or_else(|| anyhow!("not a JWT"))?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload)?;
+        let claims: serde_json::Value = serde_json::from_slice(&bytes)?;
+        claims["sub"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("the pass has no sub"))
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection for the coordinator's and the joiners' requests.
+struct HttpConnection {
+    target: SocketAddr,
+    sender: http1::SendRequest<Full<Bytes>>,
+}
+
+impl HttpConnection {
+    async fn open(target: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<HttpConnection> {
+        let stream = connect(target, source).await?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(HttpConnection { target, sender })
+    }
+
+    async fn send(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, self.target.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::new()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+
+    async fn join(&mut self, room: &str) -> anyhow::Result<Status> {
+        let path = format!("/_anteroom/v1/rooms/{room}/join");
+        let (status, body) = self.send(hyper::Method::POST, &path, &[]).await?;
+        if status != hyper::StatusCode::OK {
+            bail!("join answered {status}: {}", String::from_utf8_lossy(&body));
+        }
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    async fn status(&mut self, room: &str, ticket: &str) -> anyhow::Result<Status> {
+        let path = format!("/_anteroom/v1/rooms/{room}/status");
+        let (status, body) = self
+            .send(hyper::Method::GET, &path, &[("x-anteroom-ticket", ticket)])
+            .await?;
+        if status != hyper::StatusCode::OK {
+            bail!(
+                "status answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    async fn complete(&mut self, room: &str, session: &str, key: &str) -> anyhow::Result<()> {
+        let path = format!("/_anteroom/v1/rooms/{room}/sessions/{session}/complete");
+        let bearer = format!("Bearer {key}");
+        let (status, body) = self
+            .send(hyper::Method::POST, &path, &[("authorization", &bearer)])
+            .await?;
+        if status != hyper::StatusCode::OK {
+            bail!(
+                "complete answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The measured process, read through `/proc/<pid>/`.
+struct Process {
+    pid: u32,
+    ticks_per_second: f64,
+}
+
+impl Process {
+    fn new(pid: u32) -> anyhow::Result<Process> {
+        let process = Process {
+            pid,
+            ticks_per_second: clock_ticks_per_second(),
+        };
+        process
+            .rss_kib()
+            .with_context(|| format!("reading /proc/{pid}: is --pid the anteroom process?"))?;
+        Ok(process)
+    }
+
+    /// Resident memory, KiB (`VmRSS`).
+    fn rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow!("no VmRSS in /proc/{}/status", self.pid))
+    }
+
+    /// User plus system CPU time so far, seconds.
+    fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // Fields after the command name (which may hold spaces) start with the state.
+        let after_name = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .ok_or_else(|| anyhow!("unexpected /proc/{}/stat", self.pid))?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        Ok((utime + stime) as f64 / self.ticks_per_second)
+    }
+
+    fn open_files(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, Iterator::count)
+    }
+}
+
+fn clock_ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+struct ChangeReport {
+    number: usize,
+    serving: u64,
+    expected: usize,
+    delays: Vec<Duration>,
+    admitted_delay: Option<Duration>,
+    change_cpu: f64,
+    idle_cpu: f64,
+}
+
+struct Report {
+    connections: usize,
+    connected: usize,
+    failed: usize,
+    errors: HashMap<String, usize>,
+    join_seconds: f64,
+    open_seconds: f64,
+    rss_at_start: u64,
+    rss_before: u64,
+    rss_after: u64,
+    fds_before: usize,
+    fds_after: usize,
+    changes: Vec<ChangeReport>,
+    elapsed: Duration,
+    source_addresses: u8,
+    ramp: u32,
+    cpu_window: Duration,
+}
+
+impl Report {
+    #[allow(clippy::print_stdout)]
+    fn print(&self) {
+        let per_connection =
+            (self.rss_after.saturating_sub(self.rss_before)) as f64 / self.connected.max(1) as f64;
+        println!();
+        println!("| figure | value |");
+        println!("|---|---|");
+        println!(
+            "| streams open / asked | {} / {} ({} failed{}) |",
+            self.connected,
+            self.connections,
+            self.failed,
+            if self.errors.is_empty() {
+                String::new()
+            } else {
+                format!(": {:?}", self.errors)
+            }
+        );
+        println!(
+            "| joins | {:.1} s ({:.0}/s) |",
+            self.join_seconds,
+            self.connections as f64 / self.join_seconds.max(1e-9)
+        );
+        println!(
+            "| streams opened in | {:.1} s (ramp {}/s over {} source addresses) |",
+            self.open_seconds, self.ramp, self.source_addresses
+        );
+        println!(
+            "| server open files | {} before, {} with the streams |",
+            self.fds_before, self.fds_after
+        );
+        println!(
+            "| server RSS | {} KiB at start, {} KiB after the joins, {} KiB with the streams |",
+            self.rss_at_start, self.rss_before, self.rss_after
+        );
+        println!("| **RSS per stream** | **{per_connection:.1} KiB** |");
+        println!();
+        println!(
+            "| change | serving | streams expected | shown | p50 | p99 | max | over 2 s | missing | `admitted` event | server CPU, {:.1} s from the change | same length just before (idle) | CPU of the broadcast |",
+            self.cpu_window.as_secs_f64()
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for change in &self.changes {
+            let shown = change.delays.len();
+            let over = change
+                .delays
+                .iter()
+                .filter(|delay| **delay > Duration::from_secs(2))
+                .count();
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
+                change.number,
+                change.serving,
+                change.expected,
+                shown,
+                millis(percentile(&change.delays, 0.50)),
+                millis(percentile(&change.delays, 0.99)),
+                millis(change.delays.last().copied()),
+                over,
+                change.expected.saturating_sub(shown),
+                millis(change.admitted_delay),
+                change.change_cpu * 1000.0,
+                change.idle_cpu * 1000.0,
+                (change.change_cpu - change.idle_cpu).max(0.0) * 1000.0,
+            );
+        }
+        println!();
+        println!("run took {:.0} s", self.elapsed.as_secs_f64());
+    }
+}
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let index = ((sorted.len() as f64 * fraction).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[index])
+}
+
+fn millis(duration: Option<Duration>) -> String {
+    duration.map_or_else(|| "–".to_owned(), |d| format!("{} ms", d.as_millis()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_serving_counter_of_a_status_event() {
+        let event = b"event: status\ndata: {\"room\":\"r\",\"serving\": 1177,\"waiting\":9}\n\n";
+        assert!(matches!(event_kind(event), Some(EventKind::Status)));
+        assert_eq!(number_field(event, b"\"serving\":"), Some(1177));
+        assert!(matches!(
+            event_kind(b"retry: 3000\nevent: admitted\ndata: {}\n\n"),
+            Some(EventKind::Admitted)
+        ));
+        assert!(event_kind(b": keep-alive\n\n").is_none());
+    }
+
+    #[test]
+    fn rotates_source_addresses() {
+        assert_eq!(source_address(0, 1), None);
+        assert_eq!(source_address(5, 4), Some("127.0.0.2".parse().unwrap()));
+    }
+
+    #[test]
+    fn percentiles_of_sorted_delays() {
+        let delays: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&delays, 0.5), Some(Duration::from_millis(50)));
+        assert_eq!(percentile(&delays, 0.99), Some(Duration::from_millis(99)));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn durations_on_the_command_line() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+    }
+}
