@@ -17,7 +17,7 @@ use clap::Args;
 use anteroom_core::Clock;
 use anteroom_core::config::parse_config;
 use anteroom_http::{pass_cookie_name, read_cookie};
-use anteroom_token::{KeySet, PassExpectations};
+use anteroom_token::PassExpectations;
 
 use crate::clock::SystemClock;
 use crate::serve;
@@ -34,6 +34,9 @@ pub(crate) struct DemoArgs {
     /// Where the demo listens: the waiting room and the demo site behind it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Where the admin API, the control panel and the metrics listen.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    admin_listen: SocketAddr,
     /// Simulated visitors who join in the first seconds and are let in like everybody else.
     #[arg(long, default_value_t = 0)]
     crowd: u32,
@@ -42,11 +45,17 @@ pub(crate) struct DemoArgs {
 /// Starts the room and the demo site; runs until Ctrl-C.
 pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let public_url = format!("http://{}", args.listen);
+    // A fresh admin key each run, printed once: only its hash goes into the config.
+    let admin_key = random_admin_key();
     let source = format!(
         r#"
 [server]
 listen = "{listen}"
+admin_listen = "{admin_listen}"
 public_url = "{public_url}"
+
+[auth]
+admin_keys = ["{admin_key_hash}"]
 
 [store]
 backend = "embedded"
@@ -65,6 +74,8 @@ claim_ttl = "1m"
 ticket_idle_ttl = "2m"
 "#,
         listen = args.listen,
+        admin_listen = args.admin_listen,
+        admin_key_hash = key_hash(&admin_key),
         store = toml_path(&args.data_dir.join("anteroom.redb")),
         keys = toml_path(&args.data_dir.join("keys")),
     );
@@ -74,10 +85,17 @@ ticket_idle_ttl = "2m"
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {} (is another demo running?)", args.listen))?;
+    let admin_address = crate::admin::start(
+        &runtime,
+        &config,
+        args.admin_listen,
+        crate::shutdown_signal(),
+    )
+    .await?;
     let site = axum::Router::new()
         .route("/", axum::routing::get(site_page))
         .with_state(OriginState {
-            keys: runtime.keys.clone(),
+            app: runtime.state.clone(),
             issuer: config.server.issuer.clone(),
             store: runtime.store.clone(),
         });
@@ -86,6 +104,7 @@ ticket_idle_ttl = "2m"
         tokio::spawn(simulate_crowd(runtime.store.clone(), args.crowd));
     }
     print_welcome(&public_url, args.crowd);
+    print_admin(admin_address, &admin_key);
     serve::run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }
 
@@ -119,6 +138,36 @@ page. The room admits 3 visitors at a time and 12 a minute.
 From a shell (each cookie jar is one visitor):
   curl -s -c me -X POST {public_url}/_anteroom/v1/rooms/{room}/join
   curl -s -b me {public_url}/_anteroom/v1/rooms/{room}/status
+"#
+    );
+}
+
+/// 32 random bytes as hex.
+fn random_admin_key() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `sha256:<hex>` of a key, as `[auth]` holds it.
+fn key_hash(key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+#[allow(clippy::print_stdout)]
+fn print_admin(address: Option<SocketAddr>, admin_key: &str) {
+    let Some(address) = address else {
+        println!("The admin listener could not start (see the log above).\n");
+        return;
+    };
+    println!(
+        r#"Operators:
+  control panel            http://{address}/
+  admin key (this run)     {admin_key}
+  admin API                curl -s -H "Authorization: Bearer {admin_key}" http://{address}/admin/v1/rooms
+  metrics                  http://{address}/metrics
 "#
     );
 }
@@ -177,7 +226,8 @@ fn jitter_ms(max: u64) -> u64 {
 
 #[derive(Clone)]
 struct OriginState {
-    keys: KeySet,
+    /// The node's state: its keys change when an operator rotates them.
+    app: anteroom_http::AppState,
     issuer: String,
     store: std::sync::Arc<dyn anteroom_store::RoomStore>,
 }
@@ -215,7 +265,7 @@ async fn site_page(State(origin): State<OriginState>, headers: HeaderMap) -> Res
         issuer: &origin.issuer,
         generation,
     };
-    match origin.keys.verify_pass(&pass, &expect, SystemClock.now().as_secs()) {
+    match origin.app.keys().verify_pass(&pass, &expect, SystemClock.now().as_secs()) {
         Ok(claims) if session_is_active(&origin, &room, &claims.sub).await => Html(page(
             "You are in",
             &format!(

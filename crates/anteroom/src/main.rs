@@ -3,6 +3,7 @@
 //! `run()` picks the exit code: 0 on success, 64 for a bad configuration (EX_USAGE), 1 for
 //! anything else.
 
+mod admin;
 mod clock;
 mod commands;
 mod demo;

@@ -41,7 +41,6 @@ pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
 pub(crate) struct Runtime {
     pub(crate) state: AppState,
     pub(crate) store: Arc<dyn RoomStore>,
-    pub(crate) keys: KeySet,
 }
 
 /// Opens the store and keys and installs the configured rooms.
@@ -109,8 +108,8 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
     };
-    let state = AppState::with_options(store.clone(), keys.clone(), clock, settings, options);
-    Ok(Runtime { state, store, keys })
+    let state = AppState::with_options(store.clone(), keys, clock, settings, options);
+    Ok(Runtime { state, store })
 }
 
 /// How often the local rate-limit store drops keys whose state no longer matters.
@@ -163,6 +162,13 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         rooms = config.rooms.len(),
         "anteroom is serving"
     );
+    crate::admin::start(
+        &runtime,
+        &config,
+        config.server.admin_listen,
+        crate::shutdown_signal(),
+    )
+    .await?;
     let router = anteroom_http::public_router(runtime.state.clone());
     run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }

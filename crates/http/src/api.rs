@@ -28,7 +28,7 @@ const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
 const MAX_RETURN_LEN: usize = 2048;
 
 /// Status JSON (join, status, and later the SSE `status` event).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct StatusBody {
     pub(crate) room: String,
     pub(crate) state: &'static str,
@@ -65,8 +65,8 @@ pub(crate) struct TicketQuery {
 }
 
 /// Public summary of a room, cacheable for a second.
-#[derive(Debug, Serialize)]
-struct RoomSummary {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RoomSummary {
     room: String,
     mode: &'static str,
     serving: u64,
@@ -77,8 +77,8 @@ struct RoomSummary {
 }
 
 /// The answer to a session's complete/abandon.
-#[derive(Debug, Serialize)]
-struct SessionBody {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct SessionBody {
     room: String,
     session: String,
     state: &'static str,

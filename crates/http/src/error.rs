@@ -19,16 +19,36 @@ pub struct ApiError {
     code: &'static str,
     detail: String,
     retry_after_secs: Option<u64>,
+    /// Field-by-field problems of a request body: (field, message).
+    errors: Vec<(String, String)>,
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
+/// An RFC 9457 problem document (`application/problem+json`).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Problem<'a> {
+    /// Always `about:blank`: the `code` says what went wrong.
     #[serde(rename = "type")]
     kind: String,
+    /// The HTTP status text.
     title: &'a str,
+    /// The HTTP status.
     status: u16,
+    /// A stable, machine-readable code such as `room_not_found`.
     code: &'a str,
+    /// What went wrong, for people.
     detail: &'a str,
+    /// Every problem with a request body's fields, when there were some.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    errors: &'a [FieldError],
+}
+
+/// One problem with one field of a request body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub(crate) struct FieldError {
+    /// The field's name.
+    field: String,
+    /// What is wrong with it.
+    message: String,
 }
 
 impl ApiError {
@@ -39,7 +59,14 @@ impl ApiError {
             code,
             detail: detail.into(),
             retry_after_secs: None,
+            errors: Vec::new(),
         }
+    }
+
+    /// Adds the problems of a request body's fields, as (field, message).
+    pub fn with_errors(mut self, errors: Vec<(String, String)>) -> ApiError {
+        self.errors = errors;
+        self
     }
 
     /// Adds a `Retry-After` header.
@@ -138,7 +165,16 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let title = self.status.canonical_reason().unwrap_or("Error");
+        let errors: Vec<FieldError> = self
+            .errors
+            .iter()
+            .map(|(field, message)| FieldError {
+                field: field.clone(),
+                message: message.clone(),
+            })
+            .collect();
         let problem = Problem {
+            errors: &errors,
             kind: "about:blank".to_owned(),
             title,
             status: self.status.as_u16(),

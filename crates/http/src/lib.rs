@@ -7,10 +7,13 @@
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
 
+mod admin;
 mod api;
 mod cookies;
 mod error;
+mod metrics;
 mod gateway;
+mod openapi;
 mod page;
 mod ratelimit;
 mod sse;
@@ -32,8 +35,11 @@ use anteroom_core::{Clock, RoomId, Timestamp};
 use anteroom_store::RoomStore;
 use anteroom_token::KeySet;
 
+pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
+pub use metrics::{Metrics, MetricsError};
+pub use openapi::document_json as openapi_json;
 pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
@@ -90,7 +96,8 @@ pub struct AppState {
 
 struct Shared {
     store: Arc<dyn RoomStore>,
-    keys: KeySet,
+    /// Swapped whole by a key rotation; every reader takes a cheap clone.
+    keys: parking_lot::RwLock<KeySet>,
     clock: Arc<dyn Clock>,
     settings: PublicSettings,
     cookies: CookiePolicy,
@@ -124,7 +131,7 @@ impl AppState {
         AppState {
             inner: Arc::new(Shared {
                 store,
-                keys,
+                keys: parking_lot::RwLock::new(keys),
                 clock,
                 settings,
                 cookies,
@@ -154,9 +161,15 @@ impl AppState {
         &self.inner.store
     }
 
-    /// The signing keys.
-    pub fn keys(&self) -> &KeySet {
-        &self.inner.keys
+    /// The signing keys (a snapshot: cheap to clone, replaced whole by a rotation).
+    pub fn keys(&self) -> KeySet {
+        self.inner.keys.read().clone()
+    }
+
+    /// Replaces the signing keys, as a key rotation does; requests already signing keep the
+    /// set they took.
+    pub fn set_keys(&self, keys: KeySet) {
+        *self.inner.keys.write() = keys;
     }
 
     /// The settings.

@@ -156,7 +156,7 @@ impl Harness {
     }
 
     /// The key set the router signs with.
-    pub(crate) fn keys(&self) -> &KeySet {
+    pub(crate) fn keys(&self) -> KeySet {
         self.state.keys()
     }
 }

@@ -1,0 +1,472 @@
+//! The operator's controls: pause, resume, close, open, advance, reset, passes by hand, key
+//! rotation, and the load signal (not yet: adaptive admission is not built).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use anteroom_core::RoomId;
+use anteroom_core::duration::parse_duration;
+use anteroom_core::engine::{MAX_IDENTITY_LEN, RoomSnapshot};
+use anteroom_core::room::Mode;
+use anteroom_token::{KeySet, SigningAlgorithm};
+
+use super::auth::WriteAccess;
+use super::events::AdminEvent;
+use super::{AdminState, parse_room, rfc3339, sign_pass};
+use crate::error::ApiError;
+
+/// The longest pass an operator can issue by hand.
+const MAX_PASS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A room's figures after a control.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RoomFigures {
+    /// Room id.
+    pub(crate) room: String,
+    /// `queue`, `queue_all`, `passthrough` or `closed`.
+    pub(crate) mode: &'static str,
+    /// Generation (bumped by a reset).
+    pub(crate) generation: u32,
+    /// Highest admitted position.
+    pub(crate) serving: u64,
+    /// The position the next visitor gets.
+    pub(crate) next_position: u64,
+    /// Live waiting tickets.
+    pub(crate) waiting: u64,
+    /// Active sessions.
+    pub(crate) active: u64,
+    /// Admitted tickets that have not claimed their pass yet.
+    pub(crate) admitted_unclaimed: u64,
+}
+
+impl RoomFigures {
+    pub(crate) fn new(room: &RoomId, snapshot: &RoomSnapshot) -> RoomFigures {
+        RoomFigures {
+            room: room.to_string(),
+            mode: snapshot.mode.as_str(),
+            generation: snapshot.generation,
+            serving: snapshot.serving,
+            next_position: snapshot.last_position + 1,
+            waiting: snapshot.waiting,
+            active: snapshot.active,
+            admitted_unclaimed: snapshot.admitted_unclaimed,
+        }
+    }
+}
+
+/// `POST …/advance` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdvanceBody {
+    /// How many more waiting tickets to admit now (bounded by the line and free capacity).
+    #[schema(minimum = 1)]
+    pub(crate) count: u64,
+}
+
+/// `POST …/advance` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Advanced {
+    /// How many tickets were admitted (may be fewer than asked: the line or capacity ran out).
+    pub(crate) admitted: u64,
+    /// The room after.
+    #[serde(flatten)]
+    pub(crate) figures: RoomFigures,
+}
+
+/// `POST …/reset` body (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResetBody {
+    /// Also delete the old generation's tickets and sessions.
+    #[serde(default)]
+    pub(crate) purge: bool,
+}
+
+/// `POST …/passes` body (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PassRequest {
+    /// Identity bound to the pass (`uid`).
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub(crate) uid: Option<String>,
+    /// Lifetime, such as `"30m"`; the room's `session_ttl` when absent (at most 7 days).
+    #[serde(default)]
+    pub(crate) ttl: Option<String>,
+}
+
+/// `POST …/passes` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct IssuedPass {
+    /// Room id.
+    pub(crate) room: String,
+    /// The session the pass stands for (`sub` and `jti`).
+    pub(crate) session: String,
+    /// The signed pass (a JWT).
+    pub(crate) pass: String,
+    /// When it expires.
+    pub(crate) expires_at: String,
+}
+
+/// `POST /admin/v1/keys/rotate` body (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RotateBody {
+    /// `EdDSA`, `ES256`, `RS256` or `HS256`; the configured algorithm when absent.
+    #[serde(default)]
+    pub(crate) algorithm: Option<String>,
+}
+
+/// `POST /admin/v1/keys/rotate` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RotatedKeys {
+    /// The key that signs from now on.
+    pub(crate) active_kid: String,
+    /// Its algorithm.
+    pub(crate) algorithm: String,
+    /// Every key that verifies, the active one first.
+    pub(crate) kids: Vec<String>,
+}
+
+/// `POST /admin/v1/rooms/{room}/pause`: Stops admission; everyone queues and keeps their place (mode queue_all).
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/pause", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    description = "Stops admission; everyone queues and keeps their place (mode queue_all).",
+    responses(
+        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn pause(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomFigures>, ApiError> {
+    set_mode(&admin, &room, Mode::QueueAll, "pause").await
+}
+
+/// `POST /admin/v1/rooms/{room}/resume`: Starts admission again (mode queue).
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/resume", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    description = "Starts admission again (mode queue).",
+    responses(
+        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn resume(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomFigures>, ApiError> {
+    set_mode(&admin, &room, Mode::Queue, "resume").await
+}
+
+/// `POST /admin/v1/rooms/{room}/close`: Closes the room: joins are refused and protected routes answer 503.
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/close", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    description = "Closes the room: joins are refused and protected routes answer 503.",
+    responses(
+        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn close(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomFigures>, ApiError> {
+    set_mode(&admin, &room, Mode::Closed, "close").await
+}
+
+/// `POST /admin/v1/rooms/{room}/open`: Opens a closed room again (mode queue).
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/open", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    description = "Opens a closed room again (mode queue).",
+    responses(
+        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn open(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomFigures>, ApiError> {
+    set_mode(&admin, &room, Mode::Queue, "open").await
+}
+
+async fn set_mode(
+    admin: &AdminState,
+    room: &str,
+    mode: Mode,
+    verb: &str,
+) -> Result<Json<RoomFigures>, ApiError> {
+    let id = parse_room(room)?;
+    let store = admin.app().store();
+    let mut config = store.room(&id).await?;
+    config.mode = mode;
+    let snapshot = store.put_room(config.clone()).await?;
+    admin.publish(AdminEvent::room_updated(
+        &id,
+        verb,
+        admin.now(),
+        super::rooms::room_json(&config),
+    ));
+    Ok(Json(RoomFigures::new(&id, &snapshot)))
+}
+
+/// `POST /admin/v1/rooms/{room}/advance`
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/advance", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    request_body = AdvanceBody,
+    description = "Admits up to `count` more waiting tickets now, lowest positions first, \
+        bounded by the last issued position and by free capacity (so I2 holds); the admission \
+        rate and a pause do not hold it back.",
+    responses(
+        (status = 200, description = "What was admitted and the room after", body = Advanced),
+        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn advance(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Advanced>, ApiError> {
+    let id = parse_room(&room)?;
+    let Some(AdvanceBody { count }) = json_body(body)? else {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "advance needs a body such as {\"count\": 10}",
+        ));
+    };
+    if count == 0 {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "count must be at least 1",
+        ));
+    }
+    let (admitted, snapshot) = admin.app().store().advance(&id, count).await?;
+    admin.publish(AdminEvent::new(
+        "counter.advanced",
+        Some(&id),
+        admin.now(),
+        serde_json::json!({"asked": count, "admitted": admitted, "serving": snapshot.serving}),
+    ));
+    Ok(Json(Advanced {
+        admitted,
+        figures: RoomFigures::new(&id, &snapshot),
+    }))
+}
+
+/// `POST /admin/v1/rooms/{room}/reset`
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/reset", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    request_body(content = Option<ResetBody>, description = "Optional; `purge` deletes the old generation's records"),
+    description = "Starts a new generation: every waiting and admitted ticket ends, every \
+        active session is revoked; tickets and passes of older generations are refused.",
+    responses(
+        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn reset(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<RoomFigures>, ApiError> {
+    let id = parse_room(&room)?;
+    let ResetBody { purge } = json_body(body)?.unwrap_or_default();
+    let snapshot = admin.app().store().reset(&id, purge).await?;
+    admin.publish(AdminEvent::new(
+        "room.reset",
+        Some(&id),
+        admin.now(),
+        serde_json::json!({"purge": purge, "generation": snapshot.generation}),
+    ));
+    Ok(Json(RoomFigures::new(&id, &snapshot)))
+}
+
+/// `POST /admin/v1/rooms/{room}/passes`
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/passes", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    request_body(content = Option<PassRequest>, description = "Optional uid and lifetime"),
+    description = "Issues a pass by hand (VIP or bypass): opens a session that counts \
+        against capacity like any other, and returns its signed JWT.",
+    responses(
+        (status = 201, description = "The pass", body = IssuedPass),
+        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn issue_pass(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = parse_room(&room)?;
+    let request: PassRequest = json_body(body)?.unwrap_or_default();
+    if let Some(uid) = &request.uid
+        && (uid.is_empty() || uid.len() > MAX_IDENTITY_LEN)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            format!("uid must be 1 to {MAX_IDENTITY_LEN} bytes"),
+        ));
+    }
+    let store = admin.app().store();
+    let config = store.room(&id).await?;
+    let ttl = match &request.ttl {
+        None => config.session_ttl,
+        Some(text) => match parse_duration(text) {
+            Ok(ttl) if !ttl.is_zero() && ttl <= MAX_PASS_TTL => ttl,
+            Ok(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_body",
+                    "ttl must be longer than zero and at most 7d",
+                ));
+            }
+            Err(error) => {
+                return Err(ApiError::bad_request(
+                    "invalid_body",
+                    format!("ttl: {error}"),
+                ));
+            }
+        },
+    };
+    let session = store.issue_session(&id, request.uid, ttl).await?;
+    let pass = sign_pass(admin.app(), &id, &session)?;
+    admin.publish(AdminEvent::new(
+        "pass.issued",
+        Some(&id),
+        admin.now(),
+        serde_json::json!({"session": session.id.to_string(), "by_hand": true}),
+    ));
+    let body = IssuedPass {
+        room: id.to_string(),
+        session: session.id.to_string(),
+        pass,
+        expires_at: rfc3339(session.expires_at),
+    };
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `POST /admin/v1/keys/rotate`
+#[utoipa::path(post, path = "/admin/v1/keys/rotate", tag = "admin",
+    security(("admin_key" = [])),
+    request_body(content = Option<RotateBody>, description = "Optional algorithm of the new key"),
+    description = "Generates a new signing key and makes it active on this node; older keys \
+        keep verifying (they stay in the JWKS) until pruned.",
+    responses(
+        (status = 200, description = "The key set after", body = RotatedKeys),
+        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn rotate_keys(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<RotatedKeys>, ApiError> {
+    let request: RotateBody = json_body(body)?.unwrap_or_default();
+    let algorithm = match &request.algorithm {
+        None => admin.settings().algorithm,
+        Some(text) => text.parse::<SigningAlgorithm>().map_err(|error| {
+            ApiError::bad_request("invalid_body", format!("algorithm: {error}"))
+        })?,
+    };
+    let dir = admin.settings().key_dir.clone();
+    let now_secs = admin.now().as_secs();
+    // Key generation (RSA especially) and file writes must not hold up the runtime.
+    let rotated = tokio::task::spawn_blocking(move || KeySet::rotate(&dir, algorithm, now_secs))
+        .await
+        .map_err(|error| internal(&error))?
+        .map_err(|error| internal(&error))?;
+    admin.app().set_keys(rotated.clone());
+    admin.publish(AdminEvent::new(
+        "keys.rotated",
+        None,
+        admin.now(),
+        serde_json::json!({"active_kid": rotated.active_kid()}),
+    ));
+    Ok(Json(RotatedKeys {
+        active_kid: rotated.active_kid().to_owned(),
+        algorithm: rotated.algorithm().as_str().to_owned(),
+        kids: rotated.kids(),
+    }))
+}
+
+/// `PUT /admin/v1/rooms/{room}/signal`
+#[utoipa::path(put, path = "/admin/v1/rooms/{room}/signal", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    description = "The origin's load signal for adaptive admission (SPEC §5.4); not supported \
+        by this version.",
+    responses(
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 501, description = "Not supported by this version", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn signal(_: WriteAccess, Path(_room): Path<String>) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "not_implemented",
+        "adaptive admission (load signals) is not supported by this version",
+    )
+}
+
+fn internal(error: &dyn std::fmt::Display) -> ApiError {
+    tracing::error!(%error, "key rotation failed");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the keys could not be rotated",
+    )
+}
+
+/// An optional JSON body: `None` when empty, 400 when it does not parse as `T`.
+fn json_body<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Option<T>, ApiError> {
+    let body = body.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            rejection.body_text(),
+        )
+    })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&body).map(Some).map_err(|error| {
+        ApiError::bad_request("invalid_body", format!("the body is not valid: {error}"))
+    })
+}

@@ -1,0 +1,238 @@
+//! Live events for operators (SPEC §8.4): a node-local broadcast that the admin API's
+//! `/admin/v1/events` stream serves, fed by the admin handlers (room changes, advances,
+//! resets, passes by hand, key rotations) and by the sampler.
+//!
+//! The sampler reads every room's figures once a second: it fills the stats history, sets the
+//! Prometheus gauges and counters, and turns the change in each room's running totals into
+//! events (`ticket.joined`, `ticket.admitted`, … with a `count`), plus `room.metrics` once a
+//! minute. Totals live in the store, so on a shared store every node sees (and reports) the
+//! admissions of every node.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use utoipa::ToSchema;
+
+use anteroom_core::engine::{RoomSnapshot, RoomTotals};
+use anteroom_core::{RoomId, Timestamp};
+
+use super::auth::ReadAccess;
+use super::history::Sample;
+use super::{AdminState, rfc3339};
+
+/// How often the sampler reads every room.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often `room.metrics` goes out per room.
+const METRICS_EVERY_SECS: u64 = 60;
+
+/// One live event.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct AdminEvent {
+    /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued`,
+    /// `keys.rotated`, `ticket.joined`, `ticket.admitted`, `ticket.abandoned`,
+    /// `session.completed`, `session.abandoned`, `session.expired`, `room.metrics`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The room, when the event is about one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
+    /// When, RFC 3339.
+    pub at: String,
+    /// The event's own fields.
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+impl AdminEvent {
+    /// An event of `kind` about `room` at `at`.
+    pub fn new(kind: &str, room: Option<&RoomId>, at: Timestamp, data: Value) -> AdminEvent {
+        AdminEvent {
+            kind: kind.to_owned(),
+            room: room.map(ToString::to_string),
+            at: rfc3339(at),
+            data,
+        }
+    }
+
+    /// `room.updated` with what was done (`created`, `replaced`, `updated`, `deleted`,
+    /// `pause`, …) and the room after.
+    pub(crate) fn room_updated(
+        room: &RoomId,
+        action: &str,
+        at: Timestamp,
+        config: Value,
+    ) -> AdminEvent {
+        AdminEvent::new(
+            "room.updated",
+            Some(room),
+            at,
+            json!({"action": action, "room": config}),
+        )
+    }
+}
+
+/// `GET /admin/v1/events`
+#[utoipa::path(get, path = "/admin/v1/events", tag = "admin",
+    security(("admin_key" = [])),
+    description = "Server-Sent Events: one `event:` per live event (its `type`), the event \
+        JSON as `data`; a comment keep-alive every 15 s. Node-local: each node tells what it \
+        saw.",
+    responses(
+        (status = 200, description = "The event stream", content_type = "text/event-stream", body = AdminEvent),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn feed(_: ReadAccess, State(admin): State<AdminState>) -> Response {
+    let receiver = admin.subscribe();
+    let sse = Sse::new(event_stream(receiver))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
+    let mut response = sse.into_response();
+    response.headers_mut().insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    response
+}
+
+fn event_stream(
+    receiver: broadcast::Receiver<AdminEvent>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let hello = Event::default()
+        .event("hello")
+        .data("{}")
+        .retry(Duration::from_secs(3));
+    let first = stream::once(async move { Ok(hello) });
+    let rest = stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(event) => {
+                    let data = serde_json::to_string(&event).unwrap_or_default();
+                    let sse = Event::default().event(event.kind.as_str()).data(data);
+                    return Some((Ok(sse), receiver));
+                }
+                // A slow reader skips what it missed rather than holding the others up.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    futures_util::StreamExt::chain(first, rest)
+}
+
+/// Reads every room once a second until `shutdown`: history, metrics and events (see the
+/// module documentation).
+pub async fn run_admin_sampler(admin: AdminState, shutdown: impl Future<Output = ()>) {
+    let mut interval = tokio::time::interval(SAMPLE_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut previous: HashMap<RoomId, RoomTotals> = HashMap::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => sample_once(&admin, &mut previous).await,
+            () = &mut shutdown => return,
+        }
+    }
+}
+
+async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTotals>) {
+    let store = admin.app().store();
+    let started = std::time::Instant::now();
+    let rooms = match store.rooms().await {
+        Ok(rooms) => rooms,
+        Err(error) => {
+            crate::metrics::store_error("rooms");
+            tracing::debug!(%error, "cannot list rooms to sample");
+            return;
+        }
+    };
+    crate::metrics::store_latency("rooms", started.elapsed());
+    let now = admin.now();
+    let mut seen = Vec::with_capacity(rooms.len());
+    for config in &rooms {
+        let started = std::time::Instant::now();
+        let snapshot = match store.snapshot(&config.id).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                crate::metrics::store_error("snapshot");
+                tracing::debug!(room = %config.id, %error, "cannot sample the room");
+                continue;
+            }
+        };
+        crate::metrics::store_latency("snapshot", started.elapsed());
+        seen.push(config.id.clone());
+        let before = previous.insert(config.id.clone(), snapshot.totals);
+        record(admin, &config.id, &snapshot, before, now);
+    }
+    previous.retain(|room, _| seen.contains(room));
+    admin.history().retain(|room| seen.contains(room));
+    crate::metrics::sse_connections(admin.app().hub().connections());
+}
+
+fn record(
+    admin: &AdminState,
+    room: &RoomId,
+    snapshot: &RoomSnapshot,
+    before: Option<RoomTotals>,
+    now: Timestamp,
+) {
+    let totals = snapshot.totals;
+    // A room seen for the first time (or recreated) has no "before": no burst of old totals.
+    let delta = |pick: fn(&RoomTotals) -> u64| {
+        before.map_or(0, |before| pick(&totals).saturating_sub(pick(&before)))
+    };
+    let sample = Sample {
+        at: now.as_secs(),
+        waiting: snapshot.waiting,
+        active: snapshot.active,
+        admitted_unclaimed: snapshot.admitted_unclaimed,
+        serving: snapshot.serving,
+        admitted: delta(|t| t.admitted),
+        joined: delta(|t| t.joined),
+    };
+    admin.history().record(room, sample);
+    crate::metrics::room_figures(room, snapshot);
+    type Pick = fn(&RoomTotals) -> u64;
+    let changes: [(&str, Pick); 7] = [
+        ("ticket.joined", |t| t.joined),
+        ("ticket.admitted", |t| t.admitted),
+        ("ticket.abandoned", |t| t.abandoned),
+        ("pass.issued", |t| t.passes),
+        ("session.completed", |t| t.completed),
+        ("session.abandoned", |t| t.sessions_abandoned),
+        ("session.expired", |t| t.expired),
+    ];
+    for (kind, pick) in changes {
+        let count = delta(pick);
+        if count > 0 {
+            admin.publish(AdminEvent::new(
+                kind,
+                Some(room),
+                now,
+                json!({"count": count}),
+            ));
+        }
+    }
+    if now.as_secs().is_multiple_of(METRICS_EVERY_SECS) {
+        admin.publish(AdminEvent::new(
+            "room.metrics",
+            Some(room),
+            now,
+            json!({
+                "waiting": snapshot.waiting,
+                "active": snapshot.active,
+                "admitted_unclaimed": snapshot.admitted_unclaimed,
+                "serving": snapshot.serving,
+                "admission_rate_per_minute": snapshot.admission_rate.map(|rate| rate * 60.0),
+            }),
+        ));
+    }
+}

@@ -1,0 +1,253 @@
+//! The operator surface on the admin listener (SPEC §8): the admin API under `/admin/v1`, the
+//! control panel at `/`, Prometheus `/metrics` and the OpenAPI document.
+//!
+//! Every `/admin/v1` call needs `Authorization: Bearer <key>`: a key whose SHA-256 is in
+//! `[auth] admin_keys` may do anything, one in `read_keys` may only read (403 on a write). Keys
+//! are compared as hashes in constant time ([`crate::key_matches`]). The panel page, the
+//! OpenAPI document and `/metrics` carry no secrets and need no key; the listener itself
+//! defaults to the loopback address.
+//!
+//! Rooms changed here are written to the store, which every node reads (the ticker lists the
+//! store's rooms on every pass), so a change is live on every node without a restart.
+
+mod auth;
+pub(crate) mod control;
+pub(crate) mod events;
+mod history;
+pub(crate) mod rooms;
+pub(crate) mod stats;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post, put};
+
+use anteroom_core::config::KeyHash;
+use anteroom_core::engine::Session;
+use anteroom_core::{RoomId, Timestamp};
+use anteroom_token::{PassClaims, SigningAlgorithm};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+pub use events::{AdminEvent, run_admin_sampler};
+
+/// The control panel (SPEC §8.3): one page with inline CSS and JS, embedded in the binary.
+const PANEL_HTML: &str = include_str!("../../../../web/panel.html");
+
+/// The largest admin request body read.
+const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
+
+/// What the admin listener needs beyond the public API's state.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    /// SHA-256 hashes of keys that may read and write.
+    pub admin_keys: Vec<KeyHash>,
+    /// SHA-256 hashes of keys that may only read.
+    pub read_keys: Vec<KeyHash>,
+    /// The signing key directory, for `keys/rotate`.
+    pub key_dir: PathBuf,
+    /// The algorithm of keys made by a rotation that names none.
+    pub algorithm: SigningAlgorithm,
+}
+
+/// Everything the admin handlers share; cheap to clone.
+#[derive(Clone)]
+pub struct AdminState {
+    app: AppState,
+    inner: Arc<AdminShared>,
+}
+
+struct AdminShared {
+    settings: AdminSettings,
+    history: history::History,
+    events: tokio::sync::broadcast::Sender<AdminEvent>,
+    metrics: Option<crate::metrics::Metrics>,
+}
+
+/// Events the live feed buffers for a slow reader before it skips ahead.
+const EVENT_BUFFER: usize = 1024;
+
+impl AdminState {
+    /// The admin surface over a node's public state. With `metrics`, `/metrics` answers the
+    /// Prometheus exposition; without, 404.
+    pub fn new(
+        app: AppState,
+        settings: AdminSettings,
+        metrics: Option<crate::metrics::Metrics>,
+    ) -> AdminState {
+        if settings.admin_keys.is_empty() && settings.read_keys.is_empty() {
+            tracing::warn!(
+                "[auth] lists no admin_keys or read_keys: the admin API refuses every call"
+            );
+        }
+        AdminState {
+            app,
+            inner: Arc::new(AdminShared {
+                settings,
+                history: history::History::default(),
+                events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
+                metrics,
+            }),
+        }
+    }
+
+    /// The public API's state this admin surface works on.
+    pub fn app(&self) -> &AppState {
+        &self.app
+    }
+
+    /// Tells the live event feed (and later the event sinks) what happened.
+    pub fn publish(&self, event: AdminEvent) {
+        // No subscriber is not an error: nobody is watching.
+        let _ = self.inner.events.send(event);
+    }
+
+    /// Subscribes to the live event feed.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AdminEvent> {
+        self.inner.events.subscribe()
+    }
+
+    fn settings(&self) -> &AdminSettings {
+        &self.inner.settings
+    }
+
+    pub(crate) fn history(&self) -> &history::History {
+        &self.inner.history
+    }
+
+    pub(crate) fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.inner.metrics.as_ref()
+    }
+
+    fn now(&self) -> Timestamp {
+        self.app.now()
+    }
+}
+
+/// The admin listener's routes: the panel at `/`, `/metrics`, and `/admin/v1`.
+pub fn admin_router(admin: AdminState) -> Router {
+    let v1 = Router::new()
+        .route("/openapi.json", get(openapi_json))
+        .route("/rooms", get(rooms::list))
+        .route(
+            "/rooms/{room}",
+            get(rooms::get_room)
+                .put(rooms::put_room)
+                .patch(rooms::patch_room)
+                .delete(rooms::delete_room),
+        )
+        .route("/rooms/{room}/pause", post(control::pause))
+        .route("/rooms/{room}/resume", post(control::resume))
+        .route("/rooms/{room}/close", post(control::close))
+        .route("/rooms/{room}/open", post(control::open))
+        .route("/rooms/{room}/advance", post(control::advance))
+        .route("/rooms/{room}/reset", post(control::reset))
+        .route("/rooms/{room}/passes", post(control::issue_pass))
+        .route("/rooms/{room}/signal", put(control::signal))
+        .route("/rooms/{room}/stats", get(stats::stats))
+        .route("/rooms/{room}/sessions", get(stats::sessions))
+        .route("/keys/rotate", post(control::rotate_keys))
+        .route("/events", get(events::feed));
+    Router::new()
+        .route("/", get(panel))
+        .route("/metrics", get(crate::metrics::scrape))
+        .nest("/admin/v1", v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
+        .with_state(admin)
+}
+
+/// `GET /`: the control panel.
+async fn panel() -> Response {
+    let mut response = Html(PANEL_HTML).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Everything is inline: nothing may load from elsewhere, and no other site may frame it.
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+             connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// `GET /admin/v1/openapi.json`
+async fn openapi_json() -> Response {
+    let mut response = (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document_json(),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=60"),
+    );
+    response
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take this method",
+    )
+}
+
+/// A room id from the path; one that cannot exist is simply not found.
+fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
+}
+
+/// Signs the pass of a session, as the public API does for an admitted ticket.
+fn sign_pass(app: &AppState, room: &RoomId, session: &Session) -> Result<String, ApiError> {
+    let claims = PassClaims {
+        iss: app.settings().issuer.clone(),
+        aud: room.to_string(),
+        sub: session.id.to_string(),
+        jti: session.id.to_string(),
+        iat: session.renewed_at.as_secs(),
+        nbf: session.issued_at.as_secs(),
+        exp: session.expires_at.as_secs(),
+        pos: session.position,
+        r#gen: session.generation,
+        uid: session.uid.clone(),
+        scope: anteroom_token::PASS_SCOPE.to_owned(),
+    };
+    app.keys().sign_pass(&claims).map_err(|error| {
+        tracing::error!(%error, "cannot sign a pass");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the pass could not be issued",
+        )
+    })
+}
+
+/// RFC 3339 text of a timestamp (UTC, milliseconds when there are some).
+pub(crate) fn rfc3339(at: Timestamp) -> String {
+    let nanos = i128::from(at.as_millis()) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,510 @@
+//! Rooms through the admin API: list, get, create or replace (PUT), patch, delete.
+//!
+//! The room JSON uses SPEC §3's field names with durations as text, exactly as a `[[room]]`
+//! is written ([`RawRoom`]). A body is checked field by field, so a 400 lists every problem
+//! (wrong types, unknown fields, invalid values, unknown or circular `requires`) at once, and
+//! nothing changes unless the whole room is valid.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use anteroom_core::RoomId;
+use anteroom_core::config::{FieldProblem, RawRoom};
+use anteroom_core::room::RoomConfig;
+
+use super::auth::{ReadAccess, WriteAccess};
+use super::events::AdminEvent;
+use super::{AdminState, parse_room};
+use crate::error::ApiError;
+
+/// A room in SPEC §3 form. In a request every field is optional (absent fields take their
+/// defaults on PUT and stay as they are on PATCH; `id` must match the path when given); in an
+/// answer every field is present except an absent `session_max`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"id": "launch", "max_active": 1000, "admit_per_minute": 3000,
+    "session_ttl": "10m", "mode": "queue"}))]
+pub(crate) struct RoomBody {
+    /// `[a-z0-9][a-z0-9-]{0,63}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$")]
+    pub(crate) id: Option<String>,
+    /// Path globs this room protects (shorthand for a `[[route]]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) routes: Option<Vec<String>>,
+    /// Concurrent active sessions; 0 = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) max_active: Option<u64>,
+    /// New admissions per minute; 0 = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) admit_per_minute: Option<u64>,
+    /// Token-bucket burst of admissions (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub(crate) admit_burst: Option<u64>,
+    /// Idle lifetime of a pass, such as `"10m"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session_ttl: Option<String>,
+    /// Absolute cap on one session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session_max: Option<String>,
+    /// How long an admitted ticket has to claim its pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) claim_ttl: Option<String>,
+    /// A waiting ticket without contact for this long is abandoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ticket_idle_ttl: Option<String>,
+    /// `queue`, `queue_all`, `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "queue")]
+    pub(crate) mode: Option<String>,
+    /// `fifo` or `random`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) order: Option<String>,
+    /// `anonymous`, `header:<name>` or `jwt:<claim>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) identity: Option<String>,
+    /// Rooms whose valid pass is needed first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) requires: Option<Vec<String>>,
+    /// A custom waiting page template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) page_template: Option<String>,
+    /// `open` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) on_store_error: Option<String>,
+}
+
+/// `GET /admin/v1/rooms`
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RoomList {
+    /// Every room, ordered by id.
+    pub(crate) rooms: Vec<RoomBody>,
+}
+
+impl RoomBody {
+    pub(crate) fn from_config(config: &RoomConfig) -> RoomBody {
+        let raw = RawRoom::from_config(config);
+        RoomBody {
+            id: Some(raw.id),
+            routes: raw.routes,
+            max_active: raw.max_active,
+            admit_per_minute: raw.admit_per_minute,
+            admit_burst: raw.admit_burst,
+            session_ttl: raw.session_ttl,
+            session_max: raw.session_max,
+            claim_ttl: raw.claim_ttl,
+            ticket_idle_ttl: raw.ticket_idle_ttl,
+            mode: raw.mode,
+            order: raw.order,
+            identity: raw.identity,
+            requires: raw.requires,
+            page_template: raw.page_template,
+            on_store_error: raw.on_store_error,
+        }
+    }
+}
+
+/// `GET /admin/v1/rooms`
+#[utoipa::path(get, path = "/admin/v1/rooms", tag = "admin",
+    security(("admin_key" = [])),
+    responses(
+        (status = 200, description = "Every room, ordered by id", body = RoomList),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn list(
+    _: ReadAccess,
+    State(admin): State<AdminState>,
+) -> Result<Json<RoomList>, ApiError> {
+    let rooms = admin.app().store().rooms().await?;
+    Ok(Json(RoomList {
+        rooms: rooms.iter().map(RoomBody::from_config).collect(),
+    }))
+}
+
+/// `GET /admin/v1/rooms/{room}`
+#[utoipa::path(get, path = "/admin/v1/rooms/{room}", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "The room", body = RoomBody),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn get_room(
+    _: ReadAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Json<RoomBody>, ApiError> {
+    let room = parse_room(&room)?;
+    let config = admin.app().store().room(&room).await?;
+    Ok(Json(RoomBody::from_config(&config)))
+}
+
+/// `PUT /admin/v1/rooms/{room}`: creates the room, or replaces its configuration keeping its
+/// queue, sessions and counters.
+#[utoipa::path(put, path = "/admin/v1/rooms/{room}", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    request_body(content = RoomBody, description = "The whole room; absent fields take their defaults"),
+    responses(
+        (status = 200, description = "Replaced", body = RoomBody),
+        (status = 201, description = "Created", body = RoomBody),
+        (status = 400, description = "Every problem with the body; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn put_room(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let fields = body_object(body)?;
+    let mut problems = Vec::new();
+    let mut raw = RawRoom {
+        id: room.clone(),
+        ..RawRoom::default()
+    };
+    apply_fields(&mut raw, &fields, &room, &mut problems);
+    let config = validate(&admin, raw, problems).await?;
+    let existed = admin.app().store().room(&config.id).await.is_ok();
+    admin.app().store().put_room(config.clone()).await?;
+    let action = if existed { "replaced" } else { "created" };
+    admin.publish(AdminEvent::room_updated(
+        &config.id,
+        action,
+        admin.now(),
+        room_json(&config),
+    ));
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(RoomBody::from_config(&config))).into_response())
+}
+
+/// `PATCH /admin/v1/rooms/{room}`: changes the fields given (JSON merge patch: `null` puts a
+/// field back to its default).
+#[utoipa::path(patch, path = "/admin/v1/rooms/{room}", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    request_body(content = RoomBody, description = "The fields to change", content_type = "application/json"),
+    responses(
+        (status = 200, description = "The room after the change", body = RoomBody),
+        (status = 400, description = "Every problem with the body; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn patch_room(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<RoomBody>, ApiError> {
+    let id = parse_room(&room)?;
+    let current = admin.app().store().room(&id).await?;
+    let fields = body_object(body)?;
+    let mut problems = Vec::new();
+    let mut raw = RawRoom::from_config(&current);
+    apply_fields(&mut raw, &fields, &room, &mut problems);
+    let config = validate(&admin, raw, problems).await?;
+    admin.app().store().put_room(config.clone()).await?;
+    admin.publish(AdminEvent::room_updated(
+        &config.id,
+        "updated",
+        admin.now(),
+        room_json(&config),
+    ));
+    Ok(Json(RoomBody::from_config(&config)))
+}
+
+/// `DELETE /admin/v1/rooms/{room}`: deletes the room with its queue and sessions.
+#[utoipa::path(delete, path = "/admin/v1/rooms/{room}", tag = "admin",
+    security(("admin_key" = [])),
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another room requires this one", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn delete_room(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_room(&room)?;
+    let rooms = admin.app().store().rooms().await?;
+    let dependents: Vec<&str> = rooms
+        .iter()
+        .filter(|other| other.requires.contains(&id))
+        .map(|other| other.id.as_str())
+        .collect();
+    if !dependents.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "room_required",
+            format!(
+                "rooms {} require {id}; change their requires first",
+                dependents.join(", ")
+            ),
+        ));
+    }
+    if !admin.app().store().delete_room(&id).await? {
+        return Err(ApiError::room_not_found(&room));
+    }
+    admin.publish(AdminEvent::room_updated(
+        &id,
+        "deleted",
+        admin.now(),
+        Value::Null,
+    ));
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) fn room_json(config: &RoomConfig) -> Value {
+    serde_json::to_value(RoomBody::from_config(config)).unwrap_or_default()
+}
+
+/// The body as a JSON object; an empty body is an empty object.
+fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let body = body.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            rejection.body_text(),
+        )
+    })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(ApiError::bad_request(
+            "invalid_json",
+            "the body must be a JSON object with SPEC §3 room fields",
+        )),
+        Err(error) => Err(ApiError::bad_request(
+            "invalid_json",
+            format!("the body is not valid JSON: {error}"),
+        )),
+    }
+}
+
+/// Overwrites `raw`'s fields with those in `fields` (`null` clears a field), recording a
+/// problem for each unknown field and each value of the wrong type.
+fn apply_fields(
+    raw: &mut RawRoom,
+    fields: &Map<String, Value>,
+    path_id: &str,
+    problems: &mut Vec<FieldProblem>,
+) {
+    for (name, value) in fields {
+        let mut problem = |message: String| {
+            problems.push(FieldProblem {
+                field: name.clone(),
+                message,
+            });
+        };
+        match name.as_str() {
+            "id" => match value {
+                Value::Null => {}
+                Value::String(id) if id == path_id => {}
+                _ => problem(format!("must be the room in the path, {path_id:?}")),
+            },
+            "routes" => set(&mut raw.routes, value, "a list of paths", &mut problem),
+            "max_active" => set(&mut raw.max_active, value, "a whole number", &mut problem),
+            "admit_per_minute" => set(
+                &mut raw.admit_per_minute,
+                value,
+                "a whole number",
+                &mut problem,
+            ),
+            "admit_burst" => set(&mut raw.admit_burst, value, "a whole number", &mut problem),
+            "session_ttl" => set(&mut raw.session_ttl, value, DURATION, &mut problem),
+            "session_max" => set(&mut raw.session_max, value, DURATION, &mut problem),
+            "claim_ttl" => set(&mut raw.claim_ttl, value, DURATION, &mut problem),
+            "ticket_idle_ttl" => set(&mut raw.ticket_idle_ttl, value, DURATION, &mut problem),
+            "mode" => set(&mut raw.mode, value, "text", &mut problem),
+            "order" => set(&mut raw.order, value, "text", &mut problem),
+            "identity" => set(&mut raw.identity, value, "text", &mut problem),
+            "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
+            "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
+            "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
+            _ => problem("unknown field".to_owned()),
+        }
+    }
+}
+
+const DURATION: &str = "a duration such as \"90s\", \"10m\" or \"1h\"";
+
+fn set<T: serde::de::DeserializeOwned>(
+    field: &mut Option<T>,
+    value: &Value,
+    expected: &str,
+    problem: &mut impl FnMut(String),
+) {
+    if value.is_null() {
+        *field = None;
+        return;
+    }
+    match T::deserialize(value) {
+        Ok(parsed) => *field = Some(parsed),
+        Err(_) => problem(format!("expected {expected}, found {value}")),
+    }
+}
+
+/// Resolves the room and checks `requires` against the stored rooms; any problem (including
+/// those found while reading the body) is one 400 listing them all.
+async fn validate(
+    admin: &AdminState,
+    raw: RawRoom,
+    mut problems: Vec<FieldProblem>,
+) -> Result<RoomConfig, ApiError> {
+    let resolved = raw.resolve();
+    let config = match resolved {
+        Ok(config) => Some(config),
+        Err(found) => {
+            problems.extend(found);
+            None
+        }
+    };
+    if let Some(config) = &config {
+        let rooms = admin.app().store().rooms().await?;
+        check_requires(config, &rooms, &mut problems);
+    }
+    match config {
+        Some(config) if problems.is_empty() => Ok(config),
+        _ => Err(invalid_room(problems)),
+    }
+}
+
+/// Every required room must exist, and requirements must not go round in a cycle.
+fn check_requires(config: &RoomConfig, rooms: &[RoomConfig], problems: &mut Vec<FieldProblem>) {
+    let mut graph: BTreeMap<&RoomId, Vec<&RoomId>> = rooms
+        .iter()
+        .map(|room| (&room.id, room.requires.iter().collect()))
+        .collect();
+    for required in &config.requires {
+        if !graph.contains_key(required) {
+            problems.push(FieldProblem {
+                field: "requires".to_owned(),
+                message: format!("unknown room {:?}", required.as_str()),
+            });
+        }
+    }
+    graph.insert(&config.id, config.requires.iter().collect());
+    // Depth-first from the room: reaching it again is a cycle.
+    let mut stack: Vec<Vec<&RoomId>> = vec![vec![&config.id]];
+    let mut seen = BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let Some(last) = path.last() else { continue };
+        for next in graph.get(last).into_iter().flatten() {
+            if *next == &config.id {
+                let mut names: Vec<&str> = path.iter().map(|id| id.as_str()).collect();
+                names.push(config.id.as_str());
+                problems.push(FieldProblem {
+                    field: "requires".to_owned(),
+                    message: format!(
+                        "rooms require each other in a cycle: {}",
+                        names.join(" -> ")
+                    ),
+                });
+                return;
+            }
+            if seen.insert(*next) {
+                let mut longer = path.clone();
+                longer.push(next);
+                stack.push(longer);
+            }
+        }
+    }
+}
+
+fn invalid_room(problems: Vec<FieldProblem>) -> ApiError {
+    let summary = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    ApiError::bad_request("invalid_room", format!("the room is not valid: {summary}")).with_errors(
+        problems
+            .into_iter()
+            .map(|problem| (problem.field, problem.message))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn config(id: &str, requires: &[&str]) -> RoomConfig {
+        RoomConfig {
+            requires: requires.iter().map(|r| RoomId::new(r).unwrap()).collect(),
+            ..RoomConfig::with_defaults(RoomId::new(id).unwrap())
+        }
+    }
+
+    fn check(room: RoomConfig, rooms: &[RoomConfig]) -> Vec<String> {
+        let mut problems = Vec::new();
+        check_requires(&room, rooms, &mut problems);
+        problems.into_iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn requires_names_existing_rooms_without_cycles() {
+        let rooms = [config("a", &[]), config("b", &["a"])];
+        assert!(check(config("c", &["b"]), &rooms).is_empty());
+        assert_eq!(
+            check(config("c", &["nope"]), &rooms),
+            ["requires: unknown room \"nope\""]
+        );
+        // a -> c -> b -> a
+        assert_eq!(
+            check(
+                config("a", &["c"]),
+                &[config("a", &[]), config("b", &["a"]), config("c", &["b"])]
+            ),
+            ["requires: rooms require each other in a cycle: a -> c -> b -> a"]
+        );
+    }
+
+    #[test]
+    fn every_field_problem_is_listed() {
+        let fields: Map<String, Value> = serde_json::from_str(
+            r#"{"max_active": "many", "session_ttl": "soon", "mode": "fast", "colour": 1, "id": "other"}"#,
+        )
+        .unwrap();
+        let mut raw = RawRoom {
+            id: "r".to_owned(),
+            ..RawRoom::default()
+        };
+        let mut problems = Vec::new();
+        apply_fields(&mut raw, &fields, "r", &mut problems);
+        problems.extend(raw.resolve().unwrap_err());
+        let mut fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        fields.sort_unstable();
+        assert_eq!(
+            fields,
+            ["colour", "id", "max_active", "mode", "session_ttl"]
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! Prometheus metrics (SPEC §8.4) through the `metrics` facade, rendered by
+//! `metrics-exporter-prometheus` at the admin listener's `/metrics`.
+//!
+//! Series (all prefixed `anteroom_`):
+//!
+//! | series | kind | labels |
+//! |---|---|---|
+//! | `room_waiting`, `room_active`, `room_serving`, `room_admitted_unclaimed`, `room_admission_rate_per_minute` | gauge | `room` |
+//! | `room_joins_total`, `room_admissions_total`, `room_no_shows_total`, `room_abandons_total`, `room_left_total`, `room_passes_total`, `room_completions_total`, `room_sessions_abandoned_total`, `room_sessions_expired_total` | counter | `room` |
+//! | `sse_connections` | gauge | |
+//! | `rate_limit_decisions_total` | counter | `rule`, `result` (`allowed`, `delayed`, `rejected`, `shadow_rejected`) |
+//! | `rate_limit_store_errors_total` | counter | `rule` |
+//! | `store_operation_seconds` | histogram | `operation` |
+//! | `store_errors_total` | counter | `operation` |
+//!
+//! Room figures come from the admin sampler, once a second. Room totals live in the store,
+//! so on a shared store every node reports the same totals: aggregate with `max`, not `sum`.
+//! Other parts of the node (the gateway's upstream latency and WebSocket drops) record through
+//! the same facade and appear here too. Histograms get fixed buckets; the exporter's upkeep
+//! runs every few seconds ([`spawn_upkeep`]) so their memory stays bounded.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use anteroom_core::RoomId;
+use anteroom_core::engine::RoomSnapshot;
+
+use crate::RateLimiter;
+use crate::admin::AdminState;
+use crate::error::ApiError;
+
+/// Buckets of every latency histogram, in seconds: 0.5 ms to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// How often the exporter's upkeep runs.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The process's Prometheus recorder and what `/metrics` reads at scrape time.
+#[derive(Clone)]
+pub struct Metrics {
+    handle: PrometheusHandle,
+    rate_limiter: Option<RateLimiter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Why the recorder could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the metrics recorder: {0}")]
+pub struct MetricsError(String);
+
+impl Metrics {
+    /// Installs the Prometheus recorder for this process (once: later calls share it) and
+    /// reads the rate limiter's decisions at scrape time.
+    pub fn install(rate_limiter: Option<RateLimiter>) -> Result<Metrics, MetricsError> {
+        static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+        let handle = HANDLE
+            .get_or_init(|| {
+                PrometheusBuilder::new()
+                    .set_buckets(LATENCY_BUCKETS)
+                    .and_then(|builder| {
+                        builder.set_buckets_for_metric(
+                            Matcher::Suffix("_seconds".to_owned()),
+                            LATENCY_BUCKETS,
+                        )
+                    })
+                    .and_then(PrometheusBuilder::install_recorder)
+                    .map_err(|error| error.to_string())
+            })
+            .clone()
+            .map_err(MetricsError)?;
+        describe();
+        Ok(Metrics {
+            handle,
+            rate_limiter,
+        })
+    }
+
+    /// Runs the exporter's upkeep every few seconds (histogram memory stays bounded) until the
+    /// runtime stops.
+    pub fn spawn_upkeep(&self) {
+        let handle = self.handle.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(UPKEEP_INTERVAL);
+            loop {
+                interval.tick().await;
+                handle.run_upkeep();
+            }
+        });
+    }
+
+    /// The exposition text (Prometheus text format 0.0.4).
+    pub fn render(&self) -> String {
+        if let Some(limiter) = &self.rate_limiter {
+            for (rule, figures) in limiter.metrics().snapshot() {
+                for result in [
+                    crate::RuleResult::Allowed,
+                    crate::RuleResult::Delayed,
+                    crate::RuleResult::Rejected,
+                    crate::RuleResult::ShadowRejected,
+                ] {
+                    counter!("anteroom_rate_limit_decisions_total",
+                        "rule" => rule.clone(), "result" => result.as_str())
+                    .absolute(figures.count(result));
+                }
+                counter!("anteroom_rate_limit_store_errors_total", "rule" => rule.clone())
+                    .absolute(figures.store_errors);
+            }
+        }
+        self.handle.render()
+    }
+}
+
+fn describe() {
+    static DESCRIBED: OnceLock<()> = OnceLock::new();
+    DESCRIBED.get_or_init(|| {
+        use metrics::{describe_counter, describe_gauge, describe_histogram};
+        describe_gauge!("anteroom_room_waiting", "Live waiting tickets.");
+        describe_gauge!("anteroom_room_active", "Active sessions.");
+        describe_gauge!("anteroom_room_serving", "Highest admitted position.");
+        describe_gauge!(
+            "anteroom_room_admitted_unclaimed",
+            "Admitted tickets that have not claimed their pass."
+        );
+        describe_gauge!(
+            "anteroom_room_admission_rate_per_minute",
+            "Measured admissions per minute."
+        );
+        describe_counter!("anteroom_room_joins_total", "Tickets created.");
+        describe_counter!("anteroom_room_admissions_total", "Tickets admitted.");
+        describe_counter!(
+            "anteroom_room_no_shows_total",
+            "Admitted tickets that never claimed their pass."
+        );
+        describe_counter!(
+            "anteroom_room_abandons_total",
+            "Waiting tickets dropped for lack of contact."
+        );
+        describe_counter!("anteroom_room_left_total", "Tickets that left the queue.");
+        describe_counter!(
+            "anteroom_room_passes_total",
+            "Passes issued (sessions opened)."
+        );
+        describe_counter!(
+            "anteroom_room_completions_total",
+            "Sessions completed by the site."
+        );
+        describe_counter!(
+            "anteroom_room_sessions_abandoned_total",
+            "Sessions abandoned or revoked."
+        );
+        describe_counter!(
+            "anteroom_room_sessions_expired_total",
+            "Sessions that ran out of time."
+        );
+        describe_gauge!("anteroom_sse_connections", "Open SSE streams on this node.");
+        describe_counter!(
+            "anteroom_rate_limit_decisions_total",
+            "Rate-limit decisions by rule and result."
+        );
+        describe_counter!(
+            "anteroom_rate_limit_store_errors_total",
+            "Rate-limit decisions a rule's store could not make."
+        );
+        describe_histogram!(
+            "anteroom_store_operation_seconds",
+            metrics::Unit::Seconds,
+            "Store operations timed by this node."
+        );
+        describe_counter!(
+            "anteroom_store_errors_total",
+            "Store operations that failed."
+        );
+    });
+}
+
+/// Sets a room's gauges and counters from one snapshot.
+pub(crate) fn room_figures(room: &RoomId, snapshot: &RoomSnapshot) {
+    let label = room.to_string();
+    gauge!("anteroom_room_waiting", "room" => label.clone()).set(snapshot.waiting as f64);
+    gauge!("anteroom_room_active", "room" => label.clone()).set(snapshot.active as f64);
+    gauge!("anteroom_room_serving", "room" => label.clone()).set(snapshot.serving as f64);
+    gauge!("anteroom_room_admitted_unclaimed", "room" => label.clone())
+        .set(snapshot.admitted_unclaimed as f64);
+    gauge!("anteroom_room_admission_rate_per_minute", "room" => label.clone())
+        .set(snapshot.admission_rate.unwrap_or(0.0) * 60.0);
+    let totals = snapshot.totals;
+    let counters = [
+        ("anteroom_room_joins_total", totals.joined),
+        ("anteroom_room_admissions_total", totals.admitted),
+        ("anteroom_room_no_shows_total", totals.no_show),
+        ("anteroom_room_abandons_total", totals.abandoned),
+        ("anteroom_room_left_total", totals.left),
+        ("anteroom_room_passes_total", totals.passes),
+        ("anteroom_room_completions_total", totals.completed),
+        (
+            "anteroom_room_sessions_abandoned_total",
+            totals.sessions_abandoned,
+        ),
+        ("anteroom_room_sessions_expired_total", totals.expired),
+    ];
+    for (name, value) in counters {
+        counter!(name, "room" => label.clone()).absolute(value);
+    }
+}
+
+/// Open SSE streams on this node.
+pub(crate) fn sse_connections(connections: usize) {
+    gauge!("anteroom_sse_connections").set(connections as f64);
+}
+
+/// Times one store operation.
+pub(crate) fn store_latency(operation: &'static str, elapsed: Duration) {
+    histogram!("anteroom_store_operation_seconds", "operation" => operation)
+        .record(elapsed.as_secs_f64());
+}
+
+/// Counts one failed store operation.
+pub(crate) fn store_error(operation: &'static str) {
+    counter!("anteroom_store_errors_total", "operation" => operation).increment(1);
+}
+
+/// `GET /metrics`
+pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
+    let Some(metrics) = admin.metrics() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "metrics are not enabled on this node",
+        )
+        .into_response();
+    };
+    crate::metrics::sse_connections(admin.app().hub().connections());
+    let mut response = metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,230 @@
+//! The OpenAPI 3.1 document of the public API (§6.1) and the admin API (§8.1), generated from
+//! the handlers' annotations and the wire types' schemas with utoipa, served at
+//! `/admin/v1/openapi.json` and checked into `docs/openapi.json` (a test fails when the two
+//! differ; `ANTEROOM_WRITE_OPENAPI=1 cargo test -p anteroom-http --test openapi` rewrites it).
+//!
+//! The admin handlers carry their own `#[utoipa::path]`. The public API's routes are
+//! described here, next to each other, with the wire types of `api.rs`; every error is an RFC
+//! 9457 problem ([`crate::error::Problem`]).
+
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::admin;
+use crate::api;
+use crate::error::{FieldError, Problem};
+
+/// The document as pretty JSON, built once.
+pub fn document_json() -> String {
+    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+        let mut json = ApiDoc::openapi()
+            .to_pretty_json()
+            .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+        json.push('\n');
+        json
+    });
+    DOCUMENT.clone()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "anteroom",
+        description = "A self-hosted virtual waiting room and rate-limiting gateway. The public \
+            API lives on the public listener under /_anteroom/; the admin API on the admin \
+            listener (default 127.0.0.1:9090) under /admin/v1, with `Authorization: Bearer \
+            <admin key>`. Every error is application/problem+json with a stable `code`.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        join, status, events, leave, leave_beacon, summary, complete_session,
+        abandon_session, waiting_page, jwks, health,
+        admin::rooms::list, admin::rooms::get_room, admin::rooms::put_room,
+        admin::rooms::patch_room, admin::rooms::delete_room,
+        admin::control::pause, admin::control::resume, admin::control::close,
+        admin::control::open, admin::control::advance, admin::control::reset,
+        admin::control::issue_pass, admin::control::signal, admin::control::rotate_keys,
+        admin::stats::stats, admin::stats::sessions, admin::events::feed,
+    ),
+    components(schemas(Problem, FieldError, JoinBody)),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "public", description = "Visitors and the protected site (public listener)"),
+        (name = "admin", description = "Operators (admin listener)"),
+    )
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |description: &str| {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(description))
+                    .build(),
+            )
+        };
+        components.add_security_scheme(
+            "admin_key",
+            bearer("An admin key (read and write) or a read-only key from [auth]"),
+        );
+        components.add_security_scheme(
+            "service_key",
+            bearer("A backend service key from [auth] service_keys"),
+        );
+    }
+}
+
+/// The optional body of a join.
+#[derive(Debug, Deserialize, ToSchema)]
+#[allow(dead_code)]
+struct JoinBody {
+    /// Where to go once admitted: a same-origin path starting with a single `/`.
+    #[serde(rename = "return")]
+    #[schema(max_length = 2048)]
+    return_to: Option<String>,
+    /// A proof-of-work solution, for rooms that ask for one.
+    #[schema(value_type = Option<Object>)]
+    challenge: Option<serde_json::Value>,
+}
+
+// The public routes (`lib.rs: reserved_routes`), described where the document is assembled.
+
+/// Joins the queue, or resumes the caller's ticket (idempotent with a valid ticket or
+/// identity). Sets the ticket cookie; in a room that can admit at once, answers `admitted`
+/// with the pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/join", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "A ticket token held (EventSource clients)")),
+    request_body(content = Option<JoinBody>, description = "Optional"),
+    responses(
+        (status = 200, description = "The ticket's status", body = api::StatusBody),
+        (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The room is closed, or the store cannot be reached", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn join() {}
+
+/// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
+/// the pass and sets the pass cookie.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
+    responses(
+        (status = 200, description = "The ticket's status", body = api::StatusBody),
+        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The ticket expired, left or belongs to an older generation", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn status() {}
+
+/// Server-Sent Events for one ticket: `status` (the status JSON, at most once a second),
+/// `admitted` (then the stream ends), `closed`; a keep-alive comment every 15 s.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/events", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token (EventSource cannot send headers)")),
+    responses(
+        (status = 200, description = "The event stream; each event's data is the status JSON", content_type = "text/event-stream", body = api::StatusBody),
+        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The ticket expired", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "This node holds as many streams as it can: poll instead", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn events() {}
+
+/// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
+#[utoipa::path(delete, path = "/_anteroom/v1/rooms/{room}/ticket", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn leave() {}
+
+/// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/leave", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn leave_beacon() {}
+
+/// The room's public summary, cacheable for a second.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "The summary", body = api::RoomSummary),
+        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn summary() {}
+
+/// The backend ends a session early (completed), freeing its slot and revoking its pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/complete", tag = "public",
+    security(("service_key" = [])),
+    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+    responses(
+        (status = 200, description = "The session after", body = api::SessionBody),
+        (status = 401, description = "No valid service key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room or session", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn complete_session() {}
+
+/// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon", tag = "public",
+    security(("service_key" = [])),
+    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+    responses(
+        (status = 200, description = "The session after", body = api::SessionBody),
+        (status = 401, description = "No valid service key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room or session", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn abandon_session() {}
+
+/// The waiting page: joins (or resumes) server-side and shows position, people ahead and ETA;
+/// `Accept: application/json` gets the status JSON instead.
+#[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
+        ("lang" = Option<String>, Query, description = "`en` or `ko`")),
+    responses(
+        (status = 200, description = "The page (or the status JSON)", content_type = "text/html"),
+        (status = 404, description = "No such room", content_type = "text/html"),
+        (status = 503, description = "Closed, or the store cannot be reached", content_type = "text/html"),
+    ))]
+#[allow(dead_code)]
+fn waiting_page() {}
+
+/// The public keys that verify passes.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "public",
+    responses((status = 200, description = "A JWK set", body = Object)))]
+#[allow(dead_code)]
+fn jwks() {}
+
+/// Liveness.
+#[utoipa::path(get, path = "/_anteroom/healthz", tag = "public",
+    responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
+#[allow(dead_code)]
+fn health() {}

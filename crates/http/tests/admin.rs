@@ -1,0 +1,736 @@
+//! The admin API (SPEC §8.1) through `oneshot`: keys and their kinds, rooms created, changed and
+//! deleted at run time, controls, stats, session pages, passes by hand, key rotation, the live
+//! event feed. Bad requests must change nothing.
+
+#![allow(clippy::unwrap_used)]
+
+#[allow(dead_code)]
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_http::{AdminSettings, AdminState, admin_router};
+use anteroom_token::{KeySet, PassExpectations, SigningAlgorithm};
+use support::{Call, Harness, Reply, START, capped_room, key_hash, room, room_id};
+
+const ADMIN_KEY: &str = "admin-key-0123456789abcdef";
+const READ_KEY: &str = "read-only-key-0123456789abcdef";
+
+/// The public harness with its router swapped for the admin router over the same state.
+struct Admin {
+    harness: Harness,
+    public: Router,
+    admin: AdminState,
+    _key_dir: tempfile::TempDir,
+}
+
+impl Admin {
+    async fn new(rooms: Vec<RoomConfig>) -> Admin {
+        let mut harness = Harness::new(rooms).await;
+        let key_dir = tempfile::tempdir().unwrap();
+        KeySet::load_or_generate(key_dir.path(), SigningAlgorithm::EdDsa, START.as_secs()).unwrap();
+        let settings = AdminSettings {
+            admin_keys: vec![key_hash(ADMIN_KEY)],
+            read_keys: vec![key_hash(READ_KEY)],
+            key_dir: key_dir.path().to_owned(),
+            algorithm: SigningAlgorithm::EdDsa,
+        };
+        let admin = AdminState::new(harness.state.clone(), settings, None);
+        let public = std::mem::replace(&mut harness.app, admin_router(admin.clone()));
+        Admin {
+            harness,
+            public,
+            admin,
+            _key_dir: key_dir,
+        }
+    }
+
+    /// An admin call with the read-write key.
+    async fn call(&self, call: Call) -> Reply {
+        self.harness
+            .check(call.header("authorization", &format!("Bearer {ADMIN_KEY}")))
+            .await
+    }
+
+    /// An admin call with the read-only key.
+    async fn read(&self, call: Call) -> Reply {
+        self.harness
+            .check(call.header("authorization", &format!("Bearer {READ_KEY}")))
+            .await
+    }
+
+    /// An admin call as given (no key added).
+    async fn bare(&self, call: Call) -> Reply {
+        self.harness.check(call).await
+    }
+
+    async fn public(&self, method: Method, uri: &str) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        let response = self.public.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn config(&self, id: &str) -> RoomConfig {
+        self.harness.store.room(&room_id(id)).await.unwrap()
+    }
+}
+
+fn put(uri: &str, body: Value) -> Call {
+    Call::method(Method::PUT, uri).json(body.to_string())
+}
+
+fn patch(uri: &str, body: Value) -> Call {
+    Call::method(Method::PATCH, uri).json(body.to_string())
+}
+
+#[tokio::test]
+async fn calls_without_a_valid_key_are_refused_with_401() {
+    let admin = Admin::new(vec![room("a")]).await;
+    for call in [
+        Call::get("/admin/v1/rooms"),
+        Call::get("/admin/v1/rooms/a"),
+        Call::get("/admin/v1/rooms/a/stats"),
+        Call::post("/admin/v1/rooms/a/pause"),
+        Call::get("/admin/v1/events"),
+    ] {
+        let reply = admin.bare(call).await;
+        reply.assert_problem(StatusCode::UNAUTHORIZED, "unauthorized");
+        assert!(
+            reply
+                .header("www-authenticate")
+                .unwrap()
+                .starts_with("Bearer")
+        );
+    }
+    for wrong in ["Bearer nope", "Basic YWRtaW4=", "Bearer ", ADMIN_KEY] {
+        let reply = admin
+            .bare(Call::get("/admin/v1/rooms").header("authorization", wrong))
+            .await;
+        reply.assert_problem(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    // A service key is not an admin key.
+    let reply = admin
+        .bare(
+            Call::get("/admin/v1/rooms")
+                .header("authorization", &format!("Bearer {}", support::SERVICE_KEY)),
+        )
+        .await;
+    reply.assert_problem(StatusCode::UNAUTHORIZED, "unauthorized");
+    assert_eq!(admin.config("a").await.mode, Mode::Queue);
+}
+
+#[tokio::test]
+async fn read_only_keys_read_but_never_write() {
+    let admin = Admin::new(vec![capped_room("a", 5)]).await;
+    assert_eq!(
+        admin.read(Call::get("/admin/v1/rooms")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        admin
+            .read(Call::get("/admin/v1/rooms/a/stats"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        admin
+            .read(Call::get("/admin/v1/rooms/a/sessions"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let before = admin.harness.counters("a").await;
+    for call in [
+        put("/admin/v1/rooms/b", json!({})),
+        patch("/admin/v1/rooms/a", json!({"max_active": 1})),
+        Call::delete("/admin/v1/rooms/a"),
+        Call::post("/admin/v1/rooms/a/pause"),
+        Call::post("/admin/v1/rooms/a/close"),
+        Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": 1}"#),
+        Call::post("/admin/v1/rooms/a/reset"),
+        Call::post("/admin/v1/rooms/a/passes"),
+        Call::post("/admin/v1/keys/rotate"),
+        Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json("{}"),
+    ] {
+        let reply = admin.read(call).await;
+        reply.assert_problem(StatusCode::FORBIDDEN, "forbidden");
+    }
+    assert_eq!(admin.harness.counters("a").await, before);
+    assert_eq!(admin.config("a").await, capped_room("a", 5));
+    assert_eq!(admin.harness.store.rooms().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn rooms_are_created_replaced_patched_and_deleted_with_section_3_names() {
+    let admin = Admin::new(vec![room("tier1")]).await;
+    let created = admin
+        .call(put(
+            "/admin/v1/rooms/launch",
+            json!({"max_active": 2, "admit_per_minute": 60, "session_ttl": "15m",
+                   "mode": "queue", "requires": ["tier1"]}),
+        ))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(created.text("id"), "launch");
+    assert_eq!(created.text("session_ttl"), "15m");
+    assert_eq!(
+        created.number("admit_burst"),
+        1,
+        "default: admit_per_minute / 60"
+    );
+    assert_eq!(created.body["requires"], json!(["tier1"]));
+    // Live at once: visitors can join through the public API.
+    let (status, body) = admin
+        .public(Method::POST, "/_anteroom/v1/rooms/launch/join")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let listed = admin.read(Call::get("/admin/v1/rooms")).await;
+    let ids: Vec<&str> = listed.body["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|room| room["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["launch", "tier1"]);
+
+    // PUT replaces: absent fields go back to their defaults; the queue stays.
+    let replaced = admin
+        .call(put(
+            "/admin/v1/rooms/launch",
+            json!({"id": "launch", "max_active": 9}),
+        ))
+        .await;
+    assert_eq!(replaced.status, StatusCode::OK, "{}", replaced.body);
+    assert_eq!(replaced.text("session_ttl"), "10m");
+    assert_eq!(replaced.body["requires"], json!([]));
+    assert_eq!(admin.harness.counters("launch").await.last_position, 1);
+
+    // PATCH changes only what it names; null puts a field back to its default.
+    let patched = admin
+        .call(patch(
+            "/admin/v1/rooms/launch",
+            json!({"admit_per_minute": 120, "session_max": "1h", "max_active": null}),
+        ))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    assert_eq!(
+        (
+            patched.number("admit_per_minute"),
+            patched.number("max_active")
+        ),
+        (120, 0)
+    );
+    assert_eq!(patched.text("session_max"), "1h");
+    assert_eq!(admin.config("launch").await.admit_per_minute, 120);
+
+    let got = admin.read(Call::get("/admin/v1/rooms/launch")).await;
+    assert_eq!(got.body, patched.body);
+
+    // A room that another requires cannot be deleted before the other lets go.
+    admin
+        .call(patch(
+            "/admin/v1/rooms/launch",
+            json!({"requires": ["tier1"]}),
+        ))
+        .await;
+    admin
+        .call(Call::delete("/admin/v1/rooms/tier1"))
+        .await
+        .assert_problem(StatusCode::CONFLICT, "room_required");
+    let deleted = admin.call(Call::delete("/admin/v1/rooms/launch")).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    admin
+        .call(Call::get("/admin/v1/rooms/launch"))
+        .await
+        .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+    admin
+        .call(Call::delete("/admin/v1/rooms/launch"))
+        .await
+        .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+    let (status, _) = admin
+        .public(Method::POST, "/_anteroom/v1/rooms/launch/join")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    admin
+        .call(patch("/admin/v1/rooms/nowhere", json!({"max_active": 1})))
+        .await
+        .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+}
+
+#[tokio::test]
+async fn bad_bodies_are_refused_listing_every_problem_and_change_nothing() {
+    let admin = Admin::new(vec![capped_room("a", 5), room("b")]).await;
+    let before = (admin.config("a").await, admin.harness.counters("a").await);
+
+    let reply = admin
+        .call(patch(
+            "/admin/v1/rooms/a",
+            json!({"max_active": "lots", "session_ttl": "soon", "mode": "fast",
+                   "colour": "red", "requires": ["a", "ghost"], "admit_burst": 0}),
+        ))
+        .await;
+    reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    let fields: BTreeSet<&str> = reply.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|problem| problem["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from([
+            "admit_burst",
+            "colour",
+            "max_active",
+            "mode",
+            "requires",
+            "session_ttl"
+        ])
+    );
+    // Unknown required rooms and cycles are found against the stored rooms.
+    admin
+        .call(patch("/admin/v1/rooms/b", json!({"requires": ["a"]})))
+        .await;
+    let cycle = admin
+        .call(patch("/admin/v1/rooms/a", json!({"requires": ["b"]})))
+        .await;
+    cycle.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    assert!(
+        cycle.body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cycle")
+    );
+    let ghost = admin
+        .call(put("/admin/v1/rooms/new", json!({"requires": ["ghost"]})))
+        .await;
+    ghost.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+
+    for (call, code) in [
+        (patch("/admin/v1/rooms/a", json!([1, 2])), "invalid_json"),
+        (
+            Call::method(Method::PATCH, "/admin/v1/rooms/a").json("{not json"),
+            "invalid_json",
+        ),
+        (
+            put("/admin/v1/rooms/a", json!({"id": "other"})),
+            "invalid_room",
+        ),
+        (put("/admin/v1/rooms/Bad_Id", json!({})), "invalid_room"),
+        (put("/admin/v1/rooms/a", json!({"mode": 3})), "invalid_room"),
+        (
+            put(
+                "/admin/v1/rooms/a",
+                json!({"session_max": "1m", "session_ttl": "10m"}),
+            ),
+            "invalid_room",
+        ),
+        (Call::post("/admin/v1/rooms/a/advance"), "invalid_body"),
+        (
+            Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": 0}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": -1}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": 1, "x": 1}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/reset").json(r#"{"purge": "yes"}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/passes").json(r#"{"ttl": "forever"}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/passes").json(r#"{"ttl": "30d"}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/rooms/a/passes").json(r#"{"uid": ""}"#),
+            "invalid_body",
+        ),
+        (
+            Call::post("/admin/v1/keys/rotate").json(r#"{"algorithm": "none"}"#),
+            "invalid_body",
+        ),
+    ] {
+        admin
+            .call(call)
+            .await
+            .assert_problem(StatusCode::BAD_REQUEST, code);
+    }
+    let large = admin
+        .call(Call::method(Method::PUT, "/admin/v1/rooms/a").json(format!(
+            "{{\"page_template\": \"{}\"}}",
+            "x".repeat(100_000)
+        )))
+        .await;
+    large.assert_problem(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+
+    assert_eq!(
+        (admin.config("a").await, admin.harness.counters("a").await),
+        before
+    );
+    assert_eq!(admin.harness.store.rooms().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn pause_resume_close_and_open_change_the_mode_live() {
+    let admin = Admin::new(vec![capped_room("a", 100)]).await;
+    let paused = admin.call(Call::post("/admin/v1/rooms/a/pause")).await;
+    assert_eq!(paused.status, StatusCode::OK);
+    assert_eq!(paused.text("mode"), "queue_all");
+    let (_, joined) = admin
+        .public(Method::POST, "/_anteroom/v1/rooms/a/join")
+        .await;
+    assert_eq!(joined["state"], "paused", "nobody is admitted while paused");
+    assert_eq!(admin.harness.tick("a").await.admitted, 0);
+
+    let resumed = admin.call(Call::post("/admin/v1/rooms/a/resume")).await;
+    assert_eq!(resumed.text("mode"), "queue");
+    assert_eq!(admin.harness.tick("a").await.admitted, 1);
+
+    let closed = admin.call(Call::post("/admin/v1/rooms/a/close")).await;
+    assert_eq!(closed.text("mode"), "closed");
+    let (status, body) = admin
+        .public(Method::POST, "/_anteroom/v1/rooms/a/join")
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("room_closed"))
+    );
+    let opened = admin.call(Call::post("/admin/v1/rooms/a/open")).await;
+    assert_eq!(opened.text("mode"), "queue");
+    assert_eq!(admin.config("a").await.max_active, 100, "other fields kept");
+    admin
+        .call(Call::post("/admin/v1/rooms/ghost/pause"))
+        .await
+        .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+}
+
+#[tokio::test]
+async fn advance_admits_within_the_line_and_capacity() {
+    let admin = Admin::new(vec![RoomConfig {
+        mode: Mode::QueueAll,
+        ..capped_room("a", 3)
+    }])
+    .await;
+    for _ in 0..5 {
+        admin
+            .public(Method::POST, "/_anteroom/v1/rooms/a/join")
+            .await;
+    }
+    let advanced = admin
+        .call(Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": 10}"#))
+        .await;
+    assert_eq!(advanced.status, StatusCode::OK, "{}", advanced.body);
+    assert_eq!(advanced.number("admitted"), 3, "bounded by capacity");
+    assert_eq!(advanced.number("serving"), 3);
+    assert_eq!(advanced.number("next_position"), 6);
+    assert_eq!(advanced.number("waiting"), 2);
+    let again = admin
+        .call(Call::post("/admin/v1/rooms/a/advance").json(r#"{"count": 1}"#))
+        .await;
+    assert_eq!(again.number("admitted"), 0, "no free slot");
+}
+
+#[tokio::test]
+async fn reset_starts_a_new_generation() {
+    let admin = Admin::new(vec![capped_room("a", 1)]).await;
+    for _ in 0..3 {
+        admin
+            .public(Method::POST, "/_anteroom/v1/rooms/a/join")
+            .await;
+    }
+    let reset = admin
+        .call(Call::post("/admin/v1/rooms/a/reset").json(r#"{"purge": true}"#))
+        .await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    assert_eq!(reset.number("generation"), 2);
+    assert_eq!((reset.number("waiting"), reset.number("active")), (0, 0));
+    let plain = admin.call(Call::post("/admin/v1/rooms/a/reset")).await;
+    assert_eq!(plain.number("generation"), 3);
+}
+
+#[tokio::test]
+async fn passes_issued_by_hand_verify_and_count_as_sessions() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let issued = admin
+        .call(Call::post("/admin/v1/rooms/a/passes").json(r#"{"uid": "vip-1", "ttl": "30m"}"#))
+        .await;
+    assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.body);
+    let claims = admin
+        .harness
+        .keys()
+        .verify_pass(
+            issued.text("pass"),
+            &PassExpectations {
+                room: "a",
+                issuer: support::ISSUER,
+                generation: 1,
+            },
+            START.as_secs(),
+        )
+        .unwrap();
+    assert_eq!(claims.sub, issued.text("session"));
+    assert_eq!(claims.uid.as_deref(), Some("vip-1"));
+    assert_eq!(claims.exp, START.as_secs() + 1800);
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+    let default_ttl = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    assert_eq!(default_ttl.status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn session_pages_never_exceed_the_limit_and_walk_every_session_once() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let mut issued = BTreeSet::new();
+    for _ in 0..23 {
+        let pass = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+        issued.insert(pass.text("session").to_owned());
+    }
+    // Three of them end: they leave the `active` listing.
+    let ended: Vec<String> = issued.iter().take(3).cloned().collect();
+    for session in &ended {
+        let reply = admin
+            .harness
+            .store
+            .end_session(
+                &room_id("a"),
+                session.parse().unwrap(),
+                anteroom_core::engine::SessionEnd::Completed,
+            )
+            .await;
+        reply.unwrap();
+    }
+    let walk = |state: &'static str, limit: usize| {
+        let admin = &admin;
+        async move {
+            let mut seen = Vec::new();
+            let mut cursor: Option<String> = None;
+            let mut pages = 0;
+            loop {
+                let mut uri = format!("/admin/v1/rooms/a/sessions?state={state}&limit={limit}");
+                if let Some(cursor) = &cursor {
+                    uri.push_str(&format!("&cursor={cursor}"));
+                }
+                let page = admin.read(Call::get(&uri)).await;
+                assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+                let sessions = page.body["sessions"].as_array().unwrap();
+                assert!(sessions.len() <= limit, "a page holds at most the limit");
+                seen.extend(
+                    sessions
+                        .iter()
+                        .map(|s| s["id"].as_str().unwrap().to_owned()),
+                );
+                pages += 1;
+                match page.body["next_cursor"].as_str() {
+                    Some(next) => cursor = Some(next.to_owned()),
+                    None => break,
+                }
+                assert!(pages < 100, "the walk ends");
+            }
+            seen
+        }
+    };
+    for limit in [1, 5, 20, 500] {
+        let active = walk("active", limit).await;
+        let unique: BTreeSet<String> = active.iter().cloned().collect();
+        assert_eq!(active.len(), unique.len(), "nothing twice (limit {limit})");
+        let expected: BTreeSet<String> = issued
+            .iter()
+            .filter(|id| !ended.contains(id))
+            .cloned()
+            .collect();
+        assert_eq!(
+            unique, expected,
+            "every active session once (limit {limit})"
+        );
+    }
+    let completed: BTreeSet<String> = walk("completed", 2).await.into_iter().collect();
+    assert_eq!(completed, ended.iter().cloned().collect());
+    let default_page = admin.read(Call::get("/admin/v1/rooms/a/sessions")).await;
+    assert_eq!(default_page.body["sessions"].as_array().unwrap().len(), 23);
+    assert_eq!(default_page.body["next_cursor"], Value::Null);
+    let states: Vec<&str> = default_page.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| session["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states.iter().filter(|state| **state == "completed").count(),
+        3
+    );
+    assert_eq!(
+        states.iter().filter(|state| **state == "active").count(),
+        20
+    );
+
+    for bad in [
+        "limit=0",
+        "limit=501",
+        "limit=x",
+        "state=gone",
+        "cursor=%2F..",
+        "other=1",
+    ] {
+        admin
+            .read(Call::get(&format!("/admin/v1/rooms/a/sessions?{bad}")))
+            .await
+            .assert_problem(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+}
+
+#[tokio::test]
+async fn stats_show_the_figures_and_the_sampled_history() {
+    let admin = Admin::new(vec![RoomConfig {
+        mode: Mode::QueueAll,
+        ..room("a")
+    }])
+    .await;
+    for _ in 0..4 {
+        admin
+            .public(Method::POST, "/_anteroom/v1/rooms/a/join")
+            .await;
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sampler = tokio::spawn(anteroom_http::run_admin_sampler(
+        admin.admin.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // The sampler keeps one sample per second of the (manual) clock.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        admin.harness.advance(Duration::from_secs(1));
+    }
+    let _ = stop.send(());
+    sampler.await.unwrap();
+    let stats = admin.read(Call::get("/admin/v1/rooms/a/stats")).await;
+    assert_eq!(stats.status, StatusCode::OK, "{}", stats.body);
+    assert_eq!(stats.number("waiting"), 4);
+    assert_eq!(stats.number("next_position"), 5);
+    assert_eq!(stats.text("mode"), "queue_all");
+    assert_eq!(stats.body["totals"]["joined"], 4);
+    let waiting = stats.body["history"]["waiting"].as_array().unwrap();
+    assert!(waiting.len() >= 2, "{}", stats.body["history"]);
+    assert!(waiting.iter().all(|n| n == 4));
+    let short = admin
+        .read(Call::get("/admin/v1/rooms/a/stats?history=1"))
+        .await;
+    assert_eq!(short.body["history"]["at"].as_array().unwrap().len(), 1);
+    admin
+        .read(Call::get("/admin/v1/rooms/a/stats?history=3601"))
+        .await
+        .assert_problem(StatusCode::BAD_REQUEST, "invalid_query");
+}
+
+#[tokio::test]
+async fn key_rotation_swaps_the_signing_key_live() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let before = admin.harness.keys().active_kid().to_owned();
+    let rotated = admin.call(Call::post("/admin/v1/keys/rotate")).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.body);
+    let kid = rotated.text("active_kid").to_owned();
+    assert_ne!(kid, before);
+    assert_eq!(admin.harness.keys().active_kid(), kid);
+    let (_, jwks) = admin.public(Method::GET, "/.well-known/jwks.json").await;
+    assert_eq!(jwks["keys"][0]["kid"], kid.as_str());
+    let again = admin
+        .call(Call::post("/admin/v1/keys/rotate").json(r#"{"algorithm": "ES256"}"#))
+        .await;
+    assert_eq!(again.text("algorithm"), "ES256");
+    assert_eq!(
+        again.body["kids"].as_array().unwrap().len(),
+        3,
+        "old keys still verify"
+    );
+}
+
+#[tokio::test]
+async fn signal_is_not_supported_yet_and_unknown_paths_are_problems() {
+    let admin = Admin::new(vec![room("a")]).await;
+    admin
+        .call(Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json("{}"))
+        .await
+        .assert_problem(StatusCode::NOT_IMPLEMENTED, "not_implemented");
+    admin
+        .call(Call::get("/admin/v1/nothing"))
+        .await
+        .assert_problem(StatusCode::NOT_FOUND, "not_found");
+    admin
+        .call(Call::post("/admin/v1/rooms"))
+        .await
+        .assert_problem(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    let panel = admin.bare(Call::get("/")).await;
+    assert_eq!(panel.status, StatusCode::OK);
+    assert!(
+        panel
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let document = admin.bare(Call::get("/admin/v1/openapi.json")).await;
+    assert_eq!(document.status, StatusCode::OK);
+    assert!(document.body["paths"]["/admin/v1/rooms/{room}"].is_object());
+}
+
+#[tokio::test]
+async fn the_event_feed_streams_what_operators_do() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let request = Request::builder()
+        .uri("/admin/v1/events")
+        .header("authorization", format!("Bearer {READ_KEY}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = admin.harness.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = response.into_body();
+    admin.call(Call::post("/admin/v1/rooms/a/pause")).await;
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !text.contains("room.updated") {
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .expect("an event within 5 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    assert!(text.contains("event: room.updated"), "{text}");
+    assert!(text.contains("\"action\":\"pause\""), "{text}");
+}
