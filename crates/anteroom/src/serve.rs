@@ -169,13 +169,6 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         crate::shutdown_signal(),
     )
     .await?;
-    crate::admin::start(
-        &runtime,
-        &config,
-        config.server.admin_listen,
-        crate::shutdown_signal(),
-    )
-    .await?;
     let router = anteroom_http::public_router(runtime.state.clone());
     run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }
