@@ -83,11 +83,14 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             "the key directory's active key uses another algorithm; run `anteroom keys generate` to rotate"
         );
     }
-    for room in &config.rooms {
-        store
-            .put_room(room.clone())
-            .await
-            .with_context(|| format!("installing room {}", room.id))?;
+    if let Err((room, error)) = install_rooms(&*store, &config.rooms).await {
+        // A shared store may be down for a while: the node serves anyway (each room follows
+        // its on_store_error) and installs the rooms once the store answers.
+        if !matches!(config.store, StoreConfig::Redis { .. }) {
+            return Err(error).with_context(|| format!("installing room {room}"));
+        }
+        tracing::error!(%room, %error, "cannot install the configured rooms yet; serving meanwhile and retrying in the background");
+        tokio::spawn(install_in_background(store.clone(), config.rooms.clone()));
     }
     let settings = PublicSettings {
         public_url: config.server.public_url.clone(),
@@ -109,7 +112,48 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
+    state.know_rooms(config.rooms.iter().cloned());
     Ok(Runtime { state, store })
+}
+
+/// Puts every room into the store; the first failure stops it.
+async fn install_rooms(
+    store: &dyn RoomStore,
+    rooms: &[anteroom_core::room::RoomConfig],
+) -> Result<(), (anteroom_core::RoomId, anteroom_store::StoreError)> {
+    for room in rooms {
+        store
+            .put_room(room.clone())
+            .await
+            .map_err(|error| (room.id.clone(), error))?;
+    }
+    Ok(())
+}
+
+/// How long the background installer waits between attempts.
+const INSTALL_RETRY: Duration = Duration::from_secs(1);
+
+/// Installs the configured rooms once the store answers (see [`prepare`]).
+async fn install_in_background(
+    store: Arc<dyn RoomStore>,
+    rooms: Vec<anteroom_core::room::RoomConfig>,
+) {
+    let mut attempts = 1u64;
+    loop {
+        tokio::time::sleep(INSTALL_RETRY).await;
+        attempts += 1;
+        match install_rooms(&*store, &rooms).await {
+            Ok(()) => {
+                tracing::info!(rooms = rooms.len(), attempts, "configured rooms installed");
+                return;
+            }
+            // Once a minute is enough to say it is still failing.
+            Err((room, error)) if attempts.is_multiple_of(60) => {
+                tracing::error!(%room, %error, attempts, "still cannot install the configured rooms");
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// How often the local rate-limit store drops keys whose state no longer matters.
@@ -180,19 +224,25 @@ pub(crate) async fn run_until_shutdown(
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (stop_ticker, ticker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_ticker, ticker_stopped) = tokio::sync::watch::channel(false);
+    let stopped = |mut receiver: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = receiver.wait_for(|stop| *stop).await;
+    };
     let ticker = tokio::spawn(anteroom_http::run_ticker(
-        runtime.store.clone(),
-        runtime.state.hub().clone(),
-        async {
-            let _ = ticker_stopped.await;
-        },
+        runtime.state.clone(),
+        stopped(ticker_stopped.clone()),
+    ));
+    // Other nodes' changes to the rooms (a shared store only; returns at once otherwise).
+    let notices = tokio::spawn(anteroom_http::follow_notices(
+        runtime.state.clone(),
+        stopped(ticker_stopped),
     ));
     anteroom_http::serve(listener, router, shutdown)
         .await
         .context("serving the public listener")?;
-    let _ = stop_ticker.send(());
+    let _ = stop_ticker.send(true);
     let _ = ticker.await;
+    let _ = notices.await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -112,7 +112,7 @@ pub(crate) async fn join(
         .return_to
         .map(|path| validate_return(&path))
         .transpose()?;
-    let config = app.store().room(&room).await?;
+    let config = app.api_room_config(&room).await?;
     let entry = join_entry(&app, &room, &config, &headers, &query, return_to).await?;
     Ok(entry_response(&app, &room, config.mode, entry))
 }
@@ -142,8 +142,7 @@ pub(crate) async fn join_entry(
     // the visitor out: the join goes ahead as a new visitor and replaces the cookie.
     let resume =
         held_ticket(headers, query, room).and_then(|token| app.verify_ticket(room, token).ok());
-    Ok(app
-        .store()
+    app.store()
         .join(
             room,
             JoinRequest {
@@ -152,7 +151,8 @@ pub(crate) async fn join_entry(
                 return_to,
             },
         )
-        .await?)
+        .await
+        .map_err(|error| app.store_error(room, "join", error))
 }
 
 /// `GET /_anteroom/v1/rooms/{room}/status`
@@ -167,8 +167,12 @@ pub(crate) async fn status(
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
-    let mode = app.store().room(&room).await?.mode;
-    let entry = app.store().status(&room, reference).await?;
+    let mode = app.api_room_config(&room).await?.mode;
+    let entry = app
+        .store()
+        .status(&room, reference)
+        .await
+        .map_err(|error| app.store_error(&room, "status", error))?;
     Ok(entry_response(&app, &room, mode, entry))
 }
 
@@ -187,7 +191,7 @@ pub(crate) async fn leave(
     match app.store().leave(&room, reference).await {
         // Leaving twice, or after the ticket expired, is not an error: the visitor is out.
         Ok(()) | Err(anteroom_store::StoreError::Engine(_)) => {}
-        Err(other) => return Err(other.into()),
+        Err(other) => return Err(app.store_error(&room, "leave", other)),
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Some(clear) = app.cookies().clear(&ticket_cookie_name(room.as_str())) {
@@ -202,8 +206,12 @@ pub(crate) async fn summary(
     Path(room): Path<String>,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
-    let config = app.store().room(&room).await?;
-    let snapshot = app.store().snapshot(&room).await?;
+    let config = app.api_room_config(&room).await?;
+    let snapshot = app
+        .store()
+        .snapshot(&room)
+        .await
+        .map_err(|error| app.store_error(&room, "snapshot", error))?;
     let body = RoomSummary {
         room: room.to_string(),
         mode: config.mode.as_str(),
@@ -264,7 +272,11 @@ async fn end_session(
             "no such session in this room",
         )
     })?;
-    let ended = app.store().end_session(&room, session, reason).await?;
+    let ended = app
+        .store()
+        .end_session(&room, session, reason)
+        .await
+        .map_err(|error| app.store_error(&room, "end_session", error))?;
     let state = match ended.state {
         anteroom_core::engine::SessionState::Active => "active",
         anteroom_core::engine::SessionState::Ended { reason, .. } => reason.as_str(),

@@ -120,9 +120,24 @@ impl ApiError {
             "store_unavailable",
             "the waiting room is temporarily unavailable",
         )
-        .retry_after(5)
+        .retry_after(STORE_RETRY_AFTER_SECS)
+    }
+
+    /// 503 when the store cannot be reached in a room with `on_store_error = "open"`: there
+    /// is no place in line to give, but the room's protected pages are open meanwhile.
+    pub fn store_unavailable_open() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            "the waiting room is temporarily unavailable; meanwhile this room lets visitors \
+             through without a pass",
+        )
+        .retry_after(STORE_RETRY_AFTER_SECS)
     }
 }
+
+/// What `Retry-After` says while the store cannot be reached.
+const STORE_RETRY_AFTER_SECS: u64 = 5;
 
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> ApiError {
@@ -154,8 +169,9 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::RoomNotFound(room) => ApiError::room_not_found(room.as_str()),
             StoreError::Engine(engine) => engine.into(),
+            // Handlers count and log backend failures at a bounded rate (store_failure.rs).
             StoreError::Backend { .. } => {
-                tracing::error!(error = %error, source = ?std::error::Error::source(&error), "store operation failed");
+                tracing::debug!(%error, "store operation failed");
                 ApiError::store_unavailable()
             }
         }

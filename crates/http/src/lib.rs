@@ -13,10 +13,13 @@ mod cookies;
 mod error;
 mod metrics;
 mod gateway;
+mod notices;
 mod openapi;
 mod page;
 mod ratelimit;
+mod room_cache;
 mod sse;
+mod store_failure;
 mod ticker;
 
 use std::future::Future;
@@ -31,8 +34,9 @@ use subtle::ConstantTimeEq;
 
 use anteroom_core::config::KeyHash;
 use anteroom_core::engine::TicketRef;
+use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
-use anteroom_store::RoomStore;
+use anteroom_store::{RoomStore, StoreError};
 use anteroom_token::KeySet;
 
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
@@ -44,13 +48,15 @@ pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
-pub use page::{PageError, PageRenderer};
+pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
+pub use page::{PageError, PageRenderer, store_unavailable_page};
 pub use ratelimit::{
     ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,
     RateLimitOptions, RateLimitService, RateLimitSetupError, RateLimitVerdict, RateLimiter,
     RouteRateLimits, RuleMetrics, RuleResult,
 };
 pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
+pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
 
 /// The largest request body the public API reads.
@@ -104,6 +110,9 @@ struct Shared {
     hub: Arc<SseHub>,
     page: page::PageRenderer,
     rate_limiter: Option<RateLimiter>,
+    rooms: room_cache::RoomCache,
+    failures: StoreFailures,
+    revocations: Revocations,
 }
 
 impl AppState {
@@ -128,8 +137,12 @@ impl AppState {
         let cookies = CookiePolicy {
             secure: settings.public_url.starts_with("https://"),
         };
+        let rooms = room_cache::RoomCache::new(store.notices());
         AppState {
             inner: Arc::new(Shared {
+                rooms,
+                failures: StoreFailures::default(),
+                revocations: Revocations::default(),
                 store,
                 keys: parking_lot::RwLock::new(keys),
                 clock,
@@ -159,6 +172,88 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &Arc<dyn RoomStore> {
         &self.inner.store
+    }
+
+    /// The room's configuration as this node knows it: its own copy while no notice said
+    /// the room changed, else the store's. The caller handles a failure (for protected
+    /// routes, [`protected_store_failure`](Self::protected_store_failure)).
+    pub async fn room_config(&self, room: &RoomId) -> Result<RoomConfig, StoreError> {
+        self.inner.rooms.get(&*self.inner.store, room).await
+    }
+
+    /// [`room_config`](Self::room_config) for the public API: failures answered as problems.
+    pub(crate) async fn api_room_config(&self, room: &RoomId) -> Result<RoomConfig, ApiError> {
+        self.room_config(room)
+            .await
+            .map_err(|error| self.store_error(room, "room", error))
+    }
+
+    /// Remembers configurations the store may not hold yet (the config file's rooms while
+    /// the store is unreachable at start), so their `on_store_error` is known.
+    pub fn know_rooms(&self, configs: impl IntoIterator<Item = RoomConfig>) {
+        self.inner.rooms.prime(configs);
+    }
+
+    /// What `room` does while its store is unreachable (SPEC §9.4), from its last known
+    /// configuration; a room this node never saw is closed.
+    pub fn on_store_error(&self, room: &RoomId) -> StoreErrorPolicy {
+        self.inner
+            .rooms
+            .last_known(room)
+            .map_or(StoreErrorPolicy::Closed, |config| config.on_store_error)
+    }
+
+    /// For protected routes (the gateway): records a store failure met while deciding a
+    /// request for `room`, and says what to do. `Open`: let the request through without a
+    /// pass (counted as let through); `Closed`: refuse it with 503 and the waiting page's
+    /// "temporarily unavailable" state ([`store_unavailable_page`]; counted as refused).
+    pub fn protected_store_failure(
+        &self,
+        room: &RoomId,
+        operation: &'static str,
+        error: &StoreError,
+    ) -> StoreErrorPolicy {
+        self.inner.failures.record(Some(room), operation, error);
+        let policy = self.on_store_error(room);
+        match policy {
+            StoreErrorPolicy::Open => self.inner.failures.let_through(),
+            StoreErrorPolicy::Closed => self.inner.failures.refused(),
+        }
+        policy
+    }
+
+    /// Store failures seen by this node.
+    pub fn store_failures(&self) -> &StoreFailures {
+        &self.inner.failures
+    }
+
+    /// Sessions this node heard were ended by any node (SPEC §8.2).
+    pub fn revocations(&self) -> &Revocations {
+        &self.inner.revocations
+    }
+
+    pub(crate) fn room_cache(&self) -> &room_cache::RoomCache {
+        &self.inner.rooms
+    }
+
+    /// Turns a failed store call of the public API into its answer, counting and logging
+    /// backend failures. A store that cannot be reached answers 503 `store_unavailable` with
+    /// `Retry-After` whatever the room's `on_store_error`: the API has no protected content to
+    /// let through, but says when the room's protected pages are open meanwhile.
+    pub(crate) fn store_error(
+        &self,
+        room: &RoomId,
+        operation: &'static str,
+        error: StoreError,
+    ) -> ApiError {
+        if !matches!(error, StoreError::Backend { .. }) {
+            return error.into();
+        }
+        self.inner.failures.record(Some(room), operation, &error);
+        match self.on_store_error(room) {
+            StoreErrorPolicy::Closed => ApiError::store_unavailable(),
+            StoreErrorPolicy::Open => ApiError::store_unavailable_open(),
+        }
     }
 
     /// The signing keys (a snapshot: cheap to clone, replaced whole by a rotation).

@@ -407,7 +407,7 @@ pub(crate) async fn waiting_page(
         },
     };
     let wants_json = accepts_json(&headers);
-    let config = match app.store().room(&room).await {
+    let config = match app.room_config(&room).await {
         Ok(config) => config,
         Err(StoreError::RoomNotFound(_)) => {
             return if wants_json {
@@ -417,7 +417,8 @@ pub(crate) async fn waiting_page(
             };
         }
         Err(error) => {
-            return unavailable(&app, None, &room, lang, wants_json, ApiError::from(error));
+            let error = app.store_error(&room, "room", error);
+            return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
         }
     };
     let ticket_query = TicketQuery::default();
@@ -444,6 +445,9 @@ pub(crate) async fn waiting_page(
                 return_path.as_deref().unwrap_or("/"),
             );
             return html(&app, &config, &context, StatusCode::SERVICE_UNAVAILABLE);
+        }
+        Err(error) if error.code() == "store_unavailable" => {
+            return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
         }
         Err(error) if error.status() == StatusCode::SERVICE_UNAVAILABLE => {
             return unavailable(&app, Some(&config), &room, lang, wants_json, error);
@@ -569,9 +573,18 @@ pub(crate) async fn preview(
     let Ok(room) = RoomId::new(&room) else {
         return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
     };
-    let config = match app.store().room(&room).await {
+    let config = match app.room_config(&room).await {
         Ok(config) => config,
-        Err(_) => return error_page(StatusCode::NOT_FOUND, "There is no such waiting room."),
+        Err(StoreError::RoomNotFound(_)) => {
+            return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+        }
+        Err(error) => match app.room_cache().last_known(&room) {
+            Some(config) => config,
+            None => {
+                let error = app.store_error(&room, "room", error);
+                return unavailable(&app, None, &room, Lang::En, false, error);
+            }
+        },
     };
     let state = match query.state.as_deref() {
         Some("paused") => PageState::Paused,
@@ -597,6 +610,50 @@ fn no_figures() -> Figures {
         eta_seconds: None,
         next_poll_ms: 30_000,
     }
+}
+
+/// The 503 "temporarily unavailable" waiting page of `room` (its own template when it has
+/// one), or the problem+json when the client asked for JSON: what a protected route of an
+/// `on_store_error = "closed"` room answers while the store cannot be reached (SPEC §9.4).
+pub fn store_unavailable_page(app: &AppState, room: &RoomId, headers: &HeaderMap) -> Response {
+    let lang = Lang::choose(None, headers);
+    let config = app.room_cache().last_known(room);
+    unavailable(
+        app,
+        config.as_ref(),
+        room,
+        lang,
+        accepts_json(headers),
+        ApiError::store_unavailable(),
+    )
+}
+
+/// The waiting page when the store cannot be reached (SPEC §9.4): a room with
+/// `on_store_error = "open"` sends a visitor who came from a protected page back to it
+/// without a pass (the protected routes are open meanwhile); otherwise, and for clients asking
+/// for JSON, the "temporarily unavailable" state.
+fn store_failed(
+    app: &AppState,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: ApiError,
+) -> Response {
+    let config = app.room_cache().last_known(room);
+    if !wants_json
+        && let Some(path) = return_path
+        && app.on_store_error(room) == anteroom_core::room::StoreErrorPolicy::Open
+    {
+        app.store_failures().let_through();
+        let mut response = Redirect::to(path).into_response();
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return response;
+    }
+    app.store_failures().refused();
+    unavailable(app, config.as_ref(), room, lang, wants_json, error)
 }
 
 fn unavailable(

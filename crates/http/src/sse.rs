@@ -106,6 +106,14 @@ impl SseHub {
         views.keys().cloned().collect()
     }
 
+    /// Whether some connection on this node listens to `room`.
+    pub fn watches(&self, room: &RoomId) -> bool {
+        self.views
+            .lock()
+            .get(room)
+            .is_some_and(|sender| sender.receiver_count() > 0)
+    }
+
     /// Re-reads a watched room's figures and publishes them when they changed.
     pub async fn refresh(&self, store: &dyn RoomStore, room: &RoomId) {
         let view = match (
@@ -212,7 +220,7 @@ pub(crate) async fn events(
     let token = api::held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
-    let config = app.store().room(&room).await?;
+    let config = app.api_room_config(&room).await?;
     let Some(connection) = app.hub().connect(&room, reference) else {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -221,7 +229,11 @@ pub(crate) async fn events(
         )
         .retry_after(5));
     };
-    let entry = app.store().status(&room, reference).await?;
+    let entry = app
+        .store()
+        .status(&room, reference)
+        .await
+        .map_err(|error| app.store_error(&room, "status", error))?;
     let views = app.hub().subscribe(&room);
     let first = match entry {
         Entry::Admitted(_) => Step::Admitted(entry),
@@ -245,6 +257,7 @@ pub(crate) async fn events(
         generation: 0,
         ticket_token: token.to_owned(),
         last_sent: None,
+        last_sent_at: None,
         _connection: connection,
     };
     let sse = Sse::new(event_stream(stream)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
@@ -279,6 +292,8 @@ struct StreamState {
     ticket_token: String,
     /// What the last status event said, so an unchanged view sends nothing.
     last_sent: Option<EventKey>,
+    /// When the last status event went out, so the next waits [`MIN_EVENT_INTERVAL`].
+    last_sent_at: Option<tokio::time::Instant>,
     _connection: Connection,
 }
 
@@ -300,6 +315,7 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
                 generation,
             } => {
                 let first = state.position == 0;
+                state.last_sent_at = Some(tokio::time::Instant::now());
                 state.position = position;
                 state.generation = generation;
                 let event = Event::default().event("status").data(body.to_string());
@@ -325,14 +341,45 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
     })
 }
 
-/// Waits for the next change worth telling this connection about.
+/// Waits for the next change worth telling this connection about. Status events go out at
+/// most once a second; leaving the line (admission, or the ticket ending) is told at once,
+/// so an admission made by any node reaches the visitor as soon as this node's view shows it.
 async fn next_step(state: &mut StreamState) -> Step {
     loop {
-        tokio::time::sleep(MIN_EVENT_INTERVAL).await;
         if state.views.changed().await.is_err() {
             return Step::End;
         }
-        let Some(view) = state.views.borrow_and_update().clone() else {
+        let mut view = state.views.borrow_and_update().clone();
+        if let Some(ahead) = view
+            .as_deref()
+            .and_then(|view| view.ahead_of(state.position))
+            && state.last_sent != event_key_of(view.as_deref(), ahead)
+            && let Some(at) = state.last_sent_at
+            && at.elapsed() < MIN_EVENT_INTERVAL
+        {
+            // A status change too soon after the last event: wait out the interval (or until
+            // the ticket leaves the line), then tell the latest figures.
+            let until = at + MIN_EVENT_INTERVAL;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => break,
+                    changed = state.views.changed() => {
+                        if changed.is_err() {
+                            return Step::End;
+                        }
+                        view = state.views.borrow_and_update().clone();
+                        let still_waiting = view
+                            .as_deref()
+                            .is_some_and(|view| view.ahead_of(state.position).is_some());
+                        if !still_waiting {
+                            break;
+                        }
+                    }
+                }
+            }
+            view = state.views.borrow_and_update().clone().or(view);
+        }
+        let Some(view) = view else {
             continue;
         };
         if view.snapshot.mode == Mode::Closed {
@@ -348,6 +395,7 @@ async fn next_step(state: &mut StreamState) -> Step {
                     continue;
                 }
                 state.last_sent = Some(key);
+                state.last_sent_at = Some(tokio::time::Instant::now());
                 return Step::Status {
                     body: status_body(state, &view, ahead),
                     position: state.position,
@@ -362,6 +410,10 @@ async fn next_step(state: &mut StreamState) -> Step {
             },
         }
     }
+}
+
+fn event_key_of(view: Option<&RoomView>, ahead: u64) -> Option<EventKey> {
+    view.map(|view| event_key(view, ahead))
 }
 
 fn event_key(view: &RoomView, ahead: u64) -> EventKey {

@@ -4,18 +4,20 @@
 //! Ending a session or leaving with an admitted ticket ticks the room inside the same store
 //! operation, so a freed slot is refilled at once; this loop covers everything time does
 //! (expiries, no-shows, the admission bucket refilling).
+//!
+//! The listing of every room it reads first also refreshes this node's copies of the room
+//! configurations. Failed calls are counted and logged at a bounded rate (store_failure.rs);
+//! the loop itself never stops, so a store that comes back is used again at the next pass.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::HashMap;
 
 use anteroom_core::RoomId;
 use anteroom_core::room::RoomConfig;
-use anteroom_store::RoomStore;
 
-use crate::SseHub;
+use crate::AppState;
 
 /// How often every room is ticked: twice a second, so no room waits longer than a second
 /// even when one pass runs late.
@@ -24,11 +26,9 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(500);
 /// Ticks every room every [`TICK_INTERVAL`] until `shutdown` resolves; refreshes the views of
 /// rooms with SSE listeners, and touches their connected tickets every `ticket_idle_ttl / 3`
 /// (10 s at most).
-pub async fn run_ticker(
-    store: Arc<dyn RoomStore>,
-    hub: Arc<SseHub>,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
+    let store = app.store().clone();
+    let hub = app.hub().clone();
     let mut interval = tokio::time::interval(TICK_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_touch: HashMap<RoomId, tokio::time::Instant> = HashMap::new();
@@ -36,7 +36,7 @@ pub async fn run_ticker(
     loop {
         tokio::select! {
             _ = interval.tick() => {
-                let rooms = tick_every_room(&*store).await;
+                let rooms = tick_every_room(&app).await;
                 for room in hub.watched_rooms() {
                     hub.refresh(&*store, &room).await;
                 }
@@ -60,16 +60,25 @@ pub async fn run_ticker(
 /// Connected tickets are touched at least this often.
 const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(10);
 
-async fn tick_every_room(store: &dyn RoomStore) -> Vec<RoomConfig> {
+async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
+    let store = app.store();
+    let failures = app.store_failures();
+    let epoch = app.room_cache().epoch();
     let rooms = match store.rooms().await {
         Ok(rooms) => rooms,
         Err(error) => {
-            tracing::warn!(%error, "cannot list rooms to tick");
+            failures.record(None, "rooms", &error);
             return Vec::new();
         }
     };
+    failures.succeeded(None);
+    app.room_cache().replace_all(&rooms, epoch);
     for room in &rooms {
-        match store.tick(&room.id).await {
+        let ticked = store.tick(&room.id).await;
+        if ticked.is_ok() {
+            failures.succeeded(Some(&room.id));
+        }
+        match ticked {
             Ok(report)
                 if report.admitted + report.expired + report.no_shows + report.abandoned > 0 =>
             {
@@ -83,6 +92,9 @@ async fn tick_every_room(store: &dyn RoomStore) -> Vec<RoomConfig> {
                 );
             }
             Ok(_) => {}
+            Err(error @ anteroom_store::StoreError::Backend { .. }) => {
+                failures.record(Some(&room.id), "tick", &error);
+            }
             Err(error) => tracing::warn!(room = %room.id, %error, "tick failed"),
         }
     }
