@@ -51,7 +51,9 @@ fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
                         "{context}"
                     );
                     assert!(
-                        types.insert((*name).to_owned(), (*kind).to_owned()).is_none(),
+                        types
+                            .insert((*name).to_owned(), (*kind).to_owned())
+                            .is_none(),
                         "TYPE given twice, {context}"
                     );
                 }
@@ -73,11 +75,15 @@ fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
         let (name, labels) = match series.split_once('{') {
             None => (series, BTreeMap::new()),
             Some((name, labels)) => {
-                let labels = labels.strip_suffix('}').unwrap_or_else(|| panic!("{context}"));
+                let labels = labels
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("{context}"));
                 let mut parsed = BTreeMap::new();
                 let mut rest = labels;
                 while !rest.is_empty() {
-                    let (label, after) = rest.split_once("=\"").unwrap_or_else(|| panic!("{context}"));
+                    let (label, after) = rest
+                        .split_once("=\"")
+                        .unwrap_or_else(|| panic!("{context}"));
                     assert!(metric_name(label) && !label.contains(':'), "{context}");
                     // A value runs to the first quote not escaped by a backslash.
                     let mut end = None;
@@ -94,7 +100,9 @@ fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
                     }
                     let end = end.unwrap_or_else(|| panic!("{context}"));
                     parsed.insert(label.to_owned(), after[..end].to_owned());
-                    rest = after[end + 1..].strip_prefix(',').unwrap_or(&after[end + 1..]);
+                    rest = after[end + 1..]
+                        .strip_prefix(',')
+                        .unwrap_or(&after[end + 1..]);
                 }
                 (name, parsed)
             }
@@ -106,10 +114,14 @@ fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
             "NaN" => f64::NAN,
-            number => number.parse().unwrap_or_else(|_| panic!("bad value, {context}")),
+            number => number
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value, {context}")),
         };
         if let Some(timestamp) = fields.next() {
-            timestamp.parse::<i64>().unwrap_or_else(|_| panic!("{context}"));
+            timestamp
+                .parse::<i64>()
+                .unwrap_or_else(|_| panic!("{context}"));
         }
         assert!(fields.next().is_none(), "{context}");
         samples.push(Sample {
@@ -149,7 +161,9 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
             .uri("/_anteroom/v1/rooms/launch/join")
             .body(axum::body::Body::empty())
             .unwrap();
-        let response = tower::ServiceExt::oneshot(public.clone(), request).await.unwrap();
+        let response = tower::ServiceExt::oneshot(public.clone(), request)
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -162,7 +176,12 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
 
     let scrape = harness.check(Call::get("/metrics")).await;
     assert_eq!(scrape.status, StatusCode::OK);
-    assert!(scrape.header("content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    assert!(
+        scrape
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
     let text = scrape.body.as_str().unwrap();
     let (samples, types) = parse_exposition(text);
 
@@ -183,7 +202,11 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
         "anteroom_room_admitted_unclaimed",
         "anteroom_sse_connections",
     ] {
-        assert_eq!(types.get(gauge).map(String::as_str), Some("gauge"), "{gauge}:\n{text}");
+        assert_eq!(
+            types.get(gauge).map(String::as_str),
+            Some("gauge"),
+            "{gauge}:\n{text}"
+        );
     }
     for counter in [
         "anteroom_room_joins_total",
@@ -193,11 +216,17 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
         "anteroom_room_completions_total",
         "anteroom_room_passes_total",
     ] {
-        assert_eq!(types.get(counter).map(String::as_str), Some("counter"), "{counter}:\n{text}");
+        assert_eq!(
+            types.get(counter).map(String::as_str),
+            Some("counter"),
+            "{counter}:\n{text}"
+        );
         value(counter, "launch");
     }
     assert_eq!(
-        types.get("anteroom_store_operation_seconds").map(String::as_str),
+        types
+            .get("anteroom_store_operation_seconds")
+            .map(String::as_str),
         Some("histogram"),
         "store latency is a histogram with buckets:\n{text}"
     );
@@ -211,7 +240,13 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
 
 #[test]
 fn the_parser_refuses_what_is_not_exposition() {
-    for bad in ["name{a=\"1\" 1", "9name 1", "name one", "name{a=1} 1", "name 1 2 3"] {
+    for bad in [
+        "name{a=\"1\" 1",
+        "9name 1",
+        "name one",
+        "name{a=1} 1",
+        "name 1 2 3",
+    ] {
         let result = std::panic::catch_unwind(|| parse_exposition(bad));
         assert!(result.is_err(), "{bad:?} should be refused");
     }

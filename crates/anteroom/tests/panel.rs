@@ -1,0 +1,386 @@
+//! The control panel (SPEC §8.3) in headless Chromium against the real `anteroom serve`: it
+//! opens with an admin key, a room's chart moves while visitors join, and its Pause button
+//! stops admission. Saves a screenshot under `<target>/browser-artifacts/panel.png`; with
+//! `ANTEROOM_WRITE_SCREENSHOTS=1`, also the documentation's `docs/screenshots/panel.png`.
+//!
+//! Chromium is driven through chromedriver on a free port, in its own process group, killed
+//! when the test ends. Needs Debian's `chromium` and `chromium-driver` (`scripts/test`
+//! installs them).
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/admin.rs"]
+mod admin_support;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use admin_support::{ADMIN_KEY, AdminClient, AdminSite};
+
+/// How long the whole test may take.
+const TEST_LIMIT: Duration = Duration::from_secs(150);
+
+/// How long the page may take to show a change.
+const SEEN_WITHIN: Duration = Duration::from_secs(15);
+
+/// One admission a second, one at a time in burst: visitors joining faster than that queue.
+const SHOW: &str = r#"
+[[room]]
+id = "show"
+admit_per_minute = 60
+admit_burst = 1
+session_ttl = "10m"
+ticket_idle_ttl = "10m"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_charts_a_room_live_and_its_pause_button_stops_admission() {
+    tokio::time::timeout(TEST_LIMIT, run())
+        .await
+        .unwrap_or_else(|_| panic!("the test did not finish within {TEST_LIMIT:?}"));
+}
+
+async fn run() {
+    let site = AdminSite::new(SHOW);
+    let client = support::client();
+    let mut server = site.site.start();
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&site.admin_url());
+    admin.wait_ready().await;
+
+    // Visitors keep joining, three a second, while the test watches.
+    let crowd = tokio::spawn({
+        let client = client.clone();
+        let base = server.url();
+        async move {
+            for _ in 0..400 {
+                let _ = client
+                    .post(format!("{base}/_anteroom/v1/rooms/show/join"))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(330)).await;
+            }
+        }
+    });
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/", site.admin_url())).await;
+    assert!(
+        browser.find("#key").await.is_some(),
+        "the panel asks for the key"
+    );
+    // A wrong key is refused and the panel stays closed.
+    browser.type_into("#key", "not-the-key").await;
+    browser.click("#key-form button").await;
+    browser
+        .wait_for_text("#login-error", "That key is not valid.")
+        .await;
+    browser.type_into("#key", ADMIN_KEY).await;
+    browser.click("#key-form button").await;
+    let card = "article.room[data-room=show]";
+    browser.wait_for(&format!("{card}[data-mode=queue]")).await;
+    assert_eq!(
+        browser.eval("return window.localStorage.length + window.sessionStorage.length + document.cookie.length").await,
+        json!(0),
+        "the key is kept in memory only"
+    );
+
+    // The chart moves while people join.
+    let points = format!("{card} polyline.waiting");
+    let before = browser.attribute(&points, "points").await;
+    let samples_before = samples(&browser, card).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let after = browser.attribute(&points, "points").await;
+    assert_ne!(before, after, "the waiting line of the chart moved");
+    assert!(
+        samples(&browser, card).await > samples_before,
+        "more seconds charted"
+    );
+    let waiting: u64 = browser
+        .text(&format!("{card} .figure b"))
+        .await
+        .parse()
+        .unwrap();
+    assert!(waiting > 0, "people wait: {waiting}");
+    let admitted_before = admitted(&admin).await;
+    assert!(admitted_before > 0, "the room admits before the pause");
+
+    for path in screenshot_paths() {
+        browser.screenshot(&path).await;
+    }
+
+    // Pause: admission stops while people keep joining.
+    browser.click(&format!("{card} button.pause")).await;
+    browser
+        .wait_for(&format!("{card}[data-mode=queue_all]"))
+        .await;
+    let paused_at = admitted(&admin).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(
+        admitted(&admin).await,
+        paused_at,
+        "nobody is admitted while paused"
+    );
+    let (_, stats) = admin
+        .admin(Method::GET, "/rooms/show/stats?history=0", None)
+        .await;
+    assert_eq!(stats["mode"], "queue_all");
+    assert!(
+        stats["waiting"].as_u64().unwrap() > waiting,
+        "the line grows while paused"
+    );
+
+    // Resume starts admission again.
+    browser.click(&format!("{card} button.resume")).await;
+    browser.wait_for(&format!("{card}[data-mode=queue]")).await;
+    let started = Instant::now();
+    while admitted(&admin).await == paused_at {
+        assert!(started.elapsed() < SEEN_WITHIN, "admission resumes");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The live event feed showed the operator's actions.
+    let log = browser.text("#event-log").await;
+    assert!(log.contains("room.updated"), "event log: {log}");
+
+    crowd.abort();
+    browser.close().await;
+    server.kill();
+}
+
+async fn admitted(admin: &AdminClient) -> u64 {
+    let (_, stats) = admin
+        .admin(Method::GET, "/rooms/show/stats?history=0", None)
+        .await;
+    stats["totals"]["admitted"].as_u64().unwrap()
+}
+
+async fn samples(browser: &Browser, card: &str) -> u64 {
+    browser
+        .attribute(card, "data-samples")
+        .await
+        .parse()
+        .unwrap_or(0)
+}
+
+/// `<target>/browser-artifacts/panel.png`, and the documentation's copy when asked for.
+fn screenshot_paths() -> Vec<PathBuf> {
+    let binary = Path::new(env!("CARGO_BIN_EXE_anteroom"));
+    let target = binary
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf);
+    let mut paths = vec![target.join("browser-artifacts/panel.png")];
+    if std::env::var_os("ANTEROOM_WRITE_SCREENSHOTS").is_some() {
+        paths.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots/panel.png"));
+    }
+    paths
+}
+
+/// One headless Chromium session behind its own chromedriver.
+struct Browser {
+    client: Client,
+    _driver: Driver,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let driver = Driver::start().await;
+        let args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--lang=en-US".to_owned(),
+            "--force-device-scale-factor=1".to_owned(),
+            "--window-size=1280,900".to_owned(),
+            format!("--user-data-dir={}", driver.profile.path().display()),
+        ];
+        let mut chrome_options = json!({ "args": args });
+        if let Some(binary) = find_program(&["chromium", "chromium-browser", "google-chrome"]) {
+            chrome_options["binary"] = json!(binary.display().to_string());
+        }
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert("browserName".to_owned(), json!("chrome"));
+        capabilities.insert("goog:chromeOptions".to_owned(), chrome_options);
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&driver.url())
+            .await
+            .unwrap_or_else(|error| panic!("cannot start headless Chromium: {error}"));
+        Browser {
+            client,
+            _driver: driver,
+        }
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    async fn find(&self, css: &str) -> Option<fantoccini::elements::Element> {
+        self.client.find(Locator::Css(css)).await.ok()
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let element = self
+            .find(css)
+            .await
+            .unwrap_or_else(|| panic!("no element {css} on the page"));
+        element.text().await.unwrap()
+    }
+
+    async fn attribute(&self, css: &str, name: &str) -> String {
+        let element = self
+            .find(css)
+            .await
+            .unwrap_or_else(|| panic!("no element {css} on the page"));
+        element.attr(name).await.unwrap().unwrap_or_default()
+    }
+
+    async fn click(&self, css: &str) {
+        self.find(css)
+            .await
+            .unwrap_or_else(|| panic!("no element {css} to click"))
+            .click()
+            .await
+            .unwrap();
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let element = self
+            .find(css)
+            .await
+            .unwrap_or_else(|| panic!("no element {css}"));
+        element.clear().await.unwrap();
+        element.send_keys(text).await.unwrap();
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.client.execute(script, Vec::new()).await.unwrap()
+    }
+
+    /// Waits until an element matches `css`.
+    async fn wait_for(&self, css: &str) {
+        let started = Instant::now();
+        while self.find(css).await.is_none() {
+            assert!(
+                started.elapsed() < SEEN_WITHIN,
+                "nothing matched {css} within {SEEN_WITHIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_for_text(&self, css: &str, expected: &str) {
+        let started = Instant::now();
+        loop {
+            if let Some(element) = self.find(css).await
+                && element.text().await.ok().as_deref() == Some(expected)
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < SEEN_WITHIN,
+                "{css} did not read {expected:?} within {SEEN_WITHIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        let png = self.client.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+
+    async fn close(self) {
+        let _ = self.client.close().await;
+    }
+}
+
+/// A chromedriver on a free port, in its own process group with the browsers it starts.
+struct Driver {
+    child: Child,
+    port: u16,
+    profile: tempfile::TempDir,
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let chromedriver = find_program(&["chromedriver"]).unwrap_or_else(|| {
+            panic!("chromedriver is not installed: scripts/test installs chromium-driver")
+        });
+        let profile = tempfile::tempdir().unwrap();
+        let port = support::free_port();
+        let mut command = Command::new(chromedriver);
+        command
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command.spawn().expect("start chromedriver");
+        let driver = Driver {
+            child,
+            port,
+            profile,
+        };
+        let client = support::client();
+        let started = Instant::now();
+        loop {
+            let ready = client
+                .get(format!("{}/status", driver.url()))
+                .send()
+                .await
+                .ok();
+            if let Some(response) = ready
+                && let Ok(body) = response.json::<Value>().await
+                && body["value"]["ready"] == true
+            {
+                return driver;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "chromedriver not ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
