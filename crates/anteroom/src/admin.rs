@@ -14,12 +14,14 @@ use anteroom_token::SigningAlgorithm;
 use crate::BadConfig;
 use crate::serve::Runtime;
 
-/// Starts the admin listener on `[server] admin_listen` (or `listen` when given) until
-/// `shutdown`; returns the address it listens on, or `None` when it could not bind.
+/// Starts the admin listener on `listen` until `shutdown`; `/metrics` includes the gateway's
+/// measurements when there is one. Returns the address it listens on, or `None` when it
+/// could not bind.
 pub(crate) async fn start(
     runtime: &Runtime,
     config: &Config,
     listen: SocketAddr,
+    gateway: Option<&anteroom_http::Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<SocketAddr>> {
     let algorithm: SigningAlgorithm = config
@@ -36,6 +38,9 @@ pub(crate) async fn start(
     let metrics = match Metrics::install(runtime.state.rate_limiter().cloned()) {
         Ok(metrics) => {
             metrics.spawn_upkeep();
+            if let Some(gateway) = gateway {
+                metrics.watch_gateway(gateway.clone());
+            }
             Some(metrics)
         }
         Err(error) => {

@@ -89,6 +89,7 @@ ticket_idle_ttl = "2m"
         &runtime,
         &config,
         args.admin_listen,
+        None,
         crate::shutdown_signal(),
     )
     .await?;

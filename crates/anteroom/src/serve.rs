@@ -210,6 +210,7 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         &runtime,
         &config,
         config.server.admin_listen,
+        None,
         crate::shutdown_signal(),
     )
     .await?;

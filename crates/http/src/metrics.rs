@@ -10,13 +10,18 @@
 //! | `sse_connections` | gauge | |
 //! | `rate_limit_decisions_total` | counter | `rule`, `result` (`allowed`, `delayed`, `rejected`, `shadow_rejected`) |
 //! | `rate_limit_store_errors_total` | counter | `rule` |
-//! | `store_operation_seconds` | histogram | `operation` |
-//! | `store_errors_total` | counter | `operation` |
+//! | `store_operation_seconds` | histogram | `operation` (the admin sampler's calls) |
+//! | `store_errors_total` | counter | `operation` (every failed store call of this node) |
+//! | `store_failure_let_through_total`, `store_failure_refused_total` | counter | |
+//! | `upstream_latency_seconds` | histogram | `route` (gateway mode) |
+//! | `upstream_responses_total`, `upstream_server_errors_total`, `upstream_in_flight` | counter, gauge | `route` |
+//! | `websocket_connections_total`, `websocket_open`, `websocket_messages_forwarded_total`, `websocket_messages_dropped_total`, `websocket_closed_over_limit_total` | counter, gauge | |
 //!
 //! Room figures come from the admin sampler, once a second. Room totals live in the store,
 //! so on a shared store every node reports the same totals: aggregate with `max`, not `sum`.
-//! Other parts of the node (the gateway's upstream latency and WebSocket drops) record through
-//! the same facade and appear here too. Histograms get fixed buckets; the exporter's upkeep
+//! The gateway and the store-failure record keep their own counts (plain atomics); they are
+//! read at scrape time. Anything else recording through the `metrics` facade appears too.
+//! Histograms get fixed buckets; the exporter's upkeep
 //! runs every few seconds ([`spawn_upkeep`]) so their memory stays bounded.
 
 use std::sync::OnceLock;
@@ -31,9 +36,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use anteroom_core::RoomId;
 use anteroom_core::engine::RoomSnapshot;
 
-use crate::RateLimiter;
 use crate::admin::AdminState;
 use crate::error::ApiError;
+use crate::{AppState, Gateway, LATENCY_BUCKETS_MS, RateLimiter};
 
 /// Buckets of every latency histogram, in seconds: 0.5 ms to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -48,6 +53,8 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Metrics {
     handle: PrometheusHandle,
     rate_limiter: Option<RateLimiter>,
+    /// The gateway's measurements, once it exists (it is built after the admin listener).
+    gateway: std::sync::Arc<OnceLock<Gateway>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,7 +92,14 @@ impl Metrics {
         Ok(Metrics {
             handle,
             rate_limiter,
+            gateway: std::sync::Arc::default(),
         })
+    }
+
+    /// Adds the gateway's upstream latency histograms, responses and WebSocket counts to the
+    /// scrape (once; later calls are ignored).
+    pub fn watch_gateway(&self, gateway: Gateway) {
+        let _ = self.gateway.set(gateway);
     }
 
     /// Runs the exporter's upkeep every few seconds (histogram memory stays bounded) until the
@@ -101,8 +115,15 @@ impl Metrics {
         });
     }
 
-    /// The exposition text (Prometheus text format 0.0.4).
-    pub fn render(&self) -> String {
+    /// The exposition text (Prometheus text format 0.0.4) of this node.
+    pub fn render(&self, app: &AppState) -> String {
+        sse_connections(app.hub().connections());
+        let failures = app.store_failures().counts();
+        for (operation, count) in &failures.by_operation {
+            counter!("anteroom_store_errors_total", "operation" => *operation).absolute(*count);
+        }
+        counter!("anteroom_store_failure_let_through_total").absolute(failures.let_through);
+        counter!("anteroom_store_failure_refused_total").absolute(failures.refused);
         if let Some(limiter) = &self.rate_limiter {
             for (rule, figures) in limiter.metrics().snapshot() {
                 for result in [
@@ -119,8 +140,137 @@ impl Metrics {
                     .absolute(figures.store_errors);
             }
         }
-        self.handle.render()
+        let mut text = self.handle.render();
+        if let Some(gateway) = self.gateway.get() {
+            render_gateway(gateway, &mut text);
+        }
+        text
     }
+}
+
+/// The gateway's own measurements, already bucketed: rendered here as text (the facade takes
+/// single observations, not bucket counts).
+fn render_gateway(gateway: &Gateway, text: &mut String) {
+    use std::fmt::Write as _;
+    let stats = gateway.stats();
+    let websocket = stats.websocket().snapshot();
+    let routes: Vec<_> = stats
+        .routes()
+        .iter()
+        .map(|route| route.snapshot())
+        .collect();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let _ = writeln!(
+        text,
+        "# HELP anteroom_upstream_latency_seconds Upstream response time by route."
+    );
+    let _ = writeln!(text, "# TYPE anteroom_upstream_latency_seconds histogram");
+    for route in &routes {
+        let label = escape_label(&route.name);
+        let mut cumulative = 0;
+        for (bound, count) in LATENCY_BUCKETS_MS.iter().zip(&route.buckets) {
+            cumulative += count;
+            let le = *bound as f64 / 1000.0;
+            let _ = writeln!(
+                text,
+                "anteroom_upstream_latency_seconds_bucket{{route=\"{label}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let total: u64 = route.buckets.iter().sum();
+        let _ = writeln!(
+            text,
+            "anteroom_upstream_latency_seconds_bucket{{route=\"{label}\",le=\"+Inf\"}} {total}"
+        );
+        let _ = writeln!(
+            text,
+            "anteroom_upstream_latency_seconds_sum{{route=\"{label}\"}} {}",
+            route.latency_sum.as_secs_f64()
+        );
+        let _ = writeln!(
+            text,
+            "anteroom_upstream_latency_seconds_count{{route=\"{label}\"}} {total}"
+        );
+    }
+    type Pick = fn(&crate::UpstreamStatsSnapshot) -> u64;
+    let per_route: [(&str, &str, &str, Pick); 3] = [
+        (
+            "anteroom_upstream_responses_total",
+            "counter",
+            "Upstream responses by route.",
+            |r| r.responses,
+        ),
+        (
+            "anteroom_upstream_server_errors_total",
+            "counter",
+            "Upstream 5xx responses by route.",
+            |r| r.server_errors,
+        ),
+        (
+            "anteroom_upstream_in_flight",
+            "gauge",
+            "Requests waiting for the upstream, by route.",
+            |r| r.in_flight,
+        ),
+    ];
+    for (name, kind, help, pick) in per_route {
+        let _ = writeln!(text, "# HELP {name} {help}");
+        let _ = writeln!(text, "# TYPE {name} {kind}");
+        for route in &routes {
+            let _ = writeln!(
+                text,
+                "{name}{{route=\"{}\"}} {}",
+                escape_label(&route.name),
+                pick(route)
+            );
+        }
+    }
+    let node = [
+        (
+            "anteroom_websocket_connections_total",
+            "counter",
+            "WebSocket connections proxied.",
+            websocket.connections,
+        ),
+        (
+            "anteroom_websocket_open",
+            "gauge",
+            "WebSocket connections open.",
+            websocket.open,
+        ),
+        (
+            "anteroom_websocket_messages_forwarded_total",
+            "counter",
+            "WebSocket messages passed to the site.",
+            websocket.forwarded,
+        ),
+        (
+            "anteroom_websocket_messages_dropped_total",
+            "counter",
+            "WebSocket messages over the limit, dropped.",
+            websocket.dropped,
+        ),
+        (
+            "anteroom_websocket_closed_over_limit_total",
+            "counter",
+            "WebSocket connections closed (1008) over the limit.",
+            websocket.closed_over_limit,
+        ),
+    ];
+    for (name, kind, help, value) in node {
+        let _ = writeln!(text, "# HELP {name} {help}");
+        let _ = writeln!(text, "# TYPE {name} {kind}");
+        let _ = writeln!(text, "{name} {value}");
+    }
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn describe() {
@@ -227,11 +377,6 @@ pub(crate) fn store_latency(operation: &'static str, elapsed: Duration) {
         .record(elapsed.as_secs_f64());
 }
 
-/// Counts one failed store operation.
-pub(crate) fn store_error(operation: &'static str) {
-    counter!("anteroom_store_errors_total", "operation" => operation).increment(1);
-}
-
 /// `GET /metrics`
 pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
     let Some(metrics) = admin.metrics() else {
@@ -242,8 +387,7 @@ pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
         )
         .into_response();
     };
-    crate::metrics::sse_connections(admin.app().hub().connections());
-    let mut response = metrics.render().into_response();
+    let mut response = metrics.render(admin.app()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 
 use anteroom_core::room::{Mode, RoomConfig};
-use anteroom_http::{AdminSettings, AdminState, Metrics, admin_router};
+use anteroom_http::{AdminSettings, AdminState, Gateway, GatewayOptions, Metrics, admin_router};
 use anteroom_token::SigningAlgorithm;
 use support::{Call, Harness, room};
 
@@ -152,6 +152,10 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
         key_dir: key_dir.path().to_owned(),
         algorithm: SigningAlgorithm::EdDsa,
     };
+    metrics.watch_gateway(Gateway::new(
+        harness.state.clone(),
+        GatewayOptions::default(),
+    ));
     let admin = AdminState::new(harness.state.clone(), settings, Some(metrics));
     let public = std::mem::replace(&mut harness.app, admin_router(admin.clone()));
     // Three visitors wait in the paused room.
@@ -229,6 +233,27 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
             .map(String::as_str),
         Some("histogram"),
         "store latency is a histogram with buckets:\n{text}"
+    );
+    // The gateway's own measurements: upstream latency by route, WebSocket messages dropped.
+    assert_eq!(
+        types
+            .get("anteroom_upstream_latency_seconds")
+            .map(String::as_str),
+        Some("histogram"),
+        "{text}"
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "anteroom_upstream_latency_seconds_bucket"
+                && s.labels["le"] == "+Inf"),
+        "{text}"
+    );
+    assert_eq!(
+        types
+            .get("anteroom_websocket_messages_dropped_total")
+            .map(String::as_str),
+        Some("counter")
     );
     let buckets: BTreeSet<&str> = samples
         .iter()

@@ -149,8 +149,7 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTota
     let rooms = match store.rooms().await {
         Ok(rooms) => rooms,
         Err(error) => {
-            crate::metrics::store_error("rooms");
-            tracing::debug!(%error, "cannot list rooms to sample");
+            admin.app().store_failures().record(None, "rooms", &error);
             return;
         }
     };
@@ -162,8 +161,10 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTota
         let snapshot = match store.snapshot(&config.id).await {
             Ok(snapshot) => snapshot,
             Err(error) => {
-                crate::metrics::store_error("snapshot");
-                tracing::debug!(room = %config.id, %error, "cannot sample the room");
+                admin
+                    .app()
+                    .store_failures()
+                    .record(Some(&config.id), "snapshot", &error);
                 continue;
             }
         };
