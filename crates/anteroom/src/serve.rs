@@ -214,8 +214,27 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         crate::shutdown_signal(),
     )
     .await?;
-    let router = anteroom_http::public_router(runtime.state.clone());
+    let gateway = gateway(&config, &runtime);
+    let router = anteroom_http::gateway_router(runtime.state.clone(), &gateway);
     run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
+}
+
+/// The gateway of the config's routes: the verify endpoint always, and the reverse proxy for
+/// every path outside `/_anteroom/` when `[upstream]` is set.
+pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gateway {
+    if let Some(upstream) = &config.upstream {
+        tracing::info!(upstream = %upstream.url, routes = config.routes.len(), "gateway mode");
+    }
+    anteroom_http::Gateway::new(
+        runtime.state.clone(),
+        anteroom_http::GatewayOptions {
+            upstream: config.upstream.clone(),
+            routes: config.routes.clone(),
+            websocket: config.websocket.clone(),
+            trusted_proxies: config.server.trusted_proxies.clone(),
+            rooms: config.rooms.clone(),
+        },
+    )
 }
 
 /// Serves the public API and runs the ticker until `shutdown`, then drains.

@@ -11,8 +11,8 @@ mod admin;
 mod api;
 mod cookies;
 mod error;
-mod metrics;
 mod gateway;
+mod metrics;
 mod notices;
 mod openapi;
 mod page;
@@ -42,13 +42,13 @@ use anteroom_token::KeySet;
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
-pub use metrics::{Metrics, MetricsError};
-pub use openapi::document_json as openapi_json;
 pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
+pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
+pub use openapi::document_json as openapi_json;
 pub use page::{PageError, PageRenderer, store_unavailable_page};
 pub use ratelimit::{
     ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,

@@ -30,7 +30,6 @@ mod verify;
 mod websocket;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::body::Body;
@@ -84,8 +83,6 @@ struct Shared {
 pub struct GatewayStats {
     routes: Vec<Arc<UpstreamStats>>,
     websocket: WebSocketStats,
-    store_failures_passed: AtomicU64,
-    store_failures_refused: AtomicU64,
 }
 
 impl GatewayStats {
@@ -98,18 +95,6 @@ impl GatewayStats {
     /// The proxied WebSocket connections and their messages.
     pub fn websocket(&self) -> &WebSocketStats {
         &self.websocket
-    }
-
-    /// Protected requests let through without a pass because the store could not be reached
-    /// and the room says `on_store_error = "open"`.
-    pub fn store_failures_passed(&self) -> u64 {
-        self.store_failures_passed.load(Ordering::Relaxed)
-    }
-
-    /// Protected requests refused with 503 because the store could not be reached and the room
-    /// says `on_store_error = "closed"`.
-    pub fn store_failures_refused(&self) -> u64 {
-        self.store_failures_refused.load(Ordering::Relaxed)
     }
 }
 

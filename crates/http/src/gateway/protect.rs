@@ -23,7 +23,6 @@
 //! page.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
@@ -132,7 +131,11 @@ pub(crate) async fn decide(
                 tracing::debug!(%room, route = %route.name, "the route names a room that does not exist");
                 continue;
             }
-            RoomLookup::StoreDown { last, config } => {
+            RoomLookup::StoreDown {
+                last,
+                config,
+                error,
+            } => {
                 let pass = last.as_ref().and_then(|info| {
                     asked_passes(asked.headers, &room)
                         .find_map(|token| cached_or_verified(gateway, &room, info, token, now))
@@ -141,6 +144,7 @@ pub(crate) async fn decide(
                     passes.push(HeldPass { room, pass });
                     continue;
                 }
+                app.store_failures().record(Some(&room), "room", &error);
                 match store_down(gateway, room, config.map(|config| *config)) {
                     None => continue,
                     Some(verdict) => return verdict,
@@ -184,6 +188,7 @@ pub(crate) async fn decide(
             Some(asked.return_path.to_owned()),
         )
         .await;
+        gateway.inner.rooms.invalidate(&room);
         match joined {
             Ok(Entry::Admitted(view)) => {
                 let session = view.session.clone();
@@ -362,6 +367,11 @@ async fn session_holds(
     now: Timestamp,
 ) -> bool {
     let now_ms = now.as_millis();
+    // Another node ended the session and said so: refused at once.
+    if gateway.app().revocations().contains(&pass.session) {
+        pass.revoke();
+        return false;
+    }
     if !pass.begin_check(now_ms) {
         return true;
     }
@@ -483,54 +493,27 @@ async fn renew(
     }
 }
 
-/// The store cannot be reached for `room`: `None` to go on (`on_store_error = "open"`), or
-/// the 503 verdict (`closed`).
+/// The store cannot be reached for `room` (the failure is already recorded): `None` to go
+/// on (`on_store_error = "open"`, counted as let through), or the 503 verdict (`closed`,
+/// counted as refused). The policy comes from the room's last known configuration.
 fn store_down(gateway: &Gateway, room: RoomId, config: Option<RoomConfig>) -> Option<Verdict> {
-    let stats = &gateway.inner.stats;
+    let app = gateway.app();
     let policy = config
         .as_ref()
-        .map_or(StoreErrorPolicy::Open, |config| config.on_store_error);
+        .map_or_else(|| app.on_store_error(&room), |config| config.on_store_error);
     match policy {
         StoreErrorPolicy::Open => {
-            stats.store_failures_passed.fetch_add(1, Ordering::Relaxed);
-            warn_now_and_then(&LAST_OPEN_WARNING, || {
-                tracing::warn!(%room, "the store cannot be reached: letting protected requests through without a pass (on_store_error = \"open\")");
-            });
+            app.store_failures().let_through();
             None
         }
         StoreErrorPolicy::Closed => {
-            stats.store_failures_refused.fetch_add(1, Ordering::Relaxed);
-            warn_now_and_then(&LAST_CLOSED_WARNING, || {
-                tracing::warn!(%room, "the store cannot be reached: refusing protected requests without a pass (on_store_error = \"closed\")");
-            });
+            app.store_failures().refused();
             let config = config.unwrap_or_else(|| RoomConfig::with_defaults(room.clone()));
             Some(Verdict::Unavailable {
                 room,
                 config: Box::new(config),
             })
         }
-    }
-}
-
-static LAST_OPEN_WARNING: AtomicU64 = AtomicU64::new(0);
-static LAST_CLOSED_WARNING: AtomicU64 = AtomicU64::new(0);
-
-/// Runs `warn` at most every ten seconds (per `last`), so a store outage does not flood the
-/// log with one line per request; the counters have the totals.
-fn warn_now_and_then(last: &AtomicU64, warn: impl FnOnce()) {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let elapsed = START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_secs()
-        + 10;
-    let previous = last.load(Ordering::Relaxed);
-    if elapsed >= previous + 10
-        && last
-            .compare_exchange(previous, elapsed, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        warn();
     }
 }
 

@@ -53,11 +53,12 @@ pub(crate) enum RoomLookup {
     Found(Arc<RoomInfo>),
     /// No such room (deleted after the routes were configured).
     Missing,
-    /// The store cannot be read: the last copy, if any, and the room's configuration (from the
-    /// last copy or the config file), for its `on_store_error`.
+    /// The store cannot be read: the last copy, if any, the room's configuration (from the
+    /// last copy or the config file) for the page, and the failure.
     StoreDown {
         last: Option<Arc<RoomInfo>>,
         config: Option<Box<RoomConfig>>,
+        error: StoreError,
     },
 }
 
@@ -115,7 +116,6 @@ impl RoomCache {
                 RoomLookup::Missing
             }
             Err(error) => {
-                tracing::warn!(%room, %error, "cannot read the room from the store");
                 if let Some(info) = &cached {
                     info.refreshing.store(false, Ordering::Release);
                 }
@@ -127,9 +127,17 @@ impl RoomCache {
                 RoomLookup::StoreDown {
                     last: cached,
                     config,
+                    error,
                 }
             }
         }
+    }
+
+    /// Forgets the copy of `room`, so the next request reads it again: this node just changed
+    /// the room (a join), and a copy saying "nobody waits" must not let the next requests join
+    /// as if the room were empty.
+    pub(crate) fn invalidate(&self, room: &RoomId) {
+        self.rooms.write().remove(room);
     }
 
     /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's

@@ -111,7 +111,10 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await
     };
     let mut response = match verdict {
-        Verdict::Allow { cookies, .. } => {
+        Verdict::Allow { mut cookies, .. } => {
+            // Some proxies pass on only the first cookie of the answer (nginx's
+            // $upstream_http_set_cookie): passes go first, tickets after.
+            cookies.sort_by_key(|cookie| !cookie.as_bytes().starts_with(b"anteroom_p_"));
             let mut response = StatusCode::OK.into_response();
             for cookie in cookies {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
