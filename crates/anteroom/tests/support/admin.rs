@@ -29,11 +29,15 @@ impl AdminSite {
         );
         let path = site.write_config("EdDSA", &auth);
         let text = std::fs::read_to_string(&path).expect("read the config back");
-        let listen = format!("listen = \"127.0.0.1:{}\"\n", site.port);
+        // The shared config opens the admin listener on any free port; this site names its own.
         let text = text.replacen(
-            &listen,
-            &format!("{listen}admin_listen = \"127.0.0.1:{admin_port}\"\n"),
+            "admin_listen = \"127.0.0.1:0\"\n",
+            &format!("admin_listen = \"127.0.0.1:{admin_port}\"\n"),
             1,
+        );
+        assert!(
+            text.contains(&format!(":{admin_port}\"")),
+            "the config names the admin port"
         );
         std::fs::write(&path, text).expect("write the config");
         AdminSite { site, admin_port }

@@ -91,6 +91,7 @@ impl Site {
         let text = format!(
             "[server]\n\
              listen = \"127.0.0.1:{port}\"\n\
+             admin_listen = \"127.0.0.1:0\"\n\
              public_url = \"{url}\"\n\
              \n\
              [store]\n\
