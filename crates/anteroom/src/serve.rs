@@ -206,15 +206,15 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         rooms = config.rooms.len(),
         "anteroom is serving"
     );
+    let gateway = gateway(&config, &runtime);
     crate::admin::start(
         &runtime,
         &config,
         config.server.admin_listen,
-        None,
+        Some(&gateway),
         crate::shutdown_signal(),
     )
     .await?;
-    let gateway = gateway(&config, &runtime);
     let router = anteroom_http::gateway_router(runtime.state.clone(), &gateway);
     run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
 }
