@@ -122,8 +122,9 @@ pub enum LimitState {
     LeakyBucket(leaky_bucket::State),
     /// See [`fixed_window::State`].
     FixedWindow(fixed_window::State),
-    /// See [`sliding_log::State`].
-    SlidingLog(sliding_log::State),
+    /// See [`sliding_log::State`] (boxed: the log is the one state that grows, and keeping it
+    /// out of line keeps every other state, and a store's entry, small).
+    SlidingLog(Box<sliding_log::State>),
     /// See [`sliding_window::State`].
     SlidingWindow(sliding_window::State),
     /// See [`gcra::State`].
@@ -165,11 +166,14 @@ pub fn decide(
         }
         Algorithm::SlidingLog => {
             let state = match state {
-                Some(LimitState::SlidingLog(state)) => Some(state),
+                Some(LimitState::SlidingLog(state)) => Some(&**state),
                 _ => None,
             };
             let (decision, next) = sliding_log::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::SlidingLog))
+            (
+                decision,
+                next.map(|log| LimitState::SlidingLog(Box::new(log))),
+            )
         }
         Algorithm::SlidingWindow => {
             let state = match state {
@@ -198,10 +202,34 @@ pub fn decide_in_place(
     now_ms: u64,
     cost: u64,
 ) -> Decision {
-    if params.algorithm == Algorithm::SlidingLog
-        && let Some(LimitState::SlidingLog(log)) = state
-    {
-        return sliding_log::decide_in_place(params, log, now_ms, cost);
+    // The state's own algorithm: update its fields where they are.
+    macro_rules! in_place {
+        ($module:ident, $state:expr) => {{
+            let (decision, next) = $module::decide(params, Some(&*$state), now_ms, cost);
+            if let Some(next) = next {
+                *$state = next;
+            }
+            return decision;
+        }};
+    }
+    match (params.algorithm, state.as_mut()) {
+        (Algorithm::TokenBucket, Some(LimitState::TokenBucket(state))) => {
+            in_place!(token_bucket, state)
+        }
+        (Algorithm::LeakyBucket, Some(LimitState::LeakyBucket(state))) => {
+            in_place!(leaky_bucket, state)
+        }
+        (Algorithm::FixedWindow, Some(LimitState::FixedWindow(state))) => {
+            in_place!(fixed_window, state)
+        }
+        (Algorithm::SlidingWindow, Some(LimitState::SlidingWindow(state))) => {
+            in_place!(sliding_window, state)
+        }
+        (Algorithm::Gcra, Some(LimitState::Gcra(state))) => in_place!(gcra, state),
+        (Algorithm::SlidingLog, Some(LimitState::SlidingLog(log))) => {
+            return sliding_log::decide_in_place(params, log, now_ms, cost);
+        }
+        _ => {}
     }
     let (decision, next) = decide(params, state.as_ref(), now_ms, cost);
     if let Some(next) = next {

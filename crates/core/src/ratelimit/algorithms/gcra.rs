@@ -39,7 +39,12 @@ pub fn decide(
     // Time never runs backwards for a key: the TAT was set no earlier than `full / rate` ms
     // before it, so `now` is taken to be at least that instant.
     let now = state.map_or(now_ms, |state| {
-        now_ms.max(state.tat_ms.saturating_sub(full / rate))
+        // Only a clock that stepped back needs the division.
+        if state.tat_ms.saturating_sub(now_ms).saturating_mul(rate) > full {
+            now_ms.max(state.tat_ms.saturating_sub(full / rate))
+        } else {
+            now_ms
+        }
     });
     // A TAT stored under other parameters may lie further ahead than the capacity allows.
     let debt = state.map_or(0, |state| debt(state, now, rate).min(full));

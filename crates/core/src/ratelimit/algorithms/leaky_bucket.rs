@@ -106,11 +106,8 @@ pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     state.last_ms + ceil_div(state.excess + params.period_ms(), params.limit)
 }
 
-/// `max(0, units - rate × elapsed)` without forming a product larger than `units + rate`.
+/// `max(0, units - rate × elapsed)`. (The Lua port tests `elapsed ≥ ceil(units / rate)`, the
+/// same condition in integers; a saturating product spares a division here.)
 fn leak(units: u64, elapsed_ms: u64, rate: u64) -> u64 {
-    if elapsed_ms >= ceil_div(units, rate) {
-        0
-    } else {
-        units - elapsed_ms * rate
-    }
+    units.saturating_sub(elapsed_ms.saturating_mul(rate))
 }

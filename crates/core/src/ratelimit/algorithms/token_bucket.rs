@@ -71,14 +71,16 @@ pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     state.last_ms + ceil_div(full.saturating_sub(state.level), params.limit)
 }
 
-/// `min(full, level + rate × elapsed)` without forming a product larger than `full + rate`.
+/// `min(full, level + rate × elapsed)`. (The Lua port tests `elapsed ≥ ceil((full - level) /
+/// rate)`, the same condition in integers; a saturating product spares a division here.)
 fn refill(level: u64, elapsed_ms: u64, rate: u64, full: u64) -> u64 {
     if level >= full {
         return full;
     }
-    if elapsed_ms >= ceil_div(full - level, rate) {
+    let refilled = elapsed_ms.saturating_mul(rate);
+    if refilled >= full - level {
         full
     } else {
-        level + elapsed_ms * rate
+        level + refilled
     }
 }
