@@ -16,6 +16,7 @@
 mod engine_host;
 pub mod limit;
 mod memory;
+mod outbox;
 mod notices;
 mod persisted;
 mod redb_store;
@@ -31,6 +32,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 pub use memory::MemoryStore;
+pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use redb_store::RedbStore;
 pub use redis_store::{RedisConfig, RedisStore};
