@@ -17,4 +17,11 @@ fn shipped_example_config_is_valid() {
         .map(|rule| rule.name.as_str())
         .collect();
     assert_eq!(names, ["join-per-ip", "status-polls"]);
+    let routes: Vec<&str> = config
+        .routes
+        .iter()
+        .map(|route| route.name.as_str())
+        .collect();
+    assert_eq!(routes, ["health", "route-2", "room-launch"]);
+    assert_eq!(config.websocket.unwrap().limit.unwrap().limit, 20);
 }

@@ -208,3 +208,77 @@ rooms = ["shop"]
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], "rate_limited");
 }
+
+/// The forms Envoy (`path_prefix`: the visitor's path appended, its method), Traefik and Caddy
+/// (`X-Forwarded-Uri`, `X-Forwarded-Method`) send, and the redirect answer they pass on as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reads_every_proxy_s_form_and_can_answer_with_the_redirect() {
+    let site = Site::new();
+    site.write_config(
+        "EdDSA",
+        "[[room]]\nid = \"shop\"\nmax_active = 1\n\n[[route]]\npaths = [\"/**\"]\nrooms = [\"shop\"]\n",
+    );
+    let mut server = site.start();
+    let client = client();
+    server.wait_ready(&client).await;
+    let verify = format!("{}/_anteroom/verify", server.url());
+
+    // Envoy: POST /_anteroom/verify/cart?x=1 is the visitor's POST /cart?x=1. Admitted.
+    let response = client
+        .post(format!("{verify}/cart?x=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut holder = Jar::default();
+    holder.absorb(response.headers());
+    assert!(holder.get("anteroom_p_shop").is_some());
+
+    // Traefik / Caddy: headers, and the redirect answers for navigations: held back, the
+    // waiting page; admitted on the spot, back to the page with the pass.
+    let response = client
+        .get(format!("{verify}?wait=redirect"))
+        .header("x-forwarded-uri", "/cart")
+        .header("accept", "text/html")
+        .header(
+            "cookie",
+            format!("anteroom_p_shop={}", holder.get("anteroom_p_shop").unwrap()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "a valid pass, nothing to set"
+    );
+    let response = client
+        .get(format!("{verify}?wait=redirect"))
+        .header("x-forwarded-uri", "/cart")
+        .header("x-forwarded-method", "GET")
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert_eq!(
+        response.headers()["location"],
+        "/_anteroom/wait/shop?return=/cart"
+    );
+    // The same from an API client: 429 waiting_room.
+    let response = client
+        .get(&verify)
+        .header("x-anteroom-verify", "redirect")
+        .header("x-forwarded-uri", "/api/cart")
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "waiting_room");
+
+    // Without a URI anywhere: 400.
+    let response = client.get(&verify).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}

@@ -35,7 +35,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
 use axum::middleware::from_fn_with_state;
-use axum::routing::get;
+use axum::routing::any;
 use tower::ServiceBuilder;
 
 use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
@@ -140,10 +140,15 @@ impl Gateway {
         self.inner.upstream.is_some()
     }
 
-    /// `GET /_anteroom/verify` (SPEC §7.3), to merge into the public router.
+    /// `/_anteroom/verify` (SPEC §7.3), to merge into the public router: any method (Envoy
+    /// sends the visitor's), and with the visitor's path appended (Envoy's `path_prefix`).
     pub fn verify_router(&self) -> Router {
         Router::new()
-            .route("/_anteroom/verify", get(verify::verify))
+            .route(verify::VERIFY_PATH, any(verify::verify))
+            .route(
+                &format!("{}/{{*path}}", verify::VERIFY_PATH),
+                any(verify::verify),
+            )
             .with_state(self.clone())
     }
 

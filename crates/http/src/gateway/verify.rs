@@ -2,14 +2,19 @@
 //! `auth_request`, Envoy `ext_authz` (HTTP), Traefik `forwardAuth`, Caddy `forward_auth`.
 //!
 //! The proxy names the visitor's request in headers: the URI in `X-Original-URI`,
-//! `X-Forwarded-Uri` or `X-Envoy-Original-Path`, the method in `X-Original-Method` or
-//! `X-Forwarded-Method` (GET when absent), the host in `X-Forwarded-Host` or `Host`; the
-//! visitor's own headers (cookies, `Authorization`, `Accept`) come along. The request is matched
-//! to a route, rate limited and checked against the route's rooms exactly as the gateway does,
-//! and answered:
+//! `X-Forwarded-Uri` or `X-Envoy-Original-Path` (or, as Envoy's `path_prefix` does, appended to
+//! `/_anteroom/verify`), the method in `X-Original-Method` or `X-Forwarded-Method` (else this
+//! request's own), the host in `X-Forwarded-Host` or `Host`; the visitor's own headers (cookies,
+//! `Authorization`, `Accept`) come along. The request is matched to a route, rate limited and
+//! checked against the route's rooms exactly as the gateway does, and answered:
 //! - 200: go ahead (with `Set-Cookie` when a pass was issued or renewed);
 //! - 401 with `X-Anteroom-Location: /_anteroom/wait/{room}?return=…`: send the visitor to the
-//!   waiting page (with the ticket cookie when the visitor was joined);
+//!   waiting page (with the ticket cookie when the visitor was joined). Proxies that hand a
+//!   denial to the visitor as it is (Envoy, Traefik, Caddy) ask for the visitor's answer instead
+//!   with `X-Anteroom-Verify: redirect` or `?wait=redirect`: 302 to the waiting page for
+//!   navigations, 429 `waiting_room` for other requests. In that form a navigation that was
+//!   just given a pass (or a renewed one) is sent back to its own address with the cookie
+//!   (302), since such proxies do not pass on the cookies of an allowing answer;
 //! - 429 with the rate-limit headers; 403 for a pass of another user; 503 for a closed room or
 //!   an unreachable store that fails closed.
 //!
@@ -27,6 +32,9 @@ use crate::{RateLimitVerdict, RouteRateLimits};
 use super::Gateway;
 use super::protect::{self, Asked, JoinWhen, Verdict};
 
+/// The endpoint; Envoy appends the visitor's path to it.
+pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
+
 /// The headers that may carry the visitor's URI, in the order they are read.
 const URI_HEADERS: [&str; 3] = ["x-original-uri", "x-forwarded-uri", "x-envoy-original-path"];
 /// The headers that may carry the visitor's method.
@@ -37,8 +45,20 @@ static ANTEROOM_LOCATION: HeaderName = HeaderName::from_static("x-anteroom-locat
 /// The handler.
 pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
-    let Some(uri) =
-        first_header(&parts.headers, &URI_HEADERS).and_then(|text| text.parse::<Uri>().ok())
+    let from_headers = first_header(&parts.headers, &URI_HEADERS);
+    let appended = parts
+        .uri
+        .path()
+        .strip_prefix(VERIFY_PATH)
+        .filter(|rest| rest.starts_with('/'))
+        .map(|rest| match parts.uri.query() {
+            Some(query) => format!("{rest}?{query}"),
+            None => rest.to_owned(),
+        });
+    let Some(uri) = from_headers
+        .map(str::to_owned)
+        .or(appended)
+        .and_then(|text| text.parse::<Uri>().ok())
     else {
         return ApiError::bad_request(
             "original_uri_missing",
@@ -46,8 +66,17 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         )
         .into_response();
     };
+    let redirect = parts
+        .headers
+        .get("x-anteroom-verify")
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"redirect"))
+        || (from_headers.is_some()
+            && parts
+                .uri
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect")));
     let method = match first_header(&parts.headers, &METHOD_HEADERS) {
-        None => Method::GET,
+        None => parts.method.clone(),
         Some(text) => match text.trim().parse::<Method>() {
             Ok(method) => method,
             Err(_) => {
@@ -115,7 +144,18 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
             // Some proxies pass on only the first cookie of the answer (nginx's
             // $upstream_http_set_cookie): passes go first, tickets after.
             cookies.sort_by_key(|cookie| !cookie.as_bytes().starts_with(b"anteroom_p_"));
-            let mut response = StatusCode::OK.into_response();
+            // Proxies that hand only denials to the visitor would drop a pass issued or
+            // renewed now: a navigation is sent back to where it was going, with the cookie.
+            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
+            let mut response = if redirect && navigation && !cookies.is_empty() {
+                let mut response = StatusCode::FOUND.into_response();
+                if let Ok(value) = HeaderValue::from_str(&return_to) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            } else {
+                StatusCode::OK.into_response()
+            };
             for cookie in cookies {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }
@@ -125,21 +165,38 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
             let waiting = *waiting;
             let location = protect::wait_location(&waiting.room, &return_to);
             let mut cookies = waiting.cookies;
-            if let Some(entry) = waiting.entry {
-                cookies.extend(
-                    protect::entry_status(&gateway, &waiting.room, &waiting.config, entry).1,
-                );
-            }
-            let mut response = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "waiting_room",
-                format!(
-                    "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
-                    waiting.room.as_str()
-                ),
-            )
-            .retry_after(waiting.retry_after_secs)
-            .into_response();
+            let queue = waiting.entry.map(|entry| {
+                let (status, entry_cookies) =
+                    protect::entry_status(&gateway, &waiting.room, &waiting.config, entry);
+                cookies.extend(entry_cookies);
+                status
+            });
+            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
+            let mut response = if redirect && navigation {
+                let mut response = StatusCode::FOUND.into_response();
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            } else if redirect {
+                protect::waiting_room_problem(
+                    &waiting.room,
+                    &return_to,
+                    queue.flatten(),
+                    waiting.retry_after_secs,
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "waiting_room",
+                    format!(
+                        "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
+                        waiting.room.as_str()
+                    ),
+                )
+                .retry_after(waiting.retry_after_secs)
+                .into_response()
+            };
             if let Ok(value) = HeaderValue::from_str(&location) {
                 response
                     .headers_mut()
