@@ -11,7 +11,11 @@ use anteroom_core::config::Config;
 use anteroom_http::{AdminSettings, AdminState, Metrics};
 use anteroom_token::SigningAlgorithm;
 
+use anteroom_core::config::{EventSinkKind, SecretSource, StoreConfig};
+use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox};
+
 use crate::BadConfig;
+use crate::clock::SystemClock;
 use crate::serve::Runtime;
 
 /// Starts the admin listener on `listen` until `shutdown`; `/metrics` includes the gateway's
@@ -49,14 +53,10 @@ pub(crate) async fn start(
         }
     };
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(%listen, %error, "cannot bind the admin listener: no admin API, control panel or metrics on this node");
-            return Ok(None);
-        }
-    };
-    let address = listener.local_addr()?;
+    if !config.events.is_empty() {
+        admin.set_outbox(event_sinks(config)?);
+    }
+    // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(anteroom_http::run_admin_sampler(
         admin.clone(),
@@ -65,6 +65,18 @@ pub(crate) async fn start(
             let _ = stopped.wait_for(|stop| *stop).await;
         },
     ));
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%listen, %error, "cannot bind the admin listener: no admin API, control panel or metrics on this node");
+            tokio::spawn(async move {
+                shutdown.await;
+                let _ = stop.send(true);
+            });
+            return Ok(None);
+        }
+    };
+    let address = listener.local_addr()?;
     let router = anteroom_http::admin_router(admin);
     tokio::spawn(async move {
         let served = anteroom_http::serve(listener, router, shutdown).await;
@@ -75,4 +87,53 @@ pub(crate) async fn start(
     });
     tracing::info!(admin_listen = %address, "admin API, control panel and metrics listening");
     Ok(Some(address))
+}
+
+/// Opens the event outbox beside the store and starts the `[[events.sink]]` delivery loops.
+/// The embedded store keeps events in `<store>.events.redb`, so they survive restarts; the
+/// memory store (and, for now, a Redis store) keep them in memory.
+fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
+    let store: std::sync::Arc<dyn EventOutbox> = match &config.store {
+        StoreConfig::Embedded { path } => std::sync::Arc::new(
+            RedbOutbox::open(&path.with_extension("events.redb"), OutboxLimits::default())
+                .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
+        ),
+        StoreConfig::Memory => std::sync::Arc::new(MemoryOutbox::default()),
+        StoreConfig::Redis { .. } => {
+            tracing::warn!(
+                "event sinks on a redis store keep their outbox in memory: events not yet delivered are lost when the node stops"
+            );
+            std::sync::Arc::new(MemoryOutbox::default())
+        }
+    };
+    let mut sinks = Vec::with_capacity(config.events.len());
+    for sink in &config.events {
+        let secret = match &sink.kind {
+            EventSinkKind::Log => Vec::new(),
+            EventSinkKind::Webhook(webhook) => match &webhook.secret {
+                SecretSource::Inline(secret) => secret.as_bytes().to_vec(),
+                SecretSource::File(path) => std::fs::read_to_string(path)
+                    .map_err(|error| {
+                        BadConfig(format!(
+                            "event sink {}: cannot read secret_file {}: {error}",
+                            sink.name,
+                            path.display()
+                        ))
+                    })?
+                    .trim()
+                    .as_bytes()
+                    .to_vec(),
+            },
+        };
+        sinks.push(anteroom_http::Sink {
+            config: sink.clone(),
+            secret,
+        });
+    }
+    tracing::info!(sinks = sinks.len(), "event sinks");
+    Ok(anteroom_http::spawn_event_sinks(
+        store,
+        sinks,
+        std::sync::Arc::new(SystemClock),
+    ))
 }

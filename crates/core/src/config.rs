@@ -36,7 +36,7 @@
 //!
 //! # Sections of later versions
 //!
-//! `[[events.sink]]`, and in a room
+//! In a room,
 //! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
 //! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
 //! reported as a problem rather than silently ignored.
@@ -57,6 +57,7 @@
 
 mod cidr;
 mod env;
+mod events;
 mod gateway;
 mod key_hash;
 mod rate_limit;
@@ -74,6 +75,7 @@ use std::path::PathBuf;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
+pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
     UpstreamConfig, WebSocketConfig, parse_size,
@@ -107,6 +109,8 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[websocket]`: per-connection message limits; absent when the section is.
     pub websocket: Option<WebSocketConfig>,
+    /// `[[events.sink]]`: where live events go, in file order.
+    pub events: Vec<EventSinkConfig>,
 }
 
 /// `[server]`.
@@ -238,9 +242,10 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     RATE_LIMIT_SECTION,
     "route",
     "websocket",
+    "events",
 ];
 /// Top-level sections of later versions, with how they are written.
-const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[("events", "[events]")];
+const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
 /// Every top-level key, supported or not.
 const TOP_LEVEL_KEYS: &[&str] = &[
     "server",
@@ -303,7 +308,6 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
             .iter()
             .find(|(key, _)| *key == entry.key)
         {
-            Some(("events", written)) => read_events(entry, written, problems),
             Some((_, written)) => room::report_unsupported(entry, written, problems),
             None => {
                 let mut message = format!("unknown key `{}`", entry.key);
@@ -332,24 +336,6 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         rate_limits,
         routes,
         websocket: gateway::read_websocket(root.get("websocket"), problems),
-    }
-}
-
-/// `[events]` itself is not read yet; its `[[events.sink]]` entries are reported one by one.
-fn read_events(entry: &tree::Entry, written: &str, problems: &mut Problems) {
-    match &entry.item.value {
-        tree::Value::Table(table) if !table.entries.is_empty() => {
-            for inner in &table.entries {
-                if inner.key == "sink" {
-                    room::report_unsupported(inner, "[[events.sink]]", problems);
-                } else {
-                    problems.add(
-                        &inner.key_origin,
-                        format!("{written} is not supported by this version"),
-                    );
-                }
-            }
-        }
-        _ => room::report_unsupported(entry, written, problems),
+        events: events::read_events(root.get("events"), problems),
     }
 }

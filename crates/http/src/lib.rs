@@ -15,6 +15,7 @@ mod gateway;
 mod metrics;
 mod notices;
 mod openapi;
+mod sinks;
 mod page;
 mod ratelimit;
 mod room_cache;
@@ -49,6 +50,7 @@ pub use gateway::{
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
+pub use sinks::{Outbox, Sink, signature as event_signature, spawn_event_sinks};
 pub use page::{PageError, PageRenderer, store_unavailable_page};
 pub use ratelimit::{
     ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,

@@ -205,6 +205,7 @@ fn full_file_resolves_to_typed_values() {
         rooms: vec![launch, checkout],
         rate_limits: vec![],
         websocket: None,
+        events: vec![],
     };
     check_config(&source, &[], &expected);
 }
@@ -232,6 +233,7 @@ fn absent_sections_take_defaults() {
         rate_limits: vec![],
         routes: vec![],
         websocket: None,
+        events: vec![],
     };
     assert_eq!(Config::default(), defaults);
     check_config("", &[], &defaults);
@@ -418,7 +420,10 @@ fn other_sections_of_later_versions_are_reported() {
     check_problems(
         "[[events.sink]]\nkind = \"webhook\"\n",
         &[],
-        &[(Some(1), "[[events.sink]] is not supported")],
+        &[
+            (Some(1), "a webhook sink needs a `url`"),
+            (Some(1), "a webhook sink needs a `secret`"),
+        ],
     );
     check_problems(
         "[sever]\nlisten = \"x\"\n",

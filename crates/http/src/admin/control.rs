@@ -224,12 +224,14 @@ async fn set_mode(
     let mut config = store.room(&id).await?;
     config.mode = mode;
     let snapshot = store.put_room(config.clone()).await?;
-    admin.publish(AdminEvent::room_updated(
-        &id,
-        verb,
-        admin.now(),
-        super::rooms::room_json(&config),
-    ));
+    admin
+        .record(AdminEvent::room_updated(
+            &id,
+            verb,
+            admin.now(),
+            super::rooms::room_json(&config),
+        ))
+        .await;
     Ok(Json(RoomFigures::new(&id, &snapshot)))
 }
 
@@ -268,12 +270,14 @@ pub(crate) async fn advance(
         ));
     }
     let (admitted, snapshot) = admin.app().store().advance(&id, count).await?;
-    admin.publish(AdminEvent::new(
-        "counter.advanced",
-        Some(&id),
-        admin.now(),
-        serde_json::json!({"asked": count, "admitted": admitted, "serving": snapshot.serving}),
-    ));
+    admin
+        .record(AdminEvent::new(
+            "counter.advanced",
+            Some(&id),
+            admin.now(),
+            serde_json::json!({"asked": count, "admitted": admitted, "serving": snapshot.serving}),
+        ))
+        .await;
     Ok(Json(Advanced {
         admitted,
         figures: RoomFigures::new(&id, &snapshot),
@@ -303,12 +307,14 @@ pub(crate) async fn reset(
     let id = parse_room(&room)?;
     let ResetBody { purge } = json_body(body)?.unwrap_or_default();
     let snapshot = admin.app().store().reset(&id, purge).await?;
-    admin.publish(AdminEvent::new(
-        "room.reset",
-        Some(&id),
-        admin.now(),
-        serde_json::json!({"purge": purge, "generation": snapshot.generation}),
-    ));
+    admin
+        .record(AdminEvent::new(
+            "room.reset",
+            Some(&id),
+            admin.now(),
+            serde_json::json!({"purge": purge, "generation": snapshot.generation}),
+        ))
+        .await;
     Ok(Json(RoomFigures::new(&id, &snapshot)))
 }
 
@@ -364,12 +370,14 @@ pub(crate) async fn issue_pass(
     };
     let session = store.issue_session(&id, request.uid, ttl).await?;
     let pass = sign_pass(admin.app(), &id, &session)?;
-    admin.publish(AdminEvent::new(
-        "pass.issued",
-        Some(&id),
-        admin.now(),
-        serde_json::json!({"session": session.id.to_string(), "by_hand": true}),
-    ));
+    admin
+        .record(AdminEvent::new(
+            "pass.issued",
+            Some(&id),
+            admin.now(),
+            serde_json::json!({"session": session.id.to_string(), "by_hand": true}),
+        ))
+        .await;
     let body = IssuedPass {
         room: id.to_string(),
         session: session.id.to_string(),
@@ -411,12 +419,14 @@ pub(crate) async fn rotate_keys(
         .map_err(|error| internal(&error))?
         .map_err(|error| internal(&error))?;
     admin.app().set_keys(rotated.clone());
-    admin.publish(AdminEvent::new(
-        "keys.rotated",
-        None,
-        admin.now(),
-        serde_json::json!({"active_kid": rotated.active_kid()}),
-    ));
+    admin
+        .record(AdminEvent::new(
+            "keys.rotated",
+            None,
+            admin.now(),
+            serde_json::json!({"active_kid": rotated.active_kid()}),
+        ))
+        .await;
     Ok(Json(RotatedKeys {
         active_kid: rotated.active_kid().to_owned(),
         algorithm: rotated.algorithm().as_str().to_owned(),

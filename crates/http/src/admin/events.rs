@@ -156,6 +156,7 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTota
     crate::metrics::store_latency("rooms", started.elapsed());
     let now = admin.now();
     let mut seen = Vec::with_capacity(rooms.len());
+    let mut events = Vec::new();
     for config in &rooms {
         let started = std::time::Instant::now();
         let snapshot = match store.snapshot(&config.id).await {
@@ -171,20 +172,24 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTota
         crate::metrics::store_latency("snapshot", started.elapsed());
         seen.push(config.id.clone());
         let before = previous.insert(config.id.clone(), snapshot.totals);
-        record(admin, &config.id, &snapshot, before, now);
+        events.extend(sample_room(admin, &config.id, &snapshot, before, now));
     }
+    admin.record_all(events).await;
     previous.retain(|room, _| seen.contains(room));
     admin.history().retain(|room| seen.contains(room));
     crate::metrics::sse_connections(admin.app().hub().connections());
 }
 
-fn record(
+/// Fills the room's history and metrics from one snapshot; answers the events its totals'
+/// changes make.
+fn sample_room(
     admin: &AdminState,
     room: &RoomId,
     snapshot: &RoomSnapshot,
     before: Option<RoomTotals>,
     now: Timestamp,
-) {
+) -> Vec<AdminEvent> {
+    let mut events = Vec::new();
     let totals = snapshot.totals;
     // A room seen for the first time (or recreated) has no "before": no burst of old totals.
     let delta = |pick: fn(&RoomTotals) -> u64| {
@@ -214,7 +219,7 @@ fn record(
     for (kind, pick) in changes {
         let count = delta(pick);
         if count > 0 {
-            admin.publish(AdminEvent::new(
+            events.push(AdminEvent::new(
                 kind,
                 Some(room),
                 now,
@@ -223,7 +228,7 @@ fn record(
         }
     }
     if now.as_secs().is_multiple_of(METRICS_EVERY_SECS) {
-        admin.publish(AdminEvent::new(
+        events.push(AdminEvent::new(
             "room.metrics",
             Some(room),
             now,
@@ -236,4 +241,5 @@ fn record(
             }),
         ));
     }
+    events
 }

@@ -67,6 +67,8 @@ struct AdminShared {
     history: history::History,
     events: tokio::sync::broadcast::Sender<AdminEvent>,
     metrics: Option<crate::metrics::Metrics>,
+    /// Where events wait for the event sinks; none when no sink is configured.
+    outbox: std::sync::OnceLock<crate::sinks::Outbox>,
 }
 
 /// Events the live feed buffers for a slow reader before it skips ahead.
@@ -92,8 +94,15 @@ impl AdminState {
                 history: history::History::default(),
                 events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
                 metrics,
+                outbox: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// From now on every event is also appended to `outbox` (durably, before the action that
+    /// made it is answered) for the event sinks to deliver; set once.
+    pub fn set_outbox(&self, outbox: crate::sinks::Outbox) {
+        let _ = self.inner.outbox.set(outbox);
     }
 
     /// The public API's state this admin surface works on.
@@ -101,10 +110,24 @@ impl AdminState {
         &self.app
     }
 
-    /// Tells the live event feed (and later the event sinks) what happened.
-    pub fn publish(&self, event: AdminEvent) {
-        // No subscriber is not an error: nobody is watching.
-        let _ = self.inner.events.send(event);
+    /// Records what happened: into the outbox for the event sinks (durably, when there are
+    /// sinks), then to the live event feed.
+    pub async fn record(&self, event: AdminEvent) {
+        self.record_all(vec![event]).await;
+    }
+
+    /// [`record`](Self::record) for several events, appended in one write.
+    pub async fn record_all(&self, events: Vec<AdminEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        if let Some(outbox) = self.inner.outbox.get() {
+            outbox.append(&events).await;
+        }
+        for event in events {
+            // No subscriber is not an error: nobody is watching.
+            let _ = self.inner.events.send(event);
+        }
     }
 
     /// Subscribes to the live event feed.

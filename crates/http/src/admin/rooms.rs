@@ -182,12 +182,14 @@ pub(crate) async fn put_room(
     let existed = admin.app().store().room(&config.id).await.is_ok();
     admin.app().store().put_room(config.clone()).await?;
     let action = if existed { "replaced" } else { "created" };
-    admin.publish(AdminEvent::room_updated(
-        &config.id,
-        action,
-        admin.now(),
-        room_json(&config),
-    ));
+    admin
+        .record(AdminEvent::room_updated(
+            &config.id,
+            action,
+            admin.now(),
+            room_json(&config),
+        ))
+        .await;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -223,12 +225,14 @@ pub(crate) async fn patch_room(
     apply_fields(&mut raw, &fields, &room, &mut problems);
     let config = validate(&admin, raw, problems).await?;
     admin.app().store().put_room(config.clone()).await?;
-    admin.publish(AdminEvent::room_updated(
-        &config.id,
-        "updated",
-        admin.now(),
-        room_json(&config),
-    ));
+    admin
+        .record(AdminEvent::room_updated(
+            &config.id,
+            "updated",
+            admin.now(),
+            room_json(&config),
+        ))
+        .await;
     Ok(Json(RoomBody::from_config(&config)))
 }
 
@@ -268,12 +272,14 @@ pub(crate) async fn delete_room(
     if !admin.app().store().delete_room(&id).await? {
         return Err(ApiError::room_not_found(&room));
     }
-    admin.publish(AdminEvent::room_updated(
-        &id,
-        "deleted",
-        admin.now(),
-        Value::Null,
-    ));
+    admin
+        .record(AdminEvent::room_updated(
+            &id,
+            "deleted",
+            admin.now(),
+            Value::Null,
+        ))
+        .await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

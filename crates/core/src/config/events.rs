@@ -1,0 +1,331 @@
+//! `[[events.sink]]`: where live events go (SPEC §8.4).
+//!
+//! ```toml
+//! [[events.sink]]
+//! kind = "log"                      # one JSON line per event in the log
+//!
+//! [[events.sink]]
+//! kind = "webhook"
+//! name = "crm"                      # progress is kept per name [the kind]
+//! url = "http://127.0.0.1:9000/anteroom"
+//! secret_file = "/etc/anteroom/webhook.secret"   # or secret = "…": the HMAC-SHA256 key
+//! types = ["ticket.admitted", "room.updated"]    # all events when absent
+//! batch = 100                       # events per request [100]
+//! timeout = "10s"                   # per request [10s]
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::tree::{Entry, Problems, Value, closest};
+use crate::duration::parse_duration;
+
+/// One event sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSinkConfig {
+    /// Unique name; the outbox keeps each sink's progress under it.
+    pub name: String,
+    /// Only these event types; every type when empty.
+    pub types: Vec<String>,
+    /// What the sink does.
+    pub kind: EventSinkKind,
+}
+
+/// What a sink does with events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventSinkKind {
+    /// Logs each event as one line (JSON with `ANTEROOM_LOG_FORMAT=json`).
+    Log,
+    /// POSTs batches of events, signed with HMAC-SHA256.
+    Webhook(WebhookConfig),
+}
+
+/// `kind = "webhook"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Where the batches go (`http://`).
+    pub url: String,
+    /// The HMAC key.
+    pub secret: SecretSource,
+    /// Events per request at most.
+    pub batch: usize,
+    /// Bound on one request.
+    pub timeout: Duration,
+}
+
+/// A secret written in the config, or the file holding it (read by the binary at start).
+#[derive(Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `secret = "…"`.
+    Inline(String),
+    /// `secret_file = "…"`: the file's content, trimmed.
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretSource::Inline(_) => f.write_str("Inline(<redacted>)"),
+            SecretSource::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
+const SINK_KEYS: &[&str] = &[
+    "kind",
+    "name",
+    "types",
+    "url",
+    "secret",
+    "secret_file",
+    "batch",
+    "timeout",
+];
+const KINDS: &[&str] = &["log", "webhook"];
+const DEFAULT_BATCH: usize = 100;
+const MAX_BATCH: u64 = 10_000;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads `[events]`: only its `[[events.sink]]` array.
+pub(super) fn read_events(
+    section: Option<&Entry>,
+    problems: &mut Problems,
+) -> Vec<EventSinkConfig> {
+    let Some(table) = section.and_then(|entry| entry.table(problems)) else {
+        return Vec::new();
+    };
+    problems.unknown_keys(table, &["sink"], "[events]");
+    let Some(sinks) = table.get("sink") else {
+        return Vec::new();
+    };
+    let Value::Array(elements) = &sinks.item.value else {
+        problems.add(
+            &sinks.key_origin,
+            "`sink` must be an array of tables, written [[events.sink]]",
+        );
+        return Vec::new();
+    };
+    let mut configs: Vec<EventSinkConfig> = Vec::new();
+    for element in elements {
+        let Value::Table(sink) = &element.value else {
+            problems.add(
+                &element.origin,
+                "each sink must be a table, written [[events.sink]]",
+            );
+            continue;
+        };
+        problems.unknown_keys(sink, SINK_KEYS, "[[events.sink]]");
+        let kind_text = match sink.get("kind") {
+            Some(entry) => entry.string(problems),
+            None => {
+                problems.add(
+                    &element.origin,
+                    "[[events.sink]] needs a `kind`: \"log\" or \"webhook\"",
+                );
+                None
+            }
+        };
+        let Some(kind_text) = kind_text else { continue };
+        let name = sink
+            .get("name")
+            .and_then(|entry| entry.string(problems))
+            .unwrap_or_else(|| kind_text.clone());
+        let types = sink
+            .get("types")
+            .and_then(|entry| entry.strings(problems))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(text, _)| text)
+            .collect();
+        let kind = match kind_text.as_str() {
+            "log" => Some(EventSinkKind::Log),
+            "webhook" => read_webhook(sink, &element.origin, problems).map(EventSinkKind::Webhook),
+            other => {
+                let mut message =
+                    format!("unknown sink kind {other:?}: expected \"log\" or \"webhook\"");
+                if let Some(suggestion) = closest(other, KINDS.iter().copied()) {
+                    message.push_str(&format!("; did you mean {suggestion:?}?"));
+                }
+                let origin = sink.get("kind").map_or(&element.origin, |e| &e.key_origin);
+                problems.add(origin, message);
+                None
+            }
+        };
+        let Some(kind) = kind else { continue };
+        if configs.iter().any(|existing| existing.name == name) {
+            let origin = sink.get("name").map_or(&element.origin, |e| &e.key_origin);
+            problems.add(
+                origin,
+                format!("two sinks are named {name:?}; give each a unique `name`"),
+            );
+            continue;
+        }
+        configs.push(EventSinkConfig { name, types, kind });
+    }
+    configs
+}
+
+fn read_webhook(
+    sink: &super::tree::Table,
+    origin: &super::tree::Origin,
+    problems: &mut Problems,
+) -> Option<WebhookConfig> {
+    let url = match sink.get("url") {
+        None => {
+            problems.add(origin, "a webhook sink needs a `url`");
+            None
+        }
+        Some(entry) => entry.string(problems).and_then(|url| {
+            if url.starts_with("http://") && url.len() > "http://".len() {
+                Some(url)
+            } else {
+                problems.add(
+                    &entry.key_origin,
+                    format!("`url` must be an http:// URL, found {url:?}"),
+                );
+                None
+            }
+        }),
+    };
+    let secret = match (sink.get("secret"), sink.get("secret_file")) {
+        (Some(entry), None) => entry.string(problems).and_then(|secret| {
+            if secret.len() < 16 {
+                problems.add(&entry.key_origin, "`secret` must be at least 16 characters");
+                None
+            } else {
+                Some(SecretSource::Inline(secret))
+            }
+        }),
+        (None, Some(entry)) => entry
+            .string(problems)
+            .map(|path| SecretSource::File(PathBuf::from(path))),
+        (Some(entry), Some(_)) => {
+            problems.add(
+                &entry.key_origin,
+                "give `secret` or `secret_file`, not both",
+            );
+            None
+        }
+        (None, None) => {
+            problems.add(
+                origin,
+                "a webhook sink needs a `secret` (or `secret_file`) to sign its requests",
+            );
+            None
+        }
+    };
+    let batch = match sink.get("batch") {
+        None => Some(DEFAULT_BATCH),
+        Some(entry) => entry.unsigned(problems).and_then(|batch| {
+            if (1..=MAX_BATCH).contains(&batch) {
+                usize::try_from(batch).ok()
+            } else {
+                problems.add(
+                    &entry.key_origin,
+                    format!("`batch` must be 1 to {MAX_BATCH}, found {batch}"),
+                );
+                None
+            }
+        }),
+    };
+    let timeout = match sink.get("timeout") {
+        None => Some(DEFAULT_TIMEOUT),
+        Some(entry) => entry
+            .duration_text(problems)
+            .and_then(|text| match parse_duration(&text) {
+                Ok(timeout) if !timeout.is_zero() => Some(timeout),
+                Ok(_) => {
+                    problems.add(&entry.key_origin, "`timeout` must be longer than zero");
+                    None
+                }
+                Err(error) => {
+                    problems.add(&entry.key_origin, format!("`timeout`: {error}"));
+                    None
+                }
+            }),
+    };
+    Some(WebhookConfig {
+        url: url?,
+        secret: secret?,
+        batch: batch?,
+        timeout: timeout?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::parse_config;
+
+    #[test]
+    fn sinks_are_read_with_their_defaults() {
+        let source = r#"
+[[events.sink]]
+kind = "log"
+
+[[events.sink]]
+kind = "webhook"
+name = "crm"
+url = "http://127.0.0.1:9000/hook"
+secret = "0123456789abcdef"
+types = ["room.updated"]
+"#;
+        let config = parse_config(source, &[]).unwrap();
+        assert_eq!(
+            config.events,
+            [
+                EventSinkConfig {
+                    name: "log".to_owned(),
+                    types: vec![],
+                    kind: EventSinkKind::Log,
+                },
+                EventSinkConfig {
+                    name: "crm".to_owned(),
+                    types: vec!["room.updated".to_owned()],
+                    kind: EventSinkKind::Webhook(WebhookConfig {
+                        url: "http://127.0.0.1:9000/hook".to_owned(),
+                        secret: SecretSource::Inline("0123456789abcdef".to_owned()),
+                        batch: 100,
+                        timeout: Duration::from_secs(10),
+                    }),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn every_sink_problem_is_reported_with_its_line() {
+        let source = r#"
+[[events.sink]]
+kind = "hook"
+
+[[events.sink]]
+kind = "webhook"
+url = "ftp://x"
+secret = "short"
+batch = 0
+timeout = "soon"
+colour = "red"
+
+[[events.sink]]
+kind = "log"
+
+[[events.sink]]
+kind = "log"
+"#;
+        let errors = parse_config(source, &[]).unwrap_err().to_string();
+        for expected in [
+            "line 3: unknown sink kind \"hook\"",
+            "line 7: `url` must be an http:// URL",
+            "line 8: `secret` must be at least 16 characters",
+            "line 9: `batch` must be 1 to 10000",
+            "line 10: `timeout`",
+            "line 11: unknown key `colour`",
+            "two sinks are named \"log\"",
+        ] {
+            assert!(errors.contains(expected), "{expected:?} in:\n{errors}");
+        }
+    }
+}

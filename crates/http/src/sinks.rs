@@ -1,0 +1,266 @@
+//! Event sinks (SPEC §8.4): every event the admin surface records goes into the outbox
+//! (anteroom-store's `EventOutbox`) before the action that made it is answered; one delivery
+//! loop per sink reads what the sink has not acknowledged yet, delivers it, and acknowledges
+//! it only once delivered. A receiver that is down, or a restart, only delays delivery: the
+//! events wait in the outbox (at-least-once; receivers deduplicate on the event `id`).
+//!
+//! - **log**: one line per event on the `anteroom::events` log target (JSON with
+//!   `ANTEROOM_LOG_FORMAT=json`).
+//! - **webhook**: `POST` of `{"events": [{"id": <sequence>, "type", "room", "at", "data"}, …]}`,
+//!   at most `batch` events per request, with `Anteroom-Signature: t=<unix seconds>,v1=<hex>`,
+//!   the HMAC-SHA256 of `<t>.<body>` under the sink's secret (the timestamp lets receivers
+//!   refuse replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the
+//!   batch; anything else (or no answer within `timeout`) is retried after an exponential
+//!   backoff (0.5 s doubling up to 10 s, with jitter).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http_body_util::Full;
+use serde_json::Value;
+use sha2::Sha256;
+use tokio::sync::Notify;
+
+use anteroom_core::Clock;
+use anteroom_core::config::{EventSinkConfig, EventSinkKind, WebhookConfig};
+use anteroom_store::{EventOutbox, OutboxEntry};
+
+use crate::admin::AdminEvent;
+
+/// The first retry delay after a failed delivery.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest retry delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How often delivered events are pruned from the outbox.
+const PRUNE_EVERY: Duration = Duration::from_secs(30);
+/// A delivery loop with nothing to do looks again this often (or when woken by an append).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Entries a log sink takes at once.
+const LOG_BATCH: usize = 500;
+
+/// The outbox as the admin surface appends to it; wakes the delivery loops.
+#[derive(Clone)]
+pub struct Outbox {
+    store: Arc<dyn EventOutbox>,
+    appended: Arc<Notify>,
+}
+
+impl Outbox {
+    /// Appends events (as JSON); a failure is logged and the events are lost for the sinks
+    /// (the action itself has happened).
+    pub(crate) async fn append(&self, events: &[AdminEvent]) {
+        let payloads = events
+            .iter()
+            .filter_map(|event| serde_json::to_vec(event).ok())
+            .collect();
+        match self.store.append(payloads).await {
+            Ok(_) => self.appended.notify_waiters(),
+            Err(error) => {
+                tracing::error!(%error, events = events.len(), "cannot keep events for the event sinks");
+            }
+        }
+    }
+}
+
+/// A configured sink with its secret read.
+#[derive(Debug, Clone)]
+pub struct Sink {
+    /// The sink's configuration.
+    pub config: EventSinkConfig,
+    /// A webhook's HMAC key (from `secret` or `secret_file`).
+    pub secret: Vec<u8>,
+}
+
+/// Starts one delivery loop per sink over `store` (and a pruner); returns the [`Outbox`] the
+/// admin surface appends to ([`crate::AdminState::set_outbox`]).
+pub fn spawn_event_sinks(
+    store: Arc<dyn EventOutbox>,
+    sinks: Vec<Sink>,
+    clock: Arc<dyn Clock>,
+) -> Outbox {
+    let outbox = Outbox {
+        store,
+        appended: Arc::new(Notify::new()),
+    };
+    let names: Vec<String> = sinks.iter().map(|sink| sink.config.name.clone()).collect();
+    for sink in sinks {
+        tokio::spawn(deliver_forever(outbox.clone(), sink, clock.clone()));
+    }
+    let store = outbox.store.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            interval.tick().await;
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            if let Err(error) = store.prune(&names).await {
+                tracing::warn!(%error, "cannot prune delivered events");
+            }
+        }
+    });
+    outbox
+}
+
+async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
+    let name = sink.config.name.clone();
+    let batch = match &sink.config.kind {
+        EventSinkKind::Log => LOG_BATCH,
+        EventSinkKind::Webhook(webhook) => webhook.batch,
+    };
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut backoff = FIRST_BACKOFF;
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    loop {
+        let woken = outbox.appended.notified();
+        let entries = match outbox.store.pending(&name, batch).await {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::warn!(sink = %name, %error, "cannot read the event outbox");
+                tokio::time::sleep(MAX_BACKOFF).await;
+                continue;
+            }
+        };
+        let Some(last) = entries.last().map(|entry| entry.sequence) else {
+            let _ = tokio::time::timeout(IDLE_POLL, woken).await;
+            continue;
+        };
+        let wanted: Vec<Value> = entries
+            .iter()
+            .filter_map(|entry| event_with_id(entry, &sink.config.types))
+            .collect();
+        let delivered = if wanted.is_empty() {
+            Ok(())
+        } else {
+            match &sink.config.kind {
+                EventSinkKind::Log => {
+                    for event in &wanted {
+                        tracing::info!(target: "anteroom::events", sink = %name, event = %event, "event");
+                    }
+                    Ok(())
+                }
+                EventSinkKind::Webhook(webhook) => {
+                    post(
+                        &client,
+                        webhook,
+                        &sink.secret,
+                        &wanted,
+                        clock.now().as_secs(),
+                    )
+                    .await
+                }
+            }
+        };
+        match delivered {
+            Ok(()) => {
+                if let Err(error) = outbox.store.acknowledge(&name, last).await {
+                    tracing::warn!(sink = %name, %error, "cannot record a delivery; it will be repeated");
+                }
+                if let Some(since) = failing_since.take() {
+                    tracing::info!(sink = %name, down_for = ?since.elapsed(), "event sink delivers again");
+                }
+                backoff = FIRST_BACKOFF;
+            }
+            Err(reason) => {
+                if failing_since.is_none() {
+                    failing_since = Some(tokio::time::Instant::now());
+                    tracing::warn!(sink = %name, %reason, "event delivery failed; retrying with backoff");
+                }
+                tokio::time::sleep(jittered(backoff)).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// The stored event with its outbox sequence as `id`; `None` when the sink does not take its
+/// type (or it cannot be read).
+fn event_with_id(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
+    let mut event: Value = serde_json::from_slice(&entry.payload).ok()?;
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !types.is_empty() && !types.iter().any(|wanted| wanted == kind) {
+        return None;
+    }
+    event
+        .as_object_mut()?
+        .insert("id".to_owned(), Value::from(entry.sequence));
+    Some(event)
+}
+
+/// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let digest = mac.finalize().into_bytes();
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("t={timestamp},v1={hex}")
+}
+
+async fn post(
+    client: &hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Full<Bytes>,
+    >,
+    webhook: &WebhookConfig,
+    secret: &[u8],
+    events: &[Value],
+    now_secs: u64,
+) -> Result<(), String> {
+    let body = serde_json::to_vec(&serde_json::json!({ "events": events }))
+        .map_err(|error| error.to_string())?;
+    let first = events.first().and_then(|e| e["id"].as_u64()).unwrap_or(0);
+    let last = events.last().and_then(|e| e["id"].as_u64()).unwrap_or(0);
+    let request = http::Request::post(&webhook.url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::USER_AGENT, "anteroom")
+        .header("anteroom-signature", signature(secret, now_secs, &body))
+        .header("anteroom-delivery", format!("{first}-{last}"))
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|error| error.to_string())?;
+    match tokio::time::timeout(webhook.timeout, client.request(request)).await {
+        Err(_) => Err(format!("no answer within {:?}", webhook.timeout)),
+        Ok(Err(error)) => Err(error.to_string()),
+        Ok(Ok(response)) if response.status().is_success() => Ok(()),
+        Ok(Ok(response)) => Err(format!("answered {}", response.status())),
+    }
+}
+
+/// `delay` ± 20 %, so many nodes retrying do not beat in step.
+fn jittered(delay: Duration) -> Duration {
+    let factor = rand::Rng::gen_range(&mut rand::thread_rng(), 0.8..1.2);
+    delay.mul_f64(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn signatures_cover_the_timestamp_and_the_body() {
+        let one = signature(b"secret", 1_700_000_000, b"{}");
+        assert!(one.starts_with("t=1700000000,v1="));
+        assert_eq!(one.len(), "t=1700000000,v1=".len() + 64);
+        assert_ne!(one, signature(b"secret", 1_700_000_001, b"{}"));
+        assert_ne!(one, signature(b"secret", 1_700_000_000, b"{ }"));
+        assert_ne!(one, signature(b"other", 1_700_000_000, b"{}"));
+    }
+
+    #[test]
+    fn events_carry_their_sequence_and_follow_the_type_filter() {
+        let entry = OutboxEntry {
+            sequence: 7,
+            payload: br#"{"type":"room.updated","at":"x","data":{}}"#.to_vec(),
+        };
+        assert_eq!(event_with_id(&entry, &[]).unwrap()["id"], 7);
+        assert!(event_with_id(&entry, &["ticket.admitted".to_owned()]).is_none());
+        assert!(event_with_id(&entry, &["room.updated".to_owned()]).is_some());
+    }
+}
