@@ -15,10 +15,10 @@ mod gateway;
 mod metrics;
 mod notices;
 mod openapi;
-mod sinks;
 mod page;
 mod ratelimit;
 mod room_cache;
+mod sinks;
 mod sse;
 mod store_failure;
 mod ticker;
@@ -50,13 +50,13 @@ pub use gateway::{
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
-pub use sinks::{Outbox, Sink, signature as event_signature, spawn_event_sinks};
 pub use page::{PageError, PageRenderer, store_unavailable_page};
 pub use ratelimit::{
     ClientIp, DEFAULT_MAX_DELAY, RateLimitClaims, RateLimitLayer, RateLimitMetrics,
     RateLimitOptions, RateLimitService, RateLimitSetupError, RateLimitVerdict, RateLimiter,
     RouteRateLimits, RuleMetrics, RuleResult,
 };
+pub use sinks::{Outbox, Sink, signature as event_signature, spawn_event_sinks};
 pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};

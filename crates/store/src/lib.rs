@@ -16,8 +16,8 @@
 mod engine_host;
 pub mod limit;
 mod memory;
-mod outbox;
 mod notices;
+mod outbox;
 mod persisted;
 mod redb_store;
 mod redis_store;
@@ -32,8 +32,8 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 pub use memory::MemoryStore;
-pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
+pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
 pub use redb_store::RedbStore;
 pub use redis_store::{RedisConfig, RedisStore};
 
