@@ -555,7 +555,7 @@ async fn anteroom_release_frees_the_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_upstream_yields_504_and_a_dead_one_502() {
+async fn http2_from_visitors_504_for_a_slow_upstream_502_for_a_dead_one() {
     let gate = Gate::start(
         r#"
 [upstream]
@@ -564,6 +564,18 @@ header_timeout = "500ms"
 "#,
     )
     .await;
+    // HTTP/2 from the visitor (prior knowledge), HTTP/1.1 to the site with the visitor's host.
+    let h2 = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let response = h2.get(gate.url("/over-h2")).send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    let echo = echoed(response).await.expect("proxied");
+    assert_eq!(echo["path"], "/over-h2");
+    assert_eq!(echo["headers"]["host"], format!("127.0.0.1:{}", gate.server.port));
+
     let started = Instant::now();
     let response = gate.get("/slow", &mut Jar::default(), JSON).await;
     let elapsed = started.elapsed();
