@@ -857,3 +857,102 @@ impl SseReader {
         }
     }
 }
+
+// Room changes and ended sessions across nodes --------------------------------------------------
+
+const CHANGING_ROOM: &str = r#"
+[[room]]
+id = "changing"
+max_active = 1
+"#;
+
+/// Node A's config is reloaded with the room closed; node B, which had the room's
+/// configuration in its cache, refuses joins within a second. A session completed on node A
+/// is over on node B at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_changes_and_ended_sessions_reach_the_other_node_within_a_second() {
+    let redis = RedisServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    let client = support::client();
+    let (sites, servers) = start_nodes(2, &redis, keys.path(), CHANGING_ROOM, &client).await;
+    let (node_a, node_b) = (servers[0].url(), servers[1].url());
+    let join_on_b = || {
+        client
+            .post(format!("{node_b}/_anteroom/v1/rooms/changing/join"))
+            .send()
+    };
+
+    // A pass claimed on B, completed on A: B answers for the ticket as over at once.
+    let first: serde_json::Value = join_on_b().await.unwrap().json().await.unwrap();
+    assert_eq!(first["state"], "admitted", "{first}");
+    let session = jwt_claims(first["pass"].as_str().unwrap())["sub"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let completed = client
+        .post(format!(
+            "{node_a}/_anteroom/v1/rooms/changing/sessions/{session}/complete"
+        ))
+        .bearer_auth(SERVICE_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(completed.status(), 200);
+    let after = client
+        .get(format!("{node_b}/_anteroom/v1/rooms/changing/status"))
+        .header("x-anteroom-ticket", first["ticket"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status(),
+        410,
+        "a completed session is over on every node"
+    );
+
+    // B has the room's configuration cached (it just served joins); A closes the room.
+    assert_eq!(join_on_b().await.unwrap().status(), 200);
+    write_node_config(
+        &sites[0],
+        &redis.url(),
+        keys.path(),
+        &CHANGING_ROOM.replace("max_active = 1", "max_active = 1\nmode = \"closed\""),
+    );
+    let hangup = std::process::Command::new("kill")
+        .args(["-HUP", &servers[0].pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hangup.success());
+    // Closed once A applied the reload, which it does right away: B must follow within 1 s.
+    let applied = Instant::now();
+    let closed_on_a = loop {
+        let answer = client
+            .post(format!("{node_a}/_anteroom/v1/rooms/changing/join"))
+            .send()
+            .await
+            .unwrap();
+        if answer.status() == 503 {
+            break Instant::now();
+        }
+        assert!(
+            applied.elapsed() < Duration::from_secs(10),
+            "node A reloads"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let closed_on_b = loop {
+        let answer = join_on_b().await.unwrap();
+        if answer.status() == 503 {
+            let body: serde_json::Value = answer.json().await.unwrap();
+            assert_eq!(body["code"], "room_closed");
+            break closed_on_a.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            closed_on_a.elapsed() < Duration::from_secs(1),
+            "node B still joins visitors a second after the room closed"
+        );
+    };
+    eprintln!("room closed on node A; node B refused joins {closed_on_b:?} later");
+    assert_no_panic(&servers);
+}
