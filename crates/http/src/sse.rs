@@ -47,6 +47,19 @@ const MIN_EVENT_INTERVAL: Duration = Duration::from_secs(1);
 /// What the browser waits before reconnecting.
 const RETRY: Duration = Duration::from_millis(3000);
 
+/// How far the admission rate may drift before a view that shows nothing else new is
+/// published, and how often such a view is published at most. The rate is an average that
+/// moves on every tick (by several percent a tick in a room's first minute): publishing each
+/// move woke every connection twice a second, and sent most of them a new estimate every
+/// second, while the line itself stood still.
+const RATE_DRIFT: f64 = 0.02;
+const RATE_ONLY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The relative step in which a connection's ETA must move before an event tells it (the
+/// estimate is an average, and the page shows it in minutes). Finer steps made every visitor
+/// far back in a line that was not moving get an event every second as the rate decayed.
+const ETA_STEP: f64 = 0.05;
+
 /// One room's figures as all of a node's connections see them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoomView {
@@ -62,6 +75,45 @@ impl RoomView {
         let index = self.waiting_positions.partition_point(|&p| p < position);
         (self.waiting_positions.get(index) == Some(&position)).then_some(index as u64)
     }
+
+    /// What a connection could show differently with `newer` than with this view: the line,
+    /// a counter, the mode or the generation, or only estimates (the admission rate drifted
+    /// by more than [`RATE_DRIFT`]). Figures no connection shows (active sessions, totals)
+    /// do not count.
+    fn change_to(&self, newer: &RoomView) -> ViewChange {
+        let (shown, next) = (&self.snapshot, &newer.snapshot);
+        if shown.generation != next.generation
+            || shown.mode != next.mode
+            || shown.serving != next.serving
+            || shown.waiting != next.waiting
+            || self.waiting_positions != newer.waiting_positions
+        {
+            ViewChange::Line
+        } else if rate_drifted(shown.admission_rate, next.admission_rate) {
+            ViewChange::Rate
+        } else {
+            ViewChange::None
+        }
+    }
+}
+
+/// How a room's new view differs from the one its connections have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ViewChange {
+    /// Nothing a connection shows.
+    None,
+    /// Only the estimates.
+    Rate,
+    /// The line, the counters, the mode or the generation.
+    Line,
+}
+
+fn rate_drifted(shown: Option<f64>, now: Option<f64>) -> bool {
+    match (shown, now) {
+        (Some(shown), Some(now)) => (now - shown).abs() > RATE_DRIFT * shown.abs(),
+        (None, None) => false,
+        (Some(_), None) | (None, Some(_)) => true,
+    }
 }
 
 /// The tickets of one room with open streams, and how many streams each has open.
@@ -70,6 +122,8 @@ type ConnectedTickets = HashMap<TicketId, (TicketRef, usize)>;
 /// The node's shared room views, its connection count and its connected tickets.
 pub struct SseHub {
     views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<RoomView>>>>>,
+    /// When each room's view was last published, to pace estimate-only updates.
+    published_at: Mutex<HashMap<RoomId, tokio::time::Instant>>,
     connected: Mutex<HashMap<RoomId, ConnectedTickets>>,
     connections: AtomicUsize,
     max_connections: usize,
@@ -80,6 +134,7 @@ impl SseHub {
     pub fn new(max_connections: usize) -> SseHub {
         SseHub {
             views: Mutex::new(HashMap::new()),
+            published_at: Mutex::new(HashMap::new()),
             connected: Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
             max_connections,
@@ -103,6 +158,9 @@ impl SseHub {
     pub fn watched_rooms(&self) -> Vec<RoomId> {
         let mut views = self.views.lock();
         views.retain(|_, sender| sender.receiver_count() > 0);
+        self.published_at
+            .lock()
+            .retain(|room, _| views.contains_key(room));
         views.keys().cloned().collect()
     }
 
@@ -114,7 +172,9 @@ impl SseHub {
             .is_some_and(|sender| sender.receiver_count() > 0)
     }
 
-    /// Re-reads a watched room's figures and publishes them when they changed.
+    /// Re-reads a watched room's figures and publishes them when a connection could show
+    /// something new: at once when the line moved, at most every [`RATE_ONLY_INTERVAL`] when
+    /// only the estimates did.
     pub async fn refresh(&self, store: &dyn RoomStore, room: &RoomId) {
         let view = match (
             store.snapshot(room).await,
@@ -129,15 +189,28 @@ impl SseHub {
                 return;
             }
         };
+        let now = tokio::time::Instant::now();
         let views = self.views.lock();
-        if let Some(sender) = views.get(room) {
-            sender.send_if_modified(|current| {
-                let changed = current.as_deref() != Some(&view);
-                if changed {
-                    *current = Some(Arc::new(view));
+        let Some(sender) = views.get(room) else {
+            return;
+        };
+        let mut published_at = self.published_at.lock();
+        let last_published = published_at.get(room).copied();
+        let published = sender.send_if_modified(|current| {
+            let publish = match current.as_deref().map(|shown| shown.change_to(&view)) {
+                None | Some(ViewChange::Line) => true,
+                Some(ViewChange::Rate) => {
+                    last_published.is_none_or(|at| now.duration_since(at) >= RATE_ONLY_INTERVAL)
                 }
-                changed
-            });
+                Some(ViewChange::None) => false,
+            };
+            if publish {
+                *current = Some(Arc::new(view));
+            }
+            publish
+        });
+        if published {
+            published_at.insert(room.clone(), now);
         }
     }
 
@@ -297,8 +370,8 @@ struct StreamState {
     _connection: Connection,
 }
 
-/// The figures a status event shows; the ETA in 10-second steps, so the rate's slow drift
-/// alone does not wake every connection.
+/// The figures a status event shows; the ETA in [`ETA_STEP`] steps ([`eta_step`]), so the
+/// rate's slow drift alone does not send every connection an event.
 type EventKey = (u64, u64, u64, Option<u64>, Mode);
 
 fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -418,7 +491,7 @@ fn event_key_of(view: Option<&RoomView>, ahead: u64) -> Option<EventKey> {
 
 fn event_key(view: &RoomView, ahead: u64) -> EventKey {
     let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
-    let eta = eta_seconds(ahead, &rate).map(|seconds| seconds.div_ceil(10));
+    let eta = eta_seconds(ahead, &rate).map(eta_step);
     (
         ahead,
         view.snapshot.serving,
@@ -426,6 +499,16 @@ fn event_key(view: &RoomView, ahead: u64) -> EventKey {
         eta,
         view.snapshot.mode,
     )
+}
+
+/// The step an ETA falls in: everything under a minute is one ("under a minute" on the page),
+/// above that steps of [`ETA_STEP`] of the estimate.
+fn eta_step(seconds: u64) -> u64 {
+    if seconds < 60 {
+        return 0;
+    }
+    let minutes = seconds as f64 / 60.0;
+    1 + (minutes.ln() / ETA_STEP.ln_1p()).floor() as u64
 }
 
 fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::Value {
@@ -442,4 +525,134 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
         "eta_seconds": eta_seconds(ahead, &rate),
         "next_poll_ms": next_poll_ms(ahead, &mut rand::thread_rng()),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn view(serving: u64, rate: Option<f64>, positions: &[u64]) -> RoomView {
+        RoomView {
+            snapshot: RoomSnapshot {
+                generation: 1,
+                mode: Mode::Queue,
+                serving,
+                last_position: serving + positions.len() as u64,
+                waiting: positions.len() as u64,
+                active: 1,
+                admitted_unclaimed: 0,
+                admission_rate: rate,
+                eta_seconds_for_new: None,
+                totals: Default::default(),
+            },
+            waiting_positions: positions.into(),
+        }
+    }
+
+    #[test]
+    fn a_drifting_rate_changes_only_the_estimates() {
+        let shown = view(10, Some(1.0), &[11, 12, 13]);
+        let change = |newer: RoomView| shown.change_to(&newer);
+        assert_eq!(
+            change(view(10, Some(0.99), &[11, 12, 13])),
+            ViewChange::None
+        );
+        assert_eq!(
+            change(view(10, Some(0.97), &[11, 12, 13])),
+            ViewChange::Rate
+        );
+        assert_eq!(change(view(10, None, &[11, 12, 13])), ViewChange::Rate);
+        assert_eq!(
+            view(10, None, &[11]).change_to(&view(10, None, &[11])),
+            ViewChange::None
+        );
+    }
+
+    #[test]
+    fn the_line_moving_is_a_line_change() {
+        let shown = view(10, Some(1.0), &[11, 12, 13]);
+        let change = |newer: &RoomView| shown.change_to(newer);
+        assert_eq!(change(&view(11, Some(0.5), &[12, 13])), ViewChange::Line);
+        assert_eq!(
+            change(&view(10, Some(1.0), &[11, 13])),
+            ViewChange::Line,
+            "a leave"
+        );
+        let mut newer = view(10, Some(1.0), &[11, 12, 13]);
+        newer.snapshot.active = 7;
+        newer.snapshot.totals.admitted = 99;
+        assert_eq!(change(&newer), ViewChange::None, "figures no stream shows");
+        newer.snapshot.mode = Mode::QueueAll;
+        assert_eq!(change(&newer), ViewChange::Line);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn estimate_only_views_are_published_at_most_every_ten_seconds() {
+        use anteroom_core::engine::{JoinRequest, SessionEnd};
+        use anteroom_core::room::RoomConfig;
+        use anteroom_core::{ManualClock, Timestamp};
+
+        let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+        let store = anteroom_store::MemoryStore::new(clock.clone());
+        let room = RoomId::new("line").unwrap();
+        let mut config = RoomConfig::with_defaults(room.clone());
+        config.max_active = 1;
+        store.put_room(config).await.unwrap();
+        let Entry::Admitted(first_in) = store.join(&room, JoinRequest::default()).await.unwrap()
+        else {
+            panic!("an empty room admits at once");
+        };
+        for _ in 0..4 {
+            store.join(&room, JoinRequest::default()).await.unwrap();
+        }
+        let hub = SseHub::new(10);
+        let mut views = hub.subscribe(&room);
+        // A few seconds with one admission give the room a measured rate.
+        for step in 0..6 {
+            clock.advance(Duration::from_millis(500));
+            if step == 3 {
+                store
+                    .end_session(&room, first_in.session.id, SessionEnd::Completed)
+                    .await
+                    .unwrap();
+            }
+            store.tick(&room).await.unwrap();
+        }
+        hub.refresh(&store, &room).await;
+        assert!(views.has_changed().unwrap(), "the first view is published");
+        let first = views.borrow_and_update().clone().unwrap();
+        assert!(first.snapshot.admission_rate.is_some(), "{first:?}");
+
+        // Time passes with nobody admitted: the rate decays while the line stands still.
+        let mut published = 0;
+        for _ in 0..40 {
+            clock.advance(Duration::from_millis(500));
+            tokio::time::advance(Duration::from_millis(500)).await;
+            store.tick(&room).await.unwrap();
+            hub.refresh(&store, &room).await;
+            if views.has_changed().unwrap() {
+                published += 1;
+                views.borrow_and_update();
+            }
+        }
+        let last = views.borrow().clone().unwrap();
+        assert_ne!(
+            last.snapshot.admission_rate, first.snapshot.admission_rate,
+            "the estimates were updated"
+        );
+        assert!(published <= 2, "20 s of decay published {published} views");
+    }
+
+    #[test]
+    fn eta_steps_are_relative() {
+        assert_eq!(eta_step(0), 0);
+        assert_eq!(eta_step(59), 0, "under a minute is one step");
+        assert_ne!(eta_step(60), eta_step(59));
+        // Far back, a change of 1 % is no event; 10 % is.
+        assert_eq!(eta_step(45_000), eta_step(45_450));
+        assert_ne!(eta_step(45_000), eta_step(49_500));
+        // Near the front the steps are seconds wide.
+        assert_ne!(eta_step(120), eta_step(130));
+    }
 }
