@@ -157,6 +157,11 @@ impl From<EngineError> for ApiError {
                 "session_not_found",
                 "no such session in this room",
             ),
+            EngineError::RoomFull => ApiError::new(
+                StatusCode::CONFLICT,
+                "room_full",
+                "every slot of this room is taken; a pass can be issued once one frees",
+            ),
             EngineError::SessionEnded => {
                 ApiError::new(StatusCode::GONE, "session_ended", "this session has ended")
             }

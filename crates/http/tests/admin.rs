@@ -506,6 +506,18 @@ async fn passes_issued_by_hand_verify_and_count_as_sessions() {
 }
 
 #[tokio::test]
+async fn passes_by_hand_are_refused_when_every_slot_is_taken() {
+    let admin = Admin::new(vec![capped_room("a", 1)]).await;
+    let first = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    admin
+        .call(Call::post("/admin/v1/rooms/a/passes"))
+        .await
+        .assert_problem(StatusCode::CONFLICT, "room_full");
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+}
+
+#[tokio::test]
 async fn session_pages_never_exceed_the_limit_and_walk_every_session_once() {
     let admin = Admin::new(vec![room("a")]).await;
     let mut issued = BTreeSet::new();

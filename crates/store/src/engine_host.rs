@@ -327,7 +327,7 @@ impl<P: Persister> EngineHost<P> {
         ttl: Duration,
     ) -> Result<Session, StoreError> {
         self.apply(room, |state, now, rng, changes| {
-            Ok(state.issue_session(uid, ttl, now, rng, changes))
+            state.issue_session(uid, ttl, now, rng, changes)
         })
         .await
     }

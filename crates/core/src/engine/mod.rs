@@ -359,6 +359,9 @@ pub enum EngineError {
     /// The session has ended.
     #[error("session has ended")]
     SessionEnded,
+    /// Every capacity slot is taken (`max_active`): a pass by hand would break I2.
+    #[error("room is full")]
+    RoomFull,
 }
 
 /// One room: its meta state, tickets, sessions and the indexes over them.
@@ -765,7 +768,8 @@ impl RoomState {
     }
 
     /// Issues a session by hand (an operator's VIP pass): it does not take a ticket, and it
-    /// counts against capacity like any other session.
+    /// counts against capacity like any other session, so it is refused when every slot is
+    /// taken (I2).
     pub fn issue_session(
         &mut self,
         uid: Option<String>,
@@ -773,7 +777,10 @@ impl RoomState {
         now: Timestamp,
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
-    ) -> Session {
+    ) -> Result<Session, EngineError> {
+        if self.meta.config.mode != Mode::Passthrough && self.free_slots() == 0 {
+            return Err(EngineError::RoomFull);
+        }
         let session = Session {
             id: SessionId::random(rng),
             ticket: None,
@@ -791,7 +798,7 @@ impl RoomState {
         self.sessions.insert(session.id, session.clone());
         changes.sessions.insert(session.id);
         changes.meta = true;
-        session
+        Ok(session)
     }
 
     /// The admitter (SPEC §5.1): expire sessions and no-shows, abandon idle tickets, refill the

@@ -442,3 +442,21 @@ fn advance_admits_by_hand_within_the_line_and_capacity() {
     assert_eq!((snapshot.serving, snapshot.last_position), (5, 5));
     assert_eq!(snapshot.waiting, 0);
 }
+
+#[test]
+fn passes_by_hand_are_refused_when_every_slot_is_taken() {
+    let mut h = Harness::new(|c| c.max_active = 1);
+    let ttl = Duration::from_secs(60);
+    let mut changes = ChangeSet::default();
+    h.room
+        .issue_session(None, ttl, h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    let mut changes = ChangeSet::default();
+    assert_eq!(
+        h.room
+            .issue_session(None, ttl, h.now, &mut h.rng, &mut changes),
+        Err(EngineError::RoomFull)
+    );
+    assert!(changes.is_empty(), "a refusal changes nothing");
+    assert_eq!(h.room.snapshot().active, 1);
+}

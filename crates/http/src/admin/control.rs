@@ -324,9 +324,11 @@ pub(crate) async fn reset(
     params(("room" = String, Path, description = "Room id")),
     request_body(content = Option<PassRequest>, description = "Optional uid and lifetime"),
     description = "Issues a pass by hand (VIP or bypass): opens a session that counts \
-        against capacity like any other, and returns its signed JWT.",
+        against capacity like any other (refused while every slot is taken), and returns its \
+        signed JWT.",
     responses(
         (status = 201, description = "The pass", body = IssuedPass),
+        (status = 409, description = "Every slot is taken (max_active)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),

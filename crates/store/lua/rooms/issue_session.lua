@@ -1,12 +1,16 @@
 -- issue_session: issues a session by hand (an operator's pass): no ticket, and it counts
--- against capacity like any other session (RoomState::issue_session).
+-- against capacity like any other session, so it is refused when every slot is taken (I2;
+-- RoomState::issue_session).
 -- ARGV[4] session id
 -- ARGV[5] uid ('' or '=' and the escaped uid)
 -- ARGV[6] lifetime in milliseconds
--- Returns: 'ok', session id, session record; or 'error' and why.
+-- Returns: 'ok', session id, session record; or 'error' and why ('room_full').
 
 if not load_room() then
   return room_not_found()
+end
+if room.mode ~= 'passthrough' and free_slots() == 0 then
+  return { 'error', 'room_full' }
 end
 local expires_at = NOW + tonumber(ARGV[6])
 local session = {

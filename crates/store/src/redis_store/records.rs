@@ -92,6 +92,7 @@ impl Answer {
             "ticket_expired" => Refusal::Engine(EngineError::TicketExpired),
             "session_unknown" => Refusal::Engine(EngineError::SessionUnknown),
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
+            "room_full" => Refusal::Engine(EngineError::RoomFull),
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };
         Ok(Err(refusal))

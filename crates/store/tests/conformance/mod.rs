@@ -41,6 +41,7 @@ macro_rules! conformance_suite {
             ahead_counts_only_live_tickets,
             tick_admits_fifo_within_capacity,
             advance_admits_by_hand_within_the_line_and_capacity,
+            passes_by_hand_take_a_slot_and_are_refused_when_full,
             admissions_follow_the_rate_and_burst,
             claiming_twice_returns_the_same_session,
             ending_a_session_refills_its_slot_at_once,
@@ -404,6 +405,44 @@ pub async fn advance_admits_by_hand_within_the_line_and_capacity(backend: &dyn B
         store.advance(&room_id("nowhere"), 1).await,
         Err(StoreError::RoomNotFound(_))
     ));
+}
+
+pub async fn passes_by_hand_take_a_slot_and_are_refused_when_full(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.max_active = 2))
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(600);
+    let vip = store
+        .issue_session(&id, Some("vip".to_owned()), ttl)
+        .await
+        .unwrap();
+    assert_eq!(vip.uid.as_deref(), Some("vip"));
+    assert!(matches!(join(&*store, &id).await, Entry::Admitted(_)));
+    // Both slots are taken: another pass by hand would break I2.
+    assert_eq!(
+        engine_error(store.issue_session(&id, None, ttl).await),
+        EngineError::RoomFull
+    );
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!((snapshot.active, snapshot.totals.passes), (2, 2));
+    // A freed slot can be given by hand again; a passthrough room only observes.
+    store
+        .end_session(&id, vip.id, SessionEnd::Completed)
+        .await
+        .unwrap();
+    store.issue_session(&id, None, ttl).await.unwrap();
+    store
+        .put_room(room("r", |c| {
+            c.max_active = 2;
+            c.mode = Mode::Passthrough;
+        }))
+        .await
+        .unwrap();
+    store.issue_session(&id, None, ttl).await.unwrap();
+    assert_eq!(store.snapshot(&id).await.unwrap().active, 3);
 }
 
 pub async fn admissions_follow_the_rate_and_burst(backend: &dyn Backend) {
