@@ -574,7 +574,10 @@ header_timeout = "500ms"
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
     let echo = echoed(response).await.expect("proxied");
     assert_eq!(echo["path"], "/over-h2");
-    assert_eq!(echo["headers"]["host"], format!("127.0.0.1:{}", gate.server.port));
+    assert_eq!(
+        echo["headers"]["host"],
+        format!("127.0.0.1:{}", gate.server.port)
+    );
 
     let started = Instant::now();
     let response = gate.get("/slow", &mut Jar::default(), JSON).await;
