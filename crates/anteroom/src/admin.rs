@@ -12,7 +12,7 @@ use anteroom_http::{AdminSettings, AdminState, Metrics};
 use anteroom_token::SigningAlgorithm;
 
 use anteroom_core::config::{EventSinkKind, SecretSource, StoreConfig};
-use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox};
+use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox, RedisOutbox};
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
@@ -90,8 +90,8 @@ pub(crate) async fn start(
 }
 
 /// Opens the event outbox beside the store and starts the `[[events.sink]]` delivery loops.
-/// The embedded store keeps events in `<store>.events.redb`, so they survive restarts; the
-/// memory store (and, for now, a Redis store) keep them in memory.
+/// The embedded store keeps events in `<store>.events.redb`, a Redis store in a Redis Stream
+/// shared by every node; both survive restarts. The memory store keeps them in memory.
 fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
     let store: std::sync::Arc<dyn EventOutbox> = match &config.store {
         StoreConfig::Embedded { path } => std::sync::Arc::new(
@@ -99,11 +99,15 @@ fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
                 .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
         ),
         StoreConfig::Memory => std::sync::Arc::new(MemoryOutbox::default()),
-        StoreConfig::Redis { .. } => {
-            tracing::warn!(
-                "event sinks on a redis store keep their outbox in memory: events not yet delivered are lost when the node stops"
-            );
-            std::sync::Arc::new(MemoryOutbox::default())
+        StoreConfig::Redis { urls, cluster } => {
+            let redis = if *cluster {
+                anteroom_store::RedisConfig::cluster(urls.iter().cloned())
+            } else {
+                anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
+            };
+            std::sync::Arc::new(RedisOutbox::new(&redis, OutboxLimits::default()).map_err(
+                |error| BadConfig(format!("[store] redis for the event outbox: {error}")),
+            )?)
         }
     };
     let mut sinks = Vec::with_capacity(config.events.len());

@@ -35,7 +35,7 @@ pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
 pub use redb_store::RedbStore;
-pub use redis_store::{RedisConfig, RedisStore};
+pub use redis_store::{RedisConfig, RedisOutbox, RedisStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -29,6 +29,7 @@
 //! scripts are capped at 2^52 ms (about 142 000 years).
 
 mod connection;
+mod outbox;
 mod records;
 mod scripts;
 mod subscriber;
@@ -55,6 +56,8 @@ use crate::{RoomRecords, RoomStore, StoreError};
 use connection::{Client, Connection};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
 use scripts::SCRIPTS;
+
+pub use outbox::RedisOutbox;
 
 /// How long a store call may take by default, connecting included.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);

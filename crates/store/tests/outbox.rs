@@ -1,9 +1,14 @@
 //! The event outbox on every backend: order, per-sink progress, pruning, the cap, and (for the
-//! redb file) durability across reopening.
+//! redb file and Redis) durability across reopening.
 
 #![allow(clippy::unwrap_used)]
 
-use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox};
+mod support;
+
+use anteroom_store::{
+    EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox, RedisConfig, RedisOutbox,
+};
+use support::redis::{shared_server, unique_prefix};
 
 fn payloads(range: std::ops::RangeInclusive<u32>) -> Vec<Vec<u8>> {
     range
@@ -93,4 +98,30 @@ async fn redb_outbox_keeps_events_and_progress_across_reopening() {
         [3, 4]
     );
     assert_eq!(outbox.append(payloads(5..=5)).await.unwrap(), 5);
+}
+
+fn redis_outbox(prefix: &str, limits: OutboxLimits) -> RedisOutbox {
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix);
+    RedisOutbox::new(&config, limits).unwrap()
+}
+
+#[tokio::test]
+async fn redis_outbox_delivers_in_order_per_sink() {
+    check_delivery(&redis_outbox(&unique_prefix(), OutboxLimits::default())).await;
+    check_cap(&redis_outbox(
+        &unique_prefix(),
+        OutboxLimits { max_entries: 4 },
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn redis_outbox_is_shared_by_every_node() {
+    let prefix = unique_prefix();
+    let one = redis_outbox(&prefix, OutboxLimits::default());
+    let other = redis_outbox(&prefix, OutboxLimits::default());
+    one.append(payloads(1..=2)).await.unwrap();
+    assert_eq!(other.append(payloads(3..=3)).await.unwrap(), 3);
+    other.acknowledge("hook", 2).await.unwrap();
+    assert_eq!(sequences(&one.pending("hook", 10).await.unwrap()), [3]);
 }
