@@ -590,6 +590,20 @@ header_timeout = "500ms"
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], "upstream_timeout");
 
+    // h2c to the upstream when configured.
+    let h2c = Gate::start("[upstream]\nurl = \"{upstream}\"\nhttp2 = true\n").await;
+    let response = h2c.get("/over-h2c?x=1", &mut Jar::default(), JSON).await;
+    let echo = echoed(response).await.expect("proxied over h2c");
+    // Over HTTP/2 the origin sees the full target (scheme and authority of the upstream).
+    assert!(
+        echo["path"].as_str().unwrap().ends_with("/over-h2c?x=1"),
+        "{echo}"
+    );
+    assert_eq!(
+        echo["headers"]["x-forwarded-host"],
+        format!("127.0.0.1:{}", h2c.server.port)
+    );
+
     let dead = Site::new();
     dead.write_config(
         "EdDSA",
