@@ -1,5 +1,5 @@
 //! Real nginx with `auth_request` against `/_anteroom/verify` (SPEC §7.3), configured with the
-//! shipped `deploy/nginx.conf` (only ports and paths changed): allow, the waiting redirect, and
+//! shipped `deploy/nginx.conf` (ports and paths changed, one process): allow, the waiting redirect, and
 //! the rate limit.
 
 use std::process::{Child, Command, Stdio};
@@ -46,7 +46,8 @@ impl Nginx {
         let config = shipped
             .replace(
                 "worker_processes auto;",
-                &format!("{user}daemon off;\npid {path}/nginx.pid;\nerror_log {path}/error.log warn;\nworker_processes 1;"),
+                // One process and no workers: killing it leaves nothing behind.
+                &format!("{user}daemon off;\nmaster_process off;\npid {path}/nginx.pid;\nerror_log {path}/error.log warn;\nworker_processes 1;"),
             )
             .replace(
                 "http {",
