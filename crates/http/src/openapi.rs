@@ -49,7 +49,7 @@ pub fn document_json() -> String {
         admin::control::issue_pass, admin::control::signal, admin::control::rotate_keys,
         admin::stats::stats, admin::stats::sessions, admin::events::feed,
     ),
-    components(schemas(Problem, FieldError, JoinBody)),
+    components(schemas(Problem, FieldError, JoinBody, admin::stats::SessionFilter)),
     modifiers(&SecuritySchemes),
     tags(
         (name = "public", description = "Visitors and the protected site (public listener)"),
@@ -210,9 +210,14 @@ fn abandon_session() {}
         ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
         ("lang" = Option<String>, Query, description = "`en` or `ko`")),
     responses(
-        (status = 200, description = "The page (or the status JSON)", content_type = "text/html"),
-        (status = 404, description = "No such room", content_type = "text/html"),
-        (status = 503, description = "Closed, or the store cannot be reached", content_type = "text/html"),
+        (status = 200, description = "The page (or the status JSON)", content(
+            (String = "text/html"), (api::StatusBody = "application/json"))),
+        (status = 400, description = "A query the page cannot take", content(
+            (String = "text/html"), (Problem = "application/problem+json"))),
+        (status = 404, description = "No such room, or an unknown query parameter", content(
+            (String = "text/html"), (Problem = "application/problem+json"))),
+        (status = 503, description = "Closed, or the store cannot be reached", content(
+            (String = "text/html"), (Problem = "application/problem+json"))),
     ))]
 #[allow(dead_code)]
 fn waiting_page() {}

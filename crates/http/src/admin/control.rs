@@ -24,6 +24,9 @@ use super::events::AdminEvent;
 use super::{AdminState, parse_room, rfc3339, sign_pass};
 use crate::error::ApiError;
 
+/// The most tickets one advance admits.
+const MAX_ADVANCE: u64 = 1_000_000_000;
+
 /// The longest pass an operator can issue by hand.
 const MAX_PASS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -68,7 +71,7 @@ impl RoomFigures {
 #[serde(deny_unknown_fields)]
 pub(crate) struct AdvanceBody {
     /// How many more waiting tickets to admit now (bounded by the line and free capacity).
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub(crate) count: u64,
 }
 
@@ -97,10 +100,11 @@ pub(crate) struct ResetBody {
 pub(crate) struct PassRequest {
     /// Identity bound to the pass (`uid`).
     #[serde(default)]
-    #[schema(max_length = 256)]
+    #[schema(min_length = 1, max_length = 256)]
     pub(crate) uid: Option<String>,
     /// Lifetime, such as `"30m"`; the room's `session_ttl` when absent (at most 7 days).
     #[serde(default)]
+    #[schema(pattern = "^[1-9][0-9]{0,2}(s|m|h)$", example = "30m")]
     pub(crate) ttl: Option<String>,
 }
 
@@ -123,6 +127,7 @@ pub(crate) struct IssuedPass {
 pub(crate) struct RotateBody {
     /// `EdDSA`, `ES256`, `RS256` or `HS256`; the configured algorithm when absent.
     #[serde(default)]
+    #[schema(pattern = "^(EdDSA|ES256|RS256|HS256)$")]
     pub(crate) algorithm: Option<String>,
 }
 
@@ -263,10 +268,10 @@ pub(crate) async fn advance(
             "advance needs a body such as {\"count\": 10}",
         ));
     };
-    if count == 0 {
+    if !(1..=MAX_ADVANCE).contains(&count) {
         return Err(ApiError::bad_request(
             "invalid_body",
-            "count must be at least 1",
+            format!("count must be 1 to {MAX_ADVANCE}"),
         ));
     }
     let (admitted, snapshot) = admin.app().store().advance(&id, count).await?;
@@ -475,7 +480,8 @@ fn json_body<T: DeserializeOwned>(
             rejection.body_text(),
         )
     })?;
-    if body.iter().all(u8::is_ascii_whitespace) {
+    // No body, or `null`, asks for the defaults.
+    if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
         return Ok(None);
     }
     serde_json::from_slice(&body).map(Some).map_err(|error| {

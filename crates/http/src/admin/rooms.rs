@@ -30,6 +30,7 @@ use crate::error::ApiError;
 /// defaults on PUT and stay as they are on PATCH; `id` must match the path when given); in an
 /// answer every field is present except an absent `session_max`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "launch", "max_active": 1000, "admit_per_minute": 3000,
     "session_ttl": "10m", "mode": "queue"}))]
 pub(crate) struct RoomBody {
@@ -39,6 +40,7 @@ pub(crate) struct RoomBody {
     pub(crate) id: Option<String>,
     /// Path globs this room protects (shorthand for a `[[route]]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline, value_type = Option<Vec<RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,36 +56,59 @@ pub(crate) struct RoomBody {
     pub(crate) admit_burst: Option<u64>,
     /// Idle lifetime of a pass, such as `"10m"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) session_ttl: Option<String>,
     /// Absolute cap on one session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) session_max: Option<String>,
     /// How long an admitted ticket has to claim its pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) claim_ttl: Option<String>,
     /// A waiting ticket without contact for this long is abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) ticket_idle_ttl: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = "queue")]
+    #[schema(pattern = "^(queue|queue_all|passthrough|closed)$", example = "queue")]
     pub(crate) mode: Option<String>,
     /// `fifo` or `random`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(fifo|random)$", example = "fifo")]
     pub(crate) order: Option<String>,
     /// `anonymous`, `header:<name>` or `jwt:<claim>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        pattern = "^(anonymous|header:[A-Za-z0-9-]+|jwt:[A-Za-z0-9_.-]+)$",
+        example = "anonymous"
+    )]
     pub(crate) identity: Option<String>,
     /// Rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline, value_type = Option<Vec<RoomIdText>>)]
     pub(crate) requires: Option<Vec<String>>,
     /// A custom waiting page template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) page_template: Option<String>,
     /// `open` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(open|closed)$", example = "open")]
     pub(crate) on_store_error: Option<String>,
 }
+
+/// A path glob a room protects, starting with `/`.
+#[derive(ToSchema)]
+#[schema(pattern = "^/", example = "/events/*/book/**")]
+#[allow(dead_code)]
+pub(crate) struct RoutePath(String);
+
+/// A room id.
+#[derive(ToSchema)]
+#[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$", example = "tier1")]
+#[allow(dead_code)]
+pub(crate) struct RoomIdText(String);
 
 /// `GET /admin/v1/rooms`
 #[derive(Debug, Serialize, ToSchema)]
@@ -157,7 +182,7 @@ pub(crate) async fn get_room(
 #[utoipa::path(put, path = "/admin/v1/rooms/{room}", tag = "admin",
     security(("admin_key" = [])),
     params(("room" = String, Path, description = "Room id")),
-    request_body(content = RoomBody, description = "The whole room; absent fields take their defaults"),
+    request_body(content = Option<RoomBody>, description = "The whole room; absent fields take their defaults (`id`, when given, is the room in the path). Semantic problems (an unknown or circular `requires`, `session_max` below `session_ttl`) answer 400 too."),
     responses(
         (status = 200, description = "Replaced", body = RoomBody),
         (status = 201, description = "Created", body = RoomBody),
@@ -203,7 +228,7 @@ pub(crate) async fn put_room(
 #[utoipa::path(patch, path = "/admin/v1/rooms/{room}", tag = "admin",
     security(("admin_key" = [])),
     params(("room" = String, Path, description = "Room id")),
-    request_body(content = RoomBody, description = "The fields to change", content_type = "application/json"),
+    request_body(content = Option<RoomBody>, description = "The fields to change (JSON merge patch)", content_type = "application/json"),
     responses(
         (status = 200, description = "The room after the change", body = RoomBody),
         (status = 400, description = "Every problem with the body; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -301,6 +326,8 @@ fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>
     }
     match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(fields)) => Ok(fields),
+        // `null` (no room given) is the same as an empty body.
+        Ok(Value::Null) => Ok(Map::new()),
         Ok(_) => Err(ApiError::bad_request(
             "invalid_json",
             "the body must be a JSON object with SPEC §3 room fields",

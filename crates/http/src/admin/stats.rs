@@ -220,7 +220,7 @@ pub(crate) struct SessionsQuery {
     /// Only sessions in this state; every state when absent.
     state: Option<SessionFilter>,
     /// The `next_cursor` of the previous page.
-    #[param(max_length = 64)]
+    #[param(max_length = 64, pattern = "^[A-Za-z0-9_-]*$")]
     cursor: Option<String>,
     /// Sessions per page, 1 to 500 (100 when absent).
     #[param(minimum = 1, maximum = 500)]
