@@ -133,7 +133,7 @@ fn event_stream(
 pub async fn run_admin_sampler(admin: AdminState, shutdown: impl Future<Output = ()>) {
     let mut interval = tokio::time::interval(SAMPLE_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut previous: HashMap<RoomId, RoomTotals> = HashMap::new();
+    let mut previous: HashMap<RoomId, Previous> = HashMap::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -143,7 +143,14 @@ pub async fn run_admin_sampler(admin: AdminState, shutdown: impl Future<Output =
     }
 }
 
-async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTotals>) {
+/// What the sampler remembers of a room from its last sample.
+struct Previous {
+    totals: RoomTotals,
+    /// The minute (Unix seconds / 60) of the last `room.metrics` event.
+    metrics_minute: u64,
+}
+
+async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous>) {
     let store = admin.app().store();
     let started = std::time::Instant::now();
     let rooms = match store.rooms().await {
@@ -171,8 +178,26 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, RoomTota
         };
         crate::metrics::store_latency("snapshot", started.elapsed());
         seen.push(config.id.clone());
-        let before = previous.insert(config.id.clone(), snapshot.totals);
-        events.extend(sample_room(admin, &config.id, &snapshot, before, now));
+        let minute = now.as_secs() / METRICS_EVERY_SECS;
+        let before = previous.insert(
+            config.id.clone(),
+            Previous {
+                totals: snapshot.totals,
+                metrics_minute: minute,
+            },
+        );
+        // Once a minute, even when a second of the sampler is skipped; not at the first sample.
+        let metrics_due = before
+            .as_ref()
+            .is_some_and(|before| before.metrics_minute != minute);
+        events.extend(sample_room(
+            admin,
+            &config.id,
+            &snapshot,
+            before.map(|before| before.totals),
+            now,
+            metrics_due,
+        ));
     }
     admin.record_all(events).await;
     previous.retain(|room, _| seen.contains(room));
@@ -188,6 +213,7 @@ fn sample_room(
     snapshot: &RoomSnapshot,
     before: Option<RoomTotals>,
     now: Timestamp,
+    metrics_due: bool,
 ) -> Vec<AdminEvent> {
     let mut events = Vec::new();
     let totals = snapshot.totals;
@@ -227,7 +253,7 @@ fn sample_room(
             ));
         }
     }
-    if now.as_secs().is_multiple_of(METRICS_EVERY_SECS) {
+    if metrics_due {
         events.push(AdminEvent::new(
             "room.metrics",
             Some(room),
