@@ -52,7 +52,10 @@ use tokio::sync::OnceCell;
 
 use crate::notices::Notices;
 use crate::persisted::{decode_config, encode_config};
-use crate::{RoomRecords, RoomStore, StoreError};
+use crate::{
+    MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter, SessionListing, SessionQuery,
+    StoreError,
+};
 use connection::{Client, Connection};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
 use scripts::SCRIPTS;
@@ -72,7 +75,7 @@ const UNITS_PER_TOKEN: u64 = 60_000;
 const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-const ROOM_KEY_PARTS: [&str; 10] = [
+const ROOM_KEY_PARTS: [&str; 11] = [
     "meta",
     "tickets",
     "waiting",
@@ -83,6 +86,7 @@ const ROOM_KEY_PARTS: [&str; 10] = [
     "identities",
     "ended",
     "forget",
+    "session_ids",
 ];
 
 /// Where and how to reach Redis.
@@ -636,6 +640,42 @@ impl RoomStore for RedisStore {
             .records()
             .map_err(|error| malformed("records", error))?;
         Ok(RoomRecords { tickets, sessions })
+    }
+
+    async fn session_page(
+        &self,
+        room: &RoomId,
+        query: &SessionQuery,
+    ) -> Result<SessionListing, StoreError> {
+        let filter = match query.filter {
+            SessionFilter::Any => String::new(),
+            SessionFilter::Active => "a".to_owned(),
+            SessionFilter::Ended(reason) => reason.as_str().to_owned(),
+        };
+        let arguments = vec![
+            query.after.clone().unwrap_or_default(),
+            filter,
+            query.limit.max(1).to_string(),
+            MAX_SESSIONS_EXAMINED.to_string(),
+        ];
+        let mut answer = self
+            .eval("session_page", &SCRIPTS.session_page, room, arguments)
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            let next = answer.text()?;
+            let mut sessions = Vec::new();
+            while !answer.is_empty() {
+                let id = answer.text()?;
+                let record = answer.text()?;
+                sessions.push(records::decode_session(&id, &record)?);
+            }
+            Ok(SessionListing {
+                sessions,
+                next_after: (!next.is_empty()).then_some(next),
+            })
+        };
+        read(&mut answer).map_err(|error| malformed("session_page", error))
     }
 
     fn notices(&self) -> Option<Notices> {
