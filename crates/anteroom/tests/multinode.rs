@@ -1077,3 +1077,57 @@ async fn a_key_rotated_in_the_shared_directory_reaches_every_node_within_two_sec
     );
     assert_no_panic(&servers);
 }
+
+/// A room and a log sink: every node appends events to the shared outbox stream.
+const COUNTED_ROOM: &str = r#"
+[[room]]
+id = "counted"
+
+[[events.sink]]
+kind = "log"
+"#;
+
+/// The sum of the `count`s of `kind` events in the shared outbox stream.
+fn counted_in_outbox(redis: &RedisServer, kind: &str) -> u64 {
+    let listing = redis.cli(&["XRANGE", "anteroom:{events}:stream", "-", "+"]);
+    listing
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["type"] == kind)
+        .map(|event| event["data"]["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// Two nodes sample the same rooms every second, but only the holder of the sampler lease
+/// hands the totals' changes to the event sinks: every join is counted once, not once per
+/// node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_events_reach_the_sinks_once_whatever_the_number_of_nodes() {
+    let redis = RedisServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    let client = support::client();
+    let (_sites, servers) = start_nodes(2, &redis, keys.path(), COUNTED_ROOM, &client).await;
+    let joins = 20;
+    for index in 0..joins {
+        let node = servers[index % 2].url();
+        let joined = client
+            .post(format!("{node}/_anteroom/v1/rooms/counted/join"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(joined.status(), 200);
+    }
+    let started = Instant::now();
+    while counted_in_outbox(&redis, "ticket.joined") < joins as u64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the joins are reported within seconds (so far {})",
+            counted_in_outbox(&redis, "ticket.joined")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Both samplers have run several times since: a second node would have doubled it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(counted_in_outbox(&redis, "ticket.joined"), joins as u64);
+    assert_no_panic(&servers);
+}

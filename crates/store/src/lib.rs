@@ -181,6 +181,18 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
     /// Everything the room holds.
     async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError>;
+    /// Takes or keeps the lease `name` for `holder` for `ttl`: `true` while `holder` has it.
+    /// Nodes sharing a store use it so that one of them does a node-wide duty (reporting
+    /// the rooms' totals as events); a backend only this process uses always grants it.
+    async fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let _ = (name, holder, ttl);
+        Ok(true)
+    }
     /// One page of the room's sessions (admin listings): bounded whatever the room's size.
     async fn session_page(
         &self,

@@ -74,6 +74,21 @@ const UNITS_PER_TOKEN: u64 = 60_000;
 /// The largest duration handed to a script, so that time plus duration stays below 2^53.
 const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
 
+/// Takes the lease `KEYS[1]` for `ARGV[1]` for `ARGV[2]` ms when nobody else holds it, or
+/// extends it for its holder; 1 when `ARGV[1]` holds it after the call.
+static LEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+",
+    )
+});
+
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
 const ROOM_KEY_PARTS: [&str; 11] = [
     "meta",
@@ -676,6 +691,27 @@ impl RoomStore for RedisStore {
             })
         };
         read(&mut answer).map_err(|error| malformed("session_page", error))
+    }
+
+    async fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = format!("{}:lease:{{{name}}}", self.prefix);
+        let ttl_ms = duration_millis(ttl).clamp(1, MAX_SCRIPT_MILLIS);
+        self.bounded("hold_lease", async {
+            let connection = self.connection().await?;
+            let mut invocation = LEASE.prepare_invoke();
+            invocation.key(key).arg(holder).arg(ttl_ms);
+            let held: i64 = connection
+                .eval(&invocation)
+                .await
+                .map_err(|error| StoreError::backend("cannot hold a lease in redis", error))?;
+            Ok(held == 1)
+        })
+        .await
     }
 
     fn notices(&self) -> Option<Notices> {

@@ -418,3 +418,37 @@ async fn session_pages_examine_a_bounded_number_and_rebuild_a_missing_index() {
     }
     assert_eq!(listed, count, "every session once, from the rebuilt index");
 }
+
+/// A lease is held by one node at a time, kept by renewing it, and taken over once its
+/// holder stops renewing.
+#[tokio::test]
+async fn a_lease_has_one_holder_until_it_lapses() {
+    let prefix = unique_prefix();
+    let open = || {
+        let config =
+            RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+        RedisStore::new(config, None).unwrap()
+    };
+    let (node_a, node_b) = (open(), open());
+    let ttl = Duration::from_millis(300);
+    assert!(node_a.hold_lease("duty", "a", ttl).await.unwrap());
+    assert!(!node_b.hold_lease("duty", "b", ttl).await.unwrap());
+    assert!(
+        node_b.hold_lease("other", "b", ttl).await.unwrap(),
+        "leases are by name"
+    );
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            node_a.hold_lease("duty", "a", ttl).await.unwrap(),
+            "renewed"
+        );
+        assert!(!node_b.hold_lease("duty", "b", ttl).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        node_b.hold_lease("duty", "b", ttl).await.unwrap(),
+        "taken over"
+    );
+    assert!(!node_a.hold_lease("duty", "a", ttl).await.unwrap());
+}
