@@ -80,6 +80,7 @@ pub enum LimitParamsError {
 impl LimitParams {
     /// Checks the parameters can be computed with exactly (see the module docs). Stores refuse
     /// parameters that fail this check.
+    #[inline]
     pub fn validate(&self) -> Result<(), LimitParamsError> {
         if self.limit == 0 {
             return Err(LimitParamsError::ZeroLimit);
@@ -99,11 +100,13 @@ impl LimitParams {
     }
 
     /// The period in whole milliseconds (at least 1).
+    #[inline]
     pub fn period_ms(&self) -> u64 {
         duration_millis(self.period).max(1)
     }
 
     /// Token bucket and GCRA capacity: `burst`, or `limit` when `burst` is 0.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         if self.burst == 0 {
             self.limit
@@ -196,6 +199,7 @@ pub fn decide(
 
 /// Like [`decide`], but updates `state` in place (only when the request is allowed and changes
 /// something). Saves a copy of the sliding log's entries on the hot path of a local store.
+#[inline]
 pub fn decide_in_place(
     params: &LimitParams,
     state: &mut Option<LimitState>,
@@ -241,6 +245,7 @@ pub fn decide_in_place(
 /// The instant (ms) from which `state` can no longer affect a decision under `params`: from
 /// then on every request decides exactly as with no state, so the state may be dropped. A state
 /// of another algorithm can be dropped at once.
+#[inline]
 pub fn forget_at(params: &LimitParams, state: &LimitState) -> u64 {
     match (params.algorithm, state) {
         (Algorithm::TokenBucket, LimitState::TokenBucket(state)) => {
