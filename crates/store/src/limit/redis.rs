@@ -432,6 +432,7 @@ impl RedisLimitStore {
             .map(|(decision, reservation)| (decision, reservation.filter(|_| !refused)))
             .unzip();
         if decisions.len() != requests.len() {
+            let _ = self.refund_all(requests, &taken).await;
             return Err(LimitStoreError::Backend {
                 message: "redis rate-limit scripts left a request undecided".to_owned(),
                 source: None,
