@@ -16,8 +16,8 @@
 //!   its requests, that is the answer. Otherwise the groups that allowed theirs are refunded
 //!   (`lua/limits/refund.lua`, the core's `refund` per algorithm), so nothing is left consumed,
 //!   and the decisions are the ones one atomic script would have made. Between a group's
-//!   acquire and its refund (one round trip, bounded by the timeout) other requests on those
-//!   keys see the reservation and may be refused for it; that window is the price of spreading
+//!   acquire and its refund (until the slowest group has answered, then the refund's round
+//!   trip; each bounded by the timeout) other requests on those keys see the reservation and may be refused for it; that window is the price of spreading
 //!   keys over slots. A refund that fails leaves the reservation consumed (counted as a refund
 //!   error): the store errs towards limiting, never towards letting more through.
 //! - **Clock.** Redis `TIME`, the same clock for every node (on a Cluster, the clock of the
