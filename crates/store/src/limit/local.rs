@@ -32,8 +32,6 @@
 //! raw, unsafe API or a second lock per key, and the second lock made a decision about twice as
 //! slow as `governor`'s. Plain shards lock once per decision.)
 
-use std::hash::BuildHasher;
-
 use ahash::RandomState;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
