@@ -28,6 +28,7 @@
 //! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
 //! scripts are capped at 2^52 ms (about 142 000 years).
 
+mod codes;
 mod connection;
 mod outbox;
 mod records;
