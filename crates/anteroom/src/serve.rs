@@ -16,7 +16,7 @@ use anteroom_http::{
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
-use anteroom_store::{MemoryStore, RedbStore, RoomStore};
+use anteroom_store::{CodeRedemptions, MemoryStore, RedbStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use crate::BadConfig;
@@ -46,6 +46,9 @@ pub(crate) struct Runtime {
 /// Opens the store and keys and installs the configured rooms.
 pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // A shared store also records redeemed OIDC codes, so every node sees them (SPEC §11);
+    // a store of one process leaves that to the node's memory.
+    let mut code_redemptions: Option<Arc<dyn CodeRedemptions>> = None;
     let store: Arc<dyn RoomStore> = match &config.store {
         StoreConfig::Embedded { path } => Arc::new(
             RedbStore::open(path, clock.clone())
@@ -63,10 +66,12 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
                 anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
             };
             tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
-            Arc::new(
+            let redis = Arc::new(
                 anteroom_store::RedisStore::new(redis, None)
                     .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
-            )
+            );
+            code_redemptions = Some(redis.clone());
+            redis
         }
     };
     let algorithm: SigningAlgorithm = config
@@ -110,6 +115,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
+        code_redemptions,
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());

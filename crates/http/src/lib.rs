@@ -14,6 +14,7 @@ mod error;
 mod gateway;
 mod metrics;
 mod notices;
+mod oidc;
 mod openapi;
 mod page;
 mod ratelimit;
@@ -37,7 +38,7 @@ use anteroom_core::config::KeyHash;
 use anteroom_core::engine::TicketRef;
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
-use anteroom_store::{RoomStore, StoreError};
+use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
@@ -84,6 +85,9 @@ pub struct NodeOptions {
     /// The rate limits applied to every request of the public listener (SPEC §10.2); none
     /// when absent.
     pub rate_limiter: Option<RateLimiter>,
+    /// Where redeemed OIDC authorization codes are recorded (SPEC §11): the shared store
+    /// when several nodes serve the same rooms; this process's memory when absent.
+    pub code_redemptions: Option<Arc<dyn CodeRedemptions>>,
 }
 
 impl Default for NodeOptions {
@@ -92,6 +96,7 @@ impl Default for NodeOptions {
             max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
             page: page::PageRenderer::default(),
             rate_limiter: None,
+            code_redemptions: None,
         }
     }
 }
@@ -115,6 +120,7 @@ struct Shared {
     rooms: room_cache::RoomCache,
     failures: StoreFailures,
     revocations: Revocations,
+    code_redemptions: Arc<dyn CodeRedemptions>,
 }
 
 impl AppState {
@@ -140,11 +146,15 @@ impl AppState {
             secure: settings.public_url.starts_with("https://"),
         };
         let rooms = room_cache::RoomCache::new(store.notices());
+        let code_redemptions = options
+            .code_redemptions
+            .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
         AppState {
             inner: Arc::new(Shared {
                 rooms,
                 failures: StoreFailures::default(),
                 revocations: Revocations::default(),
+                code_redemptions,
                 store,
                 keys: parking_lot::RwLock::new(keys),
                 clock,
@@ -232,6 +242,11 @@ impl AppState {
     /// Sessions this node heard were ended by any node (SPEC §8.2).
     pub fn revocations(&self) -> &Revocations {
         &self.inner.revocations
+    }
+
+    /// Where redeemed OIDC authorization codes are recorded.
+    pub(crate) fn code_redemptions(&self) -> &dyn CodeRedemptions {
+        &*self.inner.code_redemptions
     }
 
     pub(crate) fn room_cache(&self) -> &room_cache::RoomCache {
@@ -375,6 +390,14 @@ fn reserved_routes(state: AppState) -> Router {
         .route("/_anteroom/wait/{room}/preview", get(page::preview))
         .route("/_anteroom/healthz", get(api::health))
         .route("/.well-known/jwks.json", get(api::jwks))
+        .route("/.well-known/openid-configuration", get(oidc::discovery))
+        .route(oidc::AUTHORIZE_PATH, get(oidc::authorize))
+        .route(oidc::CONTINUE_PATH, get(oidc::resume))
+        .route(oidc::TOKEN_PATH, post(oidc::token))
+        .route(
+            oidc::USERINFO_PATH,
+            get(oidc::userinfo).post(oidc::userinfo),
+        )
         .method_not_allowed_fallback(api::method_not_allowed)
         // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
