@@ -88,6 +88,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             "the key directory's active key uses another algorithm; run `anteroom keys generate` to rotate"
         );
     }
+    warn_about_oidc(config, &keys);
     if let Err((room, error)) = install_rooms(&*store, &config.rooms).await {
         // A shared store may be down for a while: the node serves anyway (each room follows
         // its on_store_error) and installs the rooms once the store answers.
@@ -120,6 +121,27 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
     Ok(Runtime { state, store })
+}
+
+/// Settings that OIDC clients of the configured rooms (SPEC §11) could not work with.
+fn warn_about_oidc(config: &Config, keys: &KeySet) {
+    let Some(room) = config.rooms.iter().find(|room| room.oidc.is_some()) else {
+        return;
+    };
+    if !keys.algorithm().is_asymmetric() {
+        tracing::warn!(
+            %room.id,
+            algorithm = keys.algorithm().as_str(),
+            "rooms with [room.oidc] need an asymmetric signing key: clients cannot verify ID tokens signed with the node's secret"
+        );
+    }
+    if config.server.issuer != config.server.public_url {
+        tracing::warn!(
+            issuer = %config.server.issuer,
+            public_url = %config.server.public_url,
+            "OIDC clients look for the discovery document under the issuer, which differs from the public URL"
+        );
+    }
 }
 
 /// Puts every room into the store; the first failure stops it.
