@@ -55,8 +55,19 @@ pub trait CodeRedemptions: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct MemoryCodeRedemptions {
     started_at: Timestamp,
-    used: Mutex<HashMap<String, Timestamp>>,
+    used: Mutex<Used>,
 }
+
+/// Redeemed code ids with their expiry, and when expired ones are next swept out.
+#[derive(Debug, Default)]
+struct Used {
+    codes: HashMap<String, Timestamp>,
+    next_sweep: Timestamp,
+}
+
+/// How often expired records are swept out: at most once a second, so a crowd of
+/// redemptions does not pay for a full sweep each.
+const SWEEP_EVERY_MS: u64 = 1_000;
 
 impl MemoryCodeRedemptions {
     /// An empty record that begins at `started_at`: older codes answer
@@ -64,7 +75,7 @@ impl MemoryCodeRedemptions {
     pub fn new(started_at: Timestamp) -> MemoryCodeRedemptions {
         MemoryCodeRedemptions {
             started_at,
-            used: Mutex::new(HashMap::new()),
+            used: Mutex::new(Used::default()),
         }
     }
 }
@@ -76,11 +87,16 @@ impl CodeRedemptions for MemoryCodeRedemptions {
             return Ok(Redemption::Unknown);
         }
         let mut used = self.used.lock();
-        used.retain(|_, expires_at| *expires_at > code.now);
-        if used.contains_key(code.code_id) {
+        if code.now >= used.next_sweep {
+            used.codes.retain(|_, expires_at| *expires_at > code.now);
+            used.next_sweep = Timestamp(code.now.as_millis().saturating_add(SWEEP_EVERY_MS));
+        }
+        if used.codes.contains_key(code.code_id) {
             return Ok(Redemption::Again);
         }
-        used.insert(code.code_id.to_owned(), code.expires_at.max(code.now));
+        // Kept at least until the code expires (a swept record's code is refused as expired).
+        used.codes
+            .insert(code.code_id.to_owned(), code.expires_at.max(code.now));
         Ok(Redemption::First)
     }
 }
@@ -120,6 +136,6 @@ mod tests {
         );
         // Expired records are forgotten (the code itself is refused as expired by then).
         redeem("d", 70_000, 70_000).await.ok();
-        assert_eq!(record.used.lock().len(), 1);
+        assert_eq!(record.used.lock().codes.len(), 1);
     }
 }

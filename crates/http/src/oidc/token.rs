@@ -21,7 +21,6 @@ use serde_json::json;
 use subtle::ConstantTimeEq as _;
 
 use anteroom_core::engine::{SessionEnd, SessionState};
-use anteroom_core::room::OidcClient;
 use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::{CodeUse, Redemption, StoreError};
 use anteroom_token::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims};
@@ -64,7 +63,7 @@ async fn exchange(
     let text = std::str::from_utf8(body)
         .map_err(|_| OAuthError::invalid_request("the body is not UTF-8"))?;
     let params = parameters(text).map_err(OAuthError::invalid_request)?;
-    let (room, _client) = authenticate(app, headers, &params).await?;
+    let room = authenticate(app, headers, &params).await?;
     match parameter(&params, "grant_type") {
         None => return Err(OAuthError::invalid_request("grant_type is required")),
         Some("authorization_code") => {}
@@ -189,7 +188,7 @@ async fn authenticate(
     app: &AppState,
     headers: &HeaderMap,
     params: &[(String, String)],
-) -> Result<(RoomId, OidcClient), OAuthError> {
+) -> Result<RoomId, OAuthError> {
     let basic = basic_credentials(headers)?;
     let body_id = parameter(params, "client_id");
     let (client_id, secret) = match (basic, parameter(params, "client_secret")) {
@@ -228,7 +227,7 @@ async fn authenticate(
             ));
         }
     }
-    Ok((room, client))
+    Ok(room)
 }
 
 /// The client id and secret of an `Authorization: Basic` header, each form-urlencoded
