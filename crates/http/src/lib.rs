@@ -1,8 +1,10 @@
 //! The HTTP surface of anteroom: the public JSON API (SPEC §6.1), the admission ticker
-//! (§5.1), the gateway (§7) and the server loop with graceful shutdown.
+//! (§5.1), the gateway (§7), the OpenID Connect adapter (§11) and the server loop with
+//! graceful shutdown.
 //!
 //! Handlers are thin: they parse and verify what the client sent, call one store operation,
-//! and shape the answer. Every error leaves through [`ApiError`] as problem+json.
+//! and shape the answer. Every error leaves through [`ApiError`] as problem+json, except the
+//! OIDC token and userinfo endpoints', which answer in the JSON form OAuth clients read.
 //!
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
@@ -339,15 +341,15 @@ pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
     })
 }
 
-/// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS. Anything
-/// else answers 404 problem+json.
+/// The public listener's routes: the reserved `/_anteroom/` prefix, the JWKS and the OpenID
+/// Connect discovery document. Anything else answers 404 problem+json.
 pub fn public_router(state: AppState) -> Router {
     let limiter = state.rate_limiter().cloned();
     with_rate_limits(reserved_routes(state).fallback(api::not_found), limiter)
 }
 
-/// The public routes in front of a site: `/_anteroom/*` and the JWKS are anteroom's, every
-/// other path goes to `site`.
+/// The public routes in front of a site: `/_anteroom/*`, the JWKS and the OIDC discovery
+/// are anteroom's, every other path goes to `site`.
 pub fn public_router_with_site(state: AppState, site: Router) -> Router {
     let limiter = state.rate_limiter().cloned();
     let router = reserved_routes(state)

@@ -10,6 +10,8 @@
 //!   Cluster slot and no script crosses slots. The room list (`anteroom:rooms`, a set) lives in
 //!   another slot and is changed by separate commands: a room is listed before it is created
 //!   and unlisted after it is deleted; a listed room without its meta key is skipped.
+//!   Redeemed OIDC authorization codes are `anteroom:oidc-code:<code id>` (`codes.rs`), spread
+//!   over the slots like rate-limit keys.
 //! - **Time** comes from the server's `TIME` inside each script, so every node agrees on it. A
 //!   store given a [`Clock`] (tests driving a `ManualClock`) passes that clock's time to the
 //!   scripts instead; production stores are built without one.
