@@ -111,7 +111,8 @@ pub(crate) struct OidcBody {
     pub(crate) client_secret: Option<String>,
     /// The redirect URIs a request may name, matched exactly (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = json!(["https://app.example/oauth2/callback"]))]
+    #[schema(inline, value_type = Option<Vec<RedirectUri>>, min_items = 1,
+        example = json!(["https://app.example/oauth2/callback"]))]
     pub(crate) redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, 1s to 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,6 +125,15 @@ pub(crate) struct OidcBody {
 #[schema(pattern = "^/", example = "/events/*/book/**")]
 #[allow(dead_code)]
 pub(crate) struct RoutePath(String);
+
+/// An absolute http(s) URI without user information or fragment.
+#[derive(ToSchema)]
+#[schema(
+    pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
+    example = "https://app.example/oauth2/callback"
+)]
+#[allow(dead_code)]
+pub(crate) struct RedirectUri(String);
 
 /// A room id.
 #[derive(ToSchema)]
