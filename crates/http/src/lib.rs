@@ -14,6 +14,7 @@ mod api;
 mod cookies;
 mod error;
 mod gateway;
+mod key_reload;
 mod metrics;
 mod notices;
 mod oidc;
@@ -50,6 +51,7 @@ pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
+pub use key_reload::{KEY_DIR_CHECK_INTERVAL, follow_key_dir};
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
@@ -90,6 +92,9 @@ pub struct NodeOptions {
     /// Where redeemed OIDC authorization codes are recorded (SPEC §11): the shared store
     /// when several nodes serve the same rooms; this process's memory when absent.
     pub code_redemptions: Option<Arc<dyn CodeRedemptions>>,
+    /// The key directory shared with other nodes, followed for rotations made elsewhere
+    /// (see [`key_reload`]); none for keys that only live in memory.
+    pub key_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for NodeOptions {
@@ -99,6 +104,7 @@ impl Default for NodeOptions {
             page: page::PageRenderer::default(),
             rate_limiter: None,
             code_redemptions: None,
+            key_dir: None,
         }
     }
 }
@@ -123,6 +129,7 @@ struct Shared {
     failures: StoreFailures,
     revocations: Revocations,
     code_redemptions: Arc<dyn CodeRedemptions>,
+    key_reload: Option<key_reload::KeyReload>,
 }
 
 impl AppState {
@@ -165,6 +172,7 @@ impl AppState {
                 hub: Arc::new(SseHub::new(options.max_sse_connections)),
                 page: options.page,
                 rate_limiter: options.rate_limiter,
+                key_reload: options.key_dir.map(key_reload::KeyReload::new),
             }),
         }
     }
@@ -284,6 +292,10 @@ impl AppState {
     /// set they took.
     pub fn set_keys(&self, keys: KeySet) {
         *self.inner.keys.write() = keys;
+    }
+
+    fn key_reload(&self) -> Option<&key_reload::KeyReload> {
+        self.inner.key_reload.as_ref()
     }
 
     /// The settings.
