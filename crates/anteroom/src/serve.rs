@@ -60,11 +60,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         }
         StoreConfig::Redis { urls, cluster } => {
             // Scripts read the server's TIME (no clock passed): every node shares one clock.
-            let redis = if *cluster {
-                anteroom_store::RedisConfig::cluster(urls.iter().cloned())
-            } else {
-                anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
-            };
+            let redis = redis_config(urls, *cluster);
             tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
             let redis = Arc::new(
                 anteroom_store::RedisStore::new(redis, None)
@@ -185,6 +181,16 @@ async fn install_in_background(
     }
 }
 
+/// The redis `[store]` names: one server or a Cluster's seed nodes. The room store and the
+/// redis rate-limit store both connect with it.
+fn redis_config(urls: &[String], cluster: bool) -> anteroom_store::RedisConfig {
+    if cluster {
+        anteroom_store::RedisConfig::cluster(urls.iter().cloned())
+    } else {
+        anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
+    }
+}
+
 /// How often the local rate-limit store drops keys whose state no longer matters.
 const LIMIT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -197,12 +203,15 @@ fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLi
     // Connecting is lazy: a redis that is down fails the calls (each rule's on_store_error),
     // not the start.
     let redis_store = match &config.store {
-        StoreConfig::Redis {
-            urls,
-            cluster: false,
-        } => {
-            let url = urls.first().cloned().unwrap_or_default();
-            let store = RedisLimitStore::connect(RedisLimitConfig::new(url))
+        StoreConfig::Redis { urls, cluster } => {
+            // The room store's servers and key prefix, the rate limits' own timeout.
+            let limits = RedisLimitConfig::for_store(&redis_config(urls, *cluster));
+            tracing::info!(
+                nodes = urls.len(),
+                cluster = *cluster,
+                "redis rate-limit store"
+            );
+            let store = RedisLimitStore::connect(limits)
                 .map_err(|error| BadConfig(format!("[store] redis for rate limits: {error}")))?;
             Some(Arc::new(store) as Arc<dyn LimitStore>)
         }

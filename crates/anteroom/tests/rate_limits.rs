@@ -1,8 +1,13 @@
 //! `[[rate_limit]]` end to end: the real binary, the real config parser and real sockets.
 //! Joins over the limit are refused with the rate-limit headers, forwarded clients count
-//! apart only behind a trusted proxy, and SIGHUP swaps the rules without a restart.
+//! apart only behind a trusted proxy, SIGHUP swaps the rules without a restart, and two nodes
+//! on a Redis Cluster share redis rules whose keys live in different slots, a request refused
+//! by one rule consuming nothing from the others (redis or local).
 #![allow(clippy::unwrap_used)]
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../store/tests/support/redis.rs"]
+mod cluster_harness;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -169,4 +174,120 @@ async fn forwarded_clients_count_apart_behind_a_trusted_proxy_and_sighup_reloads
         statuses(&client, &base, Some("198.51.100.1"), 3).await,
         vec![200, 200, 429]
     );
+}
+
+/// A node's config on the Redis Cluster `nodes`: a local rule and two redis rules, keyed
+/// apart (per client, per path), so their keys carry different hash tags and a request both
+/// apply to is reserved then refunded across them.
+fn write_cluster_config(site: &Site, nodes: &[String]) {
+    let nodes: Vec<String> = nodes.iter().map(|url| format!("\"{url}\"")).collect();
+    let text = format!(
+        r#"[server]
+listen = "127.0.0.1:{port}"
+admin_listen = "127.0.0.1:0"
+public_url = "{url}"
+
+[store]
+backend = "redis"
+cluster = [{nodes}]
+
+[keys]
+dir = {keys}
+
+[auth]
+service_keys = ["{service}"]
+
+[[rate_limit]]
+name = "node-per-ip"
+match = {{ paths = ["/limited/**", "/local/**"] }}
+key = ["ip"]
+algorithm = "fixed_window"
+limit = 3
+period = "1m"
+
+[[rate_limit]]
+name = "shared-per-ip"
+match = {{ paths = ["/limited/**", "/shared/**"] }}
+key = ["ip"]
+algorithm = "sliding_log"
+limit = 4
+period = "1m"
+store = "redis"
+
+[[rate_limit]]
+name = "once-per-path"
+match = {{ paths = ["/limited/**"] }}
+key = ["path"]
+algorithm = "gcra"
+limit = 1
+period = "1h"
+store = "redis"
+"#,
+        port = site.port,
+        url = site.public_url(),
+        nodes = nodes.join(", "),
+        keys = toml_string(&site.keys_dir()),
+        service = key_hash(support::SERVICE_KEY),
+    );
+    std::fs::write(site.config_path(), text).unwrap();
+}
+
+/// Whether each GET of `path` on the node at `bases[i % len]` was let through (anything but
+/// 429).
+async fn passed(client: &reqwest::Client, bases: &[String], paths: &[&str]) -> Vec<bool> {
+    let mut found = Vec::new();
+    for (index, path) in paths.iter().enumerate() {
+        let base = &bases[index % bases.len()];
+        let response = client.get(format!("{base}{path}")).send().await.unwrap();
+        found.push(response.status() != 429);
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_a_redis_cluster_share_limits_and_refusals_consume_nothing() {
+    let cluster = cluster_harness::RedisCluster::start();
+    let client = client();
+    let sites = [Site::new(), Site::new()];
+    for site in &sites {
+        write_cluster_config(site, &cluster.urls());
+    }
+    let mut servers = Vec::new();
+    for site in &sites {
+        let mut server = site.start();
+        server.wait_ready(&client).await;
+        servers.push(server);
+    }
+    let bases: Vec<String> = servers.iter().map(|server| server.url()).collect();
+
+    // `once-per-path` lets /limited/once through once across both nodes; the three refusals
+    // (on both nodes) are reserved on `shared-per-ip` in another slot and handed back, and
+    // `node-per-ip` hands back what each node's local counter took.
+    let once = ["/limited/once"; 4];
+    assert_eq!(
+        passed(&client, &bases, &once).await,
+        [true, false, false, false]
+    );
+    // So the shared rule counted one request: three more pass, on either node.
+    let shared = ["/shared/a"; 4];
+    assert_eq!(
+        passed(&client, &bases, &shared).await,
+        [true, true, true, false]
+    );
+    // And each node's local rule: node 0 counted one (two left), node 1 none (three left).
+    let local = ["/local/a"; 3];
+    assert_eq!(
+        passed(&client, &bases[..1], &local).await,
+        [true, true, false]
+    );
+    let local = ["/local/a"; 4];
+    assert_eq!(
+        passed(&client, &bases[1..], &local).await,
+        [true, true, true, false]
+    );
+    for server in &servers {
+        let log = server.log();
+        assert!(!log.contains("panicked"), "a node panicked:\n{log}");
+        assert!(!log.contains("refund failed"), "a refund failed:\n{log}");
+    }
 }

@@ -33,6 +33,7 @@ impl Timestamp {
 }
 
 /// A duration in whole milliseconds, saturating at `u64::MAX`.
+#[inline]
 pub fn duration_millis(duration: Duration) -> u64 {
     // In u64 arithmetic: `as_millis` works in u128, and this runs several times per
     // rate-limit decision.

@@ -7,7 +7,12 @@
 //!
 //! Both run the algorithms of `anteroom_core::ratelimit::algorithms` (the Lua scripts are
 //! ports held to the Rust by a property test) and both decide the requests of one call all or
-//! nothing: when any request is rejected, no key changes.
+//! nothing: when any request is rejected, no key changes (on a Redis Cluster, whose keys live
+//! in different slots, by reserving each and refunding the allowed ones).
+//!
+//! [`LimitStore::reserve`] also tells what each allowed request took, and
+//! [`LimitStore::refund`] hands it back: that is how one HTTP request decided on two stores
+//! (local and Redis rules) stays all or nothing.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -52,6 +57,8 @@ pub use local::{LocalLimitConfig, LocalLimitStore};
 pub use metrics::{LimitMetrics, LimitMetricsSnapshot};
 pub use redis::{RedisLimitConfig, RedisLimitStore};
 
+pub use anteroom_core::ratelimit::Reservation;
+
 /// One request against one limit.
 #[derive(Debug, Clone, Copy)]
 pub struct LimitRequest<'a> {
@@ -75,6 +82,14 @@ pub enum LimitStoreError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// A refund did not name one reservation per request (a caller's mistake).
+    #[error("a refund of {requests} requests named {reservations} reservations")]
+    MismatchedRefund {
+        /// How many requests.
+        requests: usize,
+        /// How many reservations.
+        reservations: usize,
+    },
     /// A limit's parameters cannot be computed exactly (see `LimitParams::validate`); the
     /// configuration should have refused them.
     #[error("rate limit for key {key:?} is invalid: {source}")]
@@ -87,16 +102,64 @@ pub enum LimitStoreError {
     },
 }
 
+/// The decisions of one call, and what the call took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    /// One per request, in order.
+    pub decisions: Vec<Decision>,
+    /// One per request: what it took, for [`LimitStore::refund`]. All `None` when the call was
+    /// refused (it took nothing); `None` too for a peek (cost 0).
+    pub reservations: Vec<Option<Reservation>>,
+}
+
+impl Reserved {
+    /// Whether every request was allowed.
+    pub fn all_allowed(&self) -> bool {
+        self.decisions.iter().all(|decision| decision.allowed)
+    }
+}
+
 /// Where rate-limit state lives: in process or in Redis.
 #[async_trait]
 pub trait LimitStore: Send + Sync + 'static {
     /// Decides every request of one HTTP request at once, in order. All or nothing: when any
     /// decision is a rejection, no limit's state changes (a request rejected by one rule
-    /// consumes nothing from the others).
+    /// consumes nothing from the others). A request naming a key twice sees the first
+    /// request's effect in the second.
+    async fn reserve(&self, requests: &[LimitRequest<'_>]) -> Result<Reserved, LimitStoreError>;
+
+    /// Hands back what an earlier [`LimitStore::reserve`] of the same `requests` took
+    /// (`reservations` as it answered them), as if those requests had never been allowed (see
+    /// `anteroom_core::ratelimit::algorithms` on refunds: requests decided in between saw
+    /// them).
+    async fn refund(
+        &self,
+        requests: &[LimitRequest<'_>],
+        reservations: &[Option<Reservation>],
+    ) -> Result<(), LimitStoreError>;
+
+    /// [`LimitStore::reserve`], for callers that never refund.
     async fn acquire(
         &self,
         requests: &[LimitRequest<'_>],
-    ) -> Result<Vec<Decision>, LimitStoreError>;
+    ) -> Result<Vec<Decision>, LimitStoreError> {
+        Ok(self.reserve(requests).await?.decisions)
+    }
+}
+
+/// A refund names one reservation (or none) per request.
+fn check_refund(
+    requests: &[LimitRequest<'_>],
+    reservations: &[Option<Reservation>],
+) -> Result<(), LimitStoreError> {
+    validate(requests)?;
+    if requests.len() != reservations.len() {
+        return Err(LimitStoreError::MismatchedRefund {
+            requests: requests.len(),
+            reservations: reservations.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks every request's parameters before anything is decided.

@@ -31,7 +31,7 @@
 //! scripts are capped at 2^52 ms (about 142 000 years).
 
 mod codes;
-mod connection;
+pub(crate) mod connection;
 mod outbox;
 mod records;
 mod scripts;

@@ -219,7 +219,8 @@ fn new_keys_are_refused_at_the_cap() {
         LimitMetricsSnapshot {
             keys_evicted: 0,
             keys_refused: 2,
-            store_errors: 0
+            store_errors: 0,
+            refund_errors: 0
         }
     );
     // Peeks and rejections of new keys store nothing, so they are not refused.

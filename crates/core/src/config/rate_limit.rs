@@ -44,16 +44,14 @@ const ALGORITHM_CHOICES: &[&str] = &[
     "gcra",
 ];
 
-/// Which redis server `[store]` names, as far as rules with `store = "redis"` care.
+/// Whether `[store]` names a redis (one server or a Cluster: rules with `store = "redis"` can
+/// use either; on a Cluster a request's limits are reserved then refunded across slots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum RedisStore {
     /// `[store]` is not the redis backend.
     None,
-    /// One server (`url`): rules can use it.
-    Standalone,
-    /// A Redis Cluster (`cluster`): a request's limits hash to different slots, and a Cluster
-    /// has no atomic call across slots, so rules cannot use it yet.
-    Cluster,
+    /// `[store]` is the redis backend.
+    Redis,
 }
 
 /// Reads and validates every `[[rate_limit]]`. `redis_store` says which redis `[store]` names,
@@ -165,14 +163,10 @@ impl<'a> RuleReader<'a> {
         let store = self.read_choice("store", LimitBackend::parse, &["local", "redis"]);
         if let (Some(Some(LimitBackend::Redis)), Some(entry)) = (store, self.get("store")) {
             match redis_store {
-                RedisStore::Standalone => {}
+                RedisStore::Redis => {}
                 RedisStore::None => self.report(
                     entry,
                     "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
-                ),
-                RedisStore::Cluster => self.report(
-                    entry,
-                    "store = \"redis\" needs one redis server ([store] url): rate limits cannot use a Redis Cluster yet, which has no atomic call across the slots of a request's limits; use store = \"local\"",
                 ),
             }
         }
@@ -515,10 +509,10 @@ pub(super) fn redis_store_selected(root: &Table) -> RedisStore {
     let is_redis = store.get("backend").is_some_and(
         |backend| matches!(&backend.item.value, Value::String(text) if text == "redis"),
     );
-    match (is_redis, store.get("cluster")) {
-        (false, _) => RedisStore::None,
-        (true, None) => RedisStore::Standalone,
-        (true, Some(_)) => RedisStore::Cluster,
+    if is_redis {
+        RedisStore::Redis
+    } else {
+        RedisStore::None
     }
 }
 

@@ -27,6 +27,19 @@
 //! - [`forget_at`] gives the instant from which a state can no longer affect any decision (it
 //!   decides exactly like `None`); stores evict by that time and never earlier.
 //!
+//! # Refunds
+//! A store that cannot decide several keys atomically (a Redis Cluster, whose keys live in
+//! different slots; or a local and a Redis rule on one request) reserves each request, and when
+//! another one is rejected hands back what the allowed ones took: [`reservation`] tells what an
+//! allowed request added (its cost, and for the window algorithms and the log *where*: the
+//! window or the log entry), and [`refund`] takes it back out of the key's state, whatever
+//! happened to the key since. Applied right after the acquire, the refunded state decides
+//! every later request (at the acquire's time or later) exactly like the state without the
+//! acquire; for the window algorithms and the log it is the same state, for the buckets and
+//! GCRA an equivalent one (the same level expressed at another instant). Requests decided
+//! between the acquire and the refund saw the reservation, and may make the refunded state
+//! differ from what it would have been without it; each algorithm's `refund` documents how.
+//!
 //! # The algorithms
 //! Let `P` be the period in milliseconds and `L` the limit.
 //! - [`token_bucket`]: capacity `burst` (0 means `limit`), refilled continuously at `L` per `P`.
@@ -80,6 +93,7 @@ pub enum LimitParamsError {
 impl LimitParams {
     /// Checks the parameters can be computed with exactly (see the module docs). Stores refuse
     /// parameters that fail this check.
+    #[inline]
     pub fn validate(&self) -> Result<(), LimitParamsError> {
         if self.limit == 0 {
             return Err(LimitParamsError::ZeroLimit);
@@ -99,11 +113,13 @@ impl LimitParams {
     }
 
     /// The period in whole milliseconds (at least 1).
+    #[inline]
     pub fn period_ms(&self) -> u64 {
         duration_millis(self.period).max(1)
     }
 
     /// Token bucket and GCRA capacity: `burst`, or `limit` when `burst` is 0.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         if self.burst == 0 {
             self.limit
@@ -196,6 +212,7 @@ pub fn decide(
 
 /// Like [`decide`], but updates `state` in place (only when the request is allowed and changes
 /// something). Saves a copy of the sliding log's entries on the hot path of a local store.
+#[inline]
 pub fn decide_in_place(
     params: &LimitParams,
     state: &mut Option<LimitState>,
@@ -241,6 +258,7 @@ pub fn decide_in_place(
 /// The instant (ms) from which `state` can no longer affect a decision under `params`: from
 /// then on every request decides exactly as with no state, so the state may be dropped. A state
 /// of another algorithm can be dropped at once.
+#[inline]
 pub fn forget_at(params: &LimitParams, state: &LimitState) -> u64 {
     match (params.algorithm, state) {
         (Algorithm::TokenBucket, LimitState::TokenBucket(state)) => {
@@ -260,6 +278,63 @@ pub fn forget_at(params: &LimitParams, state: &LimitState) -> u64 {
         }
         (Algorithm::Gcra, LimitState::Gcra(state)) => gcra::forget_at(params, state),
         _ => 0,
+    }
+}
+
+/// What an allowed request added to its key's state, so that [`refund`] can take it back out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// The request's cost.
+    pub cost: u64,
+    /// Where it was counted: the window's start (fixed window), the window's index (sliding
+    /// window), the log entry's time (sliding log); 0 for the buckets and GCRA.
+    pub mark: u64,
+}
+
+/// The reservation of an allowed request of `cost` after which the key's state is `written`
+/// (the state the store wrote: with several requests on one key in one call, the state after
+/// the last of them, which counts each of them at the same mark).
+pub fn reservation(written: &LimitState, cost: u64) -> Reservation {
+    let mark = match written {
+        LimitState::FixedWindow(state) => state.start_ms,
+        LimitState::SlidingWindow(state) => state.window,
+        LimitState::SlidingLog(log) => log.entries.back().map_or(0, |&(time, _)| time),
+        LimitState::TokenBucket(_) | LimitState::LeakyBucket(_) | LimitState::Gcra(_) => 0,
+    };
+    Reservation { cost, mark }
+}
+
+/// Takes `reservation` back out of `state` (see the module docs and each algorithm's
+/// `refund`). Returns the state to store, `None` to drop the key. A key without state, or with
+/// the state of another algorithm (the limit was reconfigured), no longer holds the
+/// reservation and is left as it is.
+pub fn refund(
+    params: &LimitParams,
+    state: Option<&LimitState>,
+    reservation: &Reservation,
+) -> Option<LimitState> {
+    let state = state?;
+    let Reservation { cost, mark } = *reservation;
+    match (params.algorithm, state) {
+        (Algorithm::TokenBucket, LimitState::TokenBucket(state)) => Some(LimitState::TokenBucket(
+            token_bucket::refund(params, state, cost),
+        )),
+        (Algorithm::LeakyBucket, LimitState::LeakyBucket(state)) => {
+            leaky_bucket::refund(params, state, cost).map(LimitState::LeakyBucket)
+        }
+        (Algorithm::FixedWindow, LimitState::FixedWindow(state)) => {
+            fixed_window::refund(state, mark, cost).map(LimitState::FixedWindow)
+        }
+        (Algorithm::SlidingLog, LimitState::SlidingLog(log)) => {
+            sliding_log::refund(log, mark, cost).map(|log| LimitState::SlidingLog(Box::new(log)))
+        }
+        (Algorithm::SlidingWindow, LimitState::SlidingWindow(state)) => {
+            sliding_window::refund(state, mark, cost).map(LimitState::SlidingWindow)
+        }
+        (Algorithm::Gcra, LimitState::Gcra(state)) => {
+            gcra::refund(params, state, cost).map(LimitState::Gcra)
+        }
+        _ => Some(state.clone()),
     }
 }
 

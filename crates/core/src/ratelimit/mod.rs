@@ -10,7 +10,10 @@ pub mod rules;
 
 use std::time::Duration;
 
-pub use algorithms::{LimitParamsError, LimitState, MAX_UNITS, decide, decide_in_place, forget_at};
+pub use algorithms::{
+    LimitParamsError, LimitState, MAX_UNITS, Reservation, decide, decide_in_place, forget_at,
+    refund, reservation,
+};
 
 /// Which algorithm a limit uses (SPEC §10.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -30,28 +30,11 @@ use super::{RateLimitSetupError, RateLimitVerdict, RateLimiter};
 /// use anteroom_core::ratelimit::rules::{RateLimitRule, default_params};
 /// use anteroom_http::RateLimitLayer;
 /// use tower::ServiceExt;
-/// # use anteroom_core::ratelimit::Decision;
-/// # use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
-/// # /// Allows the first request of each key only.
-/// # #[derive(Default)]
-/// # struct FirstOnly(std::sync::Mutex<std::collections::HashSet<String>>);
-/// # #[async_trait::async_trait]
-/// # impl LimitStore for FirstOnly {
-/// #     async fn acquire(&self, requests: &[LimitRequest<'_>]) -> Result<Vec<Decision>, LimitStoreError> {
-/// #         let mut seen = self.0.lock().unwrap();
-/// #         Ok(requests.iter().map(|request| {
-/// #             let allowed = seen.insert(request.key.to_owned());
-/// #             Decision {
-/// #                 allowed, limit: request.params.limit, remaining: 0,
-/// #                 reset_after: Duration::from_secs(60),
-/// #                 retry_after: (!allowed).then_some(Duration::from_secs(60)),
-/// #                 delay: Duration::ZERO,
-/// #             }
-/// #         }).collect())
-/// #     }
-/// # }
+/// # use anteroom_core::{ManualClock, Timestamp};
+/// # use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// # let store: Arc<dyn anteroom_store::limit::LimitStore> = Arc::new(FirstOnly::default());
+/// # let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+/// # let store: Arc<dyn LimitStore> = Arc::new(LocalLimitStore::new(clock, LocalLimitConfig::default()));
 ///
 /// // One request per minute per client address, on every route.
 /// let rule = RateLimitRule::new(

@@ -14,11 +14,13 @@
 //! 2. The rules whose `match` selects the request, and the route-only rules its route lists
 //!    ([`RouteRateLimits`]), apply, each at most once per request, even behind several layers.
 //!    A rule whose key the request lacks (no such header, cookie or claim) does not count it.
-//! 3. One `acquire` call per store decides every applying rule at once. A request refused by
-//!    one rule consumes nothing from the others. Rules on the local store are decided first;
-//!    rules on the redis store only if the local ones allowed the request, so the one case
-//!    that is not all-or-nothing is a request allowed locally and refused by redis (local
-//!    counters cannot be handed back).
+//! 3. One `reserve` call per store decides every applying rule at once. A request refused by
+//!    one rule consumes nothing from the others, across stores too: rules on the local store
+//!    are decided first (all or nothing among themselves), then rules on the redis store; when
+//!    the redis rules refuse the request (or their store fails and one of them says `deny`),
+//!    what the local rules took is refunded, so the request has consumed nothing anywhere.
+//!    (Between the local reservation and its refund, a round trip to redis, other requests on
+//!    this node see the local counters one higher.)
 //! 4. Then, by the refusing rules' `action`:
 //!    - `reject`: answer `status` (429) problem+json `rate_limited` with `Retry-After` and the
 //!      rate-limit headers;
@@ -60,7 +62,7 @@ use anteroom_core::ratelimit::Decision;
 use anteroom_core::ratelimit::rules::{
     Action, LimitBackend, OnStoreError, RateLimitRule, applicable_rules,
 };
-use anteroom_store::limit::{LimitRequest, LimitStore};
+use anteroom_store::limit::{LimitRequest, LimitStore, Reservation};
 
 use crate::error::ApiError;
 use headers::Reported;
@@ -143,19 +145,10 @@ impl std::error::Error for RateLimitSetupError {}
 /// use anteroom_core::ratelimit::Algorithm;
 /// use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
 /// use anteroom_http::RateLimiter;
-/// # use anteroom_core::ratelimit::Decision;
-/// # use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
-/// # struct AlwaysAllow;
-/// # #[async_trait::async_trait]
-/// # impl LimitStore for AlwaysAllow {
-/// #     async fn acquire(&self, requests: &[LimitRequest<'_>]) -> Result<Vec<Decision>, LimitStoreError> {
-/// #         Ok(requests.iter().map(|request| Decision {
-/// #             allowed: true, limit: request.params.limit, remaining: 1,
-/// #             reset_after: Duration::ZERO, retry_after: None, delay: Duration::ZERO,
-/// #         }).collect())
-/// #     }
-/// # }
-/// # let store: Arc<dyn LimitStore> = Arc::new(AlwaysAllow);
+/// # use anteroom_core::{ManualClock, Timestamp};
+/// # use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};
+/// # let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+/// # let store: Arc<dyn LimitStore> = Arc::new(LocalLimitStore::new(clock, LocalLimitConfig::default()));
 ///
 /// let mut rule = RateLimitRule::new(
 ///     "api-per-ip",
@@ -416,10 +409,19 @@ struct Decided {
     decision: Decision,
 }
 
+/// What one store's rules took from it, to hand back if another store refuses the request.
+struct Taken {
+    /// The rules of the call that counted the request.
+    rules: Vec<Pending>,
+    /// What each took (the store's answer).
+    reservations: Vec<Option<Reservation>>,
+}
+
 /// How one store's rules came out.
 enum GroupOutcome {
-    /// Every (non-shadow) rule allowed the request; the decisions of the rules that counted it.
-    Allowed(Vec<Decided>),
+    /// Every (non-shadow) rule allowed the request: the decisions of the rules that counted it,
+    /// and what they took.
+    Allowed(Vec<Decided>, Taken),
     /// Refused: the refusing rules, and the other rules' decisions of the same attempt.
     Refused {
         refusing: Vec<Decided>,
@@ -450,6 +452,8 @@ impl Evaluation<'_> {
             .into_iter()
             .partition(|p| self.rule(p.index).store == LimitBackend::Local);
         let mut allowed: Vec<Decided> = Vec::new();
+        // What the stores decided so far took, handed back if a later store refuses.
+        let mut taken: Vec<(Arc<dyn LimitStore>, Taken)> = Vec::new();
         for (backend, group) in [(LimitBackend::Local, local), (LimitBackend::Redis, redis)] {
             if group.is_empty() {
                 continue;
@@ -458,23 +462,51 @@ impl Evaluation<'_> {
                 LimitBackend::Local => Some(self.limiter.shared.local.clone()),
                 LimitBackend::Redis => self.limiter.shared.redis.clone(),
             };
-            let outcome = match store {
+            let outcome = match &store {
                 Some(store) => self.decide_group(store.as_ref(), group.clone()).await,
                 None => GroupOutcome::Failed,
             };
-            match outcome {
-                GroupOutcome::Allowed(decided) => allowed.extend(decided),
-                GroupOutcome::Refused { refusing, others } => {
-                    return self.refuse(&refusing, &others);
-                }
-                GroupOutcome::Failed => {
-                    if let Some(verdict) = self.store_failed(&group) {
-                        return verdict;
+            let verdict = match outcome {
+                GroupOutcome::Allowed(decided, took) => {
+                    allowed.extend(decided);
+                    if let Some(store) = store {
+                        taken.push((store, took));
                     }
+                    continue;
                 }
-            }
+                GroupOutcome::Refused { refusing, others } => self.refuse(&refusing, &others),
+                GroupOutcome::Failed => match self.store_failed(&group) {
+                    Some(verdict) => verdict,
+                    None => continue,
+                },
+            };
+            self.refund(&taken).await;
+            return verdict;
         }
         self.allow(&allowed).await
+    }
+
+    /// Hands back what the stores decided so far took: the request is refused after all. A
+    /// refund that fails leaves the counters consumed (logged): the limiter errs towards
+    /// limiting.
+    async fn refund(&self, taken: &[(Arc<dyn LimitStore>, Taken)]) {
+        for (store, took) in taken {
+            let requests: Vec<LimitRequest<'_>> = took
+                .rules
+                .iter()
+                .map(|p| {
+                    let rule = self.rule(p.index);
+                    LimitRequest {
+                        key: &p.key,
+                        params: &rule.params,
+                        cost: rule.cost,
+                    }
+                })
+                .collect();
+            if let Err(error) = store.refund(&requests, &took.reservations).await {
+                tracing::warn!(%error, "a rate-limit refund failed; the request stays counted");
+            }
+        }
     }
 
     /// Decides one store's rules, holding the request for `delay` rules and deciding again
@@ -485,7 +517,7 @@ impl Evaluation<'_> {
         mut active: Vec<Pending>,
     ) -> GroupOutcome {
         for attempt in 0..MAX_ATTEMPTS {
-            let decisions = {
+            let reserved = {
                 let requests: Vec<LimitRequest<'_>> = active
                     .iter()
                     .map(|p| {
@@ -497,12 +529,17 @@ impl Evaluation<'_> {
                         }
                     })
                     .collect();
-                match store.acquire(&requests).await {
-                    Ok(decisions) if decisions.len() == requests.len() => decisions,
-                    Ok(decisions) => {
+                match store.reserve(&requests).await {
+                    Ok(reserved)
+                        if reserved.decisions.len() == requests.len()
+                            && reserved.reservations.len() == requests.len() =>
+                    {
+                        reserved
+                    }
+                    Ok(reserved) => {
                         tracing::error!(
                             asked = requests.len(),
-                            answered = decisions.len(),
+                            answered = reserved.decisions.len(),
                             "the rate-limit store answered the wrong number of decisions"
                         );
                         return GroupOutcome::Failed;
@@ -515,7 +552,7 @@ impl Evaluation<'_> {
             };
             let decided: Vec<Decided> = active
                 .iter()
-                .zip(decisions)
+                .zip(reserved.decisions)
                 .map(|(p, decision)| Decided {
                     index: p.index,
                     decision,
@@ -536,14 +573,22 @@ impl Evaluation<'_> {
                 .filter(|d| !refused_shadow.contains(&d.index))
                 .partition(|d| !d.decision.allowed);
             if refusing.is_empty() && refused_shadow.is_empty() {
-                return GroupOutcome::Allowed(others);
+                let taken = Taken {
+                    rules: active,
+                    reservations: reserved.reservations,
+                };
+                return GroupOutcome::Allowed(others, taken);
             }
             // Shadow rules that refused are left out from now on: their refusal is recorded,
             // and the request must still count against the other rules.
             active.retain(|p| !refused_shadow.contains(&p.index));
             if refusing.is_empty() {
                 if active.is_empty() {
-                    return GroupOutcome::Allowed(Vec::new());
+                    let nothing = Taken {
+                        rules: Vec::new(),
+                        reservations: Vec::new(),
+                    };
+                    return GroupOutcome::Allowed(Vec::new(), nothing);
                 }
                 continue;
             }

@@ -1,9 +1,11 @@
 //! The rate-limit layer through `oneshot`: rejections and their headers, allowed responses,
 //! `headers = false`, shadow and delay actions, several rules at once, trusted proxies, IPv6
-//! prefixes, every kind of key, store failures, and at-most-once evaluation.
+//! prefixes, every kind of key, store failures, at-most-once evaluation, and all or nothing
+//! across the local and redis stores (`across_stores.rs`).
 
 #![allow(clippy::unwrap_used)]
 
+mod across_stores;
 mod public_router;
 mod support;
 

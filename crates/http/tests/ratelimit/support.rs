@@ -17,12 +17,13 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
-use anteroom_core::ratelimit::{Algorithm, Decision};
 use anteroom_core::{Clock, Timestamp};
 use anteroom_http::{ClientIp, RateLimitOptions, RateLimiter};
 use anteroom_store::limit::{
-    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore,
+    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore, Reservation,
+    Reserved,
 };
 
 /// Milliseconds since the epoch at which every test's clock starts.
@@ -49,8 +50,10 @@ pub(crate) struct TestStore {
     pub(crate) failing: AtomicBool,
     /// Added to every allowed decision's delay.
     pub(crate) allowed_delay: Mutex<Duration>,
-    /// How many `acquire` calls were made.
+    /// How many `reserve` calls were made.
     pub(crate) calls: AtomicUsize,
+    /// How many `refund` calls were made.
+    pub(crate) refunds: AtomicUsize,
 }
 
 impl Default for TestStore {
@@ -63,16 +66,14 @@ impl Default for TestStore {
             failing: AtomicBool::new(false),
             allowed_delay: Mutex::new(Duration::ZERO),
             calls: AtomicUsize::new(0),
+            refunds: AtomicUsize::new(0),
         }
     }
 }
 
 #[async_trait]
 impl LimitStore for TestStore {
-    async fn acquire(
-        &self,
-        requests: &[LimitRequest<'_>],
-    ) -> Result<Vec<Decision>, LimitStoreError> {
+    async fn reserve(&self, requests: &[LimitRequest<'_>]) -> Result<Reserved, LimitStoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.failing.load(Ordering::SeqCst) {
             return Err(LimitStoreError::Backend {
@@ -80,12 +81,25 @@ impl LimitStore for TestStore {
                 source: None,
             });
         }
-        let mut decisions = self.inner.acquire(requests).await?;
+        let mut reserved = self.inner.reserve(requests).await?;
         let delay = *self.allowed_delay.lock().unwrap();
-        for decision in decisions.iter_mut().filter(|decision| decision.allowed) {
+        for decision in reserved
+            .decisions
+            .iter_mut()
+            .filter(|decision| decision.allowed)
+        {
             decision.delay += delay;
         }
-        Ok(decisions)
+        Ok(reserved)
+    }
+
+    async fn refund(
+        &self,
+        requests: &[LimitRequest<'_>],
+        reservations: &[Option<Reservation>],
+    ) -> Result<(), LimitStoreError> {
+        self.refunds.fetch_add(1, Ordering::SeqCst);
+        self.inner.refund(requests, reservations).await
     }
 }
 

@@ -41,4 +41,22 @@ algorithms.fixed_window = {
   forget_at = function(p, s)
     return s.start + p.period
   end,
+
+  mark = function(s)
+    return s.start
+  end,
+
+  -- Only the window the request was counted in; a window left empty goes.
+  refund = function(key, p, cost, mark)
+    local s = algorithms.fixed_window.load(key)
+    if not s or s.start ~= mark then
+      return
+    end
+    local count = math.max(0, s.count - cost)
+    if count == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'count', int(count))
+    end
+  end,
 }

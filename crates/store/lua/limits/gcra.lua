@@ -45,4 +45,30 @@ algorithms.gcra = {
     end
     return s.tat
   end,
+
+  mark = function(s)
+    return 0
+  end,
+
+  -- The TAT moves back by cost x period units, borrowing whole milliseconds from tat.
+  refund = function(key, p, cost, mark)
+    local s = algorithms.gcra.load(key)
+    if not s then
+      return
+    end
+    local rate = p.limit
+    local units = cost * p.period
+    local sub = math.min(s.sub, rate - 1)
+    if sub >= units then
+      redis.call('HSET', key, 'sub', int(sub - units))
+      return
+    end
+    local short = units - sub
+    local back = ceil_div(short, rate)
+    if back > s.tat then
+      redis.call('DEL', key)
+      return
+    end
+    redis.call('HSET', key, 'tat', int(s.tat - back), 'sub', int(back * rate - short))
+  end,
 }

@@ -61,4 +61,29 @@ algorithms.leaky_bucket = {
   forget_at = function(p, s)
     return s.last + ceil_div(s.excess + p.period, p.limit)
   end,
+
+  mark = function(s)
+    return 0
+  end,
+
+  -- excess + limit x last falls by cost x period: from excess while it holds enough, else by
+  -- moving last back whole milliseconds.
+  refund = function(key, p, cost, mark)
+    local s = algorithms.leaky_bucket.load(key)
+    if not s then
+      return
+    end
+    local units = cost * p.period
+    if s.excess >= units then
+      redis.call('HSET', key, 'excess', int(s.excess - units))
+      return
+    end
+    local short = units - s.excess
+    local back = ceil_div(short, p.limit)
+    if back > s.last then
+      redis.call('DEL', key)
+      return
+    end
+    redis.call('HSET', key, 'excess', int(back * p.limit - short), 'last', int(s.last - back))
+  end,
 }

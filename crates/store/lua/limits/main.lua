@@ -6,7 +6,7 @@
 -- milliseconds added to every expiry. Then per request: algorithm, cost, limit, period_ms,
 -- burst, delay, nodelay (1|0).
 -- Returns per request: allowed, limit, remaining, reset_after_ms, retry_after_ms (-1: none),
--- delay_ms.
+-- delay_ms, reservation mark (-1: the request took nothing: a peek, or the call was refused).
 
 local now
 if ARGV[1] ~= '' then
@@ -19,6 +19,7 @@ local extra_ttl = tonumber(ARGV[2])
 
 local states, loaded, changed = {}, {}, {}
 local reply = {}
+local marks = {}
 local all_allowed = true
 for i = 1, #KEYS do
   local key = KEYS[i]
@@ -48,6 +49,7 @@ for i = 1, #KEYS do
   elseif next then
     states[key] = next
     changed[key] = { algorithm, p }
+    marks[i] = { key, algorithm }
   end
   reply[#reply + 1] = decision[1]
   reply[#reply + 1] = p.limit
@@ -55,6 +57,7 @@ for i = 1, #KEYS do
   reply[#reply + 1] = decision[3]
   reply[#reply + 1] = decision[4]
   reply[#reply + 1] = decision[5]
+  reply[#reply + 1] = -1
 end
 
 if all_allowed then
@@ -64,6 +67,10 @@ if all_allowed then
     algorithm.save(key, state)
     local ttl = math.max(1, algorithm.forget_at(p, state) - now) + extra_ttl
     redis.call('PEXPIRE', key, int(ttl))
+  end
+  -- Marks are read from the states written, after every request of the call.
+  for i, how in pairs(marks) do
+    reply[i * 7] = how[2].mark(states[how[1]])
   end
 end
 return reply

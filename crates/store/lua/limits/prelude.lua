@@ -9,6 +9,10 @@
 --   decide(p, state, now, cost) -> decision, new state (nil: nothing changes)
 --   save(key, state)
 --   forget_at(p, state) -> ms from which the state no longer matters (the key's expiry)
+--   mark(state) -> where an allowed request was counted in the state it wrote (the core's
+--     reservation mark: a window's start or index, a log entry's time; 0 for the buckets)
+--   refund(key, p, cost, mark): takes a reserved request back out of the key's state (the
+--     core's refund), keeping the key's expiry (a refund never makes the state matter longer)
 
 local function floor_div(a, b)
   return math.floor(a / b)

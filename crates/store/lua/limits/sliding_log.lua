@@ -98,4 +98,26 @@ algorithms.sliding_log = {
   forget_at = function(p, s)
     return s.entries[#s.entries][1] + p.period
   end,
+
+  mark = function(s)
+    return s.entries[#s.entries][1]
+  end,
+
+  -- The entry logged at `mark` loses the cost, and goes at 0 (an empty list is no key).
+  refund = function(key, p, cost, mark)
+    local flat = redis.call('LRANGE', key, 0, -1)
+    for i = #flat - 1, 1, -2 do
+      if tonumber(flat[i]) == mark then
+        local left = math.max(0, tonumber(flat[i + 1]) - cost)
+        if left > 0 then
+          redis.call('LSET', key, i, int(left))
+        else
+          redis.call('LSET', key, i - 1, '-')
+          redis.call('LSET', key, i, '-')
+          redis.call('LREM', key, 0, '-')
+        end
+        return
+      end
+    end
+  end,
 }

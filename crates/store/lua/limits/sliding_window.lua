@@ -74,4 +74,28 @@ algorithms.sliding_window = {
   forget_at = function(p, s)
     return (s.window + 2) * p.period
   end,
+
+  mark = function(s)
+    return s.window
+  end,
+
+  -- From the current count in the request's window, from prev once rolled into the next one.
+  refund = function(key, p, cost, mark)
+    local s = algorithms.sliding_window.load(key)
+    if not s then
+      return
+    end
+    if s.window == mark then
+      s.current = math.max(0, s.current - cost)
+    elseif s.window == mark + 1 then
+      s.prev = math.max(0, s.prev - cost)
+    else
+      return
+    end
+    if s.prev == 0 and s.current == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'prev', int(s.prev), 'current', int(s.current))
+    end
+  end,
 }

@@ -44,4 +44,18 @@ algorithms.token_bucket = {
   forget_at = function(p, s)
     return s.last + ceil_div(math.max(0, p.capacity * p.period - s.level), p.limit)
   end,
+
+  mark = function(s)
+    return 0
+  end,
+
+  -- The units go back in, capped at full; last stays.
+  refund = function(key, p, cost, mark)
+    local s = algorithms.token_bucket.load(key)
+    if not s then
+      return
+    end
+    local level = math.min(p.capacity * p.period, s.level + cost * p.period)
+    redis.call('HSET', key, 'level', int(level))
+  end,
 }

@@ -11,6 +11,10 @@
 //!   is decided against a working copy, and the copies are stored only if every request is
 //!   allowed.
 //!
+//! - **Refunds** ([`LocalLimitStore::refund_now`]) take each reservation back out of its key
+//!   with the core's `refund`, under the key's shard lock; a key left with a state that decides
+//!   like none is dropped.
+//!
 //! Memory is bounded two ways:
 //! - **By time.** Every key records when its state stops mattering ([`forget_at`]): from then
 //!   on it decides exactly like a new key. [`LocalLimitStore::sweep`] drops such keys, never
@@ -33,14 +37,15 @@ use std::time::Duration;
 
 use anteroom_core::Clock;
 use anteroom_core::ratelimit::{
-    Decision, LimitParams, LimitState, decide, decide_in_place, forget_at,
+    Decision, LimitParams, LimitState, Reservation, decide, decide_in_place, forget_at, refund,
+    reservation,
 };
 use async_trait::async_trait;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::metrics::LimitMetrics;
-use super::{LimitRequest, LimitStore, LimitStoreError, validate};
+use super::{LimitRequest, LimitStore, LimitStoreError, Reserved, check_refund, validate};
 
 const SHARDS: usize = 64;
 
@@ -133,20 +138,69 @@ impl LocalLimitStore {
         &self,
         requests: &[LimitRequest<'_>],
     ) -> Result<Vec<Decision>, LimitStoreError> {
+        Ok(self.reserve_now(requests)?.decisions)
+    }
+
+    /// Decides synchronously; [`LimitStore::reserve`] is this. Never fails except on invalid
+    /// parameters.
+    pub fn reserve_now(&self, requests: &[LimitRequest<'_>]) -> Result<Reserved, LimitStoreError> {
         validate(requests)?;
         let now = self.clock.now().as_millis();
         Ok(match requests {
-            [] => Vec::new(),
-            [request] => vec![self.decide_one(request, now)],
+            [] => Reserved {
+                decisions: Vec::new(),
+                reservations: Vec::new(),
+            },
+            [request] => {
+                let (decision, reservation) = self.decide_one(request, now);
+                Reserved {
+                    decisions: vec![decision],
+                    reservations: vec![reservation],
+                }
+            }
             _ => self.decide_all(requests, now),
         })
+    }
+
+    /// Hands back what [`LocalLimitStore::reserve_now`] took, synchronously;
+    /// [`LimitStore::refund`] is this. The requests are refunded last first, each under its
+    /// key's shard lock.
+    pub fn refund_now(
+        &self,
+        requests: &[LimitRequest<'_>],
+        reservations: &[Option<Reservation>],
+    ) -> Result<(), LimitStoreError> {
+        check_refund(requests, reservations)?;
+        for (request, reservation) in requests.iter().zip(reservations).rev() {
+            let Some(reservation) = reservation else {
+                continue;
+            };
+            let hash = self.hasher.hash_one(request.key);
+            let mut table = self.shards[self.shard_of(hash)].table.lock();
+            let Ok(entry) = table.find_entry(hash, |entry| &*entry.key == request.key) else {
+                // Evicted meanwhile: nothing of the reservation is left.
+                continue;
+            };
+            match refund(request.params, entry.get().state.as_ref(), reservation) {
+                Some(state) => {
+                    let entry = entry.into_mut();
+                    entry.forget_at = forget_at(request.params, &state);
+                    entry.state = Some(state);
+                }
+                None => {
+                    entry.remove();
+                    self.keys.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Decides one request synchronously, without allocating: the hot path for callers with
     /// a single limit (and for benchmarks).
     pub fn acquire_one(&self, request: &LimitRequest<'_>) -> Result<Decision, LimitStoreError> {
         validate(std::slice::from_ref(request))?;
-        Ok(self.decide_one(request, self.clock.now().as_millis()))
+        Ok(self.decide_one(request, self.clock.now().as_millis()).0)
     }
 
     /// Drops every key whose state can no longer affect a decision; returns how many.
@@ -187,28 +241,31 @@ impl LocalLimitStore {
         (hash >> 32) as usize % SHARDS
     }
 
-    fn decide_one(&self, request: &LimitRequest<'_>, now: u64) -> Decision {
+    fn decide_one(&self, request: &LimitRequest<'_>, now: u64) -> (Decision, Option<Reservation>) {
         let LimitRequest { key, params, cost } = *request;
         let hash = self.hasher.hash_one(key);
         let mut table = self.shards[self.shard_of(hash)].table.lock();
         if let Some(entry) = table.find_mut(hash, |entry| &*entry.key == key) {
             let decision = decide_in_place(params, &mut entry.state, now, cost);
+            let mut taken = None;
             if decision.allowed
                 && cost > 0
                 && let Some(state) = &entry.state
             {
                 entry.forget_at = forget_at(params, state);
+                taken = Some(reservation(state, cost));
             }
-            return decision;
+            return (decision, taken);
         }
         let (decision, next) = decide(params, None, now, cost);
         let Some(next) = next else {
             // Rejected or a peek: a new key stores nothing.
-            return decision;
+            return (decision, None);
         };
         if !self.reserve_key() {
-            return self.refused(params);
+            return (self.refused(params), None);
         }
+        let taken = reservation(&next, cost);
         let forget = forget_at(params, &next);
         table.insert_unique(
             hash,
@@ -220,10 +277,10 @@ impl LocalLimitStore {
             },
             |entry| entry.hash,
         );
-        decision
+        (decision, Some(taken))
     }
 
-    fn decide_all(&self, requests: &[LimitRequest<'_>], now: u64) -> Vec<Decision> {
+    fn decide_all(&self, requests: &[LimitRequest<'_>], now: u64) -> Reserved {
         let hashes: Vec<u64> = requests
             .iter()
             .map(|request| self.hasher.hash_one(request.key))
@@ -240,6 +297,8 @@ impl LocalLimitStore {
         let mut reserved = 0;
         let mut all_allowed = true;
         let mut decisions = Vec::with_capacity(requests.len());
+        // Which working key each request decided.
+        let mut keys_of = Vec::with_capacity(requests.len());
         for (request, &hash) in requests.iter().zip(&hashes) {
             let index = match working.iter().position(|known| known.key == request.key) {
                 Some(index) => index,
@@ -258,6 +317,7 @@ impl LocalLimitStore {
                     working.len() - 1
                 }
             };
+            keys_of.push(index);
             let known = &mut working[index];
             let (decision, next) = decide(request.params, known.state.as_ref(), now, request.cost);
             let Some(next) = next.filter(|_| decision.allowed) else {
@@ -279,8 +339,19 @@ impl LocalLimitStore {
         }
         if !all_allowed {
             self.keys.fetch_sub(reserved, Ordering::Relaxed);
-            return decisions;
+            return Reserved {
+                reservations: vec![None; decisions.len()],
+                decisions,
+            };
         }
+        let reservations = requests
+            .iter()
+            .zip(&keys_of)
+            .map(|(request, &index)| match &working[index].state {
+                Some(state) if request.cost > 0 => Some(reservation(state, request.cost)),
+                _ => None,
+            })
+            .collect();
         for known in working {
             let (Some(params), Some(state)) = (known.changed, known.state) else {
                 continue;
@@ -306,7 +377,10 @@ impl LocalLimitStore {
                 }
             }
         }
-        decisions
+        Reserved {
+            decisions,
+            reservations,
+        }
     }
 
     /// Counts one more key, unless the store is at its cap.
@@ -350,10 +424,15 @@ fn guard_mut<'a>(
 
 #[async_trait]
 impl LimitStore for LocalLimitStore {
-    async fn acquire(
+    async fn reserve(&self, requests: &[LimitRequest<'_>]) -> Result<Reserved, LimitStoreError> {
+        self.reserve_now(requests)
+    }
+
+    async fn refund(
         &self,
         requests: &[LimitRequest<'_>],
-    ) -> Result<Vec<Decision>, LimitStoreError> {
-        self.acquire_now(requests)
+        reservations: &[Option<Reservation>],
+    ) -> Result<(), LimitStoreError> {
+        self.refund_now(requests, reservations)
     }
 }

@@ -9,6 +9,7 @@ pub struct LimitMetrics {
     keys_evicted: AtomicU64,
     keys_refused: AtomicU64,
     store_errors: AtomicU64,
+    refund_errors: AtomicU64,
 }
 
 /// The counters at one moment.
@@ -20,6 +21,9 @@ pub struct LimitMetricsSnapshot {
     pub keys_refused: u64,
     /// Calls that failed in the backend (timeouts, connection loss, script errors).
     pub store_errors: u64,
+    /// Refunds that failed: their reservations stayed consumed (the store errs towards
+    /// limiting).
+    pub refund_errors: u64,
 }
 
 impl LimitMetrics {
@@ -29,6 +33,7 @@ impl LimitMetrics {
             keys_evicted: self.keys_evicted.load(Ordering::Relaxed),
             keys_refused: self.keys_refused.load(Ordering::Relaxed),
             store_errors: self.store_errors.load(Ordering::Relaxed),
+            refund_errors: self.refund_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -42,5 +47,9 @@ impl LimitMetrics {
 
     pub(crate) fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refund_error(&self) {
+        self.refund_errors.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -453,17 +453,10 @@ fn redis_rules_need_the_redis_store() {
         ],
     );
     assert_eq!(from_env[0].store, LimitBackend::Redis);
-    // A Redis Cluster cannot hold them yet.
+    // A Redis Cluster holds them too.
     let with_cluster =
         format!("[store]\nbackend = \"redis\"\ncluster = [\"redis://10.0.0.1:7000\"]\n\n{rule}");
-    check_problems(
-        &with_cluster,
-        &[],
-        &[(
-            Some(10),
-            "store: store = \"redis\" needs one redis server ([store] url): rate limits cannot use a Redis Cluster yet",
-        )],
-    );
+    assert_eq!(rules(&with_cluster, &[])[0].store, LimitBackend::Redis);
 }
 
 #[test]

@@ -62,6 +62,20 @@ pub fn decide(
     )
 }
 
+/// Hands back an allowed request of `cost` counted in the window that started at `start_ms`:
+/// `count -= c` when the key is still in that window (a later window never held it). A window
+/// left with count 0 is dropped (`None`): the request may have opened it, and without it the
+/// next request opens a window of its own. Right after the acquire every later decision is
+/// identical to never acquiring; if another request joined a window the refunded request
+/// opened, the window keeps the refunded request's start (equivalent count, earlier end).
+pub fn refund(state: &State, start_ms: u64, cost: u64) -> Option<State> {
+    if state.start_ms != start_ms {
+        return Some(*state);
+    }
+    let count = state.count.saturating_sub(cost);
+    (count > 0).then_some(State { start_ms, count })
+}
+
 /// The window has ended.
 pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     state.start_ms + params.period_ms()

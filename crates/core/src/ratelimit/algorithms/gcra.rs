@@ -77,6 +77,31 @@ pub fn decide(
     (decision, Some(next))
 }
 
+/// Hands back what an allowed request of `cost` took: the TAT moves back by `c × P` units
+/// (`c` emission intervals). Right after the acquire this is the TAT the key had without the
+/// request when it lay ahead of the acquire's `now`, else `now` itself, where a TAT in the past
+/// decides like the older one it replaced (no debt either way): every later decision is
+/// identical to never acquiring. `None`: the TAT would fall before the epoch (no debt ever).
+pub fn refund(params: &LimitParams, state: &State, cost: u64) -> Option<State> {
+    let rate = params.limit;
+    let units = cost.saturating_mul(params.period_ms());
+    let sub = state.tat_sub.min(rate - 1);
+    if sub >= units {
+        return Some(State {
+            tat_ms: state.tat_ms,
+            tat_sub: sub - units,
+        });
+    }
+    // Borrow whole milliseconds: `back × L - short` stays below `L`.
+    let short = units - sub;
+    let back = ceil_div(short, rate);
+    let tat_ms = state.tat_ms.checked_sub(back)?;
+    Some(State {
+        tat_ms,
+        tat_sub: back * rate - short,
+    })
+}
+
 /// The TAT has passed: no debt is left.
 pub fn forget_at(_params: &LimitParams, state: &State) -> u64 {
     state.tat_ms + u64::from(state.tat_sub > 0)

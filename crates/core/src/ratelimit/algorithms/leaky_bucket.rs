@@ -101,6 +101,35 @@ pub fn decide(
     )
 }
 
+/// Hands back what an allowed request of `cost` added: `c × P` units of excess.
+///
+/// Every decision depends on the state only through `excess + L × last` (the level the bucket
+/// would have at time 0 if it leaked forever) and, for a clock running backwards, on `last`.
+/// So the refund lowers that sum by `c × P`: from `excess` while it holds enough, else by
+/// moving `last` back by `k = ceil(short / L)` ms and keeping `k × L - short` (`< L`) as the
+/// excess. Right after the acquire this is the level the key had without the request, or
+/// (when the bucket had drained) one that is drained too: every later decision is identical
+/// to never acquiring. Only a request from a clock *behind* the acquire's (another node's) may
+/// see the earlier `last`, where the original state would have had it treated as `last`.
+/// `None`: the level would lie before the epoch (drained at any time).
+pub fn refund(params: &LimitParams, state: &State, cost: u64) -> Option<State> {
+    let units = cost.saturating_mul(params.period_ms());
+    if state.excess >= units {
+        return Some(State {
+            excess: state.excess - units,
+            last_ms: state.last_ms,
+        });
+    }
+    let rate = params.limit;
+    let short = units - state.excess;
+    let back = ceil_div(short, rate);
+    let last_ms = state.last_ms.checked_sub(back)?;
+    Some(State {
+        excess: back * rate - short,
+        last_ms,
+    })
+}
+
 /// The bucket has drained so far that the next request finds it empty.
 pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     state.last_ms + ceil_div(state.excess + params.period_ms(), params.limit)

@@ -51,6 +51,23 @@ pub fn decide_in_place(params: &LimitParams, log: &mut State, now_ms: u64, cost:
     decision
 }
 
+/// Hands back an allowed request of `cost` logged at `time_ms`: its entry loses `c` (and is
+/// removed at 0; it may hold other requests of the same millisecond). The acquire also dropped
+/// entries that had expired, which no later decision counts: every later decision is
+/// identical to never acquiring. An empty log is dropped (`None`).
+pub fn refund(state: &State, time_ms: u64, cost: u64) -> Option<State> {
+    let mut next = state.clone();
+    if let Some(index) = next.entries.iter().rposition(|&(time, _)| time == time_ms) {
+        let left = next.entries[index].1.saturating_sub(cost);
+        if left == 0 {
+            next.entries.remove(index);
+        } else {
+            next.entries[index].1 = left;
+        }
+    }
+    (!next.entries.is_empty()).then_some(next)
+}
+
 /// Every entry has expired.
 pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     state

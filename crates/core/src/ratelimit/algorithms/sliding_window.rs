@@ -79,6 +79,23 @@ pub fn decide(
     (decision, Some(next))
 }
 
+/// Hands back an allowed request of `cost` counted in window `window`: from `current` while the
+/// key is in that window, from `prev` once it has rolled into the next one, and not at all
+/// later (it no longer counts). Counts are a pure function of the window index, so every later
+/// decision is identical to never acquiring. A state left with both counts 0 decides like no
+/// state and is dropped (`None`).
+pub fn refund(state: &State, window: u64, cost: u64) -> Option<State> {
+    let mut next = *state;
+    if state.window == window {
+        next.current = next.current.saturating_sub(cost);
+    } else if state.window == window + 1 {
+        next.prev = next.prev.saturating_sub(cost);
+    } else {
+        return Some(next);
+    }
+    (next.prev > 0 || next.current > 0).then_some(next)
+}
+
 /// Two windows later both counts have rolled out.
 pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     (state.window + 2) * params.period_ms()

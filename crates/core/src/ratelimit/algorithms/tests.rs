@@ -516,3 +516,135 @@ fn parameters_are_bounded_so_doubles_stay_exact() {
         Ok(())
     );
 }
+
+/// A leaky bucket that had drained: the refund moves `last` back so the bucket reads drained
+/// from the acquire on, as it would have without the request.
+#[test]
+fn leaky_bucket_refund_of_a_drained_bucket_moves_last_back() {
+    let params = params(Algorithm::LeakyBucket, 3, 1000, 2);
+    let (decision, written) = decide(&params, None, 10_000, 1);
+    assert!(decision.allowed);
+    let written = written.unwrap();
+    assert_eq!(
+        written,
+        LimitState::LeakyBucket(leaky_bucket::State {
+            excess: 0,
+            last_ms: 10_000
+        })
+    );
+    // 1000 units short: 334 ms back at 3 units per ms, keeping 2 units.
+    let refunded = refund(&params, Some(&written), &reservation(&written, 1));
+    assert_eq!(
+        refunded,
+        Some(LimitState::LeakyBucket(leaky_bucket::State {
+            excess: 2,
+            last_ms: 9_666
+        }))
+    );
+    for cost in 0..5 {
+        assert_eq!(
+            decide(&params, refunded.as_ref(), 10_000, cost).0,
+            decide(&params, None, 10_000, cost).0
+        );
+    }
+}
+
+/// A fixed window opened by the refunded request is dropped with it; one opened before keeps
+/// its start and gets its count back.
+#[test]
+fn fixed_window_refund_drops_a_window_the_request_opened() {
+    let params = params(Algorithm::FixedWindow, 3, 1000, 0);
+    let (_, opened) = decide(&params, None, 500, 2);
+    let opened = opened.unwrap();
+    assert_eq!(
+        refund(&params, Some(&opened), &reservation(&opened, 2)),
+        None
+    );
+    let (_, joined) = decide(&params, Some(&opened), 900, 1);
+    let joined = joined.unwrap();
+    assert_eq!(
+        refund(&params, Some(&joined), &reservation(&joined, 1)),
+        Some(opened)
+    );
+    // A reservation of an earlier window leaves a later one alone.
+    let (_, later) = decide(&params, Some(&joined), 1_600, 1);
+    let later = later.unwrap();
+    assert_eq!(
+        refund(&params, Some(&later), &reservation(&joined, 1)),
+        Some(later)
+    );
+}
+
+/// Each step of a sequence: a gap, then a request of a cost.
+fn replay(
+    params: &LimitParams,
+    mut state: Option<LimitState>,
+    mut now: u64,
+    steps: &[(u64, u64)],
+) -> Vec<Decision> {
+    steps
+        .iter()
+        .map(|&(gap, cost)| {
+            now += gap;
+            decide_in_place(params, &mut state, now, cost)
+        })
+        .collect()
+}
+
+proptest! {
+    /// Acquire, then refund (at once or a while later, nothing else in between): every later
+    /// request, of any cost at any later time, is decided exactly as if the acquire had never
+    /// happened.
+    #[test]
+    fn a_refunded_acquire_decides_like_none(
+        params in any_params(),
+        before in any_steps(),
+        (gap, cost) in (prop_oneof![Just(0u64), 0u64..5, 0u64..3000], 1u64..4),
+        after in any_steps(),
+    ) {
+        let mut state: Option<LimitState> = None;
+        let mut now = 1_000_000u64;
+        for &(step, step_cost) in &before {
+            now += step;
+            decide_in_place(&params, &mut state, now, step_cost);
+        }
+        now += gap;
+        let (decision, written) = decide(&params, state.as_ref(), now, cost);
+        if let (true, Some(written)) = (decision.allowed, written) {
+            let refunded = refund(&params, Some(&written), &reservation(&written, cost));
+            prop_assert_eq!(
+                replay(&params, refunded.clone(), now, &after),
+                replay(&params, state.clone(), now, &after),
+                "refunded {:?}, never acquired {:?}", refunded, state
+            );
+        }
+    }
+
+    /// Two requests on one key in one call, both refunded with the reservations of the state
+    /// written after both: again like never acquiring.
+    #[test]
+    fn two_refunds_of_one_call_decide_like_none(
+        params in any_params(),
+        before in any_steps(),
+        costs in (1u64..3, 1u64..3),
+        after in any_steps(),
+    ) {
+        let mut state: Option<LimitState> = None;
+        let mut now = 1_000_000u64;
+        for &(step, step_cost) in &before {
+            now += step;
+            decide_in_place(&params, &mut state, now, step_cost);
+        }
+        let mut working = state.clone();
+        let first = decide_in_place(&params, &mut working, now, costs.0);
+        let second = decide_in_place(&params, &mut working, now, costs.1);
+        if let (true, true, Some(written)) = (first.allowed, second.allowed, working) {
+            let once = refund(&params, Some(&written), &reservation(&written, costs.1));
+            let twice = refund(&params, once.as_ref(), &reservation(&written, costs.0));
+            prop_assert_eq!(
+                replay(&params, twice, now, &after),
+                replay(&params, state, now, &after)
+            );
+        }
+    }
+}

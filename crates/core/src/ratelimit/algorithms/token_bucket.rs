@@ -65,6 +65,22 @@ pub fn decide(
     )
 }
 
+/// Hands back what an allowed request of `cost` took: `level += c × P`, capped at full,
+/// `last` unchanged. The refill is linear up to the cap, so a refund right after the acquire
+/// leaves exactly the level the key had without the request (at `last`): every later decision
+/// is identical to never acquiring.
+pub fn refund(params: &LimitParams, state: &State, cost: u64) -> State {
+    let period = params.period_ms();
+    let full = params.capacity() * period;
+    State {
+        level: state
+            .level
+            .saturating_add(cost.saturating_mul(period))
+            .min(full),
+        last_ms: state.last_ms,
+    }
+}
+
 /// The bucket is full again: nothing of the state matters any more.
 pub fn forget_at(params: &LimitParams, state: &State) -> u64 {
     let full = params.capacity() * params.period_ms();
