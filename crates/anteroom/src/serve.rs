@@ -16,7 +16,7 @@ use anteroom_http::{
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
-use anteroom_store::{MemoryStore, RedbStore, RoomStore};
+use anteroom_store::{CodeRedemptions, MemoryStore, RedbStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use crate::BadConfig;
@@ -46,6 +46,9 @@ pub(crate) struct Runtime {
 /// Opens the store and keys and installs the configured rooms.
 pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // A shared store also records redeemed OIDC codes, so every node sees them (SPEC §11);
+    // a store of one process leaves that to the node's memory.
+    let mut code_redemptions: Option<Arc<dyn CodeRedemptions>> = None;
     let store: Arc<dyn RoomStore> = match &config.store {
         StoreConfig::Embedded { path } => Arc::new(
             RedbStore::open(path, clock.clone())
@@ -59,10 +62,12 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             // Scripts read the server's TIME (no clock passed): every node shares one clock.
             let redis = redis_config(urls, *cluster);
             tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
-            Arc::new(
+            let redis = Arc::new(
                 anteroom_store::RedisStore::new(redis, None)
                     .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
-            )
+            );
+            code_redemptions = Some(redis.clone());
+            redis
         }
     };
     let algorithm: SigningAlgorithm = config
@@ -79,6 +84,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             "the key directory's active key uses another algorithm; run `anteroom keys generate` to rotate"
         );
     }
+    warn_about_oidc(config, &keys);
     if let Err((room, error)) = install_rooms(&*store, &config.rooms).await {
         // A shared store may be down for a while: the node serves anyway (each room follows
         // its on_store_error) and installs the rooms once the store answers.
@@ -106,11 +112,33 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
+        code_redemptions,
         key_dir: Some(config.keys.dir.clone()),
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
     Ok(Runtime { state, store })
+}
+
+/// Settings that OIDC clients of the configured rooms (SPEC §11) could not work with.
+fn warn_about_oidc(config: &Config, keys: &KeySet) {
+    let Some(room) = config.rooms.iter().find(|room| room.oidc.is_some()) else {
+        return;
+    };
+    if !keys.algorithm().is_asymmetric() {
+        tracing::warn!(
+            %room.id,
+            algorithm = keys.algorithm().as_str(),
+            "rooms with [room.oidc] need an asymmetric signing key: clients cannot verify ID tokens signed with the node's secret"
+        );
+    }
+    if config.server.issuer != config.server.public_url {
+        tracing::warn!(
+            issuer = %config.server.issuer,
+            public_url = %config.server.public_url,
+            "OIDC clients look for the discovery document under the issuer, which differs from the public URL"
+        );
+    }
 }
 
 /// Puts every room into the store; the first failure stops it.

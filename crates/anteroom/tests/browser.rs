@@ -1,5 +1,6 @@
 //! The waiting page in a real browser (SPEC §6.2, §6.3): headless Chromium, driven through
-//! chromedriver, against the real `anteroom serve` on an embedded store.
+//! chromedriver, against the real `anteroom serve` on an embedded store; and an OpenID Connect
+//! sign-in (§11) that waits in line on that page and lands back at the client with a code.
 //!
 //! Every test reads what a visitor sees (the page's text, its address, its cookies) and saves a
 //! screenshot of each state under `<target>/browser-artifacts/`. Each test starts its own
@@ -410,6 +411,89 @@ async fn paused_closed_and_closing_rooms_show_their_state() {
 // What the tests share.
 
 /// Runs a test body with a browser slot held and within [`TEST_LIMIT`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oidc_sign_in_waits_in_line_and_returns_to_the_client_with_a_code() {
+    bounded(async {
+        // The client's callback is a path of this site, so the browser can land on it.
+        let site = Site::new();
+        let callback = format!("{}/client/callback", site.public_url());
+        let rooms = format!("{HALL}[room.oidc]\nredirect_uris = [\"{callback}\"]\n");
+        site.write_config("EdDSA", &rooms);
+        let mut server = site.start();
+        server.wait_ready(&support::client()).await;
+        let api = Api::new(&server.url(), "hall");
+        let first = api.join().await;
+        assert_eq!(first["state"], "admitted", "an empty room admits at once");
+
+        // RFC 7636 Appendix B's verifier and challenge.
+        let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        let challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+        let authorize = format!(
+            "{}/_anteroom/oidc/authorize?client_id=hall&redirect_uri={}&response_type=code\
+             &scope=openid&state=browser-state&nonce=browser-nonce\
+             &code_challenge={challenge}&code_challenge_method=S256",
+            server.url(),
+            percent_encode(&callback)
+        );
+        let browser = Browser::start(BrowserOptions::default()).await;
+        browser.goto(&authorize).await;
+        assert_eq!(browser.text("#heading").await, "You are in line");
+        browser.screenshot("oidc-waiting").await;
+
+        api.complete(&session_of(&first)).await;
+        let started = Instant::now();
+        let landed = loop {
+            let current = browser.client.current_url().await.unwrap();
+            if current.path() == "/client/callback" {
+                break current;
+            }
+            assert!(
+                started.elapsed() < SEEN_WITHIN,
+                "the browser is at {current}, not back at the client"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let parameter = |name: &str| {
+            landed
+                .query_pairs()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.into_owned())
+        };
+        assert_eq!(parameter("state").as_deref(), Some("browser-state"));
+        let code = parameter("code").expect("the client receives a code");
+
+        let body = format!(
+            "grant_type=authorization_code&client_id=hall&code={}&redirect_uri={}&code_verifier={verifier}",
+            percent_encode(&code),
+            percent_encode(&callback)
+        );
+        let answer = support::client()
+            .post(format!("{}/_anteroom/oidc/token", server.url()))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let tokens: Value = answer.json().await.unwrap();
+        let claims = support::jwt_claims(tokens["id_token"].as_str().unwrap());
+        assert_eq!(claims["aud"], "hall");
+        assert_eq!(claims["nonce"], "browser-nonce");
+        let pass = browser
+            .cookie("anteroom_p_hall")
+            .await
+            .expect("the visitor holds the room's pass");
+        assert_eq!(
+            claims["sub"],
+            support::jwt_claims(&pass)["sub"],
+            "the ID token names the browser's own session"
+        );
+        browser.close().await;
+        drop(site);
+    })
+    .await;
+}
+
 async fn bounded(body: impl Future<Output = ()>) {
     let _slot = BROWSER_SLOTS.acquire().await.unwrap();
     tokio::time::timeout(TEST_LIMIT, body)

@@ -62,6 +62,7 @@ mod gateway;
 mod key_hash;
 mod rate_limit;
 mod room;
+mod room_oidc;
 mod sections;
 mod tree;
 
@@ -82,6 +83,7 @@ pub use gateway::{
 };
 pub use key_hash::{KeyHash, KeyHashError};
 pub use room::{FieldProblem, RawRoom};
+pub use room_oidc::RawOidc;
 
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;

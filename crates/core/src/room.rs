@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::config::KeyHash;
 use crate::ids::RoomId;
 
 /// How a room treats visitors (SPEC §3 `mode`).
@@ -168,7 +169,24 @@ pub struct RoomConfig {
     pub page_template: String,
     /// Behaviour when the store is unreachable.
     pub on_store_error: StoreErrorPolicy,
+    /// The room as an OpenID Connect client (SPEC §11); `None` when the room takes no OIDC
+    /// requests.
+    pub oidc: Option<OidcClient>,
 }
+
+/// A room as an OpenID Connect client (SPEC §11, `[room.oidc]`): the room id is the client id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcClient {
+    /// SHA-256 of the client secret; `None` for a public client, which must use PKCE.
+    pub client_secret: Option<KeyHash>,
+    /// The redirect URIs a request may name, compared exactly.
+    pub redirect_uris: Vec<String>,
+    /// How long an authorization code can be redeemed, at most [`MAX_CODE_TTL`].
+    pub code_ttl: Duration,
+}
+
+/// The longest lifetime of an authorization code, and the default.
+pub const MAX_CODE_TTL: Duration = Duration::from_secs(60);
 
 impl RoomConfig {
     /// A room with every field at its documented default.
@@ -189,6 +207,7 @@ impl RoomConfig {
             requires: Vec::new(),
             page_template: String::new(),
             on_store_error: StoreErrorPolicy::Open,
+            oidc: None,
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The HTTP surface of anteroom: the public JSON API (SPEC §6.1), the admission ticker
-//! (§5.1), the gateway (§7) and the server loop with graceful shutdown.
+//! (§5.1), the gateway (§7), the OpenID Connect adapter (§11) and the server loop with
+//! graceful shutdown.
 //!
 //! Handlers are thin: they parse and verify what the client sent, call one store operation,
-//! and shape the answer. Every error leaves through [`ApiError`] as problem+json.
+//! and shape the answer. Every error leaves through [`ApiError`] as problem+json, except the
+//! OIDC token and userinfo endpoints', which answer in the JSON form OAuth clients read.
 //!
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
@@ -15,6 +17,7 @@ mod gateway;
 mod key_reload;
 mod metrics;
 mod notices;
+mod oidc;
 mod openapi;
 mod page;
 mod ratelimit;
@@ -38,7 +41,7 @@ use anteroom_core::config::KeyHash;
 use anteroom_core::engine::TicketRef;
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
-use anteroom_store::{RoomStore, StoreError};
+use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
@@ -86,6 +89,9 @@ pub struct NodeOptions {
     /// The rate limits applied to every request of the public listener (SPEC §10.2); none
     /// when absent.
     pub rate_limiter: Option<RateLimiter>,
+    /// Where redeemed OIDC authorization codes are recorded (SPEC §11): the shared store
+    /// when several nodes serve the same rooms; this process's memory when absent.
+    pub code_redemptions: Option<Arc<dyn CodeRedemptions>>,
     /// The key directory shared with other nodes, followed for rotations made elsewhere
     /// (see [`key_reload`]); none for keys that only live in memory.
     pub key_dir: Option<std::path::PathBuf>,
@@ -97,6 +103,7 @@ impl Default for NodeOptions {
             max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
             page: page::PageRenderer::default(),
             rate_limiter: None,
+            code_redemptions: None,
             key_dir: None,
         }
     }
@@ -121,6 +128,7 @@ struct Shared {
     rooms: room_cache::RoomCache,
     failures: StoreFailures,
     revocations: Revocations,
+    code_redemptions: Arc<dyn CodeRedemptions>,
     key_reload: Option<key_reload::KeyReload>,
 }
 
@@ -147,11 +155,15 @@ impl AppState {
             secure: settings.public_url.starts_with("https://"),
         };
         let rooms = room_cache::RoomCache::new(store.notices());
+        let code_redemptions = options
+            .code_redemptions
+            .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
         AppState {
             inner: Arc::new(Shared {
                 rooms,
                 failures: StoreFailures::default(),
                 revocations: Revocations::default(),
+                code_redemptions,
                 store,
                 keys: parking_lot::RwLock::new(keys),
                 clock,
@@ -240,6 +252,11 @@ impl AppState {
     /// Sessions this node heard were ended by any node (SPEC §8.2).
     pub fn revocations(&self) -> &Revocations {
         &self.inner.revocations
+    }
+
+    /// Where redeemed OIDC authorization codes are recorded.
+    pub(crate) fn code_redemptions(&self) -> &dyn CodeRedemptions {
+        &*self.inner.code_redemptions
     }
 
     pub(crate) fn room_cache(&self) -> &room_cache::RoomCache {
@@ -336,15 +353,15 @@ pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
     })
 }
 
-/// The public listener's routes: the reserved `/_anteroom/` prefix and the JWKS. Anything
-/// else answers 404 problem+json.
+/// The public listener's routes: the reserved `/_anteroom/` prefix, the JWKS and the OpenID
+/// Connect discovery document. Anything else answers 404 problem+json.
 pub fn public_router(state: AppState) -> Router {
     let limiter = state.rate_limiter().cloned();
     with_rate_limits(reserved_routes(state).fallback(api::not_found), limiter)
 }
 
-/// The public routes in front of a site: `/_anteroom/*` and the JWKS are anteroom's, every
-/// other path goes to `site`.
+/// The public routes in front of a site: `/_anteroom/*`, the JWKS and the OIDC discovery
+/// are anteroom's, every other path goes to `site`.
 pub fn public_router_with_site(state: AppState, site: Router) -> Router {
     let limiter = state.rate_limiter().cloned();
     let router = reserved_routes(state)
@@ -387,6 +404,14 @@ fn reserved_routes(state: AppState) -> Router {
         .route("/_anteroom/wait/{room}/preview", get(page::preview))
         .route("/_anteroom/healthz", get(api::health))
         .route("/.well-known/jwks.json", get(api::jwks))
+        .route("/.well-known/openid-configuration", get(oidc::discovery))
+        .route(oidc::AUTHORIZE_PATH, get(oidc::authorize))
+        .route(oidc::CONTINUE_PATH, get(oidc::resume))
+        .route(oidc::TOKEN_PATH, post(oidc::token))
+        .route(
+            oidc::USERINFO_PATH,
+            get(oidc::userinfo).post(oidc::userinfo),
+        )
         .method_not_allowed_fallback(api::method_not_allowed)
         // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

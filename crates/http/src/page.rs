@@ -709,7 +709,7 @@ fn html(
     response
 }
 
-fn error_page(status: StatusCode, message: &str) -> Response {
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
     let body = format!(
         "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>Waiting room</title>\
          <body style=\"font-family:system-ui,sans-serif;max-width:34rem;margin:4rem auto;padding:0 1rem\"><h1>Waiting room</h1><p>{message}</p></body></html>\n"

@@ -746,3 +746,50 @@ async fn the_event_feed_streams_what_operators_do() {
     assert!(text.contains("event: room.updated"), "{text}");
     assert!(text.contains("\"action\":\"pause\""), "{text}");
 }
+
+#[tokio::test]
+async fn rooms_take_their_oidc_client_through_the_api() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let secret = format!("sha256:{}", "ab".repeat(32));
+    let client = json!({"client_secret": secret,
+                        "redirect_uris": ["https://app.example/cb"], "code_ttl": "30s"});
+    let patched = admin
+        .call(patch("/admin/v1/rooms/a", json!({"oidc": client.clone()})))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    assert_eq!(patched.body["oidc"], client);
+    let stored = admin.config("a").await.oidc.unwrap();
+    assert_eq!(stored.redirect_uris, ["https://app.example/cb"]);
+    assert_eq!(stored.code_ttl, std::time::Duration::from_secs(30));
+
+    // Every problem of the client is listed, and nothing changes.
+    let reply = admin
+        .call(patch(
+            "/admin/v1/rooms/a",
+            json!({"oidc": {"client_secret": "plain", "redirect_uris": ["/cb"]}}),
+        ))
+        .await;
+    reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    let fields: BTreeSet<&str> = reply.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|problem| problem["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["oidc.client_secret", "oidc.redirect_uris"])
+    );
+    let unknown = admin
+        .call(patch("/admin/v1/rooms/a", json!({"oidc": {"secret": "x"}})))
+        .await;
+    unknown.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    assert_eq!(admin.config("a").await.oidc, Some(stored));
+
+    // `null` takes the client away.
+    let cleared = admin
+        .call(patch("/admin/v1/rooms/a", json!({"oidc": null})))
+        .await;
+    assert_eq!(cleared.status, StatusCode::OK, "{}", cleared.body);
+    assert!(admin.config("a").await.oidc.is_none());
+}

@@ -13,6 +13,7 @@
 //!
 //! This crate must not depend on HTTP or token crates: it stores, it does not speak.
 
+mod codes;
 mod engine_host;
 pub mod limit;
 mod memory;
@@ -31,6 +32,7 @@ use anteroom_core::{RoomId, SessionId};
 use async_trait::async_trait;
 use std::time::Duration;
 
+pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};

@@ -10,6 +10,8 @@
 //!   Cluster slot and no script crosses slots. The room list (`anteroom:rooms`, a set) lives in
 //!   another slot and is changed by separate commands: a room is listed before it is created
 //!   and unlisted after it is deleted; a listed room without its meta key is skipped.
+//!   Redeemed OIDC authorization codes are `anteroom:oidc-code:<code id>` (`codes.rs`), spread
+//!   over the slots like rate-limit keys.
 //! - **Time** comes from the server's `TIME` inside each script, so every node agrees on it. A
 //!   store given a [`Clock`] (tests driving a `ManualClock`) passes that clock's time to the
 //!   scripts instead; production stores are built without one.
@@ -28,6 +30,7 @@
 //! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
 //! scripts are capped at 2^52 ms (about 142 000 years).
 
+mod codes;
 pub(crate) mod connection;
 mod outbox;
 mod records;

@@ -349,6 +349,50 @@ async fn notices_come_back_after_the_server_restarts() {
     drop(server);
 }
 
+#[tokio::test]
+async fn an_oidc_code_is_redeemed_once_among_concurrent_redemptions() {
+    use anteroom_core::Timestamp;
+    use anteroom_store::{CodeRedemptions, CodeUse, Redemption};
+
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    // Two stores: two nodes on one server.
+    let nodes: Vec<Arc<RedisStore>> = (0..2)
+        .map(|_| Arc::new(RedisStore::new(config.clone(), None).unwrap()))
+        .collect();
+    let now = Timestamp(1_700_000_000_000);
+    let redeem = |node: Arc<RedisStore>, id: &'static str| async move {
+        node.redeem(CodeUse {
+            code_id: id,
+            issued_at: now,
+            expires_at: Timestamp(now.as_millis() + 60_000),
+            now,
+        })
+        .await
+        .unwrap()
+    };
+    let attempts: Vec<_> = (0..16)
+        .map(|index| tokio::spawn(redeem(nodes[index % 2].clone(), "code-a")))
+        .collect();
+    let mut firsts = 0;
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Redemption::First => firsts += 1,
+            Redemption::Again => {}
+            Redemption::Unknown => panic!("redis always knows"),
+        }
+    }
+    assert_eq!(firsts, 1);
+    assert_eq!(redeem(nodes[1].clone(), "code-b").await, Redemption::First);
+    // The record expires a little after the code.
+    let ttl: i64 = shared_server()
+        .cli(&["PTTL", &format!("{prefix}:oidc-code:code-a")])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((60_000..=65_000).contains(&ttl), "{ttl}");
+}
+
 /// A session listing examines a bounded number of sessions per call: with a filter that
 /// matches none of many sessions, the first page is empty yet says where to go on, and the
 /// walk ends. A room whose id index is missing (sessions from before it existed) has it

@@ -37,6 +37,11 @@
 //! and dot files are ignored; a file with one of these names that cannot be read is an error
 //! naming it. One process at a time should change a directory.
 //!
+//! # OpenID Connect
+//!
+//! ID tokens and access tokens ([`IdTokenClaims`], [`AccessTokenClaims`]) are signed like
+//! passes; sealed values ([`TicketSigner::seal`]) carry OIDC requests and codes. See `oidc.rs`.
+//!
 //! # Ticket tokens
 //!
 //! See [`TicketSigner`]: `t1.<room>.<ticket_id>.<position>.<generation>.<mac>`, with an
@@ -49,11 +54,13 @@ mod fixtures;
 mod key_dir;
 mod keys;
 mod keyset;
+mod oidc;
 mod pass;
 mod ticket;
 
 pub use algorithm::SigningAlgorithm;
 pub use error::TokenError;
 pub use keyset::KeySet;
+pub use oidc::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims, SealError};
 pub use pass::{Inspection, LEEWAY_SECS, PASS_SCOPE, PassClaims, PassError, PassExpectations};
 pub use ticket::{TicketClaims, TicketSigner, TicketTokenError};

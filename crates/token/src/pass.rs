@@ -207,7 +207,10 @@ impl KeySet {
 
     /// Checks the header against the key set and the signature with the named key, and
     /// returns the claims; no claim is checked.
-    fn verify_signature<T: DeserializeOwned>(&self, token: &str) -> Result<T, PassError> {
+    pub(crate) fn verify_signature<T: DeserializeOwned>(
+        &self,
+        token: &str,
+    ) -> Result<T, PassError> {
         let parts = split(token).ok_or(PassError::Malformed)?;
         let header = decode_json_part(parts.header).ok_or(PassError::Malformed)?;
         // Passes use no header extensions, and a token marking one critical must be refused
@@ -287,7 +290,7 @@ fn map_jsonwebtoken_error(kind: &jsonwebtoken::errors::ErrorKind) -> PassError {
     }
 }
 
-fn check_time(exp: u64, nbf: u64, now_secs: u64) -> Result<(), PassError> {
+pub(crate) fn check_time(exp: u64, nbf: u64, now_secs: u64) -> Result<(), PassError> {
     // Valid while now < exp (RFC 7519 §4.1.4) and now >= nbf (§4.1.5), each widened by the
     // leeway.
     if now_secs >= exp.saturating_add(LEEWAY_SECS) {

@@ -120,7 +120,7 @@ impl TicketSigner {
         Ok(claims)
     }
 
-    fn mac(&self, message: &[u8]) -> [u8; 32] {
+    pub(crate) fn mac(&self, message: &[u8]) -> [u8; 32] {
         let mut mac = self.keyed.clone();
         mac.update(message);
         mac.finalize().into_bytes().into()

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::room_oidc::{RawOidc, read_oidc};
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
@@ -73,6 +74,9 @@ pub struct RawRoom {
     /// `open` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_store_error: Option<String>,
+    /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<RawOidc>,
 }
 
 /// A problem with one field of a [`RawRoom`].
@@ -102,13 +106,13 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "requires",
     "page_template",
     "on_store_error",
+    "oidc",
 ];
 
 /// Room tables and keys that later versions add, with how they are written.
 const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[
     ("schedule", "[[room.schedule]]"),
     ("adaptive", "[room.adaptive]"),
-    ("oidc", "[room.oidc]"),
     ("priority", "[[room.priority]]"),
     ("identity_jwt", "[room.identity_jwt]"),
     ("challenge", "`challenge`"),
@@ -241,6 +245,9 @@ impl RawRoom {
             }
         }
         room.page_template = self.page_template.clone().unwrap_or(room.page_template);
+        if let Some(oidc) = &self.oidc {
+            room.oidc = oidc.resolve(&mut report);
+        }
 
         match id {
             Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
@@ -267,6 +274,7 @@ impl RawRoom {
             requires: Some(config.requires.iter().map(RoomId::to_string).collect()),
             page_template: Some(config.page_template.clone()),
             on_store_error: Some(config.on_store_error.as_str().to_owned()),
+            oidc: config.oidc.as_ref().map(RawOidc::from_client),
         }
     }
 }
@@ -320,7 +328,12 @@ struct RoomSource {
 
 impl RoomSource {
     fn origin(&self, field: &str) -> &Origin {
-        self.origins.get(field).unwrap_or(&self.header)
+        // A missing key of `[room.oidc]` is reported at the table's header.
+        let table = field.split_once('.').map(|(table, _)| table);
+        self.origins
+            .get(field)
+            .or_else(|| table.and_then(|table| self.origins.get(table)))
+            .unwrap_or(&self.header)
     }
 
     /// How messages name the room.
@@ -435,6 +448,11 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             "identity" => raw.identity = entry.string(problems),
             "requires" => raw.requires = strings(problems),
             "page_template" => raw.page_template = entry.string(problems),
+            "oidc" => {
+                raw.oidc = entry
+                    .table(problems)
+                    .map(|table| read_oidc(table, &mut origins, problems));
+            }
             _ => raw.on_store_error = entry.string(problems),
         }
     }

@@ -153,6 +153,7 @@ fn full_file_resolves_to_typed_values() {
         requires: vec![],
         page_template: String::new(),
         on_store_error: StoreErrorPolicy::Open,
+        oidc: None,
     };
     let checkout = RoomConfig {
         id: room_id("checkout"),
@@ -170,6 +171,7 @@ fn full_file_resolves_to_typed_values() {
         requires: vec![room_id("launch")],
         page_template: "pages/checkout.html".to_owned(),
         on_store_error: StoreErrorPolicy::Closed,
+        oidc: None,
     };
     let expected = Config {
         server: ServerConfig {
@@ -354,10 +356,6 @@ fn room_field_rules() {
         "`max_active` must be a non-negative integer, found float 1.5",
     );
     check_room(
-        "[room.oidc]\nclient_secret = \"x\"",
-        "[room.oidc] is not supported by this version",
-    );
-    check_room(
         "[room.identity_jwt]",
         "[room.identity_jwt] is not supported by this version",
     );
@@ -395,6 +393,55 @@ fn room_field_rules() {
     // The default burst follows admit_per_minute.
     let config = parse_config(&room("admit_per_minute = 6000"), &[]).unwrap();
     assert_eq!(config.rooms[0].admit_burst, 100);
+}
+
+#[test]
+fn room_oidc() {
+    let secret = format!("sha256:{}", "ab".repeat(32));
+    let source = format!(
+        "[[room]]\nid = \"a\"\n[room.oidc]\nclient_secret = \"{secret}\"\nredirect_uris = [\"https://app.example/cb\"]\ncode_ttl = \"20s\"\n"
+    );
+    let config = parse_config(&source, &[]).unwrap();
+    let client = config.rooms[0].oidc.clone().unwrap();
+    assert_eq!(
+        client.client_secret.map(|hash| hash.to_string()),
+        Some(secret)
+    );
+    assert_eq!(client.redirect_uris, ["https://app.example/cb"]);
+    assert_eq!(client.code_ttl, Duration::from_secs(20));
+    // The raw form keeps the client, as the store and the admin API show it.
+    let raw = RawRoom::from_config(&config.rooms[0]);
+    assert_eq!(raw.resolve().unwrap(), config.rooms[0]);
+
+    check_problems(
+        "[[room]]\nid = \"a\"\n[room.oidc]\nclient_secret = \"hunter2\"\nredirect_uris = [\"/cb\"]\ncode_ttl = \"5m\"\nscope = \"openid\"\n",
+        &[],
+        &[
+            (Some(4), "room \"a\": oidc.client_secret: invalid key hash"),
+            (
+                Some(5),
+                "room \"a\": oidc.redirect_uris: \"/cb\" must be an absolute",
+            ),
+            (
+                Some(6),
+                "room \"a\": oidc.code_ttl: must be between 1s and 60s",
+            ),
+            (Some(7), "unknown key `scope` in [room.oidc]"),
+        ],
+    );
+    check_problems(
+        "[[room]]\nid = \"a\"\n[room.oidc]\ncode_ttl = \"30s\"\n",
+        &[],
+        &[(
+            Some(3),
+            "room \"a\": oidc.redirect_uris: must list at least one",
+        )],
+    );
+    check_problems(
+        "[[room]]\nid = \"a\"\noidc = 1\n",
+        &[],
+        &[(Some(3), "`oidc` must be a table")],
+    );
 }
 
 #[test]

@@ -96,6 +96,28 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(open|closed)$", example = "open")]
     pub(crate) on_store_error: Option<String>,
+    /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) oidc: Option<OidcBody>,
+}
+
+/// A room as an OpenID Connect client: the room id is the client id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OidcBody {
+    /// SHA-256 of the client secret; absent for a public client, which must use PKCE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
+    pub(crate) client_secret: Option<String>,
+    /// The redirect URIs a request may name, matched exactly (at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline, value_type = Option<Vec<RedirectUri>>, min_items = 1,
+        example = json!(["https://app.example/oauth2/callback"]))]
+    pub(crate) redirect_uris: Option<Vec<String>>,
+    /// How long an authorization code can be redeemed, 1s to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "60s")]
+    pub(crate) code_ttl: Option<String>,
 }
 
 /// A path glob a room protects, starting with `/`.
@@ -103,6 +125,15 @@ pub(crate) struct RoomBody {
 #[schema(pattern = "^/", example = "/events/*/book/**")]
 #[allow(dead_code)]
 pub(crate) struct RoutePath(String);
+
+/// An absolute http(s) URI without user information or fragment.
+#[derive(ToSchema)]
+#[schema(
+    pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
+    example = "https://app.example/oauth2/callback"
+)]
+#[allow(dead_code)]
+pub(crate) struct RedirectUri(String);
 
 /// A room id.
 #[derive(ToSchema)]
@@ -136,6 +167,11 @@ impl RoomBody {
             requires: raw.requires,
             page_template: raw.page_template,
             on_store_error: raw.on_store_error,
+            oidc: raw.oidc.map(|oidc| OidcBody {
+                client_secret: oidc.client_secret,
+                redirect_uris: oidc.redirect_uris,
+                code_ttl: oidc.code_ttl,
+            }),
         }
     }
 }
@@ -379,6 +415,12 @@ fn apply_fields(
             "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
             "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
+            "oidc" => set(
+                &mut raw.oidc,
+                value,
+                "an object with client_secret, redirect_uris and code_ttl",
+                &mut problem,
+            ),
             _ => problem("unknown field".to_owned()),
         }
     }

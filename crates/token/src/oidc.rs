@@ -1,0 +1,276 @@
+//! OpenID Connect tokens (SPEC §11): ID tokens and access tokens, signed like passes with the
+//! active key and its `kid`, and sealed values: a payload with an HMAC-SHA256 under the
+//! ticket secret, which carry an authorization request through the queue and make up an
+//! authorization code.
+//!
+//! A sealed value is `s1.<payload>.<mac>` (unpadded base64url), the MAC taken over
+//! `s1.<purpose>.<payload>`. The purpose (say, the kind of value and its room) is not in the
+//! value: a value sealed for one purpose never opens for another, and ticket tokens (whose
+//! MAC input starts with `t1.`) never open as sealed values or the other way round. Sealed
+//! values are authentic, not secret: their payload is readable by whoever holds them.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq as _;
+
+use crate::pass::check_time;
+use crate::{KeySet, PassError, TicketSigner, TokenError};
+
+/// The `scope` claim of every access token; passes say `"room"`, so neither passes for the
+/// other.
+pub const ACCESS_TOKEN_SCOPE: &str = "openid";
+
+/// The format version at the start of every sealed value.
+const SEAL_VERSION: &str = "s1";
+
+/// Longest sealed value accepted.
+const MAX_SEALED_LEN: usize = 4 * 1024;
+
+/// The claims of an ID token (OpenID Connect Core §2).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct IdTokenClaims {
+    /// Issuer.
+    pub iss: String,
+    /// Subject: the session id.
+    pub sub: String,
+    /// Audience: the client id, which is the room id.
+    pub aud: String,
+    /// Expires at (Unix seconds).
+    pub exp: u64,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// When the visitor was let in: the session's start (Unix seconds).
+    pub auth_time: u64,
+    /// The `nonce` of the authorization request.
+    pub nonce: String,
+}
+
+/// The claims of an access token (a JWT in the spirit of RFC 9068, `typ: at+jwt`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct AccessTokenClaims {
+    /// Issuer.
+    pub iss: String,
+    /// Subject: the session id.
+    pub sub: String,
+    /// Audience: the room id.
+    pub aud: String,
+    /// The client the token was issued to: the room id.
+    pub client_id: String,
+    /// Token id: the id of the authorization code it was issued for.
+    pub jti: String,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// Expires at (Unix seconds).
+    pub exp: u64,
+    /// The room generation of the session (`gen` on the wire).
+    pub r#gen: u32,
+    /// Always [`ACCESS_TOKEN_SCOPE`].
+    pub scope: String,
+}
+
+/// Why a sealed value did not open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid sealed value")]
+pub struct SealError;
+
+impl KeySet {
+    /// Signs an ID token with the active key (`kid` in the header, `typ: JWT`).
+    pub fn sign_id_token(&self, claims: &IdTokenClaims) -> Result<String, TokenError> {
+        self.sign_claims(claims, "JWT")
+    }
+
+    /// Signs an access token with the active key (`kid` in the header, `typ: at+jwt`).
+    pub fn sign_access_token(&self, claims: &AccessTokenClaims) -> Result<String, TokenError> {
+        self.sign_claims(claims, "at+jwt")
+    }
+
+    /// Verifies an access token as passes are verified (the key named by `kid` decides the
+    /// algorithm; `exp` with the leeway at `now_secs`), and checks `iss` and `scope`. The
+    /// audience, the session and revocation are for the caller, who knows the rooms.
+    ///
+    /// ```
+    /// use anteroom_token::{AccessTokenClaims, KeySet, PassError, SigningAlgorithm};
+    ///
+    /// let now = 1_700_000_000;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let keys = KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, now).unwrap();
+    /// let claims = AccessTokenClaims {
+    ///     iss: "https://q.example".into(),
+    ///     sub: "s1".into(),
+    ///     aud: "launch".into(),
+    ///     client_id: "launch".into(),
+    ///     jti: "c1".into(),
+    ///     iat: now,
+    ///     exp: now + 300,
+    ///     r#gen: 1,
+    ///     scope: "openid".into(),
+    /// };
+    /// let token = keys.sign_access_token(&claims).unwrap();
+    /// assert_eq!(keys.verify_access_token(&token, "https://q.example", now), Ok(claims));
+    /// assert_eq!(keys.verify_access_token(&token, "https://other", now), Err(PassError::WrongIssuer));
+    /// assert_eq!(keys.verify_access_token(&token, "https://q.example", now + 400), Err(PassError::Expired));
+    /// ```
+    pub fn verify_access_token(
+        &self,
+        token: &str,
+        issuer: &str,
+        now_secs: u64,
+    ) -> Result<AccessTokenClaims, PassError> {
+        let claims: AccessTokenClaims = self.verify_signature(token)?;
+        check_time(claims.exp, claims.iat, now_secs)?;
+        if claims.iss != issuer {
+            return Err(PassError::WrongIssuer);
+        }
+        if claims.scope != ACCESS_TOKEN_SCOPE || claims.client_id != claims.aud {
+            return Err(PassError::WrongScope);
+        }
+        Ok(claims)
+    }
+
+    fn sign_claims(&self, claims: &impl Serialize, typ: &str) -> Result<String, TokenError> {
+        let key = self.active();
+        let mut header = jsonwebtoken::Header::new(key.material.algorithm.jsonwebtoken());
+        header.kid = Some(key.kid.clone());
+        header.typ = Some(typ.to_owned());
+        jsonwebtoken::encode(&header, claims, key.encoding_key())
+            .map_err(|error| TokenError::Signing(error.to_string()))
+    }
+}
+
+impl TicketSigner {
+    /// Seals `payload` for `purpose` (which must not contain `.`).
+    ///
+    /// ```
+    /// use anteroom_token::{SealError, TicketSigner};
+    ///
+    /// let signer = TicketSigner::from_secret([7; 32]);
+    /// let sealed = signer.seal("oidc-code.launch", b"payload");
+    /// assert_eq!(signer.unseal("oidc-code.launch", &sealed), Ok(b"payload".to_vec()));
+    /// assert_eq!(signer.unseal("oidc-code.other", &sealed), Err(SealError));
+    /// ```
+    pub fn seal(&self, purpose: &str, payload: &[u8]) -> String {
+        let payload = URL_SAFE_NO_PAD.encode(payload);
+        let mac = self.mac(format!("{SEAL_VERSION}.{purpose}.{payload}").as_bytes());
+        format!("{SEAL_VERSION}.{payload}.{}", URL_SAFE_NO_PAD.encode(mac))
+    }
+
+    /// Opens a value sealed for `purpose`: checks its MAC in constant time and returns the
+    /// payload.
+    pub fn unseal(&self, purpose: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
+        if sealed.len() > MAX_SEALED_LEN {
+            return Err(SealError);
+        }
+        let mut parts = sealed.split('.');
+        let (Some(SEAL_VERSION), Some(payload), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SealError);
+        };
+        let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| SealError)?;
+        let expected = self.mac(format!("{SEAL_VERSION}.{purpose}.{payload}").as_bytes());
+        if !bool::from(expected.as_slice().ct_eq(&mac)) {
+            return Err(SealError);
+        }
+        URL_SAFE_NO_PAD.decode(payload).map_err(|_| SealError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PassClaims, PassExpectations, SigningAlgorithm};
+
+    const NOW: u64 = 1_700_000_000;
+
+    fn keys() -> (tempfile::TempDir, KeySet) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let keys =
+            KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW).expect("key set");
+        (dir, keys)
+    }
+
+    fn access(scope: &str) -> AccessTokenClaims {
+        AccessTokenClaims {
+            iss: "https://q.example".into(),
+            sub: "s1".into(),
+            aud: "launch".into(),
+            client_id: "launch".into(),
+            jti: "c1".into(),
+            iat: NOW,
+            exp: NOW + 300,
+            r#gen: 1,
+            scope: scope.into(),
+        }
+    }
+
+    #[test]
+    fn tokens_do_not_pass_for_each_other() {
+        let (_dir, keys) = keys();
+        let id_token = keys
+            .sign_id_token(&IdTokenClaims {
+                iss: "https://q.example".into(),
+                sub: "s1".into(),
+                aud: "launch".into(),
+                exp: NOW + 300,
+                iat: NOW,
+                auth_time: NOW,
+                nonce: "n".into(),
+            })
+            .expect("signed");
+        let issuer = "https://q.example";
+        assert_eq!(
+            keys.verify_access_token(&id_token, issuer, NOW),
+            Err(PassError::Malformed)
+        );
+        let pass = keys
+            .sign_pass(&PassClaims {
+                iss: issuer.into(),
+                aud: "launch".into(),
+                sub: "s1".into(),
+                jti: "s1".into(),
+                iat: NOW,
+                nbf: NOW,
+                exp: NOW + 300,
+                pos: 1,
+                r#gen: 1,
+                uid: None,
+                scope: "room".into(),
+            })
+            .expect("signed");
+        assert!(keys.verify_access_token(&pass, issuer, NOW).is_err());
+        let token = keys.sign_access_token(&access("openid")).expect("signed");
+        let expect = PassExpectations {
+            room: "launch",
+            issuer,
+            generation: 1,
+        };
+        assert!(keys.verify_pass(&token, &expect, NOW).is_err());
+        let odd = keys.sign_access_token(&access("room")).expect("signed");
+        assert_eq!(
+            keys.verify_access_token(&odd, issuer, NOW),
+            Err(PassError::WrongScope)
+        );
+    }
+
+    #[test]
+    fn sealed_values_are_tamper_evident() {
+        let signer = TicketSigner::from_secret([3; 32]);
+        let sealed = signer.seal("p", b"{\"a\":1}");
+        let (front, mac) = sealed.rsplit_once('.').expect("three parts");
+        let tampered = format!("{}.{mac}", front.replace("eyJh", "eyJi"));
+        assert_ne!(tampered, sealed);
+        assert_eq!(signer.unseal("p", &tampered), Err(SealError));
+        assert_eq!(signer.unseal("p", &format!("{sealed}.x")), Err(SealError));
+        let other = TicketSigner::from_secret([4; 32]);
+        assert_eq!(other.unseal("p", &sealed), Err(SealError));
+        // A ticket token never opens as a sealed value.
+        let ticket = signer.sign(&crate::TicketClaims {
+            room: "p".into(),
+            ticket_id: "abc".into(),
+            position: 1,
+            generation: 1,
+        });
+        assert_eq!(signer.unseal("p", &ticket), Err(SealError));
+    }
+}
