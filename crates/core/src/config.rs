@@ -37,9 +37,9 @@
 //! # Sections of later versions
 //!
 //! In a room,
-//! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
-//! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
-//! reported as a problem rather than silently ignored.
+//! `[[room.schedule]]`, `[room.oidc]`, `[[room.priority]]` and `[room.identity_jwt]` are
+//! recognised but not read by this version: each is reported as a problem rather than silently
+//! ignored.
 //!
 //! ```
 //! use anteroom_core::config::{StoreConfig, parse_config};
@@ -81,7 +81,7 @@ pub use gateway::{
     UpstreamConfig, WebSocketConfig, parse_size,
 };
 pub use key_hash::{KeyHash, KeyHashError};
-pub use room::{FieldProblem, RawRoom};
+pub use room::{FieldProblem, RawAdaptive, RawChallenge, RawRoom};
 
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;

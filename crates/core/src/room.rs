@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::adaptive::AdaptiveSettings;
+use crate::challenge::ProofOfWork;
 use crate::ids::RoomId;
 
 /// How a room treats visitors (SPEC §3 `mode`).
@@ -168,6 +170,10 @@ pub struct RoomConfig {
     pub page_template: String,
     /// Behaviour when the store is unreachable.
     pub on_store_error: StoreErrorPolicy,
+    /// `[room.adaptive]`: the controller that sets `admit_per_minute` (§5.4); none if absent.
+    pub adaptive: Option<AdaptiveSettings>,
+    /// `challenge`: the proof of work asked for before a join (§12); none if absent.
+    pub challenge: Option<ProofOfWork>,
 }
 
 impl RoomConfig {
@@ -189,6 +195,8 @@ impl RoomConfig {
             requires: Vec::new(),
             page_template: String::new(),
             on_store_error: StoreErrorPolicy::Open,
+            adaptive: None,
+            challenge: None,
         }
     }
 }

@@ -43,6 +43,7 @@
 //! HMAC-SHA256 over the rest.
 
 mod algorithm;
+mod challenge;
 mod error;
 #[cfg(test)]
 mod fixtures;
@@ -53,6 +54,7 @@ mod pass;
 mod ticket;
 
 pub use algorithm::SigningAlgorithm;
+pub use challenge::{ChallengeClaims, ChallengeError, ChallengeSigner};
 pub use error::TokenError;
 pub use keyset::KeySet;
 pub use pass::{Inspection, LEEWAY_SECS, PASS_SCOPE, PassClaims, PassError, PassExpectations};

@@ -153,6 +153,8 @@ fn full_file_resolves_to_typed_values() {
         requires: vec![],
         page_template: String::new(),
         on_store_error: StoreErrorPolicy::Open,
+        adaptive: None,
+        challenge: None,
     };
     let checkout = RoomConfig {
         id: room_id("checkout"),
@@ -170,6 +172,8 @@ fn full_file_resolves_to_typed_values() {
         requires: vec![room_id("launch")],
         page_template: "pages/checkout.html".to_owned(),
         on_store_error: StoreErrorPolicy::Closed,
+        adaptive: None,
+        challenge: None,
     };
     let expected = Config {
         server: ServerConfig {
@@ -366,8 +370,38 @@ fn room_field_rules() {
         "[[room.schedule]] is not supported by this version",
     );
     check_room(
-        "challenge = { kind = \"pow\" }",
-        "`challenge` is not supported by this version",
+        "challenge = { kind = \"captcha\" }",
+        "room \"a\": challenge: unknown challenge kind \"captcha\": expected \"pow\"",
+    );
+    check_room(
+        "challenge = { kind = \"pow\", difficulty = 40 }",
+        "challenge: `difficulty` must be between 1 and 32, found 40",
+    );
+    check_room(
+        "challenge = { kind = \"pow\", dificulty = 4 }",
+        "unknown key `dificulty` in `challenge`; did you mean `difficulty`?",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 600\nmax_per_minute = 60",
+        "adaptive: `max_per_minute` (60) must be at least `min_per_minute` (600)",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmax_per_minute = 60",
+        "adaptive: `min_per_minute` is required",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 1\nmax_per_minute = 60\nmax_error_rate = 1.5",
+        "adaptive: `max_error_rate` must be between 0 and 1, found 1.5",
+    );
+    check_problems(
+        &room(
+            "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 1\nmax_per_minute = 60\nmax_error_rate = \"5%\"",
+        ),
+        &[],
+        &[(
+            Some(7),
+            "`max_error_rate` must be a number such as 0.05, found string \"5%\"",
+        )],
     );
     check_problems(
         "[[room]]\nmax_active = 1\n",
@@ -787,4 +821,29 @@ fn top_level_keys_are_the_supported_and_unsupported_sections() {
     let mut all = TOP_LEVEL_KEYS.to_vec();
     all.sort_unstable();
     assert_eq!(listed, all);
+}
+
+#[test]
+fn adaptive_and_challenge_rooms() {
+    let source = "[[room]]\nid = \"a\"\nchallenge = { kind = \"pow\" }\n\
+                  [room.adaptive]\ntarget_p95_ms = 250\nmin_per_minute = 60\nmax_per_minute = 600\n\
+                  interval = \"2s\"\n";
+    let config = parse_config(source, &[]).expect("valid");
+    let room = &config.rooms[0];
+    assert_eq!(
+        room.challenge,
+        Some(crate::challenge::ProofOfWork { difficulty: 18 })
+    );
+    assert_eq!(
+        room.adaptive,
+        Some(crate::adaptive::AdaptiveSettings {
+            target_p95_ms: 250,
+            max_error_ppm: 50_000,
+            min_per_minute: 60,
+            max_per_minute: 600,
+            interval: Duration::from_secs(2),
+        })
+    );
+    // The raw form (admin API, persisted rooms) carries both back unchanged.
+    assert_eq!(RawRoom::from_config(room).resolve().as_ref(), Ok(room));
 }
