@@ -237,14 +237,8 @@ pub async fn run_adaptive(
             let current = snapshots(&upstreams);
             let measured = Interval::between(&run.baseline, &current);
             run.baseline = current;
-            let inputs = inputs(
-                &app,
-                &config.id,
-                &measured,
-                !upstreams.is_empty(),
-                started,
-                now,
-            );
+            let signal = app.adaptive().signal(&config.id);
+            let inputs = inputs(&measured, signal, !upstreams.is_empty(), started, now);
             if let Some(inputs) = inputs {
                 control(&app, &config.id, settings, inputs, now).await;
             }
@@ -266,9 +260,8 @@ struct Inputs {
 
 /// What the controller sees for `room` (see the module docs); `None` when it should not run.
 fn inputs(
-    app: &AppState,
-    room: &RoomId,
     measured: &Interval,
+    signal: Option<PushedSignal>,
     has_routes: bool,
     started: Timestamp,
     now: Timestamp,
@@ -284,7 +277,7 @@ fn inputs(
             in_flight: measured.in_flight,
         });
     }
-    match app.adaptive().signal(room) {
+    match signal {
         Some(signal) if now.0.saturating_sub(signal.received_at.0) <= SIGNAL_STALE_AFTER_MS => {
             Some(Inputs {
                 health: Health::Measured {
@@ -417,5 +410,79 @@ mod tests {
         let p95 = interval.quantile_ms(0.95).expect("measured");
         assert!((95.0..=105.0).contains(&p95), "p95 {p95}");
         assert_eq!(Interval::default().quantile_ms(0.95), None);
+    }
+
+    fn source(
+        measured: &Interval,
+        signal: Option<PushedSignal>,
+        has_routes: bool,
+        now_ms: u64,
+    ) -> Option<(&'static str, Health)> {
+        inputs(
+            measured,
+            signal,
+            has_routes,
+            Timestamp(0),
+            Timestamp(now_ms),
+        )
+        .map(|inputs| (inputs.source, inputs.health))
+    }
+
+    #[test]
+    fn measurements_then_a_fresh_signal_then_nothing() {
+        let busy = Interval {
+            responses: 10,
+            server_errors: 1,
+            in_flight: 3,
+            fine: vec![10],
+        };
+        let signal = PushedSignal {
+            p95_ms: 300.0,
+            error_rate: 0.0,
+            in_flight: None,
+            received_at: Timestamp(100_000),
+        };
+        let pushed = Health::Measured {
+            p95_ms: Some(300.0),
+            error_rate: 0.0,
+        };
+        let idle = Interval::default();
+        // The gateway's own measurements come first.
+        assert_eq!(
+            source(&busy, Some(signal), true, 100_000),
+            Some((
+                "gateway",
+                Health::Measured {
+                    p95_ms: Some(1.0),
+                    error_rate: 0.1
+                }
+            ))
+        );
+        // A signal counts for 30 s, then the health is unknown (the floor).
+        assert_eq!(
+            source(&idle, Some(signal), false, 130_000),
+            Some(("signal", pushed))
+        );
+        assert_eq!(
+            source(&idle, Some(signal), false, 130_001),
+            Some(("none", Health::Unknown))
+        );
+        // Idle routes and no signal: nothing measured (the controller holds).
+        assert_eq!(
+            source(&idle, None, true, 100_000),
+            Some((
+                "gateway",
+                Health::Measured {
+                    p95_ms: None,
+                    error_rate: 0.0
+                }
+            ))
+        );
+        // No routes and never a signal: unknown once the node has run for 30 s.
+        assert_eq!(source(&idle, None, false, 29_999), None);
+        assert_eq!(
+            source(&idle, None, false, 30_000),
+            Some(("none", Health::Unknown))
+        );
     }
 }
