@@ -207,7 +207,7 @@ fn full_file_resolves_to_typed_values() {
             page: PageMode::Inline,
         }],
         rooms: vec![launch, checkout],
-        rate_limits: vec![],
+        rate_limits: default_join_rule().into_iter().collect(),
         websocket: None,
         events: vec![],
     };
@@ -234,12 +234,18 @@ fn absent_sections_take_defaults() {
         },
         auth: AuthConfig::default(),
         rooms: vec![],
-        rate_limits: vec![],
+        // The built-in per-IP join limit is on by default (§12).
+        rate_limits: default_join_rule().into_iter().collect(),
         routes: vec![],
         websocket: None,
         events: vec![],
     };
-    assert_eq!(Config::default(), defaults);
+    // `Config::default()` is every section's default; the file adds the built-in join rule.
+    let with_join_rule = Config {
+        rate_limits: default_join_rule().into_iter().collect(),
+        ..Config::default()
+    };
+    assert_eq!(with_join_rule, defaults);
     check_config("", &[], &defaults);
     check_config("# nothing but a comment\n", &[], &defaults);
     check_config("[server]\n[store]\n[keys]\n[auth]\n", &[], &defaults);
@@ -846,4 +852,34 @@ fn adaptive_and_challenge_rooms() {
     );
     // The raw form (admin API, persisted rooms) carries both back unchanged.
     assert_eq!(RawRoom::from_config(room).resolve().as_ref(), Ok(room));
+}
+
+#[test]
+fn the_join_limit_is_on_by_default_replaceable_and_removable() {
+    let names = |source: &str| -> Vec<String> {
+        parse_config(source, &[])
+            .expect("valid")
+            .rate_limits
+            .into_iter()
+            .map(|rule| rule.name)
+            .collect()
+    };
+    let rule = default_join_rule().expect("the built-in rule");
+    assert_eq!(rule.name, "join-per-ip");
+    assert_eq!(rule.params.limit, 10);
+    assert_eq!(rule.params.burst, 10);
+    assert_eq!(rule.params.period, Duration::from_secs(60));
+    assert_eq!(names(""), ["join-per-ip"]);
+    assert!(names("[server]\njoin_rate_limit = false\n").is_empty());
+    assert_eq!(names("[server]\njoin_rate_limit = true\n"), ["join-per-ip"]);
+    // A rule of the same name replaces it.
+    let own = "[[rate_limit]]\nname = \"join-per-ip\"\nmatch = { paths = [\"/_anteroom/v1/rooms/*/join\"] }\nlimit = 3\nperiod = \"1m\"\n";
+    let config = parse_config(own, &[]).expect("valid");
+    assert_eq!(config.rate_limits.len(), 1);
+    assert_eq!(config.rate_limits[0].params.limit, 3);
+    check_problems(
+        "[server]\njoin_rate_limit = \"no\"\n",
+        &[],
+        &[(Some(2), "`join_rate_limit` must be true or false")],
+    );
 }
