@@ -686,12 +686,16 @@ async fn key_rotation_swaps_the_signing_key_live() {
 }
 
 #[tokio::test]
-async fn signal_is_not_supported_yet_and_unknown_paths_are_problems() {
+async fn signals_are_checked_and_unknown_paths_are_problems() {
     let admin = Admin::new(vec![room("a")]).await;
     admin
         .call(Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json("{}"))
         .await
-        .assert_problem(StatusCode::NOT_IMPLEMENTED, "not_implemented");
+        .assert_problem(StatusCode::BAD_REQUEST, "invalid_body");
+    admin
+        .call(Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json(r#"{"p95_ms": 12.5}"#))
+        .await
+        .assert_problem(StatusCode::CONFLICT, "not_adaptive");
     admin
         .call(Call::get("/admin/v1/nothing"))
         .await
