@@ -8,6 +8,8 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
+#[path = "support/redis.rs"]
+mod redis_server;
 mod support;
 
 use std::fmt::Write as _;
@@ -340,6 +342,91 @@ async fn an_origin_outside_the_gateway_pushes_its_signal() {
     push(20.0).await;
     let stats = wait_for(|rate| rate > 100).await;
     assert_eq!(stats["adaptive"]["decision"], "increase", "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_one_redis_apply_one_decision_per_interval() {
+    let redis = redis_server::RedisServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    // Steps of 100 a minute (5 % of 60..2060), a decision every half second.
+    let rooms = "[[room]]\n\
+                 id = \"api\"\n\
+                 admit_per_minute = 300\n\
+                 \n\
+                 [room.adaptive]\n\
+                 target_p95_ms = 100\n\
+                 min_per_minute = 60\n\
+                 max_per_minute = 2060\n\
+                 interval = \"500ms\"\n";
+    let client = support::client();
+    let mut nodes = Vec::new();
+    for index in 0..2 {
+        let site = AdminSite::new(rooms);
+        let path = site.site.config_path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let embedded = format!(
+            "backend = \"embedded\"\npath = {}\n",
+            support::toml_string(&site.site.store_path())
+        );
+        let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
+        let text = text.replacen(&embedded, &shared, 1).replacen(
+            &support::toml_string(&site.site.keys_dir()),
+            &support::toml_string(keys.path()),
+            1,
+        );
+        assert!(text.contains("backend = \"redis\""), "{text}");
+        std::fs::write(&path, text).unwrap();
+        let mut server = site.site.start();
+        server.wait_ready(&client).await;
+        let admin = AdminClient::new(&site.admin_url());
+        admin.wait_ready().await;
+        nodes.push((site, server, admin));
+        if index == 0 {
+            // The second node loads the keys the first one made.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // Both nodes hear the same fast origin, and both run the controller every interval.
+    let started = Instant::now();
+    let mut decisions = std::collections::BTreeSet::new();
+    while started.elapsed() < Duration::from_secs(3) {
+        for (_, _, admin) in &nodes {
+            let (status, body) = admin
+                .admin(
+                    Method::PUT,
+                    "/rooms/api/signal",
+                    Some(json!({"p95_ms": 10})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+            let (_, stats) = admin.admin(Method::GET, "/rooms/api/stats", None).await;
+            if let Some(decision) = stats["adaptive"]["decision"].as_str() {
+                decisions.insert(decision.to_owned());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (_, stats) = nodes[0]
+        .2
+        .admin(Method::GET, "/rooms/api/stats", None)
+        .await;
+    let rate = stats["admit_per_minute"].as_u64().unwrap();
+    let steps = (rate - 300) / 100;
+    let intervals = (elapsed / 0.5).ceil() as u64 + 1;
+    eprintln!(
+        "{steps} steps in {elapsed:.1} s ({intervals} intervals at most); decisions seen {decisions:?}"
+    );
+    assert!(steps >= 2, "the rate went up: {rate}");
+    assert!(
+        steps <= intervals,
+        "{steps} increases in {intervals} intervals: the nodes stacked their decisions"
+    );
+    assert!(
+        decisions.contains("other_node"),
+        "one node left the interval to the other: {decisions:?}"
+    );
 }
 
 /// The rate (left axis) and the visitors' p95 latency per second (right axis) over time, as
