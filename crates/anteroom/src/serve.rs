@@ -110,6 +110,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
+        key_dir: Some(config.keys.dir.clone()),
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
@@ -272,9 +273,12 @@ pub(crate) async fn run_until_shutdown(
         runtime.state.clone(),
         stopped(ticker_stopped),
     ));
+    // Key rotations made by other nodes sharing the key directory.
+    let keys = tokio::spawn(anteroom_http::follow_key_dir(runtime.state.clone()));
     anteroom_http::serve(listener, router, shutdown)
         .await
         .context("serving the public listener")?;
+    keys.abort();
     let _ = stop_ticker.send(true);
     let _ = ticker.await;
     let _ = adaptive.await;

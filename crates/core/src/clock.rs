@@ -34,7 +34,12 @@ impl Timestamp {
 
 /// A duration in whole milliseconds, saturating at `u64::MAX`.
 pub fn duration_millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+    // In u64 arithmetic: `as_millis` works in u128, and this runs several times per
+    // rate-limit decision.
+    duration
+        .as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(duration.subsec_millis()))
 }
 
 /// A source of the current time.

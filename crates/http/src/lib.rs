@@ -14,6 +14,7 @@ mod challenge;
 mod cookies;
 mod error;
 mod gateway;
+mod key_reload;
 mod metrics;
 mod notices;
 mod openapi;
@@ -55,6 +56,7 @@ pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
+pub use key_reload::{KEY_DIR_CHECK_INTERVAL, follow_key_dir};
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
@@ -92,6 +94,9 @@ pub struct NodeOptions {
     /// The rate limits applied to every request of the public listener (SPEC §10.2); none
     /// when absent.
     pub rate_limiter: Option<RateLimiter>,
+    /// The key directory shared with other nodes, followed for rotations made elsewhere
+    /// (see [`key_reload`]); none for keys that only live in memory.
+    pub key_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for NodeOptions {
@@ -100,6 +105,7 @@ impl Default for NodeOptions {
             max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
             page: page::PageRenderer::default(),
             rate_limiter: None,
+            key_dir: None,
         }
     }
 }
@@ -123,6 +129,7 @@ struct Shared {
     rooms: room_cache::RoomCache,
     failures: StoreFailures,
     revocations: Revocations,
+    key_reload: Option<key_reload::KeyReload>,
     /// One-time marks (used challenges, adaptive decisions): the rate-limit store shared by
     /// every node when there is one, else this node's.
     once: Arc<dyn LimitStore>,
@@ -172,6 +179,7 @@ impl AppState {
                 hub: Arc::new(SseHub::new(options.max_sse_connections)),
                 page: options.page,
                 rate_limiter: options.rate_limiter,
+                key_reload: options.key_dir.map(key_reload::KeyReload::new),
                 once,
                 adaptive: adaptive::AdaptiveState::default(),
             }),
@@ -316,6 +324,10 @@ impl AppState {
     /// set they took.
     pub fn set_keys(&self, keys: KeySet) {
         *self.inner.keys.write() = keys;
+    }
+
+    fn key_reload(&self) -> Option<&key_reload::KeyReload> {
+        self.inner.key_reload.as_ref()
     }
 
     /// The settings.

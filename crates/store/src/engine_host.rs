@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::oneshot;
 
-use crate::{RoomRecords, StoreError};
+use crate::{RoomRecords, SessionListing, SessionQuery, StoreError};
 
 /// A durable write that has been queued; `done` resolves once it is on disk.
 pub(crate) struct PendingWrite {
@@ -369,6 +369,45 @@ impl<P: Persister> EngineHost<P> {
             sessions: state.sessions().cloned().collect(),
         })
     }
+
+    /// The page from the room in memory: every session is looked at (no I/O, so the bound
+    /// that matters is the answer's size), and only the page is copied.
+    pub(crate) fn session_page(
+        &self,
+        room: &RoomId,
+        query: &SessionQuery,
+    ) -> Result<SessionListing, StoreError> {
+        self.read(room, |state| {
+            let mut wanted: Vec<(String, &Session)> = state
+                .sessions()
+                .filter(|session| query.filter.matches(session.state))
+                .map(|session| (session.id.to_string(), session))
+                .filter(|(id, _)| {
+                    query
+                        .after
+                        .as_deref()
+                        .is_none_or(|after| id.as_str() > after)
+                })
+                .collect();
+            let limit = query.limit.max(1);
+            let more = wanted.len() > limit;
+            if more {
+                wanted.select_nth_unstable_by(limit, |a, b| a.0.cmp(&b.0));
+                wanted.truncate(limit);
+            }
+            wanted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let next_after = more
+                .then(|| wanted.last().map(|(id, _)| id.clone()))
+                .flatten();
+            SessionListing {
+                sessions: wanted
+                    .into_iter()
+                    .map(|(_, session)| session.clone())
+                    .collect(),
+                next_after,
+            }
+        })
+    }
 }
 
 async fn wait_durable(pending: Option<PendingWrite>) -> Result<(), StoreError> {
@@ -508,6 +547,13 @@ macro_rules! delegate_room_store {
                 room: &anteroom_core::RoomId,
             ) -> Result<$crate::RoomRecords, $crate::StoreError> {
                 self.host.records(room)
+            }
+            async fn session_page(
+                &self,
+                room: &anteroom_core::RoomId,
+                query: &$crate::SessionQuery,
+            ) -> Result<$crate::SessionListing, $crate::StoreError> {
+                self.host.session_page(room, query)
             }
             async fn waiting_positions(
                 &self,

@@ -23,8 +23,8 @@ mod redb_store;
 mod redis_store;
 
 use anteroom_core::engine::{
-    EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, TickReport, Ticket,
-    TicketRef,
+    EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, SessionState, TickReport,
+    Ticket, TicketRef,
 };
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{RoomId, SessionId};
@@ -77,6 +77,54 @@ pub struct RoomRecords {
     /// Sessions the room remembers.
     pub sessions: Vec<Session>,
 }
+
+/// Which sessions a listing wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionFilter {
+    /// Every session the room remembers.
+    Any,
+    /// Sessions holding a slot.
+    Active,
+    /// Sessions that ended for this reason.
+    Ended(SessionEnd),
+}
+
+impl SessionFilter {
+    /// Whether a session in `state` is wanted.
+    pub fn matches(self, state: SessionState) -> bool {
+        match (self, state) {
+            (SessionFilter::Any, _) | (SessionFilter::Active, SessionState::Active) => true,
+            (SessionFilter::Ended(wanted), SessionState::Ended { reason, .. }) => wanted == reason,
+            _ => false,
+        }
+    }
+}
+
+/// One page of a room's sessions, in the order of their ids (as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionQuery {
+    /// Only sessions whose id is greater than this (the previous page's `next_after`).
+    pub after: Option<String>,
+    /// Which sessions.
+    pub filter: SessionFilter,
+    /// At most this many sessions (at least 1).
+    pub limit: usize,
+}
+
+/// The answer to a [`SessionQuery`].
+#[derive(Debug, Clone)]
+pub struct SessionListing {
+    /// At most `limit` sessions, ordered by id.
+    pub sessions: Vec<Session>,
+    /// Where the next page starts; `None` once every session has been listed. A page may hold
+    /// fewer than `limit` sessions and still have a next one: a backend examines a bounded
+    /// number of sessions per page ([`MAX_SESSIONS_EXAMINED`]) so that a rare filter cannot
+    /// make one call walk the whole room.
+    pub next_after: Option<String>,
+}
+
+/// The most sessions one [`RoomStore::session_page`] call examines on a shared backend.
+pub const MAX_SESSIONS_EXAMINED: usize = 5_000;
 
 /// Rooms, tickets and sessions (SPEC §9.1). Every operation is atomic per room.
 #[async_trait]
@@ -133,6 +181,24 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError>;
     /// Everything the room holds.
     async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError>;
+    /// Takes or keeps the lease `name` for `holder` for `ttl`: `true` while `holder` has it.
+    /// Nodes sharing a store use it so that one of them does a node-wide duty (reporting
+    /// the rooms' totals as events); a backend only this process uses always grants it.
+    async fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let _ = (name, holder, ttl);
+        Ok(true)
+    }
+    /// One page of the room's sessions (admin listings): bounded whatever the room's size.
+    async fn session_page(
+        &self,
+        room: &RoomId,
+        query: &SessionQuery,
+    ) -> Result<SessionListing, StoreError>;
 
     /// Change notices from every node sharing this store, or `None` for a backend only this
     /// process uses (it made every change itself).

@@ -52,7 +52,10 @@ use tokio::sync::OnceCell;
 
 use crate::notices::Notices;
 use crate::persisted::{decode_config, encode_config};
-use crate::{RoomRecords, RoomStore, StoreError};
+use crate::{
+    MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter, SessionListing, SessionQuery,
+    StoreError,
+};
 use connection::{Client, Connection};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
 use scripts::SCRIPTS;
@@ -71,8 +74,23 @@ const UNITS_PER_TOKEN: u64 = 60_000;
 /// The largest duration handed to a script, so that time plus duration stays below 2^53.
 const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
 
+/// Takes the lease `KEYS[1]` for `ARGV[1]` for `ARGV[2]` ms when nobody else holds it, or
+/// extends it for its holder; 1 when `ARGV[1]` holds it after the call.
+static LEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+",
+    )
+});
+
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-const ROOM_KEY_PARTS: [&str; 10] = [
+const ROOM_KEY_PARTS: [&str; 11] = [
     "meta",
     "tickets",
     "waiting",
@@ -83,6 +101,7 @@ const ROOM_KEY_PARTS: [&str; 10] = [
     "identities",
     "ended",
     "forget",
+    "session_ids",
 ];
 
 /// Where and how to reach Redis.
@@ -636,6 +655,63 @@ impl RoomStore for RedisStore {
             .records()
             .map_err(|error| malformed("records", error))?;
         Ok(RoomRecords { tickets, sessions })
+    }
+
+    async fn session_page(
+        &self,
+        room: &RoomId,
+        query: &SessionQuery,
+    ) -> Result<SessionListing, StoreError> {
+        let filter = match query.filter {
+            SessionFilter::Any => String::new(),
+            SessionFilter::Active => "a".to_owned(),
+            SessionFilter::Ended(reason) => reason.as_str().to_owned(),
+        };
+        let arguments = vec![
+            query.after.clone().unwrap_or_default(),
+            filter,
+            query.limit.max(1).to_string(),
+            MAX_SESSIONS_EXAMINED.to_string(),
+        ];
+        let mut answer = self
+            .eval("session_page", &SCRIPTS.session_page, room, arguments)
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            let next = answer.text()?;
+            let mut sessions = Vec::new();
+            while !answer.is_empty() {
+                let id = answer.text()?;
+                let record = answer.text()?;
+                sessions.push(records::decode_session(&id, &record)?);
+            }
+            Ok(SessionListing {
+                sessions,
+                next_after: (!next.is_empty()).then_some(next),
+            })
+        };
+        read(&mut answer).map_err(|error| malformed("session_page", error))
+    }
+
+    async fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = format!("{}:lease:{{{name}}}", self.prefix);
+        let ttl_ms = duration_millis(ttl).clamp(1, MAX_SCRIPT_MILLIS);
+        self.bounded("hold_lease", async {
+            let connection = self.connection().await?;
+            let mut invocation = LEASE.prepare_invoke();
+            invocation.key(key).arg(holder).arg(ttl_ms);
+            let held: i64 = connection
+                .eval(&invocation)
+                .await
+                .map_err(|error| StoreError::backend("cannot hold a lease in redis", error))?;
+            Ok(held == 1)
+        })
+        .await
     }
 
     fn notices(&self) -> Option<Notices> {

@@ -348,3 +348,107 @@ async fn notices_come_back_after_the_server_restarts() {
     assert_eq!(next_change(&mut receiver).await.change, Change::Config);
     drop(server);
 }
+
+/// A session listing examines a bounded number of sessions per call: with a filter that
+/// matches none of many sessions, the first page is empty yet says where to go on, and the
+/// walk ends. A room whose id index is missing (sessions from before it existed) has it
+/// rebuilt by the first listing.
+#[tokio::test]
+async fn session_pages_examine_a_bounded_number_and_rebuild_a_missing_index() {
+    use anteroom_store::{MAX_SESSIONS_EXAMINED, SessionFilter, SessionQuery};
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = Arc::new(RedisStore::new(config, None).unwrap());
+    let id = room_id("many");
+    store
+        .put_room(RoomConfig::with_defaults(id.clone()))
+        .await
+        .unwrap();
+    let count = MAX_SESSIONS_EXAMINED + 100;
+    // In rounds of 100 at once, so no call waits behind thousands of others.
+    let mut issued = Vec::new();
+    for round in (0..count).collect::<Vec<_>>().chunks(100) {
+        let mut issuing = tokio::task::JoinSet::new();
+        for _ in round {
+            let store = store.clone();
+            let id = id.clone();
+            issuing.spawn(async move {
+                store
+                    .issue_session(&id, None, Duration::from_secs(600))
+                    .await
+                    .unwrap()
+            });
+        }
+        issued.extend(issuing.join_all().await);
+    }
+    assert_eq!(issued.len(), count);
+    shared_server().cli(&["DEL", &format!("{prefix}:{{many}}:session_ids")]);
+
+    let query = |after: Option<String>, filter| SessionQuery {
+        after,
+        filter,
+        limit: 100,
+    };
+    let expired = SessionFilter::Ended(SessionEnd::Expired);
+    let first = store
+        .session_page(&id, &query(None, expired))
+        .await
+        .unwrap();
+    assert!(first.sessions.is_empty());
+    let next = first.next_after.expect("more sessions to examine");
+    let second = store
+        .session_page(&id, &query(Some(next), expired))
+        .await
+        .unwrap();
+    assert!(second.sessions.is_empty() && second.next_after.is_none());
+
+    let mut after = None;
+    let mut listed = 0;
+    loop {
+        let page = store
+            .session_page(&id, &query(after, SessionFilter::Active))
+            .await
+            .unwrap();
+        assert!(page.sessions.len() <= 100);
+        listed += page.sessions.len();
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(listed, count, "every session once, from the rebuilt index");
+}
+
+/// A lease is held by one node at a time, kept by renewing it, and taken over once its
+/// holder stops renewing.
+#[tokio::test]
+async fn a_lease_has_one_holder_until_it_lapses() {
+    let prefix = unique_prefix();
+    let open = || {
+        let config =
+            RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+        RedisStore::new(config, None).unwrap()
+    };
+    let (node_a, node_b) = (open(), open());
+    let ttl = Duration::from_millis(300);
+    assert!(node_a.hold_lease("duty", "a", ttl).await.unwrap());
+    assert!(!node_b.hold_lease("duty", "b", ttl).await.unwrap());
+    assert!(
+        node_b.hold_lease("other", "b", ttl).await.unwrap(),
+        "leases are by name"
+    );
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            node_a.hold_lease("duty", "a", ttl).await.unwrap(),
+            "renewed"
+        );
+        assert!(!node_b.hold_lease("duty", "b", ttl).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        node_b.hold_lease("duty", "b", ttl).await.unwrap(),
+        "taken over"
+    );
+    assert!(!node_a.hold_lease("duty", "a", ttl).await.unwrap());
+}

@@ -5,8 +5,12 @@
 //! The sampler reads every room's figures once a second: it fills the stats history, sets the
 //! Prometheus gauges and counters, and turns the change in each room's running totals into
 //! events (`ticket.joined`, `ticket.admitted`, … with a `count`), plus `room.metrics` once a
-//! minute. Totals live in the store, so on a shared store every node sees (and reports) the
-//! admissions of every node.
+//! minute. Totals live in the store, so on a shared store every node sees the admissions of
+//! every node: each node shows them on its own live feed, and the node holding the store's
+//! `event-sampler` lease (renewed every second, lost 3 s after its holder stops) alone hands
+//! them to the event sinks, so a receiver does not get every count once per node. When the
+//! lease moves, the counts of the seconds in between (at most 3) are not reported as events;
+//! the totals themselves (stats, metrics) stay exact.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -128,6 +132,12 @@ fn event_stream(
     futures_util::StreamExt::chain(first, rest)
 }
 
+/// The lease naming the node that hands the sampler's events to the event sinks.
+const SAMPLER_LEASE: &str = "event-sampler";
+
+/// How long the sampler's lease outlives its holder's last renewal.
+const SAMPLER_LEASE_TTL: Duration = Duration::from_secs(3);
+
 /// Reads every room once a second until `shutdown`: history, metrics and events (see the
 /// module documentation).
 pub async fn run_admin_sampler(admin: AdminState, shutdown: impl Future<Output = ()>) {
@@ -199,7 +209,21 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
             metrics_due,
         ));
     }
-    admin.record_all(events).await;
+    let reports = match store
+        .hold_lease(SAMPLER_LEASE, admin.node(), SAMPLER_LEASE_TTL)
+        .await
+    {
+        Ok(held) => held,
+        Err(error) => {
+            admin.app().store_failures().record(None, "lease", &error);
+            false
+        }
+    };
+    if reports {
+        admin.record_all(events).await;
+    } else {
+        admin.record_locally(events);
+    }
     previous.retain(|room, _| seen.contains(room));
     admin.history().retain(|room| seen.contains(room));
     crate::metrics::sse_connections(admin.app().hub().connections());

@@ -69,6 +69,8 @@ struct AdminShared {
     metrics: Option<crate::metrics::Metrics>,
     /// Where events wait for the event sinks; none when no sink is configured.
     outbox: std::sync::OnceLock<crate::sinks::Outbox>,
+    /// This node's name for leases on a shared store (random per process).
+    node: String,
 }
 
 /// Events the live feed buffers for a slow reader before it skips ahead.
@@ -95,6 +97,7 @@ impl AdminState {
                 events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
                 metrics,
                 outbox: std::sync::OnceLock::new(),
+                node: format!("{:016x}", rand::random::<u64>()),
             }),
         }
     }
@@ -128,6 +131,18 @@ impl AdminState {
             // No subscriber is not an error: nobody is watching.
             let _ = self.inner.events.send(event);
         }
+    }
+
+    /// Sends events to this node's live feed only, not to the event sinks.
+    pub(crate) fn record_locally(&self, events: Vec<AdminEvent>) {
+        for event in events {
+            let _ = self.inner.events.send(event);
+        }
+    }
+
+    /// This node's name for leases on a shared store.
+    pub(crate) fn node(&self) -> &str {
+        &self.inner.node
     }
 
     /// Subscribes to the live event feed.

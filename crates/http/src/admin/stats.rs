@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use anteroom_core::engine::{RoomTotals, Session, SessionEnd, SessionState};
+use anteroom_store::{SessionFilter as StoreFilter, SessionQuery};
 
 use super::auth::ReadAccess;
 use super::history::HISTORY_SECONDS;
@@ -196,24 +197,15 @@ pub(crate) enum SessionFilter {
 }
 
 impl SessionFilter {
-    fn matches(self, state: SessionState) -> bool {
-        match (self, state) {
-            (SessionFilter::Active, SessionState::Active) => true,
-            (filter, SessionState::Ended { reason, .. }) => {
-                filter_of(reason) == filter && filter != SessionFilter::Active
-            }
-            _ => false,
+    fn store_filter(self) -> StoreFilter {
+        match self {
+            SessionFilter::Active => StoreFilter::Active,
+            SessionFilter::Expired => StoreFilter::Ended(SessionEnd::Expired),
+            SessionFilter::Completed => StoreFilter::Ended(SessionEnd::Completed),
+            SessionFilter::Abandoned => StoreFilter::Ended(SessionEnd::Abandoned),
+            SessionFilter::Revoked => StoreFilter::Ended(SessionEnd::Revoked),
+            SessionFilter::Reset => StoreFilter::Ended(SessionEnd::Reset),
         }
-    }
-}
-
-fn filter_of(reason: SessionEnd) -> SessionFilter {
-    match reason {
-        SessionEnd::Completed => SessionFilter::Completed,
-        SessionEnd::Abandoned => SessionFilter::Abandoned,
-        SessionEnd::Expired => SessionFilter::Expired,
-        SessionEnd::Revoked => SessionFilter::Revoked,
-        SessionEnd::Reset => SessionFilter::Reset,
     }
 }
 
@@ -239,7 +231,9 @@ pub(crate) struct SessionPage {
     room: String,
     /// At most `limit` sessions, ordered by id.
     sessions: Vec<SessionItem>,
-    /// Pass as `cursor` for the next page; `null` on the last page.
+    /// Pass as `cursor` for the next page; `null` on the last page. With a `state` filter a
+    /// page may hold fewer than `limit` sessions (each page examines a bounded number) and
+    /// still be followed by more: follow `next_cursor` until it is `null`.
     next_cursor: Option<String>,
 }
 
@@ -323,27 +317,24 @@ pub(crate) async fn sessions(
         ));
     }
     let id = parse_room(&room)?;
-    let records = admin.app().store().records(&id).await?;
-    let mut listed: Vec<(String, &Session)> = records
-        .sessions
-        .iter()
-        .filter(|session| query.state.is_none_or(|state| state.matches(session.state)))
-        .map(|session| (session.id.to_string(), session))
-        .filter(|(key, _)| cursor.as_deref().is_none_or(|after| key.as_str() > after))
-        .collect();
-    listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let more = listed.len() > limit;
-    listed.truncate(limit);
-    let next_cursor = more
-        .then(|| listed.last().map(|(key, _)| key.clone()))
-        .flatten();
+    let page = admin
+        .app()
+        .store()
+        .session_page(
+            &id,
+            &SessionQuery {
+                after: cursor,
+                filter: query
+                    .state
+                    .map_or(StoreFilter::Any, SessionFilter::store_filter),
+                limit,
+            },
+        )
+        .await?;
     Ok(Json(SessionPage {
         room: id.to_string(),
-        sessions: listed
-            .iter()
-            .map(|(_, session)| SessionItem::new(session))
-            .collect(),
-        next_cursor,
+        sessions: page.sessions.iter().map(SessionItem::new).collect(),
+        next_cursor: page.next_after,
     }))
 }
 

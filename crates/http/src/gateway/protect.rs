@@ -34,7 +34,7 @@ use anteroom_core::engine::{Entry, SessionState};
 use anteroom_core::room::{Identity, RoomConfig, StoreErrorPolicy};
 use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
-use anteroom_token::PassExpectations;
+use anteroom_token::{PassError, PassExpectations};
 
 use crate::api::{self, TicketQuery};
 use crate::cookies::{pass_cookie_name, read_cookie};
@@ -136,10 +136,15 @@ pub(crate) async fn decide(
                 config,
                 error,
             } => {
-                let pass = last.as_ref().and_then(|info| {
-                    asked_passes(asked.headers, &room)
-                        .find_map(|token| cached_or_verified(gateway, &room, info, token, now))
-                });
+                let mut pass = None;
+                if let Some(info) = last.as_ref() {
+                    for token in asked_passes(asked.headers, &room) {
+                        pass = cached_or_verified(gateway, &room, info, token, now).await;
+                        if pass.is_some() {
+                            break;
+                        }
+                    }
+                }
                 if let Some(pass) = pass {
                     passes.push(HeldPass { room, pass });
                     continue;
@@ -287,7 +292,7 @@ async fn valid_pass(
     now: Timestamp,
 ) -> Option<Arc<CachedPass>> {
     for token in asked_passes(headers, room) {
-        let Some(pass) = cached_or_verified(gateway, room, info, token, now) else {
+        let Some(pass) = cached_or_verified(gateway, room, info, token, now).await else {
             continue;
         };
         if session_holds(gateway, room, &pass, now).await {
@@ -299,7 +304,7 @@ async fn valid_pass(
 
 /// The cached pass of `token`, or the pass verified now (and cached); `None` when it is not a
 /// usable pass of `room`.
-fn cached_or_verified(
+async fn cached_or_verified(
     gateway: &Gateway,
     room: &RoomId,
     info: &RoomInfo,
@@ -318,7 +323,15 @@ fn cached_or_verified(
         issuer: &app.settings().issuer,
         generation,
     };
-    let claims = app.keys().verify_pass(token, &expect, now.as_secs()).ok()?;
+    let claims = match app.keys().verify_pass(token, &expect, now.as_secs()) {
+        Ok(claims) => claims,
+        // Signed with a key another node made since this one last looked at the key
+        // directory: look now (at most once a second) and try again.
+        Err(PassError::UnknownKey) if crate::key_reload::reload_if_changed(app).await => {
+            app.keys().verify_pass(token, &expect, now.as_secs()).ok()?
+        }
+        Err(_) => return None,
+    };
     let session: SessionId = claims.sub.parse().ok()?;
     let renew_due = renewal_due(claims.iat.saturating_mul(1000), &info.config);
     let pass = Arc::new(CachedPass::new(

@@ -20,7 +20,8 @@ room.generation = room.generation + 1
 room.serving = room.last_position
 room.changed = true
 if ARGV[4] == '1' then
-  redis.call('DEL', TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET)
+  redis.call('DEL', TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
+    SESSION_IDS)
 end
 save_room()
 notify('reset')

@@ -15,6 +15,8 @@
 --   8 identities  hash   identity -> ticket id (identity rooms)
 --   9 ended       zset   ended ticket ids by end time (forgotten after the retention)
 --  10 forget      zset   ended session ids by the time they may be forgotten
+--  11 session_ids zset   every remembered session id, all scored 0: ordered by id, for
+--                        bounded admin listings (ZRANGE BYLEX)
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
 -- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
@@ -32,6 +34,7 @@
 
 local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local SESSION_IDS = KEYS[11]
 local CHANNEL = ARGV[2]
 local RETENTION = tonumber(ARGV[3])
 
@@ -323,7 +326,9 @@ local function get_session(id)
 end
 
 local function put_session(session)
-  redis.call('HSET', SESSIONS, session.id, encode_session(session))
+  if redis.call('HSET', SESSIONS, session.id, encode_session(session)) == 1 then
+    redis.call('ZADD', SESSION_IDS, 0, session.id)
+  end
 end
 
 local function expiry_score(session)
@@ -461,6 +466,7 @@ local function forget_history()
       redis.call('HDEL', TICKETS, session.ticket)
     end
     redis.call('HDEL', SESSIONS, id)
+    redis.call('ZREM', SESSION_IDS, id)
   end
   if #sessions > 0 then
     redis.call('ZREMRANGEBYSCORE', FORGET, '-inf', int(NOW))

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, SessionState, TicketRef};
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{ManualClock, RoomId, Timestamp};
-use anteroom_store::{RoomStore, StoreError};
+use anteroom_store::{RoomStore, SessionFilter, SessionQuery, StoreError};
 
 /// A backend under test: opens stores over one data location.
 pub trait Backend: Send + Sync {
@@ -52,6 +52,7 @@ macro_rules! conformance_suite {
             acknowledged_state_survives_reopening,
             touching_keeps_waiting_tickets_alive_in_one_call,
             waiting_positions_list_the_live_line_in_order,
+            sessions_are_listed_in_bounded_pages_each_exactly_once,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
@@ -759,4 +760,134 @@ pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend
         .unwrap();
     store.tick(&id).await.unwrap();
     assert_eq!(store.waiting_positions(&id).await.unwrap(), [3, 4, 5]);
+}
+
+/// Follows `next_after` from the start, checking every page's bound and order.
+async fn walk_sessions(
+    store: &dyn RoomStore,
+    room: &RoomId,
+    filter: SessionFilter,
+    limit: usize,
+) -> Vec<String> {
+    let mut listed = Vec::new();
+    let mut after = None;
+    for _ in 0..1_000 {
+        let page = store
+            .session_page(
+                room,
+                &SessionQuery {
+                    after: after.clone(),
+                    filter,
+                    limit,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(
+            page.sessions.len() <= limit,
+            "a page holds at most the limit"
+        );
+        for session in &page.sessions {
+            assert!(
+                filter.matches(session.state),
+                "{filter:?} listed {session:?}"
+            );
+            listed.push(session.id.to_string());
+        }
+        match page.next_after {
+            None => {
+                let mut sorted = listed.clone();
+                sorted.sort();
+                assert_eq!(listed, sorted, "pages follow the ids' order");
+                return listed;
+            }
+            Some(next) => after = Some(next),
+        }
+    }
+    panic!("the listing never ends");
+}
+
+pub async fn sessions_are_listed_in_bounded_pages_each_exactly_once(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store.put_room(room("r", |_| {})).await.unwrap();
+    let ttl = Duration::from_secs(600);
+    let mut sessions = Vec::new();
+    for _ in 0..23 {
+        sessions.push(store.issue_session(&id, None, ttl).await.unwrap().id);
+    }
+    let ends = [
+        SessionEnd::Completed,
+        SessionEnd::Revoked,
+        SessionEnd::Abandoned,
+    ];
+    for (index, session) in sessions.iter().take(9).enumerate() {
+        store
+            .end_session(&id, *session, ends[index % ends.len()])
+            .await
+            .unwrap();
+    }
+    let every: BTreeSet<String> = sessions.iter().map(ToString::to_string).collect();
+    let ended_as = |end: SessionEnd| -> BTreeSet<String> {
+        sessions
+            .iter()
+            .take(9)
+            .enumerate()
+            .filter(|(index, _)| ends[index % ends.len()] == end)
+            .map(|(_, session)| session.to_string())
+            .collect()
+    };
+    let active: BTreeSet<String> = sessions.iter().skip(9).map(ToString::to_string).collect();
+    for limit in [1, 4, 23, 100] {
+        let all = walk_sessions(&*store, &id, SessionFilter::Any, limit).await;
+        assert_eq!(
+            all.len(),
+            every.len(),
+            "each session exactly once (limit {limit})"
+        );
+        assert_eq!(all.iter().cloned().collect::<BTreeSet<_>>(), every);
+        let listed = walk_sessions(&*store, &id, SessionFilter::Active, limit).await;
+        assert_eq!(listed.len(), active.len());
+        assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), active);
+        for end in ends {
+            let listed = walk_sessions(&*store, &id, SessionFilter::Ended(end), limit).await;
+            assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), ended_as(end));
+        }
+        let expired = walk_sessions(
+            &*store,
+            &id,
+            SessionFilter::Ended(SessionEnd::Expired),
+            limit,
+        )
+        .await;
+        assert!(expired.is_empty());
+    }
+    // A page starting after the last id is empty and final.
+    let last = every.iter().next_back().cloned();
+    let page = store
+        .session_page(
+            &id,
+            &SessionQuery {
+                after: last,
+                filter: SessionFilter::Any,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(page.sessions.is_empty() && page.next_after.is_none());
+    // An unknown room is refused.
+    assert!(matches!(
+        store
+            .session_page(
+                &room_id("missing"),
+                &SessionQuery {
+                    after: None,
+                    filter: SessionFilter::Any,
+                    limit: 10
+                }
+            )
+            .await,
+        Err(StoreError::RoomNotFound(_))
+    ));
 }
