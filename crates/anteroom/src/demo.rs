@@ -106,7 +106,7 @@ ticket_idle_ttl = "2m"
     }
     print_welcome(&public_url, args.crowd);
     print_admin(admin_address, &admin_key);
-    serve::run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
+    serve::run_until_shutdown(runtime, listener, router, None, crate::shutdown_signal()).await
 }
 
 fn toml_path(path: &std::path::Path) -> String {

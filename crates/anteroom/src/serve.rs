@@ -254,7 +254,14 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     )
     .await?;
     let router = anteroom_http::gateway_router(runtime.state.clone(), &gateway);
-    run_until_shutdown(runtime, listener, router, crate::shutdown_signal()).await
+    run_until_shutdown(
+        runtime,
+        listener,
+        router,
+        Some(gateway),
+        crate::shutdown_signal(),
+    )
+    .await
 }
 
 /// The gateway of the config's routes: the verify endpoint always, and the reverse proxy for
@@ -275,11 +282,13 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
     )
 }
 
-/// Serves the public API and runs the ticker until `shutdown`, then drains.
+/// Serves the public API and runs the ticker (and the adaptive rooms' controller, over
+/// `gateway`'s measurements) until `shutdown`, then drains.
 pub(crate) async fn run_until_shutdown(
     runtime: Runtime,
     listener: tokio::net::TcpListener,
     router: axum::Router,
+    gateway: Option<anteroom_http::Gateway>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_ticker, ticker_stopped) = tokio::sync::watch::channel(false);
@@ -288,6 +297,12 @@ pub(crate) async fn run_until_shutdown(
     };
     let ticker = tokio::spawn(anteroom_http::run_ticker(
         runtime.state.clone(),
+        stopped(ticker_stopped.clone()),
+    ));
+    // Adaptive admission (§5.4): rooms with [room.adaptive] get their rate set every interval.
+    let adaptive = tokio::spawn(anteroom_http::run_adaptive(
+        runtime.state.clone(),
+        gateway,
         stopped(ticker_stopped.clone()),
     ));
     // Other nodes' changes to the rooms (a shared store only; returns at once otherwise).
@@ -303,6 +318,7 @@ pub(crate) async fn run_until_shutdown(
     keys.abort();
     let _ = stop_ticker.send(true);
     let _ = ticker.await;
+    let _ = adaptive.await;
     let _ = notices.await;
     tracing::info!("stopped");
     Ok(())

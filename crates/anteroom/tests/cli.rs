@@ -262,7 +262,7 @@ async fn token_inspect_checks_a_served_pass_against_the_key_directory() {
 #[test]
 fn serve_refuses_a_bad_config_before_touching_anything() {
     let site = Site::new();
-    // A valid file with one mistake in the room (line 17 of what `write_config` writes).
+    // A valid file with one mistake in the room (line 19 of what `write_config` writes).
     let config = site.write_config("EdDSA", "[[room]]\nid = \"shop\"\nmax_active = \"lots\"\n");
     let started = Instant::now();
     let output = support::anteroom()

@@ -29,6 +29,7 @@ fn write_node_config(site: &Site, redis_url: &str, keys_dir: &Path, rooms: &str)
          listen = \"127.0.0.1:{port}\"\n\
          public_url = \"{url}\"\n\
          issuer = \"http://anteroom.test\"\n\
+         join_rate_limit = false\n\
          \n\
          [store]\n\
          backend = \"redis\"\n\

@@ -291,3 +291,46 @@ async fn two_nodes_on_a_redis_cluster_share_limits_and_refusals_consume_nothing(
         assert!(!log.contains("refund failed"), "a refund failed:\n{log}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_join_limit_needs_no_config() {
+    let site = Site::new();
+    // The shared test config switches the built-in limit off; this site keeps it.
+    let path = site.write_config("EdDSA", "[[room]]\nid = \"launch\"\n");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replacen("join_rate_limit = false\n", "", 1);
+    assert!(
+        !text.contains("[[rate_limit]]") && !text.contains("join_rate_limit ="),
+        "no rule is configured"
+    );
+    std::fs::write(&path, text).unwrap();
+    let mut server = site.start();
+    let client = client();
+    server.wait_ready(&client).await;
+    let base = server.url();
+
+    // Ten joins a minute per address, all ten at once.
+    let first = join(&client, &base, None).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        first.headers()["ratelimit-policy"],
+        "\"join-per-ip\";q=10;w=60"
+    );
+    assert_eq!(
+        statuses(&client, &base, None, 9).await,
+        vec![200; 9],
+        "the burst of ten"
+    );
+    let refused = join(&client, &base, None).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["x-ratelimit-remaining"], "0");
+    let retry_after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // One join comes back every six seconds.
+    assert!((1..=6).contains(&retry_after), "Retry-After {retry_after}");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "rate_limited");
+}

@@ -42,6 +42,7 @@ fn write_config(site: &Site, redis_port: u16) {
         "[server]\n\
          listen = \"127.0.0.1:{port}\"\n\
          public_url = \"{url}\"\n\
+         join_rate_limit = false\n\
          \n\
          [store]\n\
          backend = \"redis\"\n\

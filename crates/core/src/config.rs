@@ -37,9 +37,9 @@
 //! # Sections of later versions
 //!
 //! In a room,
-//! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
-//! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
-//! reported as a problem rather than silently ignored.
+//! `[[room.schedule]]`, `[room.oidc]`, `[[room.priority]]` and `[room.identity_jwt]` are
+//! recognised but not read by this version: each is reported as a problem rather than silently
+//! ignored.
 //!
 //! ```
 //! use anteroom_core::config::{StoreConfig, parse_config};
@@ -82,7 +82,11 @@ pub use gateway::{
     UpstreamConfig, WebSocketConfig, parse_size,
 };
 pub use key_hash::{KeyHash, KeyHashError};
-pub use room::{FieldProblem, RawRoom};
+
+pub use rate_limit::{
+    JOIN_RULE_BURST, JOIN_RULE_LIMIT, JOIN_RULE_NAME, JOIN_RULE_PERIOD, default_join_rule,
+};
+pub use room::{FieldProblem, RawAdaptive, RawChallenge, RawRoom};
 pub use room_oidc::RawOidc;
 
 use crate::ratelimit::rules::RateLimitRule;
@@ -322,11 +326,20 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         }
     }
     let rooms = room::read_rooms(root.get(ROOM_SECTION), problems);
-    let rate_limits = rate_limit::read_rate_limits(
+    let mut rate_limits = rate_limit::read_rate_limits(
         root.get(RATE_LIMIT_SECTION),
         rate_limit::redis_store_selected(root),
         problems,
     );
+    // The built-in per-IP join limit (§12), unless a rule of its name replaces it or
+    // `[server] join_rate_limit = false` removes it.
+    if sections::join_rate_limit(root.get("server"), problems)
+        && !rate_limits
+            .iter()
+            .any(|rule| rule.name == rate_limit::JOIN_RULE_NAME)
+    {
+        rate_limits.extend(rate_limit::default_join_rule());
+    }
     let routes = gateway::read_routes(root, &rooms, &rate_limits, problems);
     Config {
         server: sections::read_server(root.get("server"), problems),

@@ -9,6 +9,8 @@
 //! I/O, and its sources never read a clock or the operating system's randomness: time comes in
 //! as a [`Timestamp`] argument and randomness as an `&mut impl Rng`. A tidy test enforces this.
 
+pub mod adaptive;
+pub mod challenge;
 pub mod clock;
 pub mod config;
 pub mod duration;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::adaptive::AdaptiveSettings;
+use crate::challenge::ProofOfWork;
 use crate::config::KeyHash;
 use crate::ids::RoomId;
 
@@ -172,6 +174,10 @@ pub struct RoomConfig {
     /// The room as an OpenID Connect client (SPEC §11); `None` when the room takes no OIDC
     /// requests.
     pub oidc: Option<OidcClient>,
+    /// `[room.adaptive]`: the controller that sets `admit_per_minute` (§5.4); none if absent.
+    pub adaptive: Option<AdaptiveSettings>,
+    /// `challenge`: the proof of work asked for before a join (§12); none if absent.
+    pub challenge: Option<ProofOfWork>,
 }
 
 /// A room as an OpenID Connect client (SPEC §11, `[room.oidc]`): the room id is the client id.
@@ -208,6 +214,8 @@ impl RoomConfig {
             page_template: String::new(),
             on_store_error: StoreErrorPolicy::Open,
             oidc: None,
+            adaptive: None,
+            challenge: None,
         }
     }
 }

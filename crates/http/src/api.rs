@@ -53,8 +53,7 @@ pub(crate) struct StatusBody {
 struct JoinBody {
     #[serde(rename = "return")]
     return_to: Option<String>,
-    /// Accepted for forward compatibility with rooms that ask for a proof of work (§12).
-    #[allow(dead_code)]
+    /// The solved proof of work of a room with `challenge` (§12), checked by `challenge.rs`.
     challenge: Option<serde_json::Value>,
 }
 
@@ -113,6 +112,8 @@ pub(crate) async fn join(
         .map(|path| validate_return(&path))
         .transpose()?;
     let config = app.api_room_config(&room).await?;
+    crate::challenge::check_join(&app, &room, &config, &headers, &query, join_body.challenge)
+        .await?;
     let entry = join_entry(&app, &room, &config, &headers, &query, return_to).await?;
     Ok(entry_response(&app, &room, config.mode, entry))
 }

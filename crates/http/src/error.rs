@@ -21,6 +21,8 @@ pub struct ApiError {
     retry_after_secs: Option<u64>,
     /// Field-by-field problems of a request body: (field, message).
     errors: Vec<(String, String)>,
+    /// Where to get a proof-of-work challenge (SPEC §12), for `challenge_*` problems.
+    challenge_url: Option<String>,
 }
 
 /// An RFC 9457 problem document (`application/problem+json`).
@@ -40,6 +42,9 @@ pub(crate) struct Problem<'a> {
     /// Every problem with a request body's fields, when there were some.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     errors: &'a [FieldError],
+    /// Where to `POST` for a proof-of-work challenge, when a join needs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    challenge_url: Option<&'a str>,
 }
 
 /// One problem with one field of a request body.
@@ -60,7 +65,15 @@ impl ApiError {
             detail: detail.into(),
             retry_after_secs: None,
             errors: Vec::new(),
+            challenge_url: None,
         }
+    }
+
+    /// Says where to get a proof-of-work challenge (the `challenge_url` member and a `Link`
+    /// header).
+    pub(crate) fn with_challenge_url(mut self, url: String) -> ApiError {
+        self.challenge_url = Some(url);
+        self
     }
 
     /// Adds the problems of a request body's fields, as (field, message).
@@ -201,6 +214,7 @@ impl IntoResponse for ApiError {
             status: self.status.as_u16(),
             code: self.code,
             detail: &self.detail,
+            challenge_url: self.challenge_url.as_deref(),
         };
         let mut response = (self.status, Json(problem)).into_response();
         response.headers_mut().insert(
@@ -212,6 +226,13 @@ impl IntoResponse for ApiError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"anteroom\""),
             );
+        }
+        if let Some(link) = self
+            .challenge_url
+            .as_deref()
+            .and_then(|url| HeaderValue::from_str(&format!("<{url}>; rel=\"challenge\"")).ok())
+        {
+            response.headers_mut().insert(header::LINK, link);
         }
         if let Some(seconds) = self.retry_after_secs {
             response

@@ -9,8 +9,10 @@
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
 
+mod adaptive;
 mod admin;
 mod api;
+mod challenge;
 mod cookies;
 mod error;
 mod gateway;
@@ -29,6 +31,7 @@ mod ticker;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -39,11 +42,16 @@ use subtle::ConstantTimeEq;
 
 use anteroom_core::config::KeyHash;
 use anteroom_core::engine::TicketRef;
+use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
+use anteroom_store::limit::{
+    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore,
+};
 use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
+pub use adaptive::run_adaptive;
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
@@ -130,6 +138,10 @@ struct Shared {
     revocations: Revocations,
     code_redemptions: Arc<dyn CodeRedemptions>,
     key_reload: Option<key_reload::KeyReload>,
+    /// One-time marks (used challenges, adaptive decisions): the rate-limit store shared by
+    /// every node when there is one, else this node's.
+    once: Arc<dyn LimitStore>,
+    adaptive: adaptive::AdaptiveState,
 }
 
 impl AppState {
@@ -158,6 +170,13 @@ impl AppState {
         let code_redemptions = options
             .code_redemptions
             .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
+        let once = match &options.rate_limiter {
+            Some(limiter) => limiter.shared_store(),
+            None => Arc::new(LocalLimitStore::new(
+                clock.clone(),
+                LocalLimitConfig::default(),
+            )),
+        };
         AppState {
             inner: Arc::new(Shared {
                 rooms,
@@ -173,6 +192,8 @@ impl AppState {
                 page: options.page,
                 rate_limiter: options.rate_limiter,
                 key_reload: options.key_dir.map(key_reload::KeyReload::new),
+                once,
+                adaptive: adaptive::AdaptiveState::default(),
             }),
         }
     }
@@ -189,6 +210,34 @@ impl AppState {
 
     fn page(&self) -> &page::PageRenderer {
         &self.inner.page
+    }
+
+    /// Marks `key` as used for `period`: `true` the first time, `false` while the mark lasts
+    /// (on every node sharing the rate-limit store). A token bucket of one per `period`.
+    pub(crate) async fn mark_once(
+        &self,
+        key: &str,
+        period: Duration,
+    ) -> Result<bool, LimitStoreError> {
+        let params = LimitParams {
+            algorithm: Algorithm::TokenBucket,
+            limit: 1,
+            period,
+            burst: 1,
+            delay: 0,
+            nodelay: false,
+        };
+        let request = LimitRequest {
+            key,
+            params: &params,
+            cost: 1,
+        };
+        let decisions = self.inner.once.acquire(&[request]).await?;
+        Ok(decisions.first().is_some_and(|decision| decision.allowed))
+    }
+
+    pub(crate) fn adaptive(&self) -> &adaptive::AdaptiveState {
+        &self.inner.adaptive
     }
 
     /// The store.
@@ -383,6 +432,10 @@ fn with_rate_limits(router: Router, limiter: Option<RateLimiter>) -> Router {
 fn reserved_routes(state: AppState) -> Router {
     Router::new()
         .route("/_anteroom/v1/rooms/{room}/join", post(api::join))
+        .route(
+            "/_anteroom/v1/rooms/{room}/challenge",
+            post(challenge::issue),
+        )
         .route("/_anteroom/v1/rooms/{room}/status", get(api::status))
         .route(
             "/_anteroom/v1/rooms/{room}/ticket",

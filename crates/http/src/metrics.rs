@@ -15,6 +15,10 @@
 //! | `store_failure_let_through_total`, `store_failure_refused_total` | counter | |
 //! | `upstream_latency_seconds` | histogram | `route` (gateway mode) |
 //! | `upstream_responses_total`, `upstream_server_errors_total`, `upstream_in_flight` | counter, gauge | `route` |
+//! | `adaptive_rate_per_minute`, `adaptive_p95_ms`, `adaptive_error_rate`, `adaptive_in_flight` | gauge | `room` (set by `adaptive.rs`) |
+//! | `adaptive_decisions_total` | counter | `room`, `decision` |
+//! | `challenges_issued_total`, `challenges_solved_total` | counter | `room` (counted by `challenge.rs`) |
+//! | `challenges_failed_total` | counter | `room`, `reason` |
 //! | `websocket_connections_total`, `websocket_open`, `websocket_messages_forwarded_total`, `websocket_messages_dropped_total`, `websocket_closed_over_limit_total` | counter, gauge | |
 //!
 //! Room figures come from the admin sampler, once a second. Room totals live in the store,
@@ -316,6 +320,38 @@ fn describe() {
             "Sessions that ran out of time."
         );
         describe_gauge!("anteroom_sse_connections", "Open SSE streams on this node.");
+        describe_gauge!(
+            "anteroom_adaptive_rate_per_minute",
+            "The adaptive room's admit_per_minute after this node's last controller run."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_p95_ms",
+            "The upstream p95 latency the controller last saw, in milliseconds."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_error_rate",
+            "The upstream 5xx share the controller last saw."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_in_flight",
+            "Upstream requests in flight at the controller's last run."
+        );
+        describe_counter!(
+            "anteroom_adaptive_decisions_total",
+            "Adaptive controller runs by decision."
+        );
+        describe_counter!(
+            "anteroom_challenges_issued_total",
+            "Proof-of-work challenges handed out."
+        );
+        describe_counter!(
+            "anteroom_challenges_solved_total",
+            "Joins let in with a correct, unused solution."
+        );
+        describe_counter!(
+            "anteroom_challenges_failed_total",
+            "Joins refused by the proof-of-work gate, by reason."
+        );
         describe_counter!(
             "anteroom_rate_limit_decisions_total",
             "Rate-limit decisions by rule and result."

@@ -40,7 +40,7 @@ pub fn document_json() -> String {
         license(name = "Apache-2.0")
     ),
     paths(
-        join, status, events, leave, leave_beacon, summary, complete_session,
+        join, challenge, status, events, leave, leave_beacon, summary, complete_session,
         abandon_session, waiting_page, jwks, health,
         admin::rooms::list, admin::rooms::get_room, admin::rooms::put_room,
         admin::rooms::patch_room, admin::rooms::delete_room,
@@ -90,9 +90,8 @@ struct JoinBody {
     #[serde(rename = "return")]
     #[schema(max_length = 2048)]
     return_to: Option<String>,
-    /// A proof-of-work solution, for rooms that ask for one.
-    #[schema(value_type = Option<Object>)]
-    challenge: Option<serde_json::Value>,
+    /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
+    challenge: Option<crate::challenge::Solution>,
 }
 
 // The public routes (`lib.rs: reserved_routes`), described where the document is assembled.
@@ -107,12 +106,27 @@ struct JoinBody {
     responses(
         (status = 200, description = "The ticket's status", body = api::StatusBody),
         (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The room is closed, or the store cannot be reached", body = Problem, content_type = "application/problem+json"),
     ))]
 #[allow(dead_code)]
 fn join() {}
+
+/// A proof-of-work challenge for a room with `challenge` (SPEC §12): find a counter such that
+/// SHA-256 of the challenge followed by the counter in decimal has `difficulty` leading zero
+/// bits, then join with `{"challenge": {"token": <challenge>, "counter": <counter>}}`. Each
+/// challenge is good for one join, for five minutes.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/challenge", tag = "public",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "A challenge", body = crate::challenge::ChallengeBody),
+        (status = 404, description = "No such room, or the room asks for no proof of work (`challenge_not_used`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn challenge() {}
 
 /// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
 /// the pass and sets the pass cookie.

@@ -7,8 +7,13 @@
 //! The page is one template with inline CSS and JS, rendered by minijinja; a room may name its
 //! own template file (`page_template`) using the same placeholders.
 //!
+//! A room with `challenge` (SPEC §12) first serves a visitor without a ticket the page in its
+//! `challenge` state: a second script gets a proof-of-work challenge, solves it in a Web
+//! Worker built from inline source (a Blob URL), shows its progress and joins; without
+//! JavaScript the page says JavaScript is needed.
+//!
 //! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `closed`,
-//! `unavailable`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`, `eta_text`,
+//! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`, `eta_text`,
 //! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `t` (the
 //! texts of the chosen language) and `config` (what the script needs, for `tojson`).
 
@@ -29,6 +34,7 @@ use anteroom_store::StoreError;
 
 use crate::AppState;
 use crate::api::{self, TicketQuery};
+use crate::challenge;
 use crate::error::ApiError;
 
 /// The built-in waiting page.
@@ -199,6 +205,8 @@ enum PageState {
     Paused,
     Closed,
     Unavailable,
+    /// The room asks for a proof of work before the visitor gets a place (SPEC §12).
+    Challenge,
 }
 
 #[derive(Debug, Serialize)]
@@ -255,6 +263,8 @@ impl PageContext {
                 Some(figures.next_poll_ms.div_ceil(1000).max(2))
             }
             PageState::Closed | PageState::Unavailable => Some(30),
+            // Without JavaScript there is nothing to wait for: the page says so.
+            PageState::Challenge => None,
         };
         let config = serde_json::json!({
             "room": room,
@@ -348,12 +358,16 @@ fn texts(lang: Lang) -> serde_json::Value {
         Lang::En => serde_json::json!({
             "title": "You are in line",
             "heading": {"waiting": "You are in line", "paused": "The line is paused", "closed": "This room is closed",
-                        "unavailable": "Temporarily unavailable", "admitted": "It is your turn", "left": "You left the line"},
+                        "unavailable": "Temporarily unavailable", "admitted": "It is your turn", "left": "You left the line",
+                        "challenge": "Getting you a place in line"},
             "lead": {"waiting": "Thanks for waiting. We will take you in automatically when it is your turn.",
                      "paused": "Entry is paused for a moment. You keep your place.",
                      "closed": "Nobody is being let in right now.",
                      "unavailable": "The waiting room cannot be reached right now. Your place is kept.",
-                     "admitted": "Taking you in…", "left": "Your place has been given up."},
+                     "admitted": "Taking you in…", "left": "Your place has been given up.",
+                     "challenge": "Your browser is doing a short check that keeps bots out of the line. This takes a few seconds."},
+            "challenge_needs_js": "This waiting room needs JavaScript to give you a place in line. Please turn it on and reload the page.",
+            "challenge_failed": "The check did not work. Trying again…",
             "position": "your number", "ahead": "ahead of you", "eta": "estimated wait", "progress": "progress",
             "waiting_total": "people waiting", "updated": "updated",
             "keep_open": "Keep this page open: refreshing it or opening it in another tab keeps your place.",
@@ -364,12 +378,16 @@ fn texts(lang: Lang) -> serde_json::Value {
         Lang::Ko => serde_json::json!({
             "title": "대기열에 있습니다",
             "heading": {"waiting": "대기열에 있습니다", "paused": "입장이 잠시 멈췄습니다", "closed": "지금은 입장할 수 없습니다",
-                        "unavailable": "일시적으로 이용할 수 없습니다", "admitted": "입장 차례입니다", "left": "대기열에서 나왔습니다"},
+                        "unavailable": "일시적으로 이용할 수 없습니다", "admitted": "입장 차례입니다", "left": "대기열에서 나왔습니다",
+                        "challenge": "대기 번호를 받는 중입니다"},
             "lead": {"waiting": "기다려 주셔서 감사합니다. 차례가 되면 자동으로 입장합니다.",
                      "paused": "입장이 잠시 멈췄습니다. 순서는 그대로 유지됩니다.",
                      "closed": "지금은 입장을 받지 않습니다.",
                      "unavailable": "지금은 대기열에 연결할 수 없습니다. 순서는 유지됩니다.",
-                     "admitted": "입장하는 중…", "left": "대기 순서를 포기했습니다."},
+                     "admitted": "입장하는 중…", "left": "대기 순서를 포기했습니다.",
+                     "challenge": "자동 접속 프로그램을 막기 위해 브라우저가 잠시 확인 작업을 합니다. 몇 초 걸립니다."},
+            "challenge_needs_js": "이 대기실은 대기 번호를 받으려면 자바스크립트가 필요합니다. 자바스크립트를 켜고 페이지를 새로 고쳐 주세요.",
+            "challenge_failed": "확인에 실패했습니다. 다시 시도하는 중…",
             "position": "내 번호", "ahead": "앞 사람", "eta": "예상 대기 시간", "progress": "진행률",
             "waiting_total": "대기 인원", "updated": "갱신",
             "keep_open": "이 페이지를 열어 두세요. 새로 고침하거나 다른 탭에서 열어도 순서는 유지됩니다.",
@@ -422,6 +440,18 @@ pub(crate) async fn waiting_page(
         }
     };
     let ticket_query = TicketQuery::default();
+    if config.mode != anteroom_core::room::Mode::Closed
+        && challenge::needs_solution(&app, &room, &config, &headers, &ticket_query)
+    {
+        return challenge_page(
+            &app,
+            &config,
+            &room,
+            lang,
+            wants_json,
+            return_path.as_deref(),
+        );
+    }
     let entry = match api::join_entry(
         &app,
         &room,
@@ -464,6 +494,46 @@ pub(crate) async fn waiting_page(
         return api::entry_response(&app, &room, config.mode, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// The page of a room that asks for a proof of work, for a visitor without a ticket: its
+/// script gets a challenge, solves it in a worker and joins (SPEC §12). JSON clients get the
+/// join's `challenge_required` problem.
+fn challenge_page(
+    app: &AppState,
+    config: &RoomConfig,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+) -> Response {
+    if wants_json {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "challenge_required",
+            "this room asks for a proof of work before a join",
+        )
+        .with_challenge_url(challenge::challenge_url(room))
+        .into_response();
+    }
+    let mut context = PageContext::build(
+        room.as_str(),
+        lang,
+        PageState::Challenge,
+        &no_figures(),
+        return_path.unwrap_or("/"),
+    );
+    if let Some(script) = context.config.as_object_mut() {
+        script.insert(
+            "challengeUrl".to_owned(),
+            challenge::challenge_url(room).into(),
+        );
+    }
+    let mut response = html(app, config, &context, StatusCode::OK);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// Why the gateway holds a protected navigation back (SPEC §7.1).
@@ -590,6 +660,7 @@ pub(crate) async fn preview(
         Some("paused") => PageState::Paused,
         Some("closed") => PageState::Closed,
         Some("unavailable") => PageState::Unavailable,
+        Some("challenge") => PageState::Challenge,
         _ => PageState::Waiting,
     };
     let lang = Lang::choose(query.lang.as_deref(), &headers);
@@ -704,7 +775,9 @@ fn html(
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+        // `worker-src blob:`: the proof-of-work solver runs in a worker made from the page's
+        // own inline source (SPEC §12).
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; worker-src blob:; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
     );
     response
 }

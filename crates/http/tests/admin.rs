@@ -400,6 +400,73 @@ async fn bad_bodies_are_refused_listing_every_problem_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn adaptive_and_challenge_settings_are_read_checked_and_kept() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let created = admin
+        .call(put(
+            "/admin/v1/rooms/b",
+            json!({
+                "admit_per_minute": 120,
+                "adaptive": {"target_p95_ms": 250, "min_per_minute": 60, "max_per_minute": 600},
+                "challenge": {"kind": "pow", "difficulty": 16},
+            }),
+        ))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(
+        created.body["adaptive"],
+        json!({"target_p95_ms": 250, "max_error_rate": 0.05, "min_per_minute": 60,
+               "max_per_minute": 600, "interval": "10s"})
+    );
+    assert_eq!(
+        created.body["challenge"],
+        json!({"kind": "pow", "difficulty": 16})
+    );
+    // A patch of another field keeps them; `null` removes one.
+    let patched = admin
+        .call(patch("/admin/v1/rooms/b", json!({"max_active": 9})))
+        .await;
+    assert_eq!(
+        patched.body["challenge"]["difficulty"], 16,
+        "{}",
+        patched.body
+    );
+    let patched = admin
+        .call(patch("/admin/v1/rooms/b", json!({"challenge": null})))
+        .await;
+    assert!(patched.body.get("challenge").is_none(), "{}", patched.body);
+    assert_eq!(patched.body["adaptive"]["max_per_minute"], 600);
+
+    // Every problem is named, and nothing changes.
+    let before = admin.config("b").await;
+    let refused = admin
+        .call(patch(
+            "/admin/v1/rooms/b",
+            json!({
+                "adaptive": {"target_p95_ms": 250, "min_per_minute": 600, "max_per_minute": 60},
+                "challenge": {"kind": "captcha"},
+            }),
+        ))
+        .await;
+    refused.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    let fields: Vec<&str> = refused.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|error| error["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["adaptive", "challenge"], "{}", refused.body);
+    let typo = admin
+        .call(patch(
+            "/admin/v1/rooms/b",
+            json!({"adaptive": {"target": 1}}),
+        ))
+        .await;
+    typo.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    assert_eq!(admin.config("b").await, before);
+}
+
+#[tokio::test]
 async fn pause_resume_close_and_open_change_the_mode_live() {
     let admin = Admin::new(vec![capped_room("a", 100)]).await;
     let paused = admin.call(Call::post("/admin/v1/rooms/a/pause")).await;
@@ -686,12 +753,16 @@ async fn key_rotation_swaps_the_signing_key_live() {
 }
 
 #[tokio::test]
-async fn signal_is_not_supported_yet_and_unknown_paths_are_problems() {
+async fn signals_are_checked_and_unknown_paths_are_problems() {
     let admin = Admin::new(vec![room("a")]).await;
     admin
         .call(Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json("{}"))
         .await
-        .assert_problem(StatusCode::NOT_IMPLEMENTED, "not_implemented");
+        .assert_problem(StatusCode::BAD_REQUEST, "invalid_body");
+    admin
+        .call(Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json(r#"{"p95_ms": 12.5}"#))
+        .await
+        .assert_problem(StatusCode::CONFLICT, "not_adaptive");
     admin
         .call(Call::get("/admin/v1/nothing"))
         .await

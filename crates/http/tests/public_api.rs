@@ -3,6 +3,8 @@
 //! SPEC §2 that a client can observe from outside.
 #![allow(clippy::unwrap_used)]
 
+#[path = "public_api/challenge.rs"]
+mod challenge;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::key_dir::{self, Listing};
 use crate::keys::{self, KeyMaterial};
-use crate::{SigningAlgorithm, TicketSigner, TokenError};
+use crate::{ChallengeSigner, SigningAlgorithm, TicketSigner, TokenError};
 
 /// The keys of one key directory, loaded and ready to sign and verify.
 ///
@@ -39,6 +39,7 @@ struct Inner {
     keys: Vec<LoadedKey>,
     jwks: Value,
     ticket_signer: TicketSigner,
+    challenge_signer: ChallengeSigner,
 }
 
 /// One key of the set.
@@ -107,6 +108,7 @@ impl KeySet {
                 keys,
                 jwks,
                 ticket_signer: TicketSigner::from_secret(ticket_secret),
+                challenge_signer: ChallengeSigner::from_secret(ticket_secret),
             }),
         })
     }
@@ -179,6 +181,11 @@ impl KeySet {
     /// The signer for ticket tokens, keyed by the directory's `ticket.key`.
     pub fn ticket_signer(&self) -> &TicketSigner {
         &self.inner.ticket_signer
+    }
+
+    /// The signer of proof-of-work challenges (its key derived from the ticket secret).
+    pub fn challenge_signer(&self) -> &ChallengeSigner {
+        &self.inner.challenge_signer
     }
 
     pub(crate) fn active(&self) -> &LoadedKey {

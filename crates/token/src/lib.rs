@@ -48,6 +48,7 @@
 //! HMAC-SHA256 over the rest.
 
 mod algorithm;
+mod challenge;
 mod error;
 #[cfg(test)]
 mod fixtures;
@@ -59,6 +60,7 @@ mod pass;
 mod ticket;
 
 pub use algorithm::SigningAlgorithm;
+pub use challenge::{ChallengeClaims, ChallengeError, ChallengeSigner};
 pub use error::TokenError;
 pub use keyset::KeySet;
 pub use oidc::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims, SealError};

@@ -624,3 +624,54 @@ header_timeout = "500ms"
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], "upstream_unreachable");
 }
+
+/// A room that asks for a proof of work before a join (SPEC §12).
+const GUARDED_ROOM: &str = r#"
+[upstream]
+url = "{upstream}"
+
+[[room]]
+id = "guarded"
+routes = ["/**"]
+challenge = { kind = "pow", difficulty = 8 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_asking_for_a_proof_of_work_joins_nobody_at_the_gateway() {
+    let gate = Gate::start(GUARDED_ROOM).await;
+
+    // Even an empty room admits nobody on the spot: navigations go to the waiting page, which
+    // solves the challenge before it joins.
+    let mut visitor = Jar::default();
+    let response = gate.get("/products?x=1", &mut visitor, HTML).await;
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert_eq!(
+        response.headers()["location"],
+        "/_anteroom/wait/guarded?return=/products%3Fx%3D1"
+    );
+    let page = gate
+        .get(
+            "/_anteroom/wait/guarded?return=/products",
+            &mut visitor,
+            HTML,
+        )
+        .await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("data-state=\"challenge\"")
+    );
+
+    // Other requests get 429 `waiting_room`.
+    let response = gate.get("/api/orders", &mut visitor, JSON).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "waiting_room");
+
+    assert!(visitor.get("anteroom_t_guarded").is_none(), "no ticket");
+    let summary = gate.summary("guarded").await;
+    assert_eq!(summary["serving"], 0, "{summary}");
+    assert_eq!(summary["waiting"], 0, "{summary}");
+}

@@ -93,6 +93,8 @@ impl Site {
              listen = \"127.0.0.1:{port}\"\n\
              admin_listen = \"127.0.0.1:0\"\n\
              public_url = \"{url}\"\n\
+             # The tests join many times from one address; rate_limits.rs checks this limit.\n\
+             join_rate_limit = false\n\
              \n\
              [store]\n\
              backend = \"embedded\"\n\

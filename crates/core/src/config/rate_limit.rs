@@ -32,6 +32,49 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "ipv6_prefix",
 ];
 
+/// The name of the built-in join rule (SPEC §12); a `[[rate_limit]]` of this name replaces it.
+pub const JOIN_RULE_NAME: &str = "join-per-ip";
+/// The built-in join rule's limit: joins per client address per [`JOIN_RULE_PERIOD`].
+pub const JOIN_RULE_LIMIT: u64 = 10;
+/// The built-in join rule's period.
+pub const JOIN_RULE_PERIOD: Duration = Duration::from_secs(60);
+/// The built-in join rule's burst: all ten at once, then one every six seconds.
+pub const JOIN_RULE_BURST: u64 = 10;
+
+/// The built-in per-IP join limit (SPEC §12), an ordinary rule: `POST
+/// /_anteroom/v1/rooms/*/join`, keyed by client address, a token bucket of
+/// [`JOIN_RULE_LIMIT`] per [`JOIN_RULE_PERIOD`] with a burst of [`JOIN_RULE_BURST`], counted
+/// in this process, rejecting with 429 and the standard headers. Written as a rule:
+///
+/// ```toml
+/// [[rate_limit]]
+/// name = "join-per-ip"
+/// match = { paths = ["/_anteroom/v1/rooms/*/join"], methods = ["POST"] }
+/// key = ["ip"]
+/// algorithm = "token_bucket"
+/// limit = 10
+/// period = "1m"
+/// burst = 10
+/// ```
+pub fn default_join_rule() -> Option<RateLimitRule> {
+    let matcher = RequestMatcher::default()
+        .with_paths(["/_anteroom/v1/rooms/*/join"])
+        .and_then(|matcher| matcher.with_methods(["POST"]))
+        .ok()?;
+    let params = LimitParams {
+        algorithm: Algorithm::TokenBucket,
+        limit: JOIN_RULE_LIMIT,
+        period: JOIN_RULE_PERIOD,
+        burst: JOIN_RULE_BURST,
+        delay: 0,
+        nodelay: false,
+    };
+    Some(RateLimitRule {
+        matcher: Some(matcher),
+        ..RateLimitRule::new(JOIN_RULE_NAME, params)
+    })
+}
+
 /// The fields of a rule's `match`.
 const MATCH_FIELDS: &[&str] = &["hosts", "paths", "methods", "headers"];
 

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::room_oidc::{RawOidc, read_oidc};
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
+use crate::adaptive::AdaptiveSettings;
+use crate::challenge::{self, ProofOfWork};
 use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
 use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy, default_admit_burst};
@@ -27,7 +29,7 @@ use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy, default_a
 /// assert_eq!(room.max_active, 100);
 /// assert_eq!(RawRoom::from_config(&room).resolve(), Ok(room));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoom {
     /// The room's id: `[a-z0-9][a-z0-9-]{0,63}`.
@@ -77,6 +79,145 @@ pub struct RawRoom {
     /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc: Option<RawOidc>,
+    /// `[room.adaptive]` (SPEC §5.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<RawAdaptive>,
+    /// `challenge = { kind = "pow", difficulty = 18 }` (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<RawChallenge>,
+}
+
+/// `[room.adaptive]` as written (SPEC §5.4).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdaptive {
+    /// The p95 latency to hold the origin at, in milliseconds (required, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_p95_ms: Option<u64>,
+    /// The highest share of 5xx answers tolerated, 0 to 1 [0.05].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_error_rate: Option<f64>,
+    /// The lowest rate set (required, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_per_minute: Option<u64>,
+    /// The highest rate set (required, at least `min_per_minute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_minute: Option<u64>,
+    /// How often the controller runs ["10s"].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+}
+
+/// `challenge` as written (SPEC §12).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChallenge {
+    /// The only kind: `pow`.
+    #[serde(default)]
+    pub kind: String,
+    /// Leading zero bits asked for, 1 to 32 [18].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difficulty: Option<u64>,
+}
+
+/// The default `max_error_rate`.
+const DEFAULT_MAX_ERROR_RATE: f64 = 0.05;
+
+impl RawAdaptive {
+    /// Validates the settings, each problem as a message naming its key.
+    fn resolve(&self) -> Result<AdaptiveSettings, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut required = |key: &str, value: Option<u64>, least: u64| match value {
+            None => {
+                problems.push(format!("`{key}` is required"));
+                least
+            }
+            Some(value) if value < least => {
+                problems.push(format!("`{key}` must be at least {least}, found {value}"));
+                least
+            }
+            Some(value) => value,
+        };
+        let target_p95_ms = required("target_p95_ms", self.target_p95_ms, 1);
+        let min_per_minute = required("min_per_minute", self.min_per_minute, 1);
+        let max_per_minute = required("max_per_minute", self.max_per_minute, 1);
+        if self.min_per_minute.is_some()
+            && self.max_per_minute.is_some()
+            && max_per_minute < min_per_minute
+        {
+            problems.push(format!(
+                "`max_per_minute` ({max_per_minute}) must be at least `min_per_minute` ({min_per_minute})"
+            ));
+        }
+        let max_error_rate = self.max_error_rate.unwrap_or(DEFAULT_MAX_ERROR_RATE);
+        if !(0.0..=1.0).contains(&max_error_rate) {
+            problems.push(format!(
+                "`max_error_rate` must be between 0 and 1, found {max_error_rate}"
+            ));
+        }
+        let interval = match self.interval.as_deref().map(parse_duration) {
+            None => crate::adaptive::DEFAULT_INTERVAL,
+            Some(Ok(interval)) if interval >= std::time::Duration::from_millis(100) => interval,
+            Some(Ok(_)) => {
+                problems.push("`interval` must be at least 100ms".to_owned());
+                crate::adaptive::DEFAULT_INTERVAL
+            }
+            Some(Err(error)) => {
+                problems.push(format!("`interval`: {error}"));
+                crate::adaptive::DEFAULT_INTERVAL
+            }
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(AdaptiveSettings {
+            target_p95_ms,
+            max_error_ppm: (max_error_rate * 1_000_000.0).round() as u32,
+            min_per_minute,
+            max_per_minute,
+            interval,
+        })
+    }
+
+    fn from_settings(settings: &AdaptiveSettings) -> RawAdaptive {
+        RawAdaptive {
+            target_p95_ms: Some(settings.target_p95_ms),
+            max_error_rate: Some(f64::from(settings.max_error_ppm) / 1_000_000.0),
+            min_per_minute: Some(settings.min_per_minute),
+            max_per_minute: Some(settings.max_per_minute),
+            interval: Some(format_duration(settings.interval)),
+        }
+    }
+}
+
+impl RawChallenge {
+    fn resolve(&self) -> Result<ProofOfWork, Vec<String>> {
+        let mut problems = Vec::new();
+        if self.kind != "pow" {
+            problems.push(format!(
+                "unknown challenge kind {:?}: expected \"pow\"",
+                self.kind
+            ));
+        }
+        let difficulty = self
+            .difficulty
+            .unwrap_or(u64::from(challenge::DEFAULT_DIFFICULTY));
+        let max = challenge::MAX_DIFFICULTY;
+        let difficulty = match u8::try_from(difficulty) {
+            Ok(bits) if (1..=max).contains(&bits) => bits,
+            _ => {
+                problems.push(format!(
+                    "`difficulty` must be between 1 and {max}, found {difficulty}"
+                ));
+                challenge::DEFAULT_DIFFICULTY
+            }
+        };
+        if problems.is_empty() {
+            Ok(ProofOfWork { difficulty })
+        } else {
+            Err(problems)
+        }
+    }
 }
 
 /// A problem with one field of a [`RawRoom`].
@@ -107,15 +248,17 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "page_template",
     "on_store_error",
     "oidc",
+    "adaptive",
+    "challenge",
 ];
 
 /// Room tables and keys that later versions add, with how they are written.
 const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[
     ("schedule", "[[room.schedule]]"),
     ("adaptive", "[room.adaptive]"),
+    ("oidc", "[room.oidc]"),
     ("priority", "[[room.priority]]"),
     ("identity_jwt", "[room.identity_jwt]"),
-    ("challenge", "`challenge`"),
 ];
 
 impl RawRoom {
@@ -248,6 +391,18 @@ impl RawRoom {
         if let Some(oidc) = &self.oidc {
             room.oidc = oidc.resolve(&mut report);
         }
+        if let Some(adaptive) = &self.adaptive {
+            match adaptive.resolve() {
+                Ok(settings) => room.adaptive = Some(settings),
+                Err(messages) => messages.into_iter().for_each(|m| report("adaptive", m)),
+            }
+        }
+        if let Some(challenge) = &self.challenge {
+            match challenge.resolve() {
+                Ok(pow) => room.challenge = Some(pow),
+                Err(messages) => messages.into_iter().for_each(|m| report("challenge", m)),
+            }
+        }
 
         match id {
             Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
@@ -275,6 +430,11 @@ impl RawRoom {
             page_template: Some(config.page_template.clone()),
             on_store_error: Some(config.on_store_error.as_str().to_owned()),
             oidc: config.oidc.as_ref().map(RawOidc::from_client),
+            adaptive: config.adaptive.as_ref().map(RawAdaptive::from_settings),
+            challenge: config.challenge.map(|pow| RawChallenge {
+                kind: "pow".to_owned(),
+                difficulty: Some(u64::from(pow.difficulty)),
+            }),
         }
     }
 }
@@ -453,6 +613,8 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
                     .table(problems)
                     .map(|table| read_oidc(table, &mut origins, problems));
             }
+            "adaptive" => raw.adaptive = read_adaptive(entry, problems),
+            "challenge" => raw.challenge = read_challenge(entry, problems),
             _ => raw.on_store_error = entry.string(problems),
         }
     }
@@ -465,6 +627,50 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
         origins,
         has_id,
     }
+}
+
+/// `[room.adaptive]`: its keys read by type; their values are checked by `resolve`.
+fn read_adaptive(entry: &Entry, problems: &mut Problems) -> Option<RawAdaptive> {
+    let table = entry.table(problems)?;
+    let known = [
+        "target_p95_ms",
+        "max_error_rate",
+        "min_per_minute",
+        "max_per_minute",
+        "interval",
+    ];
+    problems.unknown_keys(table, &known, "[room.adaptive]");
+    let mut raw = RawAdaptive::default();
+    for key in &table.entries {
+        match key.key.as_str() {
+            "target_p95_ms" => raw.target_p95_ms = key.unsigned(problems),
+            "min_per_minute" => raw.min_per_minute = key.unsigned(problems),
+            "max_per_minute" => raw.max_per_minute = key.unsigned(problems),
+            "interval" => raw.interval = key.duration_text(problems),
+            "max_error_rate" => raw.max_error_rate = key.fraction(problems),
+            _ => {}
+        }
+    }
+    Some(raw)
+}
+
+/// `challenge = { kind = "pow", difficulty = 18 }`.
+fn read_challenge(entry: &Entry, problems: &mut Problems) -> Option<RawChallenge> {
+    let table = entry.table(problems)?;
+    problems.unknown_keys(table, &["kind", "difficulty"], "`challenge`");
+    let mut raw = RawChallenge::default();
+    for key in &table.entries {
+        match key.key.as_str() {
+            "kind" => raw.kind = key.string(problems).unwrap_or_default(),
+            "difficulty" => raw.difficulty = key.unsigned(problems),
+            _ => {}
+        }
+    }
+    if table.get("kind").is_none() {
+        problems.add(&entry.key_origin, "`challenge` needs a `kind` (\"pow\")");
+        return None;
+    }
+    Some(raw)
 }
 
 /// Reports a table or key that a later version of anteroom reads.

@@ -7,6 +7,7 @@ use super::tree::{Entry, Origin, Problems, Value, closest};
 use super::{AuthConfig, Cidr, KeyHash, KeysConfig, SIGNING_ALGORITHMS, ServerConfig, StoreConfig};
 
 const SERVER_KEYS: &[&str] = &[
+    "join_rate_limit",
     "listen",
     "admin_listen",
     "public_url",
@@ -85,6 +86,17 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         issuer,
         trusted_proxies,
     }
+}
+
+/// `[server] join_rate_limit`: whether the built-in per-IP join limit applies [true].
+pub(super) fn join_rate_limit(section: Option<&Entry>, problems: &mut Problems) -> bool {
+    section
+        .and_then(|entry| match &entry.item.value {
+            Value::Table(table) => table.get("join_rate_limit"),
+            _ => None,
+        })
+        .and_then(|entry| entry.boolean(problems))
+        .unwrap_or(true)
 }
 
 /// Checks that `url` is an absolute `http://` or `https://` URL with a host.

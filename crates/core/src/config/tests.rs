@@ -154,6 +154,8 @@ fn full_file_resolves_to_typed_values() {
         page_template: String::new(),
         on_store_error: StoreErrorPolicy::Open,
         oidc: None,
+        adaptive: None,
+        challenge: None,
     };
     let checkout = RoomConfig {
         id: room_id("checkout"),
@@ -172,6 +174,8 @@ fn full_file_resolves_to_typed_values() {
         page_template: "pages/checkout.html".to_owned(),
         on_store_error: StoreErrorPolicy::Closed,
         oidc: None,
+        adaptive: None,
+        challenge: None,
     };
     let expected = Config {
         server: ServerConfig {
@@ -205,7 +209,7 @@ fn full_file_resolves_to_typed_values() {
             page: PageMode::Inline,
         }],
         rooms: vec![launch, checkout],
-        rate_limits: vec![],
+        rate_limits: default_join_rule().into_iter().collect(),
         websocket: None,
         events: vec![],
     };
@@ -232,12 +236,18 @@ fn absent_sections_take_defaults() {
         },
         auth: AuthConfig::default(),
         rooms: vec![],
-        rate_limits: vec![],
+        // The built-in per-IP join limit is on by default (§12).
+        rate_limits: default_join_rule().into_iter().collect(),
         routes: vec![],
         websocket: None,
         events: vec![],
     };
-    assert_eq!(Config::default(), defaults);
+    // `Config::default()` is every section's default; the file adds the built-in join rule.
+    let with_join_rule = Config {
+        rate_limits: default_join_rule().into_iter().collect(),
+        ..Config::default()
+    };
+    assert_eq!(with_join_rule, defaults);
     check_config("", &[], &defaults);
     check_config("# nothing but a comment\n", &[], &defaults);
     check_config("[server]\n[store]\n[keys]\n[auth]\n", &[], &defaults);
@@ -364,8 +374,38 @@ fn room_field_rules() {
         "[[room.schedule]] is not supported by this version",
     );
     check_room(
-        "challenge = { kind = \"pow\" }",
-        "`challenge` is not supported by this version",
+        "challenge = { kind = \"captcha\" }",
+        "room \"a\": challenge: unknown challenge kind \"captcha\": expected \"pow\"",
+    );
+    check_room(
+        "challenge = { kind = \"pow\", difficulty = 40 }",
+        "challenge: `difficulty` must be between 1 and 32, found 40",
+    );
+    check_room(
+        "challenge = { kind = \"pow\", dificulty = 4 }",
+        "unknown key `dificulty` in `challenge`; did you mean `difficulty`?",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 600\nmax_per_minute = 60",
+        "adaptive: `max_per_minute` (60) must be at least `min_per_minute` (600)",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmax_per_minute = 60",
+        "adaptive: `min_per_minute` is required",
+    );
+    check_room(
+        "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 1\nmax_per_minute = 60\nmax_error_rate = 1.5",
+        "adaptive: `max_error_rate` must be between 0 and 1, found 1.5",
+    );
+    check_problems(
+        &room(
+            "[room.adaptive]\ntarget_p95_ms = 200\nmin_per_minute = 1\nmax_per_minute = 60\nmax_error_rate = \"5%\"",
+        ),
+        &[],
+        &[(
+            Some(7),
+            "`max_error_rate` must be a number such as 0.05, found string \"5%\"",
+        )],
     );
     check_problems(
         "[[room]]\nmax_active = 1\n",
@@ -834,4 +874,59 @@ fn top_level_keys_are_the_supported_and_unsupported_sections() {
     let mut all = TOP_LEVEL_KEYS.to_vec();
     all.sort_unstable();
     assert_eq!(listed, all);
+}
+
+#[test]
+fn adaptive_and_challenge_rooms() {
+    let source = "[[room]]\nid = \"a\"\nchallenge = { kind = \"pow\" }\n\
+                  [room.adaptive]\ntarget_p95_ms = 250\nmin_per_minute = 60\nmax_per_minute = 600\n\
+                  interval = \"2s\"\n";
+    let config = parse_config(source, &[]).expect("valid");
+    let room = &config.rooms[0];
+    assert_eq!(
+        room.challenge,
+        Some(crate::challenge::ProofOfWork { difficulty: 18 })
+    );
+    assert_eq!(
+        room.adaptive,
+        Some(crate::adaptive::AdaptiveSettings {
+            target_p95_ms: 250,
+            max_error_ppm: 50_000,
+            min_per_minute: 60,
+            max_per_minute: 600,
+            interval: Duration::from_secs(2),
+        })
+    );
+    // The raw form (admin API, persisted rooms) carries both back unchanged.
+    assert_eq!(RawRoom::from_config(room).resolve().as_ref(), Ok(room));
+}
+
+#[test]
+fn the_join_limit_is_on_by_default_replaceable_and_removable() {
+    let names = |source: &str| -> Vec<String> {
+        parse_config(source, &[])
+            .expect("valid")
+            .rate_limits
+            .into_iter()
+            .map(|rule| rule.name)
+            .collect()
+    };
+    let rule = default_join_rule().expect("the built-in rule");
+    assert_eq!(rule.name, "join-per-ip");
+    assert_eq!(rule.params.limit, 10);
+    assert_eq!(rule.params.burst, 10);
+    assert_eq!(rule.params.period, Duration::from_secs(60));
+    assert_eq!(names(""), ["join-per-ip"]);
+    assert!(names("[server]\njoin_rate_limit = false\n").is_empty());
+    assert_eq!(names("[server]\njoin_rate_limit = true\n"), ["join-per-ip"]);
+    // A rule of the same name replaces it.
+    let own = "[[rate_limit]]\nname = \"join-per-ip\"\nmatch = { paths = [\"/_anteroom/v1/rooms/*/join\"] }\nlimit = 3\nperiod = \"1m\"\n";
+    let config = parse_config(own, &[]).expect("valid");
+    assert_eq!(config.rate_limits.len(), 1);
+    assert_eq!(config.rate_limits[0].params.limit, 3);
+    check_problems(
+        "[server]\njoin_rate_limit = \"no\"\n",
+        &[],
+        &[(Some(2), "`join_rate_limit` must be true or false")],
+    );
 }

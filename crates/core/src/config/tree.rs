@@ -280,6 +280,19 @@ impl Entry {
         }
     }
 
+    /// A number written as a float or an integer, such as `0.05` or `1`.
+    pub(super) fn fraction(&self, problems: &mut Problems) -> Option<f64> {
+        let parsed = match &self.item.value {
+            Value::Float(text) => text.parse::<f64>().ok().filter(|number| number.is_finite()),
+            Value::Integer(Some(number)) => Some(*number as f64),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.wrong_type("a number such as 0.05", problems);
+        }
+        parsed
+    }
+
     /// An array of strings, each with its own origin. From an environment variable, plain
     /// text is also read as a comma-separated list.
     pub(super) fn strings(&self, problems: &mut Problems) -> Option<Vec<(String, Origin)>> {

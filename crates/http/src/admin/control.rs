@@ -1,5 +1,5 @@
 //! The operator's controls: pause, resume, close, open, advance, reset, passes by hand, key
-//! rotation, and the load signal (not yet: adaptive admission is not built).
+//! rotation, and the origin's load signal for adaptive admission (SPEC §5.4).
 
 use std::time::Duration;
 
@@ -441,23 +441,92 @@ pub(crate) async fn rotate_keys(
     }))
 }
 
+/// The body of `PUT /admin/v1/rooms/{room}/signal`: the origin's own view of its health.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SignalBody {
+    /// The origin's 95th-percentile latency over its last few seconds, in milliseconds.
+    #[schema(minimum = 0)]
+    p95_ms: f64,
+    /// The origin's share of failed (5xx) answers over the same time, 0 to 1; 0 when absent.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
+    error_rate: Option<f64>,
+    /// Requests the origin is working on (shown in stats and metrics only).
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    in_flight: Option<u64>,
+}
+
 /// `PUT /admin/v1/rooms/{room}/signal`
 #[utoipa::path(put, path = "/admin/v1/rooms/{room}/signal", tag = "admin",
     security(("admin_key" = [])),
     params(("room" = String, Path, description = "Room id")),
-    description = "The origin's load signal for adaptive admission (SPEC §5.4); not supported \
-        by this version.",
+    request_body(content = SignalBody, description = "The origin's load signal"),
+    description = "The origin's load signal for adaptive admission (SPEC §5.4), for origins \
+        not behind the gateway. The room's controller uses the last signal this node received \
+        while it is at most 30 s old; without one for 30 s the rate drops to `min_per_minute`. \
+        With several nodes, send it to every node.",
     responses(
+        (status = 204, description = "Taken"),
+        (status = 400, description = "A malformed or out-of-range body", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 501, description = "Not supported by this version", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The room has no `[room.adaptive]`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
-pub(crate) async fn signal(_: WriteAccess, Path(_room): Path<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "not_implemented",
-        "adaptive admission (load signals) is not supported by this version",
-    )
+pub(crate) async fn signal(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path(room): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = parse_room(&room)?;
+    let Some(body) = json_body::<SignalBody>(body)? else {
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            "the body must be {\"p95_ms\": …, \"error_rate\": …}",
+        ));
+    };
+    let mut problems = Vec::new();
+    if !(body.p95_ms.is_finite() && body.p95_ms >= 0.0) {
+        problems.push((
+            "p95_ms".to_owned(),
+            "must be a number of milliseconds, at least 0".to_owned(),
+        ));
+    }
+    let error_rate = body.error_rate.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&error_rate) {
+        problems.push((
+            "error_rate".to_owned(),
+            "must be between 0 and 1".to_owned(),
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(
+            ApiError::bad_request("invalid_signal", "the signal has invalid fields")
+                .with_errors(problems),
+        );
+    }
+    let config = admin.app().store().room(&id).await?;
+    if config.adaptive.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_adaptive",
+            "this room has no [room.adaptive]; add one to use load signals",
+        ));
+    }
+    admin.app().adaptive().push_signal(
+        id,
+        crate::adaptive::PushedSignal {
+            p95_ms: body.p95_ms,
+            error_rate,
+            in_flight: body.in_flight,
+            received_at: admin.now(),
+        },
+    );
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 fn internal(error: &dyn std::fmt::Display) -> ApiError {

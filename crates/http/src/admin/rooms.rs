@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{FieldProblem, RawRoom};
+use anteroom_core::config::{FieldProblem, RawAdaptive, RawChallenge, RawRoom};
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
@@ -29,7 +29,7 @@ use crate::error::ApiError;
 /// A room in SPEC §3 form. In a request every field is optional (absent fields take their
 /// defaults on PUT and stay as they are on PATCH; `id` must match the path when given); in an
 /// answer every field is present except an absent `session_max`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "launch", "max_active": 1000, "admit_per_minute": 3000,
     "session_ttl": "10m", "mode": "queue"}))]
@@ -99,6 +99,12 @@ pub(crate) struct RoomBody {
     /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) oidc: Option<OidcBody>,
+    /// Adaptive admission (SPEC §5.4): the controller that sets `admit_per_minute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) adaptive: Option<AdaptiveBody>,
+    /// A proof of work asked for before a join (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) challenge: Option<ChallengeBody>,
 }
 
 /// A room as an OpenID Connect client: the room id is the client id.
@@ -118,6 +124,69 @@ pub(crate) struct OidcBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "60s")]
     pub(crate) code_ttl: Option<String>,
+}
+
+/// `[room.adaptive]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdaptiveBody {
+    /// The p95 latency to hold the origin at, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    target_p95_ms: Option<u64>,
+    /// The highest share of 5xx answers tolerated [0.05].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1)]
+    max_error_rate: Option<f64>,
+    /// The lowest rate the controller sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    min_per_minute: Option<u64>,
+    /// The highest rate the controller sets (at least `min_per_minute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    max_per_minute: Option<u64>,
+    /// How often the controller runs ["10s"].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10s")]
+    interval: Option<String>,
+}
+
+/// `challenge`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ChallengeBody {
+    /// `pow`.
+    #[schema(pattern = "^pow$", example = "pow")]
+    kind: String,
+    /// Leading zero bits asked for [18].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 32)]
+    difficulty: Option<u64>,
+}
+
+impl From<RawAdaptive> for AdaptiveBody {
+    fn from(raw: RawAdaptive) -> AdaptiveBody {
+        AdaptiveBody {
+            target_p95_ms: raw.target_p95_ms,
+            max_error_rate: raw.max_error_rate,
+            min_per_minute: raw.min_per_minute,
+            max_per_minute: raw.max_per_minute,
+            interval: raw.interval,
+        }
+    }
+}
+
+impl From<AdaptiveBody> for RawAdaptive {
+    fn from(body: AdaptiveBody) -> RawAdaptive {
+        RawAdaptive {
+            target_p95_ms: body.target_p95_ms,
+            max_error_rate: body.max_error_rate,
+            min_per_minute: body.min_per_minute,
+            max_per_minute: body.max_per_minute,
+            interval: body.interval,
+        }
+    }
 }
 
 /// A path glob a room protects, starting with `/`.
@@ -171,6 +240,11 @@ impl RoomBody {
                 client_secret: oidc.client_secret,
                 redirect_uris: oidc.redirect_uris,
                 code_ttl: oidc.code_ttl,
+            }),
+            adaptive: raw.adaptive.map(AdaptiveBody::from),
+            challenge: raw.challenge.map(|challenge| ChallengeBody {
+                kind: challenge.kind,
+                difficulty: challenge.difficulty,
             }),
         }
     }
@@ -421,11 +495,27 @@ fn apply_fields(
                 "an object with client_secret, redirect_uris and code_ttl",
                 &mut problem,
             ),
+            "adaptive" => {
+                let mut body: Option<AdaptiveBody> = None;
+                set(&mut body, value, ADAPTIVE, &mut problem);
+                raw.adaptive = body.map(RawAdaptive::from);
+            }
+            "challenge" => {
+                let mut body: Option<ChallengeBody> = None;
+                set(&mut body, value, CHALLENGE, &mut problem);
+                raw.challenge = body.map(|body| RawChallenge {
+                    kind: body.kind,
+                    difficulty: body.difficulty,
+                });
+            }
             _ => problem("unknown field".to_owned()),
         }
     }
 }
 
+const ADAPTIVE: &str = "an object with target_p95_ms, max_error_rate, min_per_minute, \
+     max_per_minute and interval";
+const CHALLENGE: &str = "an object such as {\"kind\": \"pow\", \"difficulty\": 18}";
 const DURATION: &str = "a duration such as \"90s\", \"10m\" or \"1h\"";
 
 fn set<T: serde::de::DeserializeOwned>(

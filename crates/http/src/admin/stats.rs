@@ -66,6 +66,10 @@ pub(crate) struct Stats {
     eta_seconds_for_new: Option<u64>,
     /// Per-second history kept by this node (empty after a restart).
     history: HistoryBody,
+    /// The adaptive controller's last run on this node (rooms with `[room.adaptive]`; absent
+    /// until it first ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptive: Option<crate::adaptive::AdaptiveStatus>,
 }
 
 /// Running totals of a room.
@@ -170,6 +174,7 @@ pub(crate) async fn stats(
         admission_rate_per_minute: snapshot.admission_rate.map(|rate| rate * 60.0),
         eta_seconds_for_new: snapshot.eta_seconds_for_new,
         history,
+        adaptive: admin.app().adaptive().status(&id),
     }))
 }
 

@@ -38,11 +38,13 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::any;
 use tower::ServiceBuilder;
 
+use anteroom_core::RoomId;
 use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
 use anteroom_core::room::RoomConfig;
 
 use crate::AppState;
 
+pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
 
@@ -133,6 +135,16 @@ impl Gateway {
     /// What the gateway measured so far.
     pub fn stats(&self) -> &GatewayStats {
         &self.inner.stats
+    }
+
+    /// The upstream measurements of the routes that name `room` (adaptive admission, §5.4).
+    pub(crate) fn room_upstreams(&self, room: &RoomId) -> Vec<Arc<UpstreamStats>> {
+        self.inner
+            .routes
+            .indexes_naming(room)
+            .into_iter()
+            .filter_map(|index| self.inner.stats.routes.get(index).cloned())
+            .collect()
     }
 
     /// Whether an upstream is configured (otherwise only the verify endpoint is useful).

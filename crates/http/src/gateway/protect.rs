@@ -172,7 +172,16 @@ pub(crate) async fn decide(
             passes.push(HeldPass { room, pass });
             continue;
         }
-        if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once() {
+        // A room asking for a proof of work (§12) takes no join here: the waiting page
+        // solves it first (navigations go there by 302), other requests get 429.
+        let needs_solution = crate::challenge::needs_solution(
+            app,
+            &room,
+            &info.config,
+            asked.headers,
+            &TicketQuery::default(),
+        );
+        if needs_solution || (join == JoinWhen::AdmitsAtOnce && !info.admits_at_once()) {
             return Verdict::Wait(Box::new(Waiting {
                 retry_after_secs: info
                     .snapshot

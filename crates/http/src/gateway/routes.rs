@@ -82,6 +82,15 @@ impl RouteTable {
             .map(|route| route.name.as_str())
     }
 
+    /// Indexes (into the upstream stats) of the routes that name `room`.
+    pub(crate) fn indexes_naming(&self, room: &RoomId) -> Vec<usize> {
+        self.routes
+            .iter()
+            .filter(|route| !route.bypass && route.rooms.contains(room))
+            .map(|route| route.index)
+            .collect()
+    }
+
     /// The route of a request with this method, URI and `Host` header.
     pub(crate) fn find(&self, method: &Method, uri: &Uri, host: Option<&str>) -> &Arc<Route> {
         if self.routes.is_empty() {

@@ -236,6 +236,15 @@ impl RateLimiter {
         })
     }
 
+    /// The store shared by every node when there is one (redis), else the local store: where
+    /// one-time marks go (used challenges, adaptive decisions).
+    pub fn shared_store(&self) -> Arc<dyn LimitStore> {
+        self.shared
+            .redis
+            .clone()
+            .unwrap_or_else(|| self.shared.local.clone())
+    }
+
     /// A tower layer applying the rules to every request.
     pub fn layer(&self) -> RateLimitLayer {
         RateLimitLayer::from_limiter(self.clone(), Vec::new())

@@ -143,15 +143,22 @@ pub async fn rooms_are_created_replaced_listed_and_deleted(backend: &dyn Backend
     assert_eq!(names, ["alpha", "beta"]);
     join(&*store, &id).await;
     join(&*store, &id).await;
-    // Replacing the configuration keeps the queue.
-    store
-        .put_room(room("alpha", |c| {
-            c.mode = Mode::QueueAll;
-            c.max_active = 7;
-        }))
-        .await
-        .unwrap();
-    assert_eq!(store.room(&id).await.unwrap().max_active, 7);
+    // Replacing the configuration keeps the queue, and every field (the adaptive and
+    // proof-of-work settings included) comes back as written.
+    let replacement = room("alpha", |c| {
+        c.mode = Mode::QueueAll;
+        c.max_active = 7;
+        c.adaptive = Some(anteroom_core::adaptive::AdaptiveSettings {
+            target_p95_ms: 250,
+            max_error_ppm: 12_500,
+            min_per_minute: 60,
+            max_per_minute: 900,
+            interval: Duration::from_secs(5),
+        });
+        c.challenge = Some(anteroom_core::challenge::ProofOfWork { difficulty: 20 });
+    });
+    store.put_room(replacement.clone()).await.unwrap();
+    assert_eq!(store.room(&id).await.unwrap(), replacement);
     assert_eq!(store.snapshot(&id).await.unwrap().waiting, 2);
     assert!(store.delete_room(&id).await.unwrap());
     assert!(!store.delete_room(&id).await.unwrap());

@@ -110,7 +110,11 @@ action = "shadow"
 nodelay = false
 "#;
     let found = rules(source, &[]);
-    assert_eq!(found.len(), 3);
+    assert_eq!(found.len(), 4);
+    assert_eq!(
+        found[3].name, "join-per-ip",
+        "the built-in join limit comes last"
+    );
 
     // Absent fields take their defaults: token bucket, burst = limit, key by IP.
     let api = &found[0];
