@@ -37,7 +37,7 @@
 //! # Sections of later versions
 //!
 //! In a room,
-//! `[[room.schedule]]`, `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
+//! `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
 //! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
 //! reported as a problem rather than silently ignored.
 //!

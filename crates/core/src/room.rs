@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::clock::Timestamp;
 use crate::ids::RoomId;
 
 /// How a room treats visitors (SPEC §3 `mode`).
@@ -168,6 +169,8 @@ pub struct RoomConfig {
     pub page_template: String,
     /// Behaviour when the store is unreachable.
     pub on_store_error: StoreErrorPolicy,
+    /// Scheduled sales (SPEC §5.3); empty for an always-on room.
+    pub schedule: Schedule,
 }
 
 impl RoomConfig {
@@ -189,6 +192,7 @@ impl RoomConfig {
             requires: Vec::new(),
             page_template: String::new(),
             on_store_error: StoreErrorPolicy::Open,
+            schedule: Schedule::default(),
         }
     }
 }
@@ -196,4 +200,175 @@ impl RoomConfig {
 /// The default `admit_burst`: a second's worth of admissions, at least 1.
 pub fn default_admit_burst(admit_per_minute: u64) -> u64 {
     (admit_per_minute / 60).max(1)
+}
+
+/// What a scheduled room does outside its events (SPEC §5.3 `before`, `after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IdleMode {
+    /// Protected routes pass through; joins are admitted at once.
+    #[default]
+    Passthrough,
+    /// Protected routes answer 503 with the closed page; joins are refused.
+    Closed,
+}
+
+impl IdleMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleMode::Passthrough => "passthrough",
+            IdleMode::Closed => "closed",
+        }
+    }
+
+    /// Reads the config spelling.
+    pub fn parse(text: &str) -> Option<IdleMode> {
+        match text {
+            "passthrough" => Some(IdleMode::Passthrough),
+            "closed" => Some(IdleMode::Closed),
+            _ => None,
+        }
+    }
+
+    /// The room mode this idle mode behaves as.
+    pub fn mode(self) -> Mode {
+        match self {
+            IdleMode::Passthrough => Mode::Passthrough,
+            IdleMode::Closed => Mode::Closed,
+        }
+    }
+}
+
+/// The admission limits in force at one moment: the room's own, or an event's overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Concurrent active sessions allowed; 0 = unlimited.
+    pub max_active: u64,
+    /// New admissions per minute; 0 = unlimited.
+    pub admit_per_minute: u64,
+    /// Admission token-bucket capacity.
+    pub admit_burst: u64,
+}
+
+/// One scheduled sale (SPEC §5.3 `[[room.schedule]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// From here visitors join, but nobody is admitted.
+    pub prequeue_at: Timestamp,
+    /// Admission starts here; with `shuffle`, the pre-queue cohort is drawn in random order.
+    pub opens_at: Timestamp,
+    /// After this the room follows its `after` mode (or waits for the next event).
+    pub closes_at: Timestamp,
+    /// Whether the pre-queue cohort is put in a random order at `opens_at` (a lottery).
+    pub shuffle: bool,
+    /// `max_active` while the event is open, instead of the room's.
+    pub max_active: Option<u64>,
+    /// `admit_per_minute` while the event is open, instead of the room's.
+    pub admit_per_minute: Option<u64>,
+    /// `admit_burst` while the event is open, instead of the room's.
+    pub admit_burst: Option<u64>,
+}
+
+/// A room's events in time order, and what it does outside them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Schedule {
+    /// Events, in time order, never overlapping.
+    pub events: Vec<Event>,
+    /// Outside the events, before the last one has closed.
+    pub before: IdleMode,
+    /// After the last event has closed.
+    pub after: IdleMode,
+}
+
+/// Where a room stands in its schedule at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The room has no schedule: its `mode` alone applies.
+    Unscheduled,
+    /// Before an event's pre-queue (or between events), or after the last event.
+    Idle(IdleMode),
+    /// Between `prequeue_at` and `opens_at` of event `event`: joins wait, nobody is admitted.
+    Prequeue {
+        /// Index of the event.
+        event: usize,
+        /// When admission starts.
+        opens_at: Timestamp,
+    },
+    /// Between `opens_at` and `closes_at` of event `event`.
+    Open {
+        /// Index of the event.
+        event: usize,
+    },
+}
+
+impl Schedule {
+    /// Where the schedule stands at `now`: the first event that has not closed decides.
+    pub fn phase(&self, now: Timestamp) -> Phase {
+        if self.events.is_empty() {
+            return Phase::Unscheduled;
+        }
+        let Some((index, event)) = self
+            .events
+            .iter()
+            .enumerate()
+            .find(|(_, event)| now < event.closes_at)
+        else {
+            return Phase::Idle(self.after);
+        };
+        if now < event.prequeue_at {
+            Phase::Idle(self.before)
+        } else if now < event.opens_at {
+            Phase::Prequeue {
+                event: index,
+                opens_at: event.opens_at,
+            }
+        } else {
+            Phase::Open { event: index }
+        }
+    }
+}
+
+impl RoomConfig {
+    /// The room's own limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_active: self.max_active,
+            admit_per_minute: self.admit_per_minute,
+            admit_burst: self.admit_burst,
+        }
+    }
+
+    /// Where the room's schedule stands at `now`; `Unscheduled` while the operator's mode is
+    /// anything but `queue` (pause, close and passthrough override the schedule).
+    pub fn phase(&self, now: Timestamp) -> Phase {
+        if self.mode != Mode::Queue {
+            return Phase::Unscheduled;
+        }
+        self.schedule.phase(now)
+    }
+
+    /// The mode the room behaves as at `now`: its own, or the schedule's (an idle room passes
+    /// through or is closed, a pre-queue holds everybody like `queue_all`, an open event
+    /// queues).
+    pub fn mode_at(&self, now: Timestamp) -> Mode {
+        match self.phase(now) {
+            Phase::Unscheduled => self.mode,
+            Phase::Idle(idle) => idle.mode(),
+            Phase::Prequeue { .. } => Mode::QueueAll,
+            Phase::Open { .. } => Mode::Queue,
+        }
+    }
+
+    /// The limits in force at `now`: an open event's overrides, else the room's own.
+    pub fn limits_at(&self, now: Timestamp) -> Limits {
+        let mut limits = self.limits();
+        if let Phase::Open { event } = self.phase(now)
+            && let Some(event) = self.schedule.events.get(event)
+        {
+            limits.max_active = event.max_active.unwrap_or(limits.max_active);
+            limits.admit_per_minute = event.admit_per_minute.unwrap_or(limits.admit_per_minute);
+            limits.admit_burst = event.admit_burst.unwrap_or(limits.admit_burst);
+        }
+        limits
+    }
 }

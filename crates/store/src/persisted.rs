@@ -7,10 +7,11 @@
 
 use anteroom_core::config::RawRoom;
 use anteroom_core::engine::{
-    AdmissionBucket, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd,
-    TicketState,
+    AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
+    TicketEnd, TicketState,
 };
 use anteroom_core::eta::AdmissionRate;
+use anteroom_core::lottery::{seed_from_hex, seed_to_hex};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,19 @@ struct StateV1 {
     rate_seconds: f64,
     rate_measured_until: Option<u64>,
     totals: TotalsV1,
+    /// Absent in records written before schedules existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draw: Option<DrawV1>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DrawV1 {
+    opens_at: u64,
+    drawn_at: u64,
+    /// 64 hex digits.
+    seed: String,
+    cohort: u64,
+    through_position: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -136,6 +150,13 @@ pub(crate) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
             sessions_abandoned: totals.sessions_abandoned,
             expired: totals.expired,
         },
+        draw: meta.draw.map(|draw| DrawV1 {
+            opens_at: draw.opens_at.0,
+            drawn_at: draw.drawn_at.0,
+            seed: seed_to_hex(&draw.seed),
+            cohort: draw.cohort,
+            through_position: draw.through_position,
+        }),
     })
 }
 
@@ -143,7 +164,19 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
     let state: StateV1 = serde_json::from_slice(bytes)?;
     check_version(state.v)?;
     let totals = state.totals;
+    let draw = match state.draw {
+        None => None,
+        Some(draw) => Some(Draw {
+            opens_at: Timestamp(draw.opens_at),
+            drawn_at: Timestamp(draw.drawn_at),
+            seed: seed_from_hex(&draw.seed)
+                .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {:?}", draw.seed)))?,
+            cohort: draw.cohort,
+            through_position: draw.through_position,
+        }),
+    };
     Ok(RoomMeta {
+        draw,
         config,
         generation: state.generation,
         last_position: state.last_position,

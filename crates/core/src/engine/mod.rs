@@ -21,7 +21,8 @@ use rand::Rng;
 use crate::clock::Timestamp;
 use crate::eta::{AdmissionRate, eta_seconds};
 use crate::ids::{SessionId, TicketId};
-use crate::room::{Mode, Order, RoomConfig};
+use crate::lottery::{self, Seed};
+use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::WaitingLine;
 
 pub use bucket::AdmissionBucket;
@@ -214,6 +215,23 @@ pub struct RoomMeta {
     pub rate: AdmissionRate,
     /// Running totals.
     pub totals: RoomTotals,
+    /// The latest pre-queue lottery (SPEC §5.3), kept for audits.
+    pub draw: Option<Draw>,
+}
+
+/// A pre-queue lottery as it happened: enough to reproduce it ([`crate::lottery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draw {
+    /// The `opens_at` of the event it was drawn for.
+    pub opens_at: Timestamp,
+    /// When it was drawn (the first operation at or after `opens_at`).
+    pub drawn_at: Timestamp,
+    /// The seed, drawn from the store's cryptographic generator at the draw.
+    pub seed: Seed,
+    /// How many waiting tickets it ordered.
+    pub cohort: u64,
+    /// The room's last issued position at the draw: the cohort waited at or below it.
+    pub through_position: u64,
 }
 
 /// Which records an operation changed; a durable backend writes exactly these.
@@ -282,6 +300,9 @@ pub struct WaitingView {
     pub eta_seconds: Option<u64>,
     /// Admission is stopped (`queue_all`).
     pub paused: bool,
+    /// The room is in a scheduled pre-queue opening at this time (SPEC §5.3): the order is
+    /// not drawn yet, so `ahead` means nothing.
+    pub opens_at: Option<Timestamp>,
     /// Where to go once admitted.
     pub return_to: Option<String>,
 }
@@ -339,6 +360,8 @@ pub struct RoomSnapshot {
     pub eta_seconds_for_new: Option<u64>,
     /// Running totals.
     pub totals: RoomTotals,
+    /// The latest pre-queue lottery.
+    pub draw: Option<Draw>,
 }
 
 /// Why an operation was refused.
@@ -386,13 +409,14 @@ impl RoomState {
     /// A new, empty room.
     pub fn new(config: RoomConfig, now: Timestamp) -> RoomState {
         let meta = RoomMeta {
-            bucket: AdmissionBucket::full(&config, now),
+            bucket: AdmissionBucket::full(config.limits_at(now), now),
             config,
             generation: 1,
             last_position: 0,
             serving: 0,
             rate: AdmissionRate::default(),
             totals: RoomTotals::default(),
+            draw: None,
         };
         RoomState::restore(meta, Vec::new(), Vec::new(), now)
     }
@@ -514,6 +538,7 @@ impl RoomState {
             admission_rate: self.meta.rate.per_second(),
             eta_seconds_for_new: eta_seconds(self.waiting.len(), &self.meta.rate),
             totals: self.meta.totals,
+            draw: self.meta.draw,
         }
     }
 
@@ -542,13 +567,15 @@ impl RoomState {
     /// earned under the old rate is kept (trimmed to the new burst); a room that had no rate
     /// limit starts its new one with a full bucket.
     pub fn set_config(&mut self, config: RoomConfig, now: Timestamp, changes: &mut ChangeSet) {
-        let was_unlimited = self.meta.config.admit_per_minute == 0;
-        self.meta.bucket.refill(&self.meta.config, now);
+        let old_limits = self.meta.config.limits_at(now);
+        let was_unlimited = old_limits.admit_per_minute == 0;
+        self.meta.bucket.refill(old_limits, now);
         self.meta.config = config;
+        let limits = self.meta.config.limits_at(now);
         if was_unlimited {
-            self.meta.bucket = AdmissionBucket::full(&self.meta.config, now);
+            self.meta.bucket = AdmissionBucket::full(limits, now);
         }
-        self.meta.bucket.clamp(&self.meta.config);
+        self.meta.bucket.clamp(limits);
         changes.meta = true;
     }
 
@@ -562,9 +589,11 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<Entry, EngineError> {
-        if self.meta.config.mode == Mode::Closed {
+        let mode = self.meta.config.mode_at(now);
+        if mode == Mode::Closed {
             return Err(EngineError::RoomClosed);
         }
+        self.settle_schedule(now, rng, changes);
         // In an identity room the identity decides which ticket is resumed: a ticket token
         // presented by somebody else (a shared browser) never hands over another user's place.
         let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
@@ -611,18 +640,19 @@ impl RoomState {
         changes.meta = true;
         changes.tickets.insert(ticket_id);
 
-        let admit_at_once = match self.meta.config.mode {
+        let limits = self.meta.config.limits_at(now);
+        let admit_at_once = match mode {
             Mode::Passthrough => true,
             Mode::Queue => {
-                self.meta.bucket.refill(&self.meta.config, now);
+                self.meta.bucket.refill(limits, now);
                 self.waiting.len() == 1
-                    && self.free_slots() >= 1
-                    && self.meta.bucket.available(&self.meta.config) >= 1
+                    && self.free_slots(limits) >= 1
+                    && self.meta.bucket.available(limits) >= 1
             }
             Mode::QueueAll | Mode::Closed => false,
         };
         if admit_at_once {
-            self.meta.bucket.spend(&self.meta.config, 1);
+            self.meta.bucket.spend(limits, 1);
             self.admit(ticket_id, now, changes);
         }
         self.status(
@@ -648,6 +678,7 @@ impl RoomState {
         if reference.generation != self.meta.generation {
             return Err(EngineError::TicketExpired);
         }
+        self.settle_schedule(now, rng, changes);
         let ticket = self
             .tickets
             .get(&reference.id)
@@ -658,7 +689,7 @@ impl RoomState {
         match ticket.state {
             TicketState::Waiting => {
                 self.touch(reference.id, now);
-                Ok(Entry::Waiting(self.waiting_view(reference.id)))
+                Ok(Entry::Waiting(self.waiting_view(reference.id, now)))
             }
             TicketState::Admitted { .. } => {
                 let session = self.claim(reference.id, now, rng, changes);
@@ -686,8 +717,10 @@ impl RoomState {
         &mut self,
         reference: TicketRef,
         now: Timestamp,
+        rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<bool, EngineError> {
+        self.settle_schedule(now, rng, changes);
         let ticket = self
             .tickets
             .get(&reference.id)
@@ -778,7 +811,8 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<Session, EngineError> {
-        if self.meta.config.mode != Mode::Passthrough && self.free_slots() == 0 {
+        let limits = self.meta.config.limits_at(now);
+        if self.meta.config.mode_at(now) != Mode::Passthrough && self.free_slots(limits) == 0 {
             return Err(EngineError::RoomFull);
         }
         let session = Session {
@@ -810,6 +844,7 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> TickReport {
+        self.settle_schedule(now, rng, changes);
         let mut report = TickReport::default();
         let had_demand = !self.waiting.is_empty();
 
@@ -843,18 +878,20 @@ impl RoomState {
             report.abandoned += 1;
         }
 
-        self.meta.bucket.refill(&self.meta.config, now);
-        let admissions = match self.meta.config.mode {
+        let limits = self.meta.config.limits_at(now);
+        let mode = self.meta.config.mode_at(now);
+        self.meta.bucket.refill(limits, now);
+        let admissions = match mode {
             Mode::Queue => self
                 .waiting
                 .len()
-                .min(self.free_slots())
-                .min(self.meta.bucket.available(&self.meta.config)),
+                .min(self.free_slots(limits))
+                .min(self.meta.bucket.available(limits)),
             Mode::Passthrough => self.waiting.len(),
             Mode::QueueAll | Mode::Closed => 0,
         };
-        if self.meta.config.mode == Mode::Queue {
-            self.meta.bucket.spend(&self.meta.config, admissions);
+        if mode == Mode::Queue {
+            self.meta.bucket.spend(limits, admissions);
         }
         for _ in 0..admissions {
             let next = match self.meta.config.order {
@@ -880,9 +917,17 @@ impl RoomState {
     /// ignores the admission bucket and the mode (an operator may let a few in while paused),
     /// but not capacity: with `max_active > 0` it admits at most the free slots, so I2 holds.
     /// Returns how many tickets were admitted.
-    pub fn advance(&mut self, count: u64, now: Timestamp, changes: &mut ChangeSet) -> u64 {
+    pub fn advance(
+        &mut self,
+        count: u64,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> u64 {
+        self.settle_schedule(now, rng, changes);
         let had_demand = !self.waiting.is_empty();
-        let admissions = count.min(self.waiting.len()).min(self.free_slots());
+        let limits = self.meta.config.limits_at(now);
+        let admissions = count.min(self.waiting.len()).min(self.free_slots(limits));
         let mut admitted = 0;
         for _ in 0..admissions {
             let Some((_, ticket)) = self.waiting.first() else {
@@ -933,8 +978,51 @@ impl RoomState {
         }
     }
 
-    fn free_slots(&self) -> u64 {
-        let limit = self.meta.config.max_active;
+    /// Draws the pre-queue lottery once an event with `shuffle` has opened (SPEC §5.3):
+    /// every ticket waiting at that moment (the cohort; later joiners get higher positions)
+    /// is given one of the cohort's positions in the order [`lottery::shuffled_order`] makes
+    /// of a fresh seed. The set of waiting positions does not change, so nobody outside the
+    /// cohort moves, and FIFO by the new positions keeps `ahead` from ever growing (I5).
+    fn settle_schedule(&mut self, now: Timestamp, rng: &mut impl Rng, changes: &mut ChangeSet) {
+        let Phase::Open { event } = self.meta.config.phase(now) else {
+            return;
+        };
+        let Some(event) = self.meta.config.schedule.events.get(event) else {
+            return;
+        };
+        let drawn = self
+            .meta
+            .draw
+            .is_some_and(|draw| draw.opens_at >= event.opens_at);
+        if !event.shuffle || drawn {
+            return;
+        }
+        let opens_at = event.opens_at;
+        let mut seed: Seed = [0; 32];
+        rng.fill(&mut seed);
+        let cohort: Vec<(u64, TicketId)> = self.waiting.iter().collect();
+        let order = lottery::shuffled_order(&seed, cohort.len());
+        for (slot, &member) in order.iter().enumerate() {
+            let (position, _) = cohort[slot];
+            let (_, ticket_id) = cohort[member];
+            self.waiting.insert(position, ticket_id);
+            if let Some(ticket) = self.tickets.get_mut(&ticket_id) {
+                ticket.position = position;
+            }
+            changes.tickets.insert(ticket_id);
+        }
+        self.meta.draw = Some(Draw {
+            opens_at,
+            drawn_at: now,
+            seed,
+            cohort: cohort.len() as u64,
+            through_position: self.meta.last_position,
+        });
+        changes.meta = true;
+    }
+
+    fn free_slots(&self, limits: Limits) -> u64 {
+        let limit = limits.max_active;
         if limit == 0 {
             return u64::MAX;
         }
@@ -1131,7 +1219,7 @@ impl RoomState {
         }
     }
 
-    fn waiting_view(&self, ticket_id: TicketId) -> WaitingView {
+    fn waiting_view(&self, ticket_id: TicketId, now: Timestamp) -> WaitingView {
         let ticket = &self.tickets[&ticket_id];
         let ahead = self.waiting.count_below(ticket.position);
         WaitingView {
@@ -1143,6 +1231,10 @@ impl RoomState {
             waiting: self.waiting.len(),
             eta_seconds: eta_seconds(ahead, &self.meta.rate),
             paused: self.meta.config.mode == Mode::QueueAll,
+            opens_at: match self.meta.config.phase(now) {
+                Phase::Prequeue { opens_at, .. } => Some(opens_at),
+                _ => None,
+            },
             return_to: ticket.return_to.clone(),
         }
     }

@@ -151,7 +151,7 @@ pub(crate) async fn decide(
                 }
             }
         };
-        if info.config.mode == anteroom_core::room::Mode::Closed {
+        if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
             return Verdict::Closed {
                 room,
                 config: Box::new(info.config.clone()),
@@ -167,7 +167,7 @@ pub(crate) async fn decide(
             passes.push(HeldPass { room, pass });
             continue;
         }
-        if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once() {
+        if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
             return Verdict::Wait(Box::new(Waiting {
                 retry_after_secs: info
                     .snapshot

@@ -7,6 +7,7 @@
 -- ARGV[7] held ticket's generation or ''
 -- ARGV[8] identity ('' or '=' and the escaped identity)
 -- ARGV[9] return path ('' or '=' and the escaped path)
+-- ARGV[10] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: a status answer (see room.lua), or 'error' and why.
 
 if not load_room() then
@@ -15,6 +16,8 @@ end
 if room.mode == 'closed' then
   return { 'error', 'room_closed' }
 end
+DRAW_SEED = ARGV[10]
+settle()
 
 local new_ticket_id, session_id = ARGV[4], ARGV[5]
 local identity, return_to = ARGV[8], ARGV[9]

@@ -28,6 +28,14 @@
 --   hard_expires_at|ended_at|reason|uid
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
 --
+-- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
+-- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`
+-- (times in ms, shuffle 0/1, an absent override ''), `before` and `after` are passthrough or
+-- closed; and the latest pre-queue lottery, `draw` = `opens_at|drawn_at|seed|cohort|through`.
+-- load_room applies the schedule: `room.mode`, `max_active`, `per_minute` and `capacity` are
+-- the values in force at NOW (RoomConfig::mode_at, limits_at), `room.config_mode` the
+-- operator's mode.
+--
 -- Every integer stays below 2^53, so Lua's doubles hold them exactly.
 
 local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -82,7 +90,7 @@ end
 
 local CONFIG_FIELDS = {
   'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
-  'claim_ttl', 'idle_ttl', 'renew_after',
+  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw',
 }
 local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
@@ -94,6 +102,63 @@ local TOTAL_FIELDS = {
 }
 
 local room = nil
+
+-- The lottery seed an operation may use (64 hex digits), set by the scripts that settle.
+local DRAW_SEED = nil
+
+local function parse_schedule(text)
+  local events = {}
+  if text == nil or text == false or text == '' then
+    return events
+  end
+  for entry in string.gmatch(text, '([^;]+)') do
+    local f = {}
+    for field in string.gmatch(entry .. ',', '([^,]*),') do
+      f[#f + 1] = field
+    end
+    events[#events + 1] = {
+      prequeue_at = tonumber(f[1]),
+      opens_at = tonumber(f[2]),
+      closes_at = tonumber(f[3]),
+      shuffle = f[4] == '1',
+      max_active = optional_number(f[5]),
+      per_minute = optional_number(f[6]),
+      capacity = optional_number(f[7]),
+    }
+  end
+  return events
+end
+
+-- Puts the schedule's mode and limits at NOW in force (RoomConfig::phase, mode_at,
+-- limits_at): the first event that has not closed decides.
+local function apply_schedule()
+  room.mode = room.config_mode
+  room.max_active = room.base_max_active
+  room.per_minute = room.base_per_minute
+  room.capacity = room.base_capacity
+  room.opens_at = nil
+  room.open_event = nil
+  if room.config_mode ~= 'queue' or #room.events == 0 then
+    return
+  end
+  for _, event in ipairs(room.events) do
+    if NOW < event.closes_at then
+      if NOW < event.prequeue_at then
+        room.mode = room.before
+      elseif NOW < event.opens_at then
+        room.mode = 'queue_all'
+        room.opens_at = event.opens_at
+      else
+        room.open_event = event
+        room.max_active = event.max_active or room.max_active
+        room.per_minute = event.per_minute or room.per_minute
+        room.capacity = event.capacity or room.capacity
+      end
+      return
+    end
+  end
+  room.mode = room.after
+end
 
 -- Loads the room's meta hash into `room`; false when the room does not exist.
 local function load_room()
@@ -110,14 +175,22 @@ local function load_room()
     return false
   end
   room = {
-    mode = loaded.mode,
+    config_mode = loaded.mode,
     order = loaded.order,
     changed = false,
+    events = parse_schedule(loaded.schedule),
+    before = loaded.before or 'passthrough',
+    after = loaded.after or 'passthrough',
+    base_max_active = tonumber(loaded.max_active),
+    base_per_minute = tonumber(loaded.per_minute),
+    base_capacity = tonumber(loaded.capacity),
   }
-  for _, name in ipairs({ 'max_active', 'per_minute', 'capacity', 'session_ttl', 'claim_ttl',
-    'idle_ttl', 'renew_after', 'generation', 'last_position', 'serving', 'units', 'units_at' }) do
+  for _, name in ipairs({ 'session_ttl', 'claim_ttl', 'idle_ttl', 'renew_after', 'generation',
+    'last_position', 'serving', 'units', 'units_at' }) do
     room[name] = tonumber(loaded[name])
   end
+  room.draw = loaded.draw or ''
+  room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
   room.session_max = optional_number(loaded.session_max)
   room.rate_admissions = tonumber(loaded.rate_admissions)
   room.rate_seconds = tonumber(loaded.rate_seconds)
@@ -125,6 +198,7 @@ local function load_room()
   for _, name in ipairs(TOTAL_FIELDS) do
     room[name] = tonumber(loaded[name])
   end
+  apply_schedule()
   return true
 end
 
@@ -167,7 +241,7 @@ end
 
 local function snapshot_reply(reply)
   reply[#reply + 1] = int(room.generation)
-  reply[#reply + 1] = room.mode
+  reply[#reply + 1] = room.config_mode
   reply[#reply + 1] = int(room.serving)
   reply[#reply + 1] = int(room.last_position)
   reply[#reply + 1] = int(n_waiting())
@@ -178,6 +252,7 @@ local function snapshot_reply(reply)
   for _, name in ipairs(TOTAL_FIELDS) do
     reply[#reply + 1] = int(room[name])
   end
+  reply[#reply + 1] = room.draw
   return reply
 end
 
@@ -467,6 +542,104 @@ local function forget_history()
   end
 end
 
+-- The pre-queue lottery (anteroom_core::lottery) -------------------------------------------
+-- ChaCha20 keyed with the seed (nonce 0, block counter from 0), its 32-bit words in order;
+-- a number below n by rejection; Fisher-Yates over the cohort in position order.
+
+local function chacha_stream(seed_hex)
+  local key = {}
+  for i = 0, 7 do
+    local word = 0
+    for b = 3, 0, -1 do
+      local at = (i * 4 + b) * 2 + 1
+      word = word * 256 + tonumber(string.sub(seed_hex, at, at + 1), 16)
+    end
+    key[i + 1] = bit.tobit(word)
+  end
+  local stream = { counter = 0, words = {}, next = 17 }
+  local function quarter(x, a, b, c, d)
+    x[a] = bit.tobit(x[a] + x[b]); x[d] = bit.rol(bit.bxor(x[d], x[a]), 16)
+    x[c] = bit.tobit(x[c] + x[d]); x[b] = bit.rol(bit.bxor(x[b], x[c]), 12)
+    x[a] = bit.tobit(x[a] + x[b]); x[d] = bit.rol(bit.bxor(x[d], x[a]), 8)
+    x[c] = bit.tobit(x[c] + x[d]); x[b] = bit.rol(bit.bxor(x[b], x[c]), 7)
+  end
+  function stream.next_u32()
+    if stream.next > 16 then
+      local state = {
+        bit.tobit(0x61707865), bit.tobit(0x3320646e), bit.tobit(0x79622d32),
+        bit.tobit(0x6b206574), key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8],
+        bit.tobit(stream.counter % 4294967296), bit.tobit(math.floor(stream.counter / 4294967296)),
+        0, 0,
+      }
+      local x = {}
+      for i = 1, 16 do x[i] = state[i] end
+      for _ = 1, 10 do
+        quarter(x, 1, 5, 9, 13); quarter(x, 2, 6, 10, 14)
+        quarter(x, 3, 7, 11, 15); quarter(x, 4, 8, 12, 16)
+        quarter(x, 1, 6, 11, 16); quarter(x, 2, 7, 12, 13)
+        quarter(x, 3, 8, 9, 14); quarter(x, 4, 5, 10, 15)
+      end
+      for i = 1, 16 do
+        stream.words[i] = bit.tobit(x[i] + state[i]) % 4294967296
+      end
+      stream.counter = stream.counter + 1
+      stream.next = 1
+    end
+    local word = stream.words[stream.next]
+    stream.next = stream.next + 1
+    return word
+  end
+  return stream
+end
+
+local function below(stream, n)
+  local limit = 4294967296 - (4294967296 % n)
+  while true do
+    local word = stream.next_u32()
+    if word < limit then
+      return word % n
+    end
+  end
+end
+
+-- Draws the pre-queue lottery once an event with shuffle has opened (RoomState's
+-- settle_schedule): the tickets waiting now get the cohort's positions in drawn order.
+local function settle()
+  local event = room.open_event
+  if event == nil or not event.shuffle then
+    return
+  end
+  if room.draw_opens_at and room.draw_opens_at >= event.opens_at then
+    return
+  end
+  local cohort = redis.call('ZRANGE', WAITING, 0, -1, 'WITHSCORES')
+  local ids, positions = {}, {}
+  for i = 1, #cohort, 2 do
+    ids[#ids + 1] = cohort[i]
+    positions[#positions + 1] = tonumber(cohort[i + 1])
+  end
+  local n = #ids
+  local order = {}
+  for i = 1, n do order[i] = i end
+  local stream = chacha_stream(DRAW_SEED)
+  for i = n - 1, 1, -1 do
+    local j = below(stream, i + 1)
+    order[i + 1], order[j + 1] = order[j + 1], order[i + 1]
+  end
+  for slot = 1, n do
+    local ticket = get_ticket(ids[order[slot]])
+    ticket.position = positions[slot]
+    put_ticket(ticket)
+    redis.call('ZADD', WAITING, int(ticket.position), ticket.id)
+  end
+  room.draw = table.concat({
+    int(event.opens_at), int(NOW), DRAW_SEED, int(n), int(room.last_position),
+  }, '|')
+  room.draw_opens_at = event.opens_at
+  redis.call('HSET', META, 'draw', room.draw)
+  room.changed = true
+end
+
 -- The admitter (SPEC §5.1, RoomState::tick). `seed` drives random-order picks.
 local function tick(seed)
   local report = { admitted = 0, expired = 0, no_shows = 0, abandoned = 0 }
@@ -540,7 +713,8 @@ local function waiting_reply(ticket)
   local ahead = redis.call('ZCOUNT', WAITING, '-inf', '(' .. int(ticket.position))
   return {
     'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
-    float(room.rate_admissions), float(room.rate_seconds), room.mode,
+    float(room.rate_admissions), float(room.rate_seconds), room.config_mode,
+    optional_int(room.opens_at),
   }
 end
 

@@ -7,10 +7,11 @@
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
 use anteroom_core::engine::{
-    AdmittedView, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd, SessionState,
-    TickReport, Ticket, TicketEnd, TicketState, WaitingView,
+    AdmittedView, Draw, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd,
+    SessionState, TickReport, Ticket, TicketEnd, TicketState, WaitingView,
 };
 use anteroom_core::eta::{AdmissionRate, eta_seconds};
+use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
@@ -67,6 +68,25 @@ pub(crate) fn decode_text(field: &str) -> Result<Option<String>, MalformedAnswer
     }
     text.push_str(rest);
     Ok(Some(text))
+}
+
+/// Reads the meta's `draw` field: `opens_at|drawn_at|seed|cohort|through`, or empty for none.
+fn decode_draw(field: &str) -> Result<Option<Draw>, MalformedAnswer> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    let malformed = || MalformedAnswer(format!("draw {field:?}"));
+    let parts: Vec<&str> = field.split('|').collect();
+    let [opens_at, drawn_at, seed, cohort, through] = parts.as_slice() else {
+        return Err(malformed());
+    };
+    Ok(Some(Draw {
+        opens_at: Timestamp(parse_number(opens_at)?),
+        drawn_at: Timestamp(parse_number(drawn_at)?),
+        seed: seed_from_hex(seed).ok_or_else(malformed)?,
+        cohort: parse_number(cohort)?,
+        through_position: parse_number(through)?,
+    }))
 }
 
 /// A script's answer: a flat list of text fields, read front to back.
@@ -167,7 +187,9 @@ impl Answer {
             sessions_abandoned: self.number()?,
             expired: self.number()?,
         };
+        let draw = decode_draw(&self.text()?)?;
         Ok(RoomSnapshot {
+            draw,
             generation,
             mode,
             serving,
@@ -192,7 +214,9 @@ impl Answer {
                 let waiting = self.number()?;
                 let rate = self.rate()?;
                 let mode = self.text()?;
+                let opens_at = optional_number(&self.text()?)?.map(Timestamp);
                 Ok(Entry::Waiting(WaitingView {
+                    opens_at,
                     ticket: ticket.id,
                     position: ticket.position,
                     generation: ticket.generation,
@@ -376,6 +400,14 @@ pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, Malforme
 fn parse_number(text: &str) -> Result<u64, MalformedAnswer> {
     text.parse()
         .map_err(|_| MalformedAnswer(format!("number {text:?}")))
+}
+
+/// A number, or none for an empty field.
+fn optional_number(text: &str) -> Result<Option<u64>, MalformedAnswer> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    parse_number(text).map(Some)
 }
 
 fn timestamp(text: &str) -> Result<Timestamp, MalformedAnswer> {

@@ -10,6 +10,12 @@
 
 pub mod model;
 pub mod properties;
+pub mod schedule;
+
+pub use schedule::{
+    schedules_pass_through_or_close_outside_their_events,
+    the_lottery_is_reproducible_from_its_recorded_seed, the_prequeue_admits_nobody_before_opens_at,
+};
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -52,6 +58,9 @@ macro_rules! conformance_suite {
             acknowledged_state_survives_reopening,
             touching_keeps_waiting_tickets_alive_in_one_call,
             waiting_positions_list_the_live_line_in_order,
+            schedules_pass_through_or_close_outside_their_events,
+            the_prequeue_admits_nobody_before_opens_at,
+            the_lottery_is_reproducible_from_its_recorded_seed,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
