@@ -447,6 +447,11 @@ async fn next_step(state: &mut StreamState) -> Step {
         if changed.is_err() {
             return Step::End;
         }
+        if let Some(opens_at) = state.opens_at
+            && state.app.now() >= opens_at
+        {
+            return opened(state).await;
+        }
         let mut view = state.views.borrow_and_update().clone();
         if let Some(ahead) = view
             .as_deref()
@@ -488,7 +493,7 @@ async fn next_step(state: &mut StreamState) -> Step {
         }
         if let Some(opens_at) = state.opens_at {
             if state.app.now() >= opens_at {
-                return opened(state, &view).await;
+                return opened(state).await;
             }
             if view.ahead_of(state.position).is_none() {
                 // Out of the line before the opening (left, or let in by hand).
@@ -525,16 +530,17 @@ async fn next_step(state: &mut StreamState) -> Step {
 
 /// The pre-queue has opened: the store answers with the ticket's drawn position (drawing now if
 /// nobody has yet), and the stream goes on from there.
-async fn opened(state: &mut StreamState, view: &RoomView) -> Step {
+async fn opened(state: &mut StreamState) -> Step {
     match state.app.store().status(&state.room, state.reference).await {
         Ok(entry @ Entry::Admitted(_)) => Step::Admitted(entry),
         Ok(Entry::Waiting(waiting)) => {
             state.opens_at = waiting.opens_at;
             let (position, generation) = (waiting.position, waiting.generation);
+            // The engine's view says whether the room is paused.
             let body = api::entry_body(
                 &state.app,
                 &state.room,
-                view.snapshot.mode,
+                Mode::Queue,
                 Entry::Waiting(waiting),
             );
             state.last_sent = None;

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{FieldProblem, RawRoom};
+use anteroom_core::config::{FieldProblem, RawEvent, RawRoom};
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
@@ -96,6 +96,74 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(open|closed)$", example = "open")]
     pub(crate) on_store_error: Option<String>,
+    /// Scheduled sales (SPEC §5.3), in time order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schedule: Option<Vec<EventBody>>,
+    /// With a schedule, outside its events: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
+    pub(crate) before: Option<String>,
+    /// With a schedule, after its last event: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
+    pub(crate) after: Option<String>,
+}
+
+/// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventBody {
+    /// Visitors may join from here (nobody is admitted yet); `opens_at` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "2026-12-01T09:30:00Z")]
+    pub(crate) prequeue_at: Option<String>,
+    /// Admission starts.
+    #[schema(example = "2026-12-01T10:00:00Z")]
+    pub(crate) opens_at: String,
+    /// The event ends.
+    #[schema(example = "2026-12-01T12:00:00Z")]
+    pub(crate) closes_at: String,
+    /// Whether the pre-queue is drawn in random order at `opens_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shuffle: Option<bool>,
+    /// `max_active` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) max_active: Option<u64>,
+    /// `admit_per_minute` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) admit_per_minute: Option<u64>,
+    /// `admit_burst` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub(crate) admit_burst: Option<u64>,
+}
+
+impl EventBody {
+    fn from_raw(raw: RawEvent) -> EventBody {
+        EventBody {
+            prequeue_at: raw.prequeue_at,
+            opens_at: raw.opens_at,
+            closes_at: raw.closes_at,
+            shuffle: raw.shuffle,
+            max_active: raw.max_active,
+            admit_per_minute: raw.admit_per_minute,
+            admit_burst: raw.admit_burst,
+        }
+    }
+
+    fn into_raw(self) -> RawEvent {
+        RawEvent {
+            prequeue_at: self.prequeue_at,
+            opens_at: self.opens_at,
+            closes_at: self.closes_at,
+            shuffle: self.shuffle,
+            max_active: self.max_active,
+            admit_per_minute: self.admit_per_minute,
+            admit_burst: self.admit_burst,
+        }
+    }
 }
 
 /// A path glob a room protects, starting with `/`.
@@ -136,6 +204,11 @@ impl RoomBody {
             requires: raw.requires,
             page_template: raw.page_template,
             on_store_error: raw.on_store_error,
+            schedule: raw
+                .schedule
+                .map(|events| events.into_iter().map(EventBody::from_raw).collect()),
+            before: raw.before,
+            after: raw.after,
         }
     }
 }
@@ -379,6 +452,21 @@ fn apply_fields(
             "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
             "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
+            "before" => set(&mut raw.before, value, "text", &mut problem),
+            "after" => set(&mut raw.after, value, "text", &mut problem),
+            "schedule" => {
+                let mut events: Option<Vec<EventBody>> = None;
+                set(
+                    &mut events,
+                    value,
+                    "a list of events with opens_at and closes_at",
+                    &mut problem,
+                );
+                if value.is_null() || events.is_some() {
+                    raw.schedule =
+                        events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
+                }
+            }
             _ => problem("unknown field".to_owned()),
         }
     }
