@@ -37,7 +37,7 @@
 //! # Sections of later versions
 //!
 //! In a room,
-//! `[room.adaptive]`, `[room.oidc]`, `[[room.priority]]`,
+//! `[room.adaptive]`, `[room.oidc]`,
 //! `[room.identity_jwt]` and `challenge` are recognised but not read by this version: each is
 //! reported as a problem rather than silently ignored.
 //!
@@ -81,7 +81,7 @@ pub use gateway::{
     UpstreamConfig, WebSocketConfig, parse_size,
 };
 pub use key_hash::{KeyHash, KeyHashError};
-pub use room::{FieldProblem, RawEvent, RawRoom};
+pub use room::{FieldProblem, RawEvent, RawPriority, RawRoom};
 
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;

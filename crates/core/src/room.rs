@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use sha2::Digest;
+
 use crate::clock::Timestamp;
 use crate::ids::RoomId;
 
@@ -171,6 +173,8 @@ pub struct RoomConfig {
     pub on_store_error: StoreErrorPolicy,
     /// Scheduled sales (SPEC §5.3); empty for an always-on room.
     pub schedule: Schedule,
+    /// Priority access codes (SPEC §12); empty for none.
+    pub priority: Vec<PriorityCodes>,
 }
 
 impl RoomConfig {
@@ -193,6 +197,7 @@ impl RoomConfig {
             page_template: String::new(),
             on_store_error: StoreErrorPolicy::Open,
             schedule: Schedule::default(),
+            priority: Vec::new(),
         }
     }
 }
@@ -371,4 +376,42 @@ impl RoomConfig {
         }
         limits
     }
+}
+
+/// A priority lane's access codes (SPEC §12 `[[room.priority]]`): a join presenting one of
+/// them waits in the priority lane, admitted before the regular line within the same limits.
+/// Only the codes' SHA-256 hashes are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityCodes {
+    /// SHA-256 of each code.
+    pub hashes: Vec<[u8; 32]>,
+    /// How many joins each code admits to the lane (1 by default).
+    pub uses: u64,
+}
+
+impl RoomConfig {
+    /// The lane entry of a presented code: its hash and how many uses it allows, if it is
+    /// one of the room's. Every stored hash is compared, each in constant time, so the time
+    /// taken says nothing about which code, or how much of one, matched.
+    pub fn priority_code(&self, code: &str) -> Option<([u8; 32], u64)> {
+        let hash = priority_code_hash(code);
+        let mut found = None;
+        for lane in &self.priority {
+            for stored in &lane.hashes {
+                let difference = stored
+                    .iter()
+                    .zip(hash.iter())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+                if difference == 0 && found.is_none() {
+                    found = Some((hash, lane.uses));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The SHA-256 of a priority access code, as the config and the stores keep it.
+pub fn priority_code_hash(code: &str) -> [u8; 32] {
+    sha2::Sha256::digest(code.as_bytes()).into()
 }

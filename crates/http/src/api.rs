@@ -58,6 +58,8 @@ pub(crate) struct StatusBody {
 struct JoinBody {
     #[serde(rename = "return")]
     return_to: Option<String>,
+    /// A priority access code (SPEC §12): a new ticket joins the room's priority lane.
+    priority_code: Option<String>,
     /// Accepted for forward compatibility with rooms that ask for a proof of work (§12).
     #[allow(dead_code)]
     challenge: Option<serde_json::Value>,
@@ -118,7 +120,16 @@ pub(crate) async fn join(
         .map(|path| validate_return(&path))
         .transpose()?;
     let config = app.api_room_config(&room).await?;
-    let entry = join_entry(&app, &room, &config, &headers, &query, return_to).await?;
+    let entry = join_entry(
+        &app,
+        &room,
+        &config,
+        &headers,
+        &query,
+        return_to,
+        join_body.priority_code,
+    )
+    .await?;
     Ok(entry_response(&app, &room, config.mode, entry))
 }
 
@@ -131,6 +142,7 @@ pub(crate) async fn join_entry(
     headers: &HeaderMap,
     query: &TicketQuery,
     return_to: Option<String>,
+    priority_code: Option<String>,
 ) -> Result<Entry, ApiError> {
     let identity = match &config.identity {
         Identity::Anonymous => None,
@@ -154,6 +166,7 @@ pub(crate) async fn join_entry(
                 resume,
                 identity,
                 return_to,
+                priority_code,
             },
         )
         .await

@@ -148,6 +148,8 @@ pub(crate) struct PageQuery {
     return_to: Option<String>,
     lang: Option<String>,
     state: Option<String>,
+    /// A priority access code (SPEC §12), as an invitation link carries it.
+    code: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -464,6 +466,7 @@ pub(crate) async fn waiting_page(
         &headers,
         &ticket_query,
         return_path.clone(),
+        query.code.clone().filter(|code| !code.is_empty()),
     )
     .await
     {
@@ -483,6 +486,12 @@ pub(crate) async fn waiting_page(
         }
         Err(error) if error.code() == "store_unavailable" => {
             return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
+        }
+        Err(error) if error.code() == "invalid_priority_code" && !wants_json => {
+            return error_page(
+                StatusCode::FORBIDDEN,
+                "That access code is not valid for this waiting room, or has been used up.",
+            );
         }
         Err(error) if error.status() == StatusCode::SERVICE_UNAVAILABLE => {
             return unavailable(&app, Some(&config), &room, lang, wants_json, error);

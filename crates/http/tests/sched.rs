@@ -1,6 +1,7 @@
 //! A scheduled sale over HTTP (SPEC §5.3): closed before its pre-queue, a `prequeue` status
 //! with `ahead: null` and the opening time, a waiting page that counts down, an event stream
-//! that tells the drawn place once the sale opens, and the draw in the admin stats.
+//! that tells the drawn place once the sale opens; and priority access codes (§12) on the
+//! join API and the waiting page.
 
 #![allow(clippy::unwrap_used)]
 
@@ -151,4 +152,76 @@ async fn the_event_stream_tells_the_drawn_place_once_the_sale_opens() {
     if opened["state"] == "waiting" {
         assert!(opened["ahead"].as_u64().unwrap() <= 1, "{opened}");
     }
+}
+
+#[tokio::test]
+async fn a_priority_code_joins_the_lane_once_and_a_bad_one_changes_nothing() {
+    let vip = RoomConfig {
+        max_active: 1,
+        priority: vec![anteroom_core::room::PriorityCodes {
+            hashes: vec![anteroom_core::room::priority_code_hash("GOLD-1")],
+            uses: 1,
+        }],
+        ..room("vip")
+    };
+    let harness = Harness::new(vec![vip]).await;
+    let join_with = |code: &'static str| {
+        Call::post("/_anteroom/v1/rooms/vip/join")
+            .json(format!("{{\"priority_code\": \"{code}\"}}"))
+    };
+    let first = harness
+        .check(Call::post("/_anteroom/v1/rooms/vip/join"))
+        .await;
+    assert_eq!(first.text("state"), "admitted");
+    let regular = harness
+        .check(Call::post("/_anteroom/v1/rooms/vip/join"))
+        .await;
+    assert_eq!(regular.text("state"), "waiting");
+    let before = harness.counters("vip").await;
+    harness
+        .check(join_with("SILVER"))
+        .await
+        .assert_problem(StatusCode::FORBIDDEN, "invalid_priority_code");
+    assert_eq!(harness.counters("vip").await, before);
+    let gold = harness.check(join_with("GOLD-1")).await;
+    assert_eq!(gold.status, StatusCode::OK, "{}", gold.body);
+    assert_eq!(gold.text("state"), "waiting");
+    assert_eq!(gold.number("ahead"), 0);
+    let before = harness.counters("vip").await;
+    harness
+        .check(join_with("GOLD-1"))
+        .await
+        .assert_problem(StatusCode::FORBIDDEN, "invalid_priority_code");
+    assert_eq!(
+        harness.counters("vip").await,
+        before,
+        "used up: nothing changes"
+    );
+    // The waiting page takes the code from an invitation link, and refuses a bad one.
+    let page = harness
+        .check(Call::get("/_anteroom/wait/vip?code=SILVER"))
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert_eq!(harness.counters("vip").await, before);
+    // The slot frees: the priority ticket goes first, although it joined last.
+    let session = first.text("ticket").to_owned();
+    harness
+        .check(Call::delete("/_anteroom/v1/rooms/vip/ticket").cookie("anteroom_t_vip", &session))
+        .await;
+    harness.advance(Duration::from_secs(1));
+    harness.tick("vip").await;
+    let polled = harness
+        .check(
+            Call::get("/_anteroom/v1/rooms/vip/status")
+                .header("x-anteroom-ticket", gold.text("ticket")),
+        )
+        .await;
+    assert_eq!(polled.text("state"), "admitted");
+    let polled = harness
+        .check(
+            Call::get("/_anteroom/v1/rooms/vip/status")
+                .header("x-anteroom-ticket", regular.text("ticket")),
+        )
+        .await;
+    assert_eq!(polled.text("state"), "waiting");
 }

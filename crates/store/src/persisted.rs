@@ -14,6 +14,8 @@ use anteroom_core::eta::AdmissionRate;
 use anteroom_core::lottery::{seed_from_hex, seed_to_hex};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Why a stored record could not be read.
@@ -44,6 +46,9 @@ struct StateV1 {
     /// Absent in records written before schedules existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     draw: Option<DrawV1>,
+    /// Joins made with each priority code, by the code's SHA-256 in hex.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    code_uses: BTreeMap<String, u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -79,6 +84,9 @@ struct TicketV1 {
     last_seen: u64,
     identity: Option<String>,
     return_to: Option<String>,
+    /// Absent (false) in records written before priority lanes existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    priority: bool,
     state: TicketStateV1,
 }
 
@@ -157,6 +165,11 @@ pub(crate) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
             cohort: draw.cohort,
             through_position: draw.through_position,
         }),
+        code_uses: meta
+            .code_uses
+            .iter()
+            .map(|(hash, uses)| (seed_to_hex(hash), *uses))
+            .collect(),
     })
 }
 
@@ -175,8 +188,15 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
             through_position: draw.through_position,
         }),
     };
+    let mut code_uses = BTreeMap::new();
+    for (hash, uses) in state.code_uses {
+        let hash = seed_from_hex(&hash)
+            .ok_or_else(|| DecodeError::Invalid(format!("priority code hash {hash:?}")))?;
+        code_uses.insert(hash, uses);
+    }
     Ok(RoomMeta {
         draw,
+        code_uses,
         config,
         generation: state.generation,
         last_position: state.last_position,
@@ -228,6 +248,7 @@ pub(crate) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
         last_seen: ticket.last_seen.0,
         identity: ticket.identity.clone(),
         return_to: ticket.return_to.clone(),
+        priority: ticket.priority,
         state,
     })
 }
@@ -257,6 +278,7 @@ pub(crate) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
         last_seen: Timestamp(stored.last_seen),
         identity: stored.identity,
         return_to: stored.return_to,
+        priority: stored.priority,
         state,
     })
 }

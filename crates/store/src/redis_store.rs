@@ -43,7 +43,7 @@ use anteroom_core::engine::{
     Session, SessionEnd, TickReport, TicketRef,
 };
 use anteroom_core::lottery::{Seed, seed_to_hex};
-use anteroom_core::room::{RoomConfig, Schedule};
+use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
 use rand::Rng;
@@ -73,7 +73,7 @@ const UNITS_PER_TOKEN: u64 = 60_000;
 const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-const ROOM_KEY_PARTS: [&str; 10] = [
+const ROOM_KEY_PARTS: [&str; 11] = [
     "meta",
     "tickets",
     "waiting",
@@ -84,6 +84,7 @@ const ROOM_KEY_PARTS: [&str; 10] = [
     "identities",
     "ended",
     "forget",
+    "priority",
 ];
 
 /// Where and how to reach Redis.
@@ -424,6 +425,16 @@ fn config_args(config: &RoomConfig) -> Vec<String> {
         schedule_arg(&config.schedule),
         config.schedule.before.as_str().to_owned(),
         config.schedule.after.as_str().to_owned(),
+        config
+            .priority
+            .iter()
+            .flat_map(|lane| {
+                lane.hashes
+                    .iter()
+                    .map(move |hash| format!("{}={}", seed_to_hex(hash), safe_number(lane.uses)))
+            })
+            .collect::<Vec<_>>()
+            .join(","),
     ]
 }
 
@@ -524,6 +535,11 @@ impl RoomStore for RedisStore {
             encode_text(identity.as_deref()),
             encode_text(return_to.as_deref()),
             lottery_seed(),
+            request
+                .priority_code
+                .as_deref()
+                .map(|code| seed_to_hex(&priority_code_hash(code)))
+                .unwrap_or_default(),
         ];
         self.eval("join", &SCRIPTS.join, room, args)
             .await?

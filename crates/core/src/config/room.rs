@@ -5,12 +5,14 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::KeyHash;
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::clock::Timestamp;
 use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
 use crate::room::{
-    Event, Identity, IdleMode, Mode, Order, RoomConfig, StoreErrorPolicy, default_admit_burst,
+    Event, Identity, IdleMode, Mode, Order, PriorityCodes, RoomConfig, StoreErrorPolicy,
+    default_admit_burst,
 };
 
 /// A room as written in the config file or sent to the admin API: SPEC §3 field names, with
@@ -85,7 +87,25 @@ pub struct RawRoom {
     /// After the last scheduled event: `passthrough` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// Priority access codes (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Vec<RawPriority>>,
 }
+
+/// One `[[room.priority]]` entry in raw form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPriority {
+    /// The codes' SHA-256 digests, each `"sha256:<64 hex digits>"` (`anteroom keys hash`).
+    #[serde(default)]
+    pub codes: Vec<String>,
+    /// How many joins each code admits to the priority lane; 1 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u64>,
+}
+
+/// The keys of a `[[room.priority]]` entry.
+const PRIORITY_FIELDS: &[&str] = &["codes", "uses"];
 
 /// One `[[room.schedule]]` entry in raw form: times as RFC 3339 text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,13 +175,13 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "schedule",
     "before",
     "after",
+    "priority",
 ];
 
 /// Room tables and keys that later versions add, with how they are written.
 const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[
     ("adaptive", "[room.adaptive]"),
     ("oidc", "[room.oidc]"),
-    ("priority", "[[room.priority]]"),
     ("identity_jwt", "[room.identity_jwt]"),
     ("challenge", "`challenge`"),
 ];
@@ -329,6 +349,24 @@ impl RawRoom {
             previous_close = Some(event.closes_at);
             room.schedule.events.push(event);
         }
+        for (index, raw) in self.priority.iter().flatten().enumerate() {
+            let field = |key: &str| format!("priority[{index}].{key}");
+            let mut hashes = Vec::new();
+            for code in &raw.codes {
+                match code.parse::<KeyHash>() {
+                    Ok(hash) => hashes.push(hash.0),
+                    Err(error) => report(&field("codes"), error.to_string()),
+                }
+            }
+            if raw.codes.is_empty() {
+                report(&field("codes"), "must list at least one code".to_owned());
+            }
+            let uses = raw.uses.unwrap_or(1);
+            if uses == 0 {
+                report(&field("uses"), "must be at least 1".to_owned());
+            }
+            room.priority.push(PriorityCodes { hashes, uses });
+        }
 
         match id {
             Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
@@ -362,6 +400,20 @@ impl RawRoom {
                 .then(|| schedule.before.as_str().to_owned()),
             after: (schedule.after != IdleMode::default())
                 .then(|| schedule.after.as_str().to_owned()),
+            priority: (!config.priority.is_empty()).then(|| {
+                config
+                    .priority
+                    .iter()
+                    .map(|lane| RawPriority {
+                        codes: lane
+                            .hashes
+                            .iter()
+                            .map(|hash| KeyHash(*hash).to_string())
+                            .collect(),
+                        uses: Some(lane.uses),
+                    })
+                    .collect()
+            }),
         }
     }
 }
@@ -639,6 +691,7 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             "on_store_error" => raw.on_store_error = entry.string(problems),
             "before" => raw.before = entry.string(problems),
             "after" => raw.after = entry.string(problems),
+            "priority" => raw.priority = read_priority(entry, &mut origins, problems),
             _ => raw.schedule = read_events(entry, &mut origins, problems),
         }
     }
@@ -699,6 +752,52 @@ fn read_events(
         events.push(event);
     }
     Some(events)
+}
+
+/// Reads `[[room.priority]]` entries, noting where each key was written.
+fn read_priority(
+    entry: &Entry,
+    origins: &mut HashMap<String, Origin>,
+    problems: &mut Problems,
+) -> Option<Vec<RawPriority>> {
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            "`priority` must be an array of tables, written [[room.priority]]",
+        );
+        return None;
+    };
+    let mut lanes = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let Value::Table(table) = &element.value else {
+            problems.add(
+                &element.origin,
+                "each priority entry must be a table, written [[room.priority]]",
+            );
+            continue;
+        };
+        origins.insert(format!("priority[{index}]"), element.origin.clone());
+        problems.unknown_keys(table, PRIORITY_FIELDS, "[[room.priority]]");
+        let mut lane = RawPriority::default();
+        for key_entry in &table.entries {
+            origins.insert(
+                format!("priority[{index}].{}", key_entry.key),
+                key_entry.key_origin.clone(),
+            );
+            match key_entry.key.as_str() {
+                "codes" => {
+                    lane.codes = key_entry
+                        .strings(problems)
+                        .map(|codes| codes.into_iter().map(|(code, _)| code).collect())
+                        .unwrap_or_default();
+                }
+                "uses" => lane.uses = key_entry.unsigned(problems),
+                _ => {}
+            }
+        }
+        lanes.push(lane);
+    }
+    Some(lanes)
 }
 
 /// Reports a table or key that a later version of anteroom reads.

@@ -13,7 +13,7 @@
 
 mod bucket;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use rand::Rng;
@@ -53,6 +53,8 @@ pub struct Ticket {
     pub identity: Option<String>,
     /// Where the visitor goes once admitted (same-origin path).
     pub return_to: Option<String>,
+    /// Joined with a priority access code (SPEC §12): waits in the priority lane.
+    pub priority: bool,
     /// Where the ticket stands.
     pub state: TicketState,
 }
@@ -217,6 +219,8 @@ pub struct RoomMeta {
     pub totals: RoomTotals,
     /// The latest pre-queue lottery (SPEC §5.3), kept for audits.
     pub draw: Option<Draw>,
+    /// Joins made so far with each priority access code, by the code's SHA-256.
+    pub code_uses: BTreeMap<[u8; 32], u64>,
 }
 
 /// A pre-queue lottery as it happened: enough to reproduce it ([`crate::lottery`]).
@@ -261,6 +265,8 @@ pub struct JoinRequest {
     pub identity: Option<String>,
     /// Where to go once admitted.
     pub return_to: Option<String>,
+    /// A priority access code (SPEC §12): a new ticket joins the priority lane.
+    pub priority_code: Option<String>,
 }
 
 /// A ticket as named by a client's verified ticket token.
@@ -385,6 +391,9 @@ pub enum EngineError {
     /// Every capacity slot is taken (`max_active`): a pass by hand would break I2.
     #[error("room is full")]
     RoomFull,
+    /// The priority access code is not one of the room's, or has been used up.
+    #[error("priority access code is invalid or used up")]
+    InvalidPriorityCode,
 }
 
 /// One room: its meta state, tickets, sessions and the indexes over them.
@@ -394,6 +403,8 @@ pub struct RoomState {
     tickets: HashMap<TicketId, Ticket>,
     sessions: HashMap<SessionId, Session>,
     waiting: WaitingLine,
+    /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
+    priority: WaitingLine,
     /// Waiting tickets by last contact, for abandonment.
     idle: BTreeSet<(Timestamp, TicketId)>,
     /// Admitted tickets by claim deadline, for no-shows.
@@ -417,6 +428,7 @@ impl RoomState {
             rate: AdmissionRate::default(),
             totals: RoomTotals::default(),
             draw: None,
+            code_uses: BTreeMap::new(),
         };
         RoomState::restore(meta, Vec::new(), Vec::new(), now)
     }
@@ -434,6 +446,7 @@ impl RoomState {
             tickets: HashMap::with_capacity(tickets.len()),
             sessions: HashMap::with_capacity(sessions.len()),
             waiting: WaitingLine::new(),
+            priority: WaitingLine::new(),
             idle: BTreeSet::new(),
             claim_deadlines: BTreeSet::new(),
             ended: VecDeque::new(),
@@ -446,7 +459,8 @@ impl RoomState {
             match ticket.state {
                 TicketState::Waiting => {
                     ticket.last_seen = ticket.last_seen.max(now);
-                    room.waiting.insert(ticket.position, ticket.id);
+                    room.line_mut(ticket.priority)
+                        .insert(ticket.position, ticket.id);
                     room.idle.insert((ticket.last_seen, ticket.id));
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
@@ -532,17 +546,18 @@ impl RoomState {
             mode: self.meta.config.mode,
             serving: self.meta.serving,
             last_position: self.meta.last_position,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             active: self.active,
             admitted_unclaimed: self.admitted_unclaimed,
             admission_rate: self.meta.rate.per_second(),
-            eta_seconds_for_new: eta_seconds(self.waiting.len(), &self.meta.rate),
+            eta_seconds_for_new: eta_seconds(self.n_waiting(), &self.meta.rate),
             totals: self.meta.totals,
             draw: self.meta.draw,
         }
     }
 
-    /// Positions of the live waiting tickets, in order.
+    /// Positions of the live waiting tickets of the regular line (not the priority lane), in
+    /// order: what `ahead` of a regular ticket counts.
     pub fn waiting_positions(&self) -> impl Iterator<Item = u64> + '_ {
         self.waiting.iter().map(|(position, _)| position)
     }
@@ -615,9 +630,27 @@ impl RoomState {
                 Err(other) => return Err(other),
             }
         }
+        // A code is checked (and counted) only for a new ticket: resuming never spends one.
+        let priority = match request.priority_code.as_deref() {
+            None => None,
+            Some(code) => {
+                let (hash, uses) = self
+                    .meta
+                    .config
+                    .priority_code(code)
+                    .ok_or(EngineError::InvalidPriorityCode)?;
+                if self.meta.code_uses.get(&hash).copied().unwrap_or(0) >= uses {
+                    return Err(EngineError::InvalidPriorityCode);
+                }
+                Some(hash)
+            }
+        };
         let return_to = request
             .return_to
             .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
+        if let Some(hash) = priority {
+            *self.meta.code_uses.entry(hash).or_insert(0) += 1;
+        }
         self.meta.last_position += 1;
         self.meta.totals.joined += 1;
         let ticket = Ticket {
@@ -628,13 +661,15 @@ impl RoomState {
             last_seen: now,
             identity: identity.clone(),
             return_to,
+            priority: priority.is_some(),
             state: TicketState::Waiting,
         };
         let ticket_id = ticket.id;
         if let Some(identity) = identity {
             self.identities.insert(identity, ticket_id);
         }
-        self.waiting.insert(ticket.position, ticket_id);
+        self.line_mut(ticket.priority)
+            .insert(ticket.position, ticket_id);
         self.idle.insert((now, ticket_id));
         self.tickets.insert(ticket_id, ticket);
         changes.meta = true;
@@ -645,7 +680,7 @@ impl RoomState {
             Mode::Passthrough => true,
             Mode::Queue => {
                 self.meta.bucket.refill(limits, now);
-                self.waiting.len() == 1
+                self.n_waiting() == 1
                     && self.free_slots(limits) >= 1
                     && self.meta.bucket.available(limits) >= 1
             }
@@ -846,7 +881,7 @@ impl RoomState {
     ) -> TickReport {
         self.settle_schedule(now, rng, changes);
         let mut report = TickReport::default();
-        let had_demand = !self.waiting.is_empty();
+        let had_demand = self.n_waiting() > 0;
 
         let due_sessions: Vec<SessionId> = self
             .sessions
@@ -883,18 +918,19 @@ impl RoomState {
         self.meta.bucket.refill(limits, now);
         let admissions = match mode {
             Mode::Queue => self
-                .waiting
-                .len()
+                .n_waiting()
                 .min(self.free_slots(limits))
                 .min(self.meta.bucket.available(limits)),
-            Mode::Passthrough => self.waiting.len(),
+            Mode::Passthrough => self.n_waiting(),
             Mode::QueueAll | Mode::Closed => 0,
         };
         if mode == Mode::Queue {
             self.meta.bucket.spend(limits, admissions);
         }
         for _ in 0..admissions {
+            // The priority lane goes first, in join order (SPEC §12).
             let next = match self.meta.config.order {
+                _ if !self.priority.is_empty() => self.priority.first(),
                 Order::Fifo => self.waiting.first(),
                 Order::Random => self.waiting.nth(rng.gen_range(0..self.waiting.len())),
             };
@@ -925,12 +961,12 @@ impl RoomState {
         changes: &mut ChangeSet,
     ) -> u64 {
         self.settle_schedule(now, rng, changes);
-        let had_demand = !self.waiting.is_empty();
+        let had_demand = self.n_waiting() > 0;
         let limits = self.meta.config.limits_at(now);
-        let admissions = count.min(self.waiting.len()).min(self.free_slots(limits));
+        let admissions = count.min(self.n_waiting()).min(self.free_slots(limits));
         let mut admitted = 0;
         for _ in 0..admissions {
-            let Some((_, ticket)) = self.waiting.first() else {
+            let Some((_, ticket)) = self.priority.first().or_else(|| self.waiting.first()) else {
                 break;
             };
             self.admit(ticket, now, changes);
@@ -1021,6 +1057,27 @@ impl RoomState {
         changes.meta = true;
     }
 
+    /// Live waiting tickets, both lanes.
+    fn n_waiting(&self) -> u64 {
+        self.waiting.len() + self.priority.len()
+    }
+
+    fn line(&self, priority: bool) -> &WaitingLine {
+        if priority {
+            &self.priority
+        } else {
+            &self.waiting
+        }
+    }
+
+    fn line_mut(&mut self, priority: bool) -> &mut WaitingLine {
+        if priority {
+            &mut self.priority
+        } else {
+            &mut self.waiting
+        }
+    }
+
     fn free_slots(&self, limits: Limits) -> u64 {
         let limit = limits.max_active;
         if limit == 0 {
@@ -1034,7 +1091,12 @@ impl RoomState {
         let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
             return;
         };
-        self.waiting.remove(ticket.position);
+        let line = if ticket.priority {
+            &mut self.priority
+        } else {
+            &mut self.waiting
+        };
+        line.remove(ticket.position);
         self.idle.remove(&(ticket.last_seen, ticket_id));
         ticket.state = TicketState::Admitted {
             at: now,
@@ -1115,7 +1177,12 @@ impl RoomState {
         };
         match ticket.state {
             TicketState::Waiting => {
-                self.waiting.remove(ticket.position);
+                let line = if ticket.priority {
+                    &mut self.priority
+                } else {
+                    &mut self.waiting
+                };
+                line.remove(ticket.position);
                 self.idle.remove(&(ticket.last_seen, ticket_id));
             }
             TicketState::Admitted { claim_deadline, .. } => {
@@ -1221,14 +1288,16 @@ impl RoomState {
 
     fn waiting_view(&self, ticket_id: TicketId, now: Timestamp) -> WaitingView {
         let ticket = &self.tickets[&ticket_id];
-        let ahead = self.waiting.count_below(ticket.position);
+        // Each lane counts its own: the priority lane never makes a regular ticket's `ahead`
+        // grow (I5); it only holds the line still while it is served first.
+        let ahead = self.line(ticket.priority).count_below(ticket.position);
         WaitingView {
             ticket: ticket_id,
             position: ticket.position,
             generation: ticket.generation,
             ahead,
             serving: self.meta.serving,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             eta_seconds: eta_seconds(ahead, &self.meta.rate),
             paused: self.meta.config.mode == Mode::QueueAll,
             opens_at: match self.meta.config.phase(now) {
@@ -1245,7 +1314,7 @@ impl RoomState {
             ticket: ticket_id,
             position: ticket.position,
             serving: self.meta.serving,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             session: self.sessions[&session].clone(),
             return_to: ticket.return_to.clone(),
         })

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{FieldProblem, RawEvent, RawRoom};
+use anteroom_core::config::{FieldProblem, RawEvent, RawPriority, RawRoom};
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
@@ -107,7 +107,29 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
     pub(crate) after: Option<String>,
+    /// Priority access codes (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) priority: Option<Vec<PriorityBody>>,
 }
+
+/// Priority access codes (`[[room.priority]]`): digests only, never the codes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PriorityBody {
+    /// Each code's SHA-256, `sha256:<64 hex digits>`.
+    #[schema(inline, value_type = Vec<CodeDigest>)]
+    pub(crate) codes: Vec<String>,
+    /// Joins each code admits to the priority lane (1 if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub(crate) uses: Option<u64>,
+}
+
+/// The SHA-256 digest of a priority access code.
+#[derive(ToSchema)]
+#[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
+#[allow(dead_code)]
+pub(crate) struct CodeDigest(String);
 
 /// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -209,6 +231,15 @@ impl RoomBody {
                 .map(|events| events.into_iter().map(EventBody::from_raw).collect()),
             before: raw.before,
             after: raw.after,
+            priority: raw.priority.map(|lanes| {
+                lanes
+                    .into_iter()
+                    .map(|lane| PriorityBody {
+                        codes: lane.codes,
+                        uses: lane.uses,
+                    })
+                    .collect()
+            }),
         }
     }
 }
@@ -454,6 +485,26 @@ fn apply_fields(
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
             "before" => set(&mut raw.before, value, "text", &mut problem),
             "after" => set(&mut raw.after, value, "text", &mut problem),
+            "priority" => {
+                let mut lanes: Option<Vec<PriorityBody>> = None;
+                set(
+                    &mut lanes,
+                    value,
+                    "a list of {\"codes\": [...], \"uses\": n}",
+                    &mut problem,
+                );
+                if value.is_null() || lanes.is_some() {
+                    raw.priority = lanes.map(|lanes| {
+                        lanes
+                            .into_iter()
+                            .map(|lane| RawPriority {
+                                codes: lane.codes,
+                                uses: lane.uses,
+                            })
+                            .collect()
+                    });
+                }
+            }
             "schedule" => {
                 let mut events: Option<Vec<EventBody>> = None;
                 set(

@@ -186,6 +186,7 @@ pub(crate) async fn decide(
             asked.headers,
             &TicketQuery::default(),
             Some(asked.return_path.to_owned()),
+            None,
         )
         .await;
         gateway.inner.rooms.invalidate(&room);

@@ -13,10 +13,13 @@ settle()
 local had_demand = n_waiting() > 0
 local admissions = math.min(tonumber(ARGV[4]), n_waiting(), free_slots())
 local admitted = 0
-if admissions > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, admissions - 1)) do
-    admit(get_ticket(id))
-    admitted = admitted + 1
+-- The priority lane first, then the regular line, lowest positions first.
+for _, line in ipairs({ PRIORITY, WAITING }) do
+  if admissions - admitted > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', line, 0, admissions - admitted - 1)) do
+      admit(get_ticket(id))
+      admitted = admitted + 1
+    end
   end
 end
 if admitted > 0 then

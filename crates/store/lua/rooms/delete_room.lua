@@ -3,7 +3,7 @@
 
 local existed = redis.call('EXISTS', META) == 1
 redis.call('DEL', META, TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED,
-  FORGET)
+  FORGET, PRIORITY)
 if existed then
   redis.call('SPUBLISH', CHANNEL, 'deleted')
   return { 'ok', '1' }

@@ -5,6 +5,7 @@
 --   session_ttl, session_max ('' for none), claim_ttl, ticket_idle_ttl, renewal threshold
 --   (durations in milliseconds)
 -- ARGV[15..17] schedule, before, after (see room.lua)
+-- ARGV[18] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
 -- Returns: 'ok' and the room's snapshot.
 
 -- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
@@ -70,7 +71,8 @@ redis.call('HSET', META,
   'renew_after', int(room.renew_after),
   'schedule', ARGV[15],
   'before', ARGV[16],
-  'after', ARGV[17])
+  'after', ARGV[17],
+  'priority_codes', ARGV[18])
 save_room()
 room.changed = true
 notify('config')

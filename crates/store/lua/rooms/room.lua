@@ -15,12 +15,15 @@
 --   8 identities  hash   identity -> ticket id (identity rooms)
 --   9 ended       zset   ended ticket ids by end time (forgotten after the retention)
 --  10 forget      zset   ended session ids by the time they may be forgotten
+--  11 priority    zset   waiting ids of the priority lane (SPEC §12) by position, admitted
+--                        before `waiting`
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
 -- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
 -- ARGV[4...] the operation's own arguments
 --
--- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to
+-- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to[|p]
+--   (a tenth field `p` marks a ticket of the priority lane)
 --   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
 --   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
 --   the text with '%' and '|' percent-escaped (done by the caller, never here).
@@ -40,6 +43,7 @@
 
 local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local PRIORITY = KEYS[11]
 local CHANNEL = ARGV[2]
 local RETENTION = tonumber(ARGV[3])
 
@@ -221,7 +225,15 @@ local function save_room()
 end
 
 local function n_waiting()
-  return redis.call('ZCARD', WAITING)
+  return redis.call('ZCARD', WAITING) + redis.call('ZCARD', PRIORITY)
+end
+
+-- The waiting line a ticket is in: the priority lane or the regular line.
+local function line_of(ticket)
+  if ticket.priority then
+    return PRIORITY
+  end
+  return WAITING
 end
 
 -- Tells other nodes the room changed (a small notice; they re-read what they need).
@@ -329,14 +341,19 @@ local function decode_ticket(id, record)
     y = f[7],
     identity = f[8],
     return_to = f[9],
+    priority = f[10] == 'p',
   }
 end
 
 local function encode_ticket(ticket)
-  return table.concat({
+  local fields = {
     ticket.state, int(ticket.position), int(ticket.generation), int(ticket.joined_at),
     int(ticket.last_seen), ticket.x, ticket.y, ticket.identity, ticket.return_to,
-  }, '|')
+  }
+  if ticket.priority then
+    fields[#fields + 1] = 'p'
+  end
+  return table.concat(fields, '|')
 end
 
 local function get_ticket(id)
@@ -431,7 +448,7 @@ end
 
 local function admit(ticket)
   local claim_deadline = NOW + room.claim_ttl
-  redis.call('ZREM', WAITING, ticket.id)
+  redis.call('ZREM', line_of(ticket), ticket.id)
   take_last_seen(ticket)
   ticket.state = 'a'
   ticket.x = int(NOW)
@@ -482,7 +499,7 @@ end
 
 local function end_ticket(ticket, reason)
   if ticket.state == 'w' then
-    redis.call('ZREM', WAITING, ticket.id)
+    redis.call('ZREM', line_of(ticket), ticket.id)
     take_last_seen(ticket)
   elseif ticket.state == 'a' then
     redis.call('ZREM', ADMITTED, ticket.id)
@@ -685,11 +702,19 @@ local function tick(seed)
   elseif room.mode == 'passthrough' then
     admissions = n_waiting()
   end
+  -- The priority lane goes first, in join order (SPEC §12).
+  if admissions > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', PRIORITY, 0, admissions - 1)) do
+      admit(get_ticket(id))
+      report.admitted = report.admitted + 1
+    end
+    admissions = admissions - report.admitted
+  end
   if admissions > 0 then
     if room.order == 'random' then
       math.randomseed(seed)
       for _ = 1, admissions do
-        local index = math.random(n_waiting()) - 1
+        local index = math.random(redis.call('ZCARD', WAITING)) - 1
         local id = redis.call('ZRANGE', WAITING, index, index)[1]
         admit(get_ticket(id))
         report.admitted = report.admitted + 1
@@ -710,7 +735,8 @@ end
 -- Answers ------------------------------------------------------------------------------------
 
 local function waiting_reply(ticket)
-  local ahead = redis.call('ZCOUNT', WAITING, '-inf', '(' .. int(ticket.position))
+  -- Each lane counts its own (RoomState::waiting_view).
+  local ahead = redis.call('ZCOUNT', line_of(ticket), '-inf', '(' .. int(ticket.position))
   return {
     'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
     float(room.rate_admissions), float(room.rate_seconds), room.config_mode,

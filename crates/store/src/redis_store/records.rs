@@ -113,6 +113,7 @@ impl Answer {
             "session_unknown" => Refusal::Engine(EngineError::SessionUnknown),
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
             "room_full" => Refusal::Engine(EngineError::RoomFull),
+            "invalid_priority_code" => Refusal::Engine(EngineError::InvalidPriorityCode),
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };
         Ok(Err(refusal))
@@ -301,7 +302,12 @@ pub(crate) fn decode_ticket(
     record: &str,
     last_seen: Option<Timestamp>,
 ) -> Result<Ticket, MalformedAnswer> {
-    let fields: Vec<&str> = record.split('|').collect();
+    let mut fields: Vec<&str> = record.split('|').collect();
+    // A tenth field marks a priority ticket (`p`); records written before it have nine.
+    let priority = match fields.len() {
+        10 => fields.pop() == Some("p"),
+        _ => false,
+    };
     let [
         state,
         position,
@@ -342,6 +348,7 @@ pub(crate) fn decode_ticket(
             None => timestamp(seen)?,
         },
         identity: decode_text(identity)?,
+        priority,
         return_to: decode_text(return_to)?,
         state,
     })

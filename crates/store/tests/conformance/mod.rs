@@ -9,9 +9,11 @@
 #![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
 
 pub mod model;
+pub mod priority;
 pub mod properties;
 pub mod schedule;
 
+pub use priority::priority_codes_jump_the_line_within_the_limits;
 pub use schedule::{
     schedules_pass_through_or_close_outside_their_events,
     the_lottery_is_reproducible_from_its_recorded_seed, the_prequeue_admits_nobody_before_opens_at,
@@ -61,6 +63,7 @@ macro_rules! conformance_suite {
             schedules_pass_through_or_close_outside_their_events,
             the_prequeue_admits_nobody_before_opens_at,
             the_lottery_is_reproducible_from_its_recorded_seed,
+            priority_codes_jump_the_line_within_the_limits,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
