@@ -156,6 +156,7 @@ fn full_file_resolves_to_typed_values() {
         page_template: String::new(),
         on_store_error: StoreErrorPolicy::Open,
         schedule: Schedule::default(),
+        priority: Vec::new(),
     };
     let checkout = RoomConfig {
         id: room_id("checkout"),
@@ -174,6 +175,7 @@ fn full_file_resolves_to_typed_values() {
         page_template: "pages/checkout.html".to_owned(),
         on_store_error: StoreErrorPolicy::Closed,
         schedule: Schedule::default(),
+        priority: Vec::new(),
     };
     let expected = Config {
         server: ServerConfig {
@@ -878,4 +880,43 @@ fn a_schedule_reads_into_events() {
     assert_eq!(room.mode_at(Timestamp(0)), Mode::Closed);
     assert_eq!(room.mode_at(event.closes_at), Mode::Passthrough);
     assert_eq!(room.limits_at(event.opens_at).admit_per_minute, 600);
+}
+
+#[test]
+fn priority_codes_are_digests_with_uses() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let source = format!(
+        "[[room]]\nid = \"vip\"\n[[room.priority]]\ncodes = [\"{digest}\"]\n[[room.priority]]\ncodes = [\"{digest}\"]\nuses = 3\n"
+    );
+    let config = parse_config(&source, &env(&[])).unwrap();
+    let lanes = &config.rooms[0].priority;
+    assert_eq!(lanes.len(), 2);
+    assert_eq!((lanes[0].uses, lanes[1].uses), (1, 3));
+    assert_eq!(lanes[0].hashes, vec![[0xab; 32]]);
+    let raw = RawRoom::from_config(&config.rooms[0]);
+    assert_eq!(raw.resolve().as_ref(), Ok(&config.rooms[0]));
+
+    let room = |fields: &str| format!("[[room]]\nid = \"a\"\n{fields}\n");
+    check_problems(
+        &room("[[room.priority]]\ncodes = [\"GOLD-1\"]\nuses = 0"),
+        &[],
+        &[
+            (Some(4), "room \"a\": priority[0].codes: invalid key hash"),
+            (Some(5), "room \"a\": priority[0].uses: must be at least 1"),
+        ],
+    );
+    check_problems(
+        &room("[[room.priority]]\nuses = 2\ncode = \"x\""),
+        &[],
+        &[
+            (
+                Some(3),
+                "room \"a\": priority[0].codes: must list at least one code",
+            ),
+            (
+                Some(5),
+                "unknown key `code` in [[room.priority]]; did you mean `codes`?",
+            ),
+        ],
+    );
 }
