@@ -81,7 +81,7 @@ pub use gateway::{
     UpstreamConfig, WebSocketConfig, parse_size,
 };
 pub use key_hash::{KeyHash, KeyHashError};
-pub use room::{FieldProblem, RawEvent, RawPriority, RawRoom};
+pub use room::{FieldProblem, RawEvent, RawPriority, RawRoom, format_time};
 
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;

@@ -506,8 +506,8 @@ pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
     u64::try_from(millis).ok().map(Timestamp)
 }
 
-/// Writes a time as RFC 3339 in UTC.
-pub(crate) fn format_time(at: Timestamp) -> String {
+/// Writes a time as RFC 3339 in UTC (how schedules are written back and shown).
+pub fn format_time(at: Timestamp) -> String {
     let nanos = i128::from(at.as_millis()) * 1_000_000;
     time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()
