@@ -643,11 +643,27 @@ local function settle()
     local j = below(stream, i + 1)
     order[i + 1], order[j + 1] = order[j + 1], order[i + 1]
   end
-  for slot = 1, n do
-    local ticket = get_ticket(ids[order[slot]])
-    ticket.position = positions[slot]
-    put_ticket(ticket)
-    redis.call('ZADD', WAITING, int(ticket.position), ticket.id)
+  -- Records are read and written in batches: one command per ticket would keep Redis busy
+  -- several times longer for a large cohort.
+  local BATCH = 1000
+  for first = 1, n, BATCH do
+    local last = math.min(first + BATCH - 1, n)
+    local batch_ids = {}
+    for slot = first, last do
+      batch_ids[#batch_ids + 1] = ids[order[slot]]
+    end
+    local records = redis.call('HMGET', TICKETS, unpack(batch_ids))
+    local ticket_fields, scores = {}, {}
+    for k, id in ipairs(batch_ids) do
+      local ticket = decode_ticket(id, records[k])
+      ticket.position = positions[first + k - 1]
+      ticket_fields[#ticket_fields + 1] = id
+      ticket_fields[#ticket_fields + 1] = encode_ticket(ticket)
+      scores[#scores + 1] = int(ticket.position)
+      scores[#scores + 1] = id
+    end
+    redis.call('HSET', TICKETS, unpack(ticket_fields))
+    redis.call('ZADD', WAITING, unpack(scores))
   end
   room.draw = table.concat({
     int(event.opens_at), int(NOW), DRAW_SEED, int(n), int(room.last_position),
