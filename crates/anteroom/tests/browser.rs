@@ -407,6 +407,62 @@ async fn paused_closed_and_closing_rooms_show_their_state() {
     .await;
 }
 
+/// A scheduled sale whose pre-queue is on now and opens in a few seconds (SPEC §5.3): the page
+/// counts down without a place in line, then the draw (a cohort of one) lets the visitor in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
+    bounded(async {
+        // The schedule is written in wall-clock time, the only clock the real server has.
+        #[allow(clippy::disallowed_methods)]
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let at = |offset_secs: u64| {
+            anteroom_core::config::format_time(anteroom_core::Timestamp(
+                now.as_millis() as u64 + offset_secs * 1000,
+            ))
+        };
+        let rooms = format!(
+            "[[room]]\nid = \"sale\"\nmax_active = 1\nbefore = \"closed\"\n\
+             [[room.schedule]]\nprequeue_at = \"{}\"\nopens_at = \"{}\"\n\
+             closes_at = \"{}\"\nshuffle = true\n",
+            at(0),
+            at(8),
+            at(3600)
+        );
+        let (site, server) = start_server(&rooms).await;
+        let browser = Browser::start(BrowserOptions::default()).await;
+        browser
+            .goto(&wait_url(&server.url(), "sale", RETURN_PATH))
+            .await;
+        assert_eq!(browser.text("#heading").await, "The sale opens soon");
+        assert_eq!(
+            browser.text("#ahead").await,
+            "–",
+            "no place before the draw"
+        );
+        let first = browser.text("#eta").await;
+        assert!(first.starts_with("opens in 0:0"), "a countdown: {first:?}");
+        assert!(
+            !browser.text("#prequeue").await.is_empty(),
+            "the pre-queue notice"
+        );
+        browser.screenshot("prequeue").await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let later = browser.text("#eta").await;
+        assert!(
+            later.starts_with("opens in 0:0") && later < first,
+            "the countdown runs: {first:?} then {later:?}"
+        );
+        let landed = browser.wait_for_path(RETURN_PATH).await;
+        assert_eq!(landed, "127.0.0.1");
+        assert!(browser.cookie("anteroom_p_sale").await.is_some());
+        browser.close().await;
+        drop(site);
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the tests share.
 

@@ -37,9 +37,8 @@
 //! # Sections of later versions
 //!
 //! In a room,
-//! `[[room.schedule]]`, `[room.oidc]`, `[[room.priority]]` and `[room.identity_jwt]` are
-//! recognised but not read by this version: each is reported as a problem rather than silently
-//! ignored.
+//! `[room.identity_jwt]` is recognised but not read by this version: it is reported as a
+//! problem rather than silently ignored.
 //!
 //! ```
 //! use anteroom_core::config::{StoreConfig, parse_config};
@@ -86,7 +85,9 @@ pub use key_hash::{KeyHash, KeyHashError};
 pub use rate_limit::{
     JOIN_RULE_BURST, JOIN_RULE_LIMIT, JOIN_RULE_NAME, JOIN_RULE_PERIOD, default_join_rule,
 };
-pub use room::{FieldProblem, RawAdaptive, RawChallenge, RawRoom};
+pub use room::{
+    FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
+};
 pub use room_oidc::RawOidc;
 
 use crate::ratelimit::rules::RateLimitRule;

@@ -17,6 +17,7 @@ pub mod duration;
 pub mod engine;
 pub mod eta;
 pub mod ids;
+pub mod lottery;
 pub mod ratelimit;
 pub mod room;
 pub mod waiting;

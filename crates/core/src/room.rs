@@ -8,6 +8,9 @@ use std::time::Duration;
 use crate::adaptive::AdaptiveSettings;
 use crate::challenge::ProofOfWork;
 use crate::config::KeyHash;
+use sha2::Digest;
+
+use crate::clock::Timestamp;
 use crate::ids::RoomId;
 
 /// How a room treats visitors (SPEC §3 `mode`).
@@ -178,6 +181,10 @@ pub struct RoomConfig {
     pub adaptive: Option<AdaptiveSettings>,
     /// `challenge`: the proof of work asked for before a join (§12); none if absent.
     pub challenge: Option<ProofOfWork>,
+    /// Scheduled sales (SPEC §5.3); empty for an always-on room.
+    pub schedule: Schedule,
+    /// Priority access codes (SPEC §12); empty for none.
+    pub priority: Vec<PriorityCodes>,
 }
 
 /// A room as an OpenID Connect client (SPEC §11, `[room.oidc]`): the room id is the client id.
@@ -216,6 +223,8 @@ impl RoomConfig {
             oidc: None,
             adaptive: None,
             challenge: None,
+            schedule: Schedule::default(),
+            priority: Vec::new(),
         }
     }
 }
@@ -223,4 +232,213 @@ impl RoomConfig {
 /// The default `admit_burst`: a second's worth of admissions, at least 1.
 pub fn default_admit_burst(admit_per_minute: u64) -> u64 {
     (admit_per_minute / 60).max(1)
+}
+
+/// What a scheduled room does outside its events (SPEC §5.3 `before`, `after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IdleMode {
+    /// Protected routes pass through; joins are admitted at once.
+    #[default]
+    Passthrough,
+    /// Protected routes answer 503 with the closed page; joins are refused.
+    Closed,
+}
+
+impl IdleMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleMode::Passthrough => "passthrough",
+            IdleMode::Closed => "closed",
+        }
+    }
+
+    /// Reads the config spelling.
+    pub fn parse(text: &str) -> Option<IdleMode> {
+        match text {
+            "passthrough" => Some(IdleMode::Passthrough),
+            "closed" => Some(IdleMode::Closed),
+            _ => None,
+        }
+    }
+
+    /// The room mode this idle mode behaves as.
+    pub fn mode(self) -> Mode {
+        match self {
+            IdleMode::Passthrough => Mode::Passthrough,
+            IdleMode::Closed => Mode::Closed,
+        }
+    }
+}
+
+/// The admission limits in force at one moment: the room's own, or an event's overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Concurrent active sessions allowed; 0 = unlimited.
+    pub max_active: u64,
+    /// New admissions per minute; 0 = unlimited.
+    pub admit_per_minute: u64,
+    /// Admission token-bucket capacity.
+    pub admit_burst: u64,
+}
+
+/// One scheduled sale (SPEC §5.3 `[[room.schedule]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// From here visitors join, but nobody is admitted.
+    pub prequeue_at: Timestamp,
+    /// Admission starts here; with `shuffle`, the pre-queue cohort is drawn in random order.
+    pub opens_at: Timestamp,
+    /// After this the room follows its `after` mode (or waits for the next event).
+    pub closes_at: Timestamp,
+    /// Whether the pre-queue cohort is put in a random order at `opens_at` (a lottery).
+    pub shuffle: bool,
+    /// `max_active` while the event is open, instead of the room's.
+    pub max_active: Option<u64>,
+    /// `admit_per_minute` while the event is open, instead of the room's.
+    pub admit_per_minute: Option<u64>,
+    /// `admit_burst` while the event is open, instead of the room's.
+    pub admit_burst: Option<u64>,
+}
+
+/// A room's events in time order, and what it does outside them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Schedule {
+    /// Events, in time order, never overlapping.
+    pub events: Vec<Event>,
+    /// Outside the events, before the last one has closed.
+    pub before: IdleMode,
+    /// After the last event has closed.
+    pub after: IdleMode,
+}
+
+/// Where a room stands in its schedule at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The room has no schedule: its `mode` alone applies.
+    Unscheduled,
+    /// Before an event's pre-queue (or between events), or after the last event.
+    Idle(IdleMode),
+    /// Between `prequeue_at` and `opens_at` of event `event`: joins wait, nobody is admitted.
+    Prequeue {
+        /// Index of the event.
+        event: usize,
+        /// When admission starts.
+        opens_at: Timestamp,
+    },
+    /// Between `opens_at` and `closes_at` of event `event`.
+    Open {
+        /// Index of the event.
+        event: usize,
+    },
+}
+
+impl Schedule {
+    /// Where the schedule stands at `now`: the first event that has not closed decides.
+    pub fn phase(&self, now: Timestamp) -> Phase {
+        if self.events.is_empty() {
+            return Phase::Unscheduled;
+        }
+        let Some((index, event)) = self
+            .events
+            .iter()
+            .enumerate()
+            .find(|(_, event)| now < event.closes_at)
+        else {
+            return Phase::Idle(self.after);
+        };
+        if now < event.prequeue_at {
+            Phase::Idle(self.before)
+        } else if now < event.opens_at {
+            Phase::Prequeue {
+                event: index,
+                opens_at: event.opens_at,
+            }
+        } else {
+            Phase::Open { event: index }
+        }
+    }
+}
+
+impl RoomConfig {
+    /// The room's own limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_active: self.max_active,
+            admit_per_minute: self.admit_per_minute,
+            admit_burst: self.admit_burst,
+        }
+    }
+
+    /// Where the room's schedule stands at `now`; `Unscheduled` while the operator's mode is
+    /// anything but `queue` (pause, close and passthrough override the schedule).
+    pub fn phase(&self, now: Timestamp) -> Phase {
+        if self.mode != Mode::Queue {
+            return Phase::Unscheduled;
+        }
+        self.schedule.phase(now)
+    }
+
+    /// The mode the room behaves as at `now`: its own, or the schedule's (an idle room passes
+    /// through or is closed, a pre-queue holds everybody like `queue_all`, an open event
+    /// queues).
+    pub fn mode_at(&self, now: Timestamp) -> Mode {
+        match self.phase(now) {
+            Phase::Unscheduled => self.mode,
+            Phase::Idle(idle) => idle.mode(),
+            Phase::Prequeue { .. } => Mode::QueueAll,
+            Phase::Open { .. } => Mode::Queue,
+        }
+    }
+
+    /// The limits in force at `now`: an open event's overrides, else the room's own.
+    pub fn limits_at(&self, now: Timestamp) -> Limits {
+        let mut limits = self.limits();
+        if let Phase::Open { event } = self.phase(now)
+            && let Some(event) = self.schedule.events.get(event)
+        {
+            limits.max_active = event.max_active.unwrap_or(limits.max_active);
+            limits.admit_per_minute = event.admit_per_minute.unwrap_or(limits.admit_per_minute);
+            limits.admit_burst = event.admit_burst.unwrap_or(limits.admit_burst);
+        }
+        limits
+    }
+}
+
+/// A priority lane's access codes (SPEC §12 `[[room.priority]]`): a join presenting one of
+/// them waits in the priority lane, admitted before the regular line within the same limits.
+/// Only the codes' SHA-256 hashes are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityCodes {
+    /// SHA-256 of each code.
+    pub hashes: Vec<[u8; 32]>,
+    /// How many joins each code admits to the lane (1 by default).
+    pub uses: u64,
+}
+
+impl RoomConfig {
+    /// The lane entry of a presented code: its hash and how many uses it allows, if it is
+    /// one of the room's. Every stored hash is compared, each in constant time, so the time
+    /// taken says nothing about which code, or how much of one, matched.
+    pub fn priority_code(&self, code: &str) -> Option<([u8; 32], u64)> {
+        let hash = priority_code_hash(code);
+        let mut found = None;
+        for lane in &self.priority {
+            for stored in &lane.hashes {
+                let difference = stored
+                    .iter()
+                    .zip(hash.iter())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+                if difference == 0 && found.is_none() {
+                    found = Some((hash, lane.uses));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The SHA-256 of a priority access code, as the config and the stores keep it.
+pub fn priority_code_hash(code: &str) -> [u8; 32] {
+    sha2::Sha256::digest(code.as_bytes()).into()
 }

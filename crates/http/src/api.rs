@@ -34,11 +34,16 @@ pub(crate) struct StatusBody {
     pub(crate) state: &'static str,
     pub(crate) ticket: String,
     pub(crate) position: u64,
-    pub(crate) ahead: u64,
+    /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
+    /// order is only drawn at `opens_at` (SPEC §5.3).
+    pub(crate) ahead: Option<u64>,
     pub(crate) serving: u64,
     pub(crate) waiting: u64,
     pub(crate) eta_seconds: Option<u64>,
     pub(crate) next_poll_ms: u64,
+    /// When a scheduled pre-queue opens (RFC 3339); only with `state` = `prequeue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) opens_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) pass: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -53,6 +58,8 @@ pub(crate) struct StatusBody {
 struct JoinBody {
     #[serde(rename = "return")]
     return_to: Option<String>,
+    /// A priority access code (SPEC §12): a new ticket joins the room's priority lane.
+    priority_code: Option<String>,
     /// The solved proof of work of a room with `challenge` (§12), checked by `challenge.rs`.
     challenge: Option<serde_json::Value>,
 }
@@ -114,7 +121,16 @@ pub(crate) async fn join(
     let config = app.api_room_config(&room).await?;
     crate::challenge::check_join(&app, &room, &config, &headers, &query, join_body.challenge)
         .await?;
-    let entry = join_entry(&app, &room, &config, &headers, &query, return_to).await?;
+    let entry = join_entry(
+        &app,
+        &room,
+        &config,
+        &headers,
+        &query,
+        return_to,
+        join_body.priority_code,
+    )
+    .await?;
     Ok(entry_response(&app, &room, config.mode, entry))
 }
 
@@ -127,6 +143,7 @@ pub(crate) async fn join_entry(
     headers: &HeaderMap,
     query: &TicketQuery,
     return_to: Option<String>,
+    priority_code: Option<String>,
 ) -> Result<Entry, ApiError> {
     let identity = match &config.identity {
         Identity::Anonymous => None,
@@ -150,6 +167,7 @@ pub(crate) async fn join_entry(
                 resume,
                 identity,
                 return_to,
+                priority_code,
             },
         )
         .await
@@ -417,21 +435,26 @@ pub(crate) fn entry_answer(
     let mut rng = rand::thread_rng();
     match entry {
         Entry::Waiting(view) => {
-            let state = if view.paused || mode == Mode::QueueAll {
+            let state = if view.opens_at.is_some() {
+                "prequeue"
+            } else if view.paused || mode == Mode::QueueAll {
                 "paused"
             } else {
                 "waiting"
             };
+            // Before the draw the order is unknown: no `ahead`, no estimate.
+            let ahead = view.opens_at.is_none().then_some(view.ahead);
             let body = StatusBody {
                 room: room.to_string(),
                 state,
                 ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
                 position: view.position,
-                ahead: view.ahead,
+                ahead,
                 serving: view.serving,
                 waiting: view.waiting,
-                eta_seconds: view.eta_seconds,
-                next_poll_ms: next_poll_ms(view.ahead, &mut rng),
+                eta_seconds: ahead.and(view.eta_seconds),
+                next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
+                opens_at: view.opens_at.map(rfc3339),
                 pass: None,
                 pass_expires_at: None,
                 redirect: None,
@@ -446,11 +469,12 @@ pub(crate) fn entry_answer(
                 state: "admitted",
                 ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
                 position: view.position,
-                ahead: 0,
+                ahead: Some(0),
                 serving: view.serving,
                 waiting: view.waiting,
                 eta_seconds: Some(0),
                 next_poll_ms: next_poll_ms(0, &mut rng),
+                opens_at: None,
                 pass: Some(pass.clone()),
                 pass_expires_at: Some(rfc3339(session.expires_at)),
                 redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
@@ -551,7 +575,7 @@ pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: E
     (headers, Json(answer.body)).into_response()
 }
 
-fn rfc3339(at: Timestamp) -> String {
+pub(crate) fn rfc3339(at: Timestamp) -> String {
     let nanos = i128::from(at.as_millis()) * 1_000_000;
     time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()

@@ -178,6 +178,11 @@ impl From<EngineError> for ApiError {
             EngineError::SessionEnded => {
                 ApiError::new(StatusCode::GONE, "session_ended", "this session has ended")
             }
+            EngineError::InvalidPriorityCode => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "invalid_priority_code",
+                "this priority access code is not valid for this room, or has been used up",
+            ),
         }
     }
 }

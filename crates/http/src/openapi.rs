@@ -90,6 +90,11 @@ struct JoinBody {
     #[serde(rename = "return")]
     #[schema(max_length = 2048)]
     return_to: Option<String>,
+    /// A priority access code (`[[room.priority]]`): a new ticket joins the priority lane,
+    /// admitted before the regular line. A wrong or used-up code is refused with 403
+    /// `invalid_priority_code` and changes nothing; resuming a held ticket never spends one.
+    #[schema(max_length = 256)]
+    priority_code: Option<String>,
     /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
     challenge: Option<crate::challenge::Solution>,
 }
@@ -106,7 +111,7 @@ struct JoinBody {
     responses(
         (status = 200, description = "The ticket's status", body = api::StatusBody),
         (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The room is closed, or the store cannot be reached", body = Problem, content_type = "application/problem+json"),
@@ -222,11 +227,14 @@ fn abandon_session() {}
 #[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
     params(("room" = String, Path, description = "Room id"),
         ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
-        ("lang" = Option<String>, Query, description = "`en` or `ko`")),
+        ("lang" = Option<String>, Query, description = "`en` or `ko`"),
+        ("code" = Option<String>, Query, description = "A priority access code, for a new ticket in the priority lane")),
     responses(
         (status = 200, description = "The page (or the status JSON)", content(
             (String = "text/html"), (api::StatusBody = "application/json"))),
         (status = 400, description = "A query the page cannot take", content(
+            (String = "text/html"), (Problem = "application/problem+json"))),
+        (status = 403, description = "A priority access code that is wrong or used up", content(
             (String = "text/html"), (Problem = "application/problem+json"))),
         (status = 404, description = "No such room, or an unknown query parameter", content(
             (String = "text/html"), (Problem = "application/problem+json"))),

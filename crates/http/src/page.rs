@@ -12,8 +12,9 @@
 //! Worker built from inline source (a Blob URL), shows its progress and joins; without
 //! JavaScript the page says JavaScript is needed.
 //!
-//! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `closed`,
-//! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`, `eta_text`,
+//! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `prequeue`,
+//! `closed`, `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`,
+//! `eta_seconds`, `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue),
 //! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `t` (the
 //! texts of the chosen language) and `config` (what the script needs, for `tojson`).
 
@@ -153,6 +154,8 @@ pub(crate) struct PageQuery {
     return_to: Option<String>,
     lang: Option<String>,
     state: Option<String>,
+    /// A priority access code (SPEC §12), as an invitation link carries it.
+    code: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +206,8 @@ impl Lang {
 enum PageState {
     Waiting,
     Paused,
+    /// A scheduled sale's pre-queue (SPEC §5.3): the page counts down to `opens_at`.
+    Prequeue,
     Closed,
     Unavailable,
     /// The room asks for a proof of work before the visitor gets a place (SPEC §12).
@@ -220,6 +225,7 @@ struct PageContext {
     serving: u64,
     eta_seconds: Option<u64>,
     eta_text: String,
+    opens_at: Option<String>,
     progress_percent: u64,
     next_poll_ms: u64,
     refresh_seconds: Option<u64>,
@@ -242,6 +248,7 @@ impl PageContext {
                 serving: 1177,
                 eta_seconds: Some(150),
                 next_poll_ms: 2000,
+                opens_in: None,
             },
             "/",
         )
@@ -257,9 +264,12 @@ impl PageContext {
         let text = texts(lang);
         let progress = progress_percent(figures.ahead, figures.waiting);
         let base = format!("/_anteroom/v1/rooms/{room}");
-        let waiting_like = matches!(state, PageState::Waiting | PageState::Paused);
+        let waiting_like = matches!(
+            state,
+            PageState::Waiting | PageState::Paused | PageState::Prequeue
+        );
         let refresh_seconds = match state {
-            PageState::Waiting | PageState::Paused => {
+            PageState::Waiting | PageState::Paused | PageState::Prequeue => {
                 Some(figures.next_poll_ms.div_ceil(1000).max(2))
             }
             PageState::Closed | PageState::Unavailable => Some(30),
@@ -275,6 +285,7 @@ impl PageContext {
             "waiting": figures.waiting,
             "etaSeconds": figures.eta_seconds,
             "nextPollMs": figures.next_poll_ms,
+            "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
             "returnPath": return_path,
             "statusUrl": format!("{base}/status"),
             "joinUrl": format!("{base}/join"),
@@ -291,12 +302,18 @@ impl PageContext {
             waiting: figures.waiting,
             serving: figures.serving,
             eta_seconds: figures.eta_seconds,
-            eta_text: if state == PageState::Paused {
-                paused_eta_text(lang).to_owned()
-            } else {
-                eta_text(lang, figures.eta_seconds)
+            eta_text: match (state, &figures.opens_in) {
+                (PageState::Paused, _) => paused_eta_text(lang).to_owned(),
+                (_, Some((_, seconds))) => opens_in_text(lang, *seconds),
+                _ => eta_text(lang, figures.eta_seconds),
             },
-            progress_percent: if waiting_like { progress.max(2) } else { 0 },
+            opens_at: figures.opens_in.as_ref().map(|(at, _)| at.clone()),
+            progress_percent: match state {
+                // Nobody's place is known before the draw.
+                PageState::Prequeue => 0,
+                _ if waiting_like => progress.max(2),
+                _ => 0,
+            },
             next_poll_ms: figures.next_poll_ms,
             refresh_seconds,
             updated_at: String::new(),
@@ -325,6 +342,22 @@ struct Figures {
     serving: u64,
     eta_seconds: Option<u64>,
     next_poll_ms: u64,
+    /// In a pre-queue: when it opens (RFC 3339) and how many seconds from now.
+    opens_in: Option<(String, u64)>,
+}
+
+/// The countdown of a pre-queue, as the page shows it before its script takes over.
+fn opens_in_text(lang: Lang, seconds: u64) -> String {
+    let (hours, minutes, secs) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let clock = if hours > 0 {
+        format!("{hours}:{minutes:02}:{secs:02}")
+    } else {
+        format!("{minutes}:{secs:02}")
+    };
+    match lang {
+        Lang::En => format!("opens in {clock}"),
+        Lang::Ko => format!("{clock} 후 시작"),
+    }
 }
 
 /// While admissions are paused no estimate holds, whatever the recent rate says.
@@ -357,11 +390,12 @@ fn texts(lang: Lang) -> serde_json::Value {
     match lang {
         Lang::En => serde_json::json!({
             "title": "You are in line",
-            "heading": {"waiting": "You are in line", "paused": "The line is paused", "closed": "This room is closed",
+            "heading": {"waiting": "You are in line", "paused": "The line is paused", "prequeue": "The sale opens soon", "closed": "This room is closed",
                         "unavailable": "Temporarily unavailable", "admitted": "It is your turn", "left": "You left the line",
                         "challenge": "Getting you a place in line"},
             "lead": {"waiting": "Thanks for waiting. We will take you in automatically when it is your turn.",
                      "paused": "Entry is paused for a moment. You keep your place.",
+                     "prequeue": "You are in the pre-queue. Keep this page open: you are taken in automatically once the sale opens and it is your turn.",
                      "closed": "Nobody is being let in right now.",
                      "unavailable": "The waiting room cannot be reached right now. Your place is kept.",
                      "admitted": "Taking you in…", "left": "Your place has been given up.",
@@ -374,14 +408,16 @@ fn texts(lang: Lang) -> serde_json::Value {
             "paused_notice": "Admissions are paused by the organiser.",
             "try_later": "Please try again in a few minutes.", "leave": "Leave the line",
             "eta_unknown": "estimating…", "eta_paused": "on hold", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
+            "eta_opens_in": "opens in {t}", "prequeue_notice": "Everybody who joins before the start is in the pre-queue; places in line are settled when the sale opens.",
         }),
         Lang::Ko => serde_json::json!({
             "title": "대기열에 있습니다",
-            "heading": {"waiting": "대기열에 있습니다", "paused": "입장이 잠시 멈췄습니다", "closed": "지금은 입장할 수 없습니다",
+            "heading": {"waiting": "대기열에 있습니다", "paused": "입장이 잠시 멈췄습니다", "prequeue": "곧 판매가 시작됩니다", "closed": "지금은 입장할 수 없습니다",
                         "unavailable": "일시적으로 이용할 수 없습니다", "admitted": "입장 차례입니다", "left": "대기열에서 나왔습니다",
                         "challenge": "대기 번호를 받는 중입니다"},
             "lead": {"waiting": "기다려 주셔서 감사합니다. 차례가 되면 자동으로 입장합니다.",
                      "paused": "입장이 잠시 멈췄습니다. 순서는 그대로 유지됩니다.",
+                     "prequeue": "사전 대기열에 있습니다. 이 페이지를 열어 두세요. 판매가 시작되고 차례가 되면 자동으로 입장합니다.",
                      "closed": "지금은 입장을 받지 않습니다.",
                      "unavailable": "지금은 대기열에 연결할 수 없습니다. 순서는 유지됩니다.",
                      "admitted": "입장하는 중…", "left": "대기 순서를 포기했습니다.",
@@ -394,6 +430,7 @@ fn texts(lang: Lang) -> serde_json::Value {
             "paused_notice": "주최 측이 입장을 잠시 멈췄습니다.",
             "try_later": "잠시 후 다시 시도해 주세요.", "leave": "대기 취소",
             "eta_unknown": "계산 중…", "eta_paused": "일시 중지", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
+            "eta_opens_in": "{t} 후 시작", "prequeue_notice": "시작 전에 들어온 모든 분은 사전 대기열에 있습니다. 대기 순서는 판매가 시작될 때 정해집니다.",
         }),
     }
 }
@@ -459,6 +496,7 @@ pub(crate) async fn waiting_page(
         &headers,
         &ticket_query,
         return_path.clone(),
+        query.code.clone().filter(|code| !code.is_empty()),
     )
     .await
     {
@@ -478,6 +516,12 @@ pub(crate) async fn waiting_page(
         }
         Err(error) if error.code() == "store_unavailable" => {
             return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
+        }
+        Err(error) if error.code() == "invalid_priority_code" && !wants_json => {
+            return error_page(
+                StatusCode::FORBIDDEN,
+                "That access code is not valid for this waiting room, or has been used up.",
+            );
         }
         Err(error) if error.status() == StatusCode::SERVICE_UNAVAILABLE => {
             return unavailable(&app, Some(&config), &room, lang, wants_json, error);
@@ -593,6 +637,10 @@ fn entry_page(
     return_path: Option<String>,
     lang: Lang,
 ) -> Response {
+    let entry_opens_at = match &entry {
+        Entry::Waiting(view) => view.opens_at,
+        Entry::Admitted(_) => None,
+    };
     let answer = match api::entry_answer(app, room, config.mode, entry) {
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
@@ -605,18 +653,27 @@ fn entry_page(
             .unwrap_or_else(|| "/".to_owned());
         return (cookies, Redirect::to(&target)).into_response();
     }
-    let state = if answer.body.state == "paused" {
-        PageState::Paused
-    } else {
-        PageState::Waiting
+    let state = match answer.body.state {
+        "paused" => PageState::Paused,
+        "prequeue" => PageState::Prequeue,
+        _ => PageState::Waiting,
+    };
+    let opens_in = match &entry_opens_at {
+        Some(at) => answer
+            .body
+            .opens_at
+            .clone()
+            .map(|text| (text, at.as_secs().saturating_sub(app.now().as_secs()))),
+        None => None,
     };
     let figures = Figures {
         position: answer.body.position,
-        ahead: answer.body.ahead,
+        ahead: answer.body.ahead.unwrap_or(0),
         waiting: answer.body.waiting,
         serving: answer.body.serving,
         eta_seconds: answer.body.eta_seconds,
         next_poll_ms: answer.body.next_poll_ms,
+        opens_in,
     };
     let mut context = PageContext::build(
         room.as_str(),
@@ -680,6 +737,7 @@ fn no_figures() -> Figures {
         serving: 0,
         eta_seconds: None,
         next_poll_ms: 30_000,
+        opens_in: None,
     }
 }
 
@@ -815,6 +873,22 @@ mod tests {
             serving: 99,
             eta_seconds,
             next_poll_ms: 2000,
+            opens_in: None,
+        }
+    }
+
+    #[test]
+    fn a_prequeue_counts_down_and_shows_no_place() {
+        let mut prequeue = figures(0, 40, Some(10));
+        prequeue.opens_in = Some(("2026-12-01T10:00:00Z".to_owned(), 3725));
+        for (lang, expected) in [
+            (Lang::En, "opens in 1:02:05"),
+            (Lang::Ko, "1:02:05 후 시작"),
+        ] {
+            let context = PageContext::build("r", lang, PageState::Prequeue, &prequeue, "/");
+            assert_eq!(context.eta_text, expected);
+            assert_eq!(context.progress_percent, 0);
+            assert_eq!(context.config["opensAt"], "2026-12-01T10:00:00Z");
         }
     }
 

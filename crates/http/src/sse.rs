@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use anteroom_core::engine::{Entry, RoomSnapshot, TicketRef};
 use anteroom_core::eta::{AdmissionRate, eta_seconds, next_poll_ms};
 use anteroom_core::room::Mode;
-use anteroom_core::{RoomId, TicketId};
+use anteroom_core::{RoomId, TicketId, Timestamp};
 use anteroom_store::RoomStore;
 
 use crate::AppState;
@@ -46,6 +46,10 @@ const MIN_EVENT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the browser waits before reconnecting.
 const RETRY: Duration = Duration::from_millis(3000);
+
+/// How long after a pre-queue's opening a quiet stream asks for its drawn place: the ticker
+/// draws within half a second of the opening.
+const OPENING_GRACE: Duration = Duration::from_millis(250);
 
 /// How far the admission rate may drift before a view that shows nothing else new is
 /// published, and how often such a view is published at most. The rate is an average that
@@ -308,6 +312,10 @@ pub(crate) async fn events(
         .await
         .map_err(|error| app.store_error(&room, "status", error))?;
     let views = app.hub().subscribe(&room);
+    let opens_at = match &entry {
+        Entry::Waiting(view) => view.opens_at,
+        Entry::Admitted(_) => None,
+    };
     let first = match entry {
         Entry::Admitted(_) => Step::Admitted(entry),
         Entry::Waiting(_) if config.mode == Mode::Closed => Step::Closed,
@@ -329,6 +337,7 @@ pub(crate) async fn events(
         position: 0,
         generation: 0,
         ticket_token: token.to_owned(),
+        opens_at,
         last_sent: None,
         last_sent_at: None,
         _connection: connection,
@@ -363,6 +372,9 @@ struct StreamState {
     generation: u32,
     /// The connection's ticket token, signed once.
     ticket_token: String,
+    /// While the ticket is in a scheduled pre-queue: when it opens (SPEC §5.3). The draw at
+    /// that moment may give the ticket another position, so the stream then asks the store.
+    opens_at: Option<Timestamp>,
     /// What the last status event said, so an unchanged view sends nothing.
     last_sent: Option<EventKey>,
     /// When the last status event went out, so the next waits [`MIN_EVENT_INTERVAL`].
@@ -419,8 +431,26 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
 /// so an admission made by any node reaches the visitor as soon as this node's view shows it.
 async fn next_step(state: &mut StreamState) -> Step {
     loop {
-        if state.views.changed().await.is_err() {
+        let changed = match state.opens_at {
+            // Wake at the opening even if the room looks the same then.
+            Some(opens_at) => {
+                let wait = opens_at
+                    .as_millis()
+                    .saturating_sub(state.app.now().as_millis());
+                tokio::select! {
+                    changed = state.views.changed() => changed,
+                    () = tokio::time::sleep(Duration::from_millis(wait) + OPENING_GRACE) => Ok(()),
+                }
+            }
+            None => state.views.changed().await,
+        };
+        if changed.is_err() {
             return Step::End;
+        }
+        if let Some(opens_at) = state.opens_at
+            && state.app.now() >= opens_at
+        {
+            return opened(state).await;
         }
         let mut view = state.views.borrow_and_update().clone();
         if let Some(ahead) = view
@@ -461,6 +491,19 @@ async fn next_step(state: &mut StreamState) -> Step {
         if view.snapshot.generation != state.generation {
             return Step::End;
         }
+        if let Some(opens_at) = state.opens_at {
+            if state.app.now() >= opens_at {
+                return opened(state).await;
+            }
+            if view.ahead_of(state.position).is_none() {
+                // Out of the line before the opening (left, or let in by hand).
+                return match state.app.store().status(&state.room, state.reference).await {
+                    Ok(entry @ Entry::Admitted(_)) => Step::Admitted(entry),
+                    Ok(Entry::Waiting(_)) => continue,
+                    Err(_) => Step::End,
+                };
+            }
+        }
         match view.ahead_of(state.position) {
             Some(ahead) => {
                 let key = event_key(&view, ahead);
@@ -482,6 +525,32 @@ async fn next_step(state: &mut StreamState) -> Step {
                 Err(_) => return Step::End,
             },
         }
+    }
+}
+
+/// The pre-queue has opened: the store answers with the ticket's drawn position (drawing now if
+/// nobody has yet), and the stream goes on from there.
+async fn opened(state: &mut StreamState) -> Step {
+    match state.app.store().status(&state.room, state.reference).await {
+        Ok(entry @ Entry::Admitted(_)) => Step::Admitted(entry),
+        Ok(Entry::Waiting(waiting)) => {
+            state.opens_at = waiting.opens_at;
+            let (position, generation) = (waiting.position, waiting.generation);
+            // The engine's view says whether the room is paused.
+            let body = api::entry_body(
+                &state.app,
+                &state.room,
+                Mode::Queue,
+                Entry::Waiting(waiting),
+            );
+            state.last_sent = None;
+            Step::Status {
+                body,
+                position,
+                generation,
+            }
+        }
+        Err(_) => Step::End,
     }
 }
 
@@ -514,6 +583,20 @@ fn eta_step(seconds: u64) -> u64 {
 fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::Value {
     let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
     let mode = view.snapshot.mode;
+    if let Some(opens_at) = state.opens_at {
+        return serde_json::json!({
+            "room": state.room.as_str(),
+            "state": "prequeue",
+            "ticket": state.ticket_token,
+            "position": state.position,
+            "ahead": null,
+            "serving": view.snapshot.serving,
+            "waiting": view.snapshot.waiting,
+            "eta_seconds": null,
+            "next_poll_ms": next_poll_ms(0, &mut rand::thread_rng()),
+            "opens_at": api::rfc3339(opens_at),
+        });
+    }
     serde_json::json!({
         "room": state.room.as_str(),
         "state": if mode == Mode::QueueAll { "paused" } else { "waiting" },
@@ -545,6 +628,7 @@ mod tests {
                 admission_rate: rate,
                 eta_seconds_for_new: None,
                 totals: Default::default(),
+                draw: None,
             },
             waiting_positions: positions.into(),
         }

@@ -864,3 +864,47 @@ async fn rooms_take_their_oidc_client_through_the_api() {
     assert_eq!(cleared.status, StatusCode::OK, "{}", cleared.body);
     assert!(admin.config("a").await.oidc.is_none());
 }
+
+#[tokio::test]
+async fn schedules_are_set_shown_and_checked_through_the_api() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let event = json!({"prequeue_at": "2026-12-01T09:30:00Z", "opens_at": "2026-12-01T10:00:00Z",
+                       "closes_at": "2026-12-01T12:00:00Z", "shuffle": true, "max_active": 50});
+    let reply = admin
+        .call(put(
+            "/admin/v1/rooms/a",
+            json!({"schedule": [event], "before": "closed"}),
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let shown = admin.call(Call::get("/admin/v1/rooms/a")).await;
+    assert_eq!(
+        shown.body["schedule"][0]["opens_at"],
+        "2026-12-01T10:00:00Z"
+    );
+    assert_eq!(shown.body["schedule"][0]["shuffle"], true);
+    assert_eq!(shown.body["before"], "closed");
+    assert_eq!(admin.config("a").await.schedule.events.len(), 1);
+
+    let before = admin.config("a").await;
+    let reply = admin
+        .call(patch(
+            "/admin/v1/rooms/a",
+            json!({"schedule": [{"opens_at": "2026-12-01T10:00:00Z", "closes_at": "noon"}],
+                   "after": "open"}),
+        ))
+        .await;
+    reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    let fields: BTreeSet<&str> = reply.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|problem| problem["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, BTreeSet::from(["after", "schedule[0].closes_at"]));
+    assert_eq!(
+        admin.config("a").await,
+        before,
+        "a refused change changes nothing"
+    );
+}

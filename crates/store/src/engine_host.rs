@@ -279,7 +279,7 @@ impl<P: Persister> EngineHost<P> {
     /// Leaves; a freed slot is refilled by an immediate tick.
     pub(crate) async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<(), StoreError> {
         self.apply(room, |state, now, rng, changes| {
-            let freed = state.leave(ticket, now, changes)?;
+            let freed = state.leave(ticket, now, rng, changes)?;
             if freed {
                 state.tick(now, rng, changes);
             }
@@ -344,8 +344,8 @@ impl<P: Persister> EngineHost<P> {
         room: &RoomId,
         count: u64,
     ) -> Result<(u64, RoomSnapshot), StoreError> {
-        self.apply(room, |state, now, _, changes| {
-            let admitted = state.advance(count, now, changes);
+        self.apply(room, |state, now, rng, changes| {
+            let admitted = state.advance(count, now, rng, changes);
             Ok((admitted, state.snapshot()))
         })
         .await

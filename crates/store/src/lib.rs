@@ -208,14 +208,16 @@ pub trait RoomStore: Send + Sync + 'static {
         None
     }
 
-    /// Positions of the live waiting tickets, ascending: what a node needs to compute every
+    /// Positions of the live waiting tickets of the regular line, ascending: what a node needs to compute every
     /// connected visitor's `ahead` locally from one shared snapshot.
     async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
         let records = self.records(room).await?;
         let mut positions: Vec<u64> = records
             .tickets
             .iter()
-            .filter(|ticket| ticket.state == anteroom_core::engine::TicketState::Waiting)
+            .filter(|ticket| {
+                ticket.state == anteroom_core::engine::TicketState::Waiting && !ticket.priority
+            })
             .map(|ticket| ticket.position)
             .collect();
         positions.sort_unstable();

@@ -7,12 +7,15 @@
 
 use anteroom_core::config::RawRoom;
 use anteroom_core::engine::{
-    AdmissionBucket, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd,
-    TicketState,
+    AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
+    TicketEnd, TicketState,
 };
 use anteroom_core::eta::AdmissionRate;
+use anteroom_core::lottery::{seed_from_hex, seed_to_hex};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Why a stored record could not be read.
@@ -40,6 +43,22 @@ struct StateV1 {
     rate_seconds: f64,
     rate_measured_until: Option<u64>,
     totals: TotalsV1,
+    /// Absent in records written before schedules existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draw: Option<DrawV1>,
+    /// Joins made with each priority code, by the code's SHA-256 in hex.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    code_uses: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DrawV1 {
+    opens_at: u64,
+    drawn_at: u64,
+    /// 64 hex digits.
+    seed: String,
+    cohort: u64,
+    through_position: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -65,6 +84,9 @@ struct TicketV1 {
     last_seen: u64,
     identity: Option<String>,
     return_to: Option<String>,
+    /// Absent (false) in records written before priority lanes existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    priority: bool,
     state: TicketStateV1,
 }
 
@@ -136,6 +158,18 @@ pub(crate) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
             sessions_abandoned: totals.sessions_abandoned,
             expired: totals.expired,
         },
+        draw: meta.draw.map(|draw| DrawV1 {
+            opens_at: draw.opens_at.0,
+            drawn_at: draw.drawn_at.0,
+            seed: seed_to_hex(&draw.seed),
+            cohort: draw.cohort,
+            through_position: draw.through_position,
+        }),
+        code_uses: meta
+            .code_uses
+            .iter()
+            .map(|(hash, uses)| (seed_to_hex(hash), *uses))
+            .collect(),
     })
 }
 
@@ -143,7 +177,26 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
     let state: StateV1 = serde_json::from_slice(bytes)?;
     check_version(state.v)?;
     let totals = state.totals;
+    let draw = match state.draw {
+        None => None,
+        Some(draw) => Some(Draw {
+            opens_at: Timestamp(draw.opens_at),
+            drawn_at: Timestamp(draw.drawn_at),
+            seed: seed_from_hex(&draw.seed)
+                .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {:?}", draw.seed)))?,
+            cohort: draw.cohort,
+            through_position: draw.through_position,
+        }),
+    };
+    let mut code_uses = BTreeMap::new();
+    for (hash, uses) in state.code_uses {
+        let hash = seed_from_hex(&hash)
+            .ok_or_else(|| DecodeError::Invalid(format!("priority code hash {hash:?}")))?;
+        code_uses.insert(hash, uses);
+    }
     Ok(RoomMeta {
+        draw,
+        code_uses,
         config,
         generation: state.generation,
         last_position: state.last_position,
@@ -195,6 +248,7 @@ pub(crate) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
         last_seen: ticket.last_seen.0,
         identity: ticket.identity.clone(),
         return_to: ticket.return_to.clone(),
+        priority: ticket.priority,
         state,
     })
 }
@@ -224,6 +278,7 @@ pub(crate) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
         last_seen: Timestamp(stored.last_seen),
         identity: stored.identity,
         return_to: stored.return_to,
+        priority: stored.priority,
         state,
     })
 }

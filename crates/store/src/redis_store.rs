@@ -45,7 +45,8 @@ use anteroom_core::engine::{
     Entry, HISTORY_RETENTION, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot,
     Session, SessionEnd, TickReport, TicketRef,
 };
-use anteroom_core::room::RoomConfig;
+use anteroom_core::lottery::{Seed, seed_to_hex};
+use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
 use rand::Rng;
@@ -93,7 +94,7 @@ return 0
 });
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-const ROOM_KEY_PARTS: [&str; 11] = [
+const ROOM_KEY_PARTS: [&str; 12] = [
     "meta",
     "tickets",
     "waiting",
@@ -104,6 +105,7 @@ const ROOM_KEY_PARTS: [&str; 11] = [
     "identities",
     "ended",
     "forget",
+    "priority",
     "session_ids",
 ];
 
@@ -392,6 +394,41 @@ fn admission_seed() -> String {
     OsRng.gen_range(0..i32::MAX).to_string()
 }
 
+/// A seed for a pre-queue lottery the operation may find due (SPEC §5.3), from the OS's
+/// CSPRNG; the script records it with the draw.
+fn lottery_seed() -> String {
+    let mut seed: Seed = [0; 32];
+    OsRng.fill(&mut seed);
+    seed_to_hex(&seed)
+}
+
+/// A room's schedule as the scripts read it (`room.lua`): events joined by `;`, each
+/// `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`.
+fn schedule_arg(schedule: &Schedule) -> String {
+    let optional = |value: Option<u64>| value.map(safe_number).unwrap_or_default();
+    let events: Vec<String> = schedule
+        .events
+        .iter()
+        .map(|event| {
+            [
+                safe_number(event.prequeue_at.as_millis()),
+                safe_number(event.opens_at.as_millis()),
+                safe_number(event.closes_at.as_millis()),
+                if event.shuffle { "1" } else { "0" }.to_owned(),
+                optional(event.max_active),
+                optional(event.admit_per_minute),
+                optional(
+                    event
+                        .admit_burst
+                        .map(|burst| burst.max(1).saturating_mul(UNITS_PER_TOKEN)),
+                ),
+            ]
+            .join(",")
+        })
+        .collect();
+    events.join(";")
+}
+
 /// The configuration as the scripts read it (`put_room.lua`).
 fn config_args(config: &RoomConfig) -> Vec<String> {
     vec![
@@ -407,6 +444,19 @@ fn config_args(config: &RoomConfig) -> Vec<String> {
         millis(config.ticket_idle_ttl),
         // Renewal happens once more than half the ttl has passed (RoomState::renew_session).
         millis(config.session_ttl / 2),
+        schedule_arg(&config.schedule),
+        config.schedule.before.as_str().to_owned(),
+        config.schedule.after.as_str().to_owned(),
+        config
+            .priority
+            .iter()
+            .flat_map(|lane| {
+                lane.hashes
+                    .iter()
+                    .map(move |hash| format!("{}={}", seed_to_hex(hash), safe_number(lane.uses)))
+            })
+            .collect::<Vec<_>>()
+            .join(","),
     ]
 }
 
@@ -506,6 +556,12 @@ impl RoomStore for RedisStore {
             resume_generation,
             encode_text(identity.as_deref()),
             encode_text(return_to.as_deref()),
+            lottery_seed(),
+            request
+                .priority_code
+                .as_deref()
+                .map(|code| seed_to_hex(&priority_code_hash(code)))
+                .unwrap_or_default(),
         ];
         self.eval("join", &SCRIPTS.join, room, args)
             .await?
@@ -518,6 +574,7 @@ impl RoomStore for RedisStore {
             ticket.id.to_string(),
             ticket.generation.to_string(),
             SessionId::random(&mut OsRng).to_string(),
+            lottery_seed(),
         ];
         self.eval("status", &SCRIPTS.status, room, args)
             .await?
@@ -530,6 +587,7 @@ impl RoomStore for RedisStore {
             ticket.id.to_string(),
             ticket.generation.to_string(),
             admission_seed(),
+            lottery_seed(),
         ];
         self.eval("leave", &SCRIPTS.leave, room, args)
             .await?
@@ -547,6 +605,7 @@ impl RoomStore for RedisStore {
             session.to_string(),
             reason.as_str().to_owned(),
             admission_seed(),
+            lottery_seed(),
         ];
         let mut answer = self
             .eval("end_session", &SCRIPTS.end_session, room, args)
@@ -619,10 +678,15 @@ impl RoomStore for RedisStore {
     }
 
     async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError> {
-        self.eval("tick", &SCRIPTS.tick, room, vec![admission_seed()])
-            .await?
-            .tick_report()
-            .map_err(|error| malformed("tick", error))
+        self.eval(
+            "tick",
+            &SCRIPTS.tick,
+            room,
+            vec![admission_seed(), lottery_seed()],
+        )
+        .await?
+        .tick_report()
+        .map_err(|error| malformed("tick", error))
     }
 
     async fn snapshot(&self, room: &RoomId) -> Result<RoomSnapshot, StoreError> {
@@ -634,7 +698,12 @@ impl RoomStore for RedisStore {
 
     async fn advance(&self, room: &RoomId, count: u64) -> Result<(u64, RoomSnapshot), StoreError> {
         let mut answer = self
-            .eval("advance", &SCRIPTS.advance, room, vec![safe_number(count)])
+            .eval(
+                "advance",
+                &SCRIPTS.advance,
+                room,
+                vec![safe_number(count), lottery_seed()],
+            )
             .await?;
         let read = |answer: &mut Answer| {
             let snapshot = answer.snapshot()?;

@@ -240,6 +240,7 @@ async fn run_case(limits: Limits, ops: Vec<Op>) -> Result<(), String> {
                     resume: held,
                     identity: identity.map(|n| format!("user|{n}%")),
                     return_to: return_to.map(|n| format!("/back/{n}?a=1|b=%7C")),
+                    priority_code: None,
                 };
                 let a = reference
                     .join(&id, request(held.map(|p| p.reference)))

@@ -5,13 +5,18 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::KeyHash;
 use super::room_oidc::{RawOidc, read_oidc};
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::adaptive::AdaptiveSettings;
 use crate::challenge::{self, ProofOfWork};
+use crate::clock::Timestamp;
 use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
-use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy, default_admit_burst};
+use crate::room::{
+    Event, Identity, IdleMode, Mode, Order, PriorityCodes, RoomConfig, StoreErrorPolicy,
+    default_admit_burst,
+};
 
 /// A room as written in the config file or sent to the admin API: SPEC §3 field names, with
 /// durations and modes as text. Absent fields take their documented defaults.
@@ -85,6 +90,18 @@ pub struct RawRoom {
     /// `challenge = { kind = "pow", difficulty = 18 }` (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<RawChallenge>,
+    /// Scheduled sales (SPEC §5.3), in time order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Vec<RawEvent>>,
+    /// Outside the scheduled events: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// After the last scheduled event: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Priority access codes (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Vec<RawPriority>>,
 }
 
 /// `[room.adaptive]` as written (SPEC §5.4).
@@ -220,6 +237,59 @@ impl RawChallenge {
     }
 }
 
+/// One `[[room.priority]]` entry in raw form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPriority {
+    /// The codes' SHA-256 digests, each `"sha256:<64 hex digits>"` (`anteroom keys hash`).
+    #[serde(default)]
+    pub codes: Vec<String>,
+    /// How many joins each code admits to the priority lane; 1 if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u64>,
+}
+
+/// The keys of a `[[room.priority]]` entry.
+const PRIORITY_FIELDS: &[&str] = &["codes", "uses"];
+
+/// One `[[room.schedule]]` entry in raw form: times as RFC 3339 text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvent {
+    /// When visitors may start to join (nobody is admitted yet); `opens_at` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prequeue_at: Option<String>,
+    /// When admission starts.
+    #[serde(default)]
+    pub opens_at: String,
+    /// When the event ends.
+    #[serde(default)]
+    pub closes_at: String,
+    /// Whether the pre-queue is drawn in random order at `opens_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<bool>,
+    /// `max_active` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active: Option<u64>,
+    /// `admit_per_minute` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_per_minute: Option<u64>,
+    /// `admit_burst` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_burst: Option<u64>,
+}
+
+/// The keys of a `[[room.schedule]]` entry.
+const EVENT_FIELDS: &[&str] = &[
+    "prequeue_at",
+    "opens_at",
+    "closes_at",
+    "shuffle",
+    "max_active",
+    "admit_per_minute",
+    "admit_burst",
+];
+
 /// A problem with one field of a [`RawRoom`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -250,16 +320,14 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "oidc",
     "adaptive",
     "challenge",
+    "schedule",
+    "before",
+    "after",
+    "priority",
 ];
 
 /// Room tables and keys that later versions add, with how they are written.
-const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[
-    ("schedule", "[[room.schedule]]"),
-    ("adaptive", "[room.adaptive]"),
-    ("oidc", "[room.oidc]"),
-    ("priority", "[[room.priority]]"),
-    ("identity_jwt", "[room.identity_jwt]"),
-];
+const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[("identity_jwt", "[room.identity_jwt]")];
 
 impl RawRoom {
     /// Validates every field, collecting every problem as (field name, message).
@@ -404,6 +472,60 @@ impl RawRoom {
             }
         }
 
+        let idle_choices = &["passthrough", "closed"];
+        if let Some(before) = parse_choice(
+            &mut report,
+            "before",
+            &self.before,
+            IdleMode::parse,
+            idle_choices,
+        ) {
+            room.schedule.before = before;
+        }
+        if let Some(after) = parse_choice(
+            &mut report,
+            "after",
+            &self.after,
+            IdleMode::parse,
+            idle_choices,
+        ) {
+            room.schedule.after = after;
+        }
+        let mut previous_close: Option<Timestamp> = None;
+        for (index, raw) in self.schedule.iter().flatten().enumerate() {
+            let Some(event) = resolve_event(raw, index, &mut report) else {
+                continue;
+            };
+            if let Some(close) = previous_close
+                && event.prequeue_at < close
+            {
+                report(
+                    &event_field(index, "prequeue_at"),
+                    "events must be in time order without overlap: this one starts before the previous one closes".to_owned(),
+                );
+            }
+            previous_close = Some(event.closes_at);
+            room.schedule.events.push(event);
+        }
+        for (index, raw) in self.priority.iter().flatten().enumerate() {
+            let field = |key: &str| format!("priority[{index}].{key}");
+            let mut hashes = Vec::new();
+            for code in &raw.codes {
+                match code.parse::<KeyHash>() {
+                    Ok(hash) => hashes.push(hash.0),
+                    Err(error) => report(&field("codes"), error.to_string()),
+                }
+            }
+            if raw.codes.is_empty() {
+                report(&field("codes"), "must list at least one code".to_owned());
+            }
+            let uses = raw.uses.unwrap_or(1);
+            if uses == 0 {
+                report(&field("uses"), "must be at least 1".to_owned());
+            }
+            room.priority.push(PriorityCodes { hashes, uses });
+        }
+
         match id {
             Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
             _ => Err(problems),
@@ -413,6 +535,7 @@ impl RawRoom {
     /// The raw form of a resolved room, every field present (except an absent `session_max`),
     /// so the admin API can show rooms with SPEC §3 field names.
     pub fn from_config(config: &RoomConfig) -> RawRoom {
+        let schedule = &config.schedule;
         RawRoom {
             id: config.id.to_string(),
             routes: Some(config.routes.clone()),
@@ -435,8 +558,129 @@ impl RawRoom {
                 kind: "pow".to_owned(),
                 difficulty: Some(u64::from(pow.difficulty)),
             }),
+            schedule: (!schedule.events.is_empty())
+                .then(|| schedule.events.iter().map(raw_event).collect()),
+            before: (schedule.before != IdleMode::default())
+                .then(|| schedule.before.as_str().to_owned()),
+            after: (schedule.after != IdleMode::default())
+                .then(|| schedule.after.as_str().to_owned()),
+            priority: (!config.priority.is_empty()).then(|| {
+                config
+                    .priority
+                    .iter()
+                    .map(|lane| RawPriority {
+                        codes: lane
+                            .hashes
+                            .iter()
+                            .map(|hash| KeyHash(*hash).to_string())
+                            .collect(),
+                        uses: Some(lane.uses),
+                    })
+                    .collect()
+            }),
         }
     }
+}
+
+/// How problems name a key of the `index`-th (0-based) schedule entry.
+fn event_field(index: usize, key: &str) -> String {
+    format!("schedule[{index}].{key}")
+}
+
+/// Validates one schedule entry: times in RFC 3339, `prequeue_at ≤ opens_at < closes_at`, a
+/// burst of at least 1. An event that overrides only `admit_per_minute` gets that rate's
+/// default burst.
+fn resolve_event(
+    raw: &RawEvent,
+    index: usize,
+    report: &mut impl FnMut(&str, String),
+) -> Option<Event> {
+    let mut time = |key: &str, text: &str| match parse_time(text) {
+        Some(at) => Some(at),
+        None => {
+            let message = if text.is_empty() {
+                "is required".to_owned()
+            } else {
+                format!("{text:?} is not an RFC 3339 time such as \"2026-12-01T10:00:00Z\"")
+            };
+            report(&event_field(index, key), message);
+            None
+        }
+    };
+    let opens_at = time("opens_at", &raw.opens_at);
+    let closes_at = time("closes_at", &raw.closes_at);
+    let prequeue_at = match &raw.prequeue_at {
+        Some(text) => time("prequeue_at", text),
+        None => opens_at,
+    };
+    let (prequeue_at, opens_at, closes_at) = (prequeue_at?, opens_at?, closes_at?);
+    let mut valid = true;
+    if prequeue_at > opens_at {
+        report(
+            &event_field(index, "prequeue_at"),
+            "must not be after opens_at".to_owned(),
+        );
+        valid = false;
+    }
+    if closes_at <= opens_at {
+        report(
+            &event_field(index, "closes_at"),
+            "must be after opens_at".to_owned(),
+        );
+        valid = false;
+    }
+    if raw.admit_burst == Some(0) {
+        report(
+            &event_field(index, "admit_burst"),
+            "must be at least 1".to_owned(),
+        );
+        valid = false;
+    }
+    let admit_burst = raw
+        .admit_burst
+        .or_else(|| raw.admit_per_minute.map(default_admit_burst));
+    valid.then_some(Event {
+        prequeue_at,
+        opens_at,
+        closes_at,
+        shuffle: raw.shuffle.unwrap_or(false),
+        max_active: raw.max_active,
+        admit_per_minute: raw.admit_per_minute,
+        admit_burst,
+    })
+}
+
+fn raw_event(event: &Event) -> RawEvent {
+    RawEvent {
+        prequeue_at: Some(format_time(event.prequeue_at)),
+        opens_at: format_time(event.opens_at),
+        closes_at: format_time(event.closes_at),
+        shuffle: Some(event.shuffle),
+        max_active: event.max_active,
+        admit_per_minute: event.admit_per_minute,
+        admit_burst: event.admit_burst,
+    }
+}
+
+/// Reads an RFC 3339 time (with an offset) at or after the epoch, to the millisecond.
+pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
+    let moment =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let millis = moment.unix_timestamp_nanos() / 1_000_000;
+    u64::try_from(millis).ok().map(Timestamp)
+}
+
+/// Writes a time as RFC 3339 in UTC (how schedules are written back and shown).
+pub fn format_time(at: Timestamp) -> String {
+    let nanos = i128::from(at.as_millis()) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
 }
 
 /// An id that is always valid, to borrow the defaults of [`RoomConfig::with_defaults`].
@@ -481,12 +725,13 @@ struct RoomSource {
     raw: RawRoom,
     /// The `[[room]]` header.
     header: Origin,
-    /// Where each present field's key was written.
-    origins: HashMap<&'static str, Origin>,
+    /// Where each present field's key was written (schedule keys as `schedule[i].key`).
+    origins: HashMap<String, Origin>,
     has_id: bool,
 }
 
 impl RoomSource {
+    /// Where `field` was written: its key, else its schedule entry, else the room's header.
     fn origin(&self, field: &str) -> &Origin {
         // A missing key of `[room.oidc]` is reported at the table's header.
         let table = field.split_once('.').map(|(table, _)| table);
@@ -582,7 +827,7 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             }
             continue;
         };
-        origins.insert(field, entry.key_origin.clone());
+        origins.insert(field.to_owned(), entry.key_origin.clone());
         let strings = |problems: &mut Problems| {
             entry
                 .strings(problems)
@@ -615,7 +860,11 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             }
             "adaptive" => raw.adaptive = read_adaptive(entry, problems),
             "challenge" => raw.challenge = read_challenge(entry, problems),
-            _ => raw.on_store_error = entry.string(problems),
+            "on_store_error" => raw.on_store_error = entry.string(problems),
+            "before" => raw.before = entry.string(problems),
+            "after" => raw.after = entry.string(problems),
+            "priority" => raw.priority = read_priority(entry, &mut origins, problems),
+            _ => raw.schedule = read_events(entry, &mut origins, problems),
         }
     }
     if !has_id && table.get("id").is_none() {
@@ -671,6 +920,100 @@ fn read_challenge(entry: &Entry, problems: &mut Problems) -> Option<RawChallenge
         return None;
     }
     Some(raw)
+}
+
+/// Reads `[[room.schedule]]` entries, noting where each key was written.
+fn read_events(
+    entry: &Entry,
+    origins: &mut HashMap<String, Origin>,
+    problems: &mut Problems,
+) -> Option<Vec<RawEvent>> {
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            "`schedule` must be an array of tables, written [[room.schedule]]",
+        );
+        return None;
+    };
+    let mut events = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let Value::Table(table) = &element.value else {
+            problems.add(
+                &element.origin,
+                "each schedule entry must be a table, written [[room.schedule]]",
+            );
+            continue;
+        };
+        origins.insert(format!("schedule[{index}]"), element.origin.clone());
+        problems.unknown_keys(table, EVENT_FIELDS, "[[room.schedule]]");
+        let mut event = RawEvent::default();
+        for key_entry in &table.entries {
+            origins.insert(
+                event_field(index, &key_entry.key),
+                key_entry.key_origin.clone(),
+            );
+            match key_entry.key.as_str() {
+                "prequeue_at" => event.prequeue_at = key_entry.time_text(problems),
+                "opens_at" => event.opens_at = key_entry.time_text(problems).unwrap_or_default(),
+                "closes_at" => {
+                    event.closes_at = key_entry.time_text(problems).unwrap_or_default();
+                }
+                "shuffle" => event.shuffle = key_entry.boolean(problems),
+                "max_active" => event.max_active = key_entry.unsigned(problems),
+                "admit_per_minute" => event.admit_per_minute = key_entry.unsigned(problems),
+                "admit_burst" => event.admit_burst = key_entry.unsigned(problems),
+                _ => {}
+            }
+        }
+        events.push(event);
+    }
+    Some(events)
+}
+
+/// Reads `[[room.priority]]` entries, noting where each key was written.
+fn read_priority(
+    entry: &Entry,
+    origins: &mut HashMap<String, Origin>,
+    problems: &mut Problems,
+) -> Option<Vec<RawPriority>> {
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            "`priority` must be an array of tables, written [[room.priority]]",
+        );
+        return None;
+    };
+    let mut lanes = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let Value::Table(table) = &element.value else {
+            problems.add(
+                &element.origin,
+                "each priority entry must be a table, written [[room.priority]]",
+            );
+            continue;
+        };
+        origins.insert(format!("priority[{index}]"), element.origin.clone());
+        problems.unknown_keys(table, PRIORITY_FIELDS, "[[room.priority]]");
+        let mut lane = RawPriority::default();
+        for key_entry in &table.entries {
+            origins.insert(
+                format!("priority[{index}].{}", key_entry.key),
+                key_entry.key_origin.clone(),
+            );
+            match key_entry.key.as_str() {
+                "codes" => {
+                    lane.codes = key_entry
+                        .strings(problems)
+                        .map(|codes| codes.into_iter().map(|(code, _)| code).collect())
+                        .unwrap_or_default();
+                }
+                "uses" => lane.uses = key_entry.unsigned(problems),
+                _ => {}
+            }
+        }
+        lanes.push(lane);
+    }
+    Some(lanes)
 }
 
 /// Reports a table or key that a later version of anteroom reads.

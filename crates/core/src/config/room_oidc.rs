@@ -123,7 +123,7 @@ fn check_redirect_uri(uri: &str) -> Result<(), &'static str> {
 /// Reads the `[room.oidc]` table, recording where each key was written under `oidc.<key>`.
 pub(super) fn read_oidc(
     table: &Table,
-    origins: &mut HashMap<&'static str, Origin>,
+    origins: &mut HashMap<String, Origin>,
     problems: &mut Problems,
 ) -> RawOidc {
     problems.unknown_keys(table, OIDC_FIELDS, "[room.oidc]");
@@ -131,17 +131,17 @@ pub(super) fn read_oidc(
     for entry in &table.entries {
         match entry.key.as_str() {
             "client_secret" => {
-                origins.insert("oidc.client_secret", entry.key_origin.clone());
+                origins.insert("oidc.client_secret".to_owned(), entry.key_origin.clone());
                 raw.client_secret = entry.string(problems);
             }
             "redirect_uris" => {
-                origins.insert("oidc.redirect_uris", entry.key_origin.clone());
+                origins.insert("oidc.redirect_uris".to_owned(), entry.key_origin.clone());
                 raw.redirect_uris = entry
                     .strings(problems)
                     .map(|list| list.into_iter().map(|(text, _)| text).collect());
             }
             "code_ttl" => {
-                origins.insert("oidc.code_ttl", entry.key_origin.clone());
+                origins.insert("oidc.code_ttl".to_owned(), entry.key_origin.clone());
                 raw.code_ttl = entry.duration_text(problems);
             }
             _ => {}

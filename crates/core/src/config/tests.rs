@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
+use crate::clock::Timestamp;
+use crate::config::RawRoom;
 use crate::ids::RoomId;
 use crate::ratelimit::rules::RequestMatcher;
-use crate::room::{Identity, Mode, Order, RoomConfig, StoreErrorPolicy};
+use crate::room::{Identity, IdleMode, Mode, Order, Phase, RoomConfig, Schedule, StoreErrorPolicy};
 
 mod gateway;
 
@@ -156,6 +158,8 @@ fn full_file_resolves_to_typed_values() {
         oidc: None,
         adaptive: None,
         challenge: None,
+        schedule: Schedule::default(),
+        priority: Vec::new(),
     };
     let checkout = RoomConfig {
         id: room_id("checkout"),
@@ -176,6 +180,8 @@ fn full_file_resolves_to_typed_values() {
         oidc: None,
         adaptive: None,
         challenge: None,
+        schedule: Schedule::default(),
+        priority: Vec::new(),
     };
     let expected = Config {
         server: ServerConfig {
@@ -368,10 +374,6 @@ fn room_field_rules() {
     check_room(
         "[room.identity_jwt]",
         "[room.identity_jwt] is not supported by this version",
-    );
-    check_room(
-        "[[room.schedule]]\nat = \"x\"",
-        "[[room.schedule]] is not supported by this version",
     );
     check_room(
         "challenge = { kind = \"captcha\" }",
@@ -928,5 +930,135 @@ fn the_join_limit_is_on_by_default_replaceable_and_removable() {
         "[server]\njoin_rate_limit = \"no\"\n",
         &[],
         &[(Some(2), "`join_rate_limit` must be true or false")],
+    );
+}
+
+#[test]
+fn schedule_rules() {
+    let room = |fields: &str| format!("[[room]]\nid = \"a\"\n{fields}\n");
+    check_problems(
+        &room(
+            "[[room.schedule]]\nopens_at = 2026-12-01T10:00:00Z\ncloses_at = \"2026-12-01T09:00:00Z\"",
+        ),
+        &[],
+        &[(
+            Some(5),
+            "room \"a\": schedule[0].closes_at: must be after opens_at",
+        )],
+    );
+    check_problems(
+        &room(
+            "[[room.schedule]]\nopens_at = \"tomorrow\"\ncloses_at = 2026-12-01T09:00:00Z\nshufle = true",
+        ),
+        &[],
+        &[
+            (
+                Some(4),
+                "room \"a\": schedule[0].opens_at: \"tomorrow\" is not an RFC 3339 time",
+            ),
+            (
+                Some(6),
+                "unknown key `shufle` in [[room.schedule]]; did you mean `shuffle`?",
+            ),
+        ],
+    );
+    check_problems(
+        &room("before = \"open\"\n[[room.schedule]]\ncloses_at = 2026-12-01T09:00:00Z"),
+        &[],
+        &[
+            (
+                Some(3),
+                "room \"a\": before: unknown before \"open\": expected one of passthrough, closed",
+            ),
+            (Some(4), "room \"a\": schedule[0].opens_at: is required"),
+        ],
+    );
+    let two_events = concat!(
+        "[[room.schedule]]\nopens_at = 2026-12-01T10:00:00Z\ncloses_at = 2026-12-01T12:00:00Z\n",
+        "[[room.schedule]]\nprequeue_at = 2026-12-01T11:00:00Z\nopens_at = 2026-12-01T13:00:00Z\n",
+        "closes_at = 2026-12-01T14:00:00Z",
+    );
+    check_problems(
+        &room(two_events),
+        &[],
+        &[(
+            Some(7),
+            "schedule[1].prequeue_at: events must be in time order without overlap",
+        )],
+    );
+}
+
+#[test]
+fn a_schedule_reads_into_events() {
+    let source = concat!(
+        "[[room]]\nid = \"sale\"\nmax_active = 100\nbefore = \"closed\"\n",
+        "[[room.schedule]]\nprequeue_at = \"2026-12-01T09:30:00+00:00\"\n",
+        "opens_at = 2026-12-01T10:00:00Z\ncloses_at = 2026-12-01T12:00:00.250Z\n",
+        "shuffle = true\nadmit_per_minute = 600\n",
+    );
+    let config = parse_config(source, &env(&[])).unwrap();
+    let room = &config.rooms[0];
+    assert_eq!(room.schedule.before, IdleMode::Closed);
+    assert_eq!(room.schedule.after, IdleMode::Passthrough);
+    let event = &room.schedule.events[0];
+    assert_eq!(event.prequeue_at, Timestamp(1_796_117_400_000));
+    assert_eq!(event.opens_at, Timestamp(1_796_119_200_000));
+    assert_eq!(event.closes_at, Timestamp(1_796_126_400_250));
+    assert!(event.shuffle);
+    assert_eq!(
+        (event.max_active, event.admit_per_minute, event.admit_burst),
+        (None, Some(600), Some(10)),
+        "an overridden rate brings its own default burst"
+    );
+    let raw = RawRoom::from_config(room);
+    assert_eq!(raw.resolve().as_ref(), Ok(room));
+    assert_eq!(
+        room.phase(Timestamp(1_796_117_400_000)),
+        Phase::Prequeue {
+            event: 0,
+            opens_at: event.opens_at
+        }
+    );
+    assert_eq!(room.mode_at(Timestamp(0)), Mode::Closed);
+    assert_eq!(room.mode_at(event.closes_at), Mode::Passthrough);
+    assert_eq!(room.limits_at(event.opens_at).admit_per_minute, 600);
+}
+
+#[test]
+fn priority_codes_are_digests_with_uses() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let source = format!(
+        "[[room]]\nid = \"vip\"\n[[room.priority]]\ncodes = [\"{digest}\"]\n[[room.priority]]\ncodes = [\"{digest}\"]\nuses = 3\n"
+    );
+    let config = parse_config(&source, &env(&[])).unwrap();
+    let lanes = &config.rooms[0].priority;
+    assert_eq!(lanes.len(), 2);
+    assert_eq!((lanes[0].uses, lanes[1].uses), (1, 3));
+    assert_eq!(lanes[0].hashes, vec![[0xab; 32]]);
+    let raw = RawRoom::from_config(&config.rooms[0]);
+    assert_eq!(raw.resolve().as_ref(), Ok(&config.rooms[0]));
+
+    let room = |fields: &str| format!("[[room]]\nid = \"a\"\n{fields}\n");
+    check_problems(
+        &room("[[room.priority]]\ncodes = [\"GOLD-1\"]\nuses = 0"),
+        &[],
+        &[
+            (Some(4), "room \"a\": priority[0].codes: invalid key hash"),
+            (Some(5), "room \"a\": priority[0].uses: must be at least 1"),
+        ],
+    );
+    check_problems(
+        &room("[[room.priority]]\nuses = 2\ncode = \"x\""),
+        &[],
+        &[
+            (
+                Some(3),
+                "room \"a\": priority[0].codes: must list at least one code",
+            ),
+            (
+                Some(5),
+                "unknown key `code` in [[room.priority]]; did you mean `codes`?",
+            ),
+        ],
     );
 }

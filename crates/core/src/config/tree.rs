@@ -251,6 +251,18 @@ impl Entry {
         }
     }
 
+    /// A time is a TOML date-time or an RFC 3339 string; parsing it is the caller's job.
+    pub(super) fn time_text(&self, problems: &mut Problems) -> Option<String> {
+        match (&self.item.value, &self.item.env_text) {
+            (Value::String(text) | Value::Datetime(text), _) => Some(text.clone()),
+            (_, Some(text)) => Some(text.clone()),
+            _ => {
+                self.wrong_type("an RFC 3339 time such as 2026-12-01T10:00:00Z", problems);
+                None
+            }
+        }
+    }
+
     pub(super) fn boolean(&self, problems: &mut Problems) -> Option<bool> {
         match &self.item.value {
             Value::Boolean(flag) => Some(*flag),

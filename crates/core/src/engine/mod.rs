@@ -13,7 +13,7 @@
 
 mod bucket;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use rand::Rng;
@@ -21,7 +21,8 @@ use rand::Rng;
 use crate::clock::Timestamp;
 use crate::eta::{AdmissionRate, eta_seconds};
 use crate::ids::{SessionId, TicketId};
-use crate::room::{Mode, Order, RoomConfig};
+use crate::lottery::{self, Seed};
+use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::WaitingLine;
 
 pub use bucket::AdmissionBucket;
@@ -52,6 +53,8 @@ pub struct Ticket {
     pub identity: Option<String>,
     /// Where the visitor goes once admitted (same-origin path).
     pub return_to: Option<String>,
+    /// Joined with a priority access code (SPEC §12): waits in the priority lane.
+    pub priority: bool,
     /// Where the ticket stands.
     pub state: TicketState,
 }
@@ -214,6 +217,25 @@ pub struct RoomMeta {
     pub rate: AdmissionRate,
     /// Running totals.
     pub totals: RoomTotals,
+    /// The latest pre-queue lottery (SPEC §5.3), kept for audits.
+    pub draw: Option<Draw>,
+    /// Joins made so far with each priority access code, by the code's SHA-256.
+    pub code_uses: BTreeMap<[u8; 32], u64>,
+}
+
+/// A pre-queue lottery as it happened: enough to reproduce it ([`crate::lottery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draw {
+    /// The `opens_at` of the event it was drawn for.
+    pub opens_at: Timestamp,
+    /// When it was drawn (the first operation at or after `opens_at`).
+    pub drawn_at: Timestamp,
+    /// The seed, drawn from the store's cryptographic generator at the draw.
+    pub seed: Seed,
+    /// How many waiting tickets it ordered.
+    pub cohort: u64,
+    /// The room's last issued position at the draw: the cohort waited at or below it.
+    pub through_position: u64,
 }
 
 /// Which records an operation changed; a durable backend writes exactly these.
@@ -243,6 +265,8 @@ pub struct JoinRequest {
     pub identity: Option<String>,
     /// Where to go once admitted.
     pub return_to: Option<String>,
+    /// A priority access code (SPEC §12): a new ticket joins the priority lane.
+    pub priority_code: Option<String>,
 }
 
 /// A ticket as named by a client's verified ticket token.
@@ -282,6 +306,9 @@ pub struct WaitingView {
     pub eta_seconds: Option<u64>,
     /// Admission is stopped (`queue_all`).
     pub paused: bool,
+    /// The room is in a scheduled pre-queue opening at this time (SPEC §5.3): the order is
+    /// not drawn yet, so `ahead` means nothing.
+    pub opens_at: Option<Timestamp>,
     /// Where to go once admitted.
     pub return_to: Option<String>,
 }
@@ -339,6 +366,8 @@ pub struct RoomSnapshot {
     pub eta_seconds_for_new: Option<u64>,
     /// Running totals.
     pub totals: RoomTotals,
+    /// The latest pre-queue lottery.
+    pub draw: Option<Draw>,
 }
 
 /// Why an operation was refused.
@@ -362,6 +391,9 @@ pub enum EngineError {
     /// Every capacity slot is taken (`max_active`): a pass by hand would break I2.
     #[error("room is full")]
     RoomFull,
+    /// The priority access code is not one of the room's, or has been used up.
+    #[error("priority access code is invalid or used up")]
+    InvalidPriorityCode,
 }
 
 /// One room: its meta state, tickets, sessions and the indexes over them.
@@ -371,6 +403,8 @@ pub struct RoomState {
     tickets: HashMap<TicketId, Ticket>,
     sessions: HashMap<SessionId, Session>,
     waiting: WaitingLine,
+    /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
+    priority: WaitingLine,
     /// Waiting tickets by last contact, for abandonment.
     idle: BTreeSet<(Timestamp, TicketId)>,
     /// Admitted tickets by claim deadline, for no-shows.
@@ -386,13 +420,15 @@ impl RoomState {
     /// A new, empty room.
     pub fn new(config: RoomConfig, now: Timestamp) -> RoomState {
         let meta = RoomMeta {
-            bucket: AdmissionBucket::full(&config, now),
+            bucket: AdmissionBucket::full(config.limits_at(now), now),
             config,
             generation: 1,
             last_position: 0,
             serving: 0,
             rate: AdmissionRate::default(),
             totals: RoomTotals::default(),
+            draw: None,
+            code_uses: BTreeMap::new(),
         };
         RoomState::restore(meta, Vec::new(), Vec::new(), now)
     }
@@ -410,6 +446,7 @@ impl RoomState {
             tickets: HashMap::with_capacity(tickets.len()),
             sessions: HashMap::with_capacity(sessions.len()),
             waiting: WaitingLine::new(),
+            priority: WaitingLine::new(),
             idle: BTreeSet::new(),
             claim_deadlines: BTreeSet::new(),
             ended: VecDeque::new(),
@@ -422,7 +459,8 @@ impl RoomState {
             match ticket.state {
                 TicketState::Waiting => {
                     ticket.last_seen = ticket.last_seen.max(now);
-                    room.waiting.insert(ticket.position, ticket.id);
+                    room.line_mut(ticket.priority)
+                        .insert(ticket.position, ticket.id);
                     room.idle.insert((ticket.last_seen, ticket.id));
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
@@ -508,16 +546,18 @@ impl RoomState {
             mode: self.meta.config.mode,
             serving: self.meta.serving,
             last_position: self.meta.last_position,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             active: self.active,
             admitted_unclaimed: self.admitted_unclaimed,
             admission_rate: self.meta.rate.per_second(),
-            eta_seconds_for_new: eta_seconds(self.waiting.len(), &self.meta.rate),
+            eta_seconds_for_new: eta_seconds(self.n_waiting(), &self.meta.rate),
             totals: self.meta.totals,
+            draw: self.meta.draw,
         }
     }
 
-    /// Positions of the live waiting tickets, in order.
+    /// Positions of the live waiting tickets of the regular line (not the priority lane), in
+    /// order: what `ahead` of a regular ticket counts.
     pub fn waiting_positions(&self) -> impl Iterator<Item = u64> + '_ {
         self.waiting.iter().map(|(position, _)| position)
     }
@@ -542,13 +582,15 @@ impl RoomState {
     /// earned under the old rate is kept (trimmed to the new burst); a room that had no rate
     /// limit starts its new one with a full bucket.
     pub fn set_config(&mut self, config: RoomConfig, now: Timestamp, changes: &mut ChangeSet) {
-        let was_unlimited = self.meta.config.admit_per_minute == 0;
-        self.meta.bucket.refill(&self.meta.config, now);
+        let old_limits = self.meta.config.limits_at(now);
+        let was_unlimited = old_limits.admit_per_minute == 0;
+        self.meta.bucket.refill(old_limits, now);
         self.meta.config = config;
+        let limits = self.meta.config.limits_at(now);
         if was_unlimited {
-            self.meta.bucket = AdmissionBucket::full(&self.meta.config, now);
+            self.meta.bucket = AdmissionBucket::full(limits, now);
         }
-        self.meta.bucket.clamp(&self.meta.config);
+        self.meta.bucket.clamp(limits);
         changes.meta = true;
     }
 
@@ -562,9 +604,11 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<Entry, EngineError> {
-        if self.meta.config.mode == Mode::Closed {
+        let mode = self.meta.config.mode_at(now);
+        if mode == Mode::Closed {
             return Err(EngineError::RoomClosed);
         }
+        self.settle_schedule(now, rng, changes);
         // In an identity room the identity decides which ticket is resumed: a ticket token
         // presented by somebody else (a shared browser) never hands over another user's place.
         let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
@@ -586,9 +630,27 @@ impl RoomState {
                 Err(other) => return Err(other),
             }
         }
+        // A code is checked (and counted) only for a new ticket: resuming never spends one.
+        let priority = match request.priority_code.as_deref() {
+            None => None,
+            Some(code) => {
+                let (hash, uses) = self
+                    .meta
+                    .config
+                    .priority_code(code)
+                    .ok_or(EngineError::InvalidPriorityCode)?;
+                if self.meta.code_uses.get(&hash).copied().unwrap_or(0) >= uses {
+                    return Err(EngineError::InvalidPriorityCode);
+                }
+                Some(hash)
+            }
+        };
         let return_to = request
             .return_to
             .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
+        if let Some(hash) = priority {
+            *self.meta.code_uses.entry(hash).or_insert(0) += 1;
+        }
         self.meta.last_position += 1;
         self.meta.totals.joined += 1;
         let ticket = Ticket {
@@ -599,30 +661,33 @@ impl RoomState {
             last_seen: now,
             identity: identity.clone(),
             return_to,
+            priority: priority.is_some(),
             state: TicketState::Waiting,
         };
         let ticket_id = ticket.id;
         if let Some(identity) = identity {
             self.identities.insert(identity, ticket_id);
         }
-        self.waiting.insert(ticket.position, ticket_id);
+        self.line_mut(ticket.priority)
+            .insert(ticket.position, ticket_id);
         self.idle.insert((now, ticket_id));
         self.tickets.insert(ticket_id, ticket);
         changes.meta = true;
         changes.tickets.insert(ticket_id);
 
-        let admit_at_once = match self.meta.config.mode {
+        let limits = self.meta.config.limits_at(now);
+        let admit_at_once = match mode {
             Mode::Passthrough => true,
             Mode::Queue => {
-                self.meta.bucket.refill(&self.meta.config, now);
-                self.waiting.len() == 1
-                    && self.free_slots() >= 1
-                    && self.meta.bucket.available(&self.meta.config) >= 1
+                self.meta.bucket.refill(limits, now);
+                self.n_waiting() == 1
+                    && self.free_slots(limits) >= 1
+                    && self.meta.bucket.available(limits) >= 1
             }
             Mode::QueueAll | Mode::Closed => false,
         };
         if admit_at_once {
-            self.meta.bucket.spend(&self.meta.config, 1);
+            self.meta.bucket.spend(limits, 1);
             self.admit(ticket_id, now, changes);
         }
         self.status(
@@ -648,6 +713,7 @@ impl RoomState {
         if reference.generation != self.meta.generation {
             return Err(EngineError::TicketExpired);
         }
+        self.settle_schedule(now, rng, changes);
         let ticket = self
             .tickets
             .get(&reference.id)
@@ -658,7 +724,7 @@ impl RoomState {
         match ticket.state {
             TicketState::Waiting => {
                 self.touch(reference.id, now);
-                Ok(Entry::Waiting(self.waiting_view(reference.id)))
+                Ok(Entry::Waiting(self.waiting_view(reference.id, now)))
             }
             TicketState::Admitted { .. } => {
                 let session = self.claim(reference.id, now, rng, changes);
@@ -686,8 +752,10 @@ impl RoomState {
         &mut self,
         reference: TicketRef,
         now: Timestamp,
+        rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<bool, EngineError> {
+        self.settle_schedule(now, rng, changes);
         let ticket = self
             .tickets
             .get(&reference.id)
@@ -778,7 +846,8 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> Result<Session, EngineError> {
-        if self.meta.config.mode != Mode::Passthrough && self.free_slots() == 0 {
+        let limits = self.meta.config.limits_at(now);
+        if self.meta.config.mode_at(now) != Mode::Passthrough && self.free_slots(limits) == 0 {
             return Err(EngineError::RoomFull);
         }
         let session = Session {
@@ -810,8 +879,9 @@ impl RoomState {
         rng: &mut impl Rng,
         changes: &mut ChangeSet,
     ) -> TickReport {
+        self.settle_schedule(now, rng, changes);
         let mut report = TickReport::default();
-        let had_demand = !self.waiting.is_empty();
+        let had_demand = self.n_waiting() > 0;
 
         let due_sessions: Vec<SessionId> = self
             .sessions
@@ -843,21 +913,24 @@ impl RoomState {
             report.abandoned += 1;
         }
 
-        self.meta.bucket.refill(&self.meta.config, now);
-        let admissions = match self.meta.config.mode {
+        let limits = self.meta.config.limits_at(now);
+        let mode = self.meta.config.mode_at(now);
+        self.meta.bucket.refill(limits, now);
+        let admissions = match mode {
             Mode::Queue => self
-                .waiting
-                .len()
-                .min(self.free_slots())
-                .min(self.meta.bucket.available(&self.meta.config)),
-            Mode::Passthrough => self.waiting.len(),
+                .n_waiting()
+                .min(self.free_slots(limits))
+                .min(self.meta.bucket.available(limits)),
+            Mode::Passthrough => self.n_waiting(),
             Mode::QueueAll | Mode::Closed => 0,
         };
-        if self.meta.config.mode == Mode::Queue {
-            self.meta.bucket.spend(&self.meta.config, admissions);
+        if mode == Mode::Queue {
+            self.meta.bucket.spend(limits, admissions);
         }
         for _ in 0..admissions {
+            // The priority lane goes first, in join order (SPEC §12).
             let next = match self.meta.config.order {
+                _ if !self.priority.is_empty() => self.priority.first(),
                 Order::Fifo => self.waiting.first(),
                 Order::Random => self.waiting.nth(rng.gen_range(0..self.waiting.len())),
             };
@@ -880,12 +953,20 @@ impl RoomState {
     /// ignores the admission bucket and the mode (an operator may let a few in while paused),
     /// but not capacity: with `max_active > 0` it admits at most the free slots, so I2 holds.
     /// Returns how many tickets were admitted.
-    pub fn advance(&mut self, count: u64, now: Timestamp, changes: &mut ChangeSet) -> u64 {
-        let had_demand = !self.waiting.is_empty();
-        let admissions = count.min(self.waiting.len()).min(self.free_slots());
+    pub fn advance(
+        &mut self,
+        count: u64,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> u64 {
+        self.settle_schedule(now, rng, changes);
+        let had_demand = self.n_waiting() > 0;
+        let limits = self.meta.config.limits_at(now);
+        let admissions = count.min(self.n_waiting()).min(self.free_slots(limits));
         let mut admitted = 0;
         for _ in 0..admissions {
-            let Some((_, ticket)) = self.waiting.first() else {
+            let Some((_, ticket)) = self.priority.first().or_else(|| self.waiting.first()) else {
                 break;
             };
             self.admit(ticket, now, changes);
@@ -933,8 +1014,72 @@ impl RoomState {
         }
     }
 
-    fn free_slots(&self) -> u64 {
-        let limit = self.meta.config.max_active;
+    /// Draws the pre-queue lottery once an event with `shuffle` has opened (SPEC §5.3):
+    /// every ticket waiting at that moment (the cohort; later joiners get higher positions)
+    /// is given one of the cohort's positions in the order [`lottery::shuffled_order`] makes
+    /// of a fresh seed. The set of waiting positions does not change, so nobody outside the
+    /// cohort moves, and FIFO by the new positions keeps `ahead` from ever growing (I5).
+    fn settle_schedule(&mut self, now: Timestamp, rng: &mut impl Rng, changes: &mut ChangeSet) {
+        let Phase::Open { event } = self.meta.config.phase(now) else {
+            return;
+        };
+        let Some(event) = self.meta.config.schedule.events.get(event) else {
+            return;
+        };
+        let drawn = self
+            .meta
+            .draw
+            .is_some_and(|draw| draw.opens_at >= event.opens_at);
+        if !event.shuffle || drawn {
+            return;
+        }
+        let opens_at = event.opens_at;
+        let mut seed: Seed = [0; 32];
+        rng.fill(&mut seed);
+        let cohort: Vec<(u64, TicketId)> = self.waiting.iter().collect();
+        let order = lottery::shuffled_order(&seed, cohort.len());
+        for (slot, &member) in order.iter().enumerate() {
+            let (position, _) = cohort[slot];
+            let (_, ticket_id) = cohort[member];
+            self.waiting.insert(position, ticket_id);
+            if let Some(ticket) = self.tickets.get_mut(&ticket_id) {
+                ticket.position = position;
+            }
+            changes.tickets.insert(ticket_id);
+        }
+        self.meta.draw = Some(Draw {
+            opens_at,
+            drawn_at: now,
+            seed,
+            cohort: cohort.len() as u64,
+            through_position: self.meta.last_position,
+        });
+        changes.meta = true;
+    }
+
+    /// Live waiting tickets, both lanes.
+    fn n_waiting(&self) -> u64 {
+        self.waiting.len() + self.priority.len()
+    }
+
+    fn line(&self, priority: bool) -> &WaitingLine {
+        if priority {
+            &self.priority
+        } else {
+            &self.waiting
+        }
+    }
+
+    fn line_mut(&mut self, priority: bool) -> &mut WaitingLine {
+        if priority {
+            &mut self.priority
+        } else {
+            &mut self.waiting
+        }
+    }
+
+    fn free_slots(&self, limits: Limits) -> u64 {
+        let limit = limits.max_active;
         if limit == 0 {
             return u64::MAX;
         }
@@ -946,7 +1091,12 @@ impl RoomState {
         let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
             return;
         };
-        self.waiting.remove(ticket.position);
+        let line = if ticket.priority {
+            &mut self.priority
+        } else {
+            &mut self.waiting
+        };
+        line.remove(ticket.position);
         self.idle.remove(&(ticket.last_seen, ticket_id));
         ticket.state = TicketState::Admitted {
             at: now,
@@ -1027,7 +1177,12 @@ impl RoomState {
         };
         match ticket.state {
             TicketState::Waiting => {
-                self.waiting.remove(ticket.position);
+                let line = if ticket.priority {
+                    &mut self.priority
+                } else {
+                    &mut self.waiting
+                };
+                line.remove(ticket.position);
                 self.idle.remove(&(ticket.last_seen, ticket_id));
             }
             TicketState::Admitted { claim_deadline, .. } => {
@@ -1131,18 +1286,24 @@ impl RoomState {
         }
     }
 
-    fn waiting_view(&self, ticket_id: TicketId) -> WaitingView {
+    fn waiting_view(&self, ticket_id: TicketId, now: Timestamp) -> WaitingView {
         let ticket = &self.tickets[&ticket_id];
-        let ahead = self.waiting.count_below(ticket.position);
+        // Each lane counts its own: the priority lane never makes a regular ticket's `ahead`
+        // grow (I5); it only holds the line still while it is served first.
+        let ahead = self.line(ticket.priority).count_below(ticket.position);
         WaitingView {
             ticket: ticket_id,
             position: ticket.position,
             generation: ticket.generation,
             ahead,
             serving: self.meta.serving,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             eta_seconds: eta_seconds(ahead, &self.meta.rate),
             paused: self.meta.config.mode == Mode::QueueAll,
+            opens_at: match self.meta.config.phase(now) {
+                Phase::Prequeue { opens_at, .. } => Some(opens_at),
+                _ => None,
+            },
             return_to: ticket.return_to.clone(),
         }
     }
@@ -1153,7 +1314,7 @@ impl RoomState {
             ticket: ticket_id,
             position: ticket.position,
             serving: self.meta.serving,
-            waiting: self.waiting.len(),
+            waiting: self.n_waiting(),
             session: self.sessions[&session].clone(),
             return_to: ticket.return_to.clone(),
         })

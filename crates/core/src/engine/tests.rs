@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::ids::RoomId;
+use crate::room::{Event, IdleMode, Schedule};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -263,7 +264,7 @@ fn leaving_frees_an_admitted_slot_at_once() {
     let mut changes = ChangeSet::default();
     let freed = h
         .room
-        .leave(reference_of(&first, 1), h.now, &mut changes)
+        .leave(reference_of(&first, 1), h.now, &mut h.rng, &mut changes)
         .unwrap();
     assert!(freed);
     assert_eq!(h.tick().admitted, 1);
@@ -394,7 +395,7 @@ fn history_is_forgotten_after_retention() {
     let entry = h.join();
     let mut changes = ChangeSet::default();
     h.room
-        .leave(reference_of(&entry, 1), h.now, &mut changes)
+        .leave(reference_of(&entry, 1), h.now, &mut h.rng, &mut changes)
         .unwrap();
     h.advance(duration_ms(HISTORY_RETENTION));
     let mut changes = ChangeSet::default();
@@ -418,7 +419,7 @@ fn advance_admits_by_hand_within_the_line_and_capacity() {
     assert_eq!(h.tick().admitted, 0, "paused: the admitter lets nobody in");
     let mut changes = ChangeSet::default();
     // Bounded by capacity (I2): three slots, although ten were asked for.
-    assert_eq!(h.room.advance(10, h.now, &mut changes), 3);
+    assert_eq!(h.room.advance(10, h.now, &mut h.rng, &mut changes), 3);
     assert!(changes.meta && changes.tickets.len() == 3);
     let snapshot = h.room.snapshot();
     assert_eq!((snapshot.serving, snapshot.admitted_unclaimed), (3, 3));
@@ -426,7 +427,7 @@ fn advance_admits_by_hand_within_the_line_and_capacity() {
     assert_eq!(waiting(&h.status(&entries[3]).unwrap()).ahead, 0);
     // No free slot: nothing moves, and nothing is written.
     let mut changes = ChangeSet::default();
-    assert_eq!(h.room.advance(1, h.now, &mut changes), 0);
+    assert_eq!(h.room.advance(1, h.now, &mut h.rng, &mut changes), 0);
     assert!(changes.is_empty());
     // Unlimited capacity: bounded by the line, so serving never passes the last position (I8).
     h.room.set_config(
@@ -437,7 +438,11 @@ fn advance_admits_by_hand_within_the_line_and_capacity() {
         h.now,
         &mut ChangeSet::default(),
     );
-    assert_eq!(h.room.advance(100, h.now, &mut ChangeSet::default()), 2);
+    assert_eq!(
+        h.room
+            .advance(100, h.now, &mut h.rng, &mut ChangeSet::default()),
+        2
+    );
     let snapshot = h.room.snapshot();
     assert_eq!((snapshot.serving, snapshot.last_position), (5, 5));
     assert_eq!(snapshot.waiting, 0);
@@ -459,4 +464,135 @@ fn passes_by_hand_are_refused_when_every_slot_is_taken() {
     );
     assert!(changes.is_empty(), "a refusal changes nothing");
     assert_eq!(h.room.snapshot().active, 1);
+}
+
+/// A room whose one event pre-queues at +10 s, opens at +20 s and closes at +60 s (the
+/// harness starts at 1 000 000 ms).
+fn scheduled(shuffle: bool, before: IdleMode) -> impl FnOnce(&mut RoomConfig) {
+    move |c| {
+        c.max_active = 100;
+        c.schedule = Schedule {
+            events: vec![Event {
+                prequeue_at: Timestamp(1_010_000),
+                opens_at: Timestamp(1_020_000),
+                closes_at: Timestamp(1_060_000),
+                shuffle,
+                max_active: Some(2),
+                admit_per_minute: None,
+                admit_burst: None,
+            }],
+            before,
+            after: IdleMode::Closed,
+        };
+    }
+}
+
+#[test]
+fn a_schedule_is_idle_then_prequeues_then_opens_then_follows_after() {
+    let mut h = Harness::new(scheduled(false, IdleMode::Passthrough));
+    assert!(is_admitted(&h.join()), "idle and passthrough: in at once");
+    h.advance(10_000);
+    let entries: Vec<Entry> = (0..3).map(|_| h.join()).collect();
+    let view = waiting(&entries[2]);
+    assert_eq!(view.opens_at, Some(Timestamp(1_020_000)));
+    assert!(!view.paused);
+    h.advance(9_999);
+    assert_eq!(h.tick().admitted, 0, "nobody is admitted in the pre-queue");
+    h.advance(1);
+    // Open: the event's max_active (2) replaces the room's (100); one slot is already held
+    // by the visitor let through while idle.
+    assert_eq!(h.tick().admitted, 1);
+    assert!(is_admitted(&h.status(&entries[0]).unwrap()));
+    assert_eq!(waiting(&h.status(&entries[2]).unwrap()).opens_at, None);
+    assert_eq!(h.room.meta().draw, None, "no shuffle, no draw");
+    h.advance(40_000);
+    let mut changes = ChangeSet::default();
+    let refused = h
+        .room
+        .join(JoinRequest::default(), h.now, &mut h.rng, &mut changes);
+    assert_eq!(refused, Err(EngineError::RoomClosed), "after = closed");
+    assert!(changes.is_empty());
+}
+
+#[test]
+fn before_closed_refuses_joins_and_changes_nothing() {
+    let mut h = Harness::new(scheduled(true, IdleMode::Closed));
+    let mut changes = ChangeSet::default();
+    let refused = h
+        .room
+        .join(JoinRequest::default(), h.now, &mut h.rng, &mut changes);
+    assert_eq!(refused, Err(EngineError::RoomClosed));
+    assert!(changes.is_empty());
+    assert_eq!(h.room.snapshot().last_position, 0);
+}
+
+#[test]
+fn the_draw_orders_the_cohort_by_its_seed_and_late_joiners_come_after() {
+    let mut h = Harness::new(scheduled(true, IdleMode::Closed));
+    h.advance(10_000);
+    let cohort: Vec<TicketId> = (0..8).map(|_| waiting(&h.join()).ticket).collect();
+    h.advance(10_000);
+    let late = h.join();
+    assert_eq!(
+        waiting(&late).position,
+        9,
+        "a late joiner follows the cohort"
+    );
+    assert_eq!(waiting(&late).ahead, 8);
+    let draw = h
+        .room
+        .meta()
+        .draw
+        .expect("drawn at the first operation after opens_at");
+    assert_eq!((draw.cohort, draw.through_position), (8, 8));
+    assert_eq!(draw.opens_at, Timestamp(1_020_000));
+    // Reproduce the order from the recorded seed alone.
+    let order = crate::lottery::shuffled_order(&draw.seed, cohort.len());
+    for (slot, &member) in order.iter().enumerate() {
+        let ticket = h.room.ticket(cohort[member]).unwrap();
+        assert_eq!(ticket.position, slot as u64 + 1);
+    }
+    // The drawn order is the admission order, two at a time (the event's max_active).
+    let mut admitted: Vec<TicketId> = Vec::new();
+    while admitted.len() < 8 {
+        assert!(h.tick().admitted <= 2);
+        let mut batch = Vec::new();
+        for &ticket in &cohort {
+            let reference = TicketRef {
+                id: ticket,
+                generation: 1,
+            };
+            let entry = h
+                .room
+                .status(reference, h.now, &mut h.rng, &mut ChangeSet::default());
+            if !admitted.contains(&ticket) && is_admitted(&entry.unwrap()) {
+                batch.push(ticket);
+                let session = match h.room.ticket(ticket).unwrap().state {
+                    TicketState::Claimed { session } => session,
+                    other => panic!("expected a claimed ticket, got {other:?}"),
+                };
+                h.room
+                    .end_session(
+                        session,
+                        SessionEnd::Completed,
+                        h.now,
+                        &mut ChangeSet::default(),
+                    )
+                    .unwrap();
+            }
+        }
+        batch.sort_by_key(|t| h.room.ticket(*t).unwrap().position);
+        admitted.extend(batch);
+        h.advance(100);
+    }
+    let expected: Vec<TicketId> = order.iter().map(|&member| cohort[member]).collect();
+    let positions: Vec<u64> = admitted
+        .iter()
+        .map(|t| h.room.ticket(*t).unwrap().position)
+        .collect();
+    assert_eq!(positions, (1..=8).collect::<Vec<u64>>());
+    assert_eq!(admitted, expected, "admitted in the drawn order");
+    // Nobody draws twice for the same event.
+    h.tick();
+    assert_eq!(h.room.meta().draw, Some(draw));
 }

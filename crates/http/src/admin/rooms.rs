@@ -18,7 +18,9 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{FieldProblem, RawAdaptive, RawChallenge, RawRoom};
+use anteroom_core::config::{
+    FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom,
+};
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
@@ -105,6 +107,20 @@ pub(crate) struct RoomBody {
     /// A proof of work asked for before a join (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) challenge: Option<ChallengeBody>,
+    /// Scheduled sales (SPEC §5.3), in time order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schedule: Option<Vec<EventBody>>,
+    /// With a schedule, outside its events: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
+    pub(crate) before: Option<String>,
+    /// With a schedule, after its last event: `passthrough` or `closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
+    pub(crate) after: Option<String>,
+    /// Priority access codes (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) priority: Option<Vec<PriorityBody>>,
 }
 
 /// A room as an OpenID Connect client: the room id is the client id.
@@ -189,6 +205,82 @@ impl From<AdaptiveBody> for RawAdaptive {
     }
 }
 
+/// Priority access codes (`[[room.priority]]`): digests only, never the codes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PriorityBody {
+    /// Each code's SHA-256, `sha256:<64 hex digits>`.
+    #[schema(inline, value_type = Vec<CodeDigest>)]
+    pub(crate) codes: Vec<String>,
+    /// Joins each code admits to the priority lane (1 if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub(crate) uses: Option<u64>,
+}
+
+/// The SHA-256 digest of a priority access code.
+#[derive(ToSchema)]
+#[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
+#[allow(dead_code)]
+pub(crate) struct CodeDigest(String);
+
+/// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventBody {
+    /// Visitors may join from here (nobody is admitted yet); `opens_at` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "2026-12-01T09:30:00Z")]
+    pub(crate) prequeue_at: Option<String>,
+    /// Admission starts.
+    #[schema(example = "2026-12-01T10:00:00Z")]
+    pub(crate) opens_at: String,
+    /// The event ends.
+    #[schema(example = "2026-12-01T12:00:00Z")]
+    pub(crate) closes_at: String,
+    /// Whether the pre-queue is drawn in random order at `opens_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shuffle: Option<bool>,
+    /// `max_active` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) max_active: Option<u64>,
+    /// `admit_per_minute` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub(crate) admit_per_minute: Option<u64>,
+    /// `admit_burst` while the event is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub(crate) admit_burst: Option<u64>,
+}
+
+impl EventBody {
+    fn from_raw(raw: RawEvent) -> EventBody {
+        EventBody {
+            prequeue_at: raw.prequeue_at,
+            opens_at: raw.opens_at,
+            closes_at: raw.closes_at,
+            shuffle: raw.shuffle,
+            max_active: raw.max_active,
+            admit_per_minute: raw.admit_per_minute,
+            admit_burst: raw.admit_burst,
+        }
+    }
+
+    fn into_raw(self) -> RawEvent {
+        RawEvent {
+            prequeue_at: self.prequeue_at,
+            opens_at: self.opens_at,
+            closes_at: self.closes_at,
+            shuffle: self.shuffle,
+            max_active: self.max_active,
+            admit_per_minute: self.admit_per_minute,
+            admit_burst: self.admit_burst,
+        }
+    }
+}
+
 /// A path glob a room protects, starting with `/`.
 #[derive(ToSchema)]
 #[schema(pattern = "^/", example = "/events/*/book/**")]
@@ -245,6 +337,20 @@ impl RoomBody {
             challenge: raw.challenge.map(|challenge| ChallengeBody {
                 kind: challenge.kind,
                 difficulty: challenge.difficulty,
+            }),
+            schedule: raw
+                .schedule
+                .map(|events| events.into_iter().map(EventBody::from_raw).collect()),
+            before: raw.before,
+            after: raw.after,
+            priority: raw.priority.map(|lanes| {
+                lanes
+                    .into_iter()
+                    .map(|lane| PriorityBody {
+                        codes: lane.codes,
+                        uses: lane.uses,
+                    })
+                    .collect()
             }),
         }
     }
@@ -507,6 +613,41 @@ fn apply_fields(
                     kind: body.kind,
                     difficulty: body.difficulty,
                 });
+            }
+            "before" => set(&mut raw.before, value, "text", &mut problem),
+            "after" => set(&mut raw.after, value, "text", &mut problem),
+            "priority" => {
+                let mut lanes: Option<Vec<PriorityBody>> = None;
+                set(
+                    &mut lanes,
+                    value,
+                    "a list of {\"codes\": [...], \"uses\": n}",
+                    &mut problem,
+                );
+                if value.is_null() || lanes.is_some() {
+                    raw.priority = lanes.map(|lanes| {
+                        lanes
+                            .into_iter()
+                            .map(|lane| RawPriority {
+                                codes: lane.codes,
+                                uses: lane.uses,
+                            })
+                            .collect()
+                    });
+                }
+            }
+            "schedule" => {
+                let mut events: Option<Vec<EventBody>> = None;
+                set(
+                    &mut events,
+                    value,
+                    "a list of events with opens_at and closes_at",
+                    &mut problem,
+                );
+                if value.is_null() || events.is_some() {
+                    raw.schedule =
+                        events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
+                }
             }
             _ => problem("unknown field".to_owned()),
         }

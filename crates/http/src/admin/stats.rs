@@ -12,7 +12,8 @@ use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use anteroom_core::engine::{RoomTotals, Session, SessionEnd, SessionState};
+use anteroom_core::engine::{Draw, RoomTotals, Session, SessionEnd, SessionState};
+use anteroom_core::lottery::seed_to_hex;
 use anteroom_store::{SessionFilter as StoreFilter, SessionQuery};
 
 use super::auth::ReadAccess;
@@ -64,12 +65,43 @@ pub(crate) struct Stats {
     admission_rate_per_minute: Option<f64>,
     /// Expected wait, in seconds, for somebody joining now; `null` while unknown.
     eta_seconds_for_new: Option<u64>,
+    /// The latest pre-queue lottery of a scheduled sale (SPEC §5.3); `null` before any.
+    draw: Option<DrawBody>,
     /// Per-second history kept by this node (empty after a restart).
     history: HistoryBody,
     /// The adaptive controller's last run on this node (rooms with `[room.adaptive]`; absent
     /// until it first ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptive: Option<crate::adaptive::AdaptiveStatus>,
+}
+
+/// A pre-queue lottery, enough to reproduce it: list the cohort (the tickets waiting when it
+/// was drawn) in the order they joined, and shuffle them with `seed` as
+/// `docs/scheduled-sales.md` describes; the first gets the cohort's lowest position.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DrawBody {
+    /// The `opens_at` of the event it was drawn for (RFC 3339).
+    opens_at: String,
+    /// When it was drawn (RFC 3339).
+    drawn_at: String,
+    /// The 32-byte seed, as 64 hex digits.
+    seed: String,
+    /// How many waiting tickets it ordered.
+    cohort: u64,
+    /// The last position issued before the draw: the cohort waited at or below it.
+    through_position: u64,
+}
+
+impl From<Draw> for DrawBody {
+    fn from(draw: Draw) -> DrawBody {
+        DrawBody {
+            opens_at: rfc3339(draw.opens_at),
+            drawn_at: rfc3339(draw.drawn_at),
+            seed: seed_to_hex(&draw.seed),
+            cohort: draw.cohort,
+            through_position: draw.through_position,
+        }
+    }
 }
 
 /// Running totals of a room.
@@ -173,6 +205,7 @@ pub(crate) async fn stats(
         totals: snapshot.totals.into(),
         admission_rate_per_minute: snapshot.admission_rate.map(|rate| rate * 60.0),
         eta_seconds_for_new: snapshot.eta_seconds_for_new,
+        draw: snapshot.draw.map(DrawBody::from),
         history,
         adaptive: admin.app().adaptive().status(&id),
     }))

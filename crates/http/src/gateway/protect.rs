@@ -156,7 +156,7 @@ pub(crate) async fn decide(
                 }
             }
         };
-        if info.config.mode == anteroom_core::room::Mode::Closed {
+        if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
             return Verdict::Closed {
                 room,
                 config: Box::new(info.config.clone()),
@@ -181,7 +181,7 @@ pub(crate) async fn decide(
             asked.headers,
             &TicketQuery::default(),
         );
-        if needs_solution || (join == JoinWhen::AdmitsAtOnce && !info.admits_at_once()) {
+        if needs_solution || (join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now)) {
             return Verdict::Wait(Box::new(Waiting {
                 retry_after_secs: info
                     .snapshot
@@ -200,6 +200,7 @@ pub(crate) async fn decide(
             asked.headers,
             &TicketQuery::default(),
             Some(asked.return_path.to_owned()),
+            None,
         )
         .await;
         gateway.inner.rooms.invalidate(&room);

@@ -34,13 +34,14 @@ impl RoomInfo {
     /// Whether a visitor joining now would most likely be admitted at once: nobody waits and
     /// capacity is free (`queue`), or the room only counts (`passthrough`). Figures are at most
     /// a second old; the join itself decides.
-    pub(crate) fn admits_at_once(&self) -> bool {
-        match self.config.mode {
+    /// A scheduled room is judged by its schedule at `now` (SPEC §5.3).
+    pub(crate) fn admits_at_once(&self, now: Timestamp) -> bool {
+        match self.config.mode_at(now) {
             Mode::Passthrough => true,
             Mode::Queue => {
                 let used = self.snapshot.active + self.snapshot.admitted_unclaimed;
-                self.snapshot.waiting == 0
-                    && (self.config.max_active == 0 || used < self.config.max_active)
+                let max_active = self.config.limits_at(now).max_active;
+                self.snapshot.waiting == 0 && (max_active == 0 || used < max_active)
             }
             Mode::QueueAll | Mode::Closed => false,
         }

@@ -2,18 +2,24 @@
 -- waiting tickets now, lowest positions first, bounded by the line (I8) and by free capacity
 -- (I2); neither the admission bucket nor the mode holds it back.
 -- ARGV[4] count
+-- ARGV[5] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok', the snapshot, then how many were admitted; or 'error' and why.
 
 if not load_room() then
   return room_not_found()
 end
+DRAW_SEED = ARGV[5]
+settle()
 local had_demand = n_waiting() > 0
 local admissions = math.min(tonumber(ARGV[4]), n_waiting(), free_slots())
 local admitted = 0
-if admissions > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, admissions - 1)) do
-    admit(get_ticket(id))
-    admitted = admitted + 1
+-- The priority lane first, then the regular line, lowest positions first.
+for _, line in ipairs({ PRIORITY, WAITING }) do
+  if admissions - admitted > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', line, 0, admissions - admitted - 1)) do
+      admit(get_ticket(id))
+      admitted = admitted + 1
+    end
   end
 end
 if admitted > 0 then

@@ -3,7 +3,7 @@
 
 local existed = redis.call('EXISTS', META) == 1
 redis.call('DEL', META, TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED,
-  FORGET, SESSION_IDS)
+  FORGET, PRIORITY, SESSION_IDS)
 if existed then
   redis.call('SPUBLISH', CHANNEL, 'deleted')
   return { 'ok', '1' }

@@ -4,11 +4,14 @@
 -- ARGV[4] session id
 -- ARGV[5] reason
 -- ARGV[6] seed for random-order admissions
+-- ARGV[7] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok', session id, session record (as it was before the tick); or 'error' and why.
 
 if not load_room() then
   return room_not_found()
 end
+DRAW_SEED = ARGV[7]
+settle()
 local session = get_session(ARGV[4])
 if not session then
   return { 'error', 'session_unknown' }

@@ -7,6 +7,8 @@
 -- ARGV[7] held ticket's generation or ''
 -- ARGV[8] identity ('' or '=' and the escaped identity)
 -- ARGV[9] return path ('' or '=' and the escaped path)
+-- ARGV[10] seed for a pre-queue lottery due now (64 hex digits)
+-- ARGV[11] SHA-256 (hex) of a priority access code presented, or ''
 -- Returns: a status answer (see room.lua), or 'error' and why.
 
 if not load_room() then
@@ -15,6 +17,8 @@ end
 if room.mode == 'closed' then
   return { 'error', 'room_closed' }
 end
+DRAW_SEED = ARGV[10]
+settle()
 
 local new_ticket_id, session_id = ARGV[4], ARGV[5]
 local identity, return_to = ARGV[8], ARGV[9]
@@ -38,6 +42,20 @@ if resumable then
   end
 end
 
+-- A code is checked (and counted) only for a new ticket: resuming never spends one. Uses are
+-- counted in meta as `code_uses:<sha256 hex>` (RoomMeta::code_uses).
+local priority = false
+if ARGV[11] ~= '' then
+  local codes = redis.call('HGET', META, 'priority_codes') or ''
+  local _, _, uses = string.find(',' .. codes, ',' .. ARGV[11] .. '=(%d+)', 1)
+  local used = tonumber(redis.call('HGET', META, 'code_uses:' .. ARGV[11]) or '0')
+  if uses == nil or used >= tonumber(uses) then
+    return { 'error', 'invalid_priority_code' }
+  end
+  redis.call('HINCRBY', META, 'code_uses:' .. ARGV[11], 1)
+  priority = true
+end
+
 room.last_position = room.last_position + 1
 room.joined = room.joined + 1
 local ticket = {
@@ -51,11 +69,12 @@ local ticket = {
   y = '',
   identity = identity,
   return_to = return_to,
+  priority = priority,
 }
 if identity ~= '' then
   redis.call('HSET', IDENTITIES, identity, new_ticket_id)
 end
-redis.call('ZADD', WAITING, int(ticket.position), new_ticket_id)
+redis.call('ZADD', line_of(ticket), int(ticket.position), new_ticket_id)
 redis.call('ZADD', IDLE, int(NOW), new_ticket_id)
 put_ticket(ticket)
 room.changed = true

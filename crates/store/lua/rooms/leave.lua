@@ -4,11 +4,14 @@
 -- ARGV[4] ticket id
 -- ARGV[5] the ticket token's generation
 -- ARGV[6] seed for random-order admissions
+-- ARGV[7] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok', or 'error' and why.
 
 if not load_room() then
   return room_not_found()
 end
+DRAW_SEED = ARGV[7]
+settle()
 local ticket = get_ticket(ARGV[4])
 if not ticket then
   return { 'error', 'ticket_unknown' }

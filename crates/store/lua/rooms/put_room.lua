@@ -4,21 +4,27 @@
 -- ARGV[5..14] mode, order, max_active, admit_per_minute, bucket capacity in units,
 --   session_ttl, session_max ('' for none), claim_ttl, ticket_idle_ttl, renewal threshold
 --   (durations in milliseconds)
+-- ARGV[15..17] schedule, before, after (see room.lua)
+-- ARGV[18] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
 -- Returns: 'ok' and the room's snapshot.
 
 -- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
 -- would skip it.
 local function apply_config()
-  room.mode = ARGV[5]
+  room.config_mode = ARGV[5]
   room.order = ARGV[6]
-  room.max_active = tonumber(ARGV[7])
-  room.per_minute = tonumber(ARGV[8])
-  room.capacity = tonumber(ARGV[9])
+  room.base_max_active = tonumber(ARGV[7])
+  room.base_per_minute = tonumber(ARGV[8])
+  room.base_capacity = tonumber(ARGV[9])
+  room.events = parse_schedule(ARGV[15])
+  room.before = ARGV[16]
+  room.after = ARGV[17]
   room.session_ttl = tonumber(ARGV[10])
   room.session_max = optional_number(ARGV[11])
   room.claim_ttl = tonumber(ARGV[12])
   room.idle_ttl = tonumber(ARGV[13])
   room.renew_after = tonumber(ARGV[14])
+  apply_schedule()
 end
 
 if load_room() then
@@ -40,6 +46,7 @@ else
     rate_admissions = 0,
     rate_seconds = 0,
     rate_at = nil,
+    draw = '',
   }
   for _, name in ipairs(TOTAL_FIELDS) do
     room[name] = 0
@@ -52,16 +59,20 @@ end
 redis.call('HSET', META,
   'layout', '1',
   'config', ARGV[4],
-  'mode', room.mode,
+  'mode', room.config_mode,
   'order', room.order,
-  'max_active', int(room.max_active),
-  'per_minute', int(room.per_minute),
-  'capacity', int(room.capacity),
+  'max_active', int(room.base_max_active),
+  'per_minute', int(room.base_per_minute),
+  'capacity', int(room.base_capacity),
   'session_ttl', int(room.session_ttl),
   'session_max', optional_int(room.session_max),
   'claim_ttl', int(room.claim_ttl),
   'idle_ttl', int(room.idle_ttl),
-  'renew_after', int(room.renew_after))
+  'renew_after', int(room.renew_after),
+  'schedule', ARGV[15],
+  'before', ARGV[16],
+  'after', ARGV[17],
+  'priority_codes', ARGV[18])
 save_room()
 room.changed = true
 notify('config')

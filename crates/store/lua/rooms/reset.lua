@@ -7,6 +7,9 @@
 if not load_room() then
   return room_not_found()
 end
+for _, id in ipairs(redis.call('ZRANGE', PRIORITY, 0, -1)) do
+  end_ticket(get_ticket(id), 'reset')
+end
 for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, -1)) do
   end_ticket(get_ticket(id), 'reset')
 end
@@ -21,7 +24,7 @@ room.serving = room.last_position
 room.changed = true
 if ARGV[4] == '1' then
   redis.call('DEL', TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
-    SESSION_IDS)
+    PRIORITY, SESSION_IDS)
 end
 save_room()
 notify('reset')

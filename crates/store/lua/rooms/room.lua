@@ -15,14 +15,17 @@
 --   8 identities  hash   identity -> ticket id (identity rooms)
 --   9 ended       zset   ended ticket ids by end time (forgotten after the retention)
 --  10 forget      zset   ended session ids by the time they may be forgotten
---  11 session_ids zset   every remembered session id, all scored 0: ordered by id, for
+--  11 priority    zset   waiting ids of the priority lane (SPEC §12) by position, admitted
+--                        before `waiting`
+--  12 session_ids zset   every remembered session id, all scored 0: ordered by id, for
 --                        bounded admin listings (ZRANGE BYLEX)
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
 -- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
 -- ARGV[4...] the operation's own arguments
 --
--- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to
+-- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to[|p]
+--   (a tenth field `p` marks a ticket of the priority lane)
 --   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
 --   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
 --   the text with '%' and '|' percent-escaped (done by the caller, never here).
@@ -30,11 +33,20 @@
 --   hard_expires_at|ended_at|reason|uid
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
 --
+-- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
+-- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`
+-- (times in ms, shuffle 0/1, an absent override ''), `before` and `after` are passthrough or
+-- closed; and the latest pre-queue lottery, `draw` = `opens_at|drawn_at|seed|cohort|through`.
+-- load_room applies the schedule: `room.mode`, `max_active`, `per_minute` and `capacity` are
+-- the values in force at NOW (RoomConfig::mode_at, limits_at), `room.config_mode` the
+-- operator's mode.
+--
 -- Every integer stays below 2^53, so Lua's doubles hold them exactly.
 
 local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local SESSION_IDS = KEYS[11]
+local PRIORITY = KEYS[11]
+local SESSION_IDS = KEYS[12]
 local CHANNEL = ARGV[2]
 local RETENTION = tonumber(ARGV[3])
 
@@ -85,7 +97,7 @@ end
 
 local CONFIG_FIELDS = {
   'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
-  'claim_ttl', 'idle_ttl', 'renew_after',
+  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw',
 }
 local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
@@ -97,6 +109,63 @@ local TOTAL_FIELDS = {
 }
 
 local room = nil
+
+-- The lottery seed an operation may use (64 hex digits), set by the scripts that settle.
+local DRAW_SEED = nil
+
+local function parse_schedule(text)
+  local events = {}
+  if text == nil or text == false or text == '' then
+    return events
+  end
+  for entry in string.gmatch(text, '([^;]+)') do
+    local f = {}
+    for field in string.gmatch(entry .. ',', '([^,]*),') do
+      f[#f + 1] = field
+    end
+    events[#events + 1] = {
+      prequeue_at = tonumber(f[1]),
+      opens_at = tonumber(f[2]),
+      closes_at = tonumber(f[3]),
+      shuffle = f[4] == '1',
+      max_active = optional_number(f[5]),
+      per_minute = optional_number(f[6]),
+      capacity = optional_number(f[7]),
+    }
+  end
+  return events
+end
+
+-- Puts the schedule's mode and limits at NOW in force (RoomConfig::phase, mode_at,
+-- limits_at): the first event that has not closed decides.
+local function apply_schedule()
+  room.mode = room.config_mode
+  room.max_active = room.base_max_active
+  room.per_minute = room.base_per_minute
+  room.capacity = room.base_capacity
+  room.opens_at = nil
+  room.open_event = nil
+  if room.config_mode ~= 'queue' or #room.events == 0 then
+    return
+  end
+  for _, event in ipairs(room.events) do
+    if NOW < event.closes_at then
+      if NOW < event.prequeue_at then
+        room.mode = room.before
+      elseif NOW < event.opens_at then
+        room.mode = 'queue_all'
+        room.opens_at = event.opens_at
+      else
+        room.open_event = event
+        room.max_active = event.max_active or room.max_active
+        room.per_minute = event.per_minute or room.per_minute
+        room.capacity = event.capacity or room.capacity
+      end
+      return
+    end
+  end
+  room.mode = room.after
+end
 
 -- Loads the room's meta hash into `room`; false when the room does not exist.
 local function load_room()
@@ -113,14 +182,22 @@ local function load_room()
     return false
   end
   room = {
-    mode = loaded.mode,
+    config_mode = loaded.mode,
     order = loaded.order,
     changed = false,
+    events = parse_schedule(loaded.schedule),
+    before = loaded.before or 'passthrough',
+    after = loaded.after or 'passthrough',
+    base_max_active = tonumber(loaded.max_active),
+    base_per_minute = tonumber(loaded.per_minute),
+    base_capacity = tonumber(loaded.capacity),
   }
-  for _, name in ipairs({ 'max_active', 'per_minute', 'capacity', 'session_ttl', 'claim_ttl',
-    'idle_ttl', 'renew_after', 'generation', 'last_position', 'serving', 'units', 'units_at' }) do
+  for _, name in ipairs({ 'session_ttl', 'claim_ttl', 'idle_ttl', 'renew_after', 'generation',
+    'last_position', 'serving', 'units', 'units_at' }) do
     room[name] = tonumber(loaded[name])
   end
+  room.draw = loaded.draw or ''
+  room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
   room.session_max = optional_number(loaded.session_max)
   room.rate_admissions = tonumber(loaded.rate_admissions)
   room.rate_seconds = tonumber(loaded.rate_seconds)
@@ -128,6 +205,7 @@ local function load_room()
   for _, name in ipairs(TOTAL_FIELDS) do
     room[name] = tonumber(loaded[name])
   end
+  apply_schedule()
   return true
 end
 
@@ -150,7 +228,15 @@ local function save_room()
 end
 
 local function n_waiting()
-  return redis.call('ZCARD', WAITING)
+  return redis.call('ZCARD', WAITING) + redis.call('ZCARD', PRIORITY)
+end
+
+-- The waiting line a ticket is in: the priority lane or the regular line.
+local function line_of(ticket)
+  if ticket.priority then
+    return PRIORITY
+  end
+  return WAITING
 end
 
 -- Tells other nodes the room changed (a small notice; they re-read what they need).
@@ -170,7 +256,7 @@ end
 
 local function snapshot_reply(reply)
   reply[#reply + 1] = int(room.generation)
-  reply[#reply + 1] = room.mode
+  reply[#reply + 1] = room.config_mode
   reply[#reply + 1] = int(room.serving)
   reply[#reply + 1] = int(room.last_position)
   reply[#reply + 1] = int(n_waiting())
@@ -181,6 +267,7 @@ local function snapshot_reply(reply)
   for _, name in ipairs(TOTAL_FIELDS) do
     reply[#reply + 1] = int(room[name])
   end
+  reply[#reply + 1] = room.draw
   return reply
 end
 
@@ -257,14 +344,19 @@ local function decode_ticket(id, record)
     y = f[7],
     identity = f[8],
     return_to = f[9],
+    priority = f[10] == 'p',
   }
 end
 
 local function encode_ticket(ticket)
-  return table.concat({
+  local fields = {
     ticket.state, int(ticket.position), int(ticket.generation), int(ticket.joined_at),
     int(ticket.last_seen), ticket.x, ticket.y, ticket.identity, ticket.return_to,
-  }, '|')
+  }
+  if ticket.priority then
+    fields[#fields + 1] = 'p'
+  end
+  return table.concat(fields, '|')
 end
 
 local function get_ticket(id)
@@ -361,7 +453,7 @@ end
 
 local function admit(ticket)
   local claim_deadline = NOW + room.claim_ttl
-  redis.call('ZREM', WAITING, ticket.id)
+  redis.call('ZREM', line_of(ticket), ticket.id)
   take_last_seen(ticket)
   ticket.state = 'a'
   ticket.x = int(NOW)
@@ -412,7 +504,7 @@ end
 
 local function end_ticket(ticket, reason)
   if ticket.state == 'w' then
-    redis.call('ZREM', WAITING, ticket.id)
+    redis.call('ZREM', line_of(ticket), ticket.id)
     take_last_seen(ticket)
   elseif ticket.state == 'a' then
     redis.call('ZREM', ADMITTED, ticket.id)
@@ -473,6 +565,120 @@ local function forget_history()
   end
 end
 
+-- The pre-queue lottery (anteroom_core::lottery) -------------------------------------------
+-- ChaCha20 keyed with the seed (nonce 0, block counter from 0), its 32-bit words in order;
+-- a number below n by rejection; Fisher-Yates over the cohort in position order.
+
+local function chacha_stream(seed_hex)
+  local key = {}
+  for i = 0, 7 do
+    local word = 0
+    for b = 3, 0, -1 do
+      local at = (i * 4 + b) * 2 + 1
+      word = word * 256 + tonumber(string.sub(seed_hex, at, at + 1), 16)
+    end
+    key[i + 1] = bit.tobit(word)
+  end
+  local stream = { counter = 0, words = {}, next = 17 }
+  local function quarter(x, a, b, c, d)
+    x[a] = bit.tobit(x[a] + x[b]); x[d] = bit.rol(bit.bxor(x[d], x[a]), 16)
+    x[c] = bit.tobit(x[c] + x[d]); x[b] = bit.rol(bit.bxor(x[b], x[c]), 12)
+    x[a] = bit.tobit(x[a] + x[b]); x[d] = bit.rol(bit.bxor(x[d], x[a]), 8)
+    x[c] = bit.tobit(x[c] + x[d]); x[b] = bit.rol(bit.bxor(x[b], x[c]), 7)
+  end
+  function stream.next_u32()
+    if stream.next > 16 then
+      local state = {
+        bit.tobit(0x61707865), bit.tobit(0x3320646e), bit.tobit(0x79622d32),
+        bit.tobit(0x6b206574), key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8],
+        bit.tobit(stream.counter % 4294967296), bit.tobit(math.floor(stream.counter / 4294967296)),
+        0, 0,
+      }
+      local x = {}
+      for i = 1, 16 do x[i] = state[i] end
+      for _ = 1, 10 do
+        quarter(x, 1, 5, 9, 13); quarter(x, 2, 6, 10, 14)
+        quarter(x, 3, 7, 11, 15); quarter(x, 4, 8, 12, 16)
+        quarter(x, 1, 6, 11, 16); quarter(x, 2, 7, 12, 13)
+        quarter(x, 3, 8, 9, 14); quarter(x, 4, 5, 10, 15)
+      end
+      for i = 1, 16 do
+        stream.words[i] = bit.tobit(x[i] + state[i]) % 4294967296
+      end
+      stream.counter = stream.counter + 1
+      stream.next = 1
+    end
+    local word = stream.words[stream.next]
+    stream.next = stream.next + 1
+    return word
+  end
+  return stream
+end
+
+local function below(stream, n)
+  local limit = 4294967296 - (4294967296 % n)
+  while true do
+    local word = stream.next_u32()
+    if word < limit then
+      return word % n
+    end
+  end
+end
+
+-- Draws the pre-queue lottery once an event with shuffle has opened (RoomState's
+-- settle_schedule): the tickets waiting now get the cohort's positions in drawn order.
+local function settle()
+  local event = room.open_event
+  if event == nil or not event.shuffle then
+    return
+  end
+  if room.draw_opens_at and room.draw_opens_at >= event.opens_at then
+    return
+  end
+  local cohort = redis.call('ZRANGE', WAITING, 0, -1, 'WITHSCORES')
+  local ids, positions = {}, {}
+  for i = 1, #cohort, 2 do
+    ids[#ids + 1] = cohort[i]
+    positions[#positions + 1] = tonumber(cohort[i + 1])
+  end
+  local n = #ids
+  local order = {}
+  for i = 1, n do order[i] = i end
+  local stream = chacha_stream(DRAW_SEED)
+  for i = n - 1, 1, -1 do
+    local j = below(stream, i + 1)
+    order[i + 1], order[j + 1] = order[j + 1], order[i + 1]
+  end
+  -- Records are read and written in batches: one command per ticket would keep Redis busy
+  -- several times longer for a large cohort.
+  local BATCH = 1000
+  for first = 1, n, BATCH do
+    local last = math.min(first + BATCH - 1, n)
+    local batch_ids = {}
+    for slot = first, last do
+      batch_ids[#batch_ids + 1] = ids[order[slot]]
+    end
+    local records = redis.call('HMGET', TICKETS, unpack(batch_ids))
+    local ticket_fields, scores = {}, {}
+    for k, id in ipairs(batch_ids) do
+      local ticket = decode_ticket(id, records[k])
+      ticket.position = positions[first + k - 1]
+      ticket_fields[#ticket_fields + 1] = id
+      ticket_fields[#ticket_fields + 1] = encode_ticket(ticket)
+      scores[#scores + 1] = int(ticket.position)
+      scores[#scores + 1] = id
+    end
+    redis.call('HSET', TICKETS, unpack(ticket_fields))
+    redis.call('ZADD', WAITING, unpack(scores))
+  end
+  room.draw = table.concat({
+    int(event.opens_at), int(NOW), DRAW_SEED, int(n), int(room.last_position),
+  }, '|')
+  room.draw_opens_at = event.opens_at
+  redis.call('HSET', META, 'draw', room.draw)
+  room.changed = true
+end
+
 -- The admitter (SPEC §5.1, RoomState::tick). `seed` drives random-order picks.
 local function tick(seed)
   local report = { admitted = 0, expired = 0, no_shows = 0, abandoned = 0 }
@@ -518,11 +724,19 @@ local function tick(seed)
   elseif room.mode == 'passthrough' then
     admissions = n_waiting()
   end
+  -- The priority lane goes first, in join order (SPEC §12).
+  if admissions > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', PRIORITY, 0, admissions - 1)) do
+      admit(get_ticket(id))
+      report.admitted = report.admitted + 1
+    end
+    admissions = admissions - report.admitted
+  end
   if admissions > 0 then
     if room.order == 'random' then
       math.randomseed(seed)
       for _ = 1, admissions do
-        local index = math.random(n_waiting()) - 1
+        local index = math.random(redis.call('ZCARD', WAITING)) - 1
         local id = redis.call('ZRANGE', WAITING, index, index)[1]
         admit(get_ticket(id))
         report.admitted = report.admitted + 1
@@ -543,10 +757,12 @@ end
 -- Answers ------------------------------------------------------------------------------------
 
 local function waiting_reply(ticket)
-  local ahead = redis.call('ZCOUNT', WAITING, '-inf', '(' .. int(ticket.position))
+  -- Each lane counts its own (RoomState::waiting_view).
+  local ahead = redis.call('ZCOUNT', line_of(ticket), '-inf', '(' .. int(ticket.position))
   return {
     'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
-    float(room.rate_admissions), float(room.rate_seconds), room.mode,
+    float(room.rate_admissions), float(room.rate_seconds), room.config_mode,
+    optional_int(room.opens_at),
   }
 end
 

@@ -3,6 +3,7 @@
 -- ARGV[4] ticket id
 -- ARGV[5] the ticket token's generation
 -- ARGV[6] id for a new session (used only if this call claims one)
+-- ARGV[7] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'waiting', ticket id, ticket record, ahead, serving, waiting, decayed admissions,
 -- decayed seconds, mode; or
 -- 'admitted', ticket id, ticket record, session id, session record, serving, waiting; or
@@ -11,6 +12,8 @@
 if not load_room() then
   return room_not_found()
 end
+DRAW_SEED = ARGV[7]
+settle()
 local answer = status(ARGV[4], tonumber(ARGV[5]), ARGV[6])
 if room.changed then
   save_room()

@@ -2,11 +2,14 @@
 -- tickets, refill the admission bucket, admit up to the free capacity (lowest positions first,
 -- or at random), advance serving, and forget history older than the retention.
 -- ARGV[4] seed for random-order admissions
+-- ARGV[5] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok', admitted, expired, no-shows, abandoned; or 'error' and why.
 
 if not load_room() then
   return room_not_found()
 end
+DRAW_SEED = ARGV[5]
+settle()
 local report = tick(tonumber(ARGV[4]))
 save_room()
 notify('tick')

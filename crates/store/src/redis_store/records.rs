@@ -7,10 +7,11 @@
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
 use anteroom_core::engine::{
-    AdmittedView, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd, SessionState,
-    TickReport, Ticket, TicketEnd, TicketState, WaitingView,
+    AdmittedView, Draw, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd,
+    SessionState, TickReport, Ticket, TicketEnd, TicketState, WaitingView,
 };
 use anteroom_core::eta::{AdmissionRate, eta_seconds};
+use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
@@ -69,6 +70,25 @@ pub(crate) fn decode_text(field: &str) -> Result<Option<String>, MalformedAnswer
     Ok(Some(text))
 }
 
+/// Reads the meta's `draw` field: `opens_at|drawn_at|seed|cohort|through`, or empty for none.
+fn decode_draw(field: &str) -> Result<Option<Draw>, MalformedAnswer> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    let malformed = || MalformedAnswer(format!("draw {field:?}"));
+    let parts: Vec<&str> = field.split('|').collect();
+    let [opens_at, drawn_at, seed, cohort, through] = parts.as_slice() else {
+        return Err(malformed());
+    };
+    Ok(Some(Draw {
+        opens_at: Timestamp(parse_number(opens_at)?),
+        drawn_at: Timestamp(parse_number(drawn_at)?),
+        seed: seed_from_hex(seed).ok_or_else(malformed)?,
+        cohort: parse_number(cohort)?,
+        through_position: parse_number(through)?,
+    }))
+}
+
 /// A script's answer: a flat list of text fields, read front to back.
 pub(crate) struct Answer {
     fields: std::vec::IntoIter<String>,
@@ -93,6 +113,7 @@ impl Answer {
             "session_unknown" => Refusal::Engine(EngineError::SessionUnknown),
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
             "room_full" => Refusal::Engine(EngineError::RoomFull),
+            "invalid_priority_code" => Refusal::Engine(EngineError::InvalidPriorityCode),
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };
         Ok(Err(refusal))
@@ -167,7 +188,9 @@ impl Answer {
             sessions_abandoned: self.number()?,
             expired: self.number()?,
         };
+        let draw = decode_draw(&self.text()?)?;
         Ok(RoomSnapshot {
+            draw,
             generation,
             mode,
             serving,
@@ -192,7 +215,9 @@ impl Answer {
                 let waiting = self.number()?;
                 let rate = self.rate()?;
                 let mode = self.text()?;
+                let opens_at = optional_number(&self.text()?)?.map(Timestamp);
                 Ok(Entry::Waiting(WaitingView {
+                    opens_at,
                     ticket: ticket.id,
                     position: ticket.position,
                     generation: ticket.generation,
@@ -277,7 +302,12 @@ pub(crate) fn decode_ticket(
     record: &str,
     last_seen: Option<Timestamp>,
 ) -> Result<Ticket, MalformedAnswer> {
-    let fields: Vec<&str> = record.split('|').collect();
+    let mut fields: Vec<&str> = record.split('|').collect();
+    // A tenth field marks a priority ticket (`p`); records written before it have nine.
+    let priority = match fields.len() {
+        10 => fields.pop() == Some("p"),
+        _ => false,
+    };
     let [
         state,
         position,
@@ -318,6 +348,7 @@ pub(crate) fn decode_ticket(
             None => timestamp(seen)?,
         },
         identity: decode_text(identity)?,
+        priority,
         return_to: decode_text(return_to)?,
         state,
     })
@@ -376,6 +407,14 @@ pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, Malforme
 fn parse_number(text: &str) -> Result<u64, MalformedAnswer> {
     text.parse()
         .map_err(|_| MalformedAnswer(format!("number {text:?}")))
+}
+
+/// A number, or none for an empty field.
+fn optional_number(text: &str) -> Result<Option<u64>, MalformedAnswer> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    parse_number(text).map(Some)
 }
 
 fn timestamp(text: &str) -> Result<Timestamp, MalformedAnswer> {

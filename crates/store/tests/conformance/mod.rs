@@ -9,7 +9,15 @@
 #![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
 
 pub mod model;
+pub mod priority;
 pub mod properties;
+pub mod schedule;
+
+pub use priority::priority_codes_jump_the_line_within_the_limits;
+pub use schedule::{
+    schedules_pass_through_or_close_outside_their_events,
+    the_lottery_is_reproducible_from_its_recorded_seed, the_prequeue_admits_nobody_before_opens_at,
+};
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -53,6 +61,10 @@ macro_rules! conformance_suite {
             touching_keeps_waiting_tickets_alive_in_one_call,
             waiting_positions_list_the_live_line_in_order,
             sessions_are_listed_in_bounded_pages_each_exactly_once,
+            schedules_pass_through_or_close_outside_their_events,
+            the_prequeue_admits_nobody_before_opens_at,
+            the_lottery_is_reproducible_from_its_recorded_seed,
+            priority_codes_jump_the_line_within_the_limits,
         );
         #[test]
         fn invariants_hold_under_random_operations() {

@@ -1,5 +1,6 @@
 //! A deliberately naive reference model of one FIFO `queue` room: a plain list of tickets,
-//! linear scans, no indexes. The property test holds every backend to its answers.
+//! linear scans, no indexes. The property test holds every backend to its answers. Tickets
+//! that joined with a priority code are served first, each lane counting its own `ahead`.
 
 #![allow(dead_code)]
 
@@ -35,6 +36,8 @@ pub struct ModelRoom {
     pub limits: ModelLimits,
     /// Tickets in join order: index i has position i + 1.
     pub tickets: Vec<ModelState>,
+    /// Whether ticket i joined with a priority code.
+    pub priority: Vec<bool>,
     pub serving: u64,
     bucket_units: u64,
     bucket_at: u64,
@@ -47,6 +50,7 @@ impl ModelRoom {
         ModelRoom {
             limits,
             tickets: Vec::new(),
+            priority: Vec::new(),
             serving: 0,
             bucket_units: limits.admit_burst * UNITS,
             bucket_at: now,
@@ -104,8 +108,9 @@ impl ModelRoom {
     }
 
     /// Joins; returns the new position and whether it entered at once.
-    pub fn join(&mut self, now: u64) -> (u64, bool) {
+    pub fn join(&mut self, now: u64, priority: bool) -> (u64, bool) {
         self.tickets.push(ModelState::Waiting { last_seen: now });
+        self.priority.push(priority);
         let index = self.tickets.len() - 1;
         self.refill(now);
         let at_once = self.waiting() == 1 && self.free() >= 1 && self.tokens() >= 1;
@@ -126,9 +131,11 @@ impl ModelRoom {
                 self.tickets[index] = ModelState::Waiting {
                     last_seen: last_seen.max(now),
                 };
+                let lane = self.priority[index];
                 let ahead = self.tickets[..index]
                     .iter()
-                    .filter(|t| matches!(t, ModelState::Waiting { .. }))
+                    .zip(&self.priority)
+                    .filter(|(t, p)| matches!(t, ModelState::Waiting { .. }) && **p == lane)
                     .count();
                 ModelStatus::Waiting {
                     ahead: ahead as u64,
@@ -214,16 +221,18 @@ impl ModelRoom {
         let n = self.waiting().min(self.free()).min(self.tokens());
         self.spend(n);
         let mut admitted = 0;
-        for (index, ticket) in self.tickets.iter_mut().enumerate() {
-            if admitted == n {
-                break;
-            }
-            if matches!(ticket, ModelState::Waiting { .. }) {
-                *ticket = ModelState::Admitted {
-                    deadline: now + self.limits.claim_ttl_ms,
-                };
-                self.serving = self.serving.max(index as u64 + 1);
-                admitted += 1;
+        for lane in [true, false] {
+            for (index, ticket) in self.tickets.iter_mut().enumerate() {
+                if admitted == n {
+                    break;
+                }
+                if matches!(ticket, ModelState::Waiting { .. }) && self.priority[index] == lane {
+                    *ticket = ModelState::Admitted {
+                        deadline: now + self.limits.claim_ttl_ms,
+                    };
+                    self.serving = self.serving.max(index as u64 + 1);
+                    admitted += 1;
+                }
             }
         }
         admitted

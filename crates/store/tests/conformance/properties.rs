@@ -1,11 +1,12 @@
 //! Random operation sequences against a backend and the reference model, with I1-I8 checked
-//! after every step. 64 cases of 160 steps: over 10,000 generated steps per run.
+//! after every step. 64 cases of 160 steps: over 10,000 generated steps per run. Some joins
+//! present a priority code (SPEC §12), some a wrong one: the lane goes first, within I2/I3.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketRef, TicketState};
-use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, TicketRef, TicketState};
+use anteroom_core::room::{Mode, PriorityCodes, RoomConfig, priority_code_hash};
 use anteroom_core::{ManualClock, RoomId, SessionId};
 use anteroom_store::{RoomStore, StoreError};
 use proptest::prelude::*;
@@ -20,6 +21,8 @@ const STEPS: usize = 160;
 #[derive(Debug, Clone)]
 enum Op {
     Join,
+    PriorityJoin,
+    WrongCode,
     Status(usize),
     Leave(usize),
     Complete(usize),
@@ -31,6 +34,8 @@ enum Op {
 fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         30 => Just(Op::Join),
+        6 => Just(Op::PriorityJoin),
+        2 => Just(Op::WrongCode),
         25 => any::<usize>().prop_map(Op::Status),
         5 => any::<usize>().prop_map(Op::Leave),
         7 => any::<usize>().prop_map(Op::Complete),
@@ -105,6 +110,10 @@ async fn run_case(backend: &dyn Backend, limits: ModelLimits, ops: Vec<Op>) -> R
     config.claim_ttl = Duration::from_millis(limits.claim_ttl_ms);
     config.session_ttl = Duration::from_millis(limits.session_ttl_ms);
     config.ticket_idle_ttl = Duration::from_millis(limits.idle_ttl_ms);
+    config.priority = vec![PriorityCodes {
+        hashes: vec![priority_code_hash(PRIORITY_CODE)],
+        uses: 1 << 40,
+    }];
     store.put_room(config).await.map_err(|e| e.to_string())?;
     let mut model = ModelRoom::new(limits, START.0);
     let mut tracked: Vec<Tracked> = Vec::new();
@@ -116,12 +125,33 @@ async fn run_case(backend: &dyn Backend, limits: ModelLimits, ops: Vec<Op>) -> R
         let states_before = ticket_states(&*store, &id).await?;
         let context = format!("step {step} {op:?}");
         match op {
-            Op::Join => {
-                let entry = store
-                    .join(&id, JoinRequest::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (expected_position, at_once) = model.join(now);
+            Op::WrongCode => {
+                let refused = store
+                    .join(
+                        &id,
+                        JoinRequest {
+                            priority_code: Some("not-the-code".to_owned()),
+                            ..JoinRequest::default()
+                        },
+                    )
+                    .await;
+                check(
+                    matches!(
+                        refused,
+                        Err(StoreError::Engine(EngineError::InvalidPriorityCode))
+                    ),
+                    &context,
+                    format!("a wrong code was taken: {refused:?}"),
+                )?;
+            }
+            Op::Join | Op::PriorityJoin => {
+                let priority = matches!(op, Op::PriorityJoin);
+                let request = JoinRequest {
+                    priority_code: priority.then(|| PRIORITY_CODE.to_owned()),
+                    ..JoinRequest::default()
+                };
+                let entry = store.join(&id, request).await.map_err(|e| e.to_string())?;
+                let (expected_position, at_once) = model.join(now, priority);
                 let (position, session) = match &entry {
                     Entry::Waiting(view) => (view.position, None),
                     Entry::Admitted(view) => (view.position, Some(view.session.id)),
@@ -298,25 +328,33 @@ async fn run_case(backend: &dyn Backend, limits: ModelLimits, ops: Vec<Op>) -> R
                 )?;
             }
         }
-        // I4: whoever was admitted in this step stood before everybody still waiting.
-        let lowest_waiting = states_after
-            .iter()
-            .filter(|(_, s)| *s == "waiting")
-            .map(|(p, _)| *p)
-            .min();
-        for (position, state) in &states_after {
+        // I4: whoever was admitted in this step stood before everybody still waiting in its
+        // lane, and nobody of the regular line went while the priority lane waited.
+        let lowest_waiting = |lane: bool| {
+            states_after
+                .iter()
+                .filter(|(_, s, p)| *s == "waiting" && *p == lane)
+                .map(|(position, _, _)| *position)
+                .min()
+        };
+        for (position, state, lane) in &states_after {
             let was_waiting = states_before
                 .iter()
-                .any(|(p, s)| p == position && *s == "waiting");
-            if was_waiting
-                && (*state == "admitted" || *state == "claimed")
-                && let Some(lowest) = lowest_waiting
-            {
+                .any(|(p, s, _)| p == position && *s == "waiting");
+            if !was_waiting || !(*state == "admitted" || *state == "claimed") {
+                continue;
+            }
+            if let Some(lowest) = lowest_waiting(*lane) {
                 check(
                     *position < lowest,
                     &context,
                     format!("I4: {position} admitted while {lowest} waits"),
                 )?;
+            }
+            if !lane && let Some(waiting) = lowest_waiting(true) {
+                return Err(format!(
+                    "{context}: {position} admitted while priority {waiting} waits"
+                ));
             }
         }
         // I7: one session per claimed ticket.
@@ -356,12 +394,15 @@ fn check(condition: bool, context: &str, message: String) -> Result<(), String> 
     }
 }
 
+/// The priority code every property room accepts (with uses enough for any run).
+const PRIORITY_CODE: &str = "prop-code";
+
 async fn ticket_states(
     store: &dyn RoomStore,
     room: &RoomId,
-) -> Result<Vec<(u64, &'static str)>, String> {
+) -> Result<Vec<(u64, &'static str, bool)>, String> {
     let records = store.records(room).await.map_err(|e| e.to_string())?;
-    let mut states: Vec<(u64, &'static str)> = records
+    let mut states: Vec<(u64, &'static str, bool)> = records
         .tickets
         .iter()
         .map(|t| {
@@ -371,7 +412,7 @@ async fn ticket_states(
                 TicketState::Claimed { .. } => "claimed",
                 TicketState::Ended { .. } => "ended",
             };
-            (t.position, state)
+            (t.position, state, t.priority)
         })
         .collect();
     states.sort_unstable();
