@@ -40,6 +40,7 @@ pub(crate) const ETA_TOLERANCE: f64 = 0.20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Summary {
     pub(crate) scenario: String,
+    pub(crate) description: String,
     pub(crate) visitors: usize,
     pub(crate) nodes: usize,
     pub(crate) workers: usize,
@@ -327,6 +328,7 @@ pub(crate) fn analyse(
     };
     let summary = Summary {
         scenario: scenario.name.clone(),
+        description: scenario.description.clone(),
         visitors: records.len(),
         nodes,
         workers: scenario.workers(),
@@ -540,8 +542,8 @@ fn eta_errors(joined: &[&VisitorRecord], queue_start: f64) -> (EtaErrors, Vec<(f
             }
         }
     }
-    // A sample for the chart: every k-th point, at most 4,000.
-    let step = points.len().div_ceil(4_000).max(1);
+    // A sample for the chart: every k-th point, at most 2,500.
+    let step = points.len().div_ceil(2_500).max(1);
     let points = points.into_iter().step_by(step).collect();
     let stats = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);

@@ -176,6 +176,9 @@ fn markdown(summary: &Summary, command: &str) -> String {
     let mut md = String::new();
     let held = summary.invariants_held();
     let _ = writeln!(md, "# Crowd run: {}\n", summary.scenario);
+    if !summary.description.is_empty() {
+        let _ = writeln!(md, "{}\n", summary.description);
+    }
     let _ = writeln!(
         md,
         "**{}**: {}.\n",
