@@ -4,9 +4,10 @@
 //! The coordinator reads the scenario, starts the origin the gateway proxies to (so sessions
 //! are counted outside anteroom), and runs the visitors in worker processes: it re-executes
 //! itself as `crowd-worker` once per `visitors_per_worker` visitors (a process may hold only
-//! so many open files), waits until every worker is ready, tells them all to go at once (each
-//! process counts time from that moment), and merges the records they print. Visitor `i`
-//! belongs to worker `i mod workers` and talks to target `i mod targets`. Then it analyses the
+//! so many open files), waits until every worker is ready, tells them all to go at once (with
+//! the start as wall-clock time, from which each process counts on its monotonic clock), and
+//! merges the records they print. Visitor `i` belongs to worker `i mod workers` and talks to
+//! target `i mod targets`. Then it analyses the
 //! records ([`analysis`]) and writes the report ([`report`]). Exit status 2 means an invariant
 //! broke (FIFO order, `ahead` increase, origin concurrency above `max_active`), so a CI job or
 //! a rehearsal can gate on it. Targets and the origin must be loopback addresses; every visitor
@@ -144,15 +145,18 @@ async fn coordinate(
         scenario.visitors,
         targets.len()
     );
-    // Everyone starts now.
+    // Everyone starts now. Workers learn the start as wall-clock time and place it on their
+    // own monotonic clock, so the processes' times agree to the system clock's precision
+    // rather than to how quickly each one reads its input.
     let start = Instant::now();
+    let start_wall = wall_clock_nanos()?;
     if let Some(origin) = &origin {
         origin.set_start(start);
     }
     let mut readers = Vec::new();
     for (mut child, stdout) in children {
         let mut stdin = child.stdin.take().context("a worker's input")?;
-        stdin.write_all(b"go\n")?;
+        stdin.write_all(format!("go {start_wall}\n").as_bytes())?;
         stdin.flush()?;
         readers.push(tokio::task::spawn_blocking(move || {
             read_output(stdout).map(|output| (output, child))
@@ -203,6 +207,14 @@ async fn coordinate(
     } else {
         ExitCode::from(INVARIANT_BROKEN)
     })
+}
+
+/// The system clock, in nanoseconds since the epoch: only to agree on the start across
+/// processes (every time recorded is measured on the monotonic clock from there).
+fn wall_clock_nanos() -> anyhow::Result<u128> {
+    #[allow(clippy::disallowed_methods)]
+    let now = std::time::SystemTime::now();
+    Ok(now.duration_since(std::time::UNIX_EPOCH)?.as_nanos())
 }
 
 fn read_output(mut stdout: BufReader<ChildStdout>) -> anyhow::Result<WorkerOutput> {
@@ -272,9 +284,20 @@ async fn work(
         stdout.flush()?;
     }
     let mut line = String::new();
-    tokio::task::spawn_blocking(move || std::io::stdin().lock().read_line(&mut line).map(|_| line))
-        .await??;
-    let start = Instant::now();
+    let line = tokio::task::spawn_blocking(move || {
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let start_wall: u128 = line
+        .trim()
+        .strip_prefix("go ")
+        .and_then(|nanos| nanos.parse().ok())
+        .context("the coordinator did not say go")?;
+    let since_start = Duration::from_nanos(
+        u64::try_from(wall_clock_nanos()?.saturating_sub(start_wall)).unwrap_or(u64::MAX),
+    );
+    let now = Instant::now();
+    let start = now.checked_sub(since_start).unwrap_or(now);
     let deadline = start + scenario.time_limit;
     let context = Arc::new(Context {
         client,

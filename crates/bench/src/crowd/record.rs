@@ -1,8 +1,8 @@
 //! What the simulator records: one record per visitor (written by the worker processes and
 //! merged by the coordinator) and the origin's log of the sessions it served.
 //!
-//! Times are seconds since the run's start (each process takes its start when the coordinator
-//! says go, so the processes agree to within a few milliseconds).
+//! Times are seconds since the run's start, on each process's monotonic clock from a start the
+//! processes agree on through the system clock.
 
 use serde::{Deserialize, Serialize};
 
