@@ -10,9 +10,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow};
 use plotters::prelude::*;
 
-use super::analysis::{
-    ETA_MIN_ACTUAL, ETA_WARM_UP, ErrorStats, Percentiles, SSE_STALENESS, Series, Summary,
-};
+use super::analysis::{ETA_MIN_ACTUAL, ETA_WARM_UP, ErrorStats, Percentiles, Series, Summary};
 
 /// Writes `report.md`, `summary.json` and the charts into `out`.
 pub(crate) fn write(
@@ -304,10 +302,11 @@ fn markdown(summary: &Summary, command: &str) -> String {
     let _ = writeln!(
         md,
         "Kendall tau between position and admission: **{}** over {} visitors: {} pairs in \
-         order, {} inverted, {} ties (admissions too close to tell apart: a visitor's admission \
-         lies between the last time it was known waiting, a poll's send time or an SSE event's \
-         arrival minus {SSE_STALENESS} s, and the time it saw the admission). Statuses showing \
-         a visitor waiting although `serving` had reached its position: {}.\n",
+         order, {} inverted, {} ties. A visitor's admission lies between the send time of the last \
+         join or poll answered \"waiting\" and the time it saw the admission; pairs whose \
+         intervals overlap are ties (SSE events carry no time for the view they show, so a \
+         visitor following the line over SSE is bounded by its join only). Statuses (SSE or \
+         polled) showing a visitor waiting although `serving` had reached its position: {}.\n",
         order
             .tau
             .map_or("n/a".to_owned(), |tau| format!("{tau:.6}")),
