@@ -149,7 +149,8 @@ async fn events(
         return StatusCode::GONE.into_response();
     };
     if position % 2 == 1 {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        let problem = json!({"code": "too_many_connections", "status": 503});
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(problem)).into_response();
     }
     let stream = futures_util::stream::unfold(Some(String::new()), move |last| {
         let fake = fake.clone();

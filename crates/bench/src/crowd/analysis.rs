@@ -61,6 +61,7 @@ pub(crate) struct Summary {
     pub(crate) queue_seconds: Percentiles,
     pub(crate) admission: AdmissionRate,
     pub(crate) order: OrderCheck,
+    /// Every increase seen.
     pub(crate) ahead_increases: Vec<AheadIncrease>,
     pub(crate) ahead_increase_count: usize,
     pub(crate) eta: EtaErrors,
@@ -479,9 +480,9 @@ fn order_check(joined: &[&VisitorRecord]) -> OrderCheck {
     check
 }
 
+/// Every increase of `ahead` a visitor saw, in visitor order, and how many.
 fn ahead_increases(joined: &[&VisitorRecord]) -> (Vec<AheadIncrease>, usize) {
     let mut listed = Vec::new();
-    let mut count = 0;
     for record in joined {
         let Some(join) = record.join.as_ref().filter(|_| record.waited) else {
             continue;
@@ -489,21 +490,19 @@ fn ahead_increases(joined: &[&VisitorRecord]) -> (Vec<AheadIncrease>, usize) {
         let mut previous = join.ahead;
         for observation in &record.observations {
             if observation.ahead > previous {
-                count += 1;
-                if listed.len() < 20 {
-                    listed.push(AheadIncrease {
-                        visitor: record.id,
-                        position: join.position,
-                        from: previous,
-                        to: observation.ahead,
-                        at: observation.received,
-                        sse: observation.sse,
-                    });
-                }
+                listed.push(AheadIncrease {
+                    visitor: record.id,
+                    position: join.position,
+                    from: previous,
+                    to: observation.ahead,
+                    at: observation.received,
+                    sse: observation.sse,
+                });
             }
             previous = observation.ahead;
         }
     }
+    let count = listed.len();
     (listed, count)
 }
 

@@ -20,7 +20,8 @@ pub(crate) struct VisitorRecord {
     pub(crate) waited: bool,
     /// Followed the line over SSE at least once.
     pub(crate) sse: bool,
-    /// The node refused the event stream (at its connection limit); the visitor polled.
+    /// The node refused the event stream at its connection limit (503 `too_many_connections`);
+    /// the visitor polled.
     pub(crate) sse_refused: bool,
     /// First time the visitor saw itself admitted (with its pass).
     pub(crate) admitted: Option<f64>,

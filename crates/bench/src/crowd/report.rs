@@ -254,7 +254,7 @@ fn markdown(summary: &Summary, command: &str) -> String {
     );
     let _ = writeln!(
         md,
-        "| refused an event stream (node at its limit), polled | {} |",
+        "| refused an event stream (node at its limit: 503 `too_many_connections`), polled | {} |",
         summary.sse_refused
     );
     for (outcome, count) in &summary.outcomes {
@@ -343,7 +343,7 @@ fn markdown(summary: &Summary, command: &str) -> String {
             md,
             "| visitor | position | from | to | at (s) | via |\n|---:|---:|---:|---:|---:|---|"
         );
-        for increase in &summary.ahead_increases {
+        for increase in summary.ahead_increases.iter().take(20) {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {:.3} | {} |",
@@ -353,6 +353,13 @@ fn markdown(summary: &Summary, command: &str) -> String {
                 increase.to,
                 increase.at,
                 if increase.sse { "SSE" } else { "poll" }
+            );
+        }
+        if summary.ahead_increases.len() > 20 {
+            let _ = writeln!(
+                md,
+                "\n… and {} more, all in `summary.json`.",
+                summary.ahead_increases.len() - 20
             );
         }
         let _ = writeln!(md);

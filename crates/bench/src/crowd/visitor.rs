@@ -225,7 +225,7 @@ fn observe(record: &mut VisitorRecord, sent: f64, received: f64, sse: bool, stat
 enum Stream {
     Admitted(String),
     Closed,
-    /// The node did not open it (503 at its limit, or another answer): poll instead.
+    /// The node did not open it (503 `too_many_connections` at its limit, or an error): poll.
     Refused,
     /// It ended or broke without admission: poll instead.
     Ended,
@@ -250,14 +250,16 @@ async fn follow_stream(
         .await;
     let mut response = match answer {
         Ok(response) if response.status() == StatusCode::OK => response,
-        Ok(response) if response.status() == StatusCode::SERVICE_UNAVAILABLE => {
-            record.sse_refused = true;
-            return Stream::Refused;
-        }
         Ok(response) => {
-            record
-                .errors
-                .push(format!("events: HTTP {}", response.status().as_u16()));
+            // Not a stream: a node at its stream limit says so (503 `too_many_connections`);
+            // anything else is an error. Either way the visitor polls, as the page does.
+            match read_status(Ok(response)).await {
+                Err(failure) if failure.code.as_deref() == Some("too_many_connections") => {
+                    record.sse_refused = true;
+                }
+                Err(failure) => record.errors.push(format!("events: {failure}")),
+                Ok(_) => record.errors.push("events: not a stream".to_owned()),
+            }
             return Stream::Refused;
         }
         Err(error) => {
