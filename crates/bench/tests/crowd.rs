@@ -273,6 +273,11 @@ async fn the_simulator_reports_what_the_fake_room_did() {
         &std::fs::read_to_string(out.join("summary.json")).expect("a summary"),
     )
     .expect("JSON");
+    assert_eq!(summary["settings"]["room"]["max_active"], 4);
+    assert_eq!(
+        summary["settings"]["behaviour"]["think"],
+        json!(["200ms", "300ms"])
+    );
     assert_eq!(summary["workers"], 2);
     assert_eq!(summary["nodes"], 2);
     assert_eq!(summary["joined"], VISITORS);

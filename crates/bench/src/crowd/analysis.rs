@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::record::{OriginLog, Outcome, VisitorRecord};
 use super::scenario::{Order, Scenario};
@@ -38,10 +38,12 @@ pub(crate) const RATE_TOLERANCE: f64 = 0.05;
 pub(crate) const ETA_TOLERANCE: f64 = 0.20;
 
 /// Everything the report says, as `summary.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct Summary {
     pub(crate) scenario: String,
     pub(crate) description: String,
+    /// The whole scenario the run followed.
+    pub(crate) settings: Scenario,
     pub(crate) visitors: usize,
     pub(crate) nodes: usize,
     pub(crate) workers: usize,
@@ -71,7 +73,7 @@ pub(crate) struct Summary {
 }
 
 /// Nearest-rank percentiles.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Percentiles {
     pub(crate) count: usize,
     pub(crate) p50: f64,
@@ -81,7 +83,7 @@ pub(crate) struct Percentiles {
 }
 
 /// Admissions per minute while the queue was not empty.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct AdmissionRate {
     pub(crate) configured_per_minute: u64,
     /// Between the 5th and the 95th percentile of queued visitors' admission times.
@@ -93,7 +95,7 @@ pub(crate) struct AdmissionRate {
 }
 
 /// Join order against admission order.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct OrderCheck {
     pub(crate) visitors: usize,
     pub(crate) concordant: u64,
@@ -108,7 +110,7 @@ pub(crate) struct OrderCheck {
 }
 
 /// A later position admitted before an earlier one.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct Inversion {
     pub(crate) earlier: u64,
     pub(crate) later: u64,
@@ -119,7 +121,7 @@ pub(crate) struct Inversion {
 }
 
 /// A visitor was shown more people ahead than before.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct AheadIncrease {
     pub(crate) visitor: usize,
     pub(crate) position: u64,
@@ -130,7 +132,7 @@ pub(crate) struct AheadIncrease {
 }
 
 /// ETA relative errors.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct EtaErrors {
     pub(crate) overall: ErrorStats,
     pub(crate) after_first_minute: ErrorStats,
@@ -139,7 +141,7 @@ pub(crate) struct EtaErrors {
 }
 
 /// Median and 90th percentile of |predicted - actual| / actual.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct ErrorStats {
     pub(crate) count: usize,
     pub(crate) median: Option<f64>,
@@ -147,7 +149,7 @@ pub(crate) struct ErrorStats {
 }
 
 /// Sessions as the origin saw them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct OriginFigures {
     pub(crate) enabled: bool,
     pub(crate) sessions: usize,
@@ -161,7 +163,7 @@ pub(crate) struct OriginFigures {
 }
 
 /// One line of the verdict.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct Check {
     pub(crate) name: String,
     /// Invariants decide the exit status; targets are reported.
@@ -331,6 +333,7 @@ pub(crate) fn analyse(
     let summary = Summary {
         scenario: scenario.name.clone(),
         description: scenario.description.clone(),
+        settings: scenario.clone(),
         visitors: records.len(),
         nodes,
         workers: scenario.workers(),

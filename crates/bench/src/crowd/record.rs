@@ -62,7 +62,7 @@ pub(crate) struct Observation {
 }
 
 /// How a visit ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Outcome {
     /// The run's time limit came first.
@@ -95,7 +95,7 @@ impl Outcome {
 
 /// What the origin saw: one span per session (from its first request to its release or its
 /// last request), and counts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct OriginLog {
     pub(crate) spans: Vec<Span>,
     pub(crate) requests: u64,
@@ -106,7 +106,7 @@ pub(crate) struct OriginLog {
 }
 
 /// One session as the origin saw it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct Span {
     pub(crate) first: f64,
     pub(crate) last: f64,

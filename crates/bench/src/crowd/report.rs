@@ -208,6 +208,26 @@ fn markdown(summary: &Summary, command: &str) -> String {
         if summary.fifo { "fifo" } else { "random" },
         summary.duration
     );
+    let room = &summary.settings.room;
+    let other_settings: Vec<String> = [
+        (
+            "admit_burst",
+            room.admit_burst.map(|burst| burst.to_string()),
+        ),
+        ("session_ttl", room.session_ttl.clone()),
+        ("claim_ttl", room.claim_ttl.clone()),
+        ("ticket_idle_ttl", room.ticket_idle_ttl.clone()),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| Some(format!("{key} {}", value?)))
+    .collect();
+    if !other_settings.is_empty() {
+        let _ = writeln!(
+            md,
+            "Also set for the room: {}. The whole scenario is in `summary.json` (`settings`).\n",
+            other_settings.join(", ")
+        );
+    }
 
     let _ = writeln!(md, "## Verdict\n");
     let _ = writeln!(

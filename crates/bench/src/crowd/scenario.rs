@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A whole scenario file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -29,7 +29,11 @@ pub(crate) struct Scenario {
     #[serde(default)]
     pub(crate) seed: u64,
     /// The run stops after this long, whatever the visitors are doing.
-    #[serde(default = "default_time_limit", deserialize_with = "duration")]
+    #[serde(
+        default = "default_time_limit",
+        deserialize_with = "duration",
+        serialize_with = "show_duration"
+    )]
     pub(crate) time_limit: Duration,
     /// Visitors one worker process simulates at most (each holds a few open files).
     #[serde(default = "default_visitors_per_worker")]
@@ -57,7 +61,7 @@ pub(crate) struct Arrival {
     pub(crate) shape: Shape,
     /// Spike: everyone arrives within this, uniformly. Ramp: the arrival rate grows linearly
     /// from zero over this. Steady: arrivals evenly spaced over this.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
     pub(crate) over: Duration,
 }
 
@@ -113,14 +117,14 @@ pub(crate) struct Behaviour {
     /// Share of visitors who give up while waiting.
     pub(crate) abandon_probability: f64,
     /// When such a visitor gives up, drawn uniformly in this range after joining.
-    #[serde(deserialize_with = "duration_range")]
+    #[serde(deserialize_with = "duration_range", serialize_with = "show_range")]
     pub(crate) abandon_after: [Duration; 2],
     /// Share of those who say so (`DELETE` of the ticket); the others just go silent.
     pub(crate) leave_probability: f64,
     /// How long a visitor uses the site once in.
     pub(crate) session: SessionLength,
     /// Pause between two requests of one session, drawn uniformly in this range.
-    #[serde(deserialize_with = "duration_range")]
+    #[serde(deserialize_with = "duration_range", serialize_with = "show_range")]
     pub(crate) think: [Duration; 2],
     /// Share of sessions that just stop (and expire) instead of ending with a release.
     pub(crate) expire_probability: f64,
@@ -151,16 +155,16 @@ impl Default for Behaviour {
 #[serde(tag = "distribution", rename_all = "lowercase", deny_unknown_fields)]
 pub(crate) enum SessionLength {
     Uniform {
-        #[serde(deserialize_with = "duration")]
+        #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
         min: Duration,
-        #[serde(deserialize_with = "duration")]
+        #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
         max: Duration,
     },
     /// Exponential with this mean, cut at `max`.
     Exponential {
-        #[serde(deserialize_with = "duration")]
+        #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
         mean: Duration,
-        #[serde(deserialize_with = "duration")]
+        #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
         max: Duration,
     },
 }
@@ -173,7 +177,7 @@ pub(crate) struct OriginSettings {
     /// Where it listens (`--origin` overrides); the gateway's `[upstream] url` points here.
     pub(crate) listen: Option<SocketAddr>,
     /// How long each request takes to answer.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show_duration")]
     pub(crate) latency: Duration,
 }
 
@@ -345,6 +349,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn show_duration<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format!("{}ms", value.as_millis()))
+}
+
+fn show_range<S: Serializer>(value: &[Duration; 2], serializer: S) -> Result<S::Ok, S::Error> {
+    [
+        format!("{}ms", value[0].as_millis()),
+        format!("{}ms", value[1].as_millis()),
+    ]
+    .serialize(serializer)
 }
 
 fn duration_range<'de, D: Deserializer<'de>>(deserializer: D) -> Result<[Duration; 2], D::Error> {
