@@ -7,10 +7,16 @@
 //! `sse-soak` holds thousands of waiting visitors' event streams open on one anteroom process
 //! and measures how fast a serving change reaches all of them, and what they cost the server
 //! (`bench/sse-soak`).
+//!
+//! `crowd` sends a flash crowd of virtual visitors through one or several anteroom nodes to an
+//! origin it runs itself, checks the room's invariants from the outside and writes a report
+//! with charts (`bench/crowd-*`).
 
+mod crowd;
 mod sse_soak;
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use axum::Json;
 use axum::routing::{get, post};
@@ -40,17 +46,25 @@ enum Command {
     },
     /// Holds many SSE waiters on one anteroom and measures update delay, memory and CPU.
     SseSoak(sse_soak::SseSoakArgs),
+    /// Runs a flash crowd of virtual visitors from a scenario file and writes a report.
+    Crowd(crowd::CrowdArgs),
+    /// One worker process of `crowd` (started by it).
+    #[command(hide = true)]
+    CrowdWorker(crowd::WorkerArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::TrivialServer { listen } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(trivial_server(listen))
+            runtime.block_on(trivial_server(listen))?;
+            Ok(ExitCode::SUCCESS)
         }
-        Command::SseSoak(args) => sse_soak::run(args),
+        Command::SseSoak(args) => sse_soak::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Crowd(args) => crowd::run(args),
+        Command::CrowdWorker(args) => crowd::run_worker(args),
     }
 }
 
