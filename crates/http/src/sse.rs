@@ -126,6 +126,10 @@ type ConnectedTickets = HashMap<TicketId, (TicketRef, usize)>;
 /// The node's shared room views, its connection count and its connected tickets.
 pub struct SseHub {
     views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<RoomView>>>>>,
+    /// One refresh of a room at a time (the ticker and change notices both ask for them), so
+    /// views are published in the order they were read: an older read published after a newer
+    /// one would show every stream people already admitted back in front of it.
+    refreshing: Mutex<HashMap<RoomId, Arc<tokio::sync::Mutex<()>>>>,
     /// When each room's view was last published, to pace estimate-only updates.
     published_at: Mutex<HashMap<RoomId, tokio::time::Instant>>,
     connected: Mutex<HashMap<RoomId, ConnectedTickets>>,
@@ -138,6 +142,7 @@ impl SseHub {
     pub fn new(max_connections: usize) -> SseHub {
         SseHub {
             views: Mutex::new(HashMap::new()),
+            refreshing: Mutex::new(HashMap::new()),
             published_at: Mutex::new(HashMap::new()),
             connected: Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
@@ -180,6 +185,13 @@ impl SseHub {
     /// something new: at once when the line moved, at most every [`RATE_ONLY_INTERVAL`] when
     /// only the estimates did.
     pub async fn refresh(&self, store: &dyn RoomStore, room: &RoomId) {
+        let turn = self
+            .refreshing
+            .lock()
+            .entry(room.clone())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().await;
         let view = match (
             store.snapshot(room).await,
             store.waiting_positions(room).await,
@@ -325,6 +337,7 @@ pub(crate) async fn events(
                 body,
                 position: view.position,
                 generation: view.generation,
+                ahead: view.opens_at.is_none().then_some(view.ahead),
             }
         }
     };
@@ -340,6 +353,7 @@ pub(crate) async fn events(
         opens_at,
         last_sent: None,
         last_sent_at: None,
+        last_ahead: None,
         _connection: connection,
     };
     let sse = Sse::new(event_stream(stream)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
@@ -356,6 +370,8 @@ enum Step {
         body: serde_json::Value,
         position: u64,
         generation: u32,
+        /// The `ahead` the body shows (none in a pre-queue, where it means nothing).
+        ahead: Option<u64>,
     },
     Admitted(Entry),
     Closed,
@@ -379,6 +395,10 @@ struct StreamState {
     last_sent: Option<EventKey>,
     /// When the last status event went out, so the next waits [`MIN_EVENT_INTERVAL`].
     last_sent_at: Option<tokio::time::Instant>,
+    /// The `ahead` last told (I5: what a visitor is shown never goes up). Views are published
+    /// in the order they were read, so a later view never shows more; this holds even for a
+    /// view the hub held before the stream's own first status.
+    last_ahead: Option<u64>,
     _connection: Connection,
 }
 
@@ -398,8 +418,10 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
                 body,
                 position,
                 generation,
+                ahead,
             } => {
                 let first = state.position == 0;
+                state.last_ahead = ahead;
                 state.last_sent_at = Some(tokio::time::Instant::now());
                 state.position = position;
                 state.generation = generation;
@@ -506,6 +528,7 @@ async fn next_step(state: &mut StreamState) -> Step {
         }
         match view.ahead_of(state.position) {
             Some(ahead) => {
+                let ahead = state.last_ahead.map_or(ahead, |last| ahead.min(last));
                 let key = event_key(&view, ahead);
                 if state.last_sent == Some(key) {
                     continue;
@@ -516,6 +539,7 @@ async fn next_step(state: &mut StreamState) -> Step {
                     body: status_body(state, &view, ahead),
                     position: state.position,
                     generation: state.generation,
+                    ahead: Some(ahead),
                 };
             }
             // Out of the line: admitted (claim the pass now) or ended.
@@ -536,6 +560,7 @@ async fn opened(state: &mut StreamState) -> Step {
         Ok(Entry::Waiting(waiting)) => {
             state.opens_at = waiting.opens_at;
             let (position, generation) = (waiting.position, waiting.generation);
+            let ahead = waiting.opens_at.is_none().then_some(waiting.ahead);
             // The engine's view says whether the room is paused.
             let body = api::entry_body(
                 &state.app,
@@ -548,6 +573,7 @@ async fn opened(state: &mut StreamState) -> Step {
                 body,
                 position,
                 generation,
+                ahead,
             }
         }
         Err(_) => Step::End,
