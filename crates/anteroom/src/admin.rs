@@ -129,9 +129,25 @@ fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
                     .to_vec(),
             },
         };
+        let extra_roots = match &sink.kind {
+            EventSinkKind::Webhook(webhook) => match &webhook.ca_file {
+                Some(path) => Some(std::fs::read(path).map_err(|error| {
+                    BadConfig(format!(
+                        "event sink {}: cannot read ca_file {}: {error}",
+                        sink.name,
+                        path.display()
+                    ))
+                })?),
+                None => None,
+            },
+            EventSinkKind::Log => None,
+        };
+        let client = anteroom_http::webhook_client(extra_roots.as_deref())
+            .map_err(|error| BadConfig(format!("event sink {}: ca_file: {error}", sink.name)))?;
         sinks.push(anteroom_http::Sink {
             config: sink.clone(),
             secret,
+            client,
         });
     }
     tracing::info!(sinks = sinks.len(), "event sinks");

@@ -219,3 +219,122 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
+
+/// A receiver over TLS on loopback with a self-signed certificate for 127.0.0.1; returns its
+/// port, the certificate (PEM) and what it receives.
+async fn https_receiver() -> (u16, String, Received) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let certificate_pem = certified.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![certified.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received: Received = Arc::default();
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(receive))
+        .with_state(received.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                // A client that does not trust the certificate ends the handshake: nothing to serve.
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            });
+        }
+    });
+    (port, certificate_pem, received)
+}
+
+/// An https receiver is reached over TLS when its certificate is trusted (here through the
+/// sink's `ca_file`), and never without: anteroom does not post events to a receiver it
+/// cannot authenticate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_reach_an_https_receiver_only_when_its_certificate_is_trusted() {
+    let (port, certificate_pem, received) = https_receiver().await;
+    let roots = tempfile::tempdir().unwrap();
+    let ca_file = roots.path().join("receiver.pem");
+    std::fs::write(&ca_file, certificate_pem).unwrap();
+    let sink = |trust: &str| {
+        format!(
+            "[[events.sink]]\nkind = \"webhook\"\nname = \"hook\"\n\
+             url = \"https://127.0.0.1:{port}/hook\"\nsecret = \"{SECRET}\"\n{trust}"
+        )
+    };
+
+    // Not trusted: the system's authorities do not vouch for a self-signed certificate.
+    let untrusted = AdminSite::new(&sink(""));
+    let client = support::client();
+    let mut server = untrusted.site.start();
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&untrusted.admin_url());
+    admin.wait_ready().await;
+    let (status, _) = admin
+        .admin(Method::PUT, "/rooms/tls", Some(json!({"max_active": 5})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        received.lock().unwrap().is_empty(),
+        "nothing is posted to an unauthenticated receiver"
+    );
+    server.kill();
+
+    let trusted = AdminSite::new(&sink(&format!(
+        "ca_file = {}\n",
+        support::toml_string(&ca_file)
+    )));
+    let mut server = trusted.site.start();
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&trusted.admin_url());
+    admin.wait_ready().await;
+    let (status, _) = admin
+        .admin(Method::PUT, "/rooms/tls", Some(json!({"max_active": 5})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let created = events_of(&received).values().any(|event| {
+            event["type"] == "room.updated"
+                && event["room"] == "tls"
+                && event["data"]["action"] == "created"
+        });
+        if created {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the trusted receiver gets the events; log:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (signature, _, body) in received.lock().unwrap().iter() {
+        let (timestamp, mac) = signature
+            .strip_prefix("t=")
+            .and_then(|rest| rest.split_once(",v1="))
+            .unwrap();
+        let signed = [timestamp.as_bytes(), b".", body].concat();
+        assert_eq!(mac, hex(&hmac_sha256(SECRET.as_bytes(), &signed)));
+    }
+}

@@ -69,7 +69,10 @@ pub use ratelimit::{
     RateLimitOptions, RateLimitService, RateLimitSetupError, RateLimitVerdict, RateLimiter,
     RouteRateLimits, RuleMetrics, RuleResult,
 };
-pub use sinks::{Outbox, Sink, signature as event_signature, spawn_event_sinks};
+pub use sinks::{
+    Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
+    spawn_event_sinks, webhook_client,
+};
 pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};

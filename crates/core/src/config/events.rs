@@ -7,7 +7,8 @@
 //! [[events.sink]]
 //! kind = "webhook"
 //! name = "crm"                      # progress is kept per name [the kind]
-//! url = "http://127.0.0.1:9000/anteroom"
+//! url = "https://hooks.example/anteroom"      # https:// (system roots) or http://
+//! ca_file = "/etc/anteroom/hooks-ca.pem"       # more trusted roots, PEM [none]
 //! secret_file = "/etc/anteroom/webhook.secret"   # or secret = "…": the HMAC-SHA256 key
 //! types = ["ticket.admitted", "room.updated"]    # all events when absent
 //! batch = 100                       # events per request [100]
@@ -43,8 +44,11 @@ pub enum EventSinkKind {
 /// `kind = "webhook"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
-    /// Where the batches go (`http://`).
+    /// Where the batches go (`https://` or `http://`).
     pub url: String,
+    /// A PEM file of certificates trusted as roots for an `https://` receiver, besides the
+    /// system's (a private CA, or the receiver's own self-signed certificate).
+    pub ca_file: Option<PathBuf>,
     /// The HMAC key.
     pub secret: SecretSource,
     /// Events per request at most.
@@ -78,6 +82,7 @@ const SINK_KEYS: &[&str] = &[
     "url",
     "secret",
     "secret_file",
+    "ca_file",
     "batch",
     "timeout",
 ];
@@ -176,16 +181,37 @@ fn read_webhook(
             None
         }
         Some(entry) => entry.string(problems).and_then(|url| {
-            if url.starts_with("http://") && url.len() > "http://".len() {
+            let rest = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"));
+            if rest.is_some_and(|rest| !rest.is_empty()) {
                 Some(url)
             } else {
                 problems.add(
                     &entry.key_origin,
-                    format!("`url` must be an http:// URL, found {url:?}"),
+                    format!("`url` must be an https:// or http:// URL, found {url:?}"),
                 );
                 None
             }
         }),
+    };
+    let ca_file = match sink.get("ca_file") {
+        None => Some(None),
+        Some(entry) => match entry.string(problems) {
+            Some(path) if url.as_deref().is_some_and(|url| url.starts_with("http://")) => {
+                problems.add(
+                    &entry.key_origin,
+                    format!("`ca_file` needs an https:// `url` (found {path:?} for plain http)"),
+                );
+                None
+            }
+            Some(path) if !path.is_empty() => Some(Some(PathBuf::from(path))),
+            Some(_) => {
+                problems.add(&entry.key_origin, "`ca_file` must name a file");
+                None
+            }
+            None => None,
+        },
     };
     let secret = match (sink.get("secret"), sink.get("secret_file")) {
         (Some(entry), None) => entry.string(problems).and_then(|secret| {
@@ -246,6 +272,7 @@ fn read_webhook(
     };
     Some(WebhookConfig {
         url: url?,
+        ca_file: ca_file?,
         secret: secret?,
         batch: batch?,
         timeout: timeout?,
@@ -286,6 +313,7 @@ types = ["room.updated"]
                     types: vec!["room.updated".to_owned()],
                     kind: EventSinkKind::Webhook(WebhookConfig {
                         url: "http://127.0.0.1:9000/hook".to_owned(),
+                        ca_file: None,
                         secret: SecretSource::Inline("0123456789abcdef".to_owned()),
                         batch: 100,
                         timeout: Duration::from_secs(10),
@@ -318,7 +346,7 @@ kind = "log"
         let errors = parse_config(source, &[]).unwrap_err().to_string();
         for expected in [
             "line 3: unknown sink kind \"hook\"",
-            "line 7: `url` must be an http:// URL",
+            "line 7: `url` must be an https:// or http:// URL",
             "line 8: `secret` must be at least 16 characters",
             "line 9: `batch` must be 1 to 10000",
             "line 10: `timeout`",
@@ -327,5 +355,31 @@ kind = "log"
         ] {
             assert!(errors.contains(expected), "{expected:?} in:\n{errors}");
         }
+    }
+
+    #[test]
+    fn webhooks_take_https_with_extra_roots_and_refuse_roots_for_plain_http() {
+        let source = r#"
+[[events.sink]]
+kind = "webhook"
+url = "https://hooks.example/anteroom"
+ca_file = "/etc/anteroom/hooks-ca.pem"
+secret = "0123456789abcdef"
+"#;
+        let config = parse_config(source, &[]).unwrap();
+        let EventSinkKind::Webhook(webhook) = &config.events[0].kind else {
+            panic!("a webhook sink");
+        };
+        assert_eq!(webhook.url, "https://hooks.example/anteroom");
+        assert_eq!(
+            webhook.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/anteroom/hooks-ca.pem"))
+        );
+        let plain = source.replace("https://", "http://");
+        let errors = parse_config(&plain, &[]).unwrap_err().to_string();
+        assert!(
+            errors.contains("line 5: `ca_file` needs an https:// `url`"),
+            "{errors}"
+        );
     }
 }
