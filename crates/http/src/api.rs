@@ -452,7 +452,8 @@ pub(crate) fn entry_answer(
                 ahead,
                 serving: view.serving,
                 waiting: view.waiting,
-                eta_seconds: ahead.and(view.eta_seconds),
+                // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
+                eta_seconds: ahead.and(view.eta_seconds).filter(|_| state != "paused"),
                 next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
                 opens_at: view.opens_at.map(rfc3339),
                 pass: None,

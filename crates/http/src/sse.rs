@@ -623,15 +623,17 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
             "opens_at": api::rfc3339(opens_at),
         });
     }
+    let paused = mode == Mode::QueueAll;
     serde_json::json!({
         "room": state.room.as_str(),
-        "state": if mode == Mode::QueueAll { "paused" } else { "waiting" },
+        "state": if paused { "paused" } else { "waiting" },
         "ticket": state.ticket_token,
         "position": state.position,
         "ahead": ahead,
         "serving": view.snapshot.serving,
         "waiting": view.snapshot.waiting,
-        "eta_seconds": eta_seconds(ahead, &rate),
+        // Nobody is admitted while paused: no estimate (SPEC §5.5, null when the rate is zero).
+        "eta_seconds": if paused { None } else { eta_seconds(ahead, &rate) },
         "next_poll_ms": next_poll_ms(ahead, &mut rand::thread_rng()),
     })
 }

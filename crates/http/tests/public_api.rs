@@ -385,6 +385,39 @@ async fn a_queue_all_room_answers_paused_and_admits_nobody() {
     assert_eq!(harness.counters("brake").await.active, 0);
 }
 
+/// Once admission is paused nobody moves, so the status shows no estimate (SPEC §5.5: null
+/// while the rate is zero), where it showed one a moment before.
+#[tokio::test]
+async fn a_paused_room_shows_no_estimate() {
+    let brake = RoomConfig {
+        session_ttl: Duration::from_secs(30),
+        ..capped_room("brake", 1)
+    };
+    let harness = Harness::new(vec![brake.clone()]).await;
+    assert_eq!(join(&harness, "brake").await.text("state"), "admitted");
+    join(&harness, "brake").await;
+    let third = join(&harness, "brake").await;
+    // The first session expires and the admitter lets the second visitor in: a measured rate.
+    harness.advance(Duration::from_secs(40));
+    assert_eq!(harness.tick("brake").await.admitted, 1);
+    let waiting = status(&harness, "brake", third.text("ticket")).await;
+    assert_eq!(waiting.text("state"), "waiting");
+    assert!(waiting.body["eta_seconds"].is_u64(), "{}", waiting.body);
+
+    harness
+        .store
+        .put_room(RoomConfig {
+            mode: Mode::QueueAll,
+            ..brake
+        })
+        .await
+        .unwrap();
+    let paused = status(&harness, "brake", third.text("ticket")).await;
+    assert_eq!(paused.text("state"), "paused");
+    assert_eq!(paused.number("ahead"), 0);
+    assert!(paused.body["eta_seconds"].is_null(), "{}", paused.body);
+}
+
 #[tokio::test]
 async fn a_closed_room_refuses_joins_without_changing_anything() {
     let closed = RoomConfig {
