@@ -89,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { config } => {
             init_tracing();
+            raise_open_file_limit();
             let loaded = serve::load_config(&config)?;
             runtime()?.block_on(serve::serve(loaded, config))?;
             Ok(ExitCode::SUCCESS)
@@ -98,9 +99,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Token { command } => commands::token(command),
         Command::Demo(args) => {
             init_tracing();
+            raise_open_file_limit();
             runtime()?.block_on(demo::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Every waiting visitor with an event stream holds a socket: raise the soft limit on open files
+/// to the hard limit (many systems start processes at 1,024), as nginx's
+/// `worker_rlimit_nofile` does, and say what the node can hold.
+fn raise_open_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(open_files = limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
     }
 }
 

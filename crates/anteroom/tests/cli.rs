@@ -332,3 +332,57 @@ async fn serve_exits_zero_on_sigterm() {
     eprintln!("serve stopped {took:.2?} after SIGTERM");
     std::net::TcpListener::bind(("127.0.0.1", site.port)).expect("the port is released");
 }
+
+/// The soft and hard limits on open files of a running process, from `/proc/<pid>/limits`.
+fn open_file_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap()
+        .to_owned();
+    let mut numbers = line["Max open files".len()..].split_whitespace();
+    (
+        numbers.next().unwrap().to_owned(),
+        numbers.next().unwrap().to_owned(),
+    )
+}
+
+/// Started with a low soft limit on open files (as many systems start processes), `serve`
+/// raises it to the hard limit: every visitor with an event stream holds a socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+    let site = Site::new();
+    let config = site.write_config("EdDSA", OPEN_ROOM);
+    let mut child = support::anteroom_command("sh")
+        .args([
+            "-c",
+            "ulimit -S -n 256 && exec \"$0\" serve --config \"$1\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_anteroom"))
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let client = support::client();
+    let started = Instant::now();
+    loop {
+        let ready = client
+            .get(format!("{}/_anteroom/healthz", site.public_url()))
+            .send()
+            .await
+            .is_ok_and(|answer| answer.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "serve starts");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (soft, hard) = open_file_limits(pid);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(soft, "256", "the soft limit was raised");
+    assert_eq!(soft, hard, "up to the hard limit");
+}

@@ -128,7 +128,12 @@ impl Site {
 /// A command running the `anteroom` binary with a clean environment: no `ANTEROOM_…`
 /// variable of the caller leaks into the config.
 pub(crate) fn anteroom() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_anteroom"));
+    anteroom_command(env!("CARGO_BIN_EXE_anteroom"))
+}
+
+/// `program` with the environment [`anteroom`] gives the binary (for a wrapper that runs it).
+pub(crate) fn anteroom_command(program: &str) -> Command {
+    let mut command = Command::new(program);
     for (name, _) in std::env::vars_os() {
         if name
             .to_string_lossy()
