@@ -922,98 +922,96 @@ fn read_challenge(entry: &Entry, problems: &mut Problems) -> Option<RawChallenge
     Some(raw)
 }
 
-/// Reads `[[room.schedule]]` entries, noting where each key was written.
+/// Reads an array of tables written `[[room.<name>]]`, noting where each entry and each key was
+/// written (`<name>[i]`, `<name>[i].<key>`); `read_key` takes one key of one entry.
+fn read_entries<T: Default>(
+    entry: &Entry,
+    name: &str,
+    fields: &[&str],
+    origins: &mut HashMap<String, Origin>,
+    problems: &mut Problems,
+    mut read_key: impl FnMut(&mut T, &Entry, &mut Problems),
+) -> Option<Vec<T>> {
+    let written = format!("[[room.{name}]]");
+    let Value::Array(elements) = &entry.item.value else {
+        problems.add(
+            &entry.key_origin,
+            format!("`{name}` must be an array of tables, written {written}"),
+        );
+        return None;
+    };
+    let mut read = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let Value::Table(table) = &element.value else {
+            problems.add(
+                &element.origin,
+                format!("each {name} entry must be a table, written {written}"),
+            );
+            continue;
+        };
+        origins.insert(format!("{name}[{index}]"), element.origin.clone());
+        problems.unknown_keys(table, fields, &written);
+        let mut value = T::default();
+        for key_entry in &table.entries {
+            origins.insert(
+                format!("{name}[{index}].{}", key_entry.key),
+                key_entry.key_origin.clone(),
+            );
+            read_key(&mut value, key_entry, problems);
+        }
+        read.push(value);
+    }
+    Some(read)
+}
+
+/// Reads `[[room.schedule]]` entries.
 fn read_events(
     entry: &Entry,
     origins: &mut HashMap<String, Origin>,
     problems: &mut Problems,
 ) -> Option<Vec<RawEvent>> {
-    let Value::Array(elements) = &entry.item.value else {
-        problems.add(
-            &entry.key_origin,
-            "`schedule` must be an array of tables, written [[room.schedule]]",
-        );
-        return None;
-    };
-    let mut events = Vec::new();
-    for (index, element) in elements.iter().enumerate() {
-        let Value::Table(table) = &element.value else {
-            problems.add(
-                &element.origin,
-                "each schedule entry must be a table, written [[room.schedule]]",
-            );
-            continue;
-        };
-        origins.insert(format!("schedule[{index}]"), element.origin.clone());
-        problems.unknown_keys(table, EVENT_FIELDS, "[[room.schedule]]");
-        let mut event = RawEvent::default();
-        for key_entry in &table.entries {
-            origins.insert(
-                event_field(index, &key_entry.key),
-                key_entry.key_origin.clone(),
-            );
-            match key_entry.key.as_str() {
-                "prequeue_at" => event.prequeue_at = key_entry.time_text(problems),
-                "opens_at" => event.opens_at = key_entry.time_text(problems).unwrap_or_default(),
-                "closes_at" => {
-                    event.closes_at = key_entry.time_text(problems).unwrap_or_default();
-                }
-                "shuffle" => event.shuffle = key_entry.boolean(problems),
-                "max_active" => event.max_active = key_entry.unsigned(problems),
-                "admit_per_minute" => event.admit_per_minute = key_entry.unsigned(problems),
-                "admit_burst" => event.admit_burst = key_entry.unsigned(problems),
-                _ => {}
-            }
-        }
-        events.push(event);
-    }
-    Some(events)
+    read_entries(
+        entry,
+        "schedule",
+        EVENT_FIELDS,
+        origins,
+        problems,
+        |event: &mut RawEvent, key_entry, problems| match key_entry.key.as_str() {
+            "prequeue_at" => event.prequeue_at = key_entry.time_text(problems),
+            "opens_at" => event.opens_at = key_entry.time_text(problems).unwrap_or_default(),
+            "closes_at" => event.closes_at = key_entry.time_text(problems).unwrap_or_default(),
+            "shuffle" => event.shuffle = key_entry.boolean(problems),
+            "max_active" => event.max_active = key_entry.unsigned(problems),
+            "admit_per_minute" => event.admit_per_minute = key_entry.unsigned(problems),
+            "admit_burst" => event.admit_burst = key_entry.unsigned(problems),
+            _ => {}
+        },
+    )
 }
 
-/// Reads `[[room.priority]]` entries, noting where each key was written.
+/// Reads `[[room.priority]]` entries.
 fn read_priority(
     entry: &Entry,
     origins: &mut HashMap<String, Origin>,
     problems: &mut Problems,
 ) -> Option<Vec<RawPriority>> {
-    let Value::Array(elements) = &entry.item.value else {
-        problems.add(
-            &entry.key_origin,
-            "`priority` must be an array of tables, written [[room.priority]]",
-        );
-        return None;
-    };
-    let mut lanes = Vec::new();
-    for (index, element) in elements.iter().enumerate() {
-        let Value::Table(table) = &element.value else {
-            problems.add(
-                &element.origin,
-                "each priority entry must be a table, written [[room.priority]]",
-            );
-            continue;
-        };
-        origins.insert(format!("priority[{index}]"), element.origin.clone());
-        problems.unknown_keys(table, PRIORITY_FIELDS, "[[room.priority]]");
-        let mut lane = RawPriority::default();
-        for key_entry in &table.entries {
-            origins.insert(
-                format!("priority[{index}].{}", key_entry.key),
-                key_entry.key_origin.clone(),
-            );
-            match key_entry.key.as_str() {
-                "codes" => {
-                    lane.codes = key_entry
-                        .strings(problems)
-                        .map(|codes| codes.into_iter().map(|(code, _)| code).collect())
-                        .unwrap_or_default();
-                }
-                "uses" => lane.uses = key_entry.unsigned(problems),
-                _ => {}
+    read_entries(
+        entry,
+        "priority",
+        PRIORITY_FIELDS,
+        origins,
+        problems,
+        |lane: &mut RawPriority, key_entry, problems| match key_entry.key.as_str() {
+            "codes" => {
+                lane.codes = key_entry
+                    .strings(problems)
+                    .map(|codes| codes.into_iter().map(|(code, _)| code).collect())
+                    .unwrap_or_default();
             }
-        }
-        lanes.push(lane);
-    }
-    Some(lanes)
+            "uses" => lane.uses = key_entry.unsigned(problems),
+            _ => {}
+        },
+    )
 }
 
 /// Reports a table or key that a later version of anteroom reads.
