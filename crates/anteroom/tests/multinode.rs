@@ -148,6 +148,9 @@ struct Observed {
     passes: Mutex<HashMap<String, String>>,
     claimed: Mutex<Vec<Claimed>>,
     completed: Mutex<HashSet<String>>,
+    /// Sessions whose completion went to a node killed meanwhile: it may or may not have
+    /// happened, so their tickets are not checked at the end.
+    maybe_completed: Mutex<HashSet<String>>,
     joins_started: AtomicUsize,
     joins_acked: AtomicUsize,
     /// Requests to the killed node that failed after the kill.
@@ -313,10 +316,12 @@ async fn three_nodes_share_one_queue_and_survive_losing_one() {
     // the pass it was given.
     let passes = observed.passes.lock().unwrap().clone();
     let completed = observed.completed.lock().unwrap().clone();
+    let maybe_completed = observed.maybe_completed.lock().unwrap().clone();
     let answers = statuses(&client, &bases[0], &bases[1], &joins).await;
     let mut admitted_now = 0;
     for (join, (status, body)) in joins.iter().zip(&answers) {
         match passes.get(&join.ticket_id) {
+            Some(session) if maybe_completed.contains(session) => {}
             Some(session) if completed.contains(session) => assert_eq!(
                 *status, 410,
                 "ticket {} whose session was completed is over: {body}",
@@ -589,7 +594,7 @@ async fn complete_loop(
                 // ticket is then not checked at the end.
                 observed.failed(complete_node, format!("complete: {error}"));
                 observed
-                    .completed
+                    .maybe_completed
                     .lock()
                     .unwrap()
                     .insert(claimed.session.clone());
