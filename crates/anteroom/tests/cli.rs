@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use support::{Site, run};
+use support::{Site, printed_kid, run};
 
 /// EX_USAGE: the exit code of a bad config or bad arguments.
 const EXIT_BAD_CONFIG: i32 = 64;
@@ -101,20 +101,6 @@ fn check_config_refuses_a_missing_file() {
         "the error names the file: {}",
         stderr(&output)
     );
-}
-
-/// The kid `keys generate` printed: `active key <kid> (<alg>) in <dir>`.
-fn printed_kid(output: &Output) -> String {
-    let text = stdout(output);
-    let line = text
-        .lines()
-        .find(|line| line.starts_with("active key "))
-        .unwrap_or_else(|| panic!("no active key line in: {text}"));
-    line["active key ".len()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
 }
 
 #[test]

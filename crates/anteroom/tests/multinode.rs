@@ -989,17 +989,6 @@ async fn jwks_kids(client: &reqwest::Client, node: &str) -> Vec<String> {
         .collect()
 }
 
-/// The `kid` in a JWT's header.
-fn header_kid(token: &str) -> String {
-    use base64::Engine as _;
-    let header = token.split('.').next().unwrap();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(header)
-        .unwrap();
-    let header: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    header["kid"].as_str().unwrap().to_owned()
-}
-
 /// A key rotated in the shared key directory (here by `anteroom keys generate`, as the admin
 /// API does on one node) is picked up by every running node within two seconds, without a
 /// restart: both publish it, sign with it, and accept passes signed with it.
@@ -1019,13 +1008,7 @@ async fn a_key_rotated_in_the_shared_directory_reaches_every_node_within_two_sec
         .unwrap();
     assert!(rotated.status.success(), "{rotated:?}");
     let rotated_at = Instant::now();
-    let new_kid = String::from_utf8(rotated.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|line| line.strip_prefix("active key "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap()
-        .to_owned();
+    let new_kid = support::printed_kid(&rotated);
     assert!(!before.contains(&new_kid));
 
     for node in [&node_a, &node_b] {
@@ -1060,7 +1043,7 @@ async fn a_key_rotated_in_the_shared_directory_reaches_every_node_within_two_sec
         .await
         .unwrap();
     let pass = joined["pass"].as_str().unwrap();
-    assert_eq!(header_kid(pass), new_kid);
+    assert_eq!(support::jwt_header(pass)["kid"], new_kid.as_str());
     let verified = client
         .get(format!("{node_b}/_anteroom/verify"))
         .header("x-original-uri", "/shop/cart")

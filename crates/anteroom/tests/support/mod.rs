@@ -288,11 +288,32 @@ pub(crate) async fn join(client: &reqwest::Client, base: &str, room: &str) -> St
 
 /// The payload of a JWT, decoded without checking anything.
 pub(crate) fn jwt_claims(token: &str) -> serde_json::Value {
-    let payload = token.split('.').nth(1).expect("a JWT has a payload");
-    let bytes = URL_SAFE_NO_PAD
-        .decode(payload)
-        .expect("the payload is base64url");
-    serde_json::from_slice(&bytes).expect("the payload is JSON")
+    jwt_part(token, 1)
+}
+
+/// The header of a JWT (`alg`, `kid`), decoded without checking anything.
+pub(crate) fn jwt_header(token: &str) -> serde_json::Value {
+    jwt_part(token, 0)
+}
+
+fn jwt_part(token: &str, index: usize) -> serde_json::Value {
+    let part = token.split('.').nth(index).expect("a JWT has three parts");
+    let bytes = URL_SAFE_NO_PAD.decode(part).expect("the part is base64url");
+    serde_json::from_slice(&bytes).expect("the part is JSON")
+}
+
+/// The kid `anteroom keys generate` printed: `active key <kid> (<alg>) in <dir>`.
+pub(crate) fn printed_kid(output: &Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("active key "))
+        .unwrap_or_else(|| panic!("no active key line in: {text}"));
+    line["active key ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 /// The ticket id a ticket token names (`t1.<room>.<ticket_id>.<position>.<generation>.<mac>`).
