@@ -129,21 +129,27 @@ fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
                     .to_vec(),
             },
         };
-        let extra_roots = match &sink.kind {
-            EventSinkKind::Webhook(webhook) => match &webhook.ca_file {
-                Some(path) => Some(std::fs::read(path).map_err(|error| {
-                    BadConfig(format!(
-                        "event sink {}: cannot read ca_file {}: {error}",
-                        sink.name,
-                        path.display()
-                    ))
-                })?),
-                None => None,
-            },
+        // Only a webhook needs a client (loading the system's authorities is not free).
+        let client = match &sink.kind {
+            EventSinkKind::Webhook(webhook) => {
+                let extra_roots = match &webhook.ca_file {
+                    Some(path) => Some(std::fs::read(path).map_err(|error| {
+                        BadConfig(format!(
+                            "event sink {}: cannot read ca_file {}: {error}",
+                            sink.name,
+                            path.display()
+                        ))
+                    })?),
+                    None => None,
+                };
+                Some(
+                    anteroom_http::webhook_client(extra_roots.as_deref()).map_err(|error| {
+                        BadConfig(format!("event sink {}: ca_file: {error}", sink.name))
+                    })?,
+                )
+            }
             EventSinkKind::Log => None,
         };
-        let client = anteroom_http::webhook_client(extra_roots.as_deref())
-            .map_err(|error| BadConfig(format!("event sink {}: ca_file: {error}", sink.name)))?;
         sinks.push(anteroom_http::Sink {
             config: sink.clone(),
             secret,

@@ -72,8 +72,8 @@ pub struct Sink {
     /// A webhook's HMAC key (from `secret` or `secret_file`).
     pub secret: Vec<u8>,
     /// A webhook's client: TLS for `https://` receivers, trusting the system's roots and
-    /// those of the sink's `ca_file` ([`webhook_client`]).
-    pub client: WebhookClient,
+    /// those of the sink's `ca_file` ([`webhook_client`]); none for a log sink.
+    pub client: Option<WebhookClient>,
 }
 
 /// The HTTP(S) client a webhook sink posts with.
@@ -205,16 +205,19 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
                     }
                     Ok(())
                 }
-                EventSinkKind::Webhook(webhook) => {
-                    post(
-                        &client,
-                        webhook,
-                        &sink.secret,
-                        &wanted,
-                        clock.now().as_secs(),
-                    )
-                    .await
-                }
+                EventSinkKind::Webhook(webhook) => match &client {
+                    Some(client) => {
+                        post(
+                            client,
+                            webhook,
+                            &sink.secret,
+                            &wanted,
+                            clock.now().as_secs(),
+                        )
+                        .await
+                    }
+                    None => Err("the webhook sink was built without a client".to_owned()),
+                },
             }
         };
         match delivered {
