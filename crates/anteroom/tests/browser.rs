@@ -412,6 +412,8 @@ async fn paused_closed_and_closing_rooms_show_their_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
     bounded(async {
+        // The browser first: it is the slow start, and the countdown below has only seconds.
+        let browser = Browser::start(BrowserOptions::default()).await;
         // The schedule is written in wall-clock time, the only clock the real server has.
         #[allow(clippy::disallowed_methods)]
         let now = std::time::SystemTime::now()
@@ -431,7 +433,6 @@ async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
             at(3600)
         );
         let (site, server) = start_server(&rooms).await;
-        let browser = Browser::start(BrowserOptions::default()).await;
         browser
             .goto(&wait_url(&server.url(), "sale", RETURN_PATH))
             .await;
