@@ -27,6 +27,9 @@ const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
 /// The longest `return` path accepted.
 const MAX_RETURN_LEN: usize = 2048;
 
+/// Room for a status answer with a pass, so encoding it never grows the buffer.
+const STATUS_JSON_CAPACITY: usize = 1024;
+
 /// Status JSON (join, status, and later the SSE `status` event).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct StatusBody {
@@ -416,13 +419,9 @@ pub(crate) fn ticket_token(
     position: u64,
     generation: u32,
 ) -> String {
-    let claims = TicketClaims {
-        room: room.to_string(),
-        ticket_id: ticket.to_string(),
-        position,
-        generation,
-    };
-    app.keys().ticket_signer().sign(&claims)
+    app.keys()
+        .ticket_signer()
+        .sign_fields(room.as_str(), &ticket, position, generation)
 }
 
 /// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
@@ -570,10 +569,27 @@ pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: E
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };
-    let mut headers = HeaderMap::new();
+    // Serialized into a buffer sized for the answer at once: the status JSON with its ticket
+    // (and pass) is a few hundred bytes, and every join and status call writes one.
+    let mut body = Vec::with_capacity(STATUS_JSON_CAPACITY);
+    if let Err(error) = serde_json::to_writer(&mut body, &answer.body) {
+        tracing::error!(%error, "cannot encode a status answer");
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the answer could not be encoded",
+        )
+        .into_response();
+    }
+    let mut response = Response::new(axum::body::Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    set_entry_cookies(app, room, &answer, &mut headers);
-    (headers, Json(answer.body)).into_response()
+    set_entry_cookies(app, room, &answer, headers);
+    response
 }
 
 pub(crate) fn rfc3339(at: Timestamp) -> String {

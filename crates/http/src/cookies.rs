@@ -35,11 +35,22 @@ pub struct CookiePolicy {
 impl CookiePolicy {
     /// A `Set-Cookie` value for `name=value` living `max_age_secs`.
     pub fn set(&self, name: &str, value: &str, max_age_secs: u64) -> Option<HeaderValue> {
-        let secure = if self.secure { "; Secure" } else { "" };
-        let text = format!(
-            "{name}={value}; Path=/; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}"
+        use std::fmt::Write as _;
+        const ATTRIBUTES: &str = "; Path=/; Max-Age=; HttpOnly; SameSite=Lax; Secure";
+        let mut text = String::with_capacity(name.len() + value.len() + ATTRIBUTES.len() + 21);
+        text.push_str(name);
+        text.push('=');
+        text.push_str(value);
+        // Writing into a String cannot fail.
+        let _ = write!(
+            text,
+            "; Path=/; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax"
         );
-        HeaderValue::from_str(&text).ok()
+        if self.secure {
+            text.push_str("; Secure");
+        }
+        // The header value takes the text as it is, without another copy.
+        HeaderValue::from_maybe_shared(axum::body::Bytes::from(text)).ok()
     }
 
     /// A `Set-Cookie` value that deletes `name`.

@@ -5,7 +5,9 @@
 //! configuration until the store announces a change to it ([`anteroom_store::Notice`]), a
 //! notice may have been lost (`Resync`), or [`MAX_AGE`] passed; the ticker's listing of every
 //! room refreshes the copies twice a second as well. On a store only this process uses there
-//! is nobody else to announce changes, so every read goes to the store (an in-memory read).
+//! is nobody else to announce changes: the store's configuration version
+//! ([`RoomStore::config_version`]) says when any configuration changed, and the copy is kept
+//! until it moves (one atomic read per request instead of a store read and a clone kept).
 //!
 //! Either way the last configuration seen stays known while the store is unreachable: it
 //! decides the room's `on_store_error` (SPEC §9.4).
@@ -38,6 +40,17 @@ struct CachedRoom {
     primed: bool,
     /// Served without asking the store until invalidated or too old.
     fresh_until: Option<Instant>,
+    /// The store's configuration version before this copy was read (local stores): served
+    /// while the store still reports it.
+    version: Option<u64>,
+}
+
+impl CachedRoom {
+    fn serves(&self, store_version: Option<u64>, notices: bool) -> bool {
+        let current = store_version.is_some() && self.version == store_version;
+        let fresh = notices && self.fresh_until.is_some_and(|until| Instant::now() < until);
+        current || fresh
+    }
 }
 
 impl RoomCache {
@@ -56,18 +69,16 @@ impl RoomCache {
         store: &dyn RoomStore,
         room: &RoomId,
     ) -> Result<RoomConfig, StoreError> {
-        if self.notices.is_some()
-            && let Some(entry) = self.entries.read().get(room)
-            && entry
-                .fresh_until
-                .is_some_and(|until| Instant::now() < until)
+        let version = store.config_version();
+        if let Some(entry) = self.entries.read().get(room)
+            && entry.serves(version, self.notices.is_some())
         {
             return Ok(entry.config.clone());
         }
         let epoch = self.epoch.load(Ordering::Acquire);
         match store.room(room).await {
             Ok(config) => {
-                self.keep(config.clone(), epoch);
+                self.keep(config.clone(), epoch, version);
                 Ok(config)
             }
             Err(StoreError::RoomNotFound(id)) => {
@@ -99,6 +110,7 @@ impl RoomCache {
                 config,
                 primed: true,
                 fresh_until: None,
+                version: None,
             });
         }
     }
@@ -127,6 +139,8 @@ impl RoomCache {
                     config: config.clone(),
                     primed: false,
                     fresh_until: fresh,
+                    // The listing carries no version: the next read takes one.
+                    version: None,
                 },
             );
         }
@@ -158,7 +172,7 @@ impl RoomCache {
         (self.notices.is_some() && unchanged).then(|| Instant::now() + MAX_AGE)
     }
 
-    fn keep(&self, config: RoomConfig, epoch: u64) {
+    fn keep(&self, config: RoomConfig, epoch: u64, version: Option<u64>) {
         if let Some(notices) = &self.notices {
             notices.follow(&config.id);
         }
@@ -169,6 +183,7 @@ impl RoomCache {
                 config,
                 primed: false,
                 fresh_until,
+                version,
             },
         );
     }

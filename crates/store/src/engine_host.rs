@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anteroom_core::engine::{
@@ -68,6 +69,9 @@ pub(crate) struct EngineHost<P> {
     clock: Arc<dyn Clock>,
     persister: P,
     seed: Option<u64>,
+    /// Bumped after every configuration change (creation, replacement, deletion), so callers
+    /// may keep configurations until it moves.
+    config_version: AtomicU64,
 }
 
 impl<P: Persister> EngineHost<P> {
@@ -83,6 +87,7 @@ impl<P: Persister> EngineHost<P> {
             clock,
             persister,
             seed,
+            config_version: AtomicU64::new(0),
         };
         {
             let mut map = host.rooms.write();
@@ -219,7 +224,11 @@ impl<P: Persister> EngineHost<P> {
             guard
                 .state
                 .set_config(config, self.clock.now(), &mut changes);
-            let pending = self.persister.persist(&guard.state, &changes, true)?;
+            let pending = self.persister.persist(&guard.state, &changes, true);
+            // After the change, never before: a reader that saw the old version and then
+            // the new configuration keeps it under the old version and reads it again.
+            self.config_version.fetch_add(1, Ordering::AcqRel);
+            let pending = pending?;
             if let Some(pending) = &pending {
                 guard.last_sequence = pending.sequence;
             }
@@ -229,6 +238,11 @@ impl<P: Persister> EngineHost<P> {
         Ok(snapshot)
     }
 
+    /// Changes whenever a room's configuration is created, replaced or deleted.
+    pub(crate) fn config_version(&self) -> u64 {
+        self.config_version.load(Ordering::Acquire)
+    }
+
     pub(crate) async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError> {
         let pending = {
             let mut rooms = self.rooms.write();
@@ -236,6 +250,7 @@ impl<P: Persister> EngineHost<P> {
                 return Ok(false);
             };
             slot.lock().deleted = true;
+            self.config_version.fetch_add(1, Ordering::AcqRel);
             self.persister.persist_deletion(room)?
         };
         wait_durable(pending).await?;
@@ -457,6 +472,9 @@ macro_rules! delegate_room_store {
                 &self,
             ) -> Result<Vec<anteroom_core::room::RoomConfig>, $crate::StoreError> {
                 Ok(self.host.rooms())
+            }
+            fn config_version(&self) -> Option<u64> {
+                Some(self.host.config_version())
             }
             async fn room(
                 &self,

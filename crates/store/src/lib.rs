@@ -208,6 +208,14 @@ pub trait RoomStore: Send + Sync + 'static {
         None
     }
 
+    /// For a backend only this process uses: a number that changes whenever a room's
+    /// configuration is created, replaced or deleted, so a node may keep configurations
+    /// between changes. `None` for a shared backend, whose other users announce their
+    /// changes through [`notices`](Self::notices) instead.
+    fn config_version(&self) -> Option<u64> {
+        None
+    }
+
     /// Positions of the live waiting tickets of the regular line, ascending: what a node needs to compute every
     /// connected visitor's `ahead` locally from one shared snapshot.
     async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
