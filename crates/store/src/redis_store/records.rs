@@ -1,4 +1,4 @@
-//! The Redis layout's record formats (layout 1) and the scripts' answers, decoded into core
+//! The Redis layout's record formats (layout 2) and the scripts' answers, decoded into core
 //! types.
 //!
 //! Records are `|`-separated text (see `lua/rooms/room.lua` for the fields): compact, cheap to
@@ -27,6 +27,22 @@ pub(crate) enum Refusal {
     RoomNotFound,
     /// The room engine's refusal.
     Engine(EngineError),
+    /// A join arrived after its caller cancelled it (`cancel_join.lua`); nobody awaits it.
+    JoinCancelled,
+}
+
+impl Refusal {
+    /// The refusal as the store reports it for `room`.
+    pub(crate) fn into_error(self, room: &anteroom_core::RoomId) -> crate::StoreError {
+        match self {
+            Refusal::RoomNotFound => crate::StoreError::RoomNotFound(room.clone()),
+            Refusal::Engine(error) => crate::StoreError::Engine(error),
+            Refusal::JoinCancelled => crate::StoreError::Backend {
+                message: format!("a join into {room} ran after its caller had cancelled it"),
+                source: None,
+            },
+        }
+    }
 }
 
 /// Writes optional free text for a record field: `""` for none, else `=` and the escaped text.
@@ -114,6 +130,7 @@ impl Answer {
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
             "room_full" => Refusal::Engine(EngineError::RoomFull),
             "invalid_priority_code" => Refusal::Engine(EngineError::InvalidPriorityCode),
+            "join_cancelled" => Refusal::JoinCancelled,
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };
         Ok(Err(refusal))
