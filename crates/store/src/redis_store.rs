@@ -25,7 +25,11 @@
 //! - **Opening** a store (its first connection) counts as contact for every waiting ticket, as
 //!   reopening the embedded store does: a restart of the service never abandons anybody.
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
-//!   their own. A call that timed out may still have happened.
+//!   their own. A call that timed out may still have happened; for a join, whose ticket nobody
+//!   would hold, the store then cancels it (`cancel_join.lua`).
+//! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
+//!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
+//!   Rooms written in layout 1 are migrated by the first script that touches them.
 //!
 //! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
 //! scripts are capped at 2^52 ms (about 142 000 years).
