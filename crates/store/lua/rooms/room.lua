@@ -34,7 +34,7 @@
 --   position in its line bucket; `seen` is the last contact minus joined_at, the position is
 --   the field (and the ticket's score in its line), the generation is the room's (a reset ends
 --   every waiting ticket), the id is the line's member at that position. A waiting ticket is
---   thus one zset entry and about twenty bytes of listpack. The meta field `seen_floor` is the
+--   thus one zset entry and a short listpack entry. The meta field `seen_floor` is the
 --   last time a store opened (reopen.lua): every waiting ticket counts as seen then.
 --   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
 --   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
