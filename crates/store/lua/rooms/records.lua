@@ -1,6 +1,6 @@
 -- records: every ticket and session the room remembers, at one instant. Changes nothing.
--- Returns: 'ok', the number of tickets, then for each its id, record and '' (the record holds
--- the last contact); then the number of sessions, then each id and record.
+-- Returns: 'ok', the number of tickets, then each id and record (the full form, room.lua);
+-- then the number of sessions, then each id and record.
 
 if not room_exists() then
   return room_not_found()
@@ -11,7 +11,6 @@ local tickets = redis.call('HGETALL', TICKETS)
 for i = 1, #tickets, 2 do
   reply[#reply + 1] = tickets[i]
   reply[#reply + 1] = tickets[i + 1]
-  reply[#reply + 1] = ''
   count = count + 1
 end
 -- Waiting tickets, read a bucket at a time.
@@ -32,7 +31,6 @@ for _, line in ipairs({ WAITING, PRIORITY }) do
     if record then
       reply[#reply + 1] = id
       reply[#reply + 1] = encode_ticket(decode_waiting(id, position, record))
-      reply[#reply + 1] = ''
       count = count + 1
     end
   end
