@@ -25,7 +25,11 @@
 //! - **Opening** a store (its first connection) counts as contact for every waiting ticket, as
 //!   reopening the embedded store does: a restart of the service never abandons anybody.
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
-//!   their own. A call that timed out may still have happened.
+//!   their own. A call that timed out may still have happened; for a join, whose ticket nobody
+//!   would hold, the store then cancels it (`cancel_join.lua`).
+//! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
+//!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
+//!   Rooms written in layout 1 are migrated by the first script that touches them.
 //!
 //! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
 //! scripts are capped at 2^52 ms (about 142 000 years).
@@ -94,11 +98,12 @@ return 0
 });
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-const ROOM_KEY_PARTS: [&str; 12] = [
+/// `line` is not a key itself but the prefix of the waiting records' buckets (`line:<n>`).
+const ROOM_KEY_PARTS: [&str; 13] = [
     "meta",
     "tickets",
     "waiting",
-    "idle",
+    "line",
     "admitted",
     "sessions",
     "active",
@@ -107,7 +112,15 @@ const ROOM_KEY_PARTS: [&str; 12] = [
     "forget",
     "priority",
     "session_ids",
+    "cancelled",
 ];
+
+/// How long a room remembers the ticket id of a join cancelled before it ran
+/// (`cancel_join.lua`): far longer than any call may wait in a queue or a socket.
+const CANCELLED_JOIN_MEMORY: Duration = Duration::from_secs(600);
+
+/// How often a cancellation is tried before it is given up (one try per store timeout).
+const CANCEL_ATTEMPTS: u32 = 3;
 
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,7 +276,7 @@ impl RedisStore {
                 .await?
             {
                 Ok(_) | Err(Refusal::RoomNotFound) => {}
-                Err(Refusal::Engine(error)) => return Err(StoreError::Engine(error)),
+                Err(refusal) => return Err(refusal.into_error(&room)),
             }
         }
         Ok(())
@@ -308,18 +321,16 @@ impl RedisStore {
     /// Runs a room script and reads its answer; refusals become [`StoreError`]s.
     async fn eval(
         &self,
-        name: &str,
-        script: &Script,
+        name: &'static str,
+        script: &'static Script,
         room: &RoomId,
         args: Vec<String>,
     ) -> Result<Answer, StoreError> {
         self.bounded(name, async {
             let connection = self.connection().await?;
-            match self.eval_on(&connection, name, script, room, args).await? {
-                Ok(answer) => Ok(answer),
-                Err(Refusal::RoomNotFound) => Err(StoreError::RoomNotFound(room.clone())),
-                Err(Refusal::Engine(error)) => Err(StoreError::Engine(error)),
-            }
+            self.eval_on(&connection, name, script, room, args)
+                .await?
+                .map_err(|refusal| refusal.into_error(room))
         })
         .await
     }
@@ -327,31 +338,92 @@ impl RedisStore {
     async fn eval_on(
         &self,
         connection: &Connection,
-        name: &str,
-        script: &Script,
+        name: &'static str,
+        script: &'static Script,
         room: &RoomId,
         args: Vec<String>,
     ) -> Result<Result<Answer, Refusal>, StoreError> {
-        let mut invocation = script.prepare_invoke();
-        for part in ROOM_KEY_PARTS {
-            invocation.key(self.room_key(room, part));
-        }
+        self.room_call(name, script, room, args)
+            .run(connection)
+            .await
+    }
+
+    /// A room script's call: its keys, then the prelude's arguments and `args`.
+    fn room_call(
+        &self,
+        name: &'static str,
+        script: &'static Script,
+        room: &RoomId,
+        args: Vec<String>,
+    ) -> RoomCall {
         let now = match &self.clock {
             Some(clock) => clock.now().as_millis().to_string(),
             None => String::new(),
         };
-        invocation
-            .arg(now)
-            .arg(self.room_key(room, "events"))
-            .arg(duration_millis(HISTORY_RETENTION));
-        for arg in args {
-            invocation.arg(arg);
+        let mut all_args = vec![
+            now,
+            self.room_key(room, "events"),
+            duration_millis(HISTORY_RETENTION).to_string(),
+        ];
+        all_args.extend(args);
+        RoomCall {
+            name,
+            script,
+            keys: ROOM_KEY_PARTS
+                .iter()
+                .map(|part| self.room_key(room, part))
+                .collect(),
+            args: all_args,
         }
-        let fields: Vec<String> = connection
-            .eval(&invocation)
-            .await
-            .map_err(|error| StoreError::backend(format!("redis script {name} failed"), error))?;
-        Answer::new(fields).map_err(|error| malformed(name, error))
+    }
+
+    /// Takes back, from a task of its own and best effort, the ticket a join named when the
+    /// join's call failed after it was sent: the script may have run (late, or with its answer
+    /// lost) although the visitor was answered an error (`cancel_join.lua`). Tried up to
+    /// [`CANCEL_ATTEMPTS`] times; the connection keeps calls in order, so a join still queued
+    /// in Redis runs before its cancellation.
+    fn cancel_join(&self, room: &RoomId, ticket: String) {
+        let Some(connection) = self.connection.get().cloned() else {
+            return;
+        };
+        let call = self.room_call(
+            "cancel_join",
+            &SCRIPTS.cancel_join,
+            room,
+            vec![
+                ticket,
+                millis(CANCELLED_JOIN_MEMORY),
+                admission_seed(),
+                lottery_seed(),
+            ],
+        );
+        let (timeout, room) = (self.timeout, room.clone());
+        tokio::spawn(async move {
+            for attempt in 1..=CANCEL_ATTEMPTS {
+                match tokio::time::timeout(timeout, call.run(&connection)).await {
+                    Ok(Ok(Ok(mut answer))) => {
+                        let removed = answer.expect("ok").and_then(|()| answer.number());
+                        tracing::info!(
+                            %room,
+                            removed = matches!(removed, Ok(1)),
+                            "cancelled a join whose call failed"
+                        );
+                        return;
+                    }
+                    Ok(Ok(Err(_))) => return,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%room, attempt, %error, "cancelling a join failed");
+                    }
+                    Err(_) => tracing::debug!(%room, attempt, "cancelling a join timed out"),
+                }
+                tokio::time::sleep(timeout).await;
+            }
+            tracing::warn!(
+                %room,
+                "a join whose call failed could not be cancelled; if it ran, its ticket waits \
+                 until it is abandoned"
+            );
+        });
     }
 
     async fn config_on(
@@ -374,6 +446,30 @@ impl RedisStore {
                 })
             })
             .transpose()
+    }
+}
+
+/// One room script's call, owned, so that it can also run from a task of its own.
+struct RoomCall {
+    name: &'static str,
+    script: &'static Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl RoomCall {
+    async fn run(&self, connection: &Connection) -> Result<Result<Answer, Refusal>, StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        let fields: Vec<String> = connection.eval(&invocation).await.map_err(|error| {
+            StoreError::backend(format!("redis script {} failed", self.name), error)
+        })?;
+        Answer::new(fields).map_err(|error| malformed(self.name, error))
     }
 }
 
@@ -549,8 +645,9 @@ impl RoomStore for RedisStore {
             Some(held) => (held.id.to_string(), held.generation.to_string()),
             None => (String::new(), String::new()),
         };
+        let ticket = TicketId::random(&mut OsRng).to_string();
         let args = vec![
-            TicketId::random(&mut OsRng).to_string(),
+            ticket.clone(),
             SessionId::random(&mut OsRng).to_string(),
             resume_id,
             resume_generation,
@@ -563,8 +660,28 @@ impl RoomStore for RedisStore {
                 .map(|code| seed_to_hex(&priority_code_hash(code)))
                 .unwrap_or_default(),
         ];
-        self.eval("join", &SCRIPTS.join, room, args)
-            .await?
+        let call = self.room_call("join", &SCRIPTS.join, room, args);
+        let mut sent = false;
+        let outcome = self
+            .bounded("join", async {
+                let connection = self.connection().await?;
+                sent = true;
+                call.run(&connection).await
+            })
+            .await;
+        let answer = match outcome {
+            Ok(answer) => answer,
+            Err(error) => {
+                // The node bounds every call (SPEC §9.4): a join that outlives the bound, or
+                // whose answer is lost, may still make a ticket nobody holds.
+                if sent {
+                    self.cancel_join(room, ticket);
+                }
+                return Err(error);
+            }
+        };
+        answer
+            .map_err(|refusal| refusal.into_error(room))?
             .entry()
             .map_err(|error| malformed("join", error))
     }

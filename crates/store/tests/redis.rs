@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketState};
+use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketEnd, TicketRef, TicketState};
 use anteroom_core::room::{Mode, Order, RoomConfig};
-use anteroom_core::{Clock, ManualClock, RoomId};
+use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
 use conformance::Backend;
 use support::redis::{RedisServer, shared_server, unique_prefix};
@@ -495,4 +495,304 @@ async fn a_lease_has_one_holder_until_it_lapses() {
         "taken over"
     );
     assert!(!node_a.hold_lease("duty", "a", ttl).await.unwrap());
+}
+
+fn waiting_ref(entry: &Entry) -> TicketRef {
+    match entry {
+        Entry::Waiting(view) => TicketRef {
+            id: view.ticket,
+            generation: view.generation,
+        },
+        Entry::Admitted(view) => panic!("admitted at once: {view:?}"),
+    }
+}
+
+/// A room whose one slot is taken by its first visitor, so every later join waits.
+async fn full_room(store: &RedisStore, id: &RoomId, idle: Duration) {
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    config.ticket_idle_ttl = idle;
+    store.put_room(config).await.unwrap();
+    let first = store.join(id, JoinRequest::default()).await.unwrap();
+    assert!(matches!(first, Entry::Admitted(_)), "{first:?}");
+}
+
+#[tokio::test]
+async fn idle_tickets_in_a_line_longer_than_one_sweep_are_all_abandoned() {
+    // A tick examines about 1,024 waiting records for idleness (room.lua, SWEEP_BUDGET), where
+    // the engine looks at every ticket: in a line of 3,000 idle tickets the sweep takes a few
+    // ticks, each bounded, and tickets still in contact are never abandoned.
+    const TICKETS: usize = 3_000;
+    const SWEEP: u64 = 1_024 + 127;
+    let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
+    let id = room_id("long-idle");
+    full_room(&store, &id, Duration::from_secs(60)).await;
+    let mut tickets = Vec::new();
+    for chunk in 0..TICKETS / 100 {
+        let joins = (0..100).map(|_| store.join(&id, JoinRequest::default()));
+        for entry in futures_util::future::join_all(joins).await {
+            tickets.push(waiting_ref(&entry.unwrap()));
+        }
+        assert_eq!(tickets.len(), (chunk + 1) * 100);
+    }
+    // Every 100th ticket keeps in contact (positions spread along the whole line).
+    let kept: Vec<TicketRef> = tickets.iter().step_by(100).copied().collect();
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(store.touch(&id, &kept).await.unwrap(), kept.len() as u64);
+
+    let mut ticks = 0;
+    let mut abandoned = 0;
+    loop {
+        let report = store.tick(&id).await.unwrap();
+        ticks += 1;
+        assert!(report.abandoned <= SWEEP, "tick {ticks}: {report:?}");
+        assert_eq!(report.admitted, 0);
+        abandoned += report.abandoned;
+        if abandoned == (TICKETS - kept.len()) as u64 {
+            break;
+        }
+        assert!(ticks < 10, "only {abandoned} abandoned after {ticks} ticks");
+    }
+    assert!(
+        ticks >= 3,
+        "one sweep examined more than its budget: {ticks} ticks"
+    );
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!(snapshot.waiting, kept.len() as u64);
+    assert_eq!(snapshot.totals.abandoned, abandoned);
+    // The kept tickets still wait, each with exactly the kept tickets before it ahead.
+    for (index, ticket) in kept.iter().enumerate() {
+        match store.status(&id, *ticket).await.unwrap() {
+            Entry::Waiting(view) => assert_eq!(view.ahead, index as u64),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Once idle in turn, they go within one more tick (the line is now short).
+    clock.advance(Duration::from_secs(61));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!(report.abandoned, kept.len() as u64);
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 0);
+}
+
+#[tokio::test]
+async fn idle_tickets_are_not_admitted_before_the_sweep_reaches_them() {
+    // A line longer than one sweep, idle at its front: the tick that frees a slot abandons the
+    // idle tickets it meets and admits the first one still in contact.
+    let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
+    let id = room_id("idle-front");
+    full_room(&store, &id, Duration::from_secs(60)).await;
+    let mut tickets = Vec::new();
+    for _ in 0..25 {
+        let joins = (0..100).map(|_| store.join(&id, JoinRequest::default()));
+        for entry in futures_util::future::join_all(joins).await {
+            tickets.push(waiting_ref(&entry.unwrap()));
+        }
+    }
+    let records = store.records(&id).await.unwrap();
+    let mut by_position: Vec<(u64, TicketRef)> = records
+        .tickets
+        .iter()
+        .filter(|ticket| ticket.state == TicketState::Waiting)
+        .map(|ticket| {
+            (
+                ticket.position,
+                TicketRef {
+                    id: ticket.id,
+                    generation: ticket.generation,
+                },
+            )
+        })
+        .collect();
+    by_position.sort_by_key(|(position, _)| *position);
+    assert_eq!(by_position.len(), 2_500);
+    // A tick while nobody is idle moves the sweep past the front of the line.
+    store.tick(&id).await.unwrap();
+    // The 2,000 at the back keep in contact; the first 500 go idle.
+    let back: Vec<TicketRef> = by_position[500..].iter().map(|(_, t)| *t).collect();
+    clock.advance(Duration::from_secs(61));
+    store.touch(&id, &back).await.unwrap();
+    // Ending the session frees the slot and ticks: the sweep examines the middle of the line,
+    // the admission meets the idle front.
+    let session = store
+        .records(&id)
+        .await
+        .unwrap()
+        .sessions
+        .first()
+        .map(|session| session.id)
+        .unwrap();
+    store
+        .end_session(&id, session, SessionEnd::Completed)
+        .await
+        .unwrap();
+    let records = store.records(&id).await.unwrap();
+    let admitted: Vec<_> = records
+        .tickets
+        .iter()
+        .filter(|ticket| {
+            // (the first visitor's ticket stays claimed after its session ended)
+            ticket.position > 1
+                && matches!(
+                    ticket.state,
+                    TicketState::Admitted { .. } | TicketState::Claimed { .. }
+                )
+        })
+        .collect();
+    assert_eq!(admitted.len(), 1);
+    assert_eq!(admitted[0].position, by_position[500].0);
+    for (position, _) in &by_position[..500] {
+        let ticket = records
+            .tickets
+            .iter()
+            .find(|ticket| ticket.position == *position)
+            .unwrap();
+        assert!(
+            matches!(
+                ticket.state,
+                TicketState::Ended {
+                    reason: TicketEnd::Abandoned,
+                    ..
+                }
+            ),
+            "{ticket:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_join_that_outlives_the_timeout_leaves_no_ticket() {
+    // SPEC §9.4 bounds every call; a join the server runs after the node gave up must not
+    // leave a ticket in line that no visitor holds.
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let config = RedisConfig::standalone(server.url())
+        .with_key_prefix(unique_prefix())
+        .with_timeout(timeout);
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("late-join");
+    full_room(&store, &id, Duration::from_secs(300)).await;
+
+    server.cli(&["CLIENT", "PAUSE", "1200", "ALL"]);
+    let late = store.join(&id, JoinRequest::default()).await;
+    assert!(matches!(late, Err(StoreError::Backend { .. })), "{late:?}");
+
+    // After the pause the join runs (or is refused), and its ticket is taken back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let snapshot = loop {
+        let snapshot = store.snapshot(&id).await.unwrap();
+        let records = store.records(&id).await.unwrap();
+        let undone = snapshot.totals.joined == 1
+            || records.tickets.iter().any(|ticket| {
+                matches!(
+                    ticket.state,
+                    TicketState::Ended {
+                        reason: TicketEnd::Left,
+                        ..
+                    }
+                )
+            });
+        if undone {
+            eprintln!(
+                "the late join {}",
+                if snapshot.totals.joined == 1 {
+                    "was refused"
+                } else {
+                    "ran and was taken back"
+                }
+            );
+            break snapshot;
+        }
+        assert!(Instant::now() < deadline, "still {snapshot:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(snapshot.waiting, 0, "{snapshot:?}");
+    assert_eq!(snapshot.active, 1);
+    // The room goes on as if the late join had never been asked for.
+    let next = store.join(&id, JoinRequest::default()).await.unwrap();
+    match next {
+        Entry::Waiting(view) => assert_eq!(view.ahead, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn rooms_written_in_the_first_layout_are_migrated() {
+    // Layout 1 kept waiting records in `tickets` and last contacts in the zset `idle`: a room
+    // written that way is rewritten on first use, its line and contacts intact.
+    let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
+    let id = room_id("old-layout");
+    full_room(&store, &id, Duration::from_secs(60)).await;
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(waiting_ref(
+            &store.join(&id, JoinRequest::default()).await.unwrap(),
+        ));
+    }
+    let server = shared_server();
+    let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
+    // Rewrite the line as layout 1 had it: positions 2, 3, 4; the first one joined and was
+    // last seen long ago.
+    for (index, ticket) in waiting.iter().enumerate() {
+        let position = index + 2;
+        let (joined, seen) = if index == 0 {
+            (3_000_000, 4_000_000)
+        } else {
+            (5_000_000, 5_000_000)
+        };
+        server.cli(&[
+            "HSET",
+            &key("tickets"),
+            &ticket.id.to_string(),
+            &format!("w|{position}|1|{joined}|{joined}||||"),
+        ]);
+        server.cli(&[
+            "ZADD",
+            &key("idle"),
+            &seen.to_string(),
+            &ticket.id.to_string(),
+        ]);
+    }
+    server.cli(&["DEL", &key("line:0")]);
+    server.cli(&["HSET", &key("meta"), "layout", "1"]);
+
+    match store.status(&id, waiting[2]).await.unwrap() {
+        Entry::Waiting(view) => assert_eq!((view.position, view.ahead), (4, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.cli(&["HGET", &key("meta"), "layout"]).trim(), "2");
+    assert_eq!(server.cli(&["EXISTS", &key("idle")]).trim(), "0");
+    assert_eq!(server.cli(&["HLEN", &key("line:0")]).trim(), "3");
+    let records = store.records(&id).await.unwrap();
+    let first = records
+        .tickets
+        .iter()
+        .find(|ticket| ticket.id == waiting[0].id)
+        .unwrap();
+    assert_eq!(first.joined_at, Timestamp(3_000_000));
+    assert_eq!(first.last_seen, Timestamp(4_000_000));
+    // Its old last contact counts: idle since 4,000 s, it is abandoned; the others are not.
+    clock.advance(Duration::from_secs(1));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!(report.abandoned, 1);
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 2);
+
+    // A layout this version does not know is refused, naming the key.
+    server.cli(&["HSET", &key("meta"), "layout", "9"]);
+    let error = store.tick(&id).await.unwrap_err();
+    let source = std::error::Error::source(&error).map(ToString::to_string);
+    let refused = format!("{error}: {}", source.unwrap_or_default());
+    assert!(refused.contains(&key("meta")), "{refused}");
+    assert!(refused.contains("layout 9"), "{refused}");
+    server.cli(&["HSET", &key("meta"), "layout", "2"]);
 }

@@ -8,14 +8,14 @@ mod conformance;
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{Entry, JoinRequest, SessionEnd};
+use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketEnd, TicketState};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId};
-use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore};
+use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
 use conformance::Backend;
-use support::redis::{shared_cluster, unique_prefix};
+use support::redis::{RedisCluster as Cluster, shared_cluster, unique_prefix};
 
 /// Stores under a key prefix of their own on the shared cluster.
 struct RedisCluster {
@@ -98,5 +98,68 @@ async fn notices_reach_another_node_from_every_shard() {
             assert!(change.ended_session.is_some());
             heard.insert(change.room);
         }
+    }
+}
+
+#[tokio::test]
+async fn a_join_that_outlives_the_timeout_leaves_no_ticket_in_a_cluster() {
+    // As on a standalone server (tests/redis.rs): the join runs after the store gave up on it
+    // (every master paused), and is taken back. A cluster of its own, since it is paused.
+    let cluster = Cluster::start();
+    let config = RedisConfig::cluster(cluster.urls())
+        .with_key_prefix(unique_prefix())
+        .with_timeout(Duration::from_millis(300));
+    let store = RedisStore::new(config, None).unwrap();
+    let id = RoomId::new("late-join").unwrap();
+    let mut room = RoomConfig::with_defaults(id.clone());
+    room.max_active = 1;
+    store.put_room(room).await.unwrap();
+    let first = store.join(&id, JoinRequest::default()).await.unwrap();
+    assert!(matches!(first, Entry::Admitted(_)), "{first:?}");
+
+    for node in cluster.nodes() {
+        node.cli(&["CLIENT", "PAUSE", "1200", "ALL"]);
+    }
+    let late = store.join(&id, JoinRequest::default()).await;
+    assert!(matches!(late, Err(StoreError::Backend { .. })), "{late:?}");
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let outcome = async {
+            let snapshot = store.snapshot(&id).await?;
+            let records = store.records(&id).await?;
+            Ok::<_, StoreError>((snapshot, records))
+        }
+        .await;
+        if let Ok((snapshot, records)) = outcome {
+            let taken_back = records.tickets.iter().any(|ticket| {
+                matches!(
+                    ticket.state,
+                    TicketState::Ended {
+                        reason: TicketEnd::Left,
+                        ..
+                    }
+                )
+            });
+            if snapshot.totals.joined == 1 || taken_back {
+                eprintln!(
+                    "the late join {}",
+                    if taken_back {
+                        "ran and was taken back"
+                    } else {
+                        "was refused"
+                    }
+                );
+                assert_eq!(snapshot.waiting, 0, "{snapshot:?}");
+                assert_eq!(snapshot.active, 1);
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the late join was not taken back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

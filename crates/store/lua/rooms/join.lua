@@ -14,6 +14,10 @@
 if not load_room() then
   return room_not_found()
 end
+-- The caller gave up on this join before it ran (cancel_join.lua): it must leave no ticket.
+if redis.call('ZSCORE', CANCELLED, ARGV[4]) then
+  return { 'error', 'join_cancelled' }
+end
 if room.mode == 'closed' then
   return { 'error', 'room_closed' }
 end
@@ -75,7 +79,6 @@ if identity ~= '' then
   redis.call('HSET', IDENTITIES, identity, new_ticket_id)
 end
 redis.call('ZADD', line_of(ticket), int(ticket.position), new_ticket_id)
-redis.call('ZADD', IDLE, int(NOW), new_ticket_id)
 put_ticket(ticket)
 room.changed = true
 

@@ -47,6 +47,7 @@ else
     rate_seconds = 0,
     rate_at = nil,
     draw = '',
+    seen_floor = 0,
   }
   for _, name in ipairs(TOTAL_FIELDS) do
     room[name] = 0
@@ -57,7 +58,7 @@ else
 end
 
 redis.call('HSET', META,
-  'layout', '1',
+  'layout', LAYOUT,
   'config', ARGV[4],
   'mode', room.config_mode,
   'order', room.order,

@@ -23,8 +23,9 @@ room.generation = room.generation + 1
 room.serving = room.last_position
 room.changed = true
 if ARGV[4] == '1' then
-  redis.call('DEL', TICKETS, WAITING, IDLE, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
-    PRIORITY, SESSION_IDS)
+  -- The line buckets emptied as their tickets ended.
+  redis.call('DEL', TICKETS, WAITING, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
+    PRIORITY, SESSION_IDS, CANCELLED)
 end
 save_room()
 notify('reset')

@@ -5,10 +5,11 @@
 -- KEYS (all carry the hash tag {room}, so a room lives in one Cluster slot):
 --   1 meta        hash   configuration (as numbers), counters, admission bucket, measured
 --                        admission rate (decayed admissions and seconds), totals
---   2 tickets     hash   ticket id -> ticket record
+--   2 tickets     hash   ticket id -> ticket record, for tickets no longer waiting
 --   3 waiting     zset   waiting ticket ids by position (ZCOUNT gives `ahead` exactly)
---   4 idle        zset   waiting ticket ids by last contact (the record's last_seen is only
---                        brought up to date when the ticket stops waiting)
+--   4 line        prefix of the waiting tickets' records: `<line>:<n>` is a hash from position
+--                        to waiting record for the positions n*128 .. n*128+127, so it stays a
+--                        small listpack-encoded hash (see LINE_BUCKET below)
 --   5 admitted    zset   admitted, unclaimed ticket ids by claim deadline
 --   6 sessions    hash   session id -> session record
 --   7 active      zset   active session ids by expiry
@@ -19,13 +20,22 @@
 --                        before `waiting`
 --  12 session_ids zset   every remembered session id, all scored 0: ordered by id, for
 --                        bounded admin listings (ZRANGE BYLEX)
+--  13 cancelled   zset   ids of joins the caller gave up on (cancel_join.lua) by the time they
+--                        may be forgotten: a join arriving later with one of them is refused
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
 -- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
 -- ARGV[4...] the operation's own arguments
 --
 -- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to[|p]
---   (a tenth field `p` marks a ticket of the priority lane)
+--   (a tenth field `p` marks a ticket of the priority lane). This is the record of a ticket
+--   that no longer waits, and the form every answer carries.
+-- Waiting record (layout 2): joined_at|seen|identity|return_to[|p], kept under the ticket's
+--   position in its line bucket; `seen` is the last contact minus joined_at, the position is
+--   the field (and the ticket's score in its line), the generation is the room's (a reset ends
+--   every waiting ticket), the id is the line's member at that position. A waiting ticket is
+--   thus one zset entry and a short listpack entry. The meta field `seen_floor` is the
+--   last time a store opened (reopen.lua): every waiting ticket counts as seen then.
 --   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
 --   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
 --   the text with '%' and '|' percent-escaped (done by the caller, never here).
@@ -43,10 +53,11 @@
 --
 -- Every integer stays below 2^53, so Lua's doubles hold them exactly.
 
-local META, TICKETS, WAITING, IDLE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local META, TICKETS, WAITING, LINE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local PRIORITY = KEYS[11]
 local SESSION_IDS = KEYS[12]
+local CANCELLED = KEYS[13]
 local CHANNEL = ARGV[2]
 local RETENTION = tonumber(ARGV[3])
 
@@ -54,6 +65,16 @@ local RETENTION = tonumber(ARGV[3])
 local UNITS_PER_TOKEN = 60000
 -- Time constant of the admission-rate average, as in eta.rs.
 local RATE_TIME_CONSTANT_SECS = 120.0
+
+-- The layout this prelude reads and writes (meta `layout`). Layout 1 kept waiting records in
+-- `tickets` and last contacts in a zset `idle`; it is migrated on first use (migrate_layout).
+local LAYOUT = '2'
+-- Positions per line bucket: at most 128 entries, Redis's default hash-max-listpack-entries,
+-- so a bucket stays listpack-encoded as long as its records are under 64 bytes
+-- (hash-max-listpack-value; a long identity or return path turns its bucket into a hashtable).
+local LINE_BUCKET = 128
+-- Waiting records a tick examines for idleness (sweep_idle), plus at most one bucket more.
+local SWEEP_BUDGET = 1024
 
 local NOW
 if ARGV[1] ~= '' then
@@ -109,6 +130,33 @@ local TOTAL_FIELDS = {
 }
 
 local room = nil
+
+-- Defined with the tickets below; the room's loaders call it for a room in layout 1.
+local migrate_layout
+
+-- Brings a room's layout (its meta field `layout`) to this prelude's; refuses one it does not
+-- know with an error naming the key, rather than misreading it.
+local function check_layout(layout)
+  if layout == LAYOUT then
+    return
+  end
+  if layout == '1' then
+    migrate_layout()
+    return
+  end
+  error('anteroom: ' .. META .. ' has layout ' .. tostring(layout)
+    .. ', which this version of anteroom does not know')
+end
+
+-- Whether the room exists, for scripts that do not load it (migrating it if needed).
+local function room_exists()
+  local layout = redis.call('HGET', META, 'layout')
+  if not layout then
+    return false
+  end
+  check_layout(layout)
+  return true
+end
 
 -- The lottery seed an operation may use (64 hex digits), set by the scripts that settle.
 local DRAW_SEED = nil
@@ -173,6 +221,8 @@ local function load_room()
   for _, name in ipairs(CONFIG_FIELDS) do fields[#fields + 1] = name end
   for _, name in ipairs(STATE_FIELDS) do fields[#fields + 1] = name end
   for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
+  fields[#fields + 1] = 'layout'
+  fields[#fields + 1] = 'seen_floor'
   local values = redis.call('HMGET', META, unpack(fields))
   local loaded = {}
   for i, name in ipairs(fields) do
@@ -181,6 +231,7 @@ local function load_room()
   if not loaded.generation then
     return false
   end
+  check_layout(loaded.layout)
   room = {
     config_mode = loaded.mode,
     order = loaded.order,
@@ -197,6 +248,7 @@ local function load_room()
     room[name] = tonumber(loaded[name])
   end
   room.draw = loaded.draw or ''
+  room.seen_floor = tonumber(loaded.seen_floor or '0')
   room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
   room.session_max = optional_number(loaded.session_max)
   room.rate_admissions = tonumber(loaded.rate_admissions)
@@ -359,25 +411,137 @@ local function encode_ticket(ticket)
   return table.concat(fields, '|')
 end
 
-local function get_ticket(id)
-  local record = redis.call('HGET', TICKETS, id)
+-- Waiting tickets (layout 2, see the top of this file) -------------------------------------
+
+local function bucket_key(position)
+  return LINE .. ':' .. int(math.floor(position / LINE_BUCKET))
+end
+
+-- The room's generation and seen floor, also for scripts that do not load the room.
+local known_generation, known_floor = nil, nil
+local function current_generation()
+  if room then
+    return room.generation
+  end
+  if known_generation == nil then
+    known_generation = tonumber(redis.call('HGET', META, 'generation'))
+  end
+  return known_generation
+end
+
+local function seen_floor()
+  if room then
+    return room.seen_floor
+  end
+  if known_floor == nil then
+    known_floor = tonumber(redis.call('HGET', META, 'seen_floor') or '0')
+  end
+  return known_floor
+end
+
+-- The last contact a waiting record says, the seen floor included.
+local function record_last_seen(joined_at, seen)
+  return math.max(joined_at + seen, seen_floor())
+end
+
+local function encode_waiting(ticket)
+  local record = table.concat({
+    int(ticket.joined_at), int(math.max(0, ticket.last_seen - ticket.joined_at)),
+    ticket.identity, ticket.return_to,
+  }, '|')
+  if ticket.priority then
+    record = record .. '|p'
+  end
+  return record
+end
+
+-- A waiting ticket from its id, position and waiting record.
+local function decode_waiting(id, position, record)
+  local f = split(record)
+  local joined_at = tonumber(f[1])
+  return {
+    id = id,
+    state = 'w',
+    position = position,
+    generation = current_generation(),
+    joined_at = joined_at,
+    last_seen = record_last_seen(joined_at, tonumber(f[2])),
+    x = '',
+    y = '',
+    identity = f[3],
+    return_to = f[4],
+    priority = f[5] == 'p',
+    bucketed = true,
+  }
+end
+
+-- The waiting ticket `id` at `position` (its score in its line), or nil.
+local function get_waiting(id, position)
+  local record = redis.call('HGET', bucket_key(position), int(position))
   if not record then
     return nil
   end
-  return decode_ticket(id, record)
+  return decode_waiting(id, position, record)
 end
 
+local function get_ticket(id)
+  local record = redis.call('HGET', TICKETS, id)
+  if record then
+    return decode_ticket(id, record)
+  end
+  local position = redis.call('ZSCORE', WAITING, id) or redis.call('ZSCORE', PRIORITY, id)
+  if not position then
+    return nil
+  end
+  return get_waiting(id, tonumber(position))
+end
+
+-- Writes a ticket where its state keeps it: a waiting one in its line bucket, any other in
+-- `tickets` (leaving its bucket when it stops waiting).
 local function put_ticket(ticket)
+  if ticket.state == 'w' then
+    redis.call('HSET', bucket_key(ticket.position), int(ticket.position), encode_waiting(ticket))
+    ticket.bucketed = true
+    return
+  end
+  if ticket.bucketed then
+    redis.call('HDEL', bucket_key(ticket.position), int(ticket.position))
+    ticket.bucketed = false
+  end
   redis.call('HSET', TICKETS, ticket.id, encode_ticket(ticket))
 end
 
--- A waiting ticket's last contact lives in the idle index; fold it into the record.
-local function take_last_seen(ticket)
-  local seen = redis.call('ZSCORE', IDLE, ticket.id)
-  if seen then
-    ticket.last_seen = tonumber(seen)
+-- Contact from a waiting ticket: its last contact only ever moves forward.
+local function touch_waiting(ticket)
+  if NOW > ticket.last_seen then
+    ticket.last_seen = NOW
+    put_ticket(ticket)
   end
-  redis.call('ZREM', IDLE, ticket.id)
+end
+
+-- Layout 1 to 2: every waiting ticket's record moves from `tickets` to its line bucket, with
+-- the last contact from the `idle` zset, which goes. Runs once, over the whole line.
+migrate_layout = function()
+  -- The `idle` key of layout 1 is the meta key with its last part replaced.
+  local idle = string.sub(META, 1, -5) .. 'idle'
+  for _, line in ipairs({ WAITING, PRIORITY }) do
+    local entries = redis.call('ZRANGE', line, 0, -1, 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local id, position = entries[i], tonumber(entries[i + 1])
+      local record = redis.call('HGET', TICKETS, id)
+      if record then
+        local ticket = decode_ticket(id, record)
+        local seen = redis.call('ZSCORE', idle, id)
+        if seen then
+          ticket.last_seen = tonumber(seen)
+        end
+        redis.call('HSET', bucket_key(position), int(position), encode_waiting(ticket))
+        redis.call('HDEL', TICKETS, id)
+      end
+    end
+  end
+  redis.call('DEL', idle)
+  redis.call('HSET', META, 'layout', LAYOUT)
 end
 
 -- Sessions ----------------------------------------------------------------------------------
@@ -454,7 +618,6 @@ end
 local function admit(ticket)
   local claim_deadline = NOW + room.claim_ttl
   redis.call('ZREM', line_of(ticket), ticket.id)
-  take_last_seen(ticket)
   ticket.state = 'a'
   ticket.x = int(NOW)
   ticket.y = int(claim_deadline)
@@ -505,7 +668,6 @@ end
 local function end_ticket(ticket, reason)
   if ticket.state == 'w' then
     redis.call('ZREM', line_of(ticket), ticket.id)
-    take_last_seen(ticket)
   elseif ticket.state == 'a' then
     redis.call('ZREM', ADMITTED, ticket.id)
   end
@@ -563,6 +725,7 @@ local function forget_history()
   if #sessions > 0 then
     redis.call('ZREMRANGEBYSCORE', FORGET, '-inf', int(NOW))
   end
+  redis.call('ZREMRANGEBYSCORE', CANCELLED, '-inf', int(NOW))
 end
 
 -- The pre-queue lottery (anteroom_core::lottery) -------------------------------------------
@@ -649,26 +812,38 @@ local function settle()
     local j = below(stream, i + 1)
     order[i + 1], order[j + 1] = order[j + 1], order[i + 1]
   end
-  -- Records are read and written in batches: one command per ticket would keep Redis busy
-  -- several times longer for a large cohort.
+  -- Records are read and written a bucket at a time: one command per ticket would keep Redis
+  -- busy several times longer for a large cohort. A waiting record holds no position, so each
+  -- ticket's record moves to its new position unchanged; the cohort's positions stay the same
+  -- set, so every field read is written again.
+  local records, buckets, writes = {}, {}, {}
+  for i = 1, n do
+    local key = bucket_key(positions[i])
+    if not writes[key] then
+      writes[key] = {}
+      buckets[#buckets + 1] = key
+      local entries = redis.call('HGETALL', key)
+      for j = 1, #entries, 2 do
+        records[tonumber(entries[j])] = entries[j + 1]
+      end
+    end
+  end
+  for slot = 1, n do
+    local to = positions[slot]
+    local fields = writes[bucket_key(to)]
+    fields[#fields + 1] = int(to)
+    fields[#fields + 1] = records[positions[order[slot]]]
+  end
+  for _, key in ipairs(buckets) do
+    redis.call('HSET', key, unpack(writes[key]))
+  end
   local BATCH = 1000
   for first = 1, n, BATCH do
-    local last = math.min(first + BATCH - 1, n)
-    local batch_ids = {}
-    for slot = first, last do
-      batch_ids[#batch_ids + 1] = ids[order[slot]]
+    local scores = {}
+    for slot = first, math.min(first + BATCH - 1, n) do
+      scores[#scores + 1] = int(positions[slot])
+      scores[#scores + 1] = ids[order[slot]]
     end
-    local records = redis.call('HMGET', TICKETS, unpack(batch_ids))
-    local ticket_fields, scores = {}, {}
-    for k, id in ipairs(batch_ids) do
-      local ticket = decode_ticket(id, records[k])
-      ticket.position = positions[first + k - 1]
-      ticket_fields[#ticket_fields + 1] = id
-      ticket_fields[#ticket_fields + 1] = encode_ticket(ticket)
-      scores[#scores + 1] = int(ticket.position)
-      scores[#scores + 1] = id
-    end
-    redis.call('HSET', TICKETS, unpack(ticket_fields))
     redis.call('ZADD', WAITING, unpack(scores))
   end
   room.draw = table.concat({
@@ -677,6 +852,81 @@ local function settle()
   room.draw_opens_at = event.opens_at
   redis.call('HSET', META, 'draw', room.draw)
   room.changed = true
+end
+
+local function is_idle(ticket)
+  return ticket.last_seen + room.idle_ttl <= NOW
+end
+
+local function abandon(ticket, report)
+  end_ticket(ticket, 'abandoned')
+  room.abandoned = room.abandoned + 1
+  report.abandoned = report.abandoned + 1
+end
+
+-- The first waiting position at or after `from` in either line, or nil.
+local function next_waiting_position(from)
+  local found = nil
+  for _, line in ipairs({ WAITING, PRIORITY }) do
+    local first = redis.call('ZRANGE', line, int(from), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
+      'WITHSCORES')
+    if first[2] then
+      local position = tonumber(first[2])
+      if found == nil or position < found then
+        found = position
+      end
+    end
+  end
+  return found
+end
+
+-- Abandons idle waiting tickets (SPEC §5.1 step 1) with bounded work: it examines line buckets
+-- in position order from where the previous tick stopped (meta `sweep`, a bucket number),
+-- wrapping around at the end of the line, until it has examined SWEEP_BUDGET records (plus
+-- the rest of the bucket it is in) or come back to where it started. A line of up to
+-- SWEEP_BUDGET tickets is thus examined whole on every tick, like the engine's; in a longer
+-- one an idle ticket is found within ceil(waiting / SWEEP_BUDGET) ticks. Tickets about to be
+-- admitted are checked again by the admission itself (admit_next), so none is admitted idle.
+local function sweep_idle(report)
+  local start = tonumber(redis.call('HGET', META, 'sweep') or '0')
+  local bucket, examined, wrapped = start, 0, false
+  while examined < SWEEP_BUDGET and not (wrapped and bucket >= start) do
+    local key = LINE .. ':' .. int(bucket)
+    local entries = redis.call('HGETALL', key)
+    if #entries == 0 then
+      local position = next_waiting_position(bucket * LINE_BUCKET)
+      if position ~= nil then
+        -- (never the same bucket again, even if a record were missing)
+        bucket = math.max(bucket + 1, math.floor(position / LINE_BUCKET))
+      elseif wrapped or start == 0 then
+        bucket = 0
+        break
+      else
+        bucket, wrapped = 0, true
+      end
+    else
+      for i = 1, #entries, 2 do
+        local position, record = tonumber(entries[i]), entries[i + 1]
+        local joined_at, seen = string.match(record, '^(%d+)|(%d+)|')
+        if record_last_seen(tonumber(joined_at), tonumber(seen)) + room.idle_ttl <= NOW then
+          local line = WAITING
+          if string.sub(record, -2) == '|p' then
+            line = PRIORITY
+          end
+          local id = redis.call('ZRANGE', line, int(position), int(position), 'BYSCORE')[1]
+          if id then
+            abandon(decode_waiting(id, position, record), report)
+          else
+            redis.call('HDEL', key, entries[i])
+          end
+        end
+      end
+      examined = examined + #entries / 2
+      bucket = bucket + 1
+    end
+  end
+  redis.call('HSET', META, 'sweep', int(bucket))
+  return examined
 end
 
 -- The admitter (SPEC §5.1, RoomState::tick). `seed` drives random-order picks.
@@ -705,48 +955,54 @@ local function tick(seed)
     end
   end
 
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', IDLE, '-inf', int(NOW - room.idle_ttl))) do
-    local ticket = get_ticket(id)
-    if ticket then
-      end_ticket(ticket, 'abandoned')
-      room.abandoned = room.abandoned + 1
-      report.abandoned = report.abandoned + 1
-    else
-      redis.call('ZREM', IDLE, id)
-    end
-  end
+  sweep_idle(report)
 
   refill()
   local admissions = 0
   if room.mode == 'queue' then
     admissions = math.min(n_waiting(), free_slots(), available())
-    spend(admissions)
   elseif room.mode == 'passthrough' then
     admissions = n_waiting()
   end
-  -- The priority lane goes first, in join order (SPEC §12).
-  if admissions > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', PRIORITY, 0, admissions - 1)) do
-      admit(get_ticket(id))
-      report.admitted = report.admitted + 1
+  -- The next ticket to admit from `line` (the first, or at random), or nil when it is empty.
+  local function next_of(line)
+    if line == WAITING and room.order == 'random' then
+      local count = redis.call('ZCARD', WAITING)
+      if count == 0 then
+        return nil
+      end
+      local index = math.random(count) - 1
+      local picked = redis.call('ZRANGE', WAITING, index, index, 'WITHSCORES')
+      return get_waiting(picked[1], tonumber(picked[2]))
     end
-    admissions = admissions - report.admitted
+    local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+    if first[1] == nil then
+      return nil
+    end
+    return get_waiting(first[1], tonumber(first[2]))
   end
-  if admissions > 0 then
-    if room.order == 'random' then
-      math.randomseed(seed)
-      for _ = 1, admissions do
-        local index = math.random(redis.call('ZCARD', WAITING)) - 1
-        local id = redis.call('ZRANGE', WAITING, index, index)[1]
-        admit(get_ticket(id))
-        report.admitted = report.admitted + 1
+  math.randomseed(seed)
+  -- Idle tickets met on the way are abandoned, never admitted: at most SWEEP_BUDGET of them,
+  -- after which this tick admits no more (the next one goes on).
+  local budget = SWEEP_BUDGET
+  -- The priority lane goes first, in join order (SPEC §12).
+  for _, line in ipairs({ PRIORITY, WAITING }) do
+    while report.admitted < admissions and budget > 0 do
+      local ticket = next_of(line)
+      if ticket == nil then
+        break
       end
-    else
-      for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, admissions - 1)) do
-        admit(get_ticket(id))
+      if is_idle(ticket) then
+        abandon(ticket, report)
+        budget = budget - 1
+      else
+        admit(ticket)
         report.admitted = report.admitted + 1
       end
     end
+  end
+  if room.mode == 'queue' then
+    spend(report.admitted)
   end
   record_rate(report.admitted, had_demand)
 
@@ -787,8 +1043,7 @@ local function status(ticket_id, generation, session_id)
     return { 'error', 'ticket_expired' }
   end
   if ticket.state == 'w' then
-    -- GT: only ever moves the last contact forward.
-    redis.call('ZADD', IDLE, 'GT', int(NOW), ticket.id)
+    touch_waiting(ticket)
     return waiting_reply(ticket)
   elseif ticket.state == 'a' then
     local session = claim(ticket, session_id)

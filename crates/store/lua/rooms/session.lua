@@ -2,7 +2,7 @@
 -- ARGV[4] session id
 -- Returns: 'ok' and the session record ('' when unknown); or 'error' and why.
 
-if redis.call('EXISTS', META) == 0 then
+if not room_exists() then
   return room_not_found()
 end
 return { 'ok', redis.call('HGET', SESSIONS, ARGV[4]) or '' }

@@ -7,7 +7,7 @@
 -- Returns: 'ok', where the next page starts ('' when there is none), then each listed
 -- session's id and record.
 
-if redis.call('EXISTS', META) == 0 then
+if not room_exists() then
   return room_not_found()
 end
 if redis.call('EXISTS', SESSION_IDS) == 0 then

@@ -4,15 +4,14 @@
 -- ARGV[4...] pairs of ticket id and the ticket token's generation
 -- Returns: 'ok' and how many of the tickets were waiting; or 'error' and why.
 
-if redis.call('EXISTS', META) == 0 then
+if not room_exists() then
   return room_not_found()
 end
 local waiting = 0
 for i = 4, #ARGV, 2 do
   local ticket = get_ticket(ARGV[i])
   if ticket and ticket.generation == tonumber(ARGV[i + 1]) and ticket.state == 'w' then
-    -- GT: only ever moves the last contact forward.
-    redis.call('ZADD', IDLE, 'GT', int(NOW), ticket.id)
+    touch_waiting(ticket)
     waiting = waiting + 1
   end
 end

@@ -1,7 +1,7 @@
 -- waiting_positions: the positions of the live waiting tickets, ascending. Changes nothing.
 -- Returns: 'ok' and the positions; or 'error' and why.
 
-if redis.call('EXISTS', META) == 0 then
+if not room_exists() then
   return room_not_found()
 end
 local reply = { 'ok' }

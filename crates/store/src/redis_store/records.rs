@@ -1,4 +1,4 @@
-//! The Redis layout's record formats (layout 1) and the scripts' answers, decoded into core
+//! The Redis layout's record formats (layout 2) and the scripts' answers, decoded into core
 //! types.
 //!
 //! Records are `|`-separated text (see `lua/rooms/room.lua` for the fields): compact, cheap to
@@ -27,6 +27,22 @@ pub(crate) enum Refusal {
     RoomNotFound,
     /// The room engine's refusal.
     Engine(EngineError),
+    /// A join arrived after its caller cancelled it (`cancel_join.lua`); nobody awaits it.
+    JoinCancelled,
+}
+
+impl Refusal {
+    /// The refusal as the store reports it for `room`.
+    pub(crate) fn into_error(self, room: &anteroom_core::RoomId) -> crate::StoreError {
+        match self {
+            Refusal::RoomNotFound => crate::StoreError::RoomNotFound(room.clone()),
+            Refusal::Engine(error) => crate::StoreError::Engine(error),
+            Refusal::JoinCancelled => crate::StoreError::Backend {
+                message: format!("a join into {room} ran after its caller had cancelled it"),
+                source: None,
+            },
+        }
+    }
 }
 
 /// Writes optional free text for a record field: `""` for none, else `=` and the escaped text.
@@ -114,6 +130,7 @@ impl Answer {
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
             "room_full" => Refusal::Engine(EngineError::RoomFull),
             "invalid_priority_code" => Refusal::Engine(EngineError::InvalidPriorityCode),
+            "join_cancelled" => Refusal::JoinCancelled,
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };
         Ok(Err(refusal))
@@ -209,7 +226,7 @@ impl Answer {
         let kind = self.text()?;
         match kind.as_str() {
             "waiting" => {
-                let ticket = decode_ticket(&self.text()?, &self.text()?, None)?;
+                let ticket = decode_ticket(&self.text()?, &self.text()?)?;
                 let ahead = self.number()?;
                 let serving = self.number()?;
                 let waiting = self.number()?;
@@ -230,7 +247,7 @@ impl Answer {
                 }))
             }
             "admitted" => {
-                let ticket = decode_ticket(&self.text()?, &self.text()?, None)?;
+                let ticket = decode_ticket(&self.text()?, &self.text()?)?;
                 let session = decode_session(&self.text()?, &self.text()?)?;
                 let serving = self.number()?;
                 let waiting = self.number()?;
@@ -263,7 +280,7 @@ impl Answer {
         })
     }
 
-    /// `ok`, then counted tickets (id, record, last contact) and sessions (id, record).
+    /// `ok`, then counted tickets and sessions (each an id and a record).
     pub(crate) fn records(&mut self) -> Result<(Vec<Ticket>, Vec<Session>), MalformedAnswer> {
         self.expect("ok")?;
         let n_tickets = self.number()?;
@@ -271,13 +288,7 @@ impl Answer {
         for _ in 0..n_tickets {
             let id = self.text()?;
             let record = self.text()?;
-            let last_seen = self.text()?;
-            let last_seen = if last_seen.is_empty() {
-                None
-            } else {
-                Some(Timestamp(parse_number(&last_seen)?))
-            };
-            tickets.push(decode_ticket(&id, &record, last_seen)?);
+            tickets.push(decode_ticket(&id, &record)?);
         }
         let n_sessions = self.number()?;
         let mut sessions = Vec::new();
@@ -295,13 +306,8 @@ impl Answer {
     }
 }
 
-/// Decodes a ticket record; `last_seen` overrides the record's (a waiting ticket's last
-/// contact lives in the idle index).
-pub(crate) fn decode_ticket(
-    id: &str,
-    record: &str,
-    last_seen: Option<Timestamp>,
-) -> Result<Ticket, MalformedAnswer> {
+/// Decodes a ticket record (the full form every answer carries, see `room.lua`).
+pub(crate) fn decode_ticket(id: &str, record: &str) -> Result<Ticket, MalformedAnswer> {
     let mut fields: Vec<&str> = record.split('|').collect();
     // A tenth field marks a priority ticket (`p`); records written before it have nine.
     let priority = match fields.len() {
@@ -343,10 +349,7 @@ pub(crate) fn decode_ticket(
         generation: u32::try_from(parse_number(generation)?)
             .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
         joined_at: timestamp(joined_at)?,
-        last_seen: match last_seen {
-            Some(last_seen) => last_seen,
-            None => timestamp(seen)?,
-        },
+        last_seen: timestamp(seen)?,
         identity: decode_text(identity)?,
         priority,
         return_to: decode_text(return_to)?,
@@ -487,7 +490,7 @@ mod tests {
         let ticket_id = TicketId::from_bytes([1; 16]).to_string();
         let session_id = SessionId::from_bytes([2; 16]).to_string();
         let record = format!("c|7|2|1000|1500|{session_id}|||=/back%7C");
-        let ticket = decode_ticket(&ticket_id, &record, None).unwrap();
+        let ticket = decode_ticket(&ticket_id, &record).unwrap();
         assert_eq!(ticket.position, 7);
         assert_eq!(ticket.generation, 2);
         assert_eq!(ticket.last_seen, Timestamp(1500));
@@ -498,7 +501,7 @@ mod tests {
                 session: SessionId::from_bytes([2; 16])
             }
         );
-        let waiting = decode_ticket(&ticket_id, "w|1|1|10|10||||", Some(Timestamp(99))).unwrap();
+        let waiting = decode_ticket(&ticket_id, "w|1|1|10|99||||").unwrap();
         assert_eq!(waiting.last_seen, Timestamp(99));
         let session = decode_session(
             &session_id,
@@ -514,6 +517,6 @@ mod tests {
                 at: Timestamp(4)
             }
         );
-        assert!(decode_ticket(&ticket_id, "w|1|1", None).is_err());
+        assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
     }
 }

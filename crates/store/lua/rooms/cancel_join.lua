@@ -1,0 +1,53 @@
+-- cancel_join: undoes a join its caller gave up on (the call outlived the store's timeout,
+-- SPEC §9.4, so the visitor was answered an error and holds no ticket token). If the join ran,
+-- the ticket it made leaves the line as `leave` would (an admitted slot, or the session the
+-- join claimed, is given back and refilled by a tick in the same script); if it has not run,
+-- its ticket id is remembered until ARGV[5] ms from now, and join.lua refuses it. A join that
+-- resumed a held ticket made none under this id, so the held ticket is left alone.
+-- ARGV[4] the ticket id the join named
+-- ARGV[5] how long to remember an id whose join has not run, in milliseconds
+-- ARGV[6] seed for random-order admissions
+-- ARGV[7] seed for a pre-queue lottery due now (64 hex digits)
+-- Returns: 'ok' and '1' when a ticket was taken out of the line, '0' when none was found;
+-- or 'error' and why.
+
+if not load_room() then
+  return room_not_found()
+end
+DRAW_SEED = ARGV[7]
+settle()
+redis.call('ZREMRANGEBYSCORE', CANCELLED, '-inf', int(NOW))
+local ticket = get_ticket(ARGV[4])
+if not ticket then
+  redis.call('ZADD', CANCELLED, int(NOW + tonumber(ARGV[5])), ARGV[4])
+  return { 'ok', '0' }
+end
+
+local freed = false
+local ended_session = nil
+local removed = false
+if ticket.state == 'w' or ticket.state == 'a' then
+  freed = ticket.state == 'a'
+  end_ticket(ticket, 'left')
+  room.left = room.left + 1
+  removed = true
+elseif ticket.state == 'c' then
+  local session = get_session(ticket.x)
+  if session and session.state == 'a' then
+    finish_session(session, 'abandoned')
+    ended_session = session.id
+    freed = true
+    removed = true
+  end
+end
+if freed then
+  tick(tonumber(ARGV[6]))
+end
+if room.changed then
+  save_room()
+  notify('leave', ended_session)
+end
+if removed then
+  return { 'ok', '1' }
+end
+return { 'ok', '0' }
