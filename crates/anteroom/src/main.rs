@@ -107,11 +107,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Turns transparent huge pages off for this process, before the runtime allocates anything
-/// (mimalloc is built never to ask for them either). A node holds thousands of small
+/// Turns transparent huge pages off for this process, first thing in `main`, before the node
+/// allocates its memory (mimalloc is built never to ask for them either). A node holds thousands of small
 /// long-lived allocations spread over its heap (every open event stream, every idle
 /// connection); on a kernel with THP in `always` or `madvise` mode a sparsely touched 2 MiB
-/// range is backed whole, which cost about 12 KiB per event stream (docs/benchmarks.md).
+/// range is backed whole, which cost about 8 KiB per event stream (docs/benchmarks.md).
 fn keep_memory_in_small_pages() {
     #[cfg(target_os = "linux")]
     if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
