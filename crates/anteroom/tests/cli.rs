@@ -372,3 +372,29 @@ async fn serve_raises_its_open_file_limit_to_the_hard_limit() {
     assert_ne!(soft, "256", "the soft limit was raised");
     assert_eq!(soft, hard, "up to the hard limit");
 }
+
+/// A field of `/proc/<pid>/status` or `/proc/<pid>/smaps_rollup`, as written there.
+fn proc_field(pid: u32, file: &str, field: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap();
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/{file}:\n{text}"));
+    line[field.len()..].trim().to_owned()
+}
+
+/// `serve` turns transparent huge pages off for its process (each idle stream's memory would
+/// otherwise be backed by 2 MiB pages), and none back its memory after a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_without_transparent_huge_pages() {
+    let site = Site::new();
+    site.write_config("EdDSA", OPEN_ROOM);
+    let client = support::client();
+    let mut server = site.start();
+    server.wait_ready(&client).await;
+    let status = support::join(&client, &server.url(), "shop").await;
+    assert_eq!(status.state, "admitted");
+    let pid = server.pid();
+    assert_eq!(proc_field(pid, "status", "THP_enabled:"), "0");
+    assert_eq!(proc_field(pid, "smaps_rollup", "AnonHugePages:"), "0 kB");
+}

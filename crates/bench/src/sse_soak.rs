@@ -519,9 +519,12 @@ impl Status {
     }
 }
 
-/// One keep-alive HTTP/1.1 connection for the coordinator's and the joiners' requests.
+/// One keep-alive HTTP/1.1 connection for the coordinator's and the joiners' requests. The
+/// server closes a connection that stays idle for 30 s (the coordinator's while the streams
+/// open, on a slow machine): a closed one is opened again before the next request.
 struct HttpConnection {
     target: SocketAddr,
+    source: Option<IpAddr>,
     sender: http1::SendRequest<Full<Bytes>>,
 }
 
@@ -530,7 +533,11 @@ impl HttpConnection {
         let stream = connect(target, source).await?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
-        Ok(HttpConnection { target, sender })
+        Ok(HttpConnection {
+            target,
+            source,
+            sender,
+        })
     }
 
     async fn send(
@@ -547,6 +554,9 @@ impl HttpConnection {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(Bytes::new()))?;
+        if self.sender.is_closed() {
+            *self = HttpConnection::open(self.target, self.source).await?;
+        }
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
         let status = response.status();

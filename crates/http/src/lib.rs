@@ -27,6 +27,7 @@ mod room_cache;
 mod sinks;
 mod sse;
 mod store_failure;
+mod stream_conn;
 mod ticker;
 
 use std::future::Future;
@@ -489,28 +490,32 @@ pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a client may take to send a request's headers (slow-loris bound).
-const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (for up to ten seconds).
+/// finish (for up to ten seconds) and ends open event streams.
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
-/// every request carries the peer's `ConnectInfo<SocketAddr>`.
+/// every request carries the peer's `ConnectInfo<SocketAddr>`. A connection whose first request
+/// opens an event stream is served by [`stream_conn`] instead of hyper, with far less memory
+/// for as long as the stream stays open.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use tower::Service as _;
-
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
+        .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
+    builder.http2().timer(hyper_util::rt::TokioTimer::new());
+    let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Turned `true` at shutdown; every connection still deciding, and every event stream
+    // served by `stream_conn`, holds a receiver until it is done.
+    let (stop, _) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -526,31 +531,71 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
-        let service = hyper::service::service_fn(
-            move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                router.clone().call(request)
-            },
-        );
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, error = %error, "connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            router.clone(),
+            builder.clone(),
+            graceful.watcher(),
+            stop.subscribe(),
+        ));
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    stop.send_replace(true);
+    let drained = async {
+        graceful.shutdown().await;
+        stop.closed().await;
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
+}
+
+/// One accepted connection: an event stream opening it goes to [`stream_conn`], anything else
+/// to hyper (in a task of its own, so that a stream's task is only as large as it needs).
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    router: Router,
+    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use hyper_util::rt::TokioIo;
+    use tower::Service as _;
+
+    let mut start = [0u8; stream_conn::PEEK_BYTES];
+    let peeked = tokio::select! {
+        peeked = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut start)) => peeked,
+        _ = stop.wait_for(|stop| *stop) => return,
+    };
+    match peeked {
+        // Closed, broken, or silent for as long as a request head may take.
+        Ok(Ok(0) | Err(_)) | Err(_) => return,
+        Ok(Ok(read)) if stream_conn::is_event_stream_request(&start[..read]) => {
+            drop(watcher);
+            stream_conn::serve(stream, peer, router, stop).await;
+            return;
+        }
+        Ok(Ok(_)) => {}
+    }
+    drop(stop);
+    let service = hyper::service::service_fn(
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            router.clone().call(request)
+        },
+    );
+    let connection = builder
+        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+        .into_owned();
+    let connection = watcher.watch(connection);
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%peer, error = %error, "connection ended with an error");
+        }
+    });
 }
