@@ -82,9 +82,8 @@ ticket_idle_ttl = "2m"
     let config =
         parse_config(&source, &[]).map_err(|errors| anyhow::anyhow!("demo config: {errors}"))?;
     let runtime = serve::prepare(&config).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {} (is another demo running?)", args.listen))?;
+    let listeners = serve::bind_public(args.listen, config.server.workers)
+        .with_context(|| format!("is another demo running on {}?", args.listen))?;
     let admin_address = crate::admin::start(
         &runtime,
         &config,
@@ -106,7 +105,14 @@ ticket_idle_ttl = "2m"
     }
     print_welcome(&public_url, args.crowd);
     print_admin(admin_address, &admin_key);
-    serve::run_until_shutdown(runtime, listener, router, None, crate::shutdown_signal()).await
+    serve::run_until_shutdown(
+        runtime,
+        listeners,
+        move || router.clone(),
+        None,
+        crate::shutdown_signal(),
+    )
+    .await
 }
 
 fn toml_path(path: &std::path::Path) -> String {

@@ -235,13 +235,12 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         runtime.store.clone(),
         runtime.state.rate_limiter().cloned(),
     ));
-    let listener = tokio::net::TcpListener::bind(config.server.listen)
-        .await
-        .with_context(|| format!("binding the public listener on {}", config.server.listen))?;
+    let listeners = bind_public(config.server.listen, config.server.workers)?;
     tracing::info!(
-        listen = %listener.local_addr()?,
+        listen = %listeners.local_addr(),
         public_url = %config.server.public_url,
         rooms = config.rooms.len(),
+        workers = listeners.workers(),
         "anteroom is serving"
     );
     let gateway = gateway(&config, &runtime);
@@ -253,15 +252,29 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         crate::shutdown_signal(),
     )
     .await?;
-    let router = anteroom_http::gateway_router(runtime.state.clone(), &gateway);
+    let state = runtime.state.clone();
+    let site = gateway.clone();
     run_until_shutdown(
         runtime,
-        listener,
-        router,
+        listeners,
+        move || anteroom_http::gateway_router(state.clone(), &site),
         Some(gateway),
         crate::shutdown_signal(),
     )
     .await
+}
+
+/// The public listener's sockets, one per serving thread: `workers`, or one per available
+/// core.
+pub(crate) fn bind_public(
+    listen: std::net::SocketAddr,
+    workers: Option<usize>,
+) -> anyhow::Result<anteroom_http::PublicListeners> {
+    let workers = workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    anteroom_http::PublicListeners::bind(listen, workers)
+        .with_context(|| format!("binding the public listener on {listen}"))
 }
 
 /// The gateway of the config's routes: the verify endpoint always, and the reverse proxy for
@@ -282,12 +295,13 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
     )
 }
 
-/// Serves the public API and runs the ticker (and the adaptive rooms' controller, over
-/// `gateway`'s measurements) until `shutdown`, then drains.
+/// Serves the public API on `listeners` (one thread per socket, each with the router `router`
+/// builds for it) and runs the ticker (and the adaptive rooms' controller, over `gateway`'s
+/// measurements) on this runtime until `shutdown`, then drains.
 pub(crate) async fn run_until_shutdown(
     runtime: Runtime,
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
+    listeners: anteroom_http::PublicListeners,
+    router: impl Fn() -> axum::Router + Send + Sync + 'static,
     gateway: Option<anteroom_http::Gateway>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -312,14 +326,17 @@ pub(crate) async fn run_until_shutdown(
     ));
     // Key rotations made by other nodes sharing the key directory.
     let keys = tokio::spawn(anteroom_http::follow_key_dir(runtime.state.clone()));
-    anteroom_http::serve(listener, router, shutdown)
-        .await
-        .context("serving the public listener")?;
+    let mut workers = anteroom_http::start_workers(listeners, router, shutdown)
+        .context("starting the public listener's threads")?;
+    let served = workers.drained().await;
     keys.abort();
     let _ = stop_ticker.send(true);
     let _ = ticker.await;
     let _ = adaptive.await;
     let _ = notices.await;
+    // Last: a store connection a request opened runs on its worker's runtime.
+    workers.stop().await;
+    served.context("serving the public listener")?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -133,6 +133,9 @@ pub struct ServerConfig {
     pub issuer: String,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed.
     pub trusted_proxies: Vec<Cidr>,
+    /// Threads serving the public listener, each with its own event loop and socket on the
+    /// port; `None`: one per available core.
+    pub workers: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -144,6 +147,7 @@ impl Default for ServerConfig {
             issuer: public_url.clone(),
             public_url,
             trusted_proxies: Vec::new(),
+            workers: None,
         }
     }
 }

@@ -29,6 +29,7 @@ mod sse;
 mod store_failure;
 mod stream_conn;
 mod ticker;
+mod workers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub use sinks::{
 pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
+pub use workers::{PublicListeners, Workers, start_workers};
 
 /// The largest request body the public API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;

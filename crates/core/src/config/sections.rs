@@ -13,6 +13,7 @@ const SERVER_KEYS: &[&str] = &[
     "public_url",
     "issuer",
     "trusted_proxies",
+    "workers",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -79,14 +80,30 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
                 .ok()
         })
         .collect();
+    let workers = table.get("workers").and_then(|entry| {
+        let count = entry.unsigned(problems)?;
+        if (1..=MAX_WORKERS).contains(&count) {
+            usize::try_from(count).ok()
+        } else {
+            problems.add(
+                &entry.key_origin,
+                format!("`workers` must be between 1 and {MAX_WORKERS}, found {count}"),
+            );
+            None
+        }
+    });
     ServerConfig {
         listen,
         admin_listen,
         public_url,
         issuer,
         trusted_proxies,
+        workers,
     }
 }
+
+/// The most serving threads `[server] workers` may ask for.
+const MAX_WORKERS: u64 = 1024;
 
 /// `[server] join_rate_limit`: whether the built-in per-IP join limit applies [true].
 pub(super) fn join_rate_limit(section: Option<&Entry>, problems: &mut Problems) -> bool {

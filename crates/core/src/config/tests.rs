@@ -190,6 +190,7 @@ fn full_file_resolves_to_typed_values() {
             public_url: "https://queue.example.com".to_owned(),
             issuer: "https://issuer.example.com".to_owned(),
             trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            workers: None,
         },
         upstream: Some(UpstreamConfig::new("http://127.0.0.1:3000")),
         store: StoreConfig::Embedded {
@@ -231,6 +232,7 @@ fn absent_sections_take_defaults() {
             public_url: "http://localhost:8080".to_owned(),
             issuer: "http://localhost:8080".to_owned(),
             trusted_proxies: vec![],
+            workers: None,
         },
         upstream: None,
         store: StoreConfig::Embedded {
@@ -931,6 +933,24 @@ fn the_join_limit_is_on_by_default_replaceable_and_removable() {
         &[],
         &[(Some(2), "`join_rate_limit` must be true or false")],
     );
+}
+
+#[test]
+fn workers_are_a_positive_count() {
+    for (value, message) in [
+        ("0", "`workers` must be between 1 and 1024, found 0"),
+        ("2000", "`workers` must be between 1 and 1024, found 2000"),
+        ("-1", "`workers` must not be negative, found -1"),
+        ("\"many\"", "`workers` must be a non-negative integer"),
+    ] {
+        check_problems(
+            &format!("[server]\nworkers = {value}\n"),
+            &[],
+            &[(Some(2), message)],
+        );
+    }
+    let config = parse_config("[server]\nworkers = 1\n", &[]).expect("valid");
+    assert_eq!(config.server.workers, Some(1));
 }
 
 #[test]

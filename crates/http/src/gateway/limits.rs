@@ -3,8 +3,8 @@
 //! public router's outer layer already did, and the engine applies a rule at most once per
 //! request anyway.
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 use crate::{RateLimitVerdict, RouteRateLimits};
@@ -12,32 +12,36 @@ use crate::{RateLimitVerdict, RouteRateLimits};
 use super::Gateway;
 use super::routes::MatchedRoute;
 
-/// The middleware: refuses (or holds) the request by the route's rules; adds the rate-limit
-/// headers to the response it lets through.
+/// The step before the rooms: refuses (or holds) the request by its route's rules (the
+/// refusal is the answer); otherwise the rate-limit headers for the response it lets through.
 pub(crate) async fn route_rate_limits(
-    State(gateway): State<Gateway>,
-    request: Request,
-    next: Next,
-) -> Response {
+    gateway: &Gateway,
+    request: &mut Request,
+) -> Result<HeaderMap, Response> {
     let Some(limiter) = gateway.app().rate_limiter() else {
-        return next.run(request).await;
+        return Ok(HeaderMap::new());
     };
     let names = match request.extensions().get::<MatchedRoute>() {
         Some(MatchedRoute(route)) if !route.rate_limits.is_empty() => route.rate_limits.clone(),
-        _ => return next.run(request).await,
+        _ => return Ok(HeaderMap::new()),
     };
-    let (mut parts, body) = request.into_parts();
+    let (mut parts, body) = std::mem::take(request).into_parts();
     parts.extensions.insert(RouteRateLimits(names));
-    let headers = match limiter.check(&mut parts).await {
-        RateLimitVerdict::Refused(response) => return response,
-        RateLimitVerdict::Allowed { headers } => headers,
-    };
-    let mut response = next.run(Request::from_parts(parts, body)).await;
+    let verdict = limiter.check(&mut parts).await;
+    *request = Request::from_parts(parts, body);
+    match verdict {
+        RateLimitVerdict::Refused(response) => Err(response),
+        RateLimitVerdict::Allowed { headers } => Ok(headers),
+    }
+}
+
+/// Adds the headers [`route_rate_limits`] gave to the response it let through, unless the
+/// upstream set them itself.
+pub(crate) fn add_headers(response: &mut Response, headers: &HeaderMap) {
     let response_headers = response.headers_mut();
-    for (name, value) in &headers {
+    for (name, value) in headers {
         if !response_headers.contains_key(name) {
             response_headers.insert(name.clone(), value.clone());
         }
     }
-    response
 }

@@ -3,8 +3,9 @@
 //! measurements (§5.4); and the verify endpoint for proxies that keep proxying themselves
 //! (nginx `auth_request`, Envoy `ext_authz`, Traefik `forwardAuth`, Caddy `forward_auth`).
 //!
-//! [`Gateway::site`] builds the request stack in one place ([`Gateway::stack`]); each step is
-//! an axum middleware in its own file:
+//! [`Gateway::site`] serves every request through `Gateway::handle`, the request's steps in
+//! order in one place (plain functions awaited in one future, no boxed middleware); each step
+//! is in its own file:
 //! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled);
 //! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
 //! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
@@ -31,12 +32,14 @@ mod websocket;
 
 use std::sync::Arc;
 
+use std::convert::Infallible;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
-use axum::middleware::from_fn_with_state;
+use axum::response::Response;
 use axum::routing::any;
-use tower::ServiceBuilder;
+use tower::service_fn;
 
 use anteroom_core::RoomId;
 use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
@@ -164,23 +167,50 @@ impl Gateway {
             .with_state(self.clone())
     }
 
-    /// The protected site: every request the reserved routes do not take. This is the request
-    /// stack, outermost first.
+    /// The protected site: every request the reserved routes do not take, through
+    /// [`handle`](Self::handle). Each site has its own pool of upstream connections (one per
+    /// serving thread, see [`start_workers`](crate::start_workers)).
     pub fn site(&self) -> Router {
         let gateway = self.clone();
-        let stack = ServiceBuilder::new()
-            // Which route the request is on: every step below acts on the matched route.
-            .layer(from_fn_with_state(self.clone(), routes::match_route))
-            // The route's own rate limits before anything costs store work or the upstream's
-            // time; rules with a `match` already ran in the public router's outer layer.
-            .layer(from_fn_with_state(self.clone(), limits::route_rate_limits))
-            // Rooms and passes: a request held back never reaches the upstream.
-            .layer(from_fn_with_state(self.clone(), protect::protect))
-            // Measure only what reaches the upstream, per route, until the body is done.
-            .layer(from_fn_with_state(self.clone(), upstream_stats::measure))
-            // The reverse proxy (and WebSocket upgrades) at the bottom.
-            .service_fn(move |request: Request<Body>| proxy::proxy(gateway.clone(), request));
-        Router::new().fallback_service(stack)
+        let client = self.inner.upstream.as_ref().map(proxy::Upstream::client);
+        let service = service_fn(move |request: Request<Body>| {
+            let gateway = gateway.clone();
+            let client = client.clone();
+            async move { Ok::<_, Infallible>(gateway.handle(client, request).await) }
+        });
+        Router::new().fallback_service(service)
+    }
+
+    /// The request's way through the gateway, outermost step first: one future, no boxed
+    /// middleware per step.
+    async fn handle(
+        &self,
+        client: Option<proxy::UpstreamClient>,
+        mut request: Request<Body>,
+    ) -> Response {
+        // Which route the request is on: every step below acts on the matched route.
+        routes::match_route(self, &mut request);
+        // The route's own rate limits before anything costs store work or the upstream's
+        // time; rules with a `match` already ran in the public router's outer layer.
+        let limit_headers = match limits::route_rate_limits(self, &mut request).await {
+            Ok(headers) => headers,
+            Err(refused) => return refused,
+        };
+        // Rooms and passes: a request held back never reaches the upstream.
+        let cookies = match protect::protect(self, &mut request).await {
+            Ok(cookies) => cookies,
+            Err(held_back) => return held_back,
+        };
+        // Measure only what reaches the upstream, per route.
+        let measuring = upstream_stats::Measuring::start(self, &request);
+        // The reverse proxy (and WebSocket upgrades) at the bottom.
+        let mut response = proxy::proxy(self, client, request).await;
+        if let Some(measuring) = measuring {
+            measuring.finish(&response);
+        }
+        protect::add_cookies(&mut response, cookies);
+        limits::add_headers(&mut response, &limit_headers);
+        response
     }
 
     fn app(&self) -> &AppState {

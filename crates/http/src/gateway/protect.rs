@@ -24,9 +24,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::PageMode;
@@ -591,15 +590,15 @@ pub(crate) fn entry_status(
     }
 }
 
-/// The middleware: lets the request through with its passes, or answers for the room.
+/// The step after the route's limits: lets the request through with its passes (the
+/// cookies to send with its response: passes issued or renewed), or answers for the room.
 pub(crate) async fn protect(
-    State(gateway): State<Gateway>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+    gateway: &Gateway,
+    request: &mut Request,
+) -> Result<Vec<HeaderValue>, Response> {
     let route = match request.extensions().get::<MatchedRoute>() {
         Some(MatchedRoute(route)) if !route.bypass && !route.rooms.is_empty() => route.clone(),
-        _ => return next.run(request).await,
+        _ => return Ok(Vec::new()),
     };
     let navigation = is_navigation(request.method(), request.headers());
     let join = if navigation && route.page == PageMode::Inline {
@@ -613,19 +612,15 @@ pub(crate) async fn protect(
         headers: request.headers(),
         return_path: &return_to,
     };
-    let verdict = decide(&gateway, &route, &asked, join).await;
+    let verdict = decide(gateway, &route, &asked, join).await;
     let app = gateway.app();
-    match verdict {
+    Err(match verdict {
         Verdict::Allow { cookies, passes } => {
             request.extensions_mut().insert(RequestPasses(passes));
-            let mut response = next.run(request).await;
-            for cookie in cookies {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
-            }
-            response
+            return Ok(cookies);
         }
         Verdict::Wait(waiting) => held_back(
-            &gateway,
+            gateway,
             &route,
             navigation,
             waiting,
@@ -656,6 +651,14 @@ pub(crate) async fn protect(
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         Verdict::Refuse(error) => error.into_response(),
+    })
+}
+
+/// Sends the cookies [`protect`] gave (passes issued or renewed) with the response to the
+/// request it let through.
+pub(crate) fn add_cookies(response: &mut Response, cookies: Vec<HeaderValue>) {
+    for cookie in cookies {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
     }
 }
 

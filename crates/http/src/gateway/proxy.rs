@@ -4,7 +4,6 @@
 //! upstream failures answered 502/504 problem+json, and the origin's `Anteroom-Release`
 //! header acted on and stripped.
 
-use std::convert::Infallible;
 use std::error::Error as _;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +22,7 @@ use http_body::{Frame, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use anteroom_core::config::{Cidr, UpstreamConfig};
 use anteroom_core::engine::SessionEnd;
@@ -40,15 +39,19 @@ use super::websocket;
 /// The response header through which the origin ends the visitor's session.
 static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release");
 
-/// The protected site and the pooled client that reaches it.
+/// The protected site.
 pub(crate) struct Upstream {
     pub(crate) config: UpstreamConfig,
     pub(crate) authority: Authority,
-    client: Client<HttpConnector, GuardedBody<Body>>,
 }
 
+/// A pool of keep-alive connections to the upstream. Each router the gateway builds has its
+/// own: under thread-per-core serving a pooled connection is then driven by the thread whose
+/// requests use it.
+pub(crate) type UpstreamClient = Client<HttpConnector, GuardedBody<Body>>;
+
 impl Upstream {
-    /// The client of `config`. The URL was validated with the config (`http://host:port`);
+    /// The upstream of `config`. The URL was validated with the config (`http://host:port`);
     /// `None` if it still does not parse.
     pub(crate) fn new(config: UpstreamConfig) -> Option<Upstream> {
         let authority = config
@@ -56,41 +59,47 @@ impl Upstream {
             .strip_prefix("http://")
             .map(|rest| rest.trim_end_matches('/'))
             .and_then(|rest| Authority::from_str(rest).ok())?;
+        Some(Upstream { config, authority })
+    }
+
+    /// A new, empty connection pool to the upstream.
+    pub(crate) fn client(&self) -> UpstreamClient {
+        let config = &self.config;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_keepalive(Some(Duration::from_secs(60)));
-        let client = Client::builder(TokioExecutor::new())
+        Client::builder(TokioExecutor::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .http2_only(config.http2)
-            .build(connector);
-        Some(Upstream {
-            config,
-            authority,
-            client,
-        })
+            .build(connector)
     }
 }
 
-/// The bottom of the stack: proxies `request` (or its WebSocket upgrade) to the upstream.
+/// The last step: proxies `request` (or its WebSocket upgrade) to the upstream through
+/// `client`.
 pub(crate) async fn proxy(
-    gateway: Gateway,
+    gateway: &Gateway,
+    client: Option<UpstreamClient>,
     request: Request<Body>,
-) -> Result<Response, Infallible> {
-    let Some(upstream) = &gateway.inner.upstream else {
-        return Ok(
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response(),
-        );
+) -> Response {
+    let (Some(upstream), Some(client)) = (&gateway.inner.upstream, client) else {
+        return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
     };
     if websocket::is_upgrade(&request) {
-        return Ok(websocket::proxy(&gateway, upstream, request).await);
+        return websocket::proxy(gateway, upstream, request).await;
     }
-    Ok(forward(&gateway, upstream, request).await)
+    forward(gateway, upstream, &client, request).await
 }
 
-async fn forward(gateway: &Gateway, upstream: &Upstream, request: Request<Body>) -> Response {
+async fn forward(
+    gateway: &Gateway,
+    upstream: &Upstream,
+    client: &UpstreamClient,
+    request: Request<Body>,
+) -> Response {
     let config = &upstream.config;
     let (mut parts, body) = request.into_parts();
     if let (Some(limit), Some(length)) = (config.max_request_body, content_length(&parts.headers))
@@ -146,8 +155,7 @@ async fn forward(gateway: &Gateway, upstream: &Upstream, request: Request<Body>)
         Version::HTTP_11
     };
 
-    let answer =
-        tokio::time::timeout(config.header_timeout, upstream.client.request(outgoing)).await;
+    let answer = tokio::time::timeout(config.header_timeout, client.request(outgoing)).await;
     let response = match answer {
         Err(_) => return upstream_timeout(config.header_timeout),
         Ok(Err(error)) => return upstream_failure(&error, config),
@@ -384,12 +392,19 @@ pub(crate) enum BodyError {
 
 /// A body passed through as it streams: bounded in size, cut off when it stalls for
 /// `idle`. Memory stays at the frames in flight whatever the body's length.
+///
+/// The idle timer is armed only when the body first waits, and a frame does not move it: the
+/// frame's time is noted, and a timer that fires after progress is pushed to the last
+/// frame's time plus `idle` instead of ending the body. A body that never waits costs no
+/// timer, and one that streams costs one clock read per frame, not a timer update.
 pub(crate) struct GuardedBody<B> {
     inner: B,
     limit: Option<u64>,
     seen: u64,
     idle: Duration,
     idle_timer: Option<Pin<Box<Sleep>>>,
+    /// When the last frame came, once the timer is armed.
+    last_frame: Option<Instant>,
 }
 
 impl<B> GuardedBody<B> {
@@ -400,6 +415,7 @@ impl<B> GuardedBody<B> {
             seen: 0,
             idle,
             idle_timer: None,
+            last_frame: None,
         }
     }
 }
@@ -425,10 +441,8 @@ where
                         return Poll::Ready(Some(Err(BodyError::TooLarge.into())));
                     }
                 }
-                if let Some(timer) = &mut this.idle_timer {
-                    timer
-                        .as_mut()
-                        .reset(tokio::time::Instant::now() + this.idle);
+                if this.idle_timer.is_some() {
+                    this.last_frame = Some(Instant::now());
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -436,12 +450,20 @@ where
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 let idle = this.idle;
-                let timer = this
-                    .idle_timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Idle.into()))),
-                    Poll::Pending => Poll::Pending,
+                let timer = this.idle_timer.get_or_insert_with(|| {
+                    this.last_frame = Some(Instant::now());
+                    Box::pin(tokio::time::sleep(idle))
+                });
+                loop {
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let deadline = this.last_frame.map_or(timer.deadline(), |last| last + idle);
+                    if deadline <= timer.deadline() {
+                        return Poll::Ready(Some(Err(BodyError::Idle.into())));
+                    }
+                    // Frames came since the timer was set: it fires `idle` after the last.
+                    timer.as_mut().reset(deadline);
                 }
             }
         }
@@ -459,6 +481,8 @@ where
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::convert::Infallible;
+
     use super::*;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -470,6 +494,41 @@ mod tests {
             );
         }
         headers
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_is_cut_off_only_when_it_stalls_for_the_idle_timeout() {
+        use http_body_util::{BodyExt, StreamBody};
+        let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let data = receiver.recv().await?;
+            Some((Ok::<_, Infallible>(Frame::data(data)), receiver))
+        });
+        let idle = Duration::from_secs(1);
+        let mut body = GuardedBody::new(StreamBody::new(Box::pin(frames)), None, idle);
+        let started = Instant::now();
+        // Five frames 700 ms apart: 3.5 s in all, longer than the idle timeout, never idle.
+        let feeder = tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                sender.send(Bytes::from_static(b"x")).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        });
+        for _ in 0..5 {
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), "x");
+        }
+        // Then it stalls: cut off one idle timeout after the last frame.
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(error.downcast_ref::<BodyError>(), Some(&BodyError::Idle));
+        let cut_after = started.elapsed();
+        let last_frame = Duration::from_millis(3_500);
+        assert!(
+            cut_after >= last_frame + idle && cut_after < last_frame + idle * 11 / 10,
+            "cut off after {cut_after:?}"
+        );
+        feeder.abort();
     }
 
     #[test]

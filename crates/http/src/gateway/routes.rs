@@ -8,10 +8,8 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{Method, Uri, header};
-use axum::middleware::Next;
-use axum::response::Response;
 
 use anteroom_core::RoomId;
 use anteroom_core::config::{PageMode, RouteConfig};
@@ -151,12 +149,8 @@ impl RequestView for RouteView<'_> {
     }
 }
 
-/// The middleware: finds the route and leaves it in the request's extensions.
-pub(crate) async fn match_route(
-    State(gateway): State<Gateway>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// The first step: finds the route and leaves it in the request's extensions.
+pub(crate) fn match_route(gateway: &Gateway, request: &mut Request) {
     let host = request
         .headers()
         .get(header::HOST)
@@ -167,7 +161,6 @@ pub(crate) async fn match_route(
         .find(request.method(), request.uri(), host)
         .clone();
     request.extensions_mut().insert(MatchedRoute(route));
-    next.run(request).await
 }
 
 #[cfg(test)]

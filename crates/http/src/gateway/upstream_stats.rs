@@ -10,8 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 
 use super::Gateway;
@@ -168,35 +167,40 @@ impl UpstreamStats {
     }
 }
 
-/// Counts a request in flight until dropped, even when the request is abandoned.
-struct InFlight<'a>(&'a AtomicU64);
+/// The step around the proxy: times a request until the upstream's response headers (or the
+/// gateway's own error), counting it in flight meanwhile (until dropped, so also when the
+/// request is abandoned).
+pub(crate) struct Measuring<'a> {
+    stats: &'a UpstreamStats,
+    started: Instant,
+}
 
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+impl<'a> Measuring<'a> {
+    /// Starts measuring `request` on its route (nothing when no route was matched).
+    pub(crate) fn start(gateway: &'a Gateway, request: &Request) -> Option<Measuring<'a>> {
+        let index = request
+            .extensions()
+            .get::<MatchedRoute>()
+            .map_or(usize::MAX, |MatchedRoute(route)| route.index);
+        let stats = gateway.inner.stats.routes.get(index)?;
+        stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(Measuring {
+            stats,
+            started: Instant::now(),
+        })
+    }
+
+    /// Records the answer.
+    pub(crate) fn finish(self, response: &Response) {
+        self.stats
+            .record(self.started.elapsed(), response.status().is_server_error());
     }
 }
 
-/// The middleware: times the request until the upstream's response headers (or the gateway's
-/// own error) and counts it in flight meanwhile.
-pub(crate) async fn measure(
-    State(gateway): State<Gateway>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let index = request
-        .extensions()
-        .get::<MatchedRoute>()
-        .map_or(usize::MAX, |MatchedRoute(route)| route.index);
-    let Some(stats) = gateway.inner.stats.routes.get(index).cloned() else {
-        return next.run(request).await;
-    };
-    stats.in_flight.fetch_add(1, Ordering::Relaxed);
-    let _in_flight = InFlight(&stats.in_flight);
-    let started = Instant::now();
-    let response = next.run(request).await;
-    stats.record(started.elapsed(), response.status().is_server_error());
-    response
+impl Drop for Measuring<'_> {
+    fn drop(&mut self) {
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
