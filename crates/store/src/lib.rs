@@ -36,7 +36,7 @@ pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
-pub use redb_store::RedbStore;
+pub use redb_store::{RedbOptions, RedbStore};
 pub use redis_store::{RedisConfig, RedisOutbox, RedisStore};
 
 /// Why a store operation failed.
