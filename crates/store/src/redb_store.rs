@@ -59,21 +59,17 @@ const MAX_BATCH: usize = 4096;
 pub struct RedbOptions {
     /// Reproducible random choices (tests); `None` draws from the OS.
     pub seed: Option<u64>,
-    /// Log bytes after which the log is checkpointed into the redb file. Larger means fewer,
-    /// bigger checkpoints and a longer replay after a crash.
+    /// Log bytes after which the log is checkpointed into the redb file (default
+    /// [`DEFAULT_CHECKPOINT_BYTES`](anteroom_core::config::DEFAULT_CHECKPOINT_BYTES)). Larger
+    /// means fewer, bigger checkpoints and a longer replay after a crash.
     pub checkpoint_bytes: u64,
-}
-
-impl RedbOptions {
-    /// The default [`checkpoint_bytes`](Self::checkpoint_bytes): 32 MiB.
-    pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 << 20;
 }
 
 impl Default for RedbOptions {
     fn default() -> Self {
         RedbOptions {
             seed: None,
-            checkpoint_bytes: RedbOptions::DEFAULT_CHECKPOINT_BYTES,
+            checkpoint_bytes: anteroom_core::config::DEFAULT_CHECKPOINT_BYTES,
         }
     }
 }
@@ -522,9 +518,9 @@ fn recover(database: &Database, store: &Path) -> Result<u64, StoreError> {
         return Ok(through + 1);
     };
     let mut dirty = Dirty::default();
-    let mut expected = through + 1;
     let (mut frames, mut torn) = (0usize, None);
-    for (number, path) in segments.iter().filter(|(number, _)| *number > through) {
+    let unreplayed = segments.iter().filter(|(number, _)| *number > through);
+    for (expected, (number, path)) in (through + 1..).zip(unreplayed) {
         if *number != expected {
             return Err(StoreError::Backend {
                 message: format!(
@@ -534,7 +530,6 @@ fn recover(database: &Database, store: &Path) -> Result<u64, StoreError> {
                 source: None,
             });
         }
-        expected += 1;
         let contents = wal::read_segment(path, *number == newest).map_err(fail)?;
         frames += contents.frames.len();
         torn = torn.or(contents.torn_at.map(|offset| (path.clone(), offset)));

@@ -290,7 +290,7 @@ async fn frequent_checkpoints_keep_the_log_short_and_lose_nothing() {
 fn frames_carry_every_kind_of_record() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_path(dir.path());
-    let writes = vec![
+    let writes = [
         Write::Config {
             room: room(),
             bytes: b"config".to_vec(),
