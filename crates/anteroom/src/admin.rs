@@ -94,7 +94,7 @@ pub(crate) async fn start(
 /// shared by every node; both survive restarts. The memory store keeps them in memory.
 fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
     let store: std::sync::Arc<dyn EventOutbox> = match &config.store {
-        StoreConfig::Embedded { path } => std::sync::Arc::new(
+        StoreConfig::Embedded { path, .. } => std::sync::Arc::new(
             RedbOutbox::open(&path.with_extension("events.redb"), OutboxLimits::default())
                 .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
         ),

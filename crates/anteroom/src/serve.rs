@@ -16,7 +16,7 @@ use anteroom_http::{
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
-use anteroom_store::{CodeRedemptions, MemoryStore, RedbStore, RoomStore};
+use anteroom_store::{CodeRedemptions, MemoryStore, RedbOptions, RedbStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use crate::BadConfig;
@@ -50,9 +50,19 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     // a store of one process leaves that to the node's memory.
     let mut code_redemptions: Option<Arc<dyn CodeRedemptions>> = None;
     let store: Arc<dyn RoomStore> = match &config.store {
-        StoreConfig::Embedded { path } => Arc::new(
-            RedbStore::open(path, clock.clone())
-                .with_context(|| format!("opening the store at {}", path.display()))?,
+        StoreConfig::Embedded {
+            path,
+            checkpoint_bytes,
+        } => Arc::new(
+            RedbStore::open_with(
+                path,
+                clock.clone(),
+                RedbOptions {
+                    seed: None,
+                    checkpoint_bytes: *checkpoint_bytes,
+                },
+            )
+            .with_context(|| format!("opening the store at {}", path.display()))?,
         ),
         StoreConfig::Memory => {
             tracing::warn!("memory store: every queue and session is lost when the process stops");

@@ -95,9 +95,43 @@ impl Observed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_joins_and_passes_survive_sigkill() {
+    kill_and_restart(None).await;
+}
+
+/// The same with a checkpoint every 4 KiB of log: the kill lands while the log is being
+/// checkpointed into redb and its covered segments deleted, and recovery replays whatever
+/// the last finished checkpoint does not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_joins_and_passes_survive_sigkill_during_checkpoints() {
+    kill_and_restart(Some(4096)).await;
+}
+
+/// The log segments beside the store file, by number.
+fn log_segments(site: &Site) -> Vec<u64> {
+    let prefix = "anteroom.redb.wal-";
+    let mut numbers: Vec<u64> = std::fs::read_dir(site.path())
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            name.strip_prefix(prefix)?.parse().ok()
+        })
+        .collect();
+    numbers.sort_unstable();
+    numbers
+}
+
+async fn kill_and_restart(checkpoint_bytes: Option<u64>) {
     let test_started = Instant::now();
     let site = Site::new();
-    site.write_config("EdDSA", ROOM_CONFIG);
+    let config = site.write_config("EdDSA", ROOM_CONFIG);
+    if let Some(bytes) = checkpoint_bytes {
+        let text = std::fs::read_to_string(&config).unwrap().replacen(
+            "backend = \"embedded\"\n",
+            &format!("backend = \"embedded\"\ncheckpoint_bytes = {bytes}\n"),
+            1,
+        );
+        std::fs::write(&config, text).unwrap();
+    }
     let client = support::client();
     let mut server = site.start();
     server.wait_ready(&client).await;
@@ -156,6 +190,14 @@ async fn acknowledged_joins_and_passes_survive_sigkill() {
         "the kill must land while joins are in flight ({started_at_kill} started, \
          {acked_at_kill} acknowledged)"
     );
+
+    let segments_at_kill = log_segments(&site);
+    if checkpoint_bytes.is_some() {
+        assert!(
+            segments_at_kill.last().is_some_and(|newest| *newest >= 10),
+            "the log was checkpointed many times under load: segments {segments_at_kill:?}"
+        );
+    }
 
     let joins = observed.joins.lock().unwrap().clone();
     let passes = observed.passes.lock().unwrap().clone();
@@ -284,7 +326,8 @@ async fn acknowledged_joins_and_passes_survive_sigkill() {
     );
 
     eprintln!(
-        "crash: {} joins acknowledged ({} started) before SIGKILL at {:.2?}; \
+        "crash (checkpoint_bytes {checkpoint_bytes:?}, log segments at the kill {segments_at_kill:?}): \
+         {} joins acknowledged ({} started) before SIGKILL at {:.2?}; \
          {} passes acknowledged ({} claimed through status); {} requests failed in flight; \
          store after restart: {} positions (last {}), serving {}, {} active sessions; \
          whole test {:.2?}",

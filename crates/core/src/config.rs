@@ -159,6 +159,9 @@ pub enum StoreConfig {
     Embedded {
         /// The database file.
         path: PathBuf,
+        /// `checkpoint_bytes`: log bytes after which the write-ahead log is checkpointed
+        /// into the database file.
+        checkpoint_bytes: u64,
     },
     /// `backend = "memory"`: nothing survives a restart (tests and demos).
     Memory,
@@ -175,9 +178,15 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig::Embedded {
             path: PathBuf::from("data/anteroom.redb"),
+            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
         }
     }
 }
+
+/// The default `[store] checkpoint_bytes`: 32 MiB of write-ahead log.
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 << 20;
+/// The smallest `[store] checkpoint_bytes` accepted.
+pub const MIN_CHECKPOINT_BYTES: u64 = 4096;
 
 /// The signing algorithms `[keys] algorithm` accepts.
 pub const SIGNING_ALGORITHMS: &[&str] = &["EdDSA", "ES256", "RS256", "HS256"];

@@ -4,8 +4,9 @@
 //! [`RoomStore`] names each operation for what it means (`join`, `status`, `tick`, …); every
 //! operation is atomic per room. Backends:
 //! - [`MemoryStore`]: the reference, in process memory, for tests and throwaway demos.
-//! - [`RedbStore`]: the default embedded store, a redb file with group commit: an operation is
-//!   acknowledged only once durable, and concurrent operations share one commit.
+//! - [`RedbStore`]: the default embedded store, a redb file behind a write-ahead log with group
+//!   commit: an operation is acknowledged only once durable, and concurrent operations share
+//!   one log append and sync.
 //!
 //! Both run the room engine of `anteroom-core` over an in-memory copy of each room; the
 //! embedded store writes exactly the records each operation changed before answering. One
@@ -36,7 +37,7 @@ pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
-pub use redb_store::RedbStore;
+pub use redb_store::{RedbOptions, RedbStore};
 pub use redis_store::{RedisConfig, RedisOutbox, RedisStore};
 
 /// Why a store operation failed.

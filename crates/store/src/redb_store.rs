@@ -1,21 +1,37 @@
-//! The embedded backend (SPEC §9.2): rooms in memory, every change written to a redb file
-//! before it is acknowledged.
+//! The embedded backend (SPEC §9.2): rooms in memory, every change written to disk before it
+//! is acknowledged.
 //!
-//! One writer thread owns the database. Operations queue their changed records on a channel
-//! (in order, under their room's lock) and wait; the writer takes everything queued, applies it
-//! in one write transaction, commits it durably (fsync), and only then answers every waiting
-//! operation. While one commit is on its way to disk the next batch gathers, so durability
-//! costs one fsync per batch, not per operation (group commit).
+//! Operations queue their changed records on a channel (in order, under their room's lock)
+//! and wait. One writer thread takes everything queued, appends it to a write-ahead log
+//! segment as one checksummed frame, syncs it (`fdatasync`), and only then answers every
+//! waiting operation. While one append is on its way to disk the next batch gathers, so
+//! durability costs one sync per batch, not per operation (group commit).
+//!
+//! The redb file is the checkpoint: once a log segment has grown past
+//! [`RedbOptions::checkpoint_bytes`], the writer starts a new segment and hands the latest
+//! version of every record logged before it to a checkpoint thread, which writes them into
+//! redb in one durable transaction (with the number of the last segment it covers) and
+//! deletes the covered segments. Opening the store replays whatever segments redb does not
+//! hold yet (a torn last frame, the trace of a crash during an append, is ignored: it was
+//! never acknowledged) and checkpoints them before loading the rooms; a clean stop
+//! checkpoints everything, so the redb file alone holds the store.
 //!
 //! Liveness touches (a waiting ticket's last contact) are not written: after a restart every
 //! waiting ticket counts as seen at the restart, so a crash never abandons anybody.
 //!
-//! If a commit fails, the store refuses every later write until it is reopened: the
-//! in-memory state may then hold changes the disk does not, and acknowledging anything built
-//! on them would break I6.
+//! If an append or a checkpoint fails, the store refuses every later write until it is
+//! reopened: the in-memory state may then hold changes the disk does not, and acknowledging
+//! anything built on them would break I6.
 
-use std::path::Path;
+mod checkpoint;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+mod wal;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -27,24 +43,46 @@ use tokio::sync::oneshot;
 use crate::StoreError;
 use crate::engine_host::{EngineHost, PendingWrite, Persister, delegate_room_store};
 use crate::persisted;
+use checkpoint::Dirty;
+use wal::{Segment, Write};
 
 const CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("room_configs");
 const STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("room_states");
 const TICKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("tickets");
 const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
 
-/// The most operations one commit takes; more wait for the next commit.
+/// The most operations one log frame takes; more wait for the next append.
 const MAX_BATCH: usize = 4096;
 
-/// Rooms in a redb file; durable, the default backend.
+/// How the embedded store runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedbOptions {
+    /// Reproducible random choices (tests); `None` draws from the OS.
+    pub seed: Option<u64>,
+    /// Log bytes after which the log is checkpointed into the redb file (default
+    /// [`DEFAULT_CHECKPOINT_BYTES`](anteroom_core::config::DEFAULT_CHECKPOINT_BYTES)). Larger
+    /// means fewer, bigger checkpoints and a longer replay after a crash.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for RedbOptions {
+    fn default() -> Self {
+        RedbOptions {
+            seed: None,
+            checkpoint_bytes: anteroom_core::config::DEFAULT_CHECKPOINT_BYTES,
+        }
+    }
+}
+
+/// Rooms in a redb file with a write-ahead log beside it; durable, the default backend.
 pub struct RedbStore {
     host: EngineHost<RedbWriter>,
 }
 
 impl RedbStore {
-    /// Opens (or creates) the store at `path`, loading every room.
+    /// Opens (or creates) the store at `path`, replaying its log and loading every room.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<RedbStore, StoreError> {
-        RedbStore::open_inner(path, clock, None)
+        RedbStore::open_with(path, clock, RedbOptions::default())
     }
 
     /// Like [`open`](Self::open), with reproducible random choices.
@@ -53,13 +91,18 @@ impl RedbStore {
         clock: Arc<dyn Clock>,
         seed: u64,
     ) -> Result<RedbStore, StoreError> {
-        RedbStore::open_inner(path, clock, Some(seed))
+        let options = RedbOptions {
+            seed: Some(seed),
+            ..RedbOptions::default()
+        };
+        RedbStore::open_with(path, clock, options)
     }
 
-    fn open_inner(
+    /// Like [`open`](Self::open), with these options.
+    pub fn open_with(
         path: &Path,
         clock: Arc<dyn Clock>,
-        seed: Option<u64>,
+        options: RedbOptions,
     ) -> Result<RedbStore, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| {
@@ -69,47 +112,37 @@ impl RedbStore {
         let database = Database::create(path)
             .map_err(|e| StoreError::backend(format!("cannot open {}", path.display()), e))?;
         create_tables(&database)?;
+        let next_segment = recover(&database, path)?;
         let rooms = load_rooms(&database, clock.now())?;
         tracing::info!(path = %path.display(), rooms = rooms.len(), "embedded store opened");
-        let writer = RedbWriter::start(database)?;
+        let writer = RedbWriter::start(database, path, next_segment, options.checkpoint_bytes)?;
         Ok(RedbStore {
-            host: EngineHost::new(rooms, clock, writer, seed),
+            host: EngineHost::new(rooms, clock, writer, options.seed),
         })
     }
 
-    /// Operations acknowledged so far and the commits they took (for group-commit metrics).
+    /// Operations acknowledged so far and the log appends (syncs) they took, for group-commit
+    /// metrics.
     pub fn commit_stats(&self) -> (u64, u64) {
         let stats = &self.host.persister().stats;
         (
-            stats.operations.load(std::sync::atomic::Ordering::Relaxed),
-            stats.commits.load(std::sync::atomic::Ordering::Relaxed),
+            stats.operations.load(Ordering::Relaxed),
+            stats.commits.load(Ordering::Relaxed),
         )
+    }
+
+    /// Checkpoints of the log into the redb file completed so far (those at opening and at a
+    /// clean stop not counted).
+    pub fn checkpoints(&self) -> u64 {
+        self.host
+            .persister()
+            .stats
+            .checkpoints
+            .load(Ordering::Relaxed)
     }
 }
 
 delegate_room_store!(RedbStore);
-
-enum Write {
-    Config {
-        room: RoomId,
-        bytes: Vec<u8>,
-    },
-    State {
-        room: RoomId,
-        bytes: Vec<u8>,
-    },
-    Ticket {
-        key: Vec<u8>,
-        bytes: Option<Vec<u8>>,
-    },
-    Session {
-        key: Vec<u8>,
-        bytes: Option<Vec<u8>>,
-    },
-    DeleteRoom {
-        room: RoomId,
-    },
-}
 
 struct Batch {
     sequence: u64,
@@ -126,14 +159,15 @@ struct Durable {
 
 #[derive(Default)]
 struct CommitStats {
-    operations: std::sync::atomic::AtomicU64,
-    commits: std::sync::atomic::AtomicU64,
+    operations: AtomicU64,
+    commits: AtomicU64,
+    checkpoints: AtomicU64,
 }
 
-/// The handle on the writer thread.
+/// The handle on the log writer thread.
 pub(crate) struct RedbWriter {
     /// The next sequence number and the channel, under one lock so sequence order is
-    /// channel order (and so commit order).
+    /// channel order (and so log order).
     queue: parking_lot::Mutex<(u64, Option<mpsc::Sender<Batch>>)>,
     durable: tokio::sync::watch::Receiver<Durable>,
     thread: Option<JoinHandle<()>>,
@@ -141,14 +175,45 @@ pub(crate) struct RedbWriter {
 }
 
 impl RedbWriter {
-    fn start(database: Database) -> Result<RedbWriter, StoreError> {
+    fn start(
+        database: Database,
+        store: &Path,
+        first_segment: u64,
+        checkpoint_bytes: u64,
+    ) -> Result<RedbWriter, StoreError> {
+        let segment = Segment::create(store, first_segment)
+            .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
         let (sender, receiver) = mpsc::channel();
         let (durable_sender, durable) = tokio::sync::watch::channel(Durable::default());
         let stats = Arc::new(CommitStats::default());
+        let (jobs, job_receiver) = mpsc::channel::<CheckpointJob>();
+        let (result_sender, results) = mpsc::channel();
+        let checkpointer = {
+            let store = store.to_owned();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("anteroom-redb-checkpoint".to_owned())
+                .spawn(move || {
+                    checkpoint_loop(&database, &store, &job_receiver, &result_sender, &stats);
+                })
+                .map_err(|e| StoreError::backend("cannot start the store's checkpoint thread", e))?
+        };
+        let logger = Logger {
+            store: store.to_owned(),
+            segment,
+            dirty: Dirty::default(),
+            checkpoint_bytes,
+            jobs,
+            results,
+            checkpointer: Some(checkpointer),
+            checkpoint_running: false,
+            failure: None,
+            frame: Vec::new(),
+        };
         let thread_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("anteroom-redb-writer".to_owned())
-            .spawn(move || write_loop(database, receiver, &durable_sender, &thread_stats))
+            .spawn(move || logger.run(&receiver, &durable_sender, &thread_stats))
             .map_err(|e| StoreError::backend("cannot start the store's writer thread", e))?;
         Ok(RedbWriter {
             queue: parking_lot::Mutex::new((0, Some(sender))),
@@ -180,8 +245,9 @@ impl RedbWriter {
 
 impl Drop for RedbWriter {
     fn drop(&mut self) {
-        // Closing the channel ends the writer after it has committed what is queued; joining
-        // it releases the database file, so the store can be reopened at once.
+        // Closing the channel ends the writer after it has logged what is queued and
+        // checkpointed the log into redb; joining it releases the database file, so the
+        // store can be reopened at once.
         self.queue.lock().1.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -254,98 +320,241 @@ fn writer_gone() -> StoreError {
     }
 }
 
-fn write_loop(
-    database: Database,
-    receiver: mpsc::Receiver<Batch>,
-    durable: &tokio::sync::watch::Sender<Durable>,
-    stats: &CommitStats,
-) {
-    let mut failure: Option<String> = None;
-    while let Ok(first) = receiver.recv() {
-        let mut batches = vec![first];
-        while batches.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(batch) => batches.push(batch),
-                Err(_) => break,
+/// Records for the checkpoint thread: everything logged in segments up to `through`.
+struct CheckpointJob {
+    dirty: Dirty,
+    through: u64,
+}
+
+/// The writer thread's state: the segment it appends to and what the next checkpoint writes.
+struct Logger {
+    store: PathBuf,
+    segment: Segment,
+    /// Records logged since the last checkpoint was handed off.
+    dirty: Dirty,
+    checkpoint_bytes: u64,
+    jobs: mpsc::Sender<CheckpointJob>,
+    results: mpsc::Receiver<Result<(), String>>,
+    checkpointer: Option<JoinHandle<()>>,
+    checkpoint_running: bool,
+    failure: Option<String>,
+    /// The frame being encoded (kept to reuse its allocation).
+    frame: Vec<u8>,
+}
+
+impl Logger {
+    fn run(
+        mut self,
+        receiver: &mpsc::Receiver<Batch>,
+        durable: &tokio::sync::watch::Sender<Durable>,
+        stats: &CommitStats,
+    ) {
+        while let Ok(first) = receiver.recv() {
+            let mut batches = vec![first];
+            while batches.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(batch) => batches.push(batch),
+                    Err(_) => break,
+                }
+            }
+            self.collect_checkpoint(false);
+            let result = match &self.failure {
+                Some(message) => Err(message.clone()),
+                None => self.append(&batches),
+            };
+            if result.is_ok() {
+                stats
+                    .operations
+                    .fetch_add(batches.len() as u64, Ordering::Relaxed);
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            let through = batches
+                .iter()
+                .map(|batch| batch.sequence)
+                .max()
+                .unwrap_or(0);
+            durable.send_modify(|state| match &result {
+                Ok(()) => state.through = state.through.max(through),
+                Err(message) => state.failure = Some(message.clone()),
+            });
+            let mut logged = Vec::with_capacity(batches.len());
+            for batch in batches {
+                let _ = batch.done.send(result.clone());
+                logged.push(batch.writes);
+            }
+            if result.is_ok() {
+                for write in logged.into_iter().flatten() {
+                    self.dirty.absorb(write);
+                }
+                self.maybe_checkpoint();
             }
         }
-        let result = match &failure {
-            Some(message) => Err(message.clone()),
-            None => commit(&database, &batches).map_err(|error| {
-                let message = format!("embedded store commit failed ({error}); restart required");
-                tracing::error!(%error, "embedded store commit failed; refusing further writes");
-                failure = Some(message.clone());
-                message
-            }),
-        };
-        if result.is_ok() {
-            stats
-                .operations
-                .fetch_add(batches.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            stats
-                .commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shut_down();
+    }
+
+    /// Appends the batches as one frame and syncs it.
+    fn append(&mut self, batches: &[Batch]) -> Result<(), String> {
+        wal::encode_frame(
+            batches.iter().flat_map(|batch| &batch.writes),
+            &mut self.frame,
+        );
+        self.segment.append(&self.frame).map_err(|error| {
+            self.fail(format!(
+                "embedded store log write failed ({error}); restart required"
+            ))
+        })
+    }
+
+    /// Records a failure: nothing is acknowledged after it until the store is reopened (the
+    /// rooms in memory may hold changes the disk does not).
+    fn fail(&mut self, message: String) -> String {
+        tracing::error!(%message, "embedded store failed; refusing further writes");
+        self.failure = Some(message.clone());
+        message
+    }
+
+    /// Takes the running checkpoint's result (waiting for it with `wait`).
+    fn collect_checkpoint(&mut self, wait: bool) {
+        if !self.checkpoint_running {
+            return;
         }
-        let through = batches
-            .iter()
-            .map(|batch| batch.sequence)
-            .max()
-            .unwrap_or(0);
-        durable.send_modify(|state| match &result {
-            Ok(()) => state.through = state.through.max(through),
-            Err(message) => state.failure = Some(message.clone()),
-        });
-        for batch in batches {
-            let _ = batch.done.send(result.clone());
+        let result = if wait {
+            self.results.recv().map_err(|_| ())
+        } else {
+            self.results.try_recv().map_err(|_| ())
+        };
+        match result {
+            Ok(Ok(())) => self.checkpoint_running = false,
+            Ok(Err(message)) => {
+                self.checkpoint_running = false;
+                self.fail(format!("embedded store {message}; restart required"));
+            }
+            Err(()) if wait => {
+                self.checkpoint_running = false;
+                self.fail("embedded store checkpoint thread stopped; restart required".to_owned());
+            }
+            Err(()) => {}
+        }
+    }
+
+    /// Once the segment is big enough and no checkpoint is running, starts a new segment and
+    /// hands everything logged before it to the checkpoint thread.
+    fn maybe_checkpoint(&mut self) {
+        if self.checkpoint_running
+            || self.failure.is_some()
+            || self.segment.len < self.checkpoint_bytes
+        {
+            return;
+        }
+        match Segment::create(&self.store, self.segment.number + 1) {
+            Ok(next) => {
+                let through = std::mem::replace(&mut self.segment, next).number;
+                self.hand_off(through);
+            }
+            Err(error) => {
+                self.fail(format!(
+                    "embedded store cannot start a new log segment ({error}); restart required"
+                ));
+            }
+        }
+    }
+
+    fn hand_off(&mut self, through: u64) {
+        let job = CheckpointJob {
+            dirty: std::mem::take(&mut self.dirty),
+            through,
+        };
+        if self.jobs.send(job).is_ok() {
+            self.checkpoint_running = true;
+        } else {
+            self.fail("embedded store checkpoint thread stopped; restart required".to_owned());
+        }
+    }
+
+    /// After the last write: checkpoints everything (so a clean stop leaves no log behind)
+    /// and stops the checkpoint thread, which closes the database.
+    fn shut_down(mut self) {
+        self.collect_checkpoint(true);
+        if self.failure.is_none() {
+            self.hand_off(self.segment.number);
+            self.collect_checkpoint(true);
+        }
+        let Logger {
+            jobs, checkpointer, ..
+        } = self;
+        drop(jobs);
+        if let Some(thread) = checkpointer {
+            let _ = thread.join();
         }
     }
 }
 
-fn commit(database: &Database, batches: &[Batch]) -> Result<(), redb::Error> {
-    let transaction = database.begin_write()?;
-    {
-        let mut configs = transaction.open_table(CONFIGS)?;
-        let mut states = transaction.open_table(STATES)?;
-        let mut tickets = transaction.open_table(TICKETS)?;
-        let mut sessions = transaction.open_table(SESSIONS)?;
-        for write in batches.iter().flat_map(|batch| &batch.writes) {
-            match write {
-                Write::Config { room, bytes } => {
-                    configs.insert(room.as_str(), bytes.as_slice())?;
-                }
-                Write::State { room, bytes } => {
-                    states.insert(room.as_str(), bytes.as_slice())?;
-                }
-                Write::Ticket {
-                    key,
-                    bytes: Some(bytes),
-                } => {
-                    tickets.insert(key.as_slice(), bytes.as_slice())?;
-                }
-                Write::Ticket { key, bytes: None } => {
-                    tickets.remove(key.as_slice())?;
-                }
-                Write::Session {
-                    key,
-                    bytes: Some(bytes),
-                } => {
-                    sessions.insert(key.as_slice(), bytes.as_slice())?;
-                }
-                Write::Session { key, bytes: None } => {
-                    sessions.remove(key.as_slice())?;
-                }
-                Write::DeleteRoom { room } => {
-                    configs.remove(room.as_str())?;
-                    states.remove(room.as_str())?;
-                    let (start, end) = room_range(room);
-                    tickets.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
-                    sessions.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
-                }
-            }
+fn checkpoint_loop(
+    database: &Database,
+    store: &Path,
+    jobs: &mpsc::Receiver<CheckpointJob>,
+    results: &mpsc::Sender<Result<(), String>>,
+    stats: &CommitStats,
+) {
+    while let Ok(job) = jobs.recv() {
+        let result = checkpoint::checkpoint(database, store, &job.dirty, job.through);
+        if result.is_ok() {
+            stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
+        if results.send(result).is_err() {
+            break;
         }
     }
-    transaction.commit()?;
-    Ok(())
+}
+
+/// Replays the log segments redb does not hold yet into redb (one durable checkpoint) and
+/// deletes them; answers the number the next segment takes.
+fn recover(database: &Database, store: &Path) -> Result<u64, StoreError> {
+    let fail = |e: wal::WalError| StoreError::backend("cannot replay the embedded store's log", e);
+    let through = checkpoint::checkpointed_through(database)
+        .map_err(|e| StoreError::backend("cannot read the embedded store", e))?;
+    let segments = wal::list_segments(store).map_err(fail)?;
+    let Some(&(newest, _)) = segments.last() else {
+        return Ok(through + 1);
+    };
+    let mut dirty = Dirty::default();
+    let (mut frames, mut torn) = (0usize, None);
+    let unreplayed = segments.iter().filter(|(number, _)| *number > through);
+    for (expected, (number, path)) in (through + 1..).zip(unreplayed) {
+        if *number != expected {
+            return Err(StoreError::Backend {
+                message: format!(
+                    "the embedded store's log is missing segment {}",
+                    wal::segment_path(store, expected).display()
+                ),
+                source: None,
+            });
+        }
+        let contents = wal::read_segment(path, *number == newest).map_err(fail)?;
+        frames += contents.frames.len();
+        torn = torn.or(contents.torn_at.map(|offset| (path.clone(), offset)));
+        for write in contents.frames.into_iter().flatten() {
+            dirty.absorb(write);
+        }
+    }
+    if let Some((path, offset)) = &torn {
+        tracing::warn!(
+            path = %path.display(),
+            offset,
+            "the embedded store's log ends in a torn write (a crash during an append); it was never acknowledged and is ignored"
+        );
+    }
+    let last = newest.max(through);
+    checkpoint::checkpoint(database, store, &dirty, last).map_err(|message| {
+        StoreError::Backend {
+            message: format!("cannot replay the embedded store's log: {message}"),
+            source: None,
+        }
+    })?;
+    if frames > 0 {
+        tracing::info!(frames, "replayed the embedded store's log");
+    }
+    Ok(last + 1)
 }
 
 fn create_tables(database: &Database) -> Result<(), StoreError> {
@@ -361,6 +570,9 @@ fn create_tables(database: &Database) -> Result<(), StoreError> {
         .map_err(|e| fail(e.into()))?;
     transaction
         .open_table(SESSIONS)
+        .map_err(|e| fail(e.into()))?;
+    transaction
+        .open_table(checkpoint::WAL_STATE)
         .map_err(|e| fail(e.into()))?;
     transaction.commit().map_err(|e| fail(e.into()))
 }

@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::tree::{Entry, Origin, Problems, Value, closest};
-use super::{AuthConfig, Cidr, KeyHash, KeysConfig, SIGNING_ALGORITHMS, ServerConfig, StoreConfig};
+use super::{
+    AuthConfig, Cidr, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
+    StoreConfig,
+};
 
 const SERVER_KEYS: &[&str] = &[
     "join_rate_limit",
@@ -15,7 +18,7 @@ const SERVER_KEYS: &[&str] = &[
     "trusted_proxies",
     "workers",
 ];
-const STORE_KEYS: &[&str] = &["backend", "path", "url", "cluster"];
+const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
 const KEYS_KEYS: &[&str] = &["dir", "algorithm"];
 const AUTH_KEYS: &[&str] = &["admin_keys", "read_keys", "service_keys"];
@@ -167,12 +170,12 @@ pub(super) fn read_store(section: Option<&Entry>, problems: &mut Problems) -> St
     // the backend (a file for production, ANTEROOM_STORE__BACKEND=memory for a test run).
     let backend_from_env = backend_entry.is_some_and(|entry| entry.item.origin.is_env());
     let used_keys: &[&str] = match backend.as_str() {
-        "embedded" => &["path"],
+        "embedded" => &["path", "checkpoint_bytes"],
         "redis" => &["url", "cluster"],
         _ => &[],
     };
     if !backend_from_env {
-        for key in ["path", "url", "cluster"]
+        for key in ["path", "checkpoint_bytes", "url", "cluster"]
             .into_iter()
             .filter(|key| !used_keys.contains(key))
         {
@@ -187,19 +190,43 @@ pub(super) fn read_store(section: Option<&Entry>, problems: &mut Problems) -> St
         "memory" => StoreConfig::Memory,
         "redis" => read_redis(table, section, problems).unwrap_or(defaults),
         _ => {
+            let StoreConfig::Embedded {
+                path: default_path,
+                checkpoint_bytes: default_checkpoint_bytes,
+            } = defaults
+            else {
+                return defaults;
+            };
             let path = match table
                 .get("path")
                 .map(|entry| (entry, entry.string(problems)))
             {
-                None | Some((_, None)) => return defaults,
+                None | Some((_, None)) => default_path,
                 Some((entry, Some(path))) if path.is_empty() => {
                     problems.add(&entry.key_origin, "`path` must not be empty");
-                    return defaults;
+                    default_path
                 }
-                Some((_, Some(path))) => path,
+                Some((_, Some(path))) => PathBuf::from(path),
+            };
+            let checkpoint_bytes = match table
+                .get("checkpoint_bytes")
+                .map(|entry| (entry, entry.unsigned(problems)))
+            {
+                None | Some((_, None)) => default_checkpoint_bytes,
+                Some((entry, Some(bytes))) if bytes < MIN_CHECKPOINT_BYTES => {
+                    problems.add(
+                        &entry.key_origin,
+                        format!(
+                            "`checkpoint_bytes` must be at least {MIN_CHECKPOINT_BYTES}, found {bytes}"
+                        ),
+                    );
+                    default_checkpoint_bytes
+                }
+                Some((_, Some(bytes))) => bytes,
             };
             StoreConfig::Embedded {
-                path: PathBuf::from(path),
+                path,
+                checkpoint_bytes,
             }
         }
     }

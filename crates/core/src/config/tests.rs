@@ -195,6 +195,7 @@ fn full_file_resolves_to_typed_values() {
         upstream: Some(UpstreamConfig::new("http://127.0.0.1:3000")),
         store: StoreConfig::Embedded {
             path: PathBuf::from("/var/lib/anteroom/state.redb"),
+            checkpoint_bytes: super::DEFAULT_CHECKPOINT_BYTES,
         },
         keys: KeysConfig {
             dir: PathBuf::from("/etc/anteroom/keys"),
@@ -237,6 +238,7 @@ fn absent_sections_take_defaults() {
         upstream: None,
         store: StoreConfig::Embedded {
             path: PathBuf::from("data/anteroom.redb"),
+            checkpoint_bytes: super::DEFAULT_CHECKPOINT_BYTES,
         },
         keys: KeysConfig {
             dir: PathBuf::from("data/keys"),
@@ -627,6 +629,34 @@ fn server_store_keys_and_auth_rules() {
         "[store]\nbackend = \"redb\"\n",
         &[],
         &[(Some(2), "unknown store backend \"redb\"")],
+    );
+    assert_eq!(
+        store("[store]\ncheckpoint_bytes = 65536\n"),
+        Ok(StoreConfig::Embedded {
+            path: PathBuf::from("data/anteroom.redb"),
+            checkpoint_bytes: 65536,
+        })
+    );
+    check_problems(
+        "[store]\npath = \"x.redb\"\ncheckpoint_bytes = 100\n",
+        &[],
+        &[(
+            Some(3),
+            "`checkpoint_bytes` must be at least 4096, found 100",
+        )],
+    );
+    check_problems(
+        "[store]\ncheckpoint_bytes = -1\n",
+        &[],
+        &[(Some(2), "`checkpoint_bytes` must not be negative")],
+    );
+    check_problems(
+        "[store]\nbackend = \"memory\"\ncheckpoint_bytes = 65536\n",
+        &[],
+        &[(
+            Some(3),
+            "`checkpoint_bytes` does not apply to the \"memory\" store backend",
+        )],
     );
 }
 

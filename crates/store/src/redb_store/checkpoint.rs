@@ -1,0 +1,149 @@
+//! Checkpoints: the records the log made durable since the last checkpoint, latest version
+//! of each, written into redb in one durable transaction together with the number of the
+//! last log segment they cover. After that commit the covered segments are deleted.
+//!
+//! [`Dirty`] collects the records (a room's state changes with every join, but only its last
+//! version is written); recovery uses the same collection to replay the log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use anteroom_core::RoomId;
+use redb::{Database, TableDefinition, WriteTransaction};
+
+use super::wal::{self, Write};
+use super::{CONFIGS, SESSIONS, STATES, TICKETS, room_range};
+
+/// The log's own table: how far redb holds the log.
+pub(crate) const WAL_STATE: TableDefinition<&str, u64> = TableDefinition::new("wal");
+/// Key in [`WAL_STATE`]: every segment up to this number is in redb.
+pub(crate) const CHECKPOINTED_THROUGH: &str = "checkpointed_through_segment";
+
+/// The latest version of every record changed since the last checkpoint.
+#[derive(Debug, Default)]
+pub(crate) struct Dirty {
+    /// Rooms deleted: cleared before the records below are written (those came later).
+    deleted_rooms: BTreeSet<RoomId>,
+    configs: BTreeMap<RoomId, Vec<u8>>,
+    states: BTreeMap<RoomId, Vec<u8>>,
+    tickets: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    sessions: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl Dirty {
+    /// Records `write`, which happened after everything recorded so far.
+    pub(crate) fn absorb(&mut self, write: Write) {
+        match write {
+            Write::Config { room, bytes } => {
+                self.configs.insert(room, bytes);
+            }
+            Write::State { room, bytes } => {
+                self.states.insert(room, bytes);
+            }
+            Write::Ticket { key, bytes } => {
+                self.tickets.insert(key, bytes);
+            }
+            Write::Session { key, bytes } => {
+                self.sessions.insert(key, bytes);
+            }
+            Write::DeleteRoom { room } => {
+                self.configs.remove(&room);
+                self.states.remove(&room);
+                let (start, end) = room_range(&room);
+                for records in [&mut self.tickets, &mut self.sessions] {
+                    let doomed: Vec<Vec<u8>> = records
+                        .range(start.clone()..end.clone())
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    for key in doomed {
+                        records.remove(&key);
+                    }
+                }
+                self.deleted_rooms.insert(room);
+            }
+        }
+    }
+
+    /// Writes everything into `transaction` (records in key order, which redb inserts fastest).
+    pub(crate) fn apply(&self, transaction: &WriteTransaction) -> Result<(), redb::Error> {
+        let mut configs = transaction.open_table(CONFIGS)?;
+        let mut states = transaction.open_table(STATES)?;
+        let mut tickets = transaction.open_table(TICKETS)?;
+        let mut sessions = transaction.open_table(SESSIONS)?;
+        for room in &self.deleted_rooms {
+            configs.remove(room.as_str())?;
+            states.remove(room.as_str())?;
+            let (start, end) = room_range(room);
+            tickets.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
+            sessions.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
+        }
+        for (room, bytes) in &self.configs {
+            configs.insert(room.as_str(), bytes.as_slice())?;
+        }
+        for (room, bytes) in &self.states {
+            states.insert(room.as_str(), bytes.as_slice())?;
+        }
+        for (table, records) in [
+            (&mut tickets, &self.tickets),
+            (&mut sessions, &self.sessions),
+        ] {
+            for (key, bytes) in records {
+                match bytes {
+                    Some(bytes) => {
+                        table.insert(key.as_slice(), bytes.as_slice())?;
+                    }
+                    None => {
+                        table.remove(key.as_slice())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `dirty` into redb durably, recording that segments up to `through` are in it, then
+/// deletes those segments.
+pub(crate) fn checkpoint(
+    database: &Database,
+    store: &Path,
+    dirty: &Dirty,
+    through: u64,
+) -> Result<(), String> {
+    let commit = || -> Result<(), redb::Error> {
+        let transaction = database.begin_write()?;
+        dirty.apply(&transaction)?;
+        transaction
+            .open_table(WAL_STATE)?
+            .insert(CHECKPOINTED_THROUGH, through)?;
+        transaction.commit()?;
+        Ok(())
+    };
+    commit().map_err(|error| format!("checkpoint into redb failed: {error}"))?;
+    delete_segments_through(store, through).map_err(|error| error.to_string())
+}
+
+/// Removes the log segments numbered up to `through` (redb holds their records).
+pub(crate) fn delete_segments_through(store: &Path, through: u64) -> Result<(), wal::WalError> {
+    let mut removed = false;
+    for (number, path) in wal::list_segments(store)? {
+        if number <= through {
+            std::fs::remove_file(&path).map_err(|source| wal::WalError::Io { path, source })?;
+            removed = true;
+        }
+    }
+    if removed {
+        wal::sync_directory(store)?;
+    }
+    Ok(())
+}
+
+/// The number of the last segment redb holds (0: none yet).
+pub(crate) fn checkpointed_through(database: &Database) -> Result<u64, redb::Error> {
+    use redb::ReadableDatabase;
+    let read = database.begin_read()?;
+    let table = read.open_table(WAL_STATE)?;
+    Ok(table
+        .get(CHECKPOINTED_THROUGH)?
+        .map_or(0, |value| value.value()))
+}

@@ -1,0 +1,397 @@
+//! The write-ahead log on disk: replay after a crash, torn and damaged frames, checkpoints.
+//!
+//! A crash image is a copy of the store's directory taken while the store runs, between
+//! acknowledged operations and with no checkpoint under way (the checkpoint threshold is
+//! far away): every acknowledged append was synced and redb is idle, so the copy holds what a
+//! crash at that moment leaves on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anteroom_core::engine::{Entry, JoinRequest, Ticket};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{ManualClock, RoomId, Timestamp};
+
+use super::checkpoint::{self, Dirty};
+use super::wal::{self, Write};
+use super::{RedbOptions, RedbStore};
+use crate::{RoomStore, StoreError};
+
+const NEVER: u64 = 1 << 40;
+
+fn options(checkpoint_bytes: u64) -> RedbOptions {
+    RedbOptions {
+        seed: Some(3),
+        checkpoint_bytes,
+    }
+}
+
+fn room() -> RoomId {
+    RoomId::new("wal").unwrap()
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)))
+}
+
+fn store_path(dir: &Path) -> PathBuf {
+    dir.join("store.redb")
+}
+
+/// A store with one room where everybody after the first waits, and `joins` joins made one
+/// after another (one log frame each).
+async fn store_with_joins(dir: &Path, joins: usize, checkpoint_bytes: u64) -> RedbStore {
+    let store = RedbStore::open_with(&store_path(dir), clock(), options(checkpoint_bytes)).unwrap();
+    let mut config = RoomConfig::with_defaults(room());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+    for _ in 0..joins {
+        store.join(&room(), JoinRequest::default()).await.unwrap();
+    }
+    store
+}
+
+fn crash_image(from: &Path) -> tempfile::TempDir {
+    let image = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
+    }
+    image
+}
+
+async fn tickets(store: &RedbStore) -> Vec<Ticket> {
+    let mut tickets = store.records(&room()).await.unwrap().tickets;
+    tickets.sort_by_key(|ticket| ticket.position);
+    tickets
+}
+
+fn positions(tickets: &[Ticket]) -> Vec<u64> {
+    tickets.iter().map(|ticket| ticket.position).collect()
+}
+
+fn open(dir: &Path) -> Result<RedbStore, StoreError> {
+    RedbStore::open_with(&store_path(dir), clock(), options(NEVER))
+}
+
+/// Why opening failed, with every cause (as the binary reports it).
+fn open_error(dir: &Path) -> String {
+    let Err(error) = open(dir) else {
+        panic!("the store opened");
+    };
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
+    wal::list_segments(&store_path(dir)).unwrap()
+}
+
+fn newest_segment(dir: &Path) -> PathBuf {
+    segments(dir).pop().unwrap().1
+}
+
+async fn join_position(store: &RedbStore) -> u64 {
+    match store.join(&room(), JoinRequest::default()).await.unwrap() {
+        Entry::Waiting(waiting) => waiting.position,
+        Entry::Admitted(admitted) => admitted.position,
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_joins_are_replayed_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 40, NEVER).await;
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    assert_eq!(store.checkpoints(), 0, "nothing reached redb but the log");
+    drop(store);
+    assert_eq!(segments(image.path()).len(), 1);
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before, "every record came back");
+    assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 40);
+    assert!(
+        segments(image.path()).len() == 1,
+        "the replayed log was checkpointed and deleted; a fresh segment is open"
+    );
+    assert_eq!(join_position(&store).await, 41);
+}
+
+#[tokio::test]
+async fn a_torn_last_frame_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 40, NEVER).await;
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    drop(store);
+    let segment = newest_segment(image.path());
+    let length = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(length - 5)
+        .unwrap();
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(
+        tickets(&store).await,
+        before[..39],
+        "the join whose frame was torn is gone, every earlier one is there"
+    );
+    assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 39);
+    assert_eq!(join_position(&store).await, 40);
+}
+
+fn flip_byte(path: &Path, offset_from_end: Option<u64>, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let index = match offset_from_end {
+        Some(back) => bytes.len() - usize::try_from(back).unwrap(),
+        None => usize::try_from(offset).unwrap(),
+    };
+    bytes[index] ^= 0x5a;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test]
+async fn a_last_frame_failing_its_checksum_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 10, NEVER).await;
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    drop(store);
+    flip_byte(&newest_segment(image.path()), Some(1), 0);
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before[..9]);
+}
+
+#[tokio::test]
+async fn damage_before_the_last_frame_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 10, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    // Inside the first frame's body (the room's configuration).
+    flip_byte(&newest_segment(image.path()), None, wal::HEADER_LEN + 40);
+
+    let error = open_error(image.path());
+    assert!(
+        error.contains("cannot replay the embedded store's log")
+            && error.contains("checksum mismatch before the last frame"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_damaged_older_segment_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 10, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    let (number, first) = segments(image.path()).pop().unwrap();
+    // A second segment after it (the same frames again: replaying them twice is harmless),
+    // then the first one torn: only the newest segment may end in a torn frame.
+    std::fs::copy(
+        &first,
+        wal::segment_path(&store_path(image.path()), number + 1),
+    )
+    .unwrap();
+    let length = std::fs::metadata(&first).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(length - 3)
+        .unwrap();
+
+    let error = open_error(image.path());
+    assert!(error.contains("not the torn end of the log"), "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_segment_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 3, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    let (number, path) = segments(image.path()).pop().unwrap();
+    std::fs::rename(
+        &path,
+        wal::segment_path(&store_path(image.path()), number + 1),
+    )
+    .unwrap();
+
+    let error = open_error(image.path());
+    assert!(error.contains("missing segment"), "{error}");
+}
+
+#[tokio::test]
+async fn a_log_of_another_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 3, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    let segment = newest_segment(image.path());
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[12..16].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&segment, bytes).unwrap();
+
+    let error = open_error(image.path());
+    assert!(error.contains("log format version 2"), "{error}");
+}
+
+#[tokio::test]
+async fn frequent_checkpoints_keep_the_log_short_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(store_with_joins(dir.path(), 0, 2048).await);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..50 {
+                store.join(&room(), JoinRequest::default()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(
+        store.checkpoints() >= 2,
+        "checkpoints ran: {}",
+        store.checkpoints()
+    );
+    assert!(
+        segments(dir.path()).len() <= 2,
+        "covered segments are deleted: {:?}",
+        segments(dir.path())
+    );
+    let before = tickets(&store).await;
+    assert_eq!(positions(&before), (1..=400).collect::<Vec<_>>());
+    drop(Arc::into_inner(store).unwrap());
+
+    assert!(
+        segments(dir.path()).is_empty(),
+        "a clean stop checkpoints everything"
+    );
+    let store = open(dir.path()).unwrap();
+    assert_eq!(tickets(&store).await, before);
+}
+
+#[test]
+fn frames_carry_every_kind_of_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_path(dir.path());
+    let writes = [
+        Write::Config {
+            room: room(),
+            bytes: b"config".to_vec(),
+        },
+        Write::State {
+            room: room(),
+            bytes: b"state 1".to_vec(),
+        },
+        Write::Ticket {
+            key: b"wal\0ticket".to_vec(),
+            bytes: Some(b"ticket".to_vec()),
+        },
+        Write::Ticket {
+            key: b"wal\0gone".to_vec(),
+            bytes: None,
+        },
+        Write::Session {
+            key: b"wal\0session".to_vec(),
+            bytes: Some(b"session".to_vec()),
+        },
+        Write::Session {
+            key: b"wal\0ended".to_vec(),
+            bytes: None,
+        },
+        Write::DeleteRoom {
+            room: RoomId::new("old").unwrap(),
+        },
+        Write::State {
+            room: room(),
+            bytes: b"state 2".to_vec(),
+        },
+    ];
+    let mut segment = wal::Segment::create(&store, 1).unwrap();
+    let mut frame = Vec::new();
+    wal::encode_frame(writes.iter(), &mut frame);
+    segment.append(&frame).unwrap();
+    wal::encode_frame(writes[2..3].iter(), &mut frame);
+    segment.append(&frame).unwrap();
+
+    let contents = wal::read_segment(&wal::segment_path(&store, 1), true).unwrap();
+    assert_eq!(contents.torn_at, None);
+    let expected: Vec<Write> = writes
+        .iter()
+        .filter(|write| !matches!(write, Write::State { bytes, .. } if bytes == b"state 1"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        contents.frames,
+        vec![expected, vec![writes[2].clone()]],
+        "a frame keeps only the last state of a room"
+    );
+}
+
+#[test]
+fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    let database = redb::Database::create(&path).unwrap();
+    super::create_tables(&database).unwrap();
+    let key = |id: u8| super::record_key(&room(), &[id; 16]);
+    let mut dirty = Dirty::default();
+    for write in [
+        Write::Ticket {
+            key: key(1),
+            bytes: Some(b"old".to_vec()),
+        },
+        Write::DeleteRoom { room: room() },
+        Write::Ticket {
+            key: key(2),
+            bytes: Some(b"new".to_vec()),
+        },
+    ] {
+        dirty.absorb(write);
+    }
+    checkpoint::checkpoint(&database, &path, &dirty, 1).unwrap();
+    // A ticket redb already held before the room was deleted goes too.
+    let mut dirty = Dirty::default();
+    dirty.absorb(Write::Ticket {
+        key: key(3),
+        bytes: Some(b"older".to_vec()),
+    });
+    checkpoint::checkpoint(&database, &path, &dirty, 2).unwrap();
+    let mut dirty = Dirty::default();
+    dirty.absorb(Write::DeleteRoom { room: room() });
+    dirty.absorb(Write::Ticket {
+        key: key(4),
+        bytes: Some(b"newest".to_vec()),
+    });
+    checkpoint::checkpoint(&database, &path, &dirty, 3).unwrap();
+
+    use redb::{ReadableDatabase, ReadableTable};
+    let read = database.begin_read().unwrap();
+    let table = read.open_table(super::TICKETS).unwrap();
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = table
+        .iter()
+        .unwrap()
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.value().to_vec(), value.value().to_vec())
+        })
+        .collect();
+    assert_eq!(stored, vec![(key(4), b"newest".to_vec())]);
+    assert_eq!(checkpoint::checkpointed_through(&database).unwrap(), 3);
+}

@@ -1,0 +1,390 @@
+//! The embedded store's write-ahead log: the records each group commit changed, appended to a
+//! segment file and made durable with one `fdatasync`, before redb sees them.
+//!
+//! A segment is a header (`anteroom-wal`, format version) followed by frames. A frame is the
+//! length of its body, the body's xxh3-64 checksum and the body: the records of one group
+//! commit, each a tag, a key and (for writes) a value. A frame is all or nothing: a torn or
+//! damaged frame at the end of the newest segment is what a crash during an append leaves, and
+//! reading stops there; anywhere else it is corruption and the store refuses to open.
+//!
+//! Segments are named `<store file>.wal-<number>` beside the store file and numbered from 1 up;
+//! the checkpointer deletes the ones whose records redb holds durably.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anteroom_core::RoomId;
+
+/// The first bytes of every segment.
+const MAGIC: &[u8; 12] = b"anteroom-wal";
+/// The frame format this version writes and reads.
+const FORMAT_VERSION: u32 = 1;
+/// Magic and version.
+pub(crate) const HEADER_LEN: u64 = 16;
+/// Body length (u32) and checksum (u64), little-endian.
+const FRAME_HEADER_LEN: usize = 12;
+/// No frame the log writes comes near this; a larger length field is damage.
+const MAX_FRAME_BODY: usize = 1 << 30;
+
+const TAG_CONFIG: u8 = 1;
+const TAG_STATE: u8 = 2;
+const TAG_TICKET_PUT: u8 = 3;
+const TAG_TICKET_DELETE: u8 = 4;
+const TAG_SESSION_PUT: u8 = 5;
+const TAG_SESSION_DELETE: u8 = 6;
+const TAG_DELETE_ROOM: u8 = 7;
+
+/// One changed record, as the log and the checkpoints carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// A room's configuration (persisted form).
+    Config { room: RoomId, bytes: Vec<u8> },
+    /// A room's state (persisted form).
+    State { room: RoomId, bytes: Vec<u8> },
+    /// A ticket written (`Some`) or forgotten (`None`), keyed `room id, 0x00, ticket id`.
+    Ticket {
+        key: Vec<u8>,
+        bytes: Option<Vec<u8>>,
+    },
+    /// A session written or forgotten, keyed like tickets.
+    Session {
+        key: Vec<u8>,
+        bytes: Option<Vec<u8>>,
+    },
+    /// A room and every record of it deleted.
+    DeleteRoom { room: RoomId },
+}
+
+/// Why the log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WalError {
+    #[error("cannot read or write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a log segment of this store (bad header)")]
+    NotASegment { path: PathBuf },
+    #[error(
+        "{path} has log format version {version}; this version reads only version {FORMAT_VERSION}"
+    )]
+    Version { path: PathBuf, version: u32 },
+    #[error("{path} is damaged at byte {offset} ({what}); it is not the torn end of the log")]
+    Damaged {
+        path: PathBuf,
+        offset: usize,
+        what: &'static str,
+    },
+    #[error("{path}: the frame at byte {offset} passed its checksum but holds {what}")]
+    Malformed {
+        path: PathBuf,
+        offset: usize,
+        what: String,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> WalError + '_ {
+    move |source| WalError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The path of segment `number` of the store at `store`.
+pub(crate) fn segment_path(store: &Path, number: u64) -> PathBuf {
+    let mut name = store.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".wal-{number:010}"));
+    store.with_file_name(name)
+}
+
+/// The segments beside `store`, by number, oldest first.
+pub(crate) fn list_segments(store: &Path) -> Result<Vec<(u64, PathBuf)>, WalError> {
+    let directory = match store.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent.to_owned(),
+        None => PathBuf::from("."),
+    };
+    let prefix = format!(
+        "{}.wal-",
+        store.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut segments = Vec::new();
+    for entry in std::fs::read_dir(&directory).map_err(io_error(&directory))? {
+        let entry = entry.map_err(io_error(&directory))?;
+        let name = entry.file_name();
+        let Some(number) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(&prefix))
+            .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|digits| digits.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        segments.push((number, entry.path()));
+    }
+    segments.sort_unstable();
+    Ok(segments)
+}
+
+/// Makes the creation or removal of files in `store`'s directory durable.
+pub(crate) fn sync_directory(store: &Path) -> Result<(), WalError> {
+    let directory = match store.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent.to_owned(),
+        None => PathBuf::from("."),
+    };
+    File::open(&directory)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io_error(&directory))
+}
+
+/// The segment being appended to.
+pub(crate) struct Segment {
+    pub(crate) number: u64,
+    path: PathBuf,
+    file: File,
+    /// Bytes in the file, header included.
+    pub(crate) len: u64,
+}
+
+impl Segment {
+    /// Creates segment `number` with its header, durably (file and directory entry).
+    pub(crate) fn create(store: &Path, number: u64) -> Result<Segment, WalError> {
+        let path = segment_path(store, number);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        let mut header = Vec::with_capacity(HEADER_LEN as usize);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        file.write_all(&header)
+            .and_then(|()| file.sync_data())
+            .map_err(io_error(&path))?;
+        sync_directory(store)?;
+        Ok(Segment {
+            number,
+            path,
+            file,
+            len: HEADER_LEN,
+        })
+    }
+
+    /// Appends `frame` (from [`encode_frame`]) and waits until it is on disk.
+    pub(crate) fn append(&mut self, frame: &[u8]) -> Result<(), WalError> {
+        self.file
+            .write_all(frame)
+            .and_then(|()| self.file.sync_data())
+            .map_err(io_error(&self.path))?;
+        self.len += frame.len() as u64;
+        Ok(())
+    }
+}
+
+/// Encodes `writes` as one frame into `out` (cleared first). A room's state is written once
+/// per frame, its last version: a frame is replayed whole or not at all, so the earlier ones
+/// would be overwritten anyway.
+pub(crate) fn encode_frame<'a>(writes: impl Iterator<Item = &'a Write> + Clone, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(FRAME_HEADER_LEN, 0);
+    let mut last_state: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (index, write) in writes.clone().enumerate() {
+        if let Write::State { room, .. } = write {
+            last_state.insert(room.as_str(), index);
+        }
+    }
+    for (index, write) in writes.enumerate() {
+        match write {
+            Write::Config { room, bytes } => put(out, TAG_CONFIG, room.as_str().as_bytes(), bytes),
+            Write::State { room, bytes } => {
+                if last_state.get(room.as_str()) == Some(&index) {
+                    put(out, TAG_STATE, room.as_str().as_bytes(), bytes);
+                }
+            }
+            Write::Ticket {
+                key,
+                bytes: Some(bytes),
+            } => put(out, TAG_TICKET_PUT, key, bytes),
+            Write::Ticket { key, bytes: None } => delete(out, TAG_TICKET_DELETE, key),
+            Write::Session {
+                key,
+                bytes: Some(bytes),
+            } => put(out, TAG_SESSION_PUT, key, bytes),
+            Write::Session { key, bytes: None } => delete(out, TAG_SESSION_DELETE, key),
+            Write::DeleteRoom { room } => {
+                delete(out, TAG_DELETE_ROOM, room.as_str().as_bytes());
+            }
+        }
+    }
+    let body_len = out.len() - FRAME_HEADER_LEN;
+    let checksum = xxhash_rust::xxh3::xxh3_64(&out[FRAME_HEADER_LEN..]);
+    // A frame holds at most one batch of records, far below 4 GiB.
+    let body_len = u32::try_from(body_len).unwrap_or(u32::MAX);
+    out[..4].copy_from_slice(&body_len.to_le_bytes());
+    out[4..FRAME_HEADER_LEN].copy_from_slice(&checksum.to_le_bytes());
+}
+
+fn delete(out: &mut Vec<u8>, tag: u8, key: &[u8]) {
+    out.push(tag);
+    // Keys are a room id (at most 64 bytes) and a 16-byte id.
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key);
+}
+
+fn put(out: &mut Vec<u8>, tag: u8, key: &[u8], value: &[u8]) {
+    delete(out, tag, key);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+}
+
+/// What one segment holds.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentContents {
+    /// Its frames in order, each the records of one group commit.
+    pub(crate) frames: Vec<Vec<Write>>,
+    /// Where a torn or damaged tail starts, if the segment has one (ignored: it was never
+    /// acknowledged).
+    pub(crate) torn_at: Option<usize>,
+}
+
+/// Reads segment `path`. `newest` says whether it is the last one, where a torn tail is
+/// expected after a crash; elsewhere damage is an error.
+pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<SegmentContents, WalError> {
+    let bytes = std::fs::read(path).map_err(io_error(path))?;
+    let header_len = HEADER_LEN as usize;
+    if bytes.len() < header_len || &bytes[..MAGIC.len()] != MAGIC {
+        // The header is written and synced before any frame: a short one is a segment whose
+        // creation a crash interrupted, with nothing in it.
+        if newest && bytes.len() < header_len && MAGIC.starts_with(&bytes[..bytes.len().min(12)]) {
+            return Ok(SegmentContents {
+                frames: Vec::new(),
+                torn_at: Some(0),
+            });
+        }
+        return Err(WalError::NotASegment {
+            path: path.to_owned(),
+        });
+    }
+    let version = u32::from_le_bytes(read_array(&bytes[MAGIC.len()..header_len]));
+    if version != FORMAT_VERSION {
+        return Err(WalError::Version {
+            path: path.to_owned(),
+            version,
+        });
+    }
+    let mut contents = SegmentContents::default();
+    let mut offset = header_len;
+    while offset < bytes.len() {
+        let torn = |what: &'static str| {
+            if newest {
+                Ok(())
+            } else {
+                Err(WalError::Damaged {
+                    path: path.to_owned(),
+                    offset,
+                    what,
+                })
+            }
+        };
+        let rest = &bytes[offset..];
+        if rest.len() < FRAME_HEADER_LEN {
+            torn("a short frame header")?;
+            contents.torn_at = Some(offset);
+            break;
+        }
+        let body_len = u32::from_le_bytes(read_array(&rest[..4])) as usize;
+        let checksum = u64::from_le_bytes(read_array(&rest[4..FRAME_HEADER_LEN]));
+        if body_len > MAX_FRAME_BODY || rest.len() - FRAME_HEADER_LEN < body_len {
+            torn("a frame longer than the file")?;
+            contents.torn_at = Some(offset);
+            break;
+        }
+        let body = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + body_len];
+        if xxhash_rust::xxh3::xxh3_64(body) != checksum {
+            // Frames are synced one at a time, so only the last one can be torn; a bad frame
+            // with frames after it is damage.
+            if rest.len() > FRAME_HEADER_LEN + body_len {
+                return Err(WalError::Damaged {
+                    path: path.to_owned(),
+                    offset,
+                    what: "a checksum mismatch before the last frame",
+                });
+            }
+            torn("a checksum mismatch")?;
+            contents.torn_at = Some(offset);
+            break;
+        }
+        let frame = decode_body(body).map_err(|what| WalError::Malformed {
+            path: path.to_owned(),
+            offset,
+            what,
+        })?;
+        contents.frames.push(frame);
+        offset += FRAME_HEADER_LEN + body_len;
+    }
+    Ok(contents)
+}
+
+fn read_array<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut array = [0; N];
+    array.copy_from_slice(&bytes[..N]);
+    array
+}
+
+fn decode_body(mut body: &[u8]) -> Result<Vec<Write>, String> {
+    let mut writes = Vec::new();
+    while let Some((&tag, rest)) = body.split_first() {
+        body = rest;
+        let key = take(&mut body, 2)?;
+        let value = match tag {
+            TAG_CONFIG | TAG_STATE | TAG_TICKET_PUT | TAG_SESSION_PUT => Some(take(&mut body, 4)?),
+            TAG_TICKET_DELETE | TAG_SESSION_DELETE | TAG_DELETE_ROOM => None,
+            other => return Err(format!("an unknown record tag {other}")),
+        };
+        let room = || {
+            std::str::from_utf8(key)
+                .ok()
+                .and_then(|text| RoomId::new(text).ok())
+                .ok_or_else(|| format!("an invalid room id {key:?}"))
+        };
+        let value = value.map(<[u8]>::to_vec);
+        writes.push(match (tag, value) {
+            (TAG_CONFIG, Some(bytes)) => Write::Config {
+                room: room()?,
+                bytes,
+            },
+            (TAG_STATE, Some(bytes)) => Write::State {
+                room: room()?,
+                bytes,
+            },
+            (TAG_TICKET_PUT | TAG_TICKET_DELETE, bytes) => Write::Ticket {
+                key: key.to_vec(),
+                bytes,
+            },
+            (TAG_SESSION_PUT | TAG_SESSION_DELETE, bytes) => Write::Session {
+                key: key.to_vec(),
+                bytes,
+            },
+            _ => Write::DeleteRoom { room: room()? },
+        });
+    }
+    Ok(writes)
+}
+
+/// Takes a length-prefixed field (`width` bytes of little-endian length) off the front.
+fn take<'a>(body: &mut &'a [u8], width: usize) -> Result<&'a [u8], String> {
+    if body.len() < width {
+        return Err("a truncated record".to_owned());
+    }
+    let mut length = [0u8; 8];
+    length[..width].copy_from_slice(&body[..width]);
+    let length = usize::try_from(u64::from_le_bytes(length)).unwrap_or(usize::MAX);
+    let rest = &body[width..];
+    if rest.len() < length {
+        return Err("a truncated record".to_owned());
+    }
+    let (field, rest) = rest.split_at(length);
+    *body = rest;
+    Ok(field)
+}
