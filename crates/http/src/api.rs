@@ -11,10 +11,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use anteroom_core::config::format_time;
 use anteroom_core::engine::{Entry, JoinRequest, Session, SessionEnd, TicketRef};
 use anteroom_core::eta::next_poll_ms;
 use anteroom_core::room::{Identity, Mode};
-use anteroom_core::{RoomId, SessionId, TicketId, Timestamp};
+use anteroom_core::{RoomId, SessionId, TicketId};
 use anteroom_token::{PassClaims, TicketClaims};
 
 use crate::AppState;
@@ -454,7 +455,7 @@ pub(crate) fn entry_answer(
                 // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
                 eta_seconds: ahead.and(view.eta_seconds).filter(|_| state != "paused"),
                 next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
-                opens_at: view.opens_at.map(rfc3339),
+                opens_at: view.opens_at.map(format_time),
                 pass: None,
                 pass_expires_at: None,
                 redirect: None,
@@ -476,7 +477,7 @@ pub(crate) fn entry_answer(
                 next_poll_ms: next_poll_ms(0, &mut rng),
                 opens_at: None,
                 pass: Some(pass.clone()),
-                pass_expires_at: Some(rfc3339(session.expires_at)),
+                pass_expires_at: Some(format_time(session.expires_at)),
                 redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
             };
             let max_age = session
@@ -590,18 +591,6 @@ pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: E
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     set_entry_cookies(app, room, &answer, headers);
     response
-}
-
-pub(crate) fn rfc3339(at: Timestamp) -> String {
-    let nanos = i128::from(at.as_millis()) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|moment| {
-            moment
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 /// Turns a verified ticket token into the store's reference.

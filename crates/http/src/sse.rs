@@ -620,7 +620,7 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
             "waiting": view.snapshot.waiting,
             "eta_seconds": null,
             "next_poll_ms": next_poll_ms(0, &mut rand::thread_rng()),
-            "opens_at": api::rfc3339(opens_at),
+            "opens_at": anteroom_core::config::format_time(opens_at),
         });
     }
     let paused = mode == Mode::QueueAll;

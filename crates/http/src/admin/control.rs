@@ -21,8 +21,9 @@ use anteroom_token::{KeySet, SigningAlgorithm};
 
 use super::auth::WriteAccess;
 use super::events::AdminEvent;
-use super::{AdminState, parse_room, rfc3339, sign_pass};
+use super::{AdminState, parse_room, sign_pass};
 use crate::error::ApiError;
+use anteroom_core::config::format_time;
 
 /// The most tickets one advance admits.
 const MAX_ADVANCE: u64 = 1_000_000_000;
@@ -389,7 +390,7 @@ pub(crate) async fn issue_pass(
         room: id.to_string(),
         session: session.id.to_string(),
         pass,
-        expires_at: rfc3339(session.expires_at),
+        expires_at: format_time(session.expires_at),
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

@@ -29,9 +29,10 @@ use utoipa::ToSchema;
 use anteroom_core::engine::{RoomSnapshot, RoomTotals};
 use anteroom_core::{RoomId, Timestamp};
 
+use super::AdminState;
 use super::auth::ReadAccess;
 use super::history::Sample;
-use super::{AdminState, rfc3339};
+use anteroom_core::config::format_time;
 
 /// How often the sampler reads every room.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -63,7 +64,7 @@ impl AdminEvent {
         AdminEvent {
             kind: kind.to_owned(),
             room: room.map(ToString::to_string),
-            at: rfc3339(at),
+            at: format_time(at),
             data,
         }
     }

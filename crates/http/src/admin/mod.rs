@@ -276,16 +276,3 @@ fn sign_pass(app: &AppState, room: &RoomId, session: &Session) -> Result<String,
         )
     })
 }
-
-/// RFC 3339 text of a timestamp (UTC, milliseconds when there are some).
-pub(crate) fn rfc3339(at: Timestamp) -> String {
-    let nanos = i128::from(at.as_millis()) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|moment| {
-            moment
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
-}

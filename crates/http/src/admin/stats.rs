@@ -18,8 +18,9 @@ use anteroom_store::{SessionFilter as StoreFilter, SessionQuery};
 
 use super::auth::ReadAccess;
 use super::history::HISTORY_SECONDS;
-use super::{AdminState, parse_room, rfc3339};
+use super::{AdminState, parse_room};
 use crate::error::ApiError;
+use anteroom_core::config::format_time;
 
 /// Sessions a page holds unless `limit` says otherwise.
 pub(crate) const DEFAULT_PAGE: usize = 100;
@@ -95,8 +96,8 @@ pub(crate) struct DrawBody {
 impl From<Draw> for DrawBody {
     fn from(draw: Draw) -> DrawBody {
         DrawBody {
-            opens_at: rfc3339(draw.opens_at),
-            drawn_at: rfc3339(draw.drawn_at),
+            opens_at: format_time(draw.opens_at),
+            drawn_at: format_time(draw.drawn_at),
             seed: seed_to_hex(&draw.seed),
             cohort: draw.cohort,
             through_position: draw.through_position,
@@ -297,7 +298,7 @@ impl SessionItem {
     fn new(session: &Session) -> SessionItem {
         let (state, ended_at) = match session.state {
             SessionState::Active => ("active", None),
-            SessionState::Ended { reason, at } => (reason.as_str(), Some(rfc3339(at))),
+            SessionState::Ended { reason, at } => (reason.as_str(), Some(format_time(at))),
         };
         SessionItem {
             id: session.id.to_string(),
@@ -305,9 +306,9 @@ impl SessionItem {
             position: session.position,
             generation: session.generation,
             uid: session.uid.clone(),
-            issued_at: rfc3339(session.issued_at),
-            renewed_at: rfc3339(session.renewed_at),
-            expires_at: rfc3339(session.expires_at),
+            issued_at: format_time(session.issued_at),
+            renewed_at: format_time(session.renewed_at),
+            expires_at: format_time(session.expires_at),
             ended_at,
         }
     }
