@@ -23,26 +23,7 @@ if not ticket then
   return { 'ok', '0' }
 end
 
-local freed = false
-local ended_session = nil
-local removed = false
-if ticket.state == 'w' or ticket.state == 'a' then
-  freed = ticket.state == 'a'
-  end_ticket(ticket, 'left')
-  room.left = room.left + 1
-  removed = true
-elseif ticket.state == 'c' then
-  local session = get_session(ticket.x)
-  if session and session.state == 'a' then
-    finish_session(session, 'abandoned')
-    ended_session = session.id
-    freed = true
-    removed = true
-  end
-end
-if freed then
-  tick(tonumber(ARGV[6]))
-end
+local removed, ended_session = leave_ticket(ticket, tonumber(ARGV[6]))
 if room.changed then
   save_room()
   notify('leave', ended_session)

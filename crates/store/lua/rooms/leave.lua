@@ -20,24 +20,7 @@ if ticket.generation ~= tonumber(ARGV[5]) then
   return { 'error', 'ticket_expired' }
 end
 
-local freed = false
-local ended_session = nil
-if ticket.state == 'w' or ticket.state == 'a' then
-  freed = ticket.state == 'a'
-  end_ticket(ticket, 'left')
-  room.left = room.left + 1
-elseif ticket.state == 'c' then
-  -- Leaving with a pass gives the slot up at once and revokes the pass.
-  local session = get_session(ticket.x)
-  if session and session.state == 'a' then
-    finish_session(session, 'abandoned')
-    ended_session = session.id
-    freed = true
-  end
-end
-if freed then
-  tick(tonumber(ARGV[6]))
-end
+local _, ended_session = leave_ticket(ticket, tonumber(ARGV[6]))
 save_room()
 notify('leave', ended_session)
 return { 'ok' }

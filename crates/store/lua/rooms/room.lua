@@ -1010,6 +1010,34 @@ local function tick(seed)
   return report
 end
 
+-- A ticket leaves (RoomState::leave): a waiting or admitted one leaves the line, one holding a
+-- pass abandons its session; a freed slot is refilled by a tick with `seed` in the same call.
+-- Returns whether the ticket was taken out, and the session it ended (nil when none).
+local function leave_ticket(ticket, seed)
+  local freed = false
+  local removed = false
+  local ended_session = nil
+  if ticket.state == 'w' or ticket.state == 'a' then
+    freed = ticket.state == 'a'
+    end_ticket(ticket, 'left')
+    room.left = room.left + 1
+    removed = true
+  elseif ticket.state == 'c' then
+    -- Leaving with a pass gives the slot up at once and revokes the pass.
+    local session = get_session(ticket.x)
+    if session and session.state == 'a' then
+      finish_session(session, 'abandoned')
+      ended_session = session.id
+      freed = true
+      removed = true
+    end
+  end
+  if freed then
+    tick(seed)
+  end
+  return removed, ended_session
+end
+
 -- Answers ------------------------------------------------------------------------------------
 
 local function waiting_reply(ticket)
