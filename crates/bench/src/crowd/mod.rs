@@ -79,10 +79,7 @@ const WORKER_GRACE: Duration = Duration::from_secs(60);
 pub(crate) fn run(args: CrowdArgs) -> anyhow::Result<ExitCode> {
     let scenario = Scenario::load(&args.scenario)?;
     let targets = loopback_targets(&args.targets)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    let runtime = one_worker_runtime()?;
     runtime.block_on(coordinate(args, scenario, targets))
 }
 
@@ -245,14 +242,20 @@ fn loopback_targets(targets: &[String]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
+/// The runtime of the coordinator and of each worker process: one worker thread, so the
+/// processes, not threads, spread the crowd over the cores.
+fn one_worker_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+}
+
 /// One worker process: its share of the visitors, records to stdout.
 pub(crate) fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let scenario = Scenario::load(&args.scenario)?;
     let targets = loopback_targets(&args.targets)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    let runtime = one_worker_runtime()?;
     let output = runtime.block_on(work(args, scenario, targets))?;
     let mut stdout = std::io::stdout().lock();
     serde_json::to_writer(&mut stdout, &output)?;
