@@ -116,8 +116,9 @@ impl RoomCache {
     }
 
     /// Takes a full listing of the store's rooms (read by the ticker): every listed room is
-    /// fresh, rooms no longer listed are forgotten.
-    pub(crate) fn replace_all(&self, configs: &[RoomConfig], epoch: u64) {
+    /// fresh, rooms no longer listed are forgotten. `epoch` and `version` (the store's
+    /// configuration version) are read before listing.
+    pub(crate) fn replace_all(&self, configs: &[RoomConfig], epoch: u64, version: Option<u64>) {
         let fresh = self.fresh_until(epoch);
         let mut entries = self.entries.write();
         let listed: std::collections::HashSet<&RoomId> =
@@ -139,8 +140,7 @@ impl RoomCache {
                     config: config.clone(),
                     primed: false,
                     fresh_until: fresh,
-                    // The listing carries no version: the next read takes one.
-                    version: None,
+                    version,
                 },
             );
         }
@@ -201,5 +201,55 @@ impl RoomCache {
                 notices.unfollow(room);
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use anteroom_core::{ManualClock, Timestamp};
+    use anteroom_store::MemoryStore;
+
+    use super::*;
+
+    fn room(max_active: u64) -> RoomConfig {
+        let mut config = RoomConfig::with_defaults(RoomId::new("sale").unwrap());
+        config.max_active = max_active;
+        config
+    }
+
+    #[tokio::test]
+    async fn a_local_store_s_change_is_read_at_once() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new(Timestamp(1_000))));
+        let cache = RoomCache::new(None);
+        let id = RoomId::new("sale").unwrap();
+        store.put_room(room(1)).await.unwrap();
+        assert_eq!(cache.get(&store, &id).await.unwrap().max_active, 1);
+        assert_eq!(cache.get(&store, &id).await.unwrap().max_active, 1);
+
+        store.put_room(room(2)).await.unwrap();
+        assert_eq!(cache.get(&store, &id).await.unwrap().max_active, 2);
+
+        store.delete_room(&id).await.unwrap();
+        assert!(matches!(
+            cache.get(&store, &id).await,
+            Err(StoreError::RoomNotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_listing_older_than_a_change_is_not_served() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new(Timestamp(1_000))));
+        let cache = RoomCache::new(None);
+        let id = RoomId::new("sale").unwrap();
+        store.put_room(room(1)).await.unwrap();
+        // The ticker read the version and listed the rooms; a change lands before it keeps them.
+        let (epoch, version) = (cache.epoch(), store.config_version());
+        let listing = store.rooms().await.unwrap();
+        store.put_room(room(2)).await.unwrap();
+        cache.replace_all(&listing, epoch, version);
+        assert_eq!(cache.get(&store, &id).await.unwrap().max_active, 2);
     }
 }

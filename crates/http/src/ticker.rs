@@ -64,6 +64,7 @@ async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
     let store = app.store();
     let failures = app.store_failures();
     let epoch = app.room_cache().epoch();
+    let version = store.config_version();
     let rooms = match store.rooms().await {
         Ok(rooms) => rooms,
         Err(error) => {
@@ -72,7 +73,7 @@ async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
         }
     };
     failures.succeeded(None);
-    app.room_cache().replace_all(&rooms, epoch);
+    app.room_cache().replace_all(&rooms, epoch, version);
     for room in &rooms {
         let ticked = store.tick(&room.id).await;
         if ticked.is_ok() {
