@@ -429,7 +429,9 @@ async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
              [[room.schedule]]\nprequeue_at = \"{}\"\nopens_at = \"{}\"\n\
              closes_at = \"{}\"\nshuffle = true\n",
             at(0),
-            at(8),
+            // Room for a slow start of the server and the page under a loaded test run (8 s
+            // were once used up before the second look at the countdown).
+            at(15),
             at(3600)
         );
         let (site, server) = start_server(&rooms).await;
@@ -443,7 +445,7 @@ async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
             "no place before the draw"
         );
         let first = browser.text("#eta").await;
-        assert!(first.starts_with("opens in 0:0"), "a countdown: {first:?}");
+        assert!(first.starts_with("opens in 0:"), "a countdown: {first:?}");
         assert!(
             !browser.text("#prequeue").await.is_empty(),
             "the pre-queue notice"
@@ -452,7 +454,7 @@ async fn a_prequeue_counts_down_and_the_opening_lets_the_visitor_in() {
         tokio::time::sleep(Duration::from_millis(2100)).await;
         let later = browser.text("#eta").await;
         assert!(
-            later.starts_with("opens in 0:0") && later < first,
+            later.starts_with("opens in 0:") && later < first,
             "the countdown runs: {first:?} then {later:?}"
         );
         let landed = browser.wait_for_path(RETURN_PATH).await;
