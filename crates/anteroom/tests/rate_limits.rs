@@ -39,7 +39,7 @@ id = "launch"
 name = "join-per-ip"
 match = {{ paths = ["/_anteroom/v1/rooms/*/join"], methods = ["POST"] }}
 key = ["ip"]
-algorithm = "fixed_window"
+algorithm = "sliding_log"
 limit = {limit}
 period = "1m"
 "#,
@@ -201,7 +201,7 @@ service_keys = ["{service}"]
 name = "node-per-ip"
 match = {{ paths = ["/limited/**", "/local/**"] }}
 key = ["ip"]
-algorithm = "fixed_window"
+algorithm = "sliding_log"
 limit = 3
 period = "1m"
 

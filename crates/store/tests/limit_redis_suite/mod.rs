@@ -195,6 +195,7 @@ pub fn tasks_hammering_one_key_never_pass_more_than_the_limit<T: Target>(target:
             Arc::new(RedisLimitStore::connect(target.config()).unwrap()),
         ];
         for algorithm in Algorithm::ALL {
+            wait_out_a_window_boundary(target, Duration::from_secs(3600)).await;
             let limit = LimitParams {
                 burst: if algorithm == Algorithm::LeakyBucket {
                     29
@@ -410,4 +411,18 @@ pub fn refunds_decide_alike_in_redis_and_locally<T: Target>(target: &T) {
             Ok(())
         })
         .unwrap();
+}
+
+/// Sleeps past the next multiple of `period` on Redis's clock when it is under a minute away.
+/// Windows are aligned to multiples of the period, so a test that expects them not to roll in
+/// its few seconds would otherwise fail when run across the top of an hour.
+pub async fn wait_out_a_window_boundary<T: Target>(target: &T, period: Duration) {
+    let (seconds, micros): (u64, u64) = target.query(&redis::cmd("TIME"));
+    let now = Duration::from_secs(seconds) + Duration::from_micros(micros);
+    let into_window =
+        Duration::from_nanos(u64::try_from(now.as_nanos() % period.as_nanos()).unwrap());
+    let to_boundary = period - into_window;
+    if to_boundary < Duration::from_secs(60) {
+        tokio::time::sleep(to_boundary + Duration::from_secs(1)).await;
+    }
 }
