@@ -16,6 +16,7 @@ mod challenge;
 mod cookies;
 mod error;
 mod gateway;
+mod h1_conn;
 mod key_reload;
 mod metrics;
 mod notices;
@@ -498,9 +499,10 @@ pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration:
 /// finish (for up to ten seconds) and ends open event streams.
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
-/// every request carries the peer's `ConnectInfo<SocketAddr>`. A connection whose first request
-/// opens an event stream is served by [`stream_conn`] instead of hyper, with far less memory
-/// for as long as the stream stays open.
+/// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
+/// [`h1_conn`]'s keep-alive loop (hyper takes over a connection for upgrades, streamed request
+/// bodies and HTTP/2); a connection whose first request opens an event stream is served by
+/// [`stream_conn`], with far less memory for as long as the stream stays open.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
@@ -554,8 +556,8 @@ pub async fn serve(
     Ok(())
 }
 
-/// One accepted connection: an event stream opening it goes to [`stream_conn`], anything else
-/// to hyper (in a task of its own, so that a stream's task is only as large as it needs).
+/// One accepted connection: an event stream opening it goes to [`stream_conn`], other HTTP/1
+/// requests to [`h1_conn`], HTTP/2 (and anything [`h1_conn`] hands over) to hyper.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
@@ -564,40 +566,29 @@ async fn serve_connection(
     watcher: hyper_util::server::graceful::Watcher,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    use hyper_util::rt::TokioIo;
-    use tower::Service as _;
-
     let mut start = [0u8; stream_conn::PEEK_BYTES];
     let peeked = tokio::select! {
         peeked = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut start)) => peeked,
         _ = stop.wait_for(|stop| *stop) => return,
     };
+    let hand_over = h1_conn::HandOver { builder, watcher };
     match peeked {
         // Closed, broken, or silent for as long as a request head may take.
-        Ok(Ok(0) | Err(_)) | Err(_) => return,
+        Ok(Ok(0) | Err(_)) | Err(_) => {}
         Ok(Ok(read)) if stream_conn::is_event_stream_request(&start[..read]) => {
-            drop(watcher);
+            drop(hand_over);
             stream_conn::serve(stream, peer, router, stop).await;
-            return;
         }
-        Ok(Ok(_)) => {}
+        Ok(Ok(read)) if is_http2_preface(&start[..read]) => {
+            drop(stop);
+            h1_conn::serve_with_hyper(stream, peer, router, hand_over);
+        }
+        Ok(Ok(_)) => h1_conn::serve(stream, peer, router, hand_over, stop).await,
     }
-    drop(stop);
-    let service = hyper::service::service_fn(
-        move |mut request: axum::http::Request<hyper::body::Incoming>| {
-            request
-                .extensions_mut()
-                .insert(axum::extract::ConnectInfo(peer));
-            router.clone().call(request)
-        },
-    );
-    let connection = builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-        .into_owned();
-    let connection = watcher.watch(connection);
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%peer, error = %error, "connection ended with an error");
-        }
-    });
+}
+
+/// Whether a connection's first bytes are (the start of) HTTP/2's connection preface.
+fn is_http2_preface(start: &[u8]) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    !start.is_empty() && PREFACE.starts_with(&start[..start.len().min(PREFACE.len())])
 }

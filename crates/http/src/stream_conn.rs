@@ -12,18 +12,17 @@
 //! that write, watches the socket for the client leaving, and closes the connection when the
 //! answer ends (`Connection: close`), or ends the stream cleanly when the server shuts down.
 //!
-//! Everything else goes to hyper as before: other requests, HTTP/2, a first segment too short
-//! to tell, and a stream asked for on a connection that already served a request.
+//! Everything else goes to `h1_conn` (or hyper): other requests, HTTP/2, a first segment too
+//! short to tell, and a stream asked for on a connection that already served a request.
 
 use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use axum::http::{
-    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
-};
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::{Request, Response, StatusCode, Version};
+use bytes::BytesMut;
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -32,6 +31,11 @@ use tokio::sync::watch;
 use tower::Service as _;
 
 use crate::HEADER_READ_TIMEOUT;
+use crate::h1_conn::{AnswerFraming, BadHead, push_chunk, take_head, write_head};
+
+/// How much the head buffer grows by at a time: small, as the stream keeps its connection for
+/// long.
+const READ_STEP: usize = 1024;
 
 /// How a request line opening an event stream starts, and what follows the room.
 const PREFIX: &[u8] = b"GET /_anteroom/v1/rooms/";
@@ -40,16 +44,6 @@ const SUFFIX: &[u8] = b"/events";
 /// Bytes the accept loop peeks at: a whole event stream request target up to its query (room
 /// ids are at most 64 bytes).
 pub(crate) const PEEK_BYTES: usize = 128;
-
-/// The largest request head read. An event stream request carries a ticket and cookies; a
-/// larger head is answered 431.
-const MAX_HEAD_BYTES: usize = 16 * 1024;
-
-/// The most header fields a request head may have (hyper's default is 100; browsers send 15).
-const MAX_HEADERS: usize = 64;
-
-/// How much the head buffer grows by at a time.
-const READ_STEP: usize = 1024;
 
 /// Whether a connection's first bytes open an event stream request: `GET`, the events path of
 /// one room, then the end of the path (a space or a query).
@@ -70,32 +64,6 @@ pub(crate) fn is_event_stream_request(start: &[u8]) -> bool {
         return false;
     };
     matches!(after.first(), Some(b' ' | b'?'))
-}
-
-/// Why a request head was not served.
-#[derive(Debug, PartialEq, Eq)]
-enum BadHead {
-    /// The client closed the connection (or it broke) before the head was complete.
-    Closed,
-    /// Not an HTTP/1.x request head: 400, as hyper answers.
-    Malformed,
-    /// More than [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`]: 431, as hyper answers.
-    TooLarge,
-}
-
-impl BadHead {
-    /// The answer sent before closing, if any.
-    fn answer(&self) -> Option<&'static [u8]> {
-        match self {
-            BadHead::Closed => None,
-            BadHead::Malformed => {
-                Some(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            }
-            BadHead::TooLarge => Some(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            ),
-        }
-    }
 }
 
 /// Serves one event stream request on `stream` (whose first bytes passed
@@ -136,62 +104,22 @@ pub(crate) async fn serve(
     let _ = stream.shutdown().await;
 }
 
-/// Reads and parses the request head, growing the buffer [`READ_STEP`] at a time.
+/// Reads and parses the request head. Bytes after the head (a body, a pipelined request) are
+/// never served: the connection closes after the answer.
 async fn read_head(stream: &mut TcpStream) -> Result<Request<Body>, BadHead> {
-    let mut buffer = Vec::with_capacity(READ_STEP);
+    let mut buffer = BytesMut::with_capacity(READ_STEP);
     loop {
         if buffer.len() == buffer.capacity() {
-            if buffer.len() >= MAX_HEAD_BYTES {
-                return Err(BadHead::TooLarge);
-            }
             buffer.reserve(READ_STEP);
         }
         match stream.read_buf(&mut buffer).await {
             Ok(0) | Err(_) => return Err(BadHead::Closed),
             Ok(_) => {}
         }
-        if let Some(request) = parse_head(&buffer)? {
-            return Ok(request);
+        if let Some(head) = take_head(&mut buffer)? {
+            return Ok(head.request);
         }
     }
-}
-
-/// The request of a complete head; `None` while the head is incomplete. Bytes after the head
-/// (a body, a pipelined request) are never read: the connection closes after the answer.
-fn parse_head(bytes: &[u8]) -> Result<Option<Request<Body>>, BadHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut head = httparse::Request::new(&mut fields);
-    match head.parse(bytes) {
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Ok(httparse::Status::Complete(_)) => {}
-        Err(httparse::Error::TooManyHeaders) => return Err(BadHead::TooLarge),
-        Err(_) => return Err(BadHead::Malformed),
-    }
-    let version = match head.version {
-        Some(0) => Version::HTTP_10,
-        Some(1) => Version::HTTP_11,
-        _ => return Err(BadHead::Malformed),
-    };
-    let method = head
-        .method
-        .and_then(|method| Method::from_bytes(method.as_bytes()).ok())
-        .ok_or(BadHead::Malformed)?;
-    let uri = head
-        .path
-        .and_then(|path| Uri::try_from(path).ok())
-        .ok_or(BadHead::Malformed)?;
-    let mut headers = HeaderMap::with_capacity(head.headers.len());
-    for field in head.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadHead::Malformed)?;
-        let value = HeaderValue::from_bytes(field.value).map_err(|_| BadHead::Malformed)?;
-        headers.append(name, value);
-    }
-    let mut request = Request::new(Body::empty());
-    *request.method_mut() = method;
-    *request.uri_mut() = uri;
-    *request.version_mut() = version;
-    *request.headers_mut() = headers;
-    Ok(Some(request))
 }
 
 /// Writes the answer: its head, then its body (chunked for HTTP/1.1 when its length is not
@@ -212,15 +140,19 @@ async fn write_response(
         .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
         .or_else(|| body.size_hint().exact());
     let chunked = !bodiless && length.is_none() && version == Version::HTTP_11;
-    stream
-        .write_all(&response_head(
-            parts.status,
-            &parts.headers,
-            length,
+    let mut head = Vec::with_capacity(256);
+    write_head(
+        &mut head,
+        parts.status,
+        &parts.headers,
+        AnswerFraming {
+            length: if bodiless { None } else { length },
             chunked,
-            bodiless,
-        ))
-        .await?;
+        },
+        false,
+        version,
+    );
+    stream.write_all(&head).await?;
     if bodiless {
         return Ok(());
     }
@@ -250,57 +182,15 @@ async fn write_response(
                     continue;
                 }
                 if chunked {
-                    stream.write_all(&chunk(&data)).await?;
+                    let mut framed = Vec::with_capacity(data.len() + 16);
+                    push_chunk(&mut framed, &data);
+                    stream.write_all(&framed).await?;
                 } else {
                     stream.write_all(&data).await?;
                 }
             }
         }
     }
-}
-
-/// The status line and header fields of an answer; the framing fields are this module's.
-fn response_head(
-    status: StatusCode,
-    headers: &HeaderMap,
-    length: Option<u64>,
-    chunked: bool,
-    bodiless: bool,
-) -> Vec<u8> {
-    let mut head = Vec::with_capacity(256);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(status.as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    head.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        if name == CONNECTION || name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
-            continue;
-        }
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    if !bodiless {
-        if let Some(length) = length {
-            head.extend_from_slice(format!("content-length: {length}\r\n").as_bytes());
-        } else if chunked {
-            head.extend_from_slice(b"transfer-encoding: chunked\r\n");
-        }
-    }
-    head.extend_from_slice(b"connection: close\r\n\r\n");
-    head
-}
-
-/// One chunk of a chunked body.
-fn chunk(data: &[u8]) -> Vec<u8> {
-    let size = format!("{:x}\r\n", data.len());
-    let mut chunk = Vec::with_capacity(size.len() + data.len() + 2);
-    chunk.extend_from_slice(size.as_bytes());
-    chunk.extend_from_slice(data);
-    chunk.extend_from_slice(b"\r\n");
-    chunk
 }
 
 /// Resolves when the client closed its side of the connection or the connection broke. Bytes
@@ -351,35 +241,5 @@ mod tests {
         for start in no {
             assert!(!is_event_stream_request(start), "{start:?}");
         }
-    }
-
-    #[test]
-    fn a_head_is_parsed_once_complete() {
-        let head = b"GET /_anteroom/v1/rooms/shop/events?ticket=t HTTP/1.1\r\nHost: x\r\nCookie: a=b\r\n\r\n";
-        assert_eq!(
-            parse_head(&head[..head.len() - 2]).unwrap().map(|_| ()),
-            None
-        );
-        let request = parse_head(head).unwrap().unwrap();
-        assert_eq!(request.method(), Method::GET);
-        assert_eq!(request.uri(), "/_anteroom/v1/rooms/shop/events?ticket=t");
-        assert_eq!(request.version(), Version::HTTP_11);
-        assert_eq!(request.headers()["cookie"], "a=b");
-        assert_eq!(
-            parse_head(b"GET /x HTTP/1.1\r\nbad header\r\n\r\n").unwrap_err(),
-            BadHead::Malformed
-        );
-        let many: String = (0..=MAX_HEADERS).map(|n| format!("h{n}: v\r\n")).collect();
-        let too_many = format!("GET /x HTTP/1.1\r\n{many}\r\n");
-        assert_eq!(
-            parse_head(too_many.as_bytes()).unwrap_err(),
-            BadHead::TooLarge
-        );
-    }
-
-    #[test]
-    fn chunks_carry_their_size_in_hex() {
-        assert_eq!(chunk(b"data: x\n\n"), b"9\r\ndata: x\n\n\r\n");
-        assert_eq!(chunk(&[b'a'; 26])[..4], *b"1a\r\n");
     }
 }
