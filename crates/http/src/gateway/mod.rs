@@ -26,6 +26,7 @@ mod protect;
 mod proxy;
 mod rooms;
 mod routes;
+mod upstream_conn;
 mod upstream_stats;
 mod verify;
 mod websocket;

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,7 +19,8 @@ use axum::extract::ConnectInfo;
 use axum::http::uri::{Authority, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::{BodyExt as _, Collected};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -34,6 +36,7 @@ use crate::error::ApiError;
 
 use super::Gateway;
 use super::protect::RequestPasses;
+use super::upstream_conn::{UpstreamError, UpstreamPool, UpstreamTarget};
 use super::websocket;
 
 /// The response header through which the origin ends the visitor's session.
@@ -45,10 +48,15 @@ pub(crate) struct Upstream {
     pub(crate) authority: Authority,
 }
 
-/// A pool of keep-alive connections to the upstream. Each router the gateway builds has its
-/// own: under thread-per-core serving a pooled connection is then driven by the thread whose
-/// requests use it.
-pub(crate) type UpstreamClient = Client<HttpConnector, GuardedBody<Body>>;
+/// The pools of keep-alive connections to the upstream: our own HTTP/1.1 client for requests
+/// whose body is in memory, hyper's for streamed bodies and h2c. Each router the gateway
+/// builds has its own: under thread-per-core serving a pooled connection is then driven by the
+/// thread whose requests use it.
+#[derive(Clone)]
+pub(crate) struct UpstreamClient {
+    hyper: Client<HttpConnector, GuardedBody<Body>>,
+    own: Arc<UpstreamPool>,
+}
 
 impl Upstream {
     /// The upstream of `config`. The URL was validated with the config (`http://host:port`);
@@ -62,19 +70,27 @@ impl Upstream {
         Some(Upstream { config, authority })
     }
 
-    /// A new, empty connection pool to the upstream.
+    /// New, empty connection pools to the upstream.
     pub(crate) fn client(&self) -> UpstreamClient {
         let config = &self.config;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_keepalive(Some(Duration::from_secs(60)));
-        Client::builder(TokioExecutor::new())
+        let hyper = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .http2_only(config.http2)
-            .build(connector)
+            .build(connector);
+        let own = UpstreamPool::new(UpstreamTarget {
+            address: self.authority.as_str().to_owned(),
+            connect_timeout: config.connect_timeout,
+            idle_timeout: config.idle_timeout,
+            pool_idle_timeout: config.pool_idle_timeout,
+            max_response_body: config.max_response_body,
+        });
+        UpstreamClient { hyper, own }
     }
 }
 
@@ -132,6 +148,35 @@ async fn forward(
         .uri
         .path_and_query()
         .map_or("/", |path_and_query| path_and_query.as_str());
+    // A body already in memory (none, or a small one the connection loop read whole) goes
+    // through our own client; a streamed one through hyper's.
+    let in_memory = !config.http2
+        && body
+            .size_hint()
+            .exact()
+            .is_some_and(|length| length <= MAX_IN_MEMORY_BODY);
+    if in_memory {
+        let Ok(bytes) = body.collect().await.map(Collected::to_bytes) else {
+            return ApiError::bad_request("invalid_body", "the request body could not be read")
+                .into_response();
+        };
+        if let Some(limit) = config.max_request_body
+            && bytes.len() as u64 > limit
+        {
+            return body_too_large(limit);
+        }
+        let answer = tokio::time::timeout(
+            config.header_timeout,
+            client.own.send(&parts.method, path, &headers, bytes),
+        )
+        .await;
+        let response = match answer {
+            Err(_) => return upstream_timeout(config.header_timeout),
+            Ok(Err(error)) => return own_client_failure(&error, config),
+            Ok(Ok(response)) => response,
+        };
+        return finish(gateway, passes, response).await;
+    }
     let uri = Uri::builder()
         .scheme(Scheme::HTTP)
         .authority(upstream.authority.clone())
@@ -155,22 +200,48 @@ async fn forward(
         Version::HTTP_11
     };
 
-    let answer = tokio::time::timeout(config.header_timeout, client.request(outgoing)).await;
+    let answer =
+        tokio::time::timeout(config.header_timeout, client.hyper.request(outgoing)).await;
     let response = match answer {
         Err(_) => return upstream_timeout(config.header_timeout),
         Ok(Err(error)) => return upstream_failure(&error, config),
         Ok(Ok(response)) => response,
     };
-    let (mut parts, body) = response.into_parts();
-    remove_hop_by_hop(&mut parts.headers);
-    let release = parts.headers.remove(&ANTEROOM_RELEASE);
-    parts.version = Version::HTTP_11;
+    let (parts, body) = response.into_parts();
     let body = GuardedBody::new(body, config.max_response_body, config.idle_timeout);
-    let mut response = Response::from_parts(parts, Body::new(body));
-    if let Some(value) = release {
+    finish(gateway, passes, Response::from_parts(parts, Body::new(body))).await
+}
+
+/// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and
+/// `Anteroom-Release` acted on and stripped.
+async fn finish(
+    gateway: &Gateway,
+    passes: Option<RequestPasses>,
+    mut response: Response,
+) -> Response {
+    remove_hop_by_hop(response.headers_mut());
+    *response.version_mut() = Version::HTTP_11;
+    if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
         end_session(gateway, passes, &value, &mut response).await;
     }
     response
+}
+
+/// The largest request body sent through our own client (the connection loop reads bodies up
+/// to this size whole).
+const MAX_IN_MEMORY_BODY: u64 = 64 * 1024;
+
+/// 504 when connecting timed out, 502 for anything else.
+fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Response {
+    tracing::debug!(%error, "upstream failed");
+    let (code, detail) = match error {
+        UpstreamError::ConnectTimeout => return upstream_timeout(config.connect_timeout),
+        UpstreamError::Connect(_) => ("upstream_unreachable", "the site cannot be reached"),
+        UpstreamError::Io(_) | UpstreamError::Malformed => {
+            ("upstream_failed", "the site's answer could not be read")
+        }
+    };
+    ApiError::new(StatusCode::BAD_GATEWAY, code, detail).into_response()
 }
 
 /// `Anteroom-Release: 1` ends the session of the route's last room (the innermost tier);
