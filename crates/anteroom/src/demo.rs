@@ -108,7 +108,7 @@ ticket_idle_ttl = "2m"
     serve::run_until_shutdown(
         runtime,
         listeners,
-        move || router.clone(),
+        move || router.clone().into(),
         None,
         crate::shutdown_signal(),
     )

@@ -267,7 +267,7 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     run_until_shutdown(
         runtime,
         listeners,
-        move || anteroom_http::gateway_router(state.clone(), &site),
+        move || anteroom_http::gateway_app(state.clone(), &site),
         Some(gateway),
         crate::shutdown_signal(),
     )
@@ -311,7 +311,7 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
 pub(crate) async fn run_until_shutdown(
     runtime: Runtime,
     listeners: anteroom_http::PublicListeners,
-    router: impl Fn() -> axum::Router + Send + Sync + 'static,
+    router: impl Fn() -> anteroom_http::PublicApp + Send + Sync + 'static,
     gateway: Option<anteroom_http::Gateway>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {

@@ -6,7 +6,8 @@
 //! the room's own work (docs/benchmarks.md). This loop reads each request head into one
 //! buffer reused for the connection's life, parses it with `httparse`, builds the request
 //! without copying the head's bytes (header values and the target are slices of it), hands it
-//! to the router, and writes the answer's head and a small body in one write.
+//! to the router (or, in front of a site, straight to the gateway's lane for paths the router
+//! would send there), and writes the answer's head and a small body in one write.
 //!
 //! What it does not serve it hands to hyper together with the bytes it already read, and hyper
 //! serves the rest of the connection: upgrades (WebSocket), `CONNECT`, `Expect`, request
@@ -23,9 +24,7 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::header::{
-    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRANSFER_ENCODING, UPGRADE,
-};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use axum::http::{
     HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
 };
@@ -40,7 +39,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
-use crate::HEADER_READ_TIMEOUT;
+use crate::gateway::SiteLane;
+use crate::{HEADER_READ_TIMEOUT, PublicApp};
 
 /// The largest request head read. Larger heads are answered 431.
 pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -152,8 +152,8 @@ pub(crate) fn take_head(buffer: &mut BytesMut) -> Result<Option<Head>, BadHead> 
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
     let mut headers = HeaderMap::with_capacity(names.len());
     for (name, value) in names.into_iter().zip(values) {
-        let value = HeaderValue::from_maybe_shared(head.slice(value))
-            .map_err(|_| BadHead::Malformed)?;
+        let value =
+            HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| BadHead::Malformed)?;
         headers.append(name, value);
     }
     let framing = framing(&method, &headers);
@@ -223,10 +223,11 @@ fn wants_keep_alive(request: &Request<Body>) -> bool {
 pub(crate) async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    mut router: Router,
+    app: PublicApp,
     hand_over: HandOver,
     mut stop: watch::Receiver<bool>,
 ) {
+    let PublicApp { mut router, site } = app;
     let mut input = BytesMut::with_capacity(READ_STEP);
     let mut output = Vec::with_capacity(READ_STEP);
     loop {
@@ -287,9 +288,12 @@ pub(crate) async fn serve(
         let head_only = request.method() == Method::HEAD;
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
-        let response = match router.call(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
+        let response = match &site {
+            Some(site) if SiteLane::takes(request.uri().path()) => site.handle(request).await,
+            _ => match router.call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            },
         };
         output.clear();
         match write_response(
@@ -407,9 +411,8 @@ async fn write_response(
     let length = declared.or_else(|| body.size_hint().exact());
     let chunked = !bodiless && length.is_none() && answer.version == Version::HTTP_11;
     // Without a length or chunks, the end of the body is the end of the connection.
-    let keep_alive = answer.keep_alive
-        && (bodiless || length.is_some() || chunked)
-        && !closes(&parts.headers);
+    let keep_alive =
+        answer.keep_alive && (bodiless || length.is_some() || chunked) && !closes(&parts.headers);
     write_head(
         output,
         parts.status,
@@ -439,7 +442,9 @@ async fn write_response(
             };
             written += data.len() as u64;
             if written > length {
-                return Err(io::Error::other("the answer's body is longer than its length"));
+                return Err(io::Error::other(
+                    "the answer's body is longer than its length",
+                ));
             }
             output.extend_from_slice(&data);
         }
@@ -667,10 +672,7 @@ impl AsyncWrite for Rewound {
         Pin::new(&mut self.inner).poll_flush(context)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        context: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(context)
     }
 }
@@ -724,8 +726,14 @@ mod tests {
                 "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
                 Framing::ForHyper,
             ),
-            ("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", Framing::ForHyper),
-            ("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n", Framing::Length(12)),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n",
+                Framing::ForHyper,
+            ),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n",
+                Framing::Length(12),
+            ),
         ];
         for (text, framing) in cases {
             assert_eq!(head(text).unwrap().unwrap().framing, framing, "{text}");
@@ -738,7 +746,10 @@ mod tests {
             head("GET /x HTTP/1.1\r\nbad header\r\n\r\n").err(),
             Some(BadHead::Malformed)
         );
-        assert_eq!(head("GET /x HTTP/2.0\r\n\r\n").err(), Some(BadHead::Malformed));
+        assert_eq!(
+            head("GET /x HTTP/2.0\r\n\r\n").err(),
+            Some(BadHead::Malformed)
+        );
         let many: String = (0..=MAX_HEADERS).map(|n| format!("h{n}: v\r\n")).collect();
         assert_eq!(
             head(&format!("GET /x HTTP/1.1\r\n{many}\r\n")).err(),

@@ -489,6 +489,31 @@ pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
     }
 }
 
+/// The public routes of a gateway as the listener serves them: [`gateway_router`], and for a
+/// gateway with an upstream a direct lane to the site that HTTP/1 connections take for every
+/// path outside `/_anteroom` (the same rate limits and gateway steps without the router's
+/// dispatch).
+pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
+    PublicApp {
+        router: gateway_router(state, gateway),
+        site: gateway.site_lane(),
+    }
+}
+
+/// What the public listener serves: a router, and optionally the gateway's direct lane to
+/// the site (see [`gateway_app`]). A plain [`Router`] converts into one.
+#[derive(Clone)]
+pub struct PublicApp {
+    router: Router,
+    site: Option<gateway::SiteLane>,
+}
+
+impl From<Router> for PublicApp {
+    fn from(router: Router) -> PublicApp {
+        PublicApp { router, site: None }
+    }
+}
+
 /// How long requests in flight may take to finish after shutdown begins.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -505,9 +530,10 @@ pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration:
 /// [`stream_conn`], with far less memory for as long as the stream stays open.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    router: Router,
+    app: impl Into<PublicApp>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let app = app.into();
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     builder
@@ -538,7 +564,7 @@ pub async fn serve(
         tokio::spawn(serve_connection(
             stream,
             peer,
-            router.clone(),
+            app.clone(),
             builder.clone(),
             graceful.watcher(),
             stop.subscribe(),
@@ -561,7 +587,7 @@ pub async fn serve(
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
-    router: Router,
+    app: PublicApp,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -577,13 +603,13 @@ async fn serve_connection(
         Ok(Ok(0) | Err(_)) | Err(_) => {}
         Ok(Ok(read)) if stream_conn::is_event_stream_request(&start[..read]) => {
             drop(hand_over);
-            stream_conn::serve(stream, peer, router, stop).await;
+            stream_conn::serve(stream, peer, app.router, stop).await;
         }
         Ok(Ok(read)) if is_http2_preface(&start[..read]) => {
             drop(stop);
-            h1_conn::serve_with_hyper(stream, peer, router, hand_over);
+            h1_conn::serve_with_hyper(stream, peer, app.router, hand_over);
         }
-        Ok(Ok(_)) => h1_conn::serve(stream, peer, router, hand_over, stop).await,
+        Ok(Ok(_)) => h1_conn::serve(stream, peer, app, hand_over, stop).await,
     }
 }
 

@@ -16,8 +16,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use tokio::sync::{oneshot, watch};
+
+use crate::PublicApp;
 
 /// Connections a worker's socket may hold before they are accepted.
 const BACKLOG: i32 = 1024;
@@ -85,15 +86,16 @@ pub struct Workers {
 /// it (called once per worker, on the worker's thread) until `shutdown` resolves, then
 /// draining its connections as [`serve`](crate::serve) does. Call it inside the runtime that
 /// runs the background tasks: `shutdown` is awaited there.
-pub fn start_workers<F>(
+pub fn start_workers<F, A>(
     listeners: PublicListeners,
     router: F,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<Workers>
 where
-    F: Fn() -> Router + Send + Sync + 'static,
+    F: Fn() -> A + Send + Sync + 'static,
+    A: Into<PublicApp>,
 {
-    let router = Arc::new(router);
+    let router = Arc::new(move || router().into());
     let (stop, stopping) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -124,7 +126,7 @@ where
 /// remaining tasks until released.
 fn run_worker(
     socket: std::net::TcpListener,
-    router: &(dyn Fn() -> Router + Send + Sync),
+    router: &(dyn Fn() -> PublicApp + Send + Sync),
     stopping: watch::Receiver<bool>,
     mut released: watch::Receiver<bool>,
     done: oneshot::Sender<io::Result<()>>,

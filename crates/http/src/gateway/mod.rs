@@ -46,7 +46,7 @@ use anteroom_core::RoomId;
 use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
 use anteroom_core::room::RoomConfig;
 
-use crate::AppState;
+use crate::{AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
@@ -182,6 +182,17 @@ impl Gateway {
         Router::new().fallback_service(service)
     }
 
+    /// The direct lane to the site for the connection loop (`h1_conn`), with its own pool of
+    /// upstream connections; `None` without an upstream.
+    pub(crate) fn site_lane(&self) -> Option<SiteLane> {
+        let client = self.inner.upstream.as_ref().map(proxy::Upstream::client)?;
+        Some(SiteLane {
+            gateway: self.clone(),
+            client,
+            limits: self.app().rate_limiter().map(RateLimiter::layer),
+        })
+    }
+
     /// The request's way through the gateway, outermost step first: one future, no boxed
     /// middleware per step.
     async fn handle(
@@ -216,5 +227,47 @@ impl Gateway {
 
     fn app(&self) -> &AppState {
         &self.inner.app
+    }
+}
+
+/// The site as the connection loop serves it without the public router: the public router's
+/// rate limits, then [`Gateway::handle`], for paths the router would send to the site.
+#[derive(Clone)]
+pub(crate) struct SiteLane {
+    gateway: Gateway,
+    client: proxy::UpstreamClient,
+    limits: Option<RateLimitLayer>,
+}
+
+impl SiteLane {
+    /// Whether the public router would send a request for `path` to the site: anything
+    /// outside `/_anteroom` and `/.well-known/` (the lane leaves the site's own
+    /// `/.well-known/` paths to the router, which sends them on too).
+    pub(crate) fn takes(path: &str) -> bool {
+        !(path.starts_with("/.well-known/")
+            || path
+                .strip_prefix("/_anteroom")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+    }
+
+    /// Answers `request` as the public router's rate-limit layer and site fallback would.
+    pub(crate) async fn handle(&self, request: Request<Body>) -> Response {
+        let Some(limits) = &self.limits else {
+            return self
+                .gateway
+                .handle(Some(self.client.clone()), request)
+                .await;
+        };
+        let (mut parts, body) = request.into_parts();
+        let headers = match limits.decide(&mut parts).await {
+            Ok(headers) => headers,
+            Err(refused) => return refused,
+        };
+        let mut response = self
+            .gateway
+            .handle(Some(self.client.clone()), Request::from_parts(parts, body))
+            .await;
+        crate::ratelimit::add_headers(&mut response, &headers);
+        response
     }
 }

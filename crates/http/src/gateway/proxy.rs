@@ -200,8 +200,7 @@ async fn forward(
         Version::HTTP_11
     };
 
-    let answer =
-        tokio::time::timeout(config.header_timeout, client.hyper.request(outgoing)).await;
+    let answer = tokio::time::timeout(config.header_timeout, client.hyper.request(outgoing)).await;
     let response = match answer {
         Err(_) => return upstream_timeout(config.header_timeout),
         Ok(Err(error)) => return upstream_failure(&error, config),
@@ -209,7 +208,12 @@ async fn forward(
     };
     let (parts, body) = response.into_parts();
     let body = GuardedBody::new(body, config.max_response_body, config.idle_timeout);
-    finish(gateway, passes, Response::from_parts(parts, Body::new(body))).await
+    finish(
+        gateway,
+        passes,
+        Response::from_parts(parts, Body::new(body)),
+    )
+    .await
 }
 
 /// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and

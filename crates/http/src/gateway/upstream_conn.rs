@@ -271,7 +271,13 @@ impl Failure {
 }
 
 /// The request's head and body, as the upstream reads them.
-fn write_request(out: &mut Vec<u8>, method: &Method, target: &str, headers: &HeaderMap, body: &[u8]) {
+fn write_request(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
@@ -285,8 +291,8 @@ fn write_request(out: &mut Vec<u8>, method: &Method, target: &str, headers: &Hea
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    let needs_length = !body.is_empty()
-        || matches!(*method, Method::POST | Method::PUT | Method::PATCH);
+    let needs_length =
+        !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH);
     if needs_length {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(body.len().to_string().as_bytes());
@@ -330,9 +336,11 @@ async fn read_head(connection: &mut Connection) -> Result<AnswerHead, Failure> {
             Ok(0) if !answered => {
                 return Err(Failure::BeforeAnswer(io::ErrorKind::UnexpectedEof.into()));
             }
-            Ok(0) => return Err(Failure::After(UpstreamError::Io(
-                io::ErrorKind::UnexpectedEof.into(),
-            ))),
+            Ok(0) => {
+                return Err(Failure::After(UpstreamError::Io(
+                    io::ErrorKind::UnexpectedEof.into(),
+                )));
+            }
             Ok(_) => answered = true,
             Err(error) if !answered => return Err(Failure::BeforeAnswer(error)),
             Err(error) => return Err(Failure::After(UpstreamError::Io(error))),
@@ -369,8 +377,8 @@ fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError
     let head = buffer.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(fields.len());
     for (name, range) in fields {
-        let value =
-            HeaderValue::from_maybe_shared(head.slice(range)).map_err(|_| UpstreamError::Malformed)?;
+        let value = HeaderValue::from_maybe_shared(head.slice(range))
+            .map_err(|_| UpstreamError::Malformed)?;
         headers.append(name, value);
     }
     let says = |token: &[u8]| {
@@ -387,7 +395,11 @@ fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError
     };
     let framing = if let Some(coding) = headers.get_all(TRANSFER_ENCODING).iter().next_back() {
         // RFC 9112 §6.3: chunked last means chunked; any other coding runs until the close.
-        let last = coding.as_bytes().rsplit(|byte| *byte == b',').next().unwrap_or_default();
+        let last = coding
+            .as_bytes()
+            .rsplit(|byte| *byte == b',')
+            .next()
+            .unwrap_or_default();
         if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
             BodyFraming::Chunked
         } else {
@@ -397,9 +409,9 @@ fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError
         let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
         match (lengths.next(), lengths.next()) {
             (None, _) => BodyFraming::UntilClose,
-            (Some(value), None) => BodyFraming::Length(
-                parse_length(value.as_bytes()).ok_or(UpstreamError::Malformed)?,
-            ),
+            (Some(value), None) => {
+                BodyFraming::Length(parse_length(value.as_bytes()).ok_or(UpstreamError::Malformed)?)
+            }
             (Some(_), Some(_)) => return Err(UpstreamError::Malformed),
         }
     };
@@ -667,7 +679,8 @@ mod tests {
 
     #[test]
     fn chunked_bodies_decode_however_they_are_split() {
-        let wire = b"5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-trailer: 1\r\n\r\n";
+        let wire =
+            b"5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-trailer: 1\r\n\r\n";
         for piece in [1, 2, 3, 7, wire.len()] {
             assert_eq!(
                 decode_in_pieces(wire, piece).unwrap(),
@@ -701,7 +714,9 @@ mod tests {
             (200, BodyFraming::Length(5), true)
         );
         assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"),
+            framing(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+            ),
             (200, BodyFraming::Chunked, false)
         );
         assert_eq!(
@@ -709,13 +724,16 @@ mod tests {
             (200, BodyFraming::UntilClose, false)
         );
         assert_eq!(
-            framing("HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"),
+            framing(
+                "HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+            ),
             (404, BodyFraming::Length(0), true)
         );
         let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Le"[..]);
         assert!(parse_head(&mut partial).unwrap().is_none());
-        let mut two_lengths =
-            BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..]);
+        let mut two_lengths = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..],
+        );
         assert!(parse_head(&mut two_lengths).is_err());
         let mut garbage = BytesMut::from(&b"SSH-2.0-OpenSSH\r\n\r\n"[..]);
         assert!(parse_head(&mut garbage).is_err());

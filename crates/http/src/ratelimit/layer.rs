@@ -11,7 +11,8 @@ use std::task::{Context, Poll};
 
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::{Request, Response};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Request, Response};
 use tower::{Layer, Service};
 
 use anteroom_core::ratelimit::rules::RateLimitRule;
@@ -87,6 +88,30 @@ impl RateLimitLayer {
     pub fn limiter(&self) -> &RateLimiter {
         &self.limiter
     }
+
+    /// Decides a request as the layer does: the refusal to answer with, or the headers
+    /// [`add_headers`] puts on the answer.
+    pub(crate) async fn decide(&self, parts: &mut Parts) -> Result<HeaderMap, Response<Body>> {
+        match self
+            .limiter
+            .check_with_route(parts, &self.route_rules)
+            .await
+        {
+            RateLimitVerdict::Refused(response) => Err(response),
+            RateLimitVerdict::Allowed { headers } => Ok(headers),
+        }
+    }
+}
+
+/// Puts the rate-limit headers of an allowed request on its answer, unless the answer already
+/// has them.
+pub(crate) fn add_headers(response: &mut Response<Body>, headers: &HeaderMap) {
+    let response_headers = response.headers_mut();
+    for (name, value) in headers {
+        if !response_headers.contains_key(name) {
+            response_headers.insert(name.clone(), value.clone());
+        }
+    }
 }
 
 impl<S> Layer<S> for RateLimitLayer {
@@ -129,22 +154,19 @@ where
         // The service polled ready goes into the future; a fresh clone stays for the next call.
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
-        let limiter = self.limiter.clone();
-        let route_rules = self.route_rules.clone();
+        let layer = RateLimitLayer {
+            limiter: self.limiter.clone(),
+            route_rules: self.route_rules.clone(),
+        };
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            let headers = match limiter.check_with_route(&mut parts, &route_rules).await {
-                RateLimitVerdict::Refused(response) => return Ok(response),
-                RateLimitVerdict::Allowed { headers } => headers,
+            let headers = match layer.decide(&mut parts).await {
+                Err(refused) => return Ok(refused),
+                Ok(headers) => headers,
             };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let mut response = response.map(Body::new);
-            let response_headers = response.headers_mut();
-            for (name, value) in &headers {
-                if !response_headers.contains_key(name) {
-                    response_headers.insert(name.clone(), value.clone());
-                }
-            }
+            add_headers(&mut response, &headers);
             Ok(response)
         })
     }

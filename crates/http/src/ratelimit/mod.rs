@@ -69,6 +69,7 @@ use headers::Reported;
 use metrics::RuleCounters;
 use view::{AppliedRateLimits, HttpView};
 
+pub(crate) use layer::add_headers;
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use metrics::{RateLimitMetrics, RuleMetrics, RuleResult};
 pub use view::{ClientIp, RateLimitClaims, RouteRateLimits};
