@@ -304,8 +304,12 @@ pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue
 }
 
 /// Removes the headers that concern one connection only (RFC 9110 §7.6.1): `Connection`
-/// and the headers it names, and the classic hop-by-hop set.
+/// and the headers it names, and the classic hop-by-hop set. Most messages carry none: one
+/// pass over the names finds that out without hashing each of them.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let Some(connection) = headers.get(header::CONNECTION) {
         let named: Vec<HeaderName> = connection
             .to_str()
@@ -332,9 +336,28 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::PROXY_AUTHENTICATE
+        || name == header::PROXY_AUTHORIZATION
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+fn is_forwarding(name: &HeaderName) -> bool {
+    name == header::FORWARDED
+        || name == X_FORWARDED_FOR
+        || name == X_FORWARDED_PROTO
+        || name == X_FORWARDED_HOST
+}
 
 /// Sets `X-Forwarded-For/Proto/Host` and `Forwarded`. From a trusted proxy the chains it sent
 /// are kept and the peer appended; from anybody else they are replaced (a client cannot plant
@@ -347,7 +370,9 @@ pub(crate) fn set_forwarding(
 ) {
     let peer = peer.map(|peer| peer.to_canonical());
     let trusted = peer.is_some_and(|peer| is_trusted(peer, trusted_proxies));
-    if !trusted {
+    // Most requests carry none of these: one pass over the names says so.
+    let any_sent = headers.keys().any(is_forwarding);
+    if any_sent && !trusted {
         for name in [
             &X_FORWARDED_FOR,
             &X_FORWARDED_PROTO,
@@ -357,43 +382,72 @@ pub(crate) fn set_forwarding(
             headers.remove(name);
         }
     }
-    let peer_text = peer.map_or_else(|| "unknown".to_owned(), |peer| peer.to_string());
-    let joined = |existing: Option<String>, own: &str| match existing {
-        Some(existing) if !existing.trim().is_empty() => format!("{existing}, {own}"),
-        _ => own.to_owned(),
-    };
-    let all = |headers: &HeaderMap, name: &HeaderName| -> Option<String> {
-        let lines: Vec<&str> = headers
-            .get_all(name)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .collect();
-        (!lines.is_empty()).then(|| lines.join(", "))
-    };
-    let forwarded_for = joined(all(headers, &X_FORWARDED_FOR), &peer_text);
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    let kept = any_sent && trusted;
+    let mut value = Vec::with_capacity(64);
+    if kept {
+        push_joined(&mut value, headers, &X_FORWARDED_FOR);
+    }
+    push_address(&mut value, peer, false);
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
         headers.insert(X_FORWARDED_FOR.clone(), value);
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
+    if !kept || !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
     }
     if let Some(host) = host
-        && !headers.contains_key(&X_FORWARDED_HOST)
+        && (!kept || !headers.contains_key(&X_FORWARDED_HOST))
     {
         headers.insert(X_FORWARDED_HOST.clone(), host.clone());
     }
-    let node = match peer {
-        Some(IpAddr::V6(v6)) => format!("\"[{v6}]\""),
-        Some(IpAddr::V4(v4)) => v4.to_string(),
-        None => "unknown".to_owned(),
-    };
-    let mut element = format!("for={node};proto=http");
-    if let Some(host) = host.and_then(|host| host.to_str().ok()) {
-        element.push_str(&format!(";host=\"{}\"", host.replace(['"', '\\'], "")));
+    let mut element = Vec::with_capacity(96);
+    if kept {
+        push_joined(&mut element, headers, &header::FORWARDED);
     }
-    let forwarded = joined(all(headers, &header::FORWARDED), &element);
-    if let Ok(value) = HeaderValue::from_str(&forwarded) {
+    element.extend_from_slice(b"for=");
+    push_address(&mut element, peer, true);
+    element.extend_from_slice(b";proto=http");
+    if let Some(host) = host.and_then(|host| host.to_str().ok()) {
+        element.extend_from_slice(b";host=\"");
+        element.extend(host.bytes().filter(|byte| !matches!(byte, b'"' | b'\\')));
+        element.push(b'"');
+    }
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(element)) {
         headers.insert(header::FORWARDED, value);
+    }
+}
+
+/// Appends the values of `name` joined by `, ` and a trailing `, ` (nothing when it has no
+/// non-blank value).
+fn push_joined(out: &mut Vec<u8>, headers: &HeaderMap, name: &HeaderName) {
+    for value in headers.get_all(name) {
+        if value.to_str().is_ok_and(|text| !text.trim().is_empty()) {
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b", ");
+        }
+    }
+}
+
+/// Appends the peer's address: `unknown` when there is none; an IPv6 address quoted and
+/// bracketed in a `Forwarded` node (`quoted`).
+fn push_address(out: &mut Vec<u8>, peer: Option<IpAddr>, quoted: bool) {
+    match peer {
+        None => out.extend_from_slice(b"unknown"),
+        Some(IpAddr::V4(v4)) => {
+            for (index, octet) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
+            }
+        }
+        Some(IpAddr::V6(v6)) if quoted => out.extend_from_slice(format!("\"[{v6}]\"").as_bytes()),
+        Some(IpAddr::V6(v6)) => out.extend_from_slice(v6.to_string().as_bytes()),
     }
 }
 
