@@ -59,6 +59,10 @@ pub(crate) const MAX_INLINE_BODY: usize = 64 * 1024;
 /// write; larger or streamed bodies are written as their frames come.
 const MAX_GATHERED_BODY: usize = 64 * 1024;
 
+/// Header fields a request's map has room for beyond its own: the four forwarding headers a
+/// proxied request gains.
+const FORWARDING_HEADROOM: usize = 4;
+
 /// What a connection handed to hyper needs.
 pub(crate) struct HandOver {
     pub(crate) builder: Arc<Builder<hyper_util::rt::TokioExecutor>>,
@@ -150,7 +154,8 @@ pub(crate) fn take_head(buffer: &mut BytesMut) -> Result<Option<Head>, BadHead> 
     }
     let head = buffer.split_to(length).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
-    let mut headers = HeaderMap::with_capacity(names.len());
+    // Room for what the gateway adds on the way (the forwarding headers) without a rehash.
+    let mut headers = HeaderMap::with_capacity(names.len() + FORWARDING_HEADROOM);
     for (name, value) in names.into_iter().zip(values) {
         let value =
             HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| BadHead::Malformed)?;

@@ -13,7 +13,7 @@
 //!   of the client, which the client itself may have written, are never read.
 //! - IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`) are treated as the IPv4 address.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::Cidr;
 
@@ -104,7 +104,11 @@ pub fn is_trusted(ip: IpAddr, trusted_proxies: &[Cidr]) -> bool {
 /// ```
 pub fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> String {
     match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => {
+            let mut key = String::with_capacity(15);
+            push_ipv4(&mut key, v4);
+            key
+        }
         IpAddr::V6(v6) if ipv6_prefix >= 128 => v6.to_string(),
         IpAddr::V6(v6) => {
             let mask = u128::MAX
@@ -113,6 +117,29 @@ pub fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> String {
             let network = Ipv6Addr::from(u128::from(v6) & mask);
             format!("{network}/{ipv6_prefix}")
         }
+    }
+}
+
+/// Appends `ip` in dotted decimal, as `Display` writes it, without the formatting machinery
+/// (it runs for every request a per-address rule or the gateway's forwarding headers see).
+///
+/// ```
+/// let mut text = String::from("for=");
+/// anteroom_core::ratelimit::client_ip::push_ipv4(&mut text, "203.0.10.7".parse().expect("valid"));
+/// assert_eq!(text, "for=203.0.10.7");
+/// ```
+pub fn push_ipv4(out: &mut String, ip: Ipv4Addr) {
+    for (index, octet) in ip.octets().into_iter().enumerate() {
+        if index > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
     }
 }
 

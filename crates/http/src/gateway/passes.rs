@@ -129,7 +129,9 @@ impl CachedPass {
 /// The cache, keyed by the token.
 #[derive(Default)]
 pub(crate) struct PassCache {
-    passes: RwLock<HashMap<Box<str>, Arc<CachedPass>>>,
+    /// Keyed by the token: ahash with per-process random keys (tokens are the visitors' to
+    /// choose, so the hasher stays keyed; SipHash cost more than the lookup's other work).
+    passes: RwLock<HashMap<Box<str>, Arc<CachedPass>, ahash::RandomState>>,
 }
 
 impl PassCache {

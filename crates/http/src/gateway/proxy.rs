@@ -28,7 +28,7 @@ use tokio::time::{Instant, Sleep};
 
 use anteroom_core::config::{Cidr, UpstreamConfig};
 use anteroom_core::engine::SessionEnd;
-use anteroom_core::ratelimit::client_ip::is_trusted;
+use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
 use anteroom_store::StoreError;
 
 use crate::cookies::pass_cookie_name;
@@ -307,7 +307,12 @@ pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue
 /// and the headers it names, and the classic hop-by-hop set. Most messages carry none: one
 /// pass over the names finds that out without hashing each of them.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name))
+        .cloned()
+        .collect();
+    if present.is_empty() {
         return;
     }
     if let Some(connection) = headers.get(header::CONNECTION) {
@@ -321,19 +326,9 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
+    for name in present {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -433,18 +428,9 @@ fn push_address(out: &mut Vec<u8>, peer: Option<IpAddr>, quoted: bool) {
     match peer {
         None => out.extend_from_slice(b"unknown"),
         Some(IpAddr::V4(v4)) => {
-            for (index, octet) in v4.octets().into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b'.');
-                }
-                if octet >= 100 {
-                    out.push(b'0' + octet / 100);
-                }
-                if octet >= 10 {
-                    out.push(b'0' + octet / 10 % 10);
-                }
-                out.push(b'0' + octet % 10);
-            }
+            let mut text = String::with_capacity(15);
+            push_ipv4(&mut text, v4);
+            out.extend_from_slice(text.as_bytes());
         }
         Some(IpAddr::V6(v6)) if quoted => out.extend_from_slice(format!("\"[{v6}]\"").as_bytes()),
         Some(IpAddr::V6(v6)) => out.extend_from_slice(v6.to_string().as_bytes()),

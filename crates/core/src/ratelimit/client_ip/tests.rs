@@ -329,3 +329,18 @@ proptest! {
         prop_assert_eq!(client_ip(peer, &trusted, &[], &[forwarded.as_str()]), expected);
     }
 }
+
+#[test]
+fn ipv4_addresses_are_written_as_display_writes_them() {
+    for octet in 0..=255u8 {
+        for ip in [
+            Ipv4Addr::new(octet, 0, 9, 10),
+            Ipv4Addr::new(99, octet, 100, 255),
+            Ipv4Addr::new(1, 20, octet, octet),
+        ] {
+            let mut text = String::new();
+            push_ipv4(&mut text, ip);
+            assert_eq!(text, ip.to_string());
+        }
+    }
+}
