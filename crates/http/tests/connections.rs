@@ -1,0 +1,356 @@
+//! HTTP/1 connections over real sockets, as `anteroom_http::serve` serves them with its own
+//! keep-alive loop: many requests on one connection (pipelined too), HTTP/1.0, `HEAD`,
+//! streamed answers in chunks, malformed heads, idle connections at shutdown, and the requests
+//! the loop hands to hyper (a large body, a chunked body) still answered on the same
+//! connection.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::routing::{get, post};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long any one step may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+fn app() -> Router {
+    Router::new()
+        .route("/hello", get(|| async { "hello" }))
+        .route("/echo", post(|body: Bytes| async move { body }))
+        .route(
+            "/peer",
+            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }),
+        )
+        .route(
+            "/stream",
+            get(|| async {
+                let pieces = ["one ", "two ", "three"]
+                    .map(|piece| Ok::<_, std::convert::Infallible>(Bytes::from(piece)));
+                Body::from_stream(futures_util::stream::iter(pieces))
+            }),
+        )
+        // Bodies as large as the tests send.
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+}
+
+struct Server {
+    address: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(anteroom_http::serve(listener, app(), async move {
+            let _ = stopped.await;
+        }));
+        Server {
+            address,
+            stop: Some(stop),
+            served,
+        }
+    }
+
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.address).await.unwrap()
+    }
+}
+
+/// One answer as read off the wire.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(found, _)| found.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Reads whole answers from a connection, keeping what follows for the next.
+struct Reader {
+    buffer: Vec<u8>,
+}
+
+impl Reader {
+    fn new() -> Reader {
+        Reader { buffer: Vec::new() }
+    }
+
+    async fn more(&mut self, stream: &mut TcpStream) -> usize {
+        let mut chunk = [0u8; 4096];
+        let read = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        self.buffer.extend_from_slice(&chunk[..read]);
+        read
+    }
+
+    /// The next answer; `head_only` for the answer to a `HEAD`.
+    async fn answer(&mut self, stream: &mut TcpStream, head_only: bool) -> Answer {
+        let (status, headers, length) = loop {
+            let mut fields = [httparse::EMPTY_HEADER; 32];
+            let mut head = httparse::Response::new(&mut fields);
+            if let httparse::Status::Complete(length) = head.parse(&self.buffer).unwrap() {
+                let headers = head
+                    .headers
+                    .iter()
+                    .map(|field| {
+                        (
+                            field.name.to_owned(),
+                            String::from_utf8(field.value.to_vec()).unwrap(),
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                break (head.code.unwrap(), headers, length);
+            }
+            assert!(self.more(stream).await > 0, "closed before a whole head");
+        };
+        self.buffer.drain(..length);
+        let mut answer = Answer {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head_only {
+            return answer;
+        }
+        if answer.header("transfer-encoding") == Some("chunked") {
+            loop {
+                let Some(end) = self.buffer.windows(2).position(|pair| pair == b"\r\n") else {
+                    assert!(self.more(stream).await > 0, "closed inside a chunk size");
+                    continue;
+                };
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&self.buffer[..end]).unwrap(), 16)
+                        .unwrap();
+                while self.buffer.len() < end + 2 + size + 2 {
+                    assert!(self.more(stream).await > 0, "closed inside a chunk");
+                }
+                answer
+                    .body
+                    .extend_from_slice(&self.buffer[end + 2..end + 2 + size]);
+                self.buffer.drain(..end + 2 + size + 2);
+                if size == 0 {
+                    return answer;
+                }
+            }
+        }
+        let length: usize = answer.header("content-length").unwrap().parse().unwrap();
+        while self.buffer.len() < length {
+            assert!(self.more(stream).await > 0, "closed inside a body");
+        }
+        answer.body = self.buffer.drain(..length).collect();
+        answer
+    }
+
+    /// Whether the server closed the connection (with nothing more to read).
+    async fn closed(&mut self, stream: &mut TcpStream) -> bool {
+        self.more(stream).await == 0 && self.buffer.is_empty()
+    }
+}
+
+#[tokio::test]
+async fn many_requests_share_one_connection_pipelined_or_not() {
+    let server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    // Three requests in one write: answered in order.
+    stream
+        .write_all(
+            b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n\
+              POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
+              GET /peer HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let hello = reader.answer(&mut stream, false).await;
+    assert_eq!((hello.status, &hello.body[..]), (200, &b"hello"[..]));
+    assert!(
+        hello
+            .header("date")
+            .is_some_and(|date| date.ends_with(" GMT"))
+    );
+    assert_eq!(hello.header("connection"), None);
+    let echo = reader.answer(&mut stream, false).await;
+    assert_eq!((echo.status, &echo.body[..]), (200, &b"abc"[..]));
+    let peer = reader.answer(&mut stream, false).await;
+    assert_eq!(peer.body, b"127.0.0.1");
+    // Then one at a time, and the last one asks to close.
+    for _ in 0..3 {
+        stream
+            .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    }
+    stream
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let last = reader.answer(&mut stream, false).await;
+    assert_eq!(last.header("connection"), Some("close"));
+    assert!(reader.closed(&mut stream).await);
+}
+
+#[tokio::test]
+async fn http_1_0_closes_unless_asked_to_keep_alive() {
+    let server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    stream
+        .write_all(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .await
+        .unwrap();
+    let kept = reader.answer(&mut stream, false).await;
+    assert_eq!(kept.header("connection"), Some("keep-alive"));
+    stream
+        .write_all(b"GET /hello HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let last = reader.answer(&mut stream, false).await;
+    assert_eq!(last.body, b"hello");
+    assert_eq!(last.header("connection"), Some("close"));
+    assert!(reader.closed(&mut stream).await);
+}
+
+#[tokio::test]
+async fn head_answers_carry_no_body_and_the_connection_goes_on() {
+    let server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    stream
+        .write_all(b"HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = reader.answer(&mut stream, true).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), Some("5"));
+    // Had the HEAD answer carried a body, this would read it as the next head.
+    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+}
+
+#[tokio::test]
+async fn an_answer_of_unknown_length_is_sent_in_chunks() {
+    let server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let streamed = reader.answer(&mut stream, false).await;
+    assert_eq!(streamed.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(streamed.body, b"one two three");
+    // An HTTP/1.0 client gets the same body delimited by the end of the connection.
+    let mut old = server.connect().await;
+    old.write_all(b"GET /stream HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut everything = Vec::new();
+    tokio::time::timeout(PATIENCE, old.read_to_end(&mut everything))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(everything).unwrap();
+    assert!(text.contains("connection: close\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\none two three"), "{text}");
+}
+
+#[tokio::test]
+async fn large_and_chunked_request_bodies_are_served_on_the_same_connection() {
+    let server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    stream
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    // 100 KiB: more than the loop reads whole, so hyper takes the connection over.
+    let large = vec![b'x'; 100 * 1024];
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        large.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&large).await.unwrap();
+    let echo = reader.answer(&mut stream, false).await;
+    assert_eq!(echo.status, 200);
+    assert_eq!(echo.body, large);
+    stream
+        .write_all(
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+              3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n\
+              GET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    assert_eq!(reader.answer(&mut stream, false).await.body, b"abcde");
+    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    // A chunked body on a fresh connection, as the first request.
+    let mut fresh = server.connect().await;
+    let mut fresh_reader = Reader::new();
+    fresh
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nz\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(fresh_reader.answer(&mut fresh, false).await.body, b"z");
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_heads_are_refused() {
+    let server = Server::start().await;
+    for (request, status) in [
+        (b"GET /hello HTTP/1.1\r\nbad header\r\n\r\n".to_vec(), 400),
+        (
+            format!(
+                "GET /hello HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+                "v".repeat(20 * 1024)
+            )
+            .into_bytes(),
+            431,
+        ),
+    ] {
+        let mut stream = server.connect().await;
+        let mut reader = Reader::new();
+        stream.write_all(&request).await.unwrap();
+        let answer = reader.answer(&mut stream, false).await;
+        assert_eq!(answer.status, status);
+        assert!(reader.closed(&mut stream).await);
+    }
+}
+
+#[tokio::test]
+async fn idle_connections_close_at_shutdown() {
+    let mut server = Server::start().await;
+    let mut stream = server.connect().await;
+    let mut reader = Reader::new();
+    stream
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    let _ = server.stop.take().unwrap().send(());
+    assert!(reader.closed(&mut stream).await);
+    tokio::time::timeout(PATIENCE, &mut server.served)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
