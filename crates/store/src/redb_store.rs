@@ -24,6 +24,7 @@
 //! anything built on them would break I6.
 
 mod checkpoint;
+mod completion;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
@@ -38,12 +39,12 @@ use std::thread::JoinHandle;
 use anteroom_core::engine::{ChangeSet, RoomState, Session, Ticket};
 use anteroom_core::{Clock, RoomId};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::oneshot;
 
 use crate::StoreError;
 use crate::engine_host::{EngineHost, PendingWrite, Persister, delegate_room_store};
 use crate::persisted;
 use checkpoint::Dirty;
+use completion::Completion;
 use wal::{Segment, Write};
 
 const CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("room_configs");
@@ -147,14 +148,6 @@ delegate_room_store!(RedbStore);
 struct Batch {
     sequence: u64,
     writes: Vec<Write>,
-    done: oneshot::Sender<Result<(), String>>,
-}
-
-/// How far the log is durable: the highest committed sequence, or the failure that stopped it.
-#[derive(Debug, Clone, Default)]
-struct Durable {
-    through: u64,
-    failure: Option<String>,
 }
 
 #[derive(Default)]
@@ -169,7 +162,8 @@ pub(crate) struct RedbWriter {
     /// The next sequence number and the channel, under one lock so sequence order is
     /// channel order (and so log order).
     queue: parking_lot::Mutex<(u64, Option<mpsc::Sender<Batch>>)>,
-    durable: tokio::sync::watch::Receiver<Durable>,
+    /// How far the log is durable; wakes the operations waiting for it.
+    durable: Arc<Completion>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<CommitStats>,
 }
@@ -184,7 +178,7 @@ impl RedbWriter {
         let segment = Segment::create(store, first_segment)
             .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
         let (sender, receiver) = mpsc::channel();
-        let (durable_sender, durable) = tokio::sync::watch::channel(Durable::default());
+        let durable = Arc::new(Completion::default());
         let stats = Arc::new(CommitStats::default());
         let (jobs, job_receiver) = mpsc::channel::<CheckpointJob>();
         let (result_sender, results) = mpsc::channel();
@@ -211,9 +205,10 @@ impl RedbWriter {
             frame: Vec::new(),
         };
         let thread_stats = stats.clone();
+        let thread_durable = durable.clone();
         let thread = std::thread::Builder::new()
             .name("anteroom-redb-writer".to_owned())
-            .spawn(move || logger.run(&receiver, &durable_sender, &thread_stats))
+            .spawn(move || logger.run(&receiver, &thread_durable, &thread_stats))
             .map_err(|e| StoreError::backend("cannot start the store's writer thread", e))?;
         Ok(RedbWriter {
             queue: parking_lot::Mutex::new((0, Some(sender))),
@@ -224,22 +219,14 @@ impl RedbWriter {
     }
 
     fn submit(&self, writes: Vec<Write>) -> Result<Option<PendingWrite>, StoreError> {
-        let (done, pending) = oneshot::channel();
         let mut queue = self.queue.lock();
         let sequence = queue.0 + 1;
         let sender = queue.1.as_ref().ok_or_else(writer_gone)?;
         sender
-            .send(Batch {
-                sequence,
-                writes,
-                done,
-            })
+            .send(Batch { sequence, writes })
             .map_err(|_| writer_gone())?;
         queue.0 = sequence;
-        Ok(Some(PendingWrite {
-            sequence,
-            done: pending,
-        }))
+        Ok(Some(PendingWrite { sequence }))
     }
 }
 
@@ -298,18 +285,13 @@ impl Persister for RedbWriter {
     }
 
     async fn wait_durable_until(&self, sequence: u64) -> Result<(), StoreError> {
-        let mut durable = self.durable.clone();
-        let state = durable
-            .wait_for(|state| state.through >= sequence || state.failure.is_some())
+        self.durable
+            .wait(sequence)
             .await
-            .map_err(|_| writer_gone())?;
-        match &state.failure {
-            Some(message) if state.through < sequence => Err(StoreError::Backend {
-                message: message.clone(),
+            .map_err(|message| StoreError::Backend {
+                message,
                 source: None,
-            }),
-            _ => Ok(()),
-        }
+            })
     }
 }
 
@@ -343,12 +325,7 @@ struct Logger {
 }
 
 impl Logger {
-    fn run(
-        mut self,
-        receiver: &mpsc::Receiver<Batch>,
-        durable: &tokio::sync::watch::Sender<Durable>,
-        stats: &CommitStats,
-    ) {
+    fn run(mut self, receiver: &mpsc::Receiver<Batch>, durable: &Completion, stats: &CommitStats) {
         while let Ok(first) = receiver.recv() {
             let mut batches = vec![first];
             while batches.len() < MAX_BATCH {
@@ -373,22 +350,18 @@ impl Logger {
                 .map(|batch| batch.sequence)
                 .max()
                 .unwrap_or(0);
-            durable.send_modify(|state| match &result {
-                Ok(()) => state.through = state.through.max(through),
-                Err(message) => state.failure = Some(message.clone()),
-            });
-            let mut logged = Vec::with_capacity(batches.len());
-            for batch in batches {
-                let _ = batch.done.send(result.clone());
-                logged.push(batch.writes);
-            }
-            if result.is_ok() {
-                for write in logged.into_iter().flatten() {
-                    self.dirty.absorb(write);
+            match result {
+                Ok(()) => {
+                    durable.complete_through(through);
+                    for write in batches.into_iter().flat_map(|batch| batch.writes) {
+                        self.dirty.absorb(write);
+                    }
+                    self.maybe_checkpoint();
                 }
-                self.maybe_checkpoint();
+                Err(message) => durable.fail(message),
             }
         }
+        durable.fail("the embedded store's writer has stopped".to_owned());
         self.shut_down();
     }
 
