@@ -204,3 +204,147 @@ impl Drop for Wait {
         self.leave();
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Waiting {
+        wait: Wait,
+        counter: Arc<Counter>,
+    }
+
+    impl Waiting {
+        fn new(completion: &Arc<Completion>, sequence: u64) -> Waiting {
+            let mut waiting = Waiting {
+                wait: completion.wait(sequence),
+                counter: Arc::default(),
+            };
+            assert_eq!(waiting.poll(), Poll::Pending);
+            waiting
+        }
+
+        fn poll(&mut self) -> Poll<Result<(), String>> {
+            let waker = Waker::from(self.counter.clone());
+            Pin::new(&mut self.wait).poll(&mut Context::from_waker(&waker))
+        }
+
+        fn wakes(&self) -> usize {
+            self.counter.0.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn a_commit_wakes_one_waiter_of_a_thread_which_wakes_the_others() {
+        let completion = Arc::new(Completion::default());
+        let mut waiting: Vec<Waiting> = [1, 2, 3, 7]
+            .into_iter()
+            .map(|sequence| Waiting::new(&completion, sequence))
+            .collect();
+        completion.complete_through(3);
+        let wakes: Vec<usize> = waiting.iter().map(Waiting::wakes).collect();
+        assert_eq!(wakes.iter().sum::<usize>(), 1, "{wakes:?}");
+        assert_eq!(wakes[3], 0);
+        let first = wakes.iter().position(|&wakes| wakes == 1).unwrap();
+        assert_eq!(waiting[first].poll(), Poll::Ready(Ok(())));
+        for (index, waiter) in waiting.iter_mut().enumerate().take(3) {
+            assert_eq!(waiter.wakes(), 1, "waiter {index} was woken");
+            assert_eq!(waiter.poll(), Poll::Ready(Ok(())));
+        }
+        assert_eq!(waiting[3].wakes(), 0, "not durable yet");
+        assert_eq!(waiting[3].poll(), Poll::Pending);
+        completion.complete_through(9);
+        assert_eq!(waiting[3].wakes(), 1);
+        assert_eq!(waiting[3].poll(), Poll::Ready(Ok(())));
+    }
+
+    #[test]
+    fn a_woken_waiter_dropped_before_it_ran_passes_the_wake_up_on() {
+        let completion = Arc::new(Completion::default());
+        let waiting = vec![Waiting::new(&completion, 1), Waiting::new(&completion, 2)];
+        completion.complete_through(2);
+        let (woken, other): (Vec<Waiting>, Vec<Waiting>) =
+            waiting.into_iter().partition(|waiter| waiter.wakes() == 1);
+        assert_eq!((woken.len(), other[0].wakes()), (1, 0));
+        drop(woken);
+        assert_eq!(other[0].wakes(), 1);
+    }
+
+    #[test]
+    fn a_failure_fails_every_wait_beyond_what_is_durable() {
+        let completion = Arc::new(Completion::default());
+        completion.complete_through(4);
+        let mut waiting = Waiting::new(&completion, 5);
+        completion.fail("disk gone".to_owned());
+        completion.fail("later failure".to_owned());
+        assert_eq!(waiting.wakes(), 1);
+        assert_eq!(waiting.poll(), Poll::Ready(Err("disk gone".to_owned())));
+        let mut durable = completion.wait(4);
+        let mut lost = completion.wait(6);
+        let waker = Waker::from(Arc::new(Counter::default()));
+        let mut context = Context::from_waker(&waker);
+        assert_eq!(
+            Pin::new(&mut durable).poll(&mut context),
+            Poll::Ready(Ok(()))
+        );
+        assert!(matches!(
+            Pin::new(&mut lost).poll(&mut context),
+            Poll::Ready(Err(_))
+        ));
+    }
+
+    #[test]
+    fn waiters_on_many_runtimes_all_finish_as_commits_race_them() {
+        const THREADS: u64 = 4;
+        const WAITS: u64 = 2_000;
+        let completion = Arc::new(Completion::default());
+        let next = Arc::new(AtomicU64::new(0));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (completion, next) = (completion.clone(), next.clone());
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(async move {
+                        let mut tasks = Vec::new();
+                        for _ in 0..WAITS {
+                            let sequence = next.fetch_add(1, Ordering::SeqCst) + 1;
+                            let wait = completion.wait(sequence);
+                            tasks.push(tokio::spawn(wait));
+                            if sequence % 16 == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                        for task in tasks {
+                            task.await.unwrap().unwrap();
+                        }
+                    });
+                })
+            })
+            .collect();
+        let mut through = 0;
+        while through < THREADS * WAITS {
+            through = next.load(Ordering::SeqCst);
+            completion.complete_through(through);
+            std::thread::yield_now();
+        }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+    }
+}
