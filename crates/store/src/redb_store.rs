@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anteroom_core::engine::{ChangeSet, RoomState, Session, Ticket};
 use anteroom_core::{Clock, RoomId};
@@ -54,6 +55,8 @@ const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions")
 
 /// The most operations one log frame takes; more wait for the next append.
 const MAX_BATCH: usize = 4096;
+/// The longest a commit waits for more operations (see [`linger`]).
+const MAX_LINGER: Duration = Duration::from_millis(1);
 
 /// How the embedded store runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +305,22 @@ fn writer_gone() -> StoreError {
     }
 }
 
+/// Adds what is queued to `batches`, up to [`MAX_BATCH`] operations.
+fn take_queued(receiver: &mpsc::Receiver<Batch>, batches: &mut Vec<Batch>) {
+    while batches.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(batch) => batches.push(batch),
+            Err(_) => break,
+        }
+    }
+}
+
+/// How long a commit smaller than the last one waits for more: half the last sync, at most
+/// [`MAX_LINGER`].
+fn linger(last_sync: Duration) -> Duration {
+    (last_sync / 2).min(MAX_LINGER)
+}
+
 /// Records for the checkpoint thread: everything logged in segments up to `through`.
 struct CheckpointJob {
     dirty: Dirty,
@@ -326,19 +345,25 @@ struct Logger {
 
 impl Logger {
     fn run(mut self, receiver: &mpsc::Receiver<Batch>, durable: &Completion, stats: &CommitStats) {
+        // Operations in the last commit and how long its sync took.
+        let mut previous = (0, Duration::ZERO);
         while let Ok(first) = receiver.recv() {
             let mut batches = vec![first];
-            while batches.len() < MAX_BATCH {
-                match receiver.try_recv() {
-                    Ok(batch) => batches.push(batch),
-                    Err(_) => break,
-                }
+            take_queued(receiver, &mut batches);
+            if batches.len() < previous.0 {
+                // Fewer operations than last time: the visitors answered by the last commit
+                // are probably on their way back. Waiting a fraction of a sync for them
+                // makes one commit (one sync, one wake-up per thread) of what would be two.
+                std::thread::sleep(linger(previous.1));
+                take_queued(receiver, &mut batches);
             }
             self.collect_checkpoint(false);
+            let started = Instant::now();
             let result = match &self.failure {
                 Some(message) => Err(message.clone()),
                 None => self.append(&batches),
             };
+            previous = (batches.len(), started.elapsed());
             if result.is_ok() {
                 stats
                     .operations
