@@ -20,16 +20,14 @@ use anteroom_core::{Clock, RoomId, SessionId, Timestamp};
 use parking_lot::{Mutex, RwLock};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tokio::sync::oneshot;
 
 use crate::{RoomRecords, SessionListing, SessionQuery, StoreError};
 
-/// A durable write that has been queued; `done` resolves once it is on disk.
+/// A durable write that has been queued; [`Persister::wait_durable_until`] its sequence says
+/// when it is on disk.
 pub(crate) struct PendingWrite {
     /// The write's place in the backend's log: writes become durable in this order.
     pub(crate) sequence: u64,
-    /// Resolves when the write is durable (or failed).
-    pub(crate) done: oneshot::Receiver<Result<(), String>>,
 }
 
 /// What a backend does to make a room's changes durable.
@@ -101,6 +99,13 @@ impl<P: Persister> EngineHost<P> {
 
     pub(crate) fn persister(&self) -> &P {
         &self.persister
+    }
+
+    async fn wait_durable(&self, pending: Option<PendingWrite>) -> Result<(), StoreError> {
+        match pending {
+            Some(pending) => self.persister.wait_durable_until(pending.sequence).await,
+            None => Ok(()),
+        }
     }
 
     fn slot_for(&self, state: RoomState) -> RoomSlot {
@@ -185,7 +190,7 @@ impl<P: Persister> EngineHost<P> {
             };
             (result, pending, earlier)
         };
-        wait_durable(pending).await?;
+        self.wait_durable(pending).await?;
         if let Some(sequence) = earlier {
             self.persister.wait_durable_until(sequence).await?;
         }
@@ -234,7 +239,7 @@ impl<P: Persister> EngineHost<P> {
             }
             (guard.state.snapshot(), pending)
         };
-        wait_durable(pending).await?;
+        self.wait_durable(pending).await?;
         Ok(snapshot)
     }
 
@@ -253,7 +258,7 @@ impl<P: Persister> EngineHost<P> {
             self.config_version.fetch_add(1, Ordering::AcqRel);
             self.persister.persist_deletion(room)?
         };
-        wait_durable(pending).await?;
+        self.wait_durable(pending).await?;
         Ok(true)
     }
 
@@ -425,23 +430,6 @@ impl<P: Persister> EngineHost<P> {
     }
 }
 
-async fn wait_durable(pending: Option<PendingWrite>) -> Result<(), StoreError> {
-    let Some(pending) = pending else {
-        return Ok(());
-    };
-    match pending.done.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(message)) => Err(StoreError::Backend {
-            message,
-            source: None,
-        }),
-        Err(_) => Err(StoreError::Backend {
-            message: "the store's writer stopped".to_owned(),
-            source: None,
-        }),
-    }
-}
-
 /// A stable per-room mix for seeded generators, so rooms do not share one random sequence.
 fn hash_room(room: &RoomId) -> u64 {
     room.as_str()
@@ -608,14 +596,11 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use tokio::sync::watch;
 
-    /// Where a held write reports that it is durable.
-    type WriteDone = oneshot::Sender<Result<(), String>>;
-
     /// Holds every write until `release` is called.
     struct HeldPersister {
         next: AtomicU64,
         released: watch::Sender<u64>,
-        waiting: Mutex<Vec<(u64, WriteDone)>>,
+        waiting: Mutex<Vec<u64>>,
     }
 
     impl HeldPersister {
@@ -629,19 +614,14 @@ mod tests {
 
         fn queue(&self) -> Option<PendingWrite> {
             let sequence = self.next.fetch_add(1, Ordering::SeqCst) + 1;
-            let (done, receiver) = oneshot::channel();
-            self.waiting.lock().push((sequence, done));
-            Some(PendingWrite {
-                sequence,
-                done: receiver,
-            })
+            self.waiting.lock().push(sequence);
+            Some(PendingWrite { sequence })
         }
 
         fn release(&self) {
-            for (sequence, done) in self.waiting.lock().drain(..) {
+            for sequence in self.waiting.lock().drain(..) {
                 self.released
                     .send_modify(|through| *through = (*through).max(sequence));
-                let _ = done.send(Ok(()));
             }
         }
     }

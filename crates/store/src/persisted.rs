@@ -1,9 +1,15 @@
-//! Persisted record formats (version 1) for durable backends.
+//! Persisted record formats for durable backends.
 //!
-//! Core types do not derive `Serialize` (serialization is a boundary): these wire structs are
-//! the on-disk shape, each tagged with a version so later formats can read older files. Room
-//! configurations are stored in their §3 raw form ([`RawRoom`]), the same shape the admin API
-//! speaks.
+//! Core types do not derive `Serialize` (serialization is a boundary): the formats here are
+//! the on-disk shape, each record tagged with its version so later formats read older files.
+//! Room configurations are stored as JSON in their §3 raw form ([`RawRoom`]), the same shape
+//! the admin API speaks.
+//!
+//! A room's state, tickets and sessions are written in version 2, a compact binary form
+//! ([`binary`]): every join writes a ticket and the room's state, so their size and encoding
+//! time are paid per join. Version 1 (JSON objects with a `v` field, so starting with `{`) is
+//! still read: stores written by earlier releases open unchanged, and their records are
+//! rewritten in version 2 as they change.
 
 use anteroom_core::config::RawRoom;
 use anteroom_core::engine::{
@@ -11,27 +17,34 @@ use anteroom_core::engine::{
     TicketEnd, TicketState,
 };
 use anteroom_core::eta::AdmissionRate;
-use anteroom_core::lottery::{seed_from_hex, seed_to_hex};
+use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+mod binary;
 
 /// Why a stored record could not be read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DecodeError {
     #[error("malformed record: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("malformed record: {0}")]
+    Binary(&'static str),
     #[error("unsupported record version {0}")]
     Version(u8),
     #[error("invalid stored value: {0}")]
     Invalid(String),
 }
 
-const VERSION: u8 = 1;
+/// The JSON record version (read only).
+const JSON_VERSION: u8 = 1;
+/// The binary record version, the first byte of every record written now.
+const BINARY_VERSION: u8 = 2;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StateV1 {
     v: u8,
     generation: u32,
@@ -44,14 +57,14 @@ struct StateV1 {
     rate_measured_until: Option<u64>,
     totals: TotalsV1,
     /// Absent in records written before schedules existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     draw: Option<DrawV1>,
     /// Joins made with each priority code, by the code's SHA-256 in hex.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default)]
     code_uses: BTreeMap<String, u64>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct DrawV1 {
     opens_at: u64,
     drawn_at: u64,
@@ -61,7 +74,7 @@ struct DrawV1 {
     through_position: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct TotalsV1 {
     joined: u64,
     admitted: u64,
@@ -74,7 +87,7 @@ struct TotalsV1 {
     expired: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct TicketV1 {
     v: u8,
     id: String,
@@ -85,12 +98,12 @@ struct TicketV1 {
     identity: Option<String>,
     return_to: Option<String>,
     /// Absent (false) in records written before priority lanes existed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     priority: bool,
     state: TicketStateV1,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum TicketStateV1 {
     Waiting,
@@ -99,7 +112,7 @@ enum TicketStateV1 {
     Ended { reason: String, at: u64 },
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct SessionV1 {
     v: u8,
     id: String,
@@ -114,7 +127,7 @@ struct SessionV1 {
     ended: Option<EndedV1>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct EndedV1 {
     reason: String,
     at: u64,
@@ -135,47 +148,22 @@ pub(crate) fn decode_config(bytes: &[u8]) -> Result<RoomConfig, DecodeError> {
     })
 }
 
+/// A room's state (everything but its configuration) as a record.
 pub(crate) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
-    let totals = meta.totals;
-    serialize(&StateV1 {
-        v: VERSION,
-        generation: meta.generation,
-        last_position: meta.last_position,
-        serving: meta.serving,
-        bucket_units: meta.bucket.units,
-        bucket_updated_at: meta.bucket.updated_at.0,
-        rate_admissions: meta.rate.admissions,
-        rate_seconds: meta.rate.seconds,
-        rate_measured_until: meta.rate.measured_until.map(|t| t.0),
-        totals: TotalsV1 {
-            joined: totals.joined,
-            admitted: totals.admitted,
-            no_show: totals.no_show,
-            abandoned: totals.abandoned,
-            left: totals.left,
-            passes: totals.passes,
-            completed: totals.completed,
-            sessions_abandoned: totals.sessions_abandoned,
-            expired: totals.expired,
-        },
-        draw: meta.draw.map(|draw| DrawV1 {
-            opens_at: draw.opens_at.0,
-            drawn_at: draw.drawn_at.0,
-            seed: seed_to_hex(&draw.seed),
-            cohort: draw.cohort,
-            through_position: draw.through_position,
-        }),
-        code_uses: meta
-            .code_uses
-            .iter()
-            .map(|(hash, uses)| (seed_to_hex(hash), *uses))
-            .collect(),
-    })
+    binary::encode_state(meta)
 }
 
+/// Reads a state record of either version, completing it with the room's configuration.
 pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
+    match record_version(bytes)? {
+        Version::Json => decode_state_json(config, bytes),
+        Version::Binary => binary::decode_state(config, bytes),
+    }
+}
+
+fn decode_state_json(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
     let state: StateV1 = serde_json::from_slice(bytes)?;
-    check_version(state.v)?;
+    check_json_version(state.v)?;
     let totals = state.totals;
     let draw = match state.draw {
         None => None,
@@ -224,38 +212,22 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
     })
 }
 
+/// A ticket as a record.
 pub(crate) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
-    let state = match ticket.state {
-        TicketState::Waiting => TicketStateV1::Waiting,
-        TicketState::Admitted { at, claim_deadline } => TicketStateV1::Admitted {
-            at: at.0,
-            claim_deadline: claim_deadline.0,
-        },
-        TicketState::Claimed { session } => TicketStateV1::Claimed {
-            session: session.to_string(),
-        },
-        TicketState::Ended { reason, at } => TicketStateV1::Ended {
-            reason: reason.as_str().to_owned(),
-            at: at.0,
-        },
-    };
-    serialize(&TicketV1 {
-        v: VERSION,
-        id: ticket.id.to_string(),
-        position: ticket.position,
-        generation: ticket.generation,
-        joined_at: ticket.joined_at.0,
-        last_seen: ticket.last_seen.0,
-        identity: ticket.identity.clone(),
-        return_to: ticket.return_to.clone(),
-        priority: ticket.priority,
-        state,
-    })
+    binary::encode_ticket(ticket)
 }
 
+/// Reads a ticket record of either version.
 pub(crate) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
+    match record_version(bytes)? {
+        Version::Json => decode_ticket_json(bytes),
+        Version::Binary => binary::decode_ticket(bytes),
+    }
+}
+
+fn decode_ticket_json(bytes: &[u8]) -> Result<Ticket, DecodeError> {
     let stored: TicketV1 = serde_json::from_slice(bytes)?;
-    check_version(stored.v)?;
+    check_json_version(stored.v)?;
     let state = match stored.state {
         TicketStateV1::Waiting => TicketState::Waiting,
         TicketStateV1::Admitted { at, claim_deadline } => TicketState::Admitted {
@@ -283,32 +255,22 @@ pub(crate) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
     })
 }
 
+/// A session as a record.
 pub(crate) fn encode_session(session: &Session) -> Vec<u8> {
-    let ended = match session.state {
-        SessionState::Active => None,
-        SessionState::Ended { reason, at } => Some(EndedV1 {
-            reason: reason.as_str().to_owned(),
-            at: at.0,
-        }),
-    };
-    serialize(&SessionV1 {
-        v: VERSION,
-        id: session.id.to_string(),
-        ticket: session.ticket.map(|t| t.to_string()),
-        position: session.position,
-        generation: session.generation,
-        uid: session.uid.clone(),
-        issued_at: session.issued_at.0,
-        renewed_at: session.renewed_at.0,
-        expires_at: session.expires_at.0,
-        hard_expires_at: session.hard_expires_at.map(|t| t.0),
-        ended,
-    })
+    binary::encode_session(session)
 }
 
+/// Reads a session record of either version.
 pub(crate) fn decode_session(bytes: &[u8]) -> Result<Session, DecodeError> {
+    match record_version(bytes)? {
+        Version::Json => decode_session_json(bytes),
+        Version::Binary => binary::decode_session(bytes),
+    }
+}
+
+fn decode_session_json(bytes: &[u8]) -> Result<Session, DecodeError> {
     let stored: SessionV1 = serde_json::from_slice(bytes)?;
-    check_version(stored.v)?;
+    check_json_version(stored.v)?;
     let state = match stored.ended {
         None => SessionState::Active,
         Some(ended) => SessionState::Ended {
@@ -330,14 +292,30 @@ pub(crate) fn decode_session(bytes: &[u8]) -> Result<Session, DecodeError> {
     })
 }
 
-fn serialize(value: &impl Serialize) -> Vec<u8> {
+fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
     // Serializing these plain structs cannot fail: no maps with non-string keys, no foreign
     // Serialize impls.
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-fn check_version(version: u8) -> Result<(), DecodeError> {
-    if version == VERSION {
+/// The two record encodings: version 1 is a JSON object, version 2 starts with its version
+/// byte.
+enum Version {
+    Json,
+    Binary,
+}
+
+fn record_version(bytes: &[u8]) -> Result<Version, DecodeError> {
+    match bytes.first() {
+        Some(b'{') => Ok(Version::Json),
+        Some(&BINARY_VERSION) => Ok(Version::Binary),
+        Some(&other) => Err(DecodeError::Version(other)),
+        None => Err(DecodeError::Binary("an empty record")),
+    }
+}
+
+fn check_json_version(version: u8) -> Result<(), DecodeError> {
+    if version == JSON_VERSION {
         Ok(())
     } else {
         Err(DecodeError::Version(version))
@@ -377,4 +355,175 @@ fn parse_session_end(text: &str) -> Result<SessionEnd, DecodeError> {
     .into_iter()
     .find(|end| end.as_str() == text)
     .ok_or_else(|| DecodeError::Invalid(format!("session end {text:?}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use anteroom_core::RoomId;
+    use anteroom_core::engine::RoomState;
+
+    fn config() -> RoomConfig {
+        RoomConfig::with_defaults(RoomId::new("shop").unwrap())
+    }
+
+    fn tickets() -> Vec<Ticket> {
+        let base = Ticket {
+            id: TicketId::from_bytes([7; 16]),
+            position: 41,
+            generation: 3,
+            joined_at: Timestamp(1_700_000_000_123),
+            last_seen: Timestamp(1_700_000_050_000),
+            identity: None,
+            return_to: None,
+            priority: false,
+            state: TicketState::Waiting,
+        };
+        vec![
+            base.clone(),
+            Ticket {
+                identity: Some("user-é".to_owned()),
+                return_to: Some("/checkout?x=1".to_owned()),
+                priority: true,
+                state: TicketState::Admitted {
+                    at: Timestamp(5),
+                    claim_deadline: Timestamp(6),
+                },
+                ..base.clone()
+            },
+            Ticket {
+                state: TicketState::Claimed {
+                    session: SessionId::from_bytes([9; 16]),
+                },
+                ..base.clone()
+            },
+            Ticket {
+                state: TicketState::Ended {
+                    reason: TicketEnd::NoShow,
+                    at: Timestamp(u64::MAX),
+                },
+                ..base
+            },
+        ]
+    }
+
+    fn sessions() -> Vec<Session> {
+        let base = Session {
+            id: SessionId::from_bytes([1; 16]),
+            ticket: Some(TicketId::from_bytes([2; 16])),
+            position: 12,
+            generation: 1,
+            uid: Some("u".to_owned()),
+            issued_at: Timestamp(10),
+            renewed_at: Timestamp(20),
+            expires_at: Timestamp(30),
+            hard_expires_at: Some(Timestamp(40)),
+            state: SessionState::Active,
+        };
+        let mut all = vec![
+            base.clone(),
+            Session {
+                ticket: None,
+                uid: None,
+                hard_expires_at: None,
+                ..base.clone()
+            },
+        ];
+        for reason in [
+            SessionEnd::Completed,
+            SessionEnd::Abandoned,
+            SessionEnd::Expired,
+            SessionEnd::Revoked,
+            SessionEnd::Reset,
+        ] {
+            all.push(Session {
+                state: SessionState::Ended {
+                    reason,
+                    at: Timestamp(35),
+                },
+                ..base.clone()
+            });
+        }
+        all
+    }
+
+    fn meta() -> RoomMeta {
+        let mut meta = RoomState::new(config(), Timestamp(1_000)).meta().clone();
+        meta.generation = 4;
+        meta.last_position = 1_000_000;
+        meta.serving = 999;
+        meta.bucket.units = 123_456;
+        meta.rate.admissions = 0.1 + 0.2;
+        meta.rate.seconds = 1e-300;
+        meta.rate.measured_until = Some(Timestamp(77));
+        meta.totals.joined = 1_000_000;
+        meta.totals.expired = 3;
+        meta.draw = Some(Draw {
+            opens_at: Timestamp(100),
+            drawn_at: Timestamp(101),
+            seed: [0xab; 32],
+            cohort: 17,
+            through_position: 18,
+        });
+        meta.code_uses.insert([3; 32], 2);
+        meta.code_uses.insert([4; 32], 9);
+        meta
+    }
+
+    #[test]
+    fn records_are_written_in_the_binary_version_and_read_back_exactly() {
+        for ticket in tickets() {
+            let bytes = encode_ticket(&ticket);
+            assert_eq!(bytes[0], BINARY_VERSION);
+            assert_eq!(decode_ticket(&bytes).unwrap(), ticket);
+        }
+        for session in sessions() {
+            assert_eq!(decode_session(&encode_session(&session)).unwrap(), session);
+        }
+        let meta = meta();
+        let decoded = decode_state(config(), &encode_state(&meta)).unwrap();
+        assert_eq!(decoded, meta);
+        assert_eq!(
+            decoded.rate.admissions.to_bits(),
+            meta.rate.admissions.to_bits()
+        );
+        let plain = RoomState::new(config(), Timestamp(1_000)).meta().clone();
+        assert_eq!(
+            decode_state(config(), &encode_state(&plain)).unwrap(),
+            plain
+        );
+        let waiting = encode_ticket(&tickets()[0]);
+        assert!(waiting.len() < 80, "{} bytes", waiting.len());
+    }
+
+    #[test]
+    fn version_1_json_records_are_still_read() {
+        let ticket = br#"{"v":1,"id":"BwcHBwcHBwcHBwcHBwcHBw","position":41,"generation":3,"joined_at":1700000000123,"last_seen":1700000050000,"identity":null,"return_to":null,"state":{"kind":"waiting"}}"#;
+        assert_eq!(decode_ticket(ticket).unwrap(), tickets()[0]);
+        let session = br#"{"v":1,"id":"AQEBAQEBAQEBAQEBAQEBAQ","ticket":"AgICAgICAgICAgICAgICAg","position":12,"generation":1,"uid":"u","issued_at":10,"renewed_at":20,"expires_at":30,"hard_expires_at":40,"ended":{"reason":"revoked","at":35}}"#;
+        assert_eq!(decode_session(session).unwrap(), sessions()[5]);
+        let state = br#"{"v":1,"generation":4,"last_position":1000000,"serving":999,"bucket_units":123456,"bucket_updated_at":1000,"rate_admissions":0.5,"rate_seconds":2.0,"rate_measured_until":null,"totals":{"joined":1000000,"admitted":1,"no_show":0,"abandoned":0,"left":0,"passes":0,"completed":0,"sessions_abandoned":0,"expired":3}}"#;
+        let decoded = decode_state(config(), state).unwrap();
+        assert_eq!(
+            (decoded.last_position, decoded.totals.expired, decoded.draw),
+            (1_000_000, 3, None)
+        );
+        assert_eq!(decoded.rate.admissions, 0.5);
+    }
+
+    #[test]
+    fn damaged_binary_records_are_refused() {
+        let bytes = encode_ticket(&tickets()[1]);
+        for length in 0..bytes.len() {
+            assert!(decode_ticket(&bytes[..length]).is_err(), "{length} bytes");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_ticket(&longer).is_err());
+        let mut version = bytes;
+        version[0] = 9;
+        let error = decode_ticket(&version).unwrap_err().to_string();
+        assert!(error.contains("unsupported record version 9"), "{error}");
+    }
 }

@@ -24,6 +24,7 @@
 //! anything built on them would break I6.
 
 mod checkpoint;
+mod completion;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
@@ -34,16 +35,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anteroom_core::engine::{ChangeSet, RoomState, Session, Ticket};
 use anteroom_core::{Clock, RoomId};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::oneshot;
 
 use crate::StoreError;
 use crate::engine_host::{EngineHost, PendingWrite, Persister, delegate_room_store};
 use crate::persisted;
 use checkpoint::Dirty;
+use completion::Completion;
 use wal::{Segment, Write};
 
 const CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("room_configs");
@@ -53,6 +55,8 @@ const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions")
 
 /// The most operations one log frame takes; more wait for the next append.
 const MAX_BATCH: usize = 4096;
+/// The longest a commit waits for more operations (see [`linger`]).
+const MAX_LINGER: Duration = Duration::from_millis(1);
 
 /// How the embedded store runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,14 +151,6 @@ delegate_room_store!(RedbStore);
 struct Batch {
     sequence: u64,
     writes: Vec<Write>,
-    done: oneshot::Sender<Result<(), String>>,
-}
-
-/// How far the log is durable: the highest committed sequence, or the failure that stopped it.
-#[derive(Debug, Clone, Default)]
-struct Durable {
-    through: u64,
-    failure: Option<String>,
 }
 
 #[derive(Default)]
@@ -169,7 +165,8 @@ pub(crate) struct RedbWriter {
     /// The next sequence number and the channel, under one lock so sequence order is
     /// channel order (and so log order).
     queue: parking_lot::Mutex<(u64, Option<mpsc::Sender<Batch>>)>,
-    durable: tokio::sync::watch::Receiver<Durable>,
+    /// How far the log is durable; wakes the operations waiting for it.
+    durable: Arc<Completion>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<CommitStats>,
 }
@@ -184,7 +181,7 @@ impl RedbWriter {
         let segment = Segment::create(store, first_segment)
             .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
         let (sender, receiver) = mpsc::channel();
-        let (durable_sender, durable) = tokio::sync::watch::channel(Durable::default());
+        let durable = Arc::new(Completion::default());
         let stats = Arc::new(CommitStats::default());
         let (jobs, job_receiver) = mpsc::channel::<CheckpointJob>();
         let (result_sender, results) = mpsc::channel();
@@ -211,9 +208,10 @@ impl RedbWriter {
             frame: Vec::new(),
         };
         let thread_stats = stats.clone();
+        let thread_durable = durable.clone();
         let thread = std::thread::Builder::new()
             .name("anteroom-redb-writer".to_owned())
-            .spawn(move || logger.run(&receiver, &durable_sender, &thread_stats))
+            .spawn(move || logger.run(&receiver, &thread_durable, &thread_stats))
             .map_err(|e| StoreError::backend("cannot start the store's writer thread", e))?;
         Ok(RedbWriter {
             queue: parking_lot::Mutex::new((0, Some(sender))),
@@ -224,22 +222,14 @@ impl RedbWriter {
     }
 
     fn submit(&self, writes: Vec<Write>) -> Result<Option<PendingWrite>, StoreError> {
-        let (done, pending) = oneshot::channel();
         let mut queue = self.queue.lock();
         let sequence = queue.0 + 1;
         let sender = queue.1.as_ref().ok_or_else(writer_gone)?;
         sender
-            .send(Batch {
-                sequence,
-                writes,
-                done,
-            })
+            .send(Batch { sequence, writes })
             .map_err(|_| writer_gone())?;
         queue.0 = sequence;
-        Ok(Some(PendingWrite {
-            sequence,
-            done: pending,
-        }))
+        Ok(Some(PendingWrite { sequence }))
     }
 }
 
@@ -298,18 +288,13 @@ impl Persister for RedbWriter {
     }
 
     async fn wait_durable_until(&self, sequence: u64) -> Result<(), StoreError> {
-        let mut durable = self.durable.clone();
-        let state = durable
-            .wait_for(|state| state.through >= sequence || state.failure.is_some())
+        self.durable
+            .wait(sequence)
             .await
-            .map_err(|_| writer_gone())?;
-        match &state.failure {
-            Some(message) if state.through < sequence => Err(StoreError::Backend {
-                message: message.clone(),
+            .map_err(|message| StoreError::Backend {
+                message,
                 source: None,
-            }),
-            _ => Ok(()),
-        }
+            })
     }
 }
 
@@ -318,6 +303,22 @@ fn writer_gone() -> StoreError {
         message: "the embedded store's writer has stopped".to_owned(),
         source: None,
     }
+}
+
+/// Adds what is queued to `batches`, up to [`MAX_BATCH`] operations.
+fn take_queued(receiver: &mpsc::Receiver<Batch>, batches: &mut Vec<Batch>) {
+    while batches.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(batch) => batches.push(batch),
+            Err(_) => break,
+        }
+    }
+}
+
+/// How long a commit smaller than the last one waits for more: half the last sync, at most
+/// [`MAX_LINGER`].
+fn linger(last_sync: Duration) -> Duration {
+    (last_sync / 2).min(MAX_LINGER)
 }
 
 /// Records for the checkpoint thread: everything logged in segments up to `through`.
@@ -343,25 +344,26 @@ struct Logger {
 }
 
 impl Logger {
-    fn run(
-        mut self,
-        receiver: &mpsc::Receiver<Batch>,
-        durable: &tokio::sync::watch::Sender<Durable>,
-        stats: &CommitStats,
-    ) {
+    fn run(mut self, receiver: &mpsc::Receiver<Batch>, durable: &Completion, stats: &CommitStats) {
+        // Operations in the last commit and how long its sync took.
+        let mut previous = (0, Duration::ZERO);
         while let Ok(first) = receiver.recv() {
             let mut batches = vec![first];
-            while batches.len() < MAX_BATCH {
-                match receiver.try_recv() {
-                    Ok(batch) => batches.push(batch),
-                    Err(_) => break,
-                }
+            take_queued(receiver, &mut batches);
+            if batches.len() < previous.0 {
+                // Fewer operations than last time: the visitors answered by the last commit
+                // are probably on their way back. Waiting a fraction of a sync for them
+                // makes one commit (one sync, one wake-up per thread) of what would be two.
+                std::thread::sleep(linger(previous.1));
+                take_queued(receiver, &mut batches);
             }
             self.collect_checkpoint(false);
+            let started = Instant::now();
             let result = match &self.failure {
                 Some(message) => Err(message.clone()),
                 None => self.append(&batches),
             };
+            previous = (batches.len(), started.elapsed());
             if result.is_ok() {
                 stats
                     .operations
@@ -373,22 +375,18 @@ impl Logger {
                 .map(|batch| batch.sequence)
                 .max()
                 .unwrap_or(0);
-            durable.send_modify(|state| match &result {
-                Ok(()) => state.through = state.through.max(through),
-                Err(message) => state.failure = Some(message.clone()),
-            });
-            let mut logged = Vec::with_capacity(batches.len());
-            for batch in batches {
-                let _ = batch.done.send(result.clone());
-                logged.push(batch.writes);
-            }
-            if result.is_ok() {
-                for write in logged.into_iter().flatten() {
-                    self.dirty.absorb(write);
+            match result {
+                Ok(()) => {
+                    durable.complete_through(through);
+                    for write in batches.into_iter().flat_map(|batch| batch.writes) {
+                        self.dirty.absorb(write);
+                    }
+                    self.maybe_checkpoint();
                 }
-                self.maybe_checkpoint();
+                Err(message) => durable.fail(message),
             }
         }
+        durable.fail("the embedded store's writer has stopped".to_owned());
         self.shut_down();
     }
 

@@ -3,9 +3,12 @@
 //! last log segment they cover. After that commit the covered segments are deleted.
 //!
 //! [`Dirty`] collects the records (a room's state changes with every join, but only its last
-//! version is written); recovery uses the same collection to replay the log.
+//! version is written); recovery uses the same collection to replay the log. The log writer
+//! adds every record it logs, so tickets and sessions go into hash maps (a few hundred
+//! nanoseconds less per record than an ordered map of byte keys); the checkpoint thread sorts
+//! them when it writes them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anteroom_core::RoomId;
@@ -26,8 +29,8 @@ pub(crate) struct Dirty {
     deleted_rooms: BTreeSet<RoomId>,
     configs: BTreeMap<RoomId, Vec<u8>>,
     states: BTreeMap<RoomId, Vec<u8>>,
-    tickets: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    sessions: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    tickets: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    sessions: HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 impl Dirty {
@@ -49,15 +52,9 @@ impl Dirty {
             Write::DeleteRoom { room } => {
                 self.configs.remove(&room);
                 self.states.remove(&room);
-                let (start, end) = room_range(&room);
+                let (start, _) = room_range(&room);
                 for records in [&mut self.tickets, &mut self.sessions] {
-                    let doomed: Vec<Vec<u8>> = records
-                        .range(start.clone()..end.clone())
-                        .map(|(key, _)| key.clone())
-                        .collect();
-                    for key in doomed {
-                        records.remove(&key);
-                    }
+                    records.retain(|key, _| !key.starts_with(&start));
                 }
                 self.deleted_rooms.insert(room);
             }
@@ -87,6 +84,8 @@ impl Dirty {
             (&mut tickets, &self.tickets),
             (&mut sessions, &self.sessions),
         ] {
+            let mut records: Vec<_> = records.iter().collect();
+            records.sort_unstable_by_key(|(key, _)| *key);
             for (key, bytes) in records {
                 match bytes {
                     Some(bytes) => {

@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use anteroom_core::engine::{Entry, JoinRequest, Ticket};
 use anteroom_core::room::RoomConfig;
-use anteroom_core::{ManualClock, RoomId, Timestamp};
+use anteroom_core::{ManualClock, RoomId, TicketId, Timestamp};
 
 use super::checkpoint::{self, Dirty};
 use super::wal::{self, Write};
 use super::{RedbOptions, RedbStore};
+use crate::persisted;
 use crate::{RoomStore, StoreError};
 
 const NEVER: u64 = 1 << 40;
@@ -394,4 +395,51 @@ fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
         .collect();
     assert_eq!(stored, vec![(key(4), b"newest".to_vec())]);
     assert_eq!(checkpoint::checkpointed_through(&database).unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_log_of_version_1_json_records_is_replayed() {
+    // What a store written before the binary records leaves after a crash: a log segment
+    // whose records are JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    let mut config = RoomConfig::with_defaults(room());
+    config.max_active = 1;
+    let state = br#"{"v":1,"generation":1,"last_position":2,"serving":1,"bucket_units":0,"bucket_updated_at":1700000000000,"rate_admissions":0.0,"rate_seconds":0.0,"rate_measured_until":null,"totals":{"joined":2,"admitted":1,"no_show":0,"abandoned":0,"left":0,"passes":0,"completed":0,"sessions_abandoned":0,"expired":0}}"#;
+    let admitted = br#"{"v":1,"id":"BgYGBgYGBgYGBgYGBgYGBg","position":1,"generation":1,"joined_at":1700000000000,"last_seen":1700000000000,"identity":null,"return_to":null,"state":{"kind":"admitted","at":1700000000000,"claim_deadline":1700000120000}}"#;
+    let waiting = br#"{"v":1,"id":"BwcHBwcHBwcHBwcHBwcHBw","position":2,"generation":1,"joined_at":1700000000000,"last_seen":1700000000000,"identity":null,"return_to":null,"state":{"kind":"waiting"}}"#;
+    let writes = [
+        Write::Config {
+            room: room(),
+            bytes: persisted::encode_config(&config),
+        },
+        Write::State {
+            room: room(),
+            bytes: state.to_vec(),
+        },
+        Write::Ticket {
+            key: super::record_key(&room(), &[6; 16]),
+            bytes: Some(admitted.to_vec()),
+        },
+        Write::Ticket {
+            key: super::record_key(&room(), &[7; 16]),
+            bytes: Some(waiting.to_vec()),
+        },
+    ];
+    let mut segment = wal::Segment::create(&path, 1).unwrap();
+    let mut frame = Vec::new();
+    wal::encode_frame(writes.iter(), &mut frame);
+    segment.append(&frame).unwrap();
+    drop(segment);
+
+    let store = open(dir.path()).unwrap();
+    let replayed = tickets(&store).await;
+    assert_eq!(positions(&replayed), vec![1, 2]);
+    assert_eq!(replayed[1].id, TicketId::from_bytes([7; 16]));
+    assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 2);
+    assert_eq!(join_position(&store).await, 3, "numbering goes on");
+    drop(store);
+    // redb now holds version 1 records beside version 2 ones.
+    let store = open(dir.path()).unwrap();
+    assert_eq!(positions(&tickets(&store).await), vec![1, 2, 3]);
 }
