@@ -177,7 +177,7 @@ impl Gateway {
         let service = service_fn(move |request: Request<Body>| {
             let gateway = gateway.clone();
             let client = client.clone();
-            async move { Ok::<_, Infallible>(gateway.handle(client, request).await) }
+            async move { Ok::<_, Infallible>(gateway.handle(client.as_ref(), request).await) }
         });
         Router::new().fallback_service(service)
     }
@@ -197,7 +197,7 @@ impl Gateway {
     /// middleware per step.
     async fn handle(
         &self,
-        client: Option<proxy::UpstreamClient>,
+        client: Option<&proxy::UpstreamClient>,
         mut request: Request<Body>,
     ) -> Response {
         // Which route the request is on: every step below acts on the matched route.
@@ -255,7 +255,7 @@ impl SiteLane {
         let Some(limits) = &self.limits else {
             return self
                 .gateway
-                .handle(Some(self.client.clone()), request)
+                .handle(Some(&self.client), request)
                 .await;
         };
         let (mut parts, body) = request.into_parts();
@@ -265,7 +265,7 @@ impl SiteLane {
         };
         let mut response = self
             .gateway
-            .handle(Some(self.client.clone()), Request::from_parts(parts, body))
+            .handle(Some(&self.client), Request::from_parts(parts, body))
             .await;
         crate::ratelimit::add_headers(&mut response, &headers);
         response

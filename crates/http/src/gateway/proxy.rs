@@ -98,7 +98,7 @@ impl Upstream {
 /// `client`.
 pub(crate) async fn proxy(
     gateway: &Gateway,
-    client: Option<UpstreamClient>,
+    client: Option<&UpstreamClient>,
     request: Request<Body>,
 ) -> Response {
     let (Some(upstream), Some(client)) = (&gateway.inner.upstream, client) else {
@@ -107,7 +107,7 @@ pub(crate) async fn proxy(
     if websocket::is_upgrade(&request) {
         return websocket::proxy(gateway, upstream, request).await;
     }
-    forward(gateway, upstream, &client, request).await
+    forward(gateway, upstream, client, request).await
 }
 
 async fn forward(
