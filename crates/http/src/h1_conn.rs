@@ -81,8 +81,16 @@ pub(crate) enum BadHead {
 }
 
 impl BadHead {
+    /// Sends the answer (if any) and closes the connection.
+    pub(crate) async fn refuse(&self, stream: &mut TcpStream) {
+        if let Some(answer) = self.answer() {
+            let _ = stream.write_all(answer).await;
+            let _ = stream.shutdown().await;
+        }
+    }
+
     /// The answer sent before closing, if any.
-    pub(crate) fn answer(&self) -> Option<&'static [u8]> {
+    fn answer(&self) -> Option<&'static [u8]> {
         match self {
             BadHead::Closed => None,
             BadHead::Malformed => {
@@ -140,27 +148,16 @@ pub(crate) fn take_head(buffer: &mut BytesMut) -> Result<Option<Head>, BadHead> 
         .method
         .and_then(|method| Method::from_bytes(method.as_bytes()).ok())
         .ok_or(BadHead::Malformed)?;
-    let base = buffer.as_ptr() as usize;
-    let range = |part: &[u8]| {
-        let start = part.as_ptr() as usize - base;
-        start..start + part.len()
-    };
-    let target = range(parsed.path.ok_or(BadHead::Malformed)?.as_bytes());
-    let mut names = Vec::with_capacity(parsed.headers.len());
-    let mut values = Vec::with_capacity(parsed.headers.len());
+    let target = span_in(buffer, parsed.path.ok_or(BadHead::Malformed)?.as_bytes());
+    let mut fields = Vec::with_capacity(parsed.headers.len());
     for field in parsed.headers.iter() {
-        names.push(HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadHead::Malformed)?);
-        values.push(range(field.value));
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadHead::Malformed)?;
+        fields.push((name, span_in(buffer, field.value)));
     }
     let head = buffer.split_to(length).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
     // Room for what the gateway adds on the way (the forwarding headers) without a rehash.
-    let mut headers = HeaderMap::with_capacity(names.len() + FORWARDING_HEADROOM);
-    for (name, value) in names.into_iter().zip(values) {
-        let value =
-            HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| BadHead::Malformed)?;
-        headers.append(name, value);
-    }
+    let headers = header_map(&head, fields, FORWARDING_HEADROOM).ok_or(BadHead::Malformed)?;
     let framing = framing(&method, &headers);
     let mut request = Request::new(Body::empty());
     *request.method_mut() = method;
@@ -196,7 +193,7 @@ fn framing(method: &Method, headers: &HeaderMap) -> Framing {
 }
 
 /// A `Content-Length` value: digits only.
-fn parse_length(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -205,21 +202,46 @@ fn parse_length(value: &[u8]) -> Option<u64> {
     })
 }
 
-/// Whether the connection stays open after answering `request` (HTTP/1.1 unless it says
-/// `Connection: close`; HTTP/1.0 only when it says `Connection: keep-alive`).
-fn wants_keep_alive(request: &Request<Body>) -> bool {
-    let says = |token: &str| {
-        request.headers().get_all(CONNECTION).iter().any(|value| {
-            value
-                .as_bytes()
-                .split(|byte| *byte == b',')
-                .any(|part| part.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-        })
-    };
-    match request.version() {
-        Version::HTTP_11 => !says("close"),
-        _ => says("keep-alive"),
+/// Whether a message whose head is `headers` keeps its connection open: HTTP/1.1 unless it
+/// says `Connection: close`, HTTP/1.0 only when it says `Connection: keep-alive`.
+pub(crate) fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    match version {
+        Version::HTTP_11 => !connection_says(headers, b"close"),
+        _ => connection_says(headers, b"keep-alive"),
     }
+}
+
+/// Whether a `Connection` field of `headers` lists `token`.
+fn connection_says(headers: &HeaderMap, token: &[u8]) -> bool {
+    headers.get_all(CONNECTION).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|byte| *byte == b',')
+            .any(|part| part.trim_ascii().eq_ignore_ascii_case(token))
+    })
+}
+
+/// Where a part of a parsed head lies in the buffer the head was parsed from.
+pub(crate) fn span_in(buffer: &[u8], part: &[u8]) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// The header map of a head whose bytes are `head`: each value a slice of them (no copy).
+/// `spare` is room kept for fields added later.
+pub(crate) fn header_map(
+    head: &Bytes,
+    fields: Vec<(HeaderName, std::ops::Range<usize>)>,
+    spare: usize,
+) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(fields.len() + spare);
+    for (name, value) in fields {
+        headers.append(
+            name,
+            HeaderValue::from_maybe_shared(head.slice(value)).ok()?,
+        );
+    }
+    Some(headers)
 }
 
 /// Serves the HTTP/1.x requests of `stream` until the client closes it, a request asks to
@@ -246,13 +268,7 @@ pub(crate) async fn serve(
             framing,
         } = match head {
             Ok(Ok(head)) => head,
-            Ok(Err(bad)) => {
-                if let Some(answer) = bad.answer() {
-                    let _ = stream.write_all(answer).await;
-                    let _ = stream.shutdown().await;
-                }
-                return;
-            }
+            Ok(Err(bad)) => return bad.refuse(&mut stream).await,
             // A client that sends no whole head within the limit (slow-loris), or stays idle
             // that long between requests, is closed.
             Err(_elapsed) => return,
@@ -289,7 +305,7 @@ pub(crate) async fn serve(
             }
             *request.body_mut() = Body::from(input.split_to(length).freeze());
         }
-        let keep_alive = wants_keep_alive(&request) && !*stop.borrow();
+        let keep_alive = keeps_alive(request.version(), request.headers()) && !*stop.borrow();
         let head_only = request.method() == Method::HEAD;
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -416,8 +432,9 @@ async fn write_response(
     let length = declared.or_else(|| body.size_hint().exact());
     let chunked = !bodiless && length.is_none() && answer.version == Version::HTTP_11;
     // Without a length or chunks, the end of the body is the end of the connection.
-    let keep_alive =
-        answer.keep_alive && (bodiless || length.is_some() || chunked) && !closes(&parts.headers);
+    let keep_alive = answer.keep_alive
+        && (bodiless || length.is_some() || chunked)
+        && !connection_says(&parts.headers, b"close");
     write_head(
         output,
         parts.status,
@@ -494,16 +511,6 @@ async fn write_response(
             }
         }
     }
-}
-
-/// Whether an answer's own `Connection` field asks to close.
-fn closes(headers: &HeaderMap) -> bool {
-    headers.get_all(CONNECTION).iter().any(|value| {
-        value
-            .as_bytes()
-            .split(|byte| *byte == b',')
-            .any(|part| part.trim_ascii().eq_ignore_ascii_case(b"close"))
-    })
 }
 
 /// How an answer's body is framed on the wire.
@@ -766,7 +773,10 @@ mod tests {
 
     #[test]
     fn keep_alive_follows_the_version_and_the_connection_field() {
-        let wants = |text: &str| wants_keep_alive(&head(text).unwrap().unwrap().request);
+        let wants = |text: &str| {
+            let request = head(text).unwrap().unwrap().request;
+            keeps_alive(request.version(), request.headers())
+        };
         assert!(wants("GET / HTTP/1.1\r\n\r\n"));
         assert!(!wants("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"));
         assert!(!wants("GET / HTTP/1.1\r\nConnection: te, close\r\n\r\n"));

@@ -81,13 +81,7 @@ pub(crate) async fn serve(
     };
     let mut request = match head {
         Ok(Ok(request)) => request,
-        Ok(Err(bad)) => {
-            if let Some(answer) = bad.answer() {
-                let _ = stream.write_all(answer).await;
-                let _ = stream.shutdown().await;
-            }
-            return;
-        }
+        Ok(Err(bad)) => return bad.refuse(&mut stream).await,
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return,
     };

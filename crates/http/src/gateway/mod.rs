@@ -253,10 +253,7 @@ impl SiteLane {
     /// Answers `request` as the public router's rate-limit layer and site fallback would.
     pub(crate) async fn handle(&self, request: Request<Body>) -> Response {
         let Some(limits) = &self.limits else {
-            return self
-                .gateway
-                .handle(Some(&self.client), request)
-                .await;
+            return self.gateway.handle(Some(&self.client), request).await;
         };
         let (mut parts, body) = request.into_parts();
         let headers = match limits.decide(&mut parts).await {

@@ -22,13 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use axum::http::{HeaderMap, HeaderName, Method, Response, StatusCode, Version};
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+use crate::h1_conn::{header_map, keeps_alive, parse_length, span_in};
 
 /// The most header fields an upstream answer may have.
 const MAX_HEADERS: usize = 100;
@@ -366,33 +368,16 @@ fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(UpstreamError::Malformed)?;
-    let base = buffer.as_ptr() as usize;
     let mut fields = Vec::with_capacity(parsed.headers.len());
     for field in parsed.headers.iter() {
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| UpstreamError::Malformed)?;
-        let start = field.value.as_ptr() as usize - base;
-        fields.push((name, start..start + field.value.len()));
+        fields.push((name, span_in(buffer, field.value)));
     }
     let head = buffer.split_to(length).freeze();
-    let mut headers = HeaderMap::with_capacity(fields.len());
-    for (name, range) in fields {
-        let value = HeaderValue::from_maybe_shared(head.slice(range))
-            .map_err(|_| UpstreamError::Malformed)?;
-        headers.append(name, value);
-    }
-    let says = |token: &[u8]| {
-        headers.get_all(CONNECTION).iter().any(|value| {
-            value
-                .as_bytes()
-                .split(|byte| *byte == b',')
-                .any(|part| part.trim_ascii().eq_ignore_ascii_case(token))
-        })
-    };
-    let reusable = match version {
-        Version::HTTP_11 => !says(b"close"),
-        _ => says(b"keep-alive"),
-    };
+    // Room for the cookies and rate-limit fields the gateway may add to the answer.
+    let headers = header_map(&head, fields, 2).ok_or(UpstreamError::Malformed)?;
+    let reusable = keeps_alive(version, &headers);
     let framing = if let Some(coding) = headers.get_all(TRANSFER_ENCODING).iter().next_back() {
         // RFC 9112 §6.3: chunked last means chunked; any other coding runs until the close.
         let last = coding
@@ -421,15 +406,6 @@ fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError
         framing,
         reusable,
     }))
-}
-
-fn parse_length(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    value.iter().try_fold(0u64, |length, digit| {
-        length.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
-    })
 }
 
 /// What is left to read of a streamed body.
@@ -658,6 +634,8 @@ fn take_line(buffer: &mut BytesMut) -> Result<Option<Bytes>, BodyFailure> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use axum::http::HeaderValue;
+
     use super::*;
 
     fn decode_in_pieces(wire: &[u8], piece: usize) -> Result<Vec<u8>, BodyFailure> {
