@@ -84,7 +84,12 @@ macro_rules! random_id {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&URL_SAFE_NO_PAD.encode(self.0))
+                // Encoded on the stack: ids are written into every token and answer.
+                let mut text = [0u8; 22];
+                let written = URL_SAFE_NO_PAD
+                    .encode_slice(self.0, &mut text)
+                    .map_err(|_| fmt::Error)?;
+                f.write_str(std::str::from_utf8(&text[..written]).map_err(|_| fmt::Error)?)
             }
         }
 
@@ -106,6 +111,50 @@ macro_rules! random_id {
             }
         }
     };
+}
+
+/// Builds the hasher of the engine's maps keyed by ticket and session ids.
+///
+/// The ids are 128 bits from the store's generator, never chosen by a client (a client names
+/// a ticket only through a token signed by anteroom), so they are uniform already: a multiply
+/// per word spreads them over the table, and SipHash's defence against chosen keys buys
+/// nothing here. Not for keys a client picks (identities, room ids).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RandomIdHash;
+
+impl std::hash::BuildHasher for RandomIdHash {
+    type Hasher = RandomIdHasher;
+
+    fn build_hasher(&self) -> RandomIdHasher {
+        RandomIdHasher(0)
+    }
+}
+
+/// The hasher of [`RandomIdHash`].
+#[derive(Debug)]
+pub(crate) struct RandomIdHasher(u64);
+
+impl std::hash::Hasher for RandomIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        // Fx's step (rotate, xor, multiply by an odd constant).
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 random_id!(
@@ -134,11 +183,30 @@ mod tests {
     }
 
     #[test]
+    fn random_ids_spread_over_a_table() {
+        use std::hash::BuildHasher as _;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut buckets = [0u32; 64];
+        for _ in 0..64_000 {
+            let hash = RandomIdHash.hash_one(TicketId::random(&mut rng));
+            // hashbrown picks the bucket from the low bits and the tag from the top seven.
+            buckets[(hash % 64) as usize] += 1;
+            buckets[(hash >> 58) as usize] += 1;
+        }
+        let (least, most) = (buckets.iter().min(), buckets.iter().max());
+        assert!(
+            least.is_some_and(|&n| n > 1_700) && most.is_some_and(|&n| n < 2_300),
+            "{buckets:?}"
+        );
+    }
+
+    #[test]
     fn ticket_ids_round_trip_as_text() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let id = TicketId::random(&mut rng);
         let text = id.to_string();
         assert_eq!(text.len(), 22);
+        assert_eq!(text, URL_SAFE_NO_PAD.encode(id.to_bytes()));
         assert_eq!(text.parse::<TicketId>(), Ok(id));
         assert_eq!("short".parse::<TicketId>(), Err(IdError));
         assert_eq!("!!!!!!!!!!!!!!!!!!!!!!".parse::<TicketId>(), Err(IdError));
