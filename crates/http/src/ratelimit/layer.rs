@@ -2,7 +2,8 @@
 //!
 //! The layer decides each request before the inner service sees it; a refused request never
 //! reaches it. Allowed responses get the rate-limit headers, unless the inner service already
-//! set them.
+//! set them. While no rule is installed the layer only records the client address
+//! ([`super::ClientIp`]) and calls the inner service directly.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +13,7 @@ use std::task::{Context, Poll};
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{Request, Response};
+use futures_util::future::{Either, MapOk, TryFutureExt as _};
 use tower::{Layer, Service};
 
 use anteroom_core::ratelimit::rules::RateLimitRule;
@@ -109,6 +111,12 @@ pub struct RateLimitService<S> {
     route_rules: Arc<[String]>,
 }
 
+/// The answer of an inner service, its body boxed like the layer's own answers.
+type MapBody<ResBody> = fn(Response<ResBody>) -> Response<Body>;
+
+/// A decision that waits for the rate-limit stores, and the inner call after it.
+type CheckedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -119,19 +127,27 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    /// Left: no rule installed, the inner service called at once. Right: the decision.
+    type Future = Either<MapOk<S::Future, MapBody<ResBody>>, CheckedFuture<S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        // Without rules there is nothing to decide: the request goes straight on, with no
+        // boxed future and no clone of the inner service (a join or status call's common
+        // case, when the built-in join rule is off).
+        if self.limiter.allows_without_rules(&mut request) {
+            let map_body: MapBody<ResBody> = |response| response.map(Body::new);
+            return Either::Left(self.inner.call(request).map_ok(map_body));
+        }
         // The service polled ready goes into the future; a fresh clone stays for the next call.
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let limiter = self.limiter.clone();
         let route_rules = self.route_rules.clone();
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             let headers = match limiter.check_with_route(&mut parts, &route_rules).await {
                 RateLimitVerdict::Refused(response) => return Ok(response),
@@ -146,6 +162,6 @@ where
                 }
             }
             Ok(response)
-        })
+        }))
     }
 }
