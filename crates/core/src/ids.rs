@@ -80,16 +80,17 @@ macro_rules! random_id {
             pub fn from_bytes(bytes: [u8; 16]) -> Self {
                 $name(bytes)
             }
+
+            /// The id as text (what `Display` writes), on the stack: ids are written into
+            /// every ticket token and answer.
+            pub fn to_text(self) -> IdText {
+                IdText::encode(self.0)
+            }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                // Encoded on the stack: ids are written into every token and answer.
-                let mut text = [0u8; 22];
-                let written = URL_SAFE_NO_PAD
-                    .encode_slice(self.0, &mut text)
-                    .map_err(|_| fmt::Error)?;
-                f.write_str(std::str::from_utf8(&text[..written]).map_err(|_| fmt::Error)?)
+                f.write_str(self.to_text().as_str())
             }
         }
 
@@ -111,6 +112,27 @@ macro_rules! random_id {
             }
         }
     };
+}
+
+/// A ticket or session id as its 22 base64url characters, held on the stack.
+#[derive(Clone, Copy)]
+pub struct IdText {
+    bytes: [u8; 22],
+    len: usize,
+}
+
+impl IdText {
+    fn encode(id: [u8; 16]) -> IdText {
+        let mut bytes = [0u8; 22];
+        // 16 bytes always take 22 characters, so the slice is never too short.
+        let len = URL_SAFE_NO_PAD.encode_slice(id, &mut bytes).unwrap_or(0);
+        IdText { bytes, len }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
 }
 
 /// Builds the hasher of the engine's maps keyed by ticket and session ids.
@@ -136,9 +158,18 @@ pub(crate) struct RandomIdHasher(u64);
 
 impl std::hash::Hasher for RandomIdHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            if let Ok(word) = <[u8; 8]>::try_from(word) {
+                self.write_u64(u64::from_le_bytes(word));
+            }
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
+            for (to, from) in word.iter_mut().zip(rest) {
+                *to = *from;
+            }
             self.write_u64(u64::from_le_bytes(word));
         }
     }

@@ -686,10 +686,13 @@ impl RoomState {
             }
             Mode::QueueAll | Mode::Closed => false,
         };
-        if admit_at_once {
-            self.meta.bucket.spend(limits, 1);
-            self.admit(ticket_id, now, changes);
+        if !admit_at_once {
+            // What `status` answers for a ticket that has just joined: the schedule was settled
+            // above at the same time, and its last contact is now.
+            return Ok(Entry::Waiting(self.waiting_view(ticket_id, now)));
         }
+        self.meta.bucket.spend(limits, 1);
+        self.admit(ticket_id, now, changes);
         self.status(
             TicketRef {
                 id: ticket_id,
