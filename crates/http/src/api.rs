@@ -227,7 +227,10 @@ pub(crate) async fn leave(
         Err(other) => return Err(app.store_error(&room, "leave", other)),
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Some(clear) = app.cookies().clear_for_room(TICKET_COOKIE_PREFIX, room.as_str()) {
+    if let Some(clear) = app
+        .cookies()
+        .clear_for_room(TICKET_COOKIE_PREFIX, room.as_str())
+    {
         response.headers_mut().append(header::SET_COOKIE, clear);
     }
     Ok(response)
@@ -435,9 +438,12 @@ pub(crate) fn ticket_token(
     position: u64,
     generation: u32,
 ) -> String {
-    app.keys()
-        .ticket_signer()
-        .sign_fields(room.as_str(), &ticket, position, generation)
+    app.keys().ticket_signer().sign_fields(
+        room.as_str(),
+        ticket.to_text().as_str(),
+        position,
+        generation,
+    )
 }
 
 /// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
@@ -573,9 +579,9 @@ pub(crate) fn set_entry_cookies(
         headers.append(header::SET_COOKIE, cookie);
     }
     if let Some((pass, max_age)) = &answer.pass
-        && let Some(cookie) = app
-            .cookies()
-            .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, *max_age)
+        && let Some(cookie) =
+            app.cookies()
+                .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, *max_age)
     {
         headers.append(header::SET_COOKIE, cookie);
     }

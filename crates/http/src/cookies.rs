@@ -145,10 +145,7 @@ mod tests {
             read_room_cookie(&headers, TICKET_COOKIE_PREFIX, "sale"),
             Some("t1.x")
         );
-        assert_eq!(
-            read_room_cookie(&headers, PASS_COOKIE_PREFIX, "sale"),
-            None
-        );
+        assert_eq!(read_room_cookie(&headers, PASS_COOKIE_PREFIX, "sale"), None);
         assert_eq!(
             read_room_cookie(&headers, TICKET_COOKIE_PREFIX, "sale"),
             read_cookie(&headers, &ticket_cookie_name("sale"))

@@ -266,10 +266,7 @@ impl AppState {
 
     /// [`room_config`](Self::room_config) for the public API, shared rather than copied:
     /// failures answered as problems.
-    pub(crate) async fn api_room_config(
-        &self,
-        room: &RoomId,
-    ) -> Result<Arc<RoomConfig>, ApiError> {
+    pub(crate) async fn api_room_config(&self, room: &RoomId) -> Result<Arc<RoomConfig>, ApiError> {
         self.inner
             .rooms
             .get(&*self.inner.store, room)

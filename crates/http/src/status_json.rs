@@ -13,14 +13,19 @@ use crate::decimal::decimal;
 pub(crate) fn encode(body: &StatusBody) -> Vec<u8> {
     let mut length = Length(0);
     write(&mut length, body);
-    let mut out = Vec::with_capacity(length.0);
+    let mut out = Text(Vec::with_capacity(length.0));
     write(&mut out, body);
-    out
+    out.0
 }
 
-/// Where the text goes: counted first, then written.
+/// Where the text goes: measured first, then written.
 trait Sink {
+    /// Bytes taken as they are.
     fn put(&mut self, bytes: &[u8]);
+    /// A number in decimal.
+    fn number(&mut self, value: u64);
+    /// A JSON string, quoted and escaped.
+    fn string(&mut self, text: &str);
 }
 
 /// Counts the bytes the text will take.
@@ -30,33 +35,64 @@ impl Sink for Length {
     fn put(&mut self, bytes: &[u8]) {
         self.0 += bytes.len();
     }
+
+    fn number(&mut self, value: u64) {
+        self.0 += value
+            .checked_ilog10()
+            .map_or(1, |digits| digits as usize + 1);
+    }
+
+    fn string(&mut self, text: &str) {
+        self.0 += 2 + if needs_escapes(text) {
+            text.bytes().map(escaped_len).sum()
+        } else {
+            text.len()
+        };
+    }
 }
 
-impl Sink for Vec<u8> {
+/// Writes the text.
+struct Text(Vec<u8>);
+
+impl Sink for Text {
     fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn number(&mut self, value: u64) {
+        self.put(decimal(value, &mut [0u8; 20]));
+    }
+
+    fn string(&mut self, text: &str) {
+        self.put(b"\"");
+        if needs_escapes(text) {
+            escape(&mut self.0, text);
+        } else {
+            self.put(text.as_bytes());
+        }
+        self.put(b"\"");
     }
 }
 
 fn write(out: &mut impl Sink, body: &StatusBody) {
     out.put(b"{\"room\":");
-    string(out, &body.room);
+    out.string(&body.room);
     out.put(b",\"state\":");
-    string(out, body.state);
+    out.string(body.state);
     out.put(b",\"ticket\":");
-    string(out, &body.ticket);
+    out.string(&body.ticket);
     out.put(b",\"position\":");
-    number(out, body.position);
+    out.number(body.position);
     out.put(b",\"ahead\":");
     optional_number(out, body.ahead);
     out.put(b",\"serving\":");
-    number(out, body.serving);
+    out.number(body.serving);
     out.put(b",\"waiting\":");
-    number(out, body.waiting);
+    out.number(body.waiting);
     out.put(b",\"eta_seconds\":");
     optional_number(out, body.eta_seconds);
     out.put(b",\"next_poll_ms\":");
-    number(out, body.next_poll_ms);
+    out.number(body.next_poll_ms);
     // Absent rather than null, as `skip_serializing_if` leaves them out.
     let optional = [
         (&b",\"opens_at\":"[..], &body.opens_at),
@@ -67,7 +103,7 @@ fn write(out: &mut impl Sink, body: &StatusBody) {
     for (key, value) in optional {
         if let Some(value) = value {
             out.put(key);
-            string(out, value);
+            out.string(value);
         }
     }
     out.put(b"}");
@@ -75,20 +111,37 @@ fn write(out: &mut impl Sink, body: &StatusBody) {
 
 fn optional_number(out: &mut impl Sink, value: Option<u64>) {
     match value {
-        Some(value) => number(out, value),
+        Some(value) => out.number(value),
         None => out.put(b"null"),
     }
 }
 
-fn number(out: &mut impl Sink, value: u64) {
-    out.put(decimal(value, &mut [0u8; 20]));
+/// Whether `byte` is written escaped: `"`, `\\` and the control characters, as `serde_json`
+/// escapes them (and nothing else: not `/`, not DEL, not non-ASCII).
+fn is_escaped(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
-/// A JSON string escaped as `serde_json` escapes it: `"` and `\` with a backslash, control
+/// Whether any byte of `text` is escaped. Looks at every byte without stopping early, which
+/// the compiler turns into a few wide comparisons (tickets and passes never need escaping).
+fn needs_escapes(text: &str) -> bool {
+    text.bytes()
+        .fold(false, |found, byte| found | is_escaped(byte))
+}
+
+/// How many bytes `byte` takes in a JSON string.
+fn escaped_len(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+        0x00..=0x1f => 6,
+        _ => 1,
+    }
+}
+
+/// `text` escaped as `serde_json` escapes it: `"` and `\\` with a backslash, control
 /// characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`; everything else as it is.
-fn string(out: &mut impl Sink, text: &str) {
+fn escape(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.put(b"\"");
     let bytes = text.as_bytes();
     let mut plain = 0;
     for (index, &byte) in bytes.iter().enumerate() {
@@ -103,9 +156,9 @@ fn string(out: &mut impl Sink, text: &str) {
             0x00..=0x1f => b'u',
             _ => continue,
         };
-        out.put(&bytes[plain..index]);
+        out.extend_from_slice(&bytes[plain..index]);
         if short == b'u' {
-            out.put(&[
+            out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
@@ -114,12 +167,11 @@ fn string(out: &mut impl Sink, text: &str) {
                 HEX[usize::from(byte & 0xf)],
             ]);
         } else {
-            out.put(&[b'\\', short]);
+            out.extend_from_slice(&[b'\\', short]);
         }
         plain = index + 1;
     }
-    out.put(&bytes[plain..]);
-    out.put(b"\"");
+    out.extend_from_slice(&bytes[plain..]);
 }
 
 #[cfg(test)]
