@@ -35,7 +35,7 @@ pub(crate) fn read_room_cookie<'a>(
     find_cookie(headers, |key| key.strip_prefix(prefix) == Some(room))
 }
 
-fn find_cookie<'a>(headers: &'a HeaderMap, is_name: impl Fn(&str) -> bool) -> Option<&'a str> {
+fn find_cookie(headers: &HeaderMap, is_name: impl Fn(&str) -> bool) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
