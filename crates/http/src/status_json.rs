@@ -1,8 +1,8 @@
 //! The status answer of SPEC §6.1 written by hand for the HTTP answers of join and status.
 //!
-//! Every join and every status poll writes one, so it is written on the stack and then copied
-//! into a buffer of exactly its size, the shape that the body needs to become a response
-//! without another allocation. The bytes are the ones
+//! Every join and every status poll writes one, so it is written straight into a buffer of
+//! exactly its size (measured in a first pass over the same code), the shape that the
+//! body needs to become a response without another allocation. The bytes are the ones
 //! `serde_json` writes for [`StatusBody`] (same fields, order, escapes and `null`s; the
 //! tests hold the two together), which stays the schema and the form of the SSE events.
 
@@ -11,77 +11,66 @@ use crate::decimal::decimal;
 
 /// The answer's JSON text, in a buffer whose capacity is its length.
 pub(crate) fn encode(body: &StatusBody) -> Vec<u8> {
-    let mut out = Text::new();
+    let mut length = Length(0);
+    write(&mut length, body);
+    let mut out = Text(Vec::with_capacity(length.0));
     write(&mut out, body);
-    out.into_vec()
+    out.0
 }
 
-/// Where a waiting visitor's answer (about 250 bytes) is written before it is copied into a
-/// buffer of its size; longer answers (a pass) continue on the heap.
-const STACK_TEXT: usize = 512;
-
-/// The text being written: on the stack while it fits, else on the heap.
-struct Text {
-    stack: [u8; STACK_TEXT],
-    len: usize,
-    heap: Option<Vec<u8>>,
-}
-
-/// What [`write`] writes to.
+/// Where the text goes: measured first, then written.
 trait Sink {
     /// Bytes taken as they are.
     fn put(&mut self, bytes: &[u8]);
-
     /// A number in decimal.
+    fn number(&mut self, value: u64);
+    /// A JSON string, quoted and escaped.
+    fn string(&mut self, text: &str);
+}
+
+/// Counts the bytes the text will take.
+struct Length(usize);
+
+impl Sink for Length {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+
+    fn number(&mut self, value: u64) {
+        self.0 += value
+            .checked_ilog10()
+            .map_or(1, |digits| digits as usize + 1);
+    }
+
+    fn string(&mut self, text: &str) {
+        self.0 += 2 + if needs_escapes(text) {
+            text.bytes().map(escaped_len).sum()
+        } else {
+            text.len()
+        };
+    }
+}
+
+/// Writes the text.
+struct Text(Vec<u8>);
+
+impl Sink for Text {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
     fn number(&mut self, value: u64) {
         self.put(decimal(value, &mut [0u8; 20]));
     }
 
-    /// A JSON string, quoted and escaped.
     fn string(&mut self, text: &str) {
         self.put(b"\"");
         if needs_escapes(text) {
-            escape(self, text);
+            escape(&mut self.0, text);
         } else {
             self.put(text.as_bytes());
         }
         self.put(b"\"");
-    }
-}
-
-impl Text {
-    fn new() -> Text {
-        Text {
-            stack: [0; STACK_TEXT],
-            len: 0,
-            heap: None,
-        }
-    }
-
-    fn into_vec(self) -> Vec<u8> {
-        match self.heap {
-            Some(mut heap) => {
-                heap.shrink_to_fit();
-                heap
-            }
-            None => self.stack[..self.len].to_vec(),
-        }
-    }
-}
-
-impl Sink for Text {
-    fn put(&mut self, bytes: &[u8]) {
-        if let Some(heap) = &mut self.heap {
-            heap.extend_from_slice(bytes);
-        } else if let Some(free) = self.stack.get_mut(self.len..self.len + bytes.len()) {
-            free.copy_from_slice(bytes);
-            self.len += bytes.len();
-        } else {
-            let mut heap = Vec::with_capacity(2 * (self.len + bytes.len()));
-            heap.extend_from_slice(&self.stack[..self.len]);
-            heap.extend_from_slice(bytes);
-            self.heap = Some(heap);
-        }
     }
 }
 
@@ -140,9 +129,18 @@ fn needs_escapes(text: &str) -> bool {
         .fold(false, |found, byte| found | is_escaped(byte))
 }
 
+/// How many bytes `byte` takes in a JSON string.
+fn escaped_len(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+        0x00..=0x1f => 6,
+        _ => 1,
+    }
+}
+
 /// `text` escaped as `serde_json` escapes it: `"` and `\\` with a backslash, control
 /// characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`; everything else as it is.
-fn escape(out: &mut (impl Sink + ?Sized), text: &str) {
+fn escape(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
     let mut plain = 0;
@@ -158,9 +156,9 @@ fn escape(out: &mut (impl Sink + ?Sized), text: &str) {
             0x00..=0x1f => b'u',
             _ => continue,
         };
-        out.put(&bytes[plain..index]);
+        out.extend_from_slice(&bytes[plain..index]);
         if short == b'u' {
-            out.put(&[
+            out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
@@ -169,11 +167,11 @@ fn escape(out: &mut (impl Sink + ?Sized), text: &str) {
                 HEX[usize::from(byte & 0xf)],
             ]);
         } else {
-            out.put(&[b'\\', short]);
+            out.extend_from_slice(&[b'\\', short]);
         }
         plain = index + 1;
     }
-    out.put(&bytes[plain..]);
+    out.extend_from_slice(&bytes[plain..]);
 }
 
 #[cfg(test)]
@@ -242,18 +240,6 @@ mod tests {
             redirect: Some("/checkout?item=\"42\"&name=Zoë ✓".to_owned()),
             ..waiting()
         });
-    }
-
-    #[test]
-    fn an_answer_longer_than_the_stack_text_is_whole() {
-        for pass_len in [STACK_TEXT - 300, STACK_TEXT, 4 * STACK_TEXT] {
-            assert_as_serde(&StatusBody {
-                state: "admitted",
-                pass: Some("p".repeat(pass_len)),
-                redirect: Some("/\"".repeat(pass_len / 4)),
-                ..waiting()
-            });
-        }
     }
 
     #[test]
