@@ -80,11 +80,17 @@ macro_rules! random_id {
             pub fn from_bytes(bytes: [u8; 16]) -> Self {
                 $name(bytes)
             }
+
+            /// The id as text (what `Display` writes), on the stack: ids are written into
+            /// every ticket token and answer.
+            pub fn to_text(self) -> IdText {
+                IdText::encode(self.0)
+            }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&URL_SAFE_NO_PAD.encode(self.0))
+                f.write_str(self.to_text().as_str())
             }
         }
 
@@ -106,6 +112,80 @@ macro_rules! random_id {
             }
         }
     };
+}
+
+/// A ticket or session id as its 22 base64url characters, held on the stack.
+#[derive(Clone, Copy)]
+pub struct IdText {
+    bytes: [u8; 22],
+    len: usize,
+}
+
+impl IdText {
+    fn encode(id: [u8; 16]) -> IdText {
+        let mut bytes = [0u8; 22];
+        // 16 bytes always take 22 characters, so the slice is never too short.
+        let len = URL_SAFE_NO_PAD.encode_slice(id, &mut bytes).unwrap_or(0);
+        IdText { bytes, len }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+/// Builds the hasher of the engine's maps keyed by ticket and session ids.
+///
+/// The ids are 128 bits from the store's generator, never chosen by a client (a client names
+/// a ticket only through a token signed by anteroom), so they are uniform already: a multiply
+/// per word spreads them over the table, and SipHash's defence against chosen keys buys
+/// nothing here. Not for keys a client picks (identities, room ids).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RandomIdHash;
+
+impl std::hash::BuildHasher for RandomIdHash {
+    type Hasher = RandomIdHasher;
+
+    fn build_hasher(&self) -> RandomIdHasher {
+        RandomIdHasher(0)
+    }
+}
+
+/// The hasher of [`RandomIdHash`].
+#[derive(Debug)]
+pub(crate) struct RandomIdHasher(u64);
+
+impl std::hash::Hasher for RandomIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            if let Ok(word) = <[u8; 8]>::try_from(word) {
+                self.write_u64(u64::from_le_bytes(word));
+            }
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            for (to, from) in word.iter_mut().zip(rest) {
+                *to = *from;
+            }
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        // Fx's step (rotate, xor, multiply by an odd constant).
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 random_id!(
@@ -134,11 +214,30 @@ mod tests {
     }
 
     #[test]
+    fn random_ids_spread_over_a_table() {
+        use std::hash::BuildHasher as _;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut buckets = [0u32; 64];
+        for _ in 0..64_000 {
+            let hash = RandomIdHash.hash_one(TicketId::random(&mut rng));
+            // hashbrown picks the bucket from the low bits and the tag from the top seven.
+            buckets[(hash % 64) as usize] += 1;
+            buckets[(hash >> 58) as usize] += 1;
+        }
+        let (least, most) = (buckets.iter().min(), buckets.iter().max());
+        assert!(
+            least.is_some_and(|&n| n > 1_700) && most.is_some_and(|&n| n < 2_300),
+            "{buckets:?}"
+        );
+    }
+
+    #[test]
     fn ticket_ids_round_trip_as_text() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let id = TicketId::random(&mut rng);
         let text = id.to_string();
         assert_eq!(text.len(), 22);
+        assert_eq!(text, URL_SAFE_NO_PAD.encode(id.to_bytes()));
         assert_eq!(text.parse::<TicketId>(), Ok(id));
         assert_eq!("short".parse::<TicketId>(), Err(IdError));
         assert_eq!("!!!!!!!!!!!!!!!!!!!!!!".parse::<TicketId>(), Err(IdError));

@@ -4,10 +4,10 @@
 //! Wire types live here, not in the core: the status JSON is shaped exactly as §6.1 shows it.
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Bytes, HttpBody as _};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{FromRequest as _, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ use anteroom_core::{RoomId, SessionId, TicketId};
 use anteroom_token::{PassClaims, TicketClaims};
 
 use crate::AppState;
-use crate::cookies::{pass_cookie_name, read_cookie, ticket_cookie_name};
+use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
 use crate::error::ApiError;
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
@@ -27,9 +27,6 @@ const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
 
 /// The longest `return` path accepted.
 const MAX_RETURN_LEN: usize = 2048;
-
-/// Room for a status answer with a pass, so encoding it never grows the buffer.
-const STATUS_JSON_CAPACITY: usize = 1024;
 
 /// Status JSON (join, status, and later the SSE `status` event).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -95,22 +92,33 @@ pub(crate) struct SessionBody {
 }
 
 /// `POST /_anteroom/v1/rooms/{room}/join`
+///
+/// Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
+/// place (the extractor copies them), and a request without a body is not collected.
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
     let query = ticket_query(query)?;
-    let body = body.map_err(|rejection| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            rejection.body_text(),
-        )
-    })?;
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let body = if body.is_end_stream() {
+        Bytes::new()
+    } else {
+        // The body limit travels in the extensions, which stay with the parts.
+        Bytes::from_request(Request::from_parts(parts, body), &())
+            .await
+            .map_err(|rejection: BytesRejection| {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    rejection.body_text(),
+                )
+            })?
+    };
     let join_body: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
         JoinBody::default()
     } else {
@@ -179,15 +187,17 @@ pub(crate) async fn join_entry(
 }
 
 /// `GET /_anteroom/v1/rooms/{room}/status`
+///
+/// Reads the headers in place from the request (a `HeaderMap` extractor copies them).
 pub(crate) async fn status(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
-    headers: HeaderMap,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
     let query = ticket_query(query)?;
-    let token = held_ticket(&headers, &query, &room)
+    let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
     let mode = app.api_room_config(&room).await?.mode;
@@ -217,7 +227,10 @@ pub(crate) async fn leave(
         Err(other) => return Err(app.store_error(&room, "leave", other)),
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Some(clear) = app.cookies().clear(&ticket_cookie_name(room.as_str())) {
+    if let Some(clear) = app
+        .cookies()
+        .clear_for_room(TICKET_COOKIE_PREFIX, room.as_str())
+    {
         response.headers_mut().append(header::SET_COOKIE, clear);
     }
     Ok(response)
@@ -343,6 +356,9 @@ pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
     RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
 }
 
+/// The header a client sends its ticket token in.
+static TICKET_HEADER: HeaderName = HeaderName::from_static("x-anteroom-ticket");
+
 /// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
 pub(crate) fn held_ticket<'a>(
     headers: &'a HeaderMap,
@@ -351,11 +367,13 @@ pub(crate) fn held_ticket<'a>(
 ) -> Option<&'a str> {
     let non_empty = |token: &&str| !token.trim().is_empty();
     headers
-        .get("x-anteroom-ticket")
+        .get(&TICKET_HEADER)
         .and_then(|value| value.to_str().ok())
         .filter(non_empty)
         .or(query.ticket.as_deref().filter(non_empty))
-        .or_else(|| read_cookie(headers, &ticket_cookie_name(room.as_str())).filter(non_empty))
+        .or_else(|| {
+            read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str()).filter(non_empty)
+        })
 }
 
 fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
@@ -420,9 +438,12 @@ pub(crate) fn ticket_token(
     position: u64,
     generation: u32,
 ) -> String {
-    app.keys()
-        .ticket_signer()
-        .sign_fields(room.as_str(), &ticket, position, generation)
+    app.keys().ticket_signer().sign_fields(
+        room.as_str(),
+        ticket.to_text().as_str(),
+        position,
+        generation,
+    )
 }
 
 /// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
@@ -549,17 +570,18 @@ pub(crate) fn set_entry_cookies(
     answer: &EntryAnswer,
     headers: &mut HeaderMap,
 ) {
-    if let Some(cookie) = app.cookies().set(
-        &ticket_cookie_name(room.as_str()),
+    if let Some(cookie) = app.cookies().set_for_room(
+        TICKET_COOKIE_PREFIX,
+        room.as_str(),
         &answer.body.ticket,
         TICKET_COOKIE_MAX_AGE_SECS,
     ) {
         headers.append(header::SET_COOKIE, cookie);
     }
     if let Some((pass, max_age)) = &answer.pass
-        && let Some(cookie) = app
-            .cookies()
-            .set(&pass_cookie_name(room.as_str()), pass, *max_age)
+        && let Some(cookie) =
+            app.cookies()
+                .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, *max_age)
     {
         headers.append(header::SET_COOKIE, cookie);
     }
@@ -570,18 +592,8 @@ pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: E
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };
-    // Serialized into a buffer sized for the answer at once: the status JSON with its ticket
-    // (and pass) is a few hundred bytes, and every join and status call writes one.
-    let mut body = Vec::with_capacity(STATUS_JSON_CAPACITY);
-    if let Err(error) = serde_json::to_writer(&mut body, &answer.body) {
-        tracing::error!(%error, "cannot encode a status answer");
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the answer could not be encoded",
-        )
-        .into_response();
-    }
+    // Written by hand into a buffer of its exact size, which the body takes over as it is.
+    let body = crate::status_json::encode(&answer.body);
     let mut response = Response::new(axum::body::Body::from(body));
     let headers = response.headers_mut();
     headers.insert(

@@ -3,25 +3,46 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
+use crate::decimal::decimal;
+
+/// What a room's ticket cookie's name starts with; the room id follows.
+pub(crate) const TICKET_COOKIE_PREFIX: &str = "anteroom_t_";
+
+/// What a room's pass cookie's name starts with; the room id follows.
+pub(crate) const PASS_COOKIE_PREFIX: &str = "anteroom_p_";
+
 /// The name of a room's ticket cookie.
 pub fn ticket_cookie_name(room: &str) -> String {
-    format!("anteroom_t_{room}")
+    format!("{TICKET_COOKIE_PREFIX}{room}")
 }
 
 /// The name of a room's pass cookie.
 pub fn pass_cookie_name(room: &str) -> String {
-    format!("anteroom_p_{room}")
+    format!("{PASS_COOKIE_PREFIX}{room}")
 }
 
 /// The value of cookie `name` in the request, if any.
 pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    find_cookie(headers, |key| key == name)
+}
+
+/// The value of the cookie named `prefix` followed by `room`, without building the name.
+pub(crate) fn read_room_cookie<'a>(
+    headers: &'a HeaderMap,
+    prefix: &str,
+    room: &str,
+) -> Option<&'a str> {
+    find_cookie(headers, |key| key.strip_prefix(prefix) == Some(room))
+}
+
+fn find_cookie(headers: &HeaderMap, is_name: impl Fn(&str) -> bool) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|line| line.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
+        .find(|(key, _)| is_name(key))
         .map(|(_, value)| value.trim_matches('"'))
 }
 
@@ -35,27 +56,60 @@ pub struct CookiePolicy {
 impl CookiePolicy {
     /// A `Set-Cookie` value for `name=value` living `max_age_secs`.
     pub fn set(&self, name: &str, value: &str, max_age_secs: u64) -> Option<HeaderValue> {
-        use std::fmt::Write as _;
-        const ATTRIBUTES: &str = "; Path=/; Max-Age=; HttpOnly; SameSite=Lax; Secure";
-        let mut text = String::with_capacity(name.len() + value.len() + ATTRIBUTES.len() + 21);
-        text.push_str(name);
-        text.push('=');
-        text.push_str(value);
-        // Writing into a String cannot fail.
-        let _ = write!(
-            text,
-            "; Path=/; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax"
-        );
-        if self.secure {
-            text.push_str("; Secure");
-        }
-        // The header value takes the text as it is, without another copy.
-        HeaderValue::from_maybe_shared(axum::body::Bytes::from(text)).ok()
+        self.set_named(&[name], value, max_age_secs)
     }
 
     /// A `Set-Cookie` value that deletes `name`.
     pub fn clear(&self, name: &str) -> Option<HeaderValue> {
         self.set(name, "", 0)
+    }
+
+    /// [`set`](Self::set) for the cookie named `prefix` followed by `room`, without
+    /// building the name first (every join and status answer sets one).
+    pub(crate) fn set_for_room(
+        &self,
+        prefix: &str,
+        room: &str,
+        value: &str,
+        max_age_secs: u64,
+    ) -> Option<HeaderValue> {
+        self.set_named(&[prefix, room], value, max_age_secs)
+    }
+
+    /// [`clear`](Self::clear) for the cookie named `prefix` followed by `room`.
+    pub(crate) fn clear_for_room(&self, prefix: &str, room: &str) -> Option<HeaderValue> {
+        self.set_for_room(prefix, room, "", 0)
+    }
+
+    /// The cookie whose name is `name`'s pieces in a row, in a buffer of exactly its size.
+    fn set_named(&self, name: &[&str], value: &str, max_age_secs: u64) -> Option<HeaderValue> {
+        const PATH: &str = "; Path=/; Max-Age=";
+        const FLAGS: &str = "; HttpOnly; SameSite=Lax";
+        const SECURE: &str = "; Secure";
+        let mut digits = [0u8; 20];
+        let max_age = decimal(max_age_secs, &mut digits);
+        let length = name.iter().map(|piece| piece.len()).sum::<usize>()
+            + 1
+            + value.len()
+            + PATH.len()
+            + max_age.len()
+            + FLAGS.len()
+            + if self.secure { SECURE.len() } else { 0 };
+        let mut text = Vec::with_capacity(length);
+        for piece in name {
+            text.extend_from_slice(piece.as_bytes());
+        }
+        text.push(b'=');
+        text.extend_from_slice(value.as_bytes());
+        text.extend_from_slice(PATH.as_bytes());
+        text.extend_from_slice(max_age);
+        text.extend_from_slice(FLAGS.as_bytes());
+        if self.secure {
+            text.extend_from_slice(SECURE.as_bytes());
+        }
+        // A buffer as long as its capacity becomes the header value's bytes without another
+        // allocation or copy.
+        HeaderValue::from_maybe_shared(axum::body::Bytes::from(text)).ok()
     }
 }
 
@@ -78,6 +132,44 @@ mod tests {
         assert_eq!(read_cookie(&headers, "anteroom_t_sale"), Some("t1.x"));
         assert_eq!(read_cookie(&headers, "anteroom_p_sale"), Some("jwt"));
         assert_eq!(read_cookie(&headers, "anteroom_t_other"), None);
+    }
+
+    #[test]
+    fn reads_a_room_s_cookie_by_prefix() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("anteroom_t_sale2=no; anteroom_t_sale=t1.x; anteroom_t_=e"),
+        );
+        assert_eq!(
+            read_room_cookie(&headers, TICKET_COOKIE_PREFIX, "sale"),
+            Some("t1.x")
+        );
+        assert_eq!(read_room_cookie(&headers, PASS_COOKIE_PREFIX, "sale"), None);
+        assert_eq!(
+            read_room_cookie(&headers, TICKET_COOKIE_PREFIX, "sale"),
+            read_cookie(&headers, &ticket_cookie_name("sale"))
+        );
+    }
+
+    #[test]
+    fn a_room_s_cookie_is_written_like_any_other() {
+        for secure in [false, true] {
+            let policy = CookiePolicy { secure };
+            for max_age in [0, 7, 86_400, u64::MAX] {
+                assert_eq!(
+                    policy.set_for_room(PASS_COOKIE_PREFIX, "sale", "jwt", max_age),
+                    policy.set(&pass_cookie_name("sale"), "jwt", max_age)
+                );
+            }
+            assert_eq!(
+                policy.clear_for_room(TICKET_COOKIE_PREFIX, "sale").unwrap(),
+                format!(
+                    "anteroom_t_sale=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax{}",
+                    if secure { "; Secure" } else { "" }
+                )
+            );
+        }
     }
 
     #[test]

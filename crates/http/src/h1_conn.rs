@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
+use crate::decimal::decimal;
 use crate::gateway::SiteLane;
 use crate::{HEADER_READ_TIMEOUT, PublicApp};
 
@@ -553,7 +554,7 @@ pub(crate) fn write_head(
     }
     if let Some(length) = framing.length {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(itoa_u64(length, &mut [0u8; 20]));
+        out.extend_from_slice(decimal(length, &mut [0u8; 20]));
         out.extend_from_slice(b"\r\n");
     } else if framing.chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
@@ -564,20 +565,6 @@ pub(crate) fn write_head(
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// `value` in decimal, written into the end of `buffer`.
-fn itoa_u64(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
-    let mut start = buffer.len();
-    loop {
-        start -= 1;
-        // The remainder of a division by 10 fits a digit.
-        buffer[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            return &buffer[start..];
-        }
-    }
 }
 
 /// Appends one chunk of a chunked body to `out`.
@@ -801,9 +788,6 @@ mod tests {
         out.clear();
         push_chunk(&mut out, &[b'a'; 26]);
         assert_eq!(out[..4], *b"1a\r\n");
-        assert_eq!(itoa_u64(0, &mut [0; 20]), b"0");
-        assert_eq!(itoa_u64(1_234_567, &mut [0; 20]), b"1234567");
-        assert_eq!(itoa_u64(u64::MAX, &mut [0; 20]), b"18446744073709551615");
         assert_eq!(parse_length(b"0"), Some(0));
         assert_eq!(parse_length(b"65536"), Some(65_536));
         assert_eq!(parse_length(b""), None);

@@ -14,6 +14,7 @@ mod admin;
 mod api;
 mod challenge;
 mod cookies;
+mod decimal;
 mod error;
 mod gateway;
 mod h1_conn;
@@ -27,6 +28,7 @@ mod ratelimit;
 mod room_cache;
 mod sinks;
 mod sse;
+mod status_json;
 mod store_failure;
 mod stream_conn;
 mod ticker;
@@ -256,12 +258,19 @@ impl AppState {
     /// the room changed, else the store's. The caller handles a failure (for protected
     /// routes, [`protected_store_failure`](Self::protected_store_failure)).
     pub async fn room_config(&self, room: &RoomId) -> Result<RoomConfig, StoreError> {
-        self.inner.rooms.get(&*self.inner.store, room).await
+        self.inner
+            .rooms
+            .get(&*self.inner.store, room)
+            .await
+            .map(Arc::unwrap_or_clone)
     }
 
-    /// [`room_config`](Self::room_config) for the public API: failures answered as problems.
-    pub(crate) async fn api_room_config(&self, room: &RoomId) -> Result<RoomConfig, ApiError> {
-        self.room_config(room)
+    /// [`room_config`](Self::room_config) for the public API, shared rather than copied:
+    /// failures answered as problems.
+    pub(crate) async fn api_room_config(&self, room: &RoomId) -> Result<Arc<RoomConfig>, ApiError> {
+        self.inner
+            .rooms
+            .get(&*self.inner.store, room)
             .await
             .map_err(|error| self.store_error(room, "room", error))
     }

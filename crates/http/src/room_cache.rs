@@ -13,6 +13,7 @@
 //! decides the room's `on_store_error` (SPEC §9.4).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,8 @@ pub(crate) struct RoomCache {
 }
 
 struct CachedRoom {
-    config: RoomConfig,
+    /// Shared with the requests using it: serving a copy is a reference count, not a clone.
+    config: Arc<RoomConfig>,
     /// Known from the config file, not (yet) read from the store.
     primed: bool,
     /// Served without asking the store until invalidated or too old.
@@ -68,7 +70,7 @@ impl RoomCache {
         &self,
         store: &dyn RoomStore,
         room: &RoomId,
-    ) -> Result<RoomConfig, StoreError> {
+    ) -> Result<Arc<RoomConfig>, StoreError> {
         let version = store.config_version();
         if let Some(entry) = self.entries.read().get(room)
             && entry.serves(version, self.notices.is_some())
@@ -78,6 +80,7 @@ impl RoomCache {
         let epoch = self.epoch.load(Ordering::Acquire);
         match store.room(room).await {
             Ok(config) => {
+                let config = Arc::new(config);
                 self.keep(config.clone(), epoch, version);
                 Ok(config)
             }
@@ -94,7 +97,7 @@ impl RoomCache {
         self.entries
             .read()
             .get(room)
-            .map(|entry| entry.config.clone())
+            .map(|entry| RoomConfig::clone(&entry.config))
     }
 
     /// Remembers configurations not read from the store (the config file's rooms at start), so
@@ -107,7 +110,7 @@ impl RoomCache {
                 notices.follow(&config.id);
             }
             entries.entry(config.id.clone()).or_insert(CachedRoom {
-                config,
+                config: Arc::new(config),
                 primed: true,
                 fresh_until: None,
                 version: None,
@@ -137,7 +140,7 @@ impl RoomCache {
             entries.insert(
                 config.id.clone(),
                 CachedRoom {
-                    config: config.clone(),
+                    config: Arc::new(config.clone()),
                     primed: false,
                     fresh_until: fresh,
                     version,
@@ -172,7 +175,7 @@ impl RoomCache {
         (self.notices.is_some() && unchanged).then(|| Instant::now() + MAX_AGE)
     }
 
-    fn keep(&self, config: RoomConfig, epoch: u64, version: Option<u64>) {
+    fn keep(&self, config: Arc<RoomConfig>, epoch: u64, version: Option<u64>) {
         if let Some(notices) = &self.notices {
             notices.follow(&config.id);
         }

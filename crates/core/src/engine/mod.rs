@@ -20,7 +20,7 @@ use rand::Rng;
 
 use crate::clock::Timestamp;
 use crate::eta::{AdmissionRate, eta_seconds};
-use crate::ids::{SessionId, TicketId};
+use crate::ids::{RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::WaitingLine;
@@ -400,8 +400,8 @@ pub enum EngineError {
 #[derive(Debug, Clone)]
 pub struct RoomState {
     meta: RoomMeta,
-    tickets: HashMap<TicketId, Ticket>,
-    sessions: HashMap<SessionId, Session>,
+    tickets: HashMap<TicketId, Ticket, RandomIdHash>,
+    sessions: HashMap<SessionId, Session, RandomIdHash>,
     waiting: WaitingLine,
     /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
     priority: WaitingLine,
@@ -443,8 +443,8 @@ impl RoomState {
     ) -> RoomState {
         let mut room = RoomState {
             meta,
-            tickets: HashMap::with_capacity(tickets.len()),
-            sessions: HashMap::with_capacity(sessions.len()),
+            tickets: HashMap::with_capacity_and_hasher(tickets.len(), RandomIdHash),
+            sessions: HashMap::with_capacity_and_hasher(sessions.len(), RandomIdHash),
             waiting: WaitingLine::new(),
             priority: WaitingLine::new(),
             idle: BTreeSet::new(),
@@ -686,10 +686,13 @@ impl RoomState {
             }
             Mode::QueueAll | Mode::Closed => false,
         };
-        if admit_at_once {
-            self.meta.bucket.spend(limits, 1);
-            self.admit(ticket_id, now, changes);
+        if !admit_at_once {
+            // What `status` answers for a ticket that has just joined: the schedule was settled
+            // above at the same time, and its last contact is now.
+            return Ok(Entry::Waiting(self.waiting_view(ticket_id, now)));
         }
+        self.meta.bucket.spend(limits, 1);
+        self.admit(ticket_id, now, changes);
         self.status(
             TicketRef {
                 id: ticket_id,

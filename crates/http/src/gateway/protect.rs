@@ -36,7 +36,7 @@ use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
 use crate::api::{self, TicketQuery};
-use crate::cookies::{pass_cookie_name, read_cookie};
+use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
 use crate::page::{self, HeldBack};
 
@@ -265,7 +265,7 @@ fn clamp_retry_after(seconds: u64) -> u64 {
 /// bearer token (which may be the site's own token, not a pass: it then simply does not
 /// verify).
 fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {
-    let cookie = read_cookie(headers, &pass_cookie_name(room.as_str()));
+    let cookie = read_room_cookie(headers, PASS_COOKIE_PREFIX, room.as_str());
     let header = headers
         .get_all("x-anteroom-pass")
         .iter()

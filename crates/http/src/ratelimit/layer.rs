@@ -2,7 +2,8 @@
 //!
 //! The layer decides each request before the inner service sees it; a refused request never
 //! reaches it. Allowed responses get the rate-limit headers, unless the inner service already
-//! set them.
+//! set them. While no rule is installed the layer only records the client address
+//! ([`super::ClientIp`]) and calls the inner service directly.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +14,7 @@ use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Request, Response};
+use futures_util::future::{Either, MapOk, TryFutureExt as _};
 use tower::{Layer, Service};
 
 use anteroom_core::ratelimit::rules::RateLimitRule;
@@ -134,6 +136,12 @@ pub struct RateLimitService<S> {
     route_rules: Arc<[String]>,
 }
 
+/// The answer of an inner service, its body boxed like the layer's own answers.
+type MapBody<ResBody> = fn(Response<ResBody>) -> Response<Body>;
+
+/// A decision that waits for the rate-limit stores, and the inner call after it.
+type CheckedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -144,13 +152,21 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    /// Left: no rule installed, the inner service called at once. Right: the decision.
+    type Future = Either<MapOk<S::Future, MapBody<ResBody>>, CheckedFuture<S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        // Without rules there is nothing to decide: the request goes straight on, with no
+        // boxed future and no clone of the inner service (a join or status call's common
+        // case, when the built-in join rule is off).
+        if self.limiter.allows_without_rules(&mut request) {
+            let map_body: MapBody<ResBody> = |response| response.map(Body::new);
+            return Either::Left(self.inner.call(request).map_ok(map_body));
+        }
         // The service polled ready goes into the future; a fresh clone stays for the next call.
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
@@ -158,7 +174,7 @@ where
             limiter: self.limiter.clone(),
             route_rules: self.route_rules.clone(),
         };
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             let headers = match layer.decide(&mut parts).await {
                 Err(refused) => return Ok(refused),
@@ -168,6 +184,6 @@ where
             let mut response = response.map(Body::new);
             add_headers(&mut response, &headers);
             Ok(response)
-        })
+        }))
     }
 }

@@ -53,7 +53,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::Cidr;
@@ -299,7 +299,8 @@ impl RateLimiter {
         route_rules: &[String],
     ) -> RateLimitVerdict {
         let set = self.current();
-        let client_ip = self.client_ip(parts);
+        let client_ip = self.client_ip(&parts.headers, &parts.extensions);
+        parts.extensions.insert(ClientIp(client_ip));
         // No rules installed (the common case for the reserved API routes when only the
         // built-in join rule is off): nothing to match, so no request view is built.
         if set.rules.is_empty() {
@@ -331,8 +332,27 @@ impl RateLimiter {
             .clone()
     }
 
-    fn client_ip(&self, parts: &mut Parts) -> IpAddr {
-        let peer = view::peer_address(parts).unwrap_or_else(|| {
+    /// The layer's way around [`check`](Self::check) while no rule is installed: then a
+    /// request needs no decision, no store and no future of its own. Leaves [`ClientIp`] in
+    /// the request's extensions and answers `true`; with rules installed it does nothing and
+    /// answers `false`.
+    pub(crate) fn allows_without_rules<B>(&self, request: &mut axum::http::Request<B>) -> bool {
+        let no_rules = self
+            .shared
+            .rules
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .rules
+            .is_empty();
+        if no_rules {
+            let client_ip = self.client_ip(request.headers(), request.extensions());
+            request.extensions_mut().insert(ClientIp(client_ip));
+        }
+        no_rules
+    }
+
+    fn client_ip(&self, headers: &HeaderMap, extensions: &Extensions) -> IpAddr {
+        let peer = view::peer_address(extensions).unwrap_or_else(|| {
             if !self.shared.warned_unknown_peer.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     "rate limiting a request without a peer address (serve with connect info): such requests share one per-IP counter"
@@ -340,9 +360,7 @@ impl RateLimiter {
             }
             view::UNKNOWN_PEER
         });
-        let client_ip = view::resolve_client_ip(parts, peer, &self.shared.trusted_proxies);
-        parts.extensions.insert(ClientIp(client_ip));
-        client_ip
+        view::resolve_client_ip(headers, peer, &self.shared.trusted_proxies)
     }
 
     /// The rules applying to the request that no earlier check applied, with their keys; and

@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use axum::extract::ConnectInfo;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::http::request::Parts;
-use axum::http::{HeaderName, header};
+use axum::http::{Extensions, HeaderMap, HeaderName, header};
 
 use anteroom_core::config::Cidr;
 use anteroom_core::ratelimit::client_ip::client_ip;
@@ -65,14 +65,12 @@ pub struct ClientIp(pub IpAddr);
 /// The peer address of a request: `ConnectInfo<SocketAddr>` (axum's
 /// `into_make_service_with_connect_info`), else `MockConnectInfo<SocketAddr>` (tests), else
 /// `None`.
-pub(crate) fn peer_address(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
+pub(crate) fn peer_address(extensions: &Extensions) -> Option<IpAddr> {
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| address.ip())
         .or_else(|| {
-            parts
-                .extensions
+            extensions
                 .get::<MockConnectInfo<SocketAddr>>()
                 .map(|MockConnectInfo(address)| address.ip())
         })
@@ -84,10 +82,13 @@ pub(crate) const UNKNOWN_PEER: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The client address of a request from `peer`.
-pub(crate) fn resolve_client_ip(parts: &Parts, peer: IpAddr, trusted_proxies: &[Cidr]) -> IpAddr {
+pub(crate) fn resolve_client_ip(
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trusted_proxies: &[Cidr],
+) -> IpAddr {
     let lines = |name: &HeaderName| -> Vec<&str> {
-        parts
-            .headers
+        headers
             .get_all(name)
             .iter()
             // A header that is not text is unusable: an empty line makes the chain malformed.

@@ -71,6 +71,19 @@ fn mac_is_standard_hmac_sha256() {
 }
 
 #[test]
+fn numbers_are_written_as_display_writes_them() {
+    for (position, generation) in [(0, 0), (9, 10), (1234, 2), (u64::MAX, u32::MAX)] {
+        let token = signer().sign(&TicketClaims {
+            position,
+            generation,
+            ..claims()
+        });
+        let signed = format!("t1.launch.Ab-_0123456789abcdefgh.{position}.{generation}");
+        assert_eq!(token, mac_by_hand(&signed));
+    }
+}
+
+#[test]
 fn rejects_wrong_room() {
     let token = signer().sign(&claims());
     check(&token, "other", Err(TicketTokenError::WrongRoom));

@@ -1,0 +1,261 @@
+//! The status answer of SPEC §6.1 written by hand for the HTTP answers of join and status.
+//!
+//! Every join and every status poll writes one, so it is written straight into a buffer of
+//! exactly its size (measured in a first pass over the same code), the shape that the
+//! body needs to become a response without another allocation. The bytes are the ones
+//! `serde_json` writes for [`StatusBody`] (same fields, order, escapes and `null`s; the
+//! tests hold the two together), which stays the schema and the form of the SSE events.
+
+use crate::api::StatusBody;
+use crate::decimal::decimal;
+
+/// The answer's JSON text, in a buffer whose capacity is its length.
+pub(crate) fn encode(body: &StatusBody) -> Vec<u8> {
+    let mut length = Length(0);
+    write(&mut length, body);
+    let mut out = Text(Vec::with_capacity(length.0));
+    write(&mut out, body);
+    out.0
+}
+
+/// Where the text goes: measured first, then written.
+trait Sink {
+    /// Bytes taken as they are.
+    fn put(&mut self, bytes: &[u8]);
+    /// A number in decimal.
+    fn number(&mut self, value: u64);
+    /// A JSON string, quoted and escaped.
+    fn string(&mut self, text: &str);
+}
+
+/// Counts the bytes the text will take.
+struct Length(usize);
+
+impl Sink for Length {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+
+    fn number(&mut self, value: u64) {
+        self.0 += value
+            .checked_ilog10()
+            .map_or(1, |digits| digits as usize + 1);
+    }
+
+    fn string(&mut self, text: &str) {
+        self.0 += 2 + if needs_escapes(text) {
+            text.bytes().map(escaped_len).sum()
+        } else {
+            text.len()
+        };
+    }
+}
+
+/// Writes the text.
+struct Text(Vec<u8>);
+
+impl Sink for Text {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn number(&mut self, value: u64) {
+        self.put(decimal(value, &mut [0u8; 20]));
+    }
+
+    fn string(&mut self, text: &str) {
+        self.put(b"\"");
+        if needs_escapes(text) {
+            escape(&mut self.0, text);
+        } else {
+            self.put(text.as_bytes());
+        }
+        self.put(b"\"");
+    }
+}
+
+fn write(out: &mut impl Sink, body: &StatusBody) {
+    out.put(b"{\"room\":");
+    out.string(&body.room);
+    out.put(b",\"state\":");
+    out.string(body.state);
+    out.put(b",\"ticket\":");
+    out.string(&body.ticket);
+    out.put(b",\"position\":");
+    out.number(body.position);
+    out.put(b",\"ahead\":");
+    optional_number(out, body.ahead);
+    out.put(b",\"serving\":");
+    out.number(body.serving);
+    out.put(b",\"waiting\":");
+    out.number(body.waiting);
+    out.put(b",\"eta_seconds\":");
+    optional_number(out, body.eta_seconds);
+    out.put(b",\"next_poll_ms\":");
+    out.number(body.next_poll_ms);
+    // Absent rather than null, as `skip_serializing_if` leaves them out.
+    let optional = [
+        (&b",\"opens_at\":"[..], &body.opens_at),
+        (b",\"pass\":", &body.pass),
+        (b",\"pass_expires_at\":", &body.pass_expires_at),
+        (b",\"redirect\":", &body.redirect),
+    ];
+    for (key, value) in optional {
+        if let Some(value) = value {
+            out.put(key);
+            out.string(value);
+        }
+    }
+    out.put(b"}");
+}
+
+fn optional_number(out: &mut impl Sink, value: Option<u64>) {
+    match value {
+        Some(value) => out.number(value),
+        None => out.put(b"null"),
+    }
+}
+
+/// Whether `byte` is written escaped: `"`, `\\` and the control characters, as `serde_json`
+/// escapes them (and nothing else: not `/`, not DEL, not non-ASCII).
+fn is_escaped(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// Whether any byte of `text` is escaped. Looks at every byte without stopping early, which
+/// the compiler turns into a few wide comparisons (tickets and passes never need escaping).
+fn needs_escapes(text: &str) -> bool {
+    text.bytes()
+        .fold(false, |found, byte| found | is_escaped(byte))
+}
+
+/// How many bytes `byte` takes in a JSON string.
+fn escaped_len(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+        0x00..=0x1f => 6,
+        _ => 1,
+    }
+}
+
+/// `text` escaped as `serde_json` escapes it: `"` and `\\` with a backslash, control
+/// characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`; everything else as it is.
+fn escape(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    let mut plain = 0;
+    for (index, &byte) in bytes.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x09 => b't',
+            0x0a => b'n',
+            0x0c => b'f',
+            0x0d => b'r',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain..index]);
+        if short == b'u' {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', short]);
+        }
+        plain = index + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn waiting() -> StatusBody {
+        StatusBody {
+            room: "launch".to_owned(),
+            state: "waiting",
+            ticket: "t1.launch.Ab-_0123456789abcdefgh.1234.2.mac".to_owned(),
+            position: 1234,
+            ahead: Some(57),
+            serving: 1177,
+            waiting: 9000,
+            eta_seconds: Some(42),
+            next_poll_ms: 2000,
+            opens_at: None,
+            pass: None,
+            pass_expires_at: None,
+            redirect: None,
+        }
+    }
+
+    fn assert_as_serde(body: &StatusBody) {
+        let ours = encode(body);
+        assert_eq!(ours.len(), ours.capacity());
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            serde_json::to_string(body).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_waiting_answer_is_written_as_serde_writes_it() {
+        assert_as_serde(&waiting());
+        assert_as_serde(&StatusBody {
+            position: 0,
+            ahead: Some(0),
+            serving: u64::MAX,
+            eta_seconds: None,
+            ..waiting()
+        });
+    }
+
+    #[test]
+    fn a_prequeue_answer_has_nulls_and_its_opening() {
+        assert_as_serde(&StatusBody {
+            state: "prequeue",
+            ahead: None,
+            eta_seconds: None,
+            opens_at: Some("2026-11-22T10:00:00Z".to_owned()),
+            ..waiting()
+        });
+    }
+
+    #[test]
+    fn an_admitted_answer_carries_its_pass_and_redirect() {
+        assert_as_serde(&StatusBody {
+            state: "admitted",
+            ahead: Some(0),
+            eta_seconds: Some(0),
+            pass: Some("eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln".to_owned()),
+            pass_expires_at: Some("2026-11-22T10:10:00Z".to_owned()),
+            redirect: Some("/checkout?item=\"42\"&name=Zoë ✓".to_owned()),
+            ..waiting()
+        });
+    }
+
+    #[test]
+    fn every_character_is_escaped_as_serde_escapes_it() {
+        let every_ascii: String = (0u8..=0x7f).map(char::from).collect();
+        for redirect in [
+            every_ascii.as_str(),
+            "",
+            "\\",
+            "\"\"",
+            "\u{7f}\u{80}\u{2028}\u{10ffff}",
+        ] {
+            assert_as_serde(&StatusBody {
+                redirect: Some(redirect.to_owned()),
+                ..waiting()
+            });
+        }
+    }
+}
