@@ -304,29 +304,23 @@ pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue
 }
 
 /// Removes the headers that concern one connection only (RFC 9110 §7.6.1): `Connection`
-/// and the headers it names, and the classic hop-by-hop set. Most messages carry none: one
-/// pass over the names finds that out without hashing each of them.
+/// and the headers it names, and the classic hop-by-hop set. Most messages carry one or none:
+/// passes over the names find them without hashing each name of the set.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let present: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| is_hop_by_hop(name))
-        .cloned()
-        .collect();
-    if present.is_empty() {
-        return;
-    }
-    if let Some(connection) = headers.get(header::CONNECTION) {
-        let named: Vec<HeaderName> = connection
-            .to_str()
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|name| HeaderName::from_str(name.trim()).ok())
-            .collect();
-        for name in named {
-            headers.remove(name);
+    if let Some(connection) = headers.get(header::CONNECTION).cloned() {
+        for token in connection.to_str().unwrap_or_default().split(',') {
+            let token = token.trim();
+            // The usual tokens name no header of their own (`keep-alive` goes below anyway).
+            if token.eq_ignore_ascii_case("keep-alive") || token.eq_ignore_ascii_case("close") {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_str(token) {
+                headers.remove(name);
+            }
         }
     }
-    for name in present {
+    // Without allocating: each pass finds one present name, most messages have one or none.
+    while let Some(name) = headers.keys().find(|name| is_hop_by_hop(name)).cloned() {
         headers.remove(name);
     }
 }
