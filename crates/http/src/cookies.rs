@@ -3,8 +3,6 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use crate::decimal::decimal;
-
 /// What a room's ticket cookie's name starts with; the room id follows.
 pub(crate) const TICKET_COOKIE_PREFIX: &str = "anteroom_t_";
 
@@ -86,8 +84,8 @@ impl CookiePolicy {
         const PATH: &str = "; Path=/; Max-Age=";
         const FLAGS: &str = "; HttpOnly; SameSite=Lax";
         const SECURE: &str = "; Secure";
-        let mut digits = [0u8; 20];
-        let max_age = decimal(max_age_secs, &mut digits);
+        let mut digits = itoa::Buffer::new();
+        let max_age = digits.format(max_age_secs).as_bytes();
         let length = name.iter().map(|piece| piece.len()).sum::<usize>()
             + 1
             + value.len()

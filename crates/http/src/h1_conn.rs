@@ -39,7 +39,6 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
-use crate::decimal::decimal;
 use crate::gateway::SiteLane;
 use crate::{HEADER_READ_TIMEOUT, PublicApp};
 
@@ -554,7 +553,7 @@ pub(crate) fn write_head(
     }
     if let Some(length) = framing.length {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(decimal(length, &mut [0u8; 20]));
+        out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
         out.extend_from_slice(b"\r\n");
     } else if framing.chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");

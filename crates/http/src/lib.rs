@@ -14,7 +14,6 @@ mod admin;
 mod api;
 mod challenge;
 mod cookies;
-mod decimal;
 mod error;
 mod gateway;
 mod h1_conn;

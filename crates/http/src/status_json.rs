@@ -7,7 +7,6 @@
 //! tests hold the two together), which stays the schema and the form of the SSE events.
 
 use crate::api::StatusBody;
-use crate::decimal::decimal;
 
 /// The answer's JSON text, in a buffer whose capacity is its length.
 pub(crate) fn encode(body: &StatusBody) -> Vec<u8> {
@@ -60,7 +59,7 @@ impl Sink for Text {
     }
 
     fn number(&mut self, value: u64) {
-        self.put(decimal(value, &mut [0u8; 20]));
+        self.put(itoa::Buffer::new().format(value).as_bytes());
     }
 
     fn string(&mut self, text: &str) {

@@ -169,20 +169,9 @@ impl fmt::Debug for TicketSigner {
     }
 }
 
-/// Appends `value` in decimal, as `Display` writes it.
-fn push_decimal(out: &mut String, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    // Digits are ASCII, so the conversion never fails.
-    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
+/// Appends `value` in decimal, as `Display` writes it (without the formatting machinery).
+fn push_decimal(out: &mut String, value: u64) {
+    out.push_str(itoa::Buffer::new().format(value));
 }
 
 /// Reads `t1.<room>.<ticket_id>.<position>.<generation>`.

@@ -30,7 +30,6 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::decimal::decimal;
 use crate::h1_conn::{header_map, keeps_alive, parse_length, span_in};
 
 /// The most header fields an upstream answer may have.
@@ -298,7 +297,7 @@ fn write_request(
         !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH);
     if needs_length {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(decimal(body.len() as u64, &mut [0u8; 20]));
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
