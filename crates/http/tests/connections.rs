@@ -62,6 +62,35 @@ impl Server {
     async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.address).await.unwrap()
     }
+
+    async fn client(&self) -> Client {
+        Client {
+            stream: self.connect().await,
+            reader: Reader::new(),
+        }
+    }
+}
+
+/// A connection and what was read from it.
+struct Client {
+    stream: TcpStream,
+    reader: Reader,
+}
+
+impl Client {
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// The next answer; `head_only` for the answer to a `HEAD`.
+    async fn answer(&mut self, head_only: bool) -> Answer {
+        self.reader.answer(&mut self.stream, head_only).await
+    }
+
+    /// Whether the server closed the connection (with nothing more to read).
+    async fn closed(&mut self) -> bool {
+        self.reader.closed(&mut self.stream).await
+    }
 }
 
 /// One answer as read off the wire.
@@ -168,18 +197,16 @@ impl Reader {
 #[tokio::test]
 async fn many_requests_share_one_connection_pipelined_or_not() {
     let server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
+    let mut client = server.client().await;
     // Three requests in one write: answered in order.
-    stream
-        .write_all(
+    client
+        .send(
             b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n\
               POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
               GET /peer HTTP/1.1\r\nHost: x\r\n\r\n",
         )
-        .await
-        .unwrap();
-    let hello = reader.answer(&mut stream, false).await;
+        .await;
+    let hello = client.answer(false).await;
     assert_eq!((hello.status, &hello.body[..]), (200, &b"hello"[..]));
     assert!(
         hello
@@ -187,74 +214,61 @@ async fn many_requests_share_one_connection_pipelined_or_not() {
             .is_some_and(|date| date.ends_with(" GMT"))
     );
     assert_eq!(hello.header("connection"), None);
-    let echo = reader.answer(&mut stream, false).await;
+    let echo = client.answer(false).await;
     assert_eq!((echo.status, &echo.body[..]), (200, &b"abc"[..]));
-    let peer = reader.answer(&mut stream, false).await;
+    let peer = client.answer(false).await;
     assert_eq!(peer.body, b"127.0.0.1");
     // Then one at a time, and the last one asks to close.
     for _ in 0..3 {
-        stream
-            .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+        client.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(client.answer(false).await.body, b"hello");
     }
-    stream
-        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let last = reader.answer(&mut stream, false).await;
+    client
+        .send(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    let last = client.answer(false).await;
     assert_eq!(last.header("connection"), Some("close"));
-    assert!(reader.closed(&mut stream).await);
+    assert!(client.closed().await);
 }
 
 #[tokio::test]
 async fn http_1_0_closes_unless_asked_to_keep_alive() {
     let server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
-    stream
-        .write_all(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
-        .await
-        .unwrap();
-    let kept = reader.answer(&mut stream, false).await;
+    let mut client = server.client().await;
+    client
+        .send(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .await;
+    let kept = client.answer(false).await;
     assert_eq!(kept.header("connection"), Some("keep-alive"));
-    stream
-        .write_all(b"GET /hello HTTP/1.0\r\n\r\n")
-        .await
-        .unwrap();
-    let last = reader.answer(&mut stream, false).await;
+    client.send(b"GET /hello HTTP/1.0\r\n\r\n").await;
+    let last = client.answer(false).await;
     assert_eq!(last.body, b"hello");
     assert_eq!(last.header("connection"), Some("close"));
-    assert!(reader.closed(&mut stream).await);
+    assert!(client.closed().await);
 }
 
 #[tokio::test]
 async fn head_answers_carry_no_body_and_the_connection_goes_on() {
     let server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
-    stream
-        .write_all(b"HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let head = reader.answer(&mut stream, true).await;
+    let mut client = server.client().await;
+    client
+        .send(b"HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let head = client.answer(true).await;
     assert_eq!(head.status, 200);
     assert_eq!(head.header("content-length"), Some("5"));
     // Had the HEAD answer carried a body, this would read it as the next head.
-    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    assert_eq!(client.answer(false).await.body, b"hello");
 }
 
 #[tokio::test]
 async fn an_answer_of_unknown_length_is_sent_in_chunks() {
     let server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
-    stream
-        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let streamed = reader.answer(&mut stream, false).await;
+    let mut client = server.client().await;
+    client
+        .send(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let streamed = client.answer(false).await;
     assert_eq!(streamed.header("transfer-encoding"), Some("chunked"));
     assert_eq!(streamed.body, b"one two three");
     // An HTTP/1.0 client gets the same body delimited by the end of the connection.
@@ -275,42 +289,33 @@ async fn an_answer_of_unknown_length_is_sent_in_chunks() {
 #[tokio::test]
 async fn large_and_chunked_request_bodies_are_served_on_the_same_connection() {
     let server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
-    stream
-        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    let mut client = server.client().await;
+    client.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(client.answer(false).await.body, b"hello");
     // 100 KiB: more than the loop reads whole, so hyper takes the connection over.
     let large = vec![b'x'; 100 * 1024];
     let head = format!(
         "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         large.len()
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&large).await.unwrap();
-    let echo = reader.answer(&mut stream, false).await;
+    client.send(head.as_bytes()).await;
+    client.send(&large).await;
+    let echo = client.answer(false).await;
     assert_eq!(echo.status, 200);
     assert_eq!(echo.body, large);
-    stream
-        .write_all(
+    client
+        .send(
             b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
               3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n\
               GET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
         )
-        .await
-        .unwrap();
-    assert_eq!(reader.answer(&mut stream, false).await.body, b"abcde");
-    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+        .await;
+    assert_eq!(client.answer(false).await.body, b"abcde");
+    assert_eq!(client.answer(false).await.body, b"hello");
     // A chunked body on a fresh connection, as the first request.
-    let mut fresh = server.connect().await;
-    let mut fresh_reader = Reader::new();
-    fresh
-        .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nz\r\n0\r\n\r\n")
-        .await
-        .unwrap();
-    assert_eq!(fresh_reader.answer(&mut fresh, false).await.body, b"z");
+    let mut fresh = server.client().await;
+    fresh.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nz\r\n0\r\n\r\n").await;
+    assert_eq!(fresh.answer(false).await.body, b"z");
 }
 
 #[tokio::test]
@@ -327,27 +332,22 @@ async fn malformed_and_oversized_heads_are_refused() {
             431,
         ),
     ] {
-        let mut stream = server.connect().await;
-        let mut reader = Reader::new();
-        stream.write_all(&request).await.unwrap();
-        let answer = reader.answer(&mut stream, false).await;
+        let mut client = server.client().await;
+        client.send(&request).await;
+        let answer = client.answer(false).await;
         assert_eq!(answer.status, status);
-        assert!(reader.closed(&mut stream).await);
+        assert!(client.closed().await);
     }
 }
 
 #[tokio::test]
 async fn idle_connections_close_at_shutdown() {
     let mut server = Server::start().await;
-    let mut stream = server.connect().await;
-    let mut reader = Reader::new();
-    stream
-        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    assert_eq!(reader.answer(&mut stream, false).await.body, b"hello");
+    let mut client = server.client().await;
+    client.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(client.answer(false).await.body, b"hello");
     let _ = server.stop.take().unwrap().send(());
-    assert!(reader.closed(&mut stream).await);
+    assert!(client.closed().await);
     tokio::time::timeout(PATIENCE, &mut server.served)
         .await
         .unwrap()
