@@ -33,6 +33,7 @@ use anteroom_store::StoreError;
 
 use crate::cookies::pass_cookie_name;
 use crate::error::ApiError;
+use crate::h1_conn::MAX_INLINE_BODY;
 
 use super::Gateway;
 use super::protect::RequestPasses;
@@ -154,7 +155,7 @@ async fn forward(
         && body
             .size_hint()
             .exact()
-            .is_some_and(|length| length <= MAX_IN_MEMORY_BODY);
+            .is_some_and(|length| length <= MAX_INLINE_BODY as u64);
     if in_memory {
         let Ok(bytes) = body.collect().await.map(Collected::to_bytes) else {
             return ApiError::bad_request("invalid_body", "the request body could not be read")
@@ -230,10 +231,6 @@ async fn finish(
     }
     response
 }
-
-/// The largest request body sent through our own client (the connection loop reads bodies up
-/// to this size whole).
-const MAX_IN_MEMORY_BODY: u64 = 64 * 1024;
 
 /// 504 when connecting timed out, 502 for anything else.
 fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Response {
