@@ -765,13 +765,27 @@ impl Browser {
         self.client.find(Locator::Css(css)).await.ok()
     }
 
-    /// The visible text of the first element matching `css`.
+    /// The visible text of the first element matching `css`. A page that reloads itself (the
+    /// `Refresh` of the page without JavaScript) may replace the element between finding it
+    /// and reading it: it is then found again on the new page.
     async fn text(&self, css: &str) -> String {
-        let element = self
-            .find(css)
-            .await
-            .unwrap_or_else(|| panic!("no element {css} on the page"));
-        element.text().await.unwrap()
+        let mut tries = 0;
+        loop {
+            let element = self
+                .find(css)
+                .await
+                .unwrap_or_else(|| panic!("no element {css} on the page"));
+            match element.text().await {
+                Ok(text) => return text,
+                Err(fantoccini::error::CmdError::Standard(error))
+                    if error.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && tries < 5 =>
+                {
+                    tries += 1;
+                }
+                Err(error) => panic!("cannot read {css}: {error}"),
+            }
+        }
     }
 
     async fn texts(&self, css: &str) -> Vec<String> {
