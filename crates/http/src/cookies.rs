@@ -21,7 +21,7 @@ pub fn pass_cookie_name(room: &str) -> String {
 
 /// The value of cookie `name` in the request, if any.
 pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    find_cookie(headers, |key| key == name)
+    find_cookie(headers, |key| key == name.as_bytes())
 }
 
 /// The value of the cookie named `prefix` followed by `room`, without building the name.
@@ -30,18 +30,39 @@ pub(crate) fn read_room_cookie<'a>(
     prefix: &str,
     room: &str,
 ) -> Option<&'a str> {
-    find_cookie(headers, |key| key.strip_prefix(prefix) == Some(room))
+    find_cookie(headers, |key| {
+        key.strip_prefix(prefix.as_bytes()) == Some(room.as_bytes())
+    })
 }
 
-fn find_cookie(headers: &HeaderMap, is_name: impl Fn(&str) -> bool) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
+/// The value of the first cookie whose name `is_name` accepts, in `Cookie` lines of
+/// `name=value` pairs separated by `;` (spaces around names and values ignored). Works on bytes and checks only the value found: pass
+/// cookies are long, and every protected request reads one.
+fn find_cookie(headers: &HeaderMap, is_name: impl Fn(&[u8]) -> bool) -> Option<&str> {
+    headers.get_all(header::COOKIE).iter().find_map(|line| {
+        let mut rest = line.as_bytes();
+        loop {
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let pair = &rest[..end];
+            if let Some(equals) = memchr::memchr(b'=', pair)
+                && is_name(pair[..equals].trim_ascii())
+            {
+                let value = trim_quotes(pair[equals + 1..].trim_ascii());
+                return std::str::from_utf8(value).ok();
+            }
+            rest = rest.get(end + 1..)?;
+        }
+    })
+}
+
+/// `value` without the double quotes around it (`"abc"` and `abc` are the same cookie value).
+fn trim_quotes(value: &[u8]) -> &[u8] {
+    let start = value.iter().position(|&b| b != b'"').unwrap_or(value.len());
+    let end = value
         .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| is_name(key))
-        .map(|(_, value)| value.trim_matches('"'))
+        .rposition(|&b| b != b'"')
+        .map_or(start, |last| last + 1);
+    &value[start..end]
 }
 
 /// How cookies are written for this deployment.
@@ -130,6 +151,31 @@ mod tests {
         assert_eq!(read_cookie(&headers, "anteroom_t_sale"), Some("t1.x"));
         assert_eq!(read_cookie(&headers, "anteroom_p_sale"), Some("jwt"));
         assert_eq!(read_cookie(&headers, "anteroom_t_other"), None);
+    }
+
+    #[test]
+    fn reads_cookies_in_odd_but_valid_lines() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static(";; novalue ;  spaced=  v1  ;empty=;q=\"\";last=x=y;"),
+        );
+        headers.append(header::COOKIE, HeaderValue::from_static("later=2"));
+        assert_eq!(read_cookie(&headers, "spaced"), Some("v1"));
+        assert_eq!(read_cookie(&headers, "empty"), Some(""));
+        assert_eq!(read_cookie(&headers, "q"), Some(""));
+        assert_eq!(read_cookie(&headers, "last"), Some("x=y"));
+        assert_eq!(read_cookie(&headers, "later"), Some("2"));
+        assert_eq!(read_cookie(&headers, "novalue"), None);
+        assert_eq!(read_cookie(&headers, ""), None);
+        // A value that is not text is skipped, and the search goes on in the next line.
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_bytes(b"k=\xff\xfe").expect("a valid header value"),
+        );
+        headers.append(header::COOKIE, HeaderValue::from_static("k=ok"));
+        assert_eq!(read_cookie(&headers, "k"), Some("ok"));
     }
 
     #[test]
