@@ -216,6 +216,8 @@ pub trait RequestView {
 /// A rule that applies to one request, with the request's key under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppliedRule<'r> {
+    /// The rule's position in the rules it was picked from.
+    pub index: usize,
     /// The rule.
     pub rule: &'r RateLimitRule,
     /// The request's counter key under the rule.
@@ -226,19 +228,19 @@ pub struct AppliedRule<'r> {
 /// and the route-only rules named in `route_rules` (the rules the matched route lists). A
 /// rule applies at most once however it is selected; a rule whose key the request lacks does
 /// not apply.
-pub fn applicable_rules<'r>(
+pub fn applicable_rules<'r, 'q, V: RequestView>(
     rules: &'r [RateLimitRule],
-    request: &impl RequestView,
-    route_rules: &[&str],
-) -> Vec<AppliedRule<'r>> {
+    request: &'q V,
+    route_rules: &'q [&str],
+) -> impl Iterator<Item = AppliedRule<'r>> + use<'r, 'q, V> {
     rules
         .iter()
-        .filter(|rule| rule.selects(request) || route_rules.contains(&rule.name.as_str()))
-        .filter_map(|rule| {
+        .enumerate()
+        .filter(|(_, rule)| rule.selects(request) || route_rules.contains(&rule.name.as_str()))
+        .filter_map(|(index, rule)| {
             let key = rule.key_for(request)?;
-            Some(AppliedRule { rule, key })
+            Some(AppliedRule { index, rule, key })
         })
-        .collect()
 }
 
 /// The parameters of a limit of `limit` requests per `period` with `algorithm`, every other

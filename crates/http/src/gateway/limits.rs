@@ -34,14 +34,3 @@ pub(crate) async fn route_rate_limits(
         RateLimitVerdict::Allowed { headers } => Ok(headers),
     }
 }
-
-/// Adds the headers [`route_rate_limits`] gave to the response it let through, unless the
-/// upstream set them itself.
-pub(crate) fn add_headers(response: &mut Response, headers: &HeaderMap) {
-    let response_headers = response.headers_mut();
-    for (name, value) in headers {
-        if !response_headers.contains_key(name) {
-            response_headers.insert(name.clone(), value.clone());
-        }
-    }
-}

@@ -221,7 +221,7 @@ impl Gateway {
             measuring.finish(&response);
         }
         protect::add_cookies(&mut response, cookies);
-        limits::add_headers(&mut response, &limit_headers);
+        crate::ratelimit::add_headers(&mut response, &limit_headers);
         response
     }
 

@@ -46,6 +46,7 @@ mod layer;
 mod metrics;
 mod view;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -380,19 +381,12 @@ impl RateLimiter {
             let done = parts.extensions.get::<AppliedRateLimits>();
             let view = HttpView::new(parts, client_ip);
             applicable_rules(&set.rules, &view, &route_rules)
-                .into_iter()
                 .filter(|applied| {
                     done.is_none_or(|AppliedRateLimits(names)| !names.contains(&applied.rule.name))
                 })
-                .filter_map(|applied| {
-                    let index = set
-                        .rules
-                        .iter()
-                        .position(|rule| std::ptr::eq(rule, applied.rule))?;
-                    Some(Pending {
-                        index,
-                        key: applied.key,
-                    })
+                .map(|applied| Pending {
+                    index: applied.index,
+                    key: applied.key,
                 })
                 .collect()
         };
@@ -455,8 +449,8 @@ struct Taken {
 /// How one store's rules came out.
 enum GroupOutcome {
     /// Every (non-shadow) rule allowed the request: the decisions of the rules that counted it,
-    /// and what they took.
-    Allowed(Vec<Decided>, Taken),
+    /// and what they took when it was asked for.
+    Allowed(Vec<Decided>, Option<Taken>),
     /// Refused: the refusing rules, and the other rules' decisions of the same attempt.
     Refused {
         refusing: Vec<Decided>,
@@ -483,13 +477,28 @@ impl Evaluation<'_> {
     }
 
     async fn decide(&mut self, pending: Vec<Pending>) -> RateLimitVerdict {
-        let (local, redis): (Vec<Pending>, Vec<Pending>) = pending
-            .into_iter()
-            .partition(|p| self.rule(p.index).store == LimitBackend::Local);
+        // Most requests meet the rules of one store only: then there is one group, nothing to
+        // hand back, and the rules are neither split nor copied.
+        let Some(first) = pending.first() else {
+            return self.allow(&[]).await;
+        };
+        let first_backend = self.rule(first.index).store;
+        let groups: [(LimitBackend, Vec<Pending>); 2] = if pending
+            .iter()
+            .all(|p| self.rule(p.index).store == first_backend)
+        {
+            [(first_backend, pending), (LimitBackend::Redis, Vec::new())]
+        } else {
+            let (local, redis) = pending
+                .into_iter()
+                .partition(|p| self.rule(p.index).store == LimitBackend::Local);
+            [(LimitBackend::Local, local), (LimitBackend::Redis, redis)]
+        };
+        let more_after_first = !groups[1].1.is_empty();
         let mut allowed: Vec<Decided> = Vec::new();
         // What the stores decided so far took, handed back if a later store refuses.
         let mut taken: Vec<(Arc<dyn LimitStore>, Taken)> = Vec::new();
-        for (backend, group) in [(LimitBackend::Local, local), (LimitBackend::Redis, redis)] {
+        for (position, (backend, group)) in groups.into_iter().enumerate() {
             if group.is_empty() {
                 continue;
             }
@@ -497,14 +506,19 @@ impl Evaluation<'_> {
                 LimitBackend::Local => Some(self.limiter.shared.local.clone()),
                 LimitBackend::Redis => self.limiter.shared.redis.clone(),
             };
+            let keep_taken = position == 0 && more_after_first;
             let outcome = match &store {
-                Some(store) => self.decide_group(store.as_ref(), group.clone()).await,
+                Some(store) => self.decide_group(store.as_ref(), &group, keep_taken).await,
                 None => GroupOutcome::Failed,
             };
             let verdict = match outcome {
                 GroupOutcome::Allowed(decided, took) => {
-                    allowed.extend(decided);
-                    if let Some(store) = store {
+                    if allowed.is_empty() {
+                        allowed = decided;
+                    } else {
+                        allowed.extend(decided);
+                    }
+                    if let (Some(store), Some(took)) = (store, took) {
                         taken.push((store, took));
                     }
                     continue;
@@ -545,12 +559,15 @@ impl Evaluation<'_> {
     }
 
     /// Decides one store's rules, holding the request for `delay` rules and deciding again
-    /// without shadow rules that refused.
+    /// without shadow rules that refused. What the rules took is kept (for a refund) when
+    /// `keep_taken`: another store's rules are still to be decided.
     async fn decide_group(
         &mut self,
         store: &dyn LimitStore,
-        mut active: Vec<Pending>,
+        group: &[Pending],
+        keep_taken: bool,
     ) -> GroupOutcome {
+        let mut active: Cow<'_, [Pending]> = Cow::Borrowed(group);
         for attempt in 0..MAX_ATTEMPTS {
             let reserved = {
                 let requests: Vec<LimitRequest<'_>> = active
@@ -593,6 +610,13 @@ impl Evaluation<'_> {
                     decision,
                 })
                 .collect();
+            if decided.iter().all(|d| d.decision.allowed) {
+                let taken = keep_taken.then(|| Taken {
+                    rules: active.into_owned(),
+                    reservations: reserved.reservations,
+                });
+                return GroupOutcome::Allowed(decided, taken);
+            }
             let refused_shadow: Vec<usize> = decided
                 .iter()
                 .filter(|d| !d.decision.allowed && self.rule(d.index).action == Action::Shadow)
@@ -607,23 +631,14 @@ impl Evaluation<'_> {
                 .into_iter()
                 .filter(|d| !refused_shadow.contains(&d.index))
                 .partition(|d| !d.decision.allowed);
-            if refusing.is_empty() && refused_shadow.is_empty() {
-                let taken = Taken {
-                    rules: active,
-                    reservations: reserved.reservations,
-                };
-                return GroupOutcome::Allowed(others, taken);
-            }
             // Shadow rules that refused are left out from now on: their refusal is recorded,
             // and the request must still count against the other rules.
-            active.retain(|p| !refused_shadow.contains(&p.index));
+            active
+                .to_mut()
+                .retain(|p| !refused_shadow.contains(&p.index));
             if refusing.is_empty() {
                 if active.is_empty() {
-                    let nothing = Taken {
-                        rules: Vec::new(),
-                        reservations: Vec::new(),
-                    };
-                    return GroupOutcome::Allowed(Vec::new(), nothing);
+                    return GroupOutcome::Allowed(Vec::new(), None);
                 }
                 continue;
             }

@@ -3,6 +3,7 @@
 //! itself: the verified token's claims, the route's rules, and the peer address.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -109,7 +110,8 @@ pub(crate) fn resolve_client_ip(
 /// A request seen through [`RequestView`].
 pub(crate) struct HttpView<'a> {
     parts: &'a Parts,
-    host: Option<String>,
+    /// Normalised on first use: most rules never look at the host.
+    host: OnceCell<Option<String>>,
     path: Cow<'a, str>,
     client_ip: IpAddr,
     claims: Option<&'a RateLimitClaims>,
@@ -117,21 +119,9 @@ pub(crate) struct HttpView<'a> {
 
 impl<'a> HttpView<'a> {
     pub(crate) fn new(parts: &'a Parts, client_ip: IpAddr) -> HttpView<'a> {
-        let host = parts
-            .uri
-            .authority()
-            .map(|authority| authority.host())
-            .or_else(|| {
-                parts
-                    .headers
-                    .get(header::HOST)
-                    .and_then(|value| value.to_str().ok())
-            })
-            .map(normalize_host)
-            .filter(|host| !host.is_empty());
         HttpView {
             parts,
-            host,
+            host: OnceCell::new(),
             path: normalize_path(parts.uri.path()),
             client_ip,
             claims: parts.extensions.get::<RateLimitClaims>(),
@@ -145,7 +135,23 @@ impl RequestView for HttpView<'_> {
     }
 
     fn host(&self) -> Option<&str> {
-        self.host.as_deref()
+        self.host
+            .get_or_init(|| {
+                let parts = self.parts;
+                parts
+                    .uri
+                    .authority()
+                    .map(|authority| authority.host())
+                    .or_else(|| {
+                        parts
+                            .headers
+                            .get(header::HOST)
+                            .and_then(|value| value.to_str().ok())
+                    })
+                    .map(normalize_host)
+                    .filter(|host| !host.is_empty())
+            })
+            .as_deref()
     }
 
     fn path(&self) -> &str {

@@ -491,7 +491,6 @@ fn applicable_rules_select_by_match_and_route_once_each() {
 
     let check = |request: &Request, route_rules: &[&str], expected: &[(&str, &str)]| {
         let applied: Vec<(&str, String)> = applicable_rules(&rules, request, route_rules)
-            .into_iter()
             .map(|applied| (applied.rule.name.as_str(), applied.key))
             .collect();
         let expected: Vec<(&str, String)> = expected
