@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
+use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
 use crate::{HEADER_READ_TIMEOUT, PublicApp};
 
@@ -244,42 +245,6 @@ pub(crate) fn header_map(
     Some(headers)
 }
 
-/// The deadline for reading a request head (or body) on a keep-alive connection, which moves
-/// with every request. One timer serves the connection's whole life: it is moved only when
-/// it fires before the current deadline. A timer armed per request would cost a timer-wheel
-/// insert and removal each time, and often a wake-up write to the runtime's event descriptor.
-struct ReadDeadline {
-    timer: Pin<Box<tokio::time::Sleep>>,
-    deadline: tokio::time::Instant,
-}
-
-impl ReadDeadline {
-    fn new() -> ReadDeadline {
-        let deadline = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
-        ReadDeadline {
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            deadline,
-        }
-    }
-
-    /// The reading starts now: it must be done within [`HEADER_READ_TIMEOUT`].
-    fn restart(&mut self) {
-        self.deadline = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
-    }
-
-    /// Completes once the deadline has passed. (The timer never fires after the deadline:
-    /// restarts only move the deadline later.)
-    async fn passed(&mut self) {
-        loop {
-            self.timer.as_mut().await;
-            if tokio::time::Instant::now() >= self.deadline {
-                return;
-            }
-            self.timer.as_mut().reset(self.deadline);
-        }
-    }
-}
-
 /// Serves the HTTP/1.x requests of `stream` until the client closes it, a request asks to
 /// close, `stop` turns `true` (between requests), or a request needs hyper (then hyper serves
 /// the rest of the connection, starting with the bytes already read).
@@ -293,11 +258,12 @@ pub(crate) async fn serve(
     let PublicApp { mut router, site } = app;
     let mut input = BytesMut::with_capacity(READ_STEP);
     let mut output = Vec::with_capacity(READ_STEP);
-    let mut deadline = ReadDeadline::new();
+    let read_within = || tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
+    let mut deadline = Deadline::at(read_within());
     loop {
         // A client that sends no whole head within the limit (slow-loris), or stays idle that
         // long between requests, is closed.
-        deadline.restart();
+        deadline.set(read_within());
         let head = tokio::select! {
             head = read_head(&mut stream, &mut input) => head,
             () = deadline.passed() => return,
@@ -332,7 +298,7 @@ pub(crate) async fn serve(
             let Ok(length) = usize::try_from(length) else {
                 return;
             };
-            deadline.restart();
+            deadline.set(read_within());
             let read = tokio::select! {
                 read = read_at_least(&mut stream, &mut input, length) => read,
                 () = deadline.passed() => return,
@@ -719,31 +685,6 @@ mod tests {
 
     fn head(text: &str) -> Result<Option<Head>, BadHead> {
         take_head(&mut BytesMut::from(text.as_bytes()))
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_read_deadline_moves_with_each_restart_and_passes_only_after_a_full_wait() {
-        use std::time::Duration;
-        async fn passes_within(deadline: &mut ReadDeadline, wait: Duration) -> bool {
-            tokio::time::timeout(wait, deadline.passed()).await.is_ok()
-        }
-        let mut deadline = ReadDeadline::new();
-        // Restarted after 20 s: the first timer fires at 30 s and is moved to 50 s.
-        assert!(!passes_within(&mut deadline, Duration::from_secs(20)).await);
-        deadline.restart();
-        assert!(
-            !passes_within(
-                &mut deadline,
-                HEADER_READ_TIMEOUT - Duration::from_millis(1)
-            )
-            .await
-        );
-        assert!(passes_within(&mut deadline, Duration::from_millis(2)).await);
-        // Once passed, it stays passed until restarted.
-        assert!(passes_within(&mut deadline, Duration::ZERO).await);
-        deadline.restart();
-        assert!(!passes_within(&mut deadline, Duration::from_secs(29)).await);
-        assert!(passes_within(&mut deadline, Duration::from_secs(2)).await);
     }
 
     #[test]

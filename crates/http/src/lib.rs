@@ -14,6 +14,7 @@ mod admin;
 mod api;
 mod challenge;
 mod cookies;
+mod deadline;
 mod error;
 mod gateway;
 mod h1_conn;

@@ -103,19 +103,26 @@ pub fn is_trusted(ip: IpAddr, trusted_proxies: &[Cidr]) -> bool {
 /// assert_eq!(ip_key("::ffff:192.0.2.1".parse().expect("valid"), 64), "192.0.2.1");
 /// ```
 pub fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> String {
+    let mut key = String::with_capacity(15);
+    push_ip_key(&mut key, ip, ipv6_prefix);
+    key
+}
+
+/// Appends [`ip_key`] of `ip` to `key` (a rate-limit counter key being built).
+pub fn push_ip_key(key: &mut String, ip: IpAddr, ipv6_prefix: u8) {
+    use std::fmt::Write as _;
     match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let mut key = String::with_capacity(15);
-            push_ipv4(&mut key, v4);
-            key
+        IpAddr::V4(v4) => push_ipv4(key, v4),
+        // Writing into a String cannot fail.
+        IpAddr::V6(v6) if ipv6_prefix >= 128 => {
+            let _ = write!(key, "{v6}");
         }
-        IpAddr::V6(v6) if ipv6_prefix >= 128 => v6.to_string(),
         IpAddr::V6(v6) => {
             let mask = u128::MAX
                 .checked_shl(128 - u32::from(ipv6_prefix))
                 .unwrap_or(0);
             let network = Ipv6Addr::from(u128::from(v6) & mask);
-            format!("{network}/{ipv6_prefix}")
+            let _ = write!(key, "{network}/{ipv6_prefix}");
         }
     }
 }

@@ -166,15 +166,13 @@ async fn forward(
         {
             return body_too_large(limit);
         }
-        let answer = tokio::time::timeout(
-            config.header_timeout,
-            client.own.send(&parts.method, path, &headers, bytes),
-        )
-        .await;
+        let answer = client
+            .own
+            .send(&parts.method, path, &headers, bytes, config.header_timeout)
+            .await;
         let response = match answer {
-            Err(_) => return upstream_timeout(config.header_timeout),
-            Ok(Err(error)) => return own_client_failure(&error, config),
-            Ok(Ok(response)) => response,
+            Err(error) => return own_client_failure(&error, config),
+            Ok(response) => response,
         };
         return finish(gateway, passes, response).await;
     }
@@ -232,11 +230,12 @@ async fn finish(
     response
 }
 
-/// 504 when connecting timed out, 502 for anything else.
+/// 504 when connecting or the answer's head timed out, 502 for anything else.
 fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Response {
     tracing::debug!(%error, "upstream failed");
     let (code, detail) = match error {
         UpstreamError::ConnectTimeout => return upstream_timeout(config.connect_timeout),
+        UpstreamError::HeadTimeout => return upstream_timeout(config.header_timeout),
         UpstreamError::Connect(_) => ("upstream_unreachable", "the site cannot be reached"),
         UpstreamError::Io(_) | UpstreamError::Malformed => {
             ("upstream_failed", "the site's answer could not be read")

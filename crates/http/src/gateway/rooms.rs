@@ -145,18 +145,18 @@ impl RoomCache {
     /// `requires` (recursively) before the room, each room once.
     pub(crate) fn with_requirements(&self, rooms: &[RoomId]) -> Vec<RoomId> {
         let copies = self.rooms.read();
-        let requires = |room: &RoomId| -> Vec<RoomId> {
+        let requires = |room: &RoomId| -> &[RoomId] {
             copies
                 .get(room)
-                .map(|info| info.config.requires.clone())
+                .map(|info| info.config.requires.as_slice())
                 .or_else(|| {
                     self.configured
                         .get(room)
-                        .map(|config| config.requires.clone())
+                        .map(|config| config.requires.as_slice())
                 })
                 .unwrap_or_default()
         };
-        let mut ordered = Vec::new();
+        let mut ordered = Vec::with_capacity(rooms.len());
         for room in rooms {
             add_with_requirements(room, &requires, &mut ordered, 0);
         }
@@ -164,9 +164,9 @@ impl RoomCache {
     }
 }
 
-fn add_with_requirements(
+fn add_with_requirements<'a>(
     room: &RoomId,
-    requires: &impl Fn(&RoomId) -> Vec<RoomId>,
+    requires: &impl Fn(&RoomId) -> &'a [RoomId],
     ordered: &mut Vec<RoomId>,
     depth: usize,
 ) {
@@ -175,7 +175,7 @@ fn add_with_requirements(
     }
     if depth < MAX_REQUIRES_DEPTH {
         for required in requires(room) {
-            add_with_requirements(&required, requires, ordered, depth + 1);
+            add_with_requirements(required, requires, ordered, depth + 1);
         }
     }
     if !ordered.contains(room) {

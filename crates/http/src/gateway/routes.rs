@@ -5,6 +5,7 @@
 //! route-only rate limit.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -94,15 +95,10 @@ impl RouteTable {
         if self.routes.is_empty() {
             return &self.default;
         }
-        let host = uri
-            .authority()
-            .map(|authority| authority.host())
-            .or(host)
-            .map(normalize_host)
-            .filter(|host| !host.is_empty());
         let view = RouteView {
             method,
-            host: host.as_deref(),
+            raw_host: uri.authority().map(|authority| authority.host()).or(host),
+            host: OnceCell::new(),
             path: normalize_path(uri.path()),
         };
         self.routes
@@ -115,7 +111,9 @@ impl RouteTable {
 /// The request as route matching sees it: method, host and path only.
 struct RouteView<'a> {
     method: &'a Method,
-    host: Option<&'a str>,
+    /// The host as sent; normalised on first use (only routes with `hosts` look at it).
+    raw_host: Option<&'a str>,
+    host: OnceCell<Option<String>>,
     path: Cow<'a, str>,
 }
 
@@ -126,6 +124,12 @@ impl RequestView for RouteView<'_> {
 
     fn host(&self) -> Option<&str> {
         self.host
+            .get_or_init(|| {
+                self.raw_host
+                    .map(normalize_host)
+                    .filter(|host| !host.is_empty())
+            })
+            .as_deref()
     }
 
     fn path(&self) -> &str {

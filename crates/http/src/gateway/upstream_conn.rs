@@ -30,6 +30,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::h1_conn::{header_map, keeps_alive, parse_length, span_in};
 
 /// The most header fields an upstream answer may have.
@@ -64,6 +65,9 @@ pub(crate) enum UpstreamError {
     /// Opening a connection took longer than `connect_timeout`.
     #[error("connecting to the upstream timed out")]
     ConnectTimeout,
+    /// The answer's head did not come within the header timeout.
+    #[error("the upstream's answer did not come in time")]
+    HeadTimeout,
     /// The connection failed while the request was written or the answer's head read.
     #[error("the upstream connection failed: {0}")]
     Io(io::Error),
@@ -85,10 +89,12 @@ pub(crate) enum BodyFailure {
     Io(io::Error),
 }
 
-/// One connection to the upstream with its read buffer.
+/// One connection to the upstream with its read buffer, and the deadline of the answer it
+/// waits for (one timer for the connection's life).
 struct Connection {
     stream: TcpStream,
     buffer: BytesMut,
+    answer_by: Deadline,
 }
 
 struct Idle {
@@ -142,37 +148,50 @@ impl UpstreamPool {
         }
     }
 
-    async fn connect(&self) -> Result<Connection, UpstreamError> {
-        let stream = tokio::time::timeout(
-            self.target.connect_timeout,
+    /// Opens a connection within `connect_timeout`, and before `answer_by` (when that comes
+    /// first, the answer's head has timed out).
+    async fn connect(&self, answer_by: Instant) -> Result<Connection, UpstreamError> {
+        let connect_by = Instant::now() + self.target.connect_timeout;
+        let stream = tokio::time::timeout_at(
+            connect_by.min(answer_by),
             TcpStream::connect(self.target.address.as_str()),
         )
         .await
-        .map_err(|_| UpstreamError::ConnectTimeout)?
+        .map_err(|_| {
+            if answer_by < connect_by {
+                UpstreamError::HeadTimeout
+            } else {
+                UpstreamError::ConnectTimeout
+            }
+        })?
         .map_err(UpstreamError::Connect)?;
         let _ = stream.set_nodelay(true);
         Ok(Connection {
             stream,
             buffer: BytesMut::with_capacity(READ_STEP),
+            answer_by: Deadline::at(answer_by),
         })
     }
 
     /// Sends one request (`headers` already prepared for the upstream, `Host` included; any
-    /// `Content-Length` there is replaced by the body's) and reads the answer's head. A
-    /// request that failed on a reused connection before any answer came is sent once more on
-    /// a new connection when its method is idempotent (the pooled connection may have been
-    /// closed by the upstream meanwhile).
+    /// `Content-Length` there is replaced by the body's) and reads the answer's head, which
+    /// must come within `head_timeout` (connecting included). A request that failed on a
+    /// reused connection before any answer came is sent once more on a new connection when
+    /// its method is idempotent (the pooled connection may have been closed by the upstream
+    /// meanwhile).
     pub(crate) async fn send(
         self: &Arc<Self>,
         method: &Method,
         target: &str,
         headers: &HeaderMap,
         body: Bytes,
+        head_timeout: Duration,
     ) -> Result<Response<Body>, UpstreamError> {
+        let answer_by = Instant::now() + head_timeout;
         let mut request = Vec::with_capacity(512 + body.len());
         write_request(&mut request, method, target, headers, &body);
         if let Some(connection) = self.take_idle() {
-            match self.exchange(connection, method, &request).await {
+            match self.exchange(connection, method, &request, answer_by).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::BeforeAnswer(error)) if is_idempotent(method) => {
                     tracing::debug!(%error, "a pooled upstream connection failed; retrying");
@@ -180,8 +199,8 @@ impl UpstreamPool {
                 Err(failure) => return Err(failure.into_error()),
             }
         }
-        let connection = self.connect().await?;
-        self.exchange(connection, method, &request)
+        let connection = self.connect(answer_by).await?;
+        self.exchange(connection, method, &request, answer_by)
             .await
             .map_err(Failure::into_error)
     }
@@ -191,13 +210,21 @@ impl UpstreamPool {
         mut connection: Connection,
         method: &Method,
         request: &[u8],
+        answer_by: Instant,
     ) -> Result<Response<Body>, Failure> {
-        connection
-            .stream
-            .write_all(request)
-            .await
-            .map_err(Failure::BeforeAnswer)?;
-        let head = read_head(&mut connection).await?;
+        connection.answer_by.set(answer_by);
+        let Connection {
+            stream,
+            buffer,
+            answer_by,
+        } = &mut connection;
+        let head = tokio::select! {
+            head = async {
+                stream.write_all(request).await.map_err(Failure::BeforeAnswer)?;
+                read_head(stream, buffer).await
+            } => head?,
+            () = answer_by.passed() => return Err(Failure::After(UpstreamError::HeadTimeout)),
+        };
         let bodiless = method == Method::HEAD
             || head.status == StatusCode::NO_CONTENT
             || head.status == StatusCode::NOT_MODIFIED;
@@ -323,18 +350,18 @@ struct AnswerHead {
 }
 
 /// Reads the answer's head (skipping interim 1xx answers) and splits it off the buffer.
-async fn read_head(connection: &mut Connection) -> Result<AnswerHead, Failure> {
+async fn read_head(stream: &mut TcpStream, buffer: &mut BytesMut) -> Result<AnswerHead, Failure> {
     let mut answered = false;
     loop {
-        if !connection.buffer.is_empty() {
-            match parse_head(&mut connection.buffer).map_err(Failure::After)? {
+        if !buffer.is_empty() {
+            match parse_head(buffer).map_err(Failure::After)? {
                 Some(head) if head.status.is_informational() => continue,
                 Some(head) => return Ok(head),
                 None => {}
             }
         }
-        connection.buffer.reserve(READ_STEP);
-        match connection.stream.read_buf(&mut connection.buffer).await {
+        buffer.reserve(READ_STEP);
+        match stream.read_buf(buffer).await {
             Ok(0) if !answered => {
                 return Err(Failure::BeforeAnswer(io::ErrorKind::UnexpectedEof.into()));
             }

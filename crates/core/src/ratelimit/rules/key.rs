@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::RequestView;
 use super::matcher::is_token;
-use crate::ratelimit::client_ip::ip_key;
+use crate::ratelimit::client_ip::push_ip_key;
 
 /// Values longer than this many bytes are hashed in the key.
 pub const MAX_KEY_PART_LEN: usize = 128;
@@ -93,7 +93,7 @@ pub(super) fn build_key(
     for part in parts {
         key.push('|');
         match part {
-            KeyPart::Ip => key.push_str(&ip_key(request.client_ip(), ipv6_prefix)),
+            KeyPart::Ip => push_ip_key(&mut key, request.client_ip(), ipv6_prefix),
             KeyPart::Header(name) => push_value(&mut key, request.header(name)?.trim())?,
             KeyPart::Cookie(name) => push_value(&mut key, request.cookie(name)?)?,
             KeyPart::Claim(name) => push_value(&mut key, request.claim(name)?)?,
