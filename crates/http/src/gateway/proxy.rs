@@ -132,7 +132,7 @@ async fn forward(
     let mut headers = std::mem::take(&mut parts.headers);
     let host = request_host(&parts.uri, &headers);
     remove_hop_by_hop(&mut headers);
-    set_forwarding(
+    let forwarding = Forwarding::take(
         &mut headers,
         peer,
         host.as_ref(),
@@ -142,7 +142,9 @@ async fn forward(
         // The target's authority says where the request goes; the visitor's host travels in
         // X-Forwarded-Host and Forwarded.
         headers.remove(header::HOST);
-    } else if let Some(host) = host {
+    } else if let Some(host) = host
+        && headers.get(header::HOST) != Some(&host)
+    {
         headers.insert(header::HOST, host);
     }
     let path = parts
@@ -168,7 +170,14 @@ async fn forward(
         }
         let answer = client
             .own
-            .send(&parts.method, path, &headers, bytes, config.header_timeout)
+            .send(
+                &parts.method,
+                path,
+                &headers,
+                &forwarding,
+                bytes,
+                config.header_timeout,
+            )
             .await;
         let response = match answer {
             Err(error) => return own_client_failure(&error, config),
@@ -192,6 +201,7 @@ async fn forward(
     ));
     *outgoing.method_mut() = parts.method;
     *outgoing.uri_mut() = uri;
+    forwarding.insert_into(&mut headers);
     *outgoing.headers_mut() = headers;
     *outgoing.version_mut() = if config.http2 {
         Version::HTTP_2
@@ -344,86 +354,144 @@ fn is_forwarding(name: &HeaderName) -> bool {
         || name == X_FORWARDED_HOST
 }
 
-/// Sets `X-Forwarded-For/Proto/Host` and `Forwarded`. From a trusted proxy the chains it sent
-/// are kept and the peer appended; from anybody else they are replaced (a client cannot plant
-/// addresses the site would believe).
+/// Sets `X-Forwarded-For/Proto/Host` and `Forwarded` (see [`Forwarding::take`]).
 pub(crate) fn set_forwarding(
     headers: &mut HeaderMap,
     peer: Option<IpAddr>,
     host: Option<&HeaderValue>,
     trusted_proxies: &[Cidr],
 ) {
-    let peer = peer.map(|peer| peer.to_canonical());
-    let trusted = peer.is_some_and(|peer| is_trusted(peer, trusted_proxies));
-    // Most requests carry none of these: one pass over the names says so.
-    let any_sent = headers.keys().any(is_forwarding);
-    if any_sent && !trusted {
-        for name in [
-            &X_FORWARDED_FOR,
-            &X_FORWARDED_PROTO,
-            &X_FORWARDED_HOST,
-            &header::FORWARDED,
-        ] {
-            headers.remove(name);
+    Forwarding::take(headers, peer, host, trusted_proxies).insert_into(headers);
+}
+
+/// The forwarding fields of a request to the upstream: `X-Forwarded-For`,
+/// `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`. Our own upstream client writes
+/// them straight into the request ([`write_lines`](Self::write_lines)); hyper's client and
+/// WebSocket handshakes get them in the header map ([`insert_into`](Self::insert_into)).
+pub(crate) struct Forwarding {
+    /// `X-Forwarded-For`: a trusted proxy's chain and the peer.
+    for_chain: String,
+    /// `X-Forwarded-Proto: http`, unless a trusted proxy's value stays in the map.
+    proto: bool,
+    /// `X-Forwarded-Host`, unless a trusted proxy's value stays in the map.
+    host: Option<HeaderValue>,
+    /// `Forwarded`: a trusted proxy's elements and ours.
+    forwarded: String,
+}
+
+impl Forwarding {
+    /// The forwarding fields for a request from `peer` to `host`, taken out of `headers`.
+    /// From a trusted proxy the chains it sent are kept and the peer appended (its
+    /// `X-Forwarded-Proto/Host` stay in `headers`); from anybody else they are dropped (a
+    /// client cannot plant addresses the site would believe).
+    pub(crate) fn take(
+        headers: &mut HeaderMap,
+        peer: Option<IpAddr>,
+        host: Option<&HeaderValue>,
+        trusted_proxies: &[Cidr],
+    ) -> Forwarding {
+        let peer = peer.map(|peer| peer.to_canonical());
+        let trusted = peer.is_some_and(|peer| is_trusted(peer, trusted_proxies));
+        // Most requests carry none of these: one pass over the names says so.
+        let any_sent = headers.keys().any(is_forwarding);
+        let kept = any_sent && trusted;
+        let mut for_chain = String::with_capacity(48);
+        let mut forwarded = String::with_capacity(96);
+        if kept {
+            push_joined(&mut for_chain, headers, &X_FORWARDED_FOR);
+            push_joined(&mut forwarded, headers, &header::FORWARDED);
+        }
+        push_address(&mut for_chain, peer, false);
+        forwarded.push_str("for=");
+        push_address(&mut forwarded, peer, true);
+        forwarded.push_str(";proto=http");
+        if let Some(host) = host.and_then(|host| host.to_str().ok()) {
+            forwarded.push_str(";host=\"");
+            forwarded.extend(host.chars().filter(|c| !matches!(c, '"' | '\\')));
+            forwarded.push('"');
+        }
+        let proto = !kept || !headers.contains_key(&X_FORWARDED_PROTO);
+        let host = host
+            .filter(|_| !kept || !headers.contains_key(&X_FORWARDED_HOST))
+            .cloned();
+        if any_sent {
+            headers.remove(&X_FORWARDED_FOR);
+            headers.remove(header::FORWARDED);
+            if !trusted {
+                headers.remove(&X_FORWARDED_PROTO);
+                headers.remove(&X_FORWARDED_HOST);
+            }
+        }
+        Forwarding {
+            for_chain,
+            proto,
+            host,
+            forwarded,
         }
     }
-    let kept = any_sent && trusted;
-    let mut value = Vec::with_capacity(64);
-    if kept {
-        push_joined(&mut value, headers, &X_FORWARDED_FOR);
+
+    /// Puts the fields into `headers`.
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.for_chain) {
+            headers.insert(X_FORWARDED_FOR.clone(), value);
+        }
+        if self.proto {
+            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+        }
+        if let Some(host) = self.host {
+            headers.insert(X_FORWARDED_HOST.clone(), host);
+        }
+        if let Ok(value) = HeaderValue::from_str(&self.forwarded) {
+            headers.insert(header::FORWARDED, value);
+        }
     }
-    push_address(&mut value, peer, false);
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
-        headers.insert(X_FORWARDED_FOR.clone(), value);
-    }
-    if !kept || !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
-    }
-    if let Some(host) = host
-        && (!kept || !headers.contains_key(&X_FORWARDED_HOST))
-    {
-        headers.insert(X_FORWARDED_HOST.clone(), host.clone());
-    }
-    let mut element = Vec::with_capacity(96);
-    if kept {
-        push_joined(&mut element, headers, &header::FORWARDED);
-    }
-    element.extend_from_slice(b"for=");
-    push_address(&mut element, peer, true);
-    element.extend_from_slice(b";proto=http");
-    if let Some(host) = host.and_then(|host| host.to_str().ok()) {
-        element.extend_from_slice(b";host=\"");
-        element.extend(host.bytes().filter(|byte| !matches!(byte, b'"' | b'\\')));
-        element.push(b'"');
-    }
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(element)) {
-        headers.insert(header::FORWARDED, value);
+
+    /// Writes the fields as HTTP/1.1 header lines. Their values are text from header values
+    /// and addresses, so they hold no line breaks.
+    pub(crate) fn write_lines(&self, out: &mut Vec<u8>) {
+        let mut line = |name: &[u8], value: &[u8]| {
+            out.extend_from_slice(name);
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        };
+        line(b"x-forwarded-for: ", self.for_chain.as_bytes());
+        if self.proto {
+            line(b"x-forwarded-proto: ", b"http");
+        }
+        if let Some(host) = &self.host {
+            line(b"x-forwarded-host: ", host.as_bytes());
+        }
+        line(b"forwarded: ", self.forwarded.as_bytes());
     }
 }
 
 /// Appends the values of `name` joined by `, ` and a trailing `, ` (nothing when it has no
 /// non-blank value).
-fn push_joined(out: &mut Vec<u8>, headers: &HeaderMap, name: &HeaderName) {
+fn push_joined(out: &mut String, headers: &HeaderMap, name: &HeaderName) {
     for value in headers.get_all(name) {
-        if value.to_str().is_ok_and(|text| !text.trim().is_empty()) {
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b", ");
+        if let Ok(text) = value.to_str()
+            && !text.trim().is_empty()
+        {
+            out.push_str(text);
+            out.push_str(", ");
         }
     }
 }
 
 /// Appends the peer's address: `unknown` when there is none; an IPv6 address quoted and
 /// bracketed in a `Forwarded` node (`quoted`).
-fn push_address(out: &mut Vec<u8>, peer: Option<IpAddr>, quoted: bool) {
+fn push_address(out: &mut String, peer: Option<IpAddr>, quoted: bool) {
+    use std::fmt::Write as _;
+    // Writing into a String cannot fail.
     match peer {
-        None => out.extend_from_slice(b"unknown"),
-        Some(IpAddr::V4(v4)) => {
-            let mut text = String::with_capacity(15);
-            push_ipv4(&mut text, v4);
-            out.extend_from_slice(text.as_bytes());
+        None => out.push_str("unknown"),
+        Some(IpAddr::V4(v4)) => push_ipv4(out, v4),
+        Some(IpAddr::V6(v6)) if quoted => {
+            let _ = write!(out, "\"[{v6}]\"");
         }
-        Some(IpAddr::V6(v6)) if quoted => out.extend_from_slice(format!("\"[{v6}]\"").as_bytes()),
-        Some(IpAddr::V6(v6)) => out.extend_from_slice(v6.to_string().as_bytes()),
+        Some(IpAddr::V6(v6)) => {
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -659,12 +727,42 @@ mod tests {
         trusted: &[&str],
         expected: &[(&str, &str)],
     ) {
-        let mut map = headers(incoming);
         let trusted: Vec<Cidr> = trusted.iter().map(|cidr| cidr.parse().unwrap()).collect();
         let host = HeaderValue::from_static("shop.example");
-        set_forwarding(&mut map, Some(peer.parse().unwrap()), Some(&host), &trusted);
+        let peer = Some(peer.parse().unwrap());
+        let mut map = headers(incoming);
+        set_forwarding(&mut map, peer, Some(&host), &trusted);
         for (name, value) in expected {
             assert_eq!(map.get(*name).unwrap(), value, "{name}");
+        }
+        // Written as lines (our own client), the upstream sees the same fields once each: the
+        // lines, and what stays in the map.
+        let mut left = headers(incoming);
+        let mut lines = Vec::new();
+        Forwarding::take(&mut left, peer, Some(&host), &trusted).write_lines(&mut lines);
+        let lines = String::from_utf8(lines).unwrap();
+        let mut seen = HeaderMap::new();
+        for line in lines.split_terminator("\r\n") {
+            let (name, value) = line.split_once(": ").unwrap();
+            seen.append(
+                HeaderName::from_str(name).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        for (name, value) in &left {
+            if is_forwarding(name) {
+                seen.append(name.clone(), value.clone());
+            }
+        }
+        let set: Vec<(&HeaderName, &HeaderValue)> =
+            map.iter().filter(|(name, _)| is_forwarding(name)).collect();
+        assert_eq!(seen.len(), set.len(), "{lines}");
+        for (name, value) in set {
+            assert_eq!(
+                seen.get_all(name).iter().collect::<Vec<_>>(),
+                [value],
+                "{name}"
+            );
         }
     }
 

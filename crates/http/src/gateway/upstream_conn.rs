@@ -30,6 +30,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::proxy::Forwarding;
 use crate::deadline::Deadline;
 use crate::h1_conn::{header_map, keeps_alive, parse_length, span_in};
 
@@ -173,8 +174,9 @@ impl UpstreamPool {
         })
     }
 
-    /// Sends one request (`headers` already prepared for the upstream, `Host` included; any
-    /// `Content-Length` there is replaced by the body's) and reads the answer's head, which
+    /// Sends one request (`headers` already prepared for the upstream, `Host` included, then
+    /// the `forwarding` fields; any `Content-Length` is replaced by the body's) and reads the
+    /// answer's head, which
     /// must come within `head_timeout` (connecting included). A request that failed on a
     /// reused connection before any answer came is sent once more on a new connection when
     /// its method is idempotent (the pooled connection may have been closed by the upstream
@@ -184,12 +186,13 @@ impl UpstreamPool {
         method: &Method,
         target: &str,
         headers: &HeaderMap,
+        forwarding: &Forwarding,
         body: Bytes,
         head_timeout: Duration,
     ) -> Result<Response<Body>, UpstreamError> {
         let answer_by = Instant::now() + head_timeout;
         let mut request = Vec::with_capacity(512 + body.len());
-        write_request(&mut request, method, target, headers, &body);
+        write_request(&mut request, method, target, headers, forwarding, &body);
         if let Some(connection) = self.take_idle() {
             match self.exchange(connection, method, &request, answer_by).await {
                 Ok(response) => return Ok(response),
@@ -305,6 +308,7 @@ fn write_request(
     method: &Method,
     target: &str,
     headers: &HeaderMap,
+    forwarding: &Forwarding,
     body: &[u8],
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
@@ -320,6 +324,7 @@ fn write_request(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    forwarding.write_lines(out);
     let needs_length =
         !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH);
     if needs_length {
@@ -749,14 +754,39 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("host", HeaderValue::from_static("site"));
         headers.insert(CONTENT_LENGTH, HeaderValue::from_static("999"));
+        let forwarding = Forwarding::take(
+            &mut HeaderMap::new(),
+            Some("192.0.2.1".parse().unwrap()),
+            None,
+            &[],
+        );
+        let forwarded = "x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: http\r\n\
+                         forwarded: for=192.0.2.1;proto=http\r\n";
         let mut out = Vec::new();
-        write_request(&mut out, &Method::POST, "/a?b", &headers, b"xyz");
+        write_request(
+            &mut out,
+            &Method::POST,
+            "/a?b",
+            &headers,
+            &forwarding,
+            b"xyz",
+        );
         assert_eq!(
-            out,
-            b"POST /a?b HTTP/1.1\r\nhost: site\r\ncontent-length: 3\r\n\r\nxyz"
+            String::from_utf8(out.clone()).unwrap(),
+            format!("POST /a?b HTTP/1.1\r\nhost: site\r\n{forwarded}content-length: 3\r\n\r\nxyz")
         );
         out.clear();
-        write_request(&mut out, &Method::GET, "/", &HeaderMap::new(), b"");
-        assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
+        write_request(
+            &mut out,
+            &Method::GET,
+            "/",
+            &HeaderMap::new(),
+            &forwarding,
+            b"",
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("GET / HTTP/1.1\r\n{forwarded}\r\n")
+        );
     }
 }
