@@ -10,21 +10,22 @@ use axum::response::Response;
 use crate::{RateLimitVerdict, RouteRateLimits};
 
 use super::Gateway;
-use super::routes::MatchedRoute;
+use super::routes::Route;
 
 /// The step before the rooms: refuses (or holds) the request by its route's rules (the
 /// refusal is the answer); otherwise the rate-limit headers for the response it lets through.
 pub(crate) async fn route_rate_limits(
     gateway: &Gateway,
+    route: &Route,
     request: &mut Request,
 ) -> Result<HeaderMap, Response> {
     let Some(limiter) = gateway.app().rate_limiter() else {
         return Ok(HeaderMap::new());
     };
-    let names = match request.extensions().get::<MatchedRoute>() {
-        Some(MatchedRoute(route)) if !route.rate_limits.is_empty() => route.rate_limits.clone(),
-        _ => return Ok(HeaderMap::new()),
-    };
+    if route.rate_limits.is_empty() {
+        return Ok(HeaderMap::new());
+    }
+    let names = route.rate_limits.clone();
     let (mut parts, body) = std::mem::take(request).into_parts();
     parts.extensions.insert(RouteRateLimits(names));
     let verdict = limiter.check(&mut parts).await;

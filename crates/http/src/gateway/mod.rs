@@ -201,22 +201,27 @@ impl Gateway {
         mut request: Request<Body>,
     ) -> Response {
         // Which route the request is on: every step below acts on the matched route.
-        routes::match_route(self, &mut request);
+        let route = routes::match_route(self, &request);
         // The route's own rate limits before anything costs store work or the upstream's
         // time; rules with a `match` already ran in the public router's outer layer.
-        let limit_headers = match limits::route_rate_limits(self, &mut request).await {
+        let limit_headers = match limits::route_rate_limits(self, route, &mut request).await {
             Ok(headers) => headers,
             Err(refused) => return refused,
         };
         // Rooms and passes: a request held back never reaches the upstream.
-        let cookies = match protect::protect(self, &mut request).await {
-            Ok(cookies) => cookies,
+        let asked = protect::Asked {
+            method: request.method(),
+            headers: request.headers(),
+            uri: request.uri(),
+        };
+        let (cookies, passes) = match protect::protect(self, route, &asked).await {
+            Ok(let_through) => let_through,
             Err(held_back) => return held_back,
         };
         // Measure only what reaches the upstream, per route.
-        let measuring = upstream_stats::Measuring::start(self, &request);
+        let measuring = upstream_stats::Measuring::start(self, route);
         // The reverse proxy (and WebSocket upgrades) at the bottom.
-        let mut response = proxy::proxy(self, client, request).await;
+        let mut response = proxy::proxy(self, client, request, passes).await;
         if let Some(measuring) = measuring {
             measuring.finish(&response);
         }

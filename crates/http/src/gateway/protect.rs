@@ -24,8 +24,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::PageMode;
@@ -43,7 +42,7 @@ use crate::page::{self, HeldBack};
 use super::Gateway;
 use super::passes::CachedPass;
 use super::rooms::{RoomInfo, RoomLookup};
-use super::routes::{MatchedRoute, Route};
+use super::routes::Route;
 
 /// A pass the request holds, left in its extensions for the proxy (`Anteroom-Release`).
 #[derive(Clone)]
@@ -51,10 +50,6 @@ pub(crate) struct HeldPass {
     pub(crate) room: RoomId,
     pub(crate) pass: Arc<CachedPass>,
 }
-
-/// The passes of a request that went through, in room order.
-#[derive(Clone, Default)]
-pub(crate) struct RequestPasses(pub(crate) Vec<HeldPass>);
 
 /// When a visitor without a pass is joined to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,8 +64,8 @@ pub(crate) enum JoinWhen {
 pub(crate) struct Asked<'a> {
     pub(crate) method: &'a Method,
     pub(crate) headers: &'a HeaderMap,
-    /// Where the visitor goes once admitted: the requested path and query.
-    pub(crate) return_path: &'a str,
+    /// What was asked for: where the visitor goes once admitted ([`return_path`]).
+    pub(crate) uri: &'a Uri,
 }
 
 /// What the rooms say about a request.
@@ -198,7 +193,7 @@ pub(crate) async fn decide(
             &info.config,
             asked.headers,
             &TicketQuery::default(),
-            Some(asked.return_path.to_owned()),
+            Some(return_path(asked.uri)),
             None,
         )
         .await;
@@ -261,13 +256,16 @@ fn clamp_retry_after(seconds: u64) -> u64 {
     seconds.clamp(1, 60)
 }
 
+/// The header a client without cookies presents its pass in.
+static PASS_HEADER: HeaderName = HeaderName::from_static("x-anteroom-pass");
+
 /// The pass tokens a request presents for `room`: its cookie, then `X-Anteroom-Pass`, then a
 /// bearer token (which may be the site's own token, not a pass: it then simply does not
 /// verify).
 fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {
     let cookie = read_room_cookie(headers, PASS_COOKIE_PREFIX, room.as_str());
     let header = headers
-        .get_all("x-anteroom-pass")
+        .get_all(&PASS_HEADER)
         .iter()
         .filter_map(|value| value.to_str().ok());
     let bearer = headers
@@ -594,38 +592,34 @@ pub(crate) fn entry_status(
 /// cookies to send with its response: passes issued or renewed), or answers for the room.
 pub(crate) async fn protect(
     gateway: &Gateway,
-    request: &mut Request,
-) -> Result<Vec<HeaderValue>, Response> {
-    let route = match request.extensions().get::<MatchedRoute>() {
-        Some(MatchedRoute(route)) if !route.bypass && !route.rooms.is_empty() => route.clone(),
-        _ => return Ok(Vec::new()),
-    };
-    let navigation = is_navigation(request.method(), request.headers());
+    route: &Route,
+    asked: &Asked<'_>,
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Response> {
+    if route.bypass || route.rooms.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let navigation = is_navigation(asked.method, asked.headers);
     let join = if navigation && route.page == PageMode::Inline {
         JoinWhen::Always
     } else {
         JoinWhen::AdmitsAtOnce
     };
-    let return_to = return_path(request.uri());
-    let asked = Asked {
-        method: request.method(),
-        headers: request.headers(),
-        return_path: &return_to,
+    let verdict = decide(gateway, route, asked, join).await;
+    // Only a request held back is told where it was going.
+    let return_to = match verdict {
+        Verdict::Allow { .. } => String::new(),
+        _ => return_path(asked.uri),
     };
-    let verdict = decide(gateway, &route, &asked, join).await;
     let app = gateway.app();
     Err(match verdict {
-        Verdict::Allow { cookies, passes } => {
-            request.extensions_mut().insert(RequestPasses(passes));
-            return Ok(cookies);
-        }
+        Verdict::Allow { cookies, passes } => return Ok((cookies, passes)),
         Verdict::Wait(waiting) => held_back(
             gateway,
-            &route,
+            route,
             navigation,
             waiting,
             &return_to,
-            request.headers(),
+            asked.headers,
         ),
         Verdict::Closed { room, config } if navigation => page::held_back_page(
             app,
@@ -633,7 +627,7 @@ pub(crate) async fn protect(
             &config,
             HeldBack::Closed,
             &return_to,
-            request.headers(),
+            asked.headers,
         ),
         Verdict::Closed { .. } => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -647,7 +641,7 @@ pub(crate) async fn protect(
             &config,
             HeldBack::Unavailable,
             &return_to,
-            request.headers(),
+            asked.headers,
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         Verdict::Refuse(error) => error.into_response(),

@@ -36,7 +36,7 @@ use crate::error::ApiError;
 use crate::h1_conn::MAX_INLINE_BODY;
 
 use super::Gateway;
-use super::protect::RequestPasses;
+use super::protect::HeldPass;
 use super::upstream_conn::{UpstreamError, UpstreamPool, UpstreamTarget};
 use super::websocket;
 
@@ -97,10 +97,12 @@ impl Upstream {
 
 /// The last step: proxies `request` (or its WebSocket upgrade) to the upstream through
 /// `client`.
+/// `passes` are those the request holds (an `Anteroom-Release` answer ends one).
 pub(crate) async fn proxy(
     gateway: &Gateway,
     client: Option<&UpstreamClient>,
     request: Request<Body>,
+    passes: Vec<HeldPass>,
 ) -> Response {
     let (Some(upstream), Some(client)) = (&gateway.inner.upstream, client) else {
         return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
@@ -108,7 +110,7 @@ pub(crate) async fn proxy(
     if websocket::is_upgrade(&request) {
         return websocket::proxy(gateway, upstream, request).await;
     }
-    forward(gateway, upstream, client, request).await
+    forward(gateway, upstream, client, request, passes).await
 }
 
 async fn forward(
@@ -116,6 +118,7 @@ async fn forward(
     upstream: &Upstream,
     client: &UpstreamClient,
     request: Request<Body>,
+    passes: Vec<HeldPass>,
 ) -> Response {
     let config = &upstream.config;
     let (mut parts, body) = request.into_parts();
@@ -124,7 +127,6 @@ async fn forward(
     {
         return body_too_large(limit);
     }
-    let passes = parts.extensions.remove::<RequestPasses>();
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -227,11 +229,7 @@ async fn forward(
 
 /// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and
 /// `Anteroom-Release` acted on and stripped.
-async fn finish(
-    gateway: &Gateway,
-    passes: Option<RequestPasses>,
-    mut response: Response,
-) -> Response {
+async fn finish(gateway: &Gateway, passes: Vec<HeldPass>, mut response: Response) -> Response {
     remove_hop_by_hop(response.headers_mut());
     *response.version_mut() = Version::HTTP_11;
     if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
@@ -259,11 +257,10 @@ fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Respons
 /// ticks the room in the same operation) and the pass cookie is cleared.
 async fn end_session(
     gateway: &Gateway,
-    passes: Option<RequestPasses>,
+    passes: Vec<HeldPass>,
     value: &HeaderValue,
     response: &mut Response,
 ) {
-    let passes = passes.unwrap_or_default().0;
     let named = value.to_str().unwrap_or_default().trim();
     let held = if named == "1" || named.eq_ignore_ascii_case("true") {
         passes.last()

@@ -34,10 +34,6 @@ pub(crate) struct Route {
     pub(crate) page: PageMode,
 }
 
-/// The route a request matched, left in its extensions for the steps after matching.
-#[derive(Debug, Clone)]
-pub(crate) struct MatchedRoute(pub(crate) Arc<Route>);
-
 /// The routes in order, and the default route.
 pub(crate) struct RouteTable {
     routes: Vec<Arc<Route>>,
@@ -153,18 +149,16 @@ impl RequestView for RouteView<'_> {
     }
 }
 
-/// The first step: finds the route and leaves it in the request's extensions.
-pub(crate) fn match_route(gateway: &Gateway, request: &mut Request) {
+/// The first step: the route of `request`, which every later step acts on.
+pub(crate) fn match_route<'g>(gateway: &'g Gateway, request: &Request) -> &'g Arc<Route> {
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|value| value.to_str().ok());
-    let route = gateway
+    gateway
         .inner
         .routes
         .find(request.method(), request.uri(), host)
-        .clone();
-    request.extensions_mut().insert(MatchedRoute(route));
 }
 
 #[cfg(test)]

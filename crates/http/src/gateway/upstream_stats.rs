@@ -10,11 +10,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
 use axum::response::Response;
 
 use super::Gateway;
-use super::routes::MatchedRoute;
+use super::routes::Route;
 
 /// Upper bounds (inclusive, in milliseconds) of the latency buckets; a last bucket holds
 /// everything slower.
@@ -176,13 +175,9 @@ pub(crate) struct Measuring<'a> {
 }
 
 impl<'a> Measuring<'a> {
-    /// Starts measuring `request` on its route (nothing when no route was matched).
-    pub(crate) fn start(gateway: &'a Gateway, request: &Request) -> Option<Measuring<'a>> {
-        let index = request
-            .extensions()
-            .get::<MatchedRoute>()
-            .map_or(usize::MAX, |MatchedRoute(route)| route.index);
-        let stats = gateway.inner.stats.routes.get(index)?;
+    /// Starts measuring a request on `route` (nothing for the default route).
+    pub(crate) fn start(gateway: &'a Gateway, route: &Route) -> Option<Measuring<'a>> {
+        let stats = gateway.inner.stats.routes.get(route.index)?;
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
         Some(Measuring {
             stats,

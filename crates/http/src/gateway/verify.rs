@@ -129,7 +129,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     let asked = Asked {
         method: &visitor.method,
         headers: &visitor.headers,
-        return_path: &return_to,
+        uri: &visitor.uri,
     };
     let verdict = if route.rooms.is_empty() {
         Verdict::Allow {

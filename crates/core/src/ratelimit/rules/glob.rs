@@ -100,7 +100,35 @@ impl PathGlob {
     /// it is normalised here if it is not.
     pub fn matches(&self, path: &str) -> bool {
         let normalized = normalize_path(path);
+        if let Some(matched) = self.matches_literally(&normalized) {
+            return matched;
+        }
         let path: Vec<&str> = path_segments(&normalized).collect();
+        self.matches_segments(&path)
+    }
+
+    /// The match of a glob of literal segments, perhaps ending in `**` (`/api/**`, `/**`,
+    /// `/login`: most globs), segment by segment; `None` for other globs.
+    fn matches_literally(&self, normalized: &str) -> Option<bool> {
+        let (literals, any_depth_after) = match self.segments.split_last() {
+            Some((Segment::AnyDepth, before)) => (before, true),
+            _ => (self.segments.as_slice(), false),
+        };
+        let mut path = path_segments(normalized);
+        for segment in literals {
+            let Segment::Literal(literal) = segment else {
+                return None;
+            };
+            // Every segment before this one is literal: this one's place in the path is fixed.
+            if path.next() != Some(literal.as_str()) {
+                return Some(false);
+            }
+        }
+        Some(any_depth_after || path.next().is_none())
+    }
+
+    /// The general match, over the path's segments.
+    fn matches_segments(&self, path: &[&str]) -> bool {
         // reachable[i]: the glob's segments so far can consume exactly the first i path segments.
         let mut reachable = vec![false; path.len() + 1];
         reachable[0] = true;
@@ -260,5 +288,55 @@ fn hex_value(byte: u8) -> Option<u8> {
         b'a'..=b'f' => Some(byte - b'a' + 10),
         b'A'..=b'F' => Some(byte - b'A' + 10),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_globs_match_as_the_general_algorithm_does() {
+        let globs = [
+            "/",
+            "/**",
+            "/api",
+            "/api/**",
+            "/api/v1",
+            "/api/v1/**",
+            "/a/b/c",
+            "/x/**",
+            "/*",
+        ];
+        let paths = [
+            "/",
+            "/api",
+            "/api/",
+            "/api/v1",
+            "/api/v1/x",
+            "/apis",
+            "/a/b",
+            "/a/b/c",
+            "/a/b/c/d",
+            "/x",
+            "/x/y",
+            "//api//v1/",
+            "/api/../x/y",
+        ];
+        for glob in globs {
+            let compiled = PathGlob::new(glob).unwrap();
+            for path in paths {
+                let normalized = normalize_path(path);
+                let segments: Vec<&str> = path_segments(&normalized).collect();
+                let general = compiled.matches_segments(&segments);
+                if let Some(literally) = compiled.matches_literally(&normalized) {
+                    assert_eq!(literally, general, "{glob:?} against {path:?}");
+                } else {
+                    assert_eq!(glob, "/*", "only `/*` is not literal here");
+                }
+                assert_eq!(compiled.matches(path), general, "{glob:?} against {path:?}");
+            }
+        }
     }
 }
