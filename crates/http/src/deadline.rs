@@ -1,6 +1,6 @@
 //! [`Deadline`]: a deadline that moves with every request on a long-lived connection (the
-//! visitor's head read, the upstream's answer head), served by one timer for the
-//! connection's whole life.
+//! visitor's head read, the upstream's answer head and streamed body), served by one timer
+//! for the connection's whole life.
 //!
 //! A timer armed per request costs a timer-wheel insert and removal under the runtime's timer
 //! lock each time, and often a write to the runtime's event descriptor (tokio wakes its driver

@@ -60,10 +60,6 @@ pub(crate) const MAX_INLINE_BODY: usize = 64 * 1024;
 /// write; larger or streamed bodies are written as their frames come.
 const MAX_GATHERED_BODY: usize = 64 * 1024;
 
-/// Header fields a request's map has room for beyond its own: the four forwarding headers a
-/// proxied request gains.
-const FORWARDING_HEADROOM: usize = 4;
-
 /// What a connection handed to hyper needs.
 pub(crate) struct HandOver {
     pub(crate) builder: Arc<Builder<hyper_util::rt::TokioExecutor>>,
@@ -157,8 +153,9 @@ pub(crate) fn take_head(buffer: &mut BytesMut) -> Result<Option<Head>, BadHead> 
     }
     let head = buffer.split_to(length).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
-    // Room for what the gateway adds on the way (the forwarding headers) without a rehash.
-    let headers = header_map(&head, fields, FORWARDING_HEADROOM).ok_or(BadHead::Malformed)?;
+    // Nothing is added on the way: the gateway writes the forwarding fields into the upstream
+    // request itself.
+    let headers = header_map(&head, fields, 0).ok_or(BadHead::Malformed)?;
     let framing = framing(&method, &headers);
     let mut request = Request::new(Body::empty());
     *request.method_mut() = method;

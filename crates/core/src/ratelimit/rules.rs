@@ -35,7 +35,9 @@ use std::time::Duration;
 
 pub use glob::{GlobError, PathGlob, normalize_path};
 pub use key::{KeyPart, KeyPartError, MAX_KEY_PART_LEN};
-pub use matcher::{HeaderCondition, HostPattern, MatcherError, RequestMatcher, normalize_host};
+pub use matcher::{
+    HeaderCondition, HostPattern, LazyHost, MatcherError, RequestMatcher, normalize_host,
+};
 
 use super::{Algorithm, LimitParams};
 

@@ -5,7 +5,6 @@
 //! route-only rate limit.
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -14,9 +13,7 @@ use axum::http::{Method, Uri, header};
 
 use anteroom_core::RoomId;
 use anteroom_core::config::{PageMode, RouteConfig};
-use anteroom_core::ratelimit::rules::{
-    RequestMatcher, RequestView, normalize_host, normalize_path,
-};
+use anteroom_core::ratelimit::rules::{LazyHost, RequestMatcher, RequestView, normalize_path};
 
 use super::Gateway;
 
@@ -93,8 +90,7 @@ impl RouteTable {
         }
         let view = RouteView {
             method,
-            raw_host: uri.authority().map(|authority| authority.host()).or(host),
-            host: OnceCell::new(),
+            host: LazyHost::new(uri.authority().map(|authority| authority.host()).or(host)),
             path: normalize_path(uri.path()),
         };
         self.routes
@@ -107,9 +103,7 @@ impl RouteTable {
 /// The request as route matching sees it: method, host and path only.
 struct RouteView<'a> {
     method: &'a Method,
-    /// The host as sent; normalised on first use (only routes with `hosts` look at it).
-    raw_host: Option<&'a str>,
-    host: OnceCell<Option<String>>,
+    host: LazyHost<'a>,
     path: Cow<'a, str>,
 }
 
@@ -119,13 +113,7 @@ impl RequestView for RouteView<'_> {
     }
 
     fn host(&self) -> Option<&str> {
-        self.host
-            .get_or_init(|| {
-                self.raw_host
-                    .map(normalize_host)
-                    .filter(|host| !host.is_empty())
-            })
-            .as_deref()
+        self.host.get()
     }
 
     fn path(&self) -> &str {

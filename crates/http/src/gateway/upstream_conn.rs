@@ -90,12 +90,13 @@ pub(crate) enum BodyFailure {
     Io(io::Error),
 }
 
-/// One connection to the upstream with its read buffer, and the deadline of the answer it
-/// waits for (one timer for the connection's life).
+/// One connection to the upstream with its read buffer, and the deadline of what it waits for
+/// (an answer's head, or the next piece of a streamed body): one timer for the connection's
+/// life.
 struct Connection {
     stream: TcpStream,
     buffer: BytesMut,
-    answer_by: Deadline,
+    deadline: Deadline,
 }
 
 struct Idle {
@@ -170,7 +171,7 @@ impl UpstreamPool {
         Ok(Connection {
             stream,
             buffer: BytesMut::with_capacity(READ_STEP),
-            answer_by: Deadline::at(answer_by),
+            deadline: Deadline::at(answer_by),
         })
     }
 
@@ -215,18 +216,18 @@ impl UpstreamPool {
         request: &[u8],
         answer_by: Instant,
     ) -> Result<Response<Body>, Failure> {
-        connection.answer_by.set(answer_by);
+        connection.deadline.set(answer_by);
         let Connection {
             stream,
             buffer,
-            answer_by,
+            deadline,
         } = &mut connection;
         let head = tokio::select! {
             head = async {
                 stream.write_all(request).await.map_err(Failure::BeforeAnswer)?;
                 read_head(stream, buffer).await
             } => head?,
-            () = answer_by.passed() => return Err(Failure::After(UpstreamError::HeadTimeout)),
+            () = deadline.passed() => return Err(Failure::After(UpstreamError::HeadTimeout)),
         };
         let bodiless = method == Method::HEAD
             || head.status == StatusCode::NO_CONTENT
@@ -544,13 +545,22 @@ async fn fill(
     idle: Duration,
     eof_ends: bool,
 ) -> Result<bool, BodyFailure> {
-    connection.buffer.reserve(READ_STEP);
-    match tokio::time::timeout(idle, connection.stream.read_buf(&mut connection.buffer)).await {
-        Err(_) => Err(BodyFailure::Idle),
-        Ok(Err(error)) => Err(BodyFailure::Io(error)),
-        Ok(Ok(0)) if eof_ends => Ok(false),
-        Ok(Ok(0)) => Err(BodyFailure::Io(io::ErrorKind::UnexpectedEof.into())),
-        Ok(Ok(_)) => Ok(true),
+    let Connection {
+        stream,
+        buffer,
+        deadline,
+    } = connection;
+    buffer.reserve(READ_STEP);
+    deadline.set(Instant::now() + idle);
+    let read = tokio::select! {
+        read = stream.read_buf(buffer) => read,
+        () = deadline.passed() => return Err(BodyFailure::Idle),
+    };
+    match read {
+        Err(error) => Err(BodyFailure::Io(error)),
+        Ok(0) if eof_ends => Ok(false),
+        Ok(0) => Err(BodyFailure::Io(io::ErrorKind::UnexpectedEof.into())),
+        Ok(_) => Ok(true),
     }
 }
 
@@ -747,6 +757,72 @@ mod tests {
         assert!(parse_head(&mut two_lengths).is_err());
         let mut garbage = BytesMut::from(&b"SSH-2.0-OpenSSH\r\n\r\n"[..]);
         assert!(parse_head(&mut garbage).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {
+        use futures_util::StreamExt as _;
+        use tokio::io::AsyncReadExt as _;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        // The upstream answers the first request with 3 of 10 body bytes and stalls; the
+        // second request gets no answer at all.
+        let upstream = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = stream.read(&mut request).await.unwrap();
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+                .await
+                .unwrap();
+            let (mut second, _) = listener.accept().await.unwrap();
+            let _ = second.read(&mut request).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop((stream, second));
+        });
+        let pool = UpstreamPool::new(UpstreamTarget {
+            address,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_millis(200),
+            pool_idle_timeout: Duration::from_secs(60),
+            max_response_body: None,
+        });
+        let forwarding = Forwarding::take(&mut HeaderMap::new(), None, None, &[]);
+        let headers = HeaderMap::new();
+        let send = || {
+            pool.send(
+                &Method::GET,
+                "/",
+                &headers,
+                &forwarding,
+                Bytes::new(),
+                Duration::from_millis(300),
+            )
+        };
+        let started = Instant::now();
+        let response = send().await.unwrap();
+        let mut body = response.into_body().into_data_stream();
+        assert_eq!(body.next().await.unwrap().unwrap(), "abc");
+        assert!(
+            body.next().await.unwrap().is_err(),
+            "the stalled body fails"
+        );
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        // The stalled connection is not pooled: the next request opens another, whose head
+        // never comes.
+        let started = Instant::now();
+        assert!(matches!(send().await, Err(UpstreamError::HeadTimeout)));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        upstream.abort();
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! itself: the verified token's claims, the route's rules, and the peer address.
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -14,7 +13,7 @@ use axum::http::{Extensions, HeaderMap, HeaderName, header};
 
 use anteroom_core::config::Cidr;
 use anteroom_core::ratelimit::client_ip::client_ip;
-use anteroom_core::ratelimit::rules::{RequestView, normalize_host, normalize_path};
+use anteroom_core::ratelimit::rules::{LazyHost, RequestView, normalize_path};
 
 use crate::cookies::read_cookie;
 
@@ -110,8 +109,7 @@ pub(crate) fn resolve_client_ip(
 /// A request seen through [`RequestView`].
 pub(crate) struct HttpView<'a> {
     parts: &'a Parts,
-    /// Normalised on first use: most rules never look at the host.
-    host: OnceCell<Option<String>>,
+    host: LazyHost<'a>,
     path: Cow<'a, str>,
     client_ip: IpAddr,
     claims: Option<&'a RateLimitClaims>,
@@ -121,7 +119,18 @@ impl<'a> HttpView<'a> {
     pub(crate) fn new(parts: &'a Parts, client_ip: IpAddr) -> HttpView<'a> {
         HttpView {
             parts,
-            host: OnceCell::new(),
+            host: LazyHost::new(
+                parts
+                    .uri
+                    .authority()
+                    .map(|authority| authority.host())
+                    .or_else(|| {
+                        parts
+                            .headers
+                            .get(header::HOST)
+                            .and_then(|value| value.to_str().ok())
+                    }),
+            ),
             path: normalize_path(parts.uri.path()),
             client_ip,
             claims: parts.extensions.get::<RateLimitClaims>(),
@@ -135,23 +144,7 @@ impl RequestView for HttpView<'_> {
     }
 
     fn host(&self) -> Option<&str> {
-        self.host
-            .get_or_init(|| {
-                let parts = self.parts;
-                parts
-                    .uri
-                    .authority()
-                    .map(|authority| authority.host())
-                    .or_else(|| {
-                        parts
-                            .headers
-                            .get(header::HOST)
-                            .and_then(|value| value.to_str().ok())
-                    })
-                    .map(normalize_host)
-                    .filter(|host| !host.is_empty())
-            })
-            .as_deref()
+        self.host.get()
     }
 
     fn path(&self) -> &str {

@@ -280,3 +280,28 @@ pub fn normalize_host(raw: &str) -> String {
     let host = host.strip_suffix('.').unwrap_or(host);
     host.to_ascii_lowercase()
 }
+
+/// A request's host as sent, normalised with [`normalize_host`] on first use: most rules and
+/// routes never look at the host, and normalising allocates. Request views keep one.
+#[derive(Debug, Default)]
+pub struct LazyHost<'a> {
+    raw: Option<&'a str>,
+    normalized: std::cell::OnceCell<Option<String>>,
+}
+
+impl<'a> LazyHost<'a> {
+    /// The host `raw` as sent (the target's authority or the `Host` header), if any.
+    pub fn new(raw: Option<&'a str>) -> LazyHost<'a> {
+        LazyHost {
+            raw,
+            normalized: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The normalised host; `None` when there is none or it normalises to nothing.
+    pub fn get(&self) -> Option<&str> {
+        self.normalized
+            .get_or_init(|| self.raw.map(normalize_host).filter(|host| !host.is_empty()))
+            .as_deref()
+    }
+}
