@@ -422,15 +422,12 @@ async fn write_response(
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<bool> {
     let (parts, mut body) = response.into_parts();
-    let bodiless = parts.status.is_informational()
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|value| parse_length(value.as_bytes()));
-    let length = declared.or_else(|| body.size_hint().exact());
-    let chunked = !bodiless && length.is_none() && answer.version == Version::HTTP_11;
+    let framing = AnswerFraming::of(&parts, &body, answer.version);
+    let AnswerFraming {
+        bodiless,
+        length,
+        chunked,
+    } = framing;
     // Without a length or chunks, the end of the body is the end of the connection.
     let keep_alive = answer.keep_alive
         && (bodiless || length.is_some() || chunked)
@@ -439,10 +436,7 @@ async fn write_response(
         output,
         parts.status,
         &parts.headers,
-        AnswerFraming {
-            length: if bodiless { None } else { length },
-            chunked,
-        },
+        framing,
         keep_alive,
         answer.version,
     );
@@ -516,10 +510,37 @@ async fn write_response(
 /// How an answer's body is framed on the wire.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AnswerFraming {
-    /// `Content-Length`, when known.
+    /// No body at all (1xx, 204, 304).
+    pub(crate) bodiless: bool,
+    /// `Content-Length`, when known (never for a bodiless answer).
     pub(crate) length: Option<u64>,
     /// `Transfer-Encoding: chunked`.
     pub(crate) chunked: bool,
+}
+
+impl AnswerFraming {
+    /// The framing of an answer with head `parts` and `body` to a client speaking `version`:
+    /// its length when declared or known; else chunked for HTTP/1.1 (for HTTP/1.0 the body
+    /// ends with the connection).
+    pub(crate) fn of(parts: &axum::http::response::Parts, body: &Body, version: Version) -> Self {
+        let bodiless = parts.status.is_informational()
+            || parts.status == StatusCode::NO_CONTENT
+            || parts.status == StatusCode::NOT_MODIFIED;
+        let length = if bodiless {
+            None
+        } else {
+            parts
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|value| parse_length(value.as_bytes()))
+                .or_else(|| body.size_hint().exact())
+        };
+        AnswerFraming {
+            bodiless,
+            length,
+            chunked: !bodiless && length.is_none() && version == Version::HTTP_11,
+        }
+    }
 }
 
 /// Appends the status line and header fields of an answer to `out`; the framing and
@@ -805,6 +826,7 @@ mod tests {
             StatusCode::OK,
             &headers,
             AnswerFraming {
+                bodiless: false,
                 length: Some(5),
                 chunked: false,
             },

@@ -20,10 +20,8 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::header::CONTENT_LENGTH;
-use axum::http::{Request, Response, StatusCode, Version};
+use axum::http::{Request, Response, Version};
 use bytes::BytesMut;
-use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -125,29 +123,18 @@ async fn write_response(
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let (parts, mut body) = response.into_parts();
-    let bodiless = parts.status.is_informational()
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
-    let length = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| body.size_hint().exact());
-    let chunked = !bodiless && length.is_none() && version == Version::HTTP_11;
+    let framing = AnswerFraming::of(&parts, &body, version);
     let mut head = Vec::with_capacity(256);
     write_head(
         &mut head,
         parts.status,
         &parts.headers,
-        AnswerFraming {
-            length: if bodiless { None } else { length },
-            chunked,
-        },
+        framing,
         false,
         version,
     );
     stream.write_all(&head).await?;
-    if bodiless {
+    if framing.bodiless {
         return Ok(());
     }
     loop {
@@ -158,7 +145,7 @@ async fn write_response(
         };
         match frame {
             None => {
-                if chunked {
+                if framing.chunked {
                     stream.write_all(b"0\r\n\r\n").await?;
                 }
                 return Ok(());
@@ -175,7 +162,7 @@ async fn write_response(
                 if data.is_empty() {
                     continue;
                 }
-                if chunked {
+                if framing.chunked {
                     let mut framed = Vec::with_capacity(data.len() + 16);
                     push_chunk(&mut framed, &data);
                     stream.write_all(&framed).await?;
