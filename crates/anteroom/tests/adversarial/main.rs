@@ -1,0 +1,78 @@
+//! The adversarial suite (SPEC §14.1-§14.3): the real binary tried as an attacker would try
+//! it, one test per way in which an earlier build could be walked past or stalled. Each test
+//! says what the attacker does and what must hold; each failed on the build before the
+//! hardening. Requests that a well-behaved client library would refuse to send go over raw
+//! sockets ([`raw_exchange`]).
+//!
+//! One module per kind of attack; every module starts what it uses.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../gateway/upstream.rs"]
+mod upstream;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use support::{Server, Site};
+use upstream::Upstream;
+
+/// A gateway in front of the echoing upstream (`upstream.rs`).
+pub(crate) struct Gate {
+    /// Holds the scratch directory while the server runs.
+    pub(crate) site: Site,
+    pub(crate) server: Server,
+    _upstream: Upstream,
+    pub(crate) client: reqwest::Client,
+}
+
+impl Gate {
+    /// Starts the upstream, then anteroom with `extra` appended to the test config
+    /// (`{upstream}` is replaced by the upstream's URL).
+    pub(crate) async fn start(extra: &str) -> Gate {
+        let upstream = Upstream::start().await;
+        let site = Site::new();
+        site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
+        let mut server = site.start();
+        let client = support::client();
+        server.wait_ready(&client).await;
+        Gate {
+            site,
+            server,
+            _upstream: upstream,
+            client,
+        }
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+
+    /// `127.0.0.1:<port>`, for raw sockets.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.site.port)
+    }
+}
+
+/// Sends `request` as it is on a fresh connection and reads until the server closes it or
+/// `Connection: close` is honoured (the request should ask for it); at most 5 s.
+pub(crate) async fn raw_exchange(addr: &str, request: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The status code of a raw HTTP/1.1 answer (0 when there is none).
+pub(crate) fn raw_status(answer: &str) -> u16 {
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
