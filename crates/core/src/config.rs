@@ -64,6 +64,7 @@ mod room;
 mod room_oidc;
 mod sections;
 mod tree;
+mod verify;
 
 #[cfg(test)]
 mod tests;
@@ -89,6 +90,7 @@ pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
 pub use room_oidc::RawOidc;
+pub use verify::{OriginalUri, VerifyProxy};
 
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;
@@ -118,6 +120,22 @@ pub struct Config {
     pub websocket: Option<WebSocketConfig>,
     /// `[[events.sink]]`: where live events go, in file order.
     pub events: Vec<EventSinkConfig>,
+    /// `[verify]`: which proxy calls the verify endpoint, and the headers it reads.
+    pub verify: VerifyConfig,
+}
+
+/// `[verify]` (SPEC §14.1): the one set of headers the verify endpoint reads the visitor's
+/// request from (see [`VerifyProxy::headers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// The preset the headers came from (explicit header names may replace its own).
+    pub proxy: VerifyProxy,
+    /// Where the visitor's URI is.
+    pub uri: OriginalUri,
+    /// The header with the visitor's method (lower case); `None`: the request's own method.
+    pub method_header: Option<String>,
+    /// The header with the visitor's host (lower case); `None`, or when it is absent: `Host`.
+    pub host_header: Option<String>,
 }
 
 /// `[server]`.
@@ -263,6 +281,7 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     "route",
     "websocket",
     "events",
+    "verify",
 ];
 /// Top-level sections of later versions, with how they are written.
 const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
@@ -278,6 +297,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     RATE_LIMIT_SECTION,
     "websocket",
     "events",
+    "verify",
 ];
 const ROOM_SECTION: &str = "room";
 const RATE_LIMIT_SECTION: &str = "rate_limit";
@@ -366,5 +386,6 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         routes,
         websocket: gateway::read_websocket(root.get("websocket"), problems),
         events: events::read_events(root.get("events"), problems),
+        verify: verify::read_verify(root.get("verify"), problems),
     }
 }

@@ -39,6 +39,7 @@ pub(crate) mod connection;
 mod outbox;
 mod records;
 mod scripts;
+mod server_clock;
 mod subscriber;
 
 use std::sync::Arc;
@@ -190,6 +191,7 @@ pub struct RedisStore {
     timeout: Duration,
     urls: Vec<String>,
     notices: std::sync::OnceLock<Notices>,
+    server_clock: server_clock::ServerClock,
 }
 
 impl RedisStore {
@@ -214,6 +216,7 @@ impl RedisStore {
             timeout: config.timeout,
             urls: config.urls,
             notices: std::sync::OnceLock::new(),
+            server_clock: server_clock::ServerClock::default(),
         })
     }
 
@@ -374,6 +377,19 @@ impl RedisStore {
                 .map(|part| self.room_key(room, part))
                 .collect(),
             args: all_args,
+        }
+    }
+
+    /// The time after which a join sent now is no longer awaited, in the scripts' clock, or
+    /// `""` while the server's clock is not known yet (see `server_clock.rs`).
+    fn join_deadline(&self, connection: &Connection) -> String {
+        match &self.clock {
+            Some(clock) => (clock.now().as_millis() + duration_millis(self.timeout)).to_string(),
+            None => self
+                .server_clock
+                .deadline(self.timeout, connection)
+                .map(|deadline| deadline.to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -659,12 +675,15 @@ impl RoomStore for RedisStore {
                 .as_deref()
                 .map(|code| seed_to_hex(&priority_code_hash(code)))
                 .unwrap_or_default(),
+            if request.resume_only { "1" } else { "" }.to_owned(),
         ];
-        let call = self.room_call("join", &SCRIPTS.join, room, args);
         let mut sent = false;
         let outcome = self
             .bounded("join", async {
                 let connection = self.connection().await?;
+                let mut args = args;
+                args.push(self.join_deadline(&connection));
+                let call = self.room_call("join", &SCRIPTS.join, room, args);
                 sent = true;
                 call.run(&connection).await
             })

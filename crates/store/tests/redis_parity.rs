@@ -46,6 +46,7 @@ enum Op {
         identity: Option<u8>,
         return_to: Option<u8>,
         resume: Option<usize>,
+        resume_only: bool,
     },
     Status(usize),
     Leave(usize),
@@ -97,8 +98,8 @@ fn limits_strategy() -> impl Strategy<Value = Limits> {
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
-        25 => (prop::option::of(0u8..4), prop::option::of(0u8..3), prop::option::of(any::<usize>()))
-            .prop_map(|(identity, return_to, resume)| Op::Join { identity, return_to, resume }),
+        25 => (prop::option::of(0u8..4), prop::option::of(0u8..3), prop::option::of(any::<usize>()), prop::bool::weighted(0.2))
+            .prop_map(|(identity, return_to, resume, resume_only)| Op::Join { identity, return_to, resume, resume_only }),
         20 => any::<usize>().prop_map(Op::Status),
         5 => any::<usize>().prop_map(Op::Leave),
         6 => (any::<usize>(), 0u8..5).prop_map(|(pick, reason)| Op::EndSession(pick, reason)),
@@ -234,6 +235,7 @@ async fn run_case(limits: Limits, ops: Vec<Op>) -> Result<(), String> {
                 identity,
                 return_to,
                 resume,
+                resume_only,
             } => {
                 let held = resume.and_then(|pick| tracked.ticket(pick));
                 let request = |held: Option<TicketRef>| JoinRequest {
@@ -241,6 +243,7 @@ async fn run_case(limits: Limits, ops: Vec<Op>) -> Result<(), String> {
                     identity: identity.map(|n| format!("user|{n}%")),
                     return_to: return_to.map(|n| format!("/back/{n}?a=1|b=%7C")),
                     priority_code: None,
+                    resume_only,
                 };
                 let a = reference
                     .join(&id, request(held.map(|p| p.reference)))

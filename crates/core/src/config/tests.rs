@@ -220,6 +220,7 @@ fn full_file_resolves_to_typed_values() {
         rate_limits: default_join_rule().into_iter().collect(),
         websocket: None,
         events: vec![],
+        verify: VerifyConfig::default(),
     };
     check_config(&source, &[], &expected);
 }
@@ -251,6 +252,7 @@ fn absent_sections_take_defaults() {
         routes: vec![],
         websocket: None,
         events: vec![],
+        verify: VerifyConfig::default(),
     };
     // `Config::default()` is every section's default; the file adds the built-in join rule.
     let with_join_rule = Config {

@@ -267,6 +267,10 @@ pub struct JoinRequest {
     pub return_to: Option<String>,
     /// A priority access code (SPEC §12): a new ticket joins the priority lane.
     pub priority_code: Option<String>,
+    /// Only resume a live ticket (the held one, or the identity's); never make a new one:
+    /// [`EngineError::NothingToResume`] instead. The join gate (SPEC §14.2) asks this first,
+    /// so a ticket that still verifies but is no longer live never passes for a resume.
+    pub resume_only: bool,
 }
 
 /// A ticket as named by a client's verified ticket token.
@@ -394,6 +398,9 @@ pub enum EngineError {
     /// The priority access code is not one of the room's, or has been used up.
     #[error("priority access code is invalid or used up")]
     InvalidPriorityCode,
+    /// A resume-only join found no live ticket to resume; nothing changed.
+    #[error("no live ticket to resume")]
+    NothingToResume,
 }
 
 /// One room: its meta state, tickets, sessions and the indexes over them.
@@ -629,6 +636,9 @@ impl RoomState {
                 Err(EngineError::TicketExpired | EngineError::TicketUnknown) => {}
                 Err(other) => return Err(other),
             }
+        }
+        if request.resume_only {
+            return Err(EngineError::NothingToResume);
         }
         // A code is checked (and counted) only for a new ticket: resuming never spends one.
         let priority = match request.priority_code.as_deref() {

@@ -9,6 +9,9 @@
 -- ARGV[9] return path ('' or '=' and the escaped path)
 -- ARGV[10] seed for a pre-queue lottery due now (64 hex digits)
 -- ARGV[11] SHA-256 (hex) of a priority access code presented, or ''
+-- ARGV[12] '1': resume only (the join gate, SPEC §14.2): never make a new ticket
+-- ARGV[13] the time (ms, the scripts' clock) after which the caller no longer awaits the
+--          answer, or '': a join that runs later refuses, so it leaves no ticket nobody holds
 -- Returns: a status answer (see room.lua), or 'error' and why.
 
 if not load_room() then
@@ -44,6 +47,13 @@ if resumable then
     end
     return answer
   end
+end
+
+if ARGV[12] == '1' then
+  return { 'error', 'nothing_to_resume' }
+end
+if ARGV[13] ~= '' and NOW > tonumber(ARGV[13]) then
+  return { 'error', 'join_cancelled' }
 end
 
 -- A code is checked (and counted) only for a new ticket: resuming never spends one. Uses are

@@ -130,6 +130,7 @@ impl Answer {
             "session_ended" => Refusal::Engine(EngineError::SessionEnded),
             "room_full" => Refusal::Engine(EngineError::RoomFull),
             "invalid_priority_code" => Refusal::Engine(EngineError::InvalidPriorityCode),
+            "nothing_to_resume" => Refusal::Engine(EngineError::NothingToResume),
             "join_cancelled" => Refusal::JoinCancelled,
             other => return Err(MalformedAnswer(format!("unknown refusal {other:?}"))),
         };

@@ -45,6 +45,7 @@ macro_rules! conformance_suite {
             rooms_are_created_replaced_listed_and_deleted,
             unknown_rooms_and_tickets_are_refused,
             first_visitor_enters_at_once_then_others_queue,
+            a_resume_only_join_never_makes_a_ticket,
             positions_strictly_increase_under_concurrent_joins,
             ahead_counts_only_live_tickets,
             tick_admits_fifo_within_capacity,
@@ -244,6 +245,46 @@ pub async fn first_visitor_enters_at_once_then_others_queue(backend: &dyn Backen
         .unwrap();
     assert_eq!(position(&resumed), 2);
     assert_eq!(store.snapshot(&id).await.unwrap().last_position, 2);
+}
+
+/// The join gate (SPEC §14.2) asks to resume only: a live ticket resumes; a left ticket, an
+/// unknown one or none at all is refused with `NothingToResume`, and nothing changes.
+pub async fn a_resume_only_join_never_makes_a_ticket(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    let live = join(&*store, &id).await;
+    let gone = join(&*store, &id).await;
+    store.leave(&id, reference(&gone, 1)).await.unwrap();
+    let before = store.snapshot(&id).await.unwrap();
+    let resume_only = |resume: Option<TicketRef>| JoinRequest {
+        resume,
+        resume_only: true,
+        ..JoinRequest::default()
+    };
+    for held in [None, Some(reference(&gone, 1))] {
+        let refused = store.join(&id, resume_only(held)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Engine(EngineError::NothingToResume))
+            ),
+            "{held:?}: {refused:?}"
+        );
+    }
+    let after = store.snapshot(&id).await.unwrap();
+    assert_eq!(
+        (after.last_position, after.waiting, after.totals.joined),
+        (before.last_position, before.waiting, before.totals.joined)
+    );
+    let resumed = store
+        .join(&id, resume_only(Some(reference(&live, 1))))
+        .await
+        .unwrap();
+    assert_eq!(position(&resumed), position(&live));
 }
 
 pub async fn positions_strictly_increase_under_concurrent_joins(backend: &dyn Backend) {
