@@ -108,6 +108,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         public_url: config.server.public_url.clone(),
         issuer: config.server.issuer.clone(),
         service_keys: config.auth.service_keys.clone(),
+        trusted_proxies: config.server.trusted_proxies.clone(),
     };
     let page = PageRenderer::default();
     for room in config
@@ -301,6 +302,7 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
             websocket: config.websocket.clone(),
             trusted_proxies: config.server.trusted_proxies.clone(),
             rooms: config.rooms.clone(),
+            verify: config.verify.clone(),
         },
     )
 }

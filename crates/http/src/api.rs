@@ -12,15 +12,16 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
-use anteroom_core::engine::{Entry, JoinRequest, Session, SessionEnd, TicketRef};
+use anteroom_core::engine::{Entry, Session, SessionEnd, TicketRef};
 use anteroom_core::eta::next_poll_ms;
-use anteroom_core::room::{Identity, Mode};
+use anteroom_core::room::Mode;
 use anteroom_core::{RoomId, SessionId, TicketId};
 use anteroom_token::{PassClaims, TicketClaims};
 
 use crate::AppState;
 use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
 use crate::error::ApiError;
+use crate::join_gate::{self, Caller, Door, JoinAsk};
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
@@ -105,11 +106,13 @@ pub(crate) async fn join(
     let query = ticket_query(query)?;
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
-    let body = if body.is_end_stream() {
-        Bytes::new()
+    let (extensions, body) = if body.is_end_stream() {
+        (std::mem::take(&mut parts.extensions), Bytes::new())
     } else {
-        // The body limit travels in the extensions, which stay with the parts.
-        Bytes::from_request(Request::from_parts(parts, body), &())
+        // The body limit travels in the extensions, which stay with the parts; the join gate
+        // reads the connection's details from a copy.
+        let extensions = parts.extensions.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), &())
             .await
             .map_err(|rejection: BytesRejection| {
                 ApiError::new(
@@ -117,7 +120,8 @@ pub(crate) async fn join(
                     "body_too_large",
                     rejection.body_text(),
                 )
-            })?
+            })?;
+        (extensions, body)
     };
     let join_body: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
         JoinBody::default()
@@ -131,59 +135,19 @@ pub(crate) async fn join(
         .map(|path| validate_return(&path))
         .transpose()?;
     let config = app.api_room_config(&room).await?;
-    crate::challenge::check_join(&app, &room, &config, &headers, &query, join_body.challenge)
-        .await?;
-    let entry = join_entry(
-        &app,
-        &room,
-        &config,
-        &headers,
-        &query,
-        return_to,
-        join_body.priority_code,
-    )
-    .await?;
-    Ok(entry_response(&app, &room, config.mode, entry))
-}
-
-/// Joins (or resumes) for the API and the page alike: identity from the room's source, the
-/// held ticket when it verifies.
-pub(crate) async fn join_entry(
-    app: &AppState,
-    room: &RoomId,
-    config: &anteroom_core::room::RoomConfig,
-    headers: &HeaderMap,
-    query: &TicketQuery,
-    return_to: Option<String>,
-    priority_code: Option<String>,
-) -> Result<Entry, ApiError> {
-    let identity = match &config.identity {
-        Identity::Anonymous => None,
-        Identity::Header(name) => Some(identity_from_header(headers, name)?),
-        Identity::JwtClaim(_) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "identity_unsupported",
-                "this room takes its identity from a JWT, which this version cannot verify",
-            ));
-        }
+    let caller = Caller {
+        query: Some(&query),
+        ..Caller::new(&headers, &extensions)
     };
-    // A ticket that does not verify (say, from before the ticket key changed) must not lock
-    // the visitor out: the join goes ahead as a new visitor and replaces the cookie.
-    let resume =
-        held_ticket(headers, query, room).and_then(|token| app.verify_ticket(room, token).ok());
-    app.store()
-        .join(
-            room,
-            JoinRequest {
-                resume,
-                identity,
-                return_to,
-                priority_code,
-            },
-        )
-        .await
-        .map_err(|error| app.store_error(room, "join", error))
+    let ask = JoinAsk {
+        return_to,
+        priority_code: join_body.priority_code,
+        solution: join_body.challenge,
+    };
+    match join_gate::join(&app, &room, &config, &caller, Door::Api, ask).await {
+        Ok(entry) => Ok(entry_response(&app, &room, config.mode, entry)),
+        Err(refusal) => Ok(refusal.into_response()),
+    }
 }
 
 /// `GET /_anteroom/v1/rooms/{room}/status`
@@ -376,7 +340,7 @@ pub(crate) fn held_ticket<'a>(
         })
 }
 
-fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
+pub(crate) fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     headers
         .get(name)
         .and_then(|value| value.to_str().ok())

@@ -6,8 +6,9 @@
 //!   stored: any node sharing the key directory checks any node's challenge.
 //! - A join of a room with `challenge` must carry `"challenge": {"token": "...", "counter":
 //!   N}` such that SHA-256(token || N in decimal) has `difficulty` leading zero bits
-//!   (`anteroom_core::challenge`). A visitor who already holds a valid ticket for the room
-//!   resumes without a new proof: one solution per ticket.
+//!   (`anteroom_core::challenge`). Only a join that makes a new ticket needs one (the join
+//!   gate, `join_gate.rs`, resumes a live ticket first): one solution per ticket, and a left,
+//!   expired or other-generation ticket never stands in for one.
 //! - Each challenge is good for one join: its nonce is marked used in the node's one-time
 //!   marks ([`AppState::mark_once`]: the rate-limit store, in Redis when the node has one, so
 //!   the mark holds across nodes) for as long as the challenge could still be presented.
@@ -23,19 +24,19 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics::counter;
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::RoomId;
+use anteroom_core::challenge::ProofOfWork;
 use anteroom_core::challenge::solves;
-use anteroom_core::room::RoomConfig;
 use anteroom_token::{ChallengeClaims, ChallengeError};
 
 use crate::AppState;
-use crate::api::{TicketQuery, held_ticket, parse_room};
+use crate::api::parse_room;
 use crate::error::ApiError;
 
 /// How long a challenge may be presented after it was issued.
@@ -101,37 +102,15 @@ pub(crate) async fn issue(
     Ok(response)
 }
 
-/// Whether a join of `room` by this visitor would need a solution: the room asks for one and
-/// the visitor holds no ticket of the room that verifies.
-pub(crate) fn needs_solution(
+/// The proof of work a new ticket of a room with `challenge` needs (the join gate asks only
+/// for new tickets, `join_gate.rs`): passes a fresh, correct, unused solution (which it then
+/// marks used); refuses everything else.
+pub(crate) async fn check_solution(
     app: &AppState,
     room: &RoomId,
-    config: &RoomConfig,
-    headers: &HeaderMap,
-    query: &TicketQuery,
-) -> bool {
-    config.challenge.is_some()
-        && held_ticket(headers, query, room)
-            .and_then(|token| app.verify_ticket(room, token).ok())
-            .is_none()
-}
-
-/// The gate of a join: passes a room without `challenge`, a visitor resuming their ticket, and
-/// a fresh, correct, unused solution (which it then marks used); refuses everything else.
-pub(crate) async fn check_join(
-    app: &AppState,
-    room: &RoomId,
-    config: &RoomConfig,
-    headers: &HeaderMap,
-    query: &TicketQuery,
+    pow: ProofOfWork,
     solution: Option<serde_json::Value>,
 ) -> Result<(), ApiError> {
-    let Some(pow) = config.challenge else {
-        return Ok(());
-    };
-    if !needs_solution(app, room, config, headers, query) {
-        return Ok(());
-    }
     let Some(solution) = solution.filter(|value| !value.is_null()) else {
         return Err(refuse(
             room,

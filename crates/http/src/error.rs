@@ -183,6 +183,12 @@ impl From<EngineError> for ApiError {
                 "invalid_priority_code",
                 "this priority access code is not valid for this room, or has been used up",
             ),
+            // Only the join gate asks to resume only, and it handles the answer itself.
+            EngineError::NothingToResume => ApiError::new(
+                StatusCode::GONE,
+                "ticket_expired",
+                "this ticket has expired, left or been replaced; join again",
+            ),
         }
     }
 }

@@ -18,6 +18,7 @@ mod deadline;
 mod error;
 mod gateway;
 mod h1_conn;
+mod join_gate;
 mod key_reload;
 mod metrics;
 mod notices;
@@ -45,7 +46,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::KeyHash;
+use anteroom_core::config::{Cidr, KeyHash};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -95,6 +96,9 @@ pub struct PublicSettings {
     pub issuer: String,
     /// SHA-256 hashes of the keys allowed to call the backend session endpoints.
     pub service_keys: Vec<KeyHash>,
+    /// Peers believed about the visitor (SPEC §14.1): their forwarding headers, the verify
+    /// endpoint's headers and a room's identity header.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// Limits and templates of one node.
@@ -233,6 +237,31 @@ impl AppState {
             limit: 1,
             period,
             burst: 1,
+            delay: 0,
+            nodelay: false,
+        };
+        let request = LimitRequest {
+            key,
+            params: &params,
+            cost: 1,
+        };
+        let decisions = self.inner.once.acquire(&[request]).await?;
+        Ok(decisions.first().is_some_and(|decision| decision.allowed))
+    }
+
+    /// Spends one of `limit` attempts per `period` under `key` (every node sharing the
+    /// rate-limit store counts together): `false` once they are spent.
+    pub(crate) async fn spend_attempt(
+        &self,
+        key: &str,
+        limit: u64,
+        period: Duration,
+    ) -> Result<bool, LimitStoreError> {
+        let params = LimitParams {
+            algorithm: Algorithm::TokenBucket,
+            limit,
+            period,
+            burst: limit,
             delay: 0,
             nodelay: false,
         };

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -34,9 +34,11 @@ use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
 use crate::AppState;
-use crate::api::{self, TicketQuery};
+use crate::api;
 use crate::challenge;
 use crate::error::ApiError;
+use crate::gateway::wait_location as gateway_wait_location;
+use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
 
 /// The built-in waiting page.
 const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
@@ -441,6 +443,7 @@ pub(crate) async fn waiting_page(
     Path(room): Path<String>,
     query: Result<Query<PageQuery>, QueryRejection>,
     headers: HeaderMap,
+    extensions: Extensions,
 ) -> Response {
     let Ok(Query(query)) = query else {
         return error_page(StatusCode::BAD_REQUEST, "That address is not valid.");
@@ -476,68 +479,116 @@ pub(crate) async fn waiting_page(
             return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
         }
     };
-    let ticket_query = TicketQuery::default();
-    if config.mode != anteroom_core::room::Mode::Closed
-        && challenge::needs_solution(&app, &room, &config, &headers, &ticket_query)
-    {
-        return challenge_page(
-            &app,
-            &config,
-            &room,
-            lang,
-            wants_json,
-            return_path.as_deref(),
-        );
-    }
-    let entry = match api::join_entry(
-        &app,
-        &room,
-        &config,
-        &headers,
-        &ticket_query,
-        return_path.clone(),
-        query.code.clone().filter(|code| !code.is_empty()),
-    )
-    .await
-    {
+    let caller = Caller::new(&headers, &extensions);
+    let ask = JoinAsk {
+        return_to: return_path.clone(),
+        priority_code: query.code.clone().filter(|code| !code.is_empty()),
+        solution: None,
+    };
+    let entry = match join_gate::join(&app, &room, &config, &caller, Door::Page, ask).await {
         Ok(entry) => entry,
-        Err(error) if error.code() == "room_closed" => {
-            if wants_json {
-                return error.into_response();
-            }
-            let context = PageContext::build(
-                room.as_str(),
+        Err(refusal) => {
+            let refused = Refused {
+                app: &app,
+                room: &room,
+                config: &config,
                 lang,
-                PageState::Closed,
-                &no_figures(),
-                return_path.as_deref().unwrap_or("/"),
-            );
-            return html(&app, &config, &context, StatusCode::SERVICE_UNAVAILABLE);
-        }
-        Err(error) if error.code() == "store_unavailable" => {
-            return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
-        }
-        Err(error) if error.code() == "invalid_priority_code" && !wants_json => {
-            return error_page(
-                StatusCode::FORBIDDEN,
-                "That access code is not valid for this waiting room, or has been used up.",
-            );
-        }
-        Err(error) if error.status() == StatusCode::SERVICE_UNAVAILABLE => {
-            return unavailable(&app, Some(&config), &room, lang, wants_json, error);
-        }
-        Err(error) => {
-            return if wants_json {
-                error.into_response()
-            } else {
-                error_page(error.status(), "Your request could not be handled.")
+                wants_json,
+                return_path: return_path.as_deref(),
             };
+            return refused.answer(refusal);
         }
     };
     if wants_json {
         return api::entry_response(&app, &room, config.mode, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// A join the gate refused, and what the page needs to say so.
+struct Refused<'a> {
+    app: &'a AppState,
+    room: &'a RoomId,
+    config: &'a RoomConfig,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&'a str>,
+}
+
+impl Refused<'_> {
+    /// The visitor's answer: the challenge page, the required room's page (which returns
+    /// here once admitted), the closed or unavailable page, or an error page.
+    fn answer(self, refusal: JoinRefusal) -> Response {
+        let Refused {
+            app,
+            room,
+            config,
+            lang,
+            wants_json,
+            return_path,
+        } = self;
+        match refusal {
+            JoinRefusal::ChallengeNeeded(_) => {
+                challenge_page(app, config, room, lang, wants_json, return_path)
+            }
+            JoinRefusal::PassRequired(required) if !wants_json => {
+                let mut here = format!("/_anteroom/wait/{room}");
+                if let Some(path) = return_path {
+                    here = gateway_wait_location(room, path);
+                }
+                Redirect::to(&gateway_wait_location(&required, &here)).into_response()
+            }
+            JoinRefusal::Limited(response) if !wants_json => {
+                let mut page = error_page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many visitors joined from your address just now. Please try again in a minute.",
+                );
+                if let Some(retry) = response.headers().get(header::RETRY_AFTER) {
+                    page.headers_mut()
+                        .insert(header::RETRY_AFTER, retry.clone());
+                }
+                page
+            }
+            JoinRefusal::Failed(error) => {
+                failed_join(app, room, config, lang, wants_json, return_path, error)
+            }
+            other => other.into_response(),
+        }
+    }
+}
+
+/// The page for a join that failed in the store or the room.
+fn failed_join(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: ApiError,
+) -> Response {
+    match error.code() {
+        "room_closed" if !wants_json => {
+            let context = PageContext::build(
+                room.as_str(),
+                lang,
+                PageState::Closed,
+                &no_figures(),
+                return_path.unwrap_or("/"),
+            );
+            html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+        }
+        "store_unavailable" => store_failed(app, room, lang, wants_json, return_path, error),
+        "invalid_priority_code" if !wants_json => error_page(
+            StatusCode::FORBIDDEN,
+            "That access code is not valid for this waiting room, or has been used up.",
+        ),
+        _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
+            unavailable(app, Some(config), room, lang, wants_json, error)
+        }
+        _ if wants_json => error.into_response(),
+        _ => error_page(error.status(), "Your request could not be handled."),
+    }
 }
 
 /// The page of a room that asks for a proof of work, for a visitor without a ticket: its

@@ -55,6 +55,7 @@ impl Node {
             public_url: "http://127.0.0.1".to_owned(),
             issuer: "http://127.0.0.1".to_owned(),
             service_keys: Vec::new(),
+            trusted_proxies: Vec::new(),
         };
         let options = NodeOptions {
             max_sse_connections,

@@ -64,6 +64,7 @@ async fn start(websocket: WebSocketConfig) -> (Gateway, Received, std::net::Sock
         public_url: "http://127.0.0.1".to_owned(),
         issuer: "http://127.0.0.1".to_owned(),
         service_keys: Vec::new(),
+        trusted_proxies: Vec::new(),
     };
     let state = AppState::new(store, keys, clock, settings);
     let gateway = Gateway::new(

@@ -6,6 +6,8 @@
 //!
 //! One module per kind of attack; every module starts what it uses.
 #![allow(clippy::unwrap_used)]
+// Each module uses part of the harness.
+#![allow(dead_code)]
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -20,6 +22,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use support::{Server, Site};
 use upstream::Upstream;
 
+mod join_gate;
+mod trust;
+
 /// A gateway in front of the echoing upstream (`upstream.rs`).
 pub(crate) struct Gate {
     /// Holds the scratch directory while the server runs.
@@ -33,9 +38,23 @@ impl Gate {
     /// Starts the upstream, then anteroom with `extra` appended to the test config
     /// (`{upstream}` is replaced by the upstream's URL).
     pub(crate) async fn start(extra: &str) -> Gate {
+        Gate::start_with("", extra).await
+    }
+
+    /// [`Gate::start`] with `server` (lines such as `trusted_proxies = [...]`) added to the
+    /// config's `[server]` section.
+    pub(crate) async fn start_with(server: &str, extra: &str) -> Gate {
         let upstream = Upstream::start().await;
         let site = Site::new();
-        site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
+        let path = site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
+        if !server.is_empty() {
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            if server.contains("join_rate_limit") {
+                text = text.replacen("join_rate_limit = false\n", "", 1);
+            }
+            let text = text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1);
+            std::fs::write(&path, text).unwrap();
+        }
         let mut server = site.start();
         let client = support::client();
         server.wait_ready(&client).await;

@@ -43,11 +43,12 @@ use axum::routing::any;
 use tower::service_fn;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, WebSocketConfig};
+use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig};
 use anteroom_core::room::RoomConfig;
 
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
+pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
@@ -65,6 +66,8 @@ pub struct GatewayOptions {
     pub trusted_proxies: Vec<Cidr>,
     /// The configured rooms: what `on_store_error` says when the store cannot be read.
     pub rooms: Vec<RoomConfig>,
+    /// `[verify]`: the headers the verify endpoint reads the visitor's request from.
+    pub verify: VerifyConfig,
 }
 
 /// The gateway: routes, rooms, passes and the upstream; cheap to clone.
@@ -79,6 +82,7 @@ struct Shared {
     upstream: Option<proxy::Upstream>,
     websocket: WebSocketConfig,
     trusted_proxies: Vec<Cidr>,
+    verify: VerifyConfig,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
     stats: GatewayStats,
@@ -127,6 +131,7 @@ impl Gateway {
                 }),
                 websocket: options.websocket.unwrap_or_default(),
                 trusted_proxies: options.trusted_proxies,
+                verify: options.verify,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
                 routes,
@@ -212,6 +217,7 @@ impl Gateway {
         let asked = protect::Asked {
             method: request.method(),
             headers: request.headers(),
+            extensions: request.extensions(),
             uri: request.uri(),
         };
         let (cookies, passes) = match protect::protect(self, route, &asked).await {

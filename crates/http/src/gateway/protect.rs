@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::PageMode;
@@ -34,9 +34,10 @@ use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
-use crate::api::{self, TicketQuery};
+use crate::api;
 use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
+use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
 use crate::page::{self, HeldBack};
 
 use super::Gateway;
@@ -64,6 +65,8 @@ pub(crate) enum JoinWhen {
 pub(crate) struct Asked<'a> {
     pub(crate) method: &'a Method,
     pub(crate) headers: &'a HeaderMap,
+    /// The connection's details (the peer address) and what earlier layers left.
+    pub(crate) extensions: &'a Extensions,
     /// What was asked for: where the visitor goes once admitted ([`return_path`]).
     pub(crate) uri: &'a Uri,
 }
@@ -89,6 +92,8 @@ pub(crate) enum Verdict {
     },
     /// Refused outright (403 identity mismatch, 400 missing identity, …).
     Refuse(ApiError),
+    /// Over the join limit (the limiter's 429, with its headers).
+    Limited(Response),
 }
 
 /// A request held back by a room.
@@ -166,37 +171,21 @@ pub(crate) async fn decide(
             passes.push(HeldPass { room, pass });
             continue;
         }
-        // A room asking for a proof of work (§12) takes no join here: the waiting page
-        // solves it first (navigations go there by 302), other requests get 429.
-        let needs_solution = crate::challenge::needs_solution(
-            app,
-            &room,
-            &info.config,
-            asked.headers,
-            &TicketQuery::default(),
-        );
-        if needs_solution || (join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now)) {
-            return Verdict::Wait(Box::new(Waiting {
-                retry_after_secs: info
-                    .snapshot
-                    .eta_seconds_for_new
-                    .map_or(DEFAULT_RETRY_AFTER_SECS, clamp_retry_after),
-                room,
-                config: info.config.clone(),
-                entry: None,
-                cookies,
-            }));
+        if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
+            return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
         }
-        let joined = api::join_entry(
-            app,
-            &room,
-            &info.config,
-            asked.headers,
-            &TicketQuery::default(),
-            Some(return_path(asked.uri)),
-            None,
-        )
-        .await;
+        // Every way into the line passes the same gate (SPEC §14.2); a room asking for a
+        // proof of work takes no new ticket here: the waiting page solves it first.
+        let proven: Vec<RoomId> = passes.iter().map(|held| held.room.clone()).collect();
+        let caller = Caller {
+            proven_passes: &proven,
+            ..Caller::new(asked.headers, asked.extensions)
+        };
+        let ask = JoinAsk {
+            return_to: Some(return_path(asked.uri)),
+            ..JoinAsk::default()
+        };
+        let joined = join_gate::join(app, &room, &info.config, &caller, Door::Gateway, ask).await;
         gateway.inner.rooms.invalidate(&room);
         match joined {
             Ok(Entry::Admitted(view)) => {
@@ -231,19 +220,23 @@ pub(crate) async fn decide(
                     retry_after_secs,
                 }));
             }
-            Err(error) if error.code() == "room_closed" => {
+            Err(JoinRefusal::ChallengeNeeded(_) | JoinRefusal::PassRequired(_)) => {
+                return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
+            }
+            Err(JoinRefusal::Limited(response)) => return Verdict::Limited(response),
+            Err(JoinRefusal::Failed(error)) if error.code() == "room_closed" => {
                 return Verdict::Closed {
                     room,
                     config: Box::new(info.config.clone()),
                 };
             }
-            Err(error) if error.code() == "store_unavailable" => {
+            Err(JoinRefusal::Failed(error)) if error.code() == "store_unavailable" => {
                 match store_down(gateway, room, Some(info.config.clone())) {
                     None => continue,
                     Some(verdict) => return verdict,
                 }
             }
-            Err(error) => return Verdict::Refuse(error),
+            Err(JoinRefusal::Failed(error)) => return Verdict::Refuse(error),
         }
     }
     Verdict::Allow { cookies, passes }
@@ -251,6 +244,20 @@ pub(crate) async fn decide(
 
 /// `Retry-After` when nothing better is known.
 const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
+
+/// A request held back by `room` without a place in its line.
+fn waiting_without_entry(room: RoomId, info: &RoomInfo, cookies: Vec<HeaderValue>) -> Waiting {
+    Waiting {
+        retry_after_secs: info
+            .snapshot
+            .eta_seconds_for_new
+            .map_or(DEFAULT_RETRY_AFTER_SECS, clamp_retry_after),
+        room,
+        config: info.config.clone(),
+        entry: None,
+        cookies,
+    }
+}
 
 fn clamp_retry_after(seconds: u64) -> u64 {
     seconds.clamp(1, 60)
@@ -262,7 +269,10 @@ static PASS_HEADER: HeaderName = HeaderName::from_static("x-anteroom-pass");
 /// The pass tokens a request presents for `room`: its cookie, then `X-Anteroom-Pass`, then a
 /// bearer token (which may be the site's own token, not a pass: it then simply does not
 /// verify).
-fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {
+pub(crate) fn asked_passes<'a>(
+    headers: &'a HeaderMap,
+    room: &RoomId,
+) -> impl Iterator<Item = &'a str> {
     let cookie = read_room_cookie(headers, PASS_COOKIE_PREFIX, room.as_str());
     let header = headers
         .get_all(&PASS_HEADER)
@@ -645,6 +655,7 @@ pub(crate) async fn protect(
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         Verdict::Refuse(error) => error.into_response(),
+        Verdict::Limited(response) => response,
     })
 }
 

@@ -23,7 +23,11 @@
 
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+
+use anteroom_core::config::{OriginalUri, VerifyConfig};
+use anteroom_core::ratelimit::client_ip::is_trusted;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -35,56 +39,44 @@ use super::protect::{self, Asked, JoinWhen, Verdict};
 /// The endpoint; Envoy appends the visitor's path to it.
 pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
 
-/// The headers that may carry the visitor's URI, in the order they are read.
-const URI_HEADERS: [&str; 3] = ["x-original-uri", "x-forwarded-uri", "x-envoy-original-path"];
-/// The headers that may carry the visitor's method.
-const METHOD_HEADERS: [&str; 2] = ["x-original-method", "x-forwarded-method"];
-
 static ANTEROOM_LOCATION: HeaderName = HeaderName::from_static("x-anteroom-location");
+
+/// The visitor's request as the calling proxy names it.
+struct Original {
+    uri: Uri,
+    method: Method,
+    host: Option<HeaderValue>,
+}
 
 /// The handler.
 pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
-    let from_headers = first_header(&parts.headers, &URI_HEADERS);
-    let appended = parts
-        .uri
-        .path()
-        .strip_prefix(VERIFY_PATH)
-        .filter(|rest| rest.starts_with('/'))
-        .map(|rest| match parts.uri.query() {
-            Some(query) => format!("{rest}?{query}"),
-            None => rest.to_owned(),
-        });
-    let Some(uri) = from_headers
-        .map(str::to_owned)
-        .or(appended)
-        .and_then(|text| text.parse::<Uri>().ok())
-    else {
-        return ApiError::bad_request(
-            "original_uri_missing",
-            "send the visitor's URI in X-Original-URI, X-Forwarded-Uri or X-Envoy-Original-Path",
+    // Everything below believes the caller about the visitor: only a trusted proxy may call.
+    let trusted = &gateway.app().settings().trusted_proxies;
+    let peer = crate::ratelimit::peer_address(&parts.extensions);
+    if !peer.is_some_and(|peer| is_trusted(peer, trusted)) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "untrusted_proxy",
+            "the verify endpoint answers only proxies listed in [server] trusted_proxies",
         )
         .into_response();
+    }
+    let headers_read = &gateway.inner.verify;
+    let original = match original_request(&parts, headers_read) {
+        Ok(original) => original,
+        Err(error) => return error.into_response(),
     };
     let redirect = parts
         .headers
         .get("x-anteroom-verify")
         .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"redirect"))
-        || (from_headers.is_some()
-            && parts
-                .uri
-                .query()
-                .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect")));
-    let method = match first_header(&parts.headers, &METHOD_HEADERS) {
-        None => parts.method.clone(),
-        Some(text) => match text.trim().parse::<Method>() {
-            Ok(method) => method,
-            Err(_) => {
-                return ApiError::bad_request("invalid_method", "the original method is not valid")
-                    .into_response();
-            }
-        },
-    };
+        || parts
+            .uri
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect"))
+            && headers_read.uri != OriginalUri::AppendedPath;
+    let Original { uri, method, host } = original;
     // The visitor's request as the gateway would have seen it: its method, URI and host,
     // with the headers and connection details of this one.
     let mut visitor = Request::new(Body::empty());
@@ -95,7 +87,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         .unwrap_or_default();
     *visitor.headers_mut() = parts.headers.clone();
     *visitor.extensions_mut() = parts.extensions.clone();
-    if let Some(host) = parts.headers.get("x-forwarded-host").cloned() {
+    if let Some(host) = host {
         visitor.headers_mut().insert(header::HOST, host);
     }
     let (mut visitor, _) = visitor.into_parts();
@@ -129,6 +121,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     let asked = Asked {
         method: &visitor.method,
         headers: &visitor.headers,
+        extensions: &visitor.extensions,
         uri: &visitor.uri,
     };
     let verdict = if route.rooms.is_empty() {
@@ -215,6 +208,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         .into_response(),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         Verdict::Refuse(error) => error.into_response(),
+        Verdict::Limited(response) => response,
     };
     for (name, value) in &rate_headers {
         if !response.headers().contains_key(name) {
@@ -227,11 +221,56 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     response
 }
 
-fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
-    names.iter().find_map(|name| {
-        headers
-            .get(*name)
-            .and_then(|value| value.to_str().ok())
-            .filter(|value| !value.trim().is_empty())
-    })
+/// Reads the visitor's URI, method and host from the one header set configured (SPEC §14.1):
+/// never "the first of several present", which let a visitor add the header their proxy does
+/// not set.
+fn original_request(parts: &Parts, read: &VerifyConfig) -> Result<Original, ApiError> {
+    let text = match &read.uri {
+        OriginalUri::Header(name) => header_text(&parts.headers, name).map(str::to_owned),
+        OriginalUri::AppendedPath => parts
+            .uri
+            .path()
+            .strip_prefix(VERIFY_PATH)
+            .filter(|rest| rest.starts_with('/'))
+            .map(|rest| match parts.uri.query() {
+                Some(query) => format!("{rest}?{query}"),
+                None => rest.to_owned(),
+            }),
+    };
+    let Some(uri) = text.and_then(|text| text.parse::<Uri>().ok()) else {
+        let where_ = match &read.uri {
+            OriginalUri::Header(name) => format!("the {name} header"),
+            OriginalUri::AppendedPath => format!("the path after {VERIFY_PATH}"),
+        };
+        return Err(ApiError::bad_request(
+            "original_uri_missing",
+            format!(
+                "the visitor's URI was expected in {where_} ([verify] proxy = \"{}\")",
+                read.proxy.as_str()
+            ),
+        ));
+    };
+    let method = match read
+        .method_header
+        .as_deref()
+        .and_then(|name| header_text(&parts.headers, name))
+    {
+        None => parts.method.clone(),
+        Some(text) => text.trim().parse::<Method>().map_err(|_| {
+            ApiError::bad_request("invalid_method", "the original method is not valid")
+        })?,
+    };
+    let host = read
+        .host_header
+        .as_deref()
+        .and_then(|name| parts.headers.get(name))
+        .cloned();
+    Ok(Original { uri, method, host })
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.trim().is_empty())
 }

@@ -74,6 +74,7 @@ pub(crate) use layer::add_headers;
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use metrics::{RateLimitMetrics, RuleMetrics, RuleResult};
 pub use view::{ClientIp, RateLimitClaims, RouteRateLimits};
+pub(crate) use view::{UNKNOWN_PEER, peer_address, resolve_client_ip};
 
 /// The longest a request is held by `delay` rules and leaky-bucket delays, unless configured.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(10);

@@ -30,6 +30,7 @@ async fn configured_rules_guard_the_public_api() {
         public_url: "https://shop.example".to_owned(),
         issuer: "https://shop.example".to_owned(),
         service_keys: Vec::new(),
+        trusted_proxies: Vec::new(),
     };
     let limits = Arc::new(TestStore::default());
     let options = NodeOptions {

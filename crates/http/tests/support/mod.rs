@@ -88,6 +88,7 @@ impl Harness {
             public_url: public_url.to_owned(),
             issuer: ISSUER.to_owned(),
             service_keys: vec![key_hash(SERVICE_KEY)],
+            trusted_proxies: Vec::new(),
         };
         let state = AppState::new(store.clone(), keys, shared_clock, settings);
         Harness {
