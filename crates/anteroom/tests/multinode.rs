@@ -30,6 +30,8 @@ fn write_node_config(site: &Site, redis_url: &str, keys_dir: &Path, rooms: &str)
          public_url = \"{url}\"\n\
          issuer = \"http://anteroom.test\"\n\
          join_rate_limit = false\n\
+         # The verify calls come from the test itself, standing in for the site's proxy.\n\
+         trusted_proxies = [\"127.0.0.1/32\"]\n\
          \n\
          [store]\n\
          backend = \"redis\"\n\

@@ -111,9 +111,10 @@ struct JoinBody {
     responses(
         (status = 200, description = "The ticket's status", body = api::StatusBody),
         (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one; or the room `requires` another room's pass first (`pass_required`); or its identity header came from a peer outside `trusted_proxies` (`untrusted_proxy`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over the per-IP join limit (`rate_limited`, with the rate-limit headers), or too many joins with a priority code from this address (`code_attempts_exceeded`)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The room is closed, or the store cannot be reached", body = Problem, content_type = "application/problem+json"),
     ))]
 #[allow(dead_code)]
@@ -234,9 +235,12 @@ fn abandon_session() {}
             (String = "text/html"), (api::StatusBody = "application/json"))),
         (status = 400, description = "A query the page cannot take", content(
             (String = "text/html"), (Problem = "application/problem+json"))),
-        (status = 403, description = "A priority access code that is wrong or used up", content(
+        (status = 303, description = "The room requires another room's pass first: that room's page, which returns here once admitted"),
+        (status = 403, description = "A priority access code that is wrong or used up; or the room's identity header came from a peer outside `trusted_proxies`; or (JSON) another room's pass is required first", content(
             (String = "text/html"), (Problem = "application/problem+json"))),
         (status = 404, description = "No such room, or an unknown query parameter", content(
+            (String = "text/html"), (Problem = "application/problem+json"))),
+        (status = 429, description = "Over the per-IP join limit, or too many priority code attempts from this address", content(
             (String = "text/html"), (Problem = "application/problem+json"))),
         (status = 503, description = "Closed, or the store cannot be reached", content(
             (String = "text/html"), (Problem = "application/problem+json"))),

@@ -79,6 +79,26 @@ impl Admin {
             .uri(uri)
             .body(Body::empty())
             .unwrap();
+        self.send_public(request).await
+    }
+
+    /// [`public`](Self::public) with one header.
+    async fn public_with(
+        &self,
+        method: Method,
+        uri: &str,
+        (name, value): (&str, String),
+    ) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(name, value)
+            .body(Body::empty())
+            .unwrap();
+        self.send_public(request).await
+    }
+
+    async fn send_public(&self, request: Request<Body>) -> (StatusCode, Value) {
         let response = self.public.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -198,9 +218,20 @@ async fn rooms_are_created_replaced_patched_and_deleted_with_section_3_names() {
         "default: admit_per_minute / 60"
     );
     assert_eq!(created.body["requires"], json!(["tier1"]));
-    // Live at once: visitors can join through the public API.
+    // Live at once: the public API already holds visitors to its `requires` (SPEC §14.2).
     let (status, body) = admin
         .public(Method::POST, "/_anteroom/v1/rooms/launch/join")
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["code"], "pass_required", "{body}");
+    let tier1 = admin.call(Call::post("/admin/v1/rooms/tier1/passes")).await;
+    let pass = tier1.text("pass");
+    let (status, body) = admin
+        .public_with(
+            Method::POST,
+            "/_anteroom/v1/rooms/launch/join",
+            ("cookie", format!("anteroom_p_tier1={pass}")),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 

@@ -23,6 +23,7 @@ use support::{Server, Site};
 use upstream::Upstream;
 
 mod join_gate;
+mod proxies;
 mod trust;
 
 /// A gateway in front of the echoing upstream (`upstream.rs`).
@@ -30,7 +31,7 @@ pub(crate) struct Gate {
     /// Holds the scratch directory while the server runs.
     pub(crate) site: Site,
     pub(crate) server: Server,
-    _upstream: Upstream,
+    pub(crate) upstream: Upstream,
     pub(crate) client: reqwest::Client,
 }
 
@@ -61,7 +62,7 @@ impl Gate {
         Gate {
             site,
             server,
-            _upstream: upstream,
+            upstream,
             client,
         }
     }

@@ -35,10 +35,21 @@ impl Gate {
     /// Starts an upstream, then anteroom with `[upstream] url` pointing at it and `extra`
     /// (rooms, routes, …; `{upstream}` is replaced by the upstream's URL).
     pub(crate) async fn start(extra: &str) -> Gate {
+        Gate::start_with("", extra).await
+    }
+
+    /// [`Gate::start`] with `server` added to the config's `[server]` section.
+    pub(crate) async fn start_with(server: &str, extra: &str) -> Gate {
         let upstream = Upstream::start().await;
         let site = Site::new();
         let text = extra.replace("{upstream}", &upstream.url());
-        site.write_config("EdDSA", &text);
+        let path = site.write_config("EdDSA", &text);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1),
+        )
+        .unwrap();
         let mut server = site.start();
         let client = client();
         server.wait_ready(&client).await;
@@ -380,7 +391,9 @@ rooms = ["site"]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_uid_mismatch_is_refused_on_mutating_requests() {
-    let gate = Gate::start(
+    // The identity header comes from the site's proxy (here: the test, on 127.0.0.1).
+    let gate = Gate::start_with(
+        r#"trusted_proxies = ["127.0.0.1/32"]"#,
         r#"
 [upstream]
 url = "{upstream}"

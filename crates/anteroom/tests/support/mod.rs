@@ -5,6 +5,8 @@
 //! Every test file compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub(crate) mod proxies;
+
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

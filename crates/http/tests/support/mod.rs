@@ -5,11 +5,13 @@
 //! Nothing here opens a socket: requests go straight into the router with `oneshot`.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -30,6 +32,10 @@ pub(crate) const START: Timestamp = Timestamp(1_700_000_000_000);
 
 /// The `iss` of every pass the harness issues.
 pub(crate) const ISSUER: &str = "https://shop.example";
+
+/// The address every harness request comes from: the site's own proxy, in
+/// `trusted_proxies`.
+pub(crate) const SITE_PROXY: &str = "192.0.2.10";
 
 /// The one backend key the harness accepts on the session endpoints.
 pub(crate) const SERVICE_KEY: &str = "backend-service-key-0123456789";
@@ -68,6 +74,8 @@ pub(crate) struct Harness {
 
 impl Harness {
     /// A harness behind `https://shop.example` holding `rooms`.
+    ///
+    /// Requests come from [`SITE_PROXY`], a trusted proxy.
     pub(crate) async fn new(rooms: Vec<RoomConfig>) -> Harness {
         Harness::with_public_url("https://shop.example", rooms).await
     }
@@ -88,11 +96,13 @@ impl Harness {
             public_url: public_url.to_owned(),
             issuer: ISSUER.to_owned(),
             service_keys: vec![key_hash(SERVICE_KEY)],
-            trusted_proxies: Vec::new(),
+            // Every request comes from the site's proxy, which identity rooms believe.
+            trusted_proxies: vec![SITE_PROXY.parse().unwrap()],
         };
         let state = AppState::new(store.clone(), keys, shared_clock, settings);
+        let from_proxy = MockConnectInfo(SocketAddr::new(SITE_PROXY.parse().unwrap(), 443));
         Harness {
-            app: public_router(state.clone()),
+            app: public_router(state.clone()).layer(from_proxy),
             state,
             store,
             clock,
