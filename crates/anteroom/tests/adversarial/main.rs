@@ -15,6 +15,9 @@ mod support;
 #[path = "../gateway/upstream.rs"]
 mod upstream;
 
+#[path = "../support/redis.rs"]
+mod redis_server;
+
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -22,6 +25,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use support::{Server, Site};
 use upstream::Upstream;
 
+mod flood;
 mod join_gate;
 mod proxies;
 mod trust;

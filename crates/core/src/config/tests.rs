@@ -1114,3 +1114,57 @@ fn priority_codes_are_digests_with_uses() {
         ],
     );
 }
+
+#[test]
+fn verify_reads_one_header_set_named_by_its_proxy() {
+    let check =
+        |source: &str, expected: Result<(OriginalUri, Option<&str>, Option<&str>), &str>| match (
+            parse_config(source, &[]),
+            expected,
+        ) {
+            (Ok(config), Ok((uri, method, host))) => {
+                assert_eq!(config.verify.uri, uri, "{source}");
+                assert_eq!(config.verify.method_header.as_deref(), method, "{source}");
+                assert_eq!(config.verify.host_header.as_deref(), host, "{source}");
+            }
+            (Err(errors), Err(message)) => {
+                assert!(errors.to_string().contains(message), "{source}: {errors}");
+            }
+            (got, _) => panic!("{source}: {got:?}"),
+        };
+    let header = |name: &str| OriginalUri::Header(name.to_owned());
+    let nginx = Ok((
+        header("x-original-uri"),
+        Some("x-original-method"),
+        Some("x-forwarded-host"),
+    ));
+    check("", nginx.clone());
+    check("[verify]\nproxy = \"nginx\"\n", nginx);
+    check(
+        "[verify]\nproxy = \"envoy\"\n",
+        Ok((OriginalUri::AppendedPath, None, None)),
+    );
+    for proxy in ["traefik", "caddy"] {
+        check(
+            &format!("[verify]\nproxy = \"{proxy}\"\n"),
+            Ok((
+                header("x-forwarded-uri"),
+                Some("x-forwarded-method"),
+                Some("x-forwarded-host"),
+            )),
+        );
+    }
+    check(
+        "[verify]\nproxy = \"envoy\"\nuri_header = \"X-Real-Uri\"\n",
+        Ok((header("x-real-uri"), None, None)),
+    );
+    check(
+        "[verify]\nproxy = \"haproxy\"\n",
+        Err("line 2: unknown proxy \"haproxy\""),
+    );
+    check(
+        "[verify]\nuri_header = \"X Uri\"\n",
+        Err("line 2: \"X Uri\" is not a header name"),
+    );
+    check("[verify]\nheaders = []\n", Err("line 2: unknown key"));
+}
