@@ -50,9 +50,8 @@ use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
-use anteroom_store::limit::{
-    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore,
-};
+use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
+use anteroom_store::marks::{DEFAULT_MAX_MARKS, LocalMarks, Marked};
 use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
@@ -112,6 +111,8 @@ pub struct NodeOptions {
     /// The key directory shared with other nodes, followed for rotations made elsewhere
     /// (see [`key_reload`]); none for keys that only live in memory.
     pub key_dir: Option<std::path::PathBuf>,
+    /// The most one-time marks (used challenges) this node holds when they are its own.
+    pub max_once_marks: usize,
 }
 
 impl Default for NodeOptions {
@@ -122,8 +123,16 @@ impl Default for NodeOptions {
             rate_limiter: None,
             code_redemptions: None,
             key_dir: None,
+            max_once_marks: DEFAULT_MAX_MARKS,
         }
     }
+}
+
+/// Where one-time marks live: in Redis when the node has a Redis store (so a mark holds on
+/// every node), else in this node's own bounded store, apart from the rate-limit counters.
+enum OnceMarks {
+    Local(Arc<LocalMarks>),
+    Shared(Arc<dyn LimitStore>),
 }
 
 /// Everything the handlers share; cheap to clone.
@@ -147,9 +156,8 @@ struct Shared {
     revocations: Revocations,
     code_redemptions: Arc<dyn CodeRedemptions>,
     key_reload: Option<key_reload::KeyReload>,
-    /// One-time marks (used challenges, adaptive decisions): the rate-limit store shared by
-    /// every node when there is one, else this node's.
-    once: Arc<dyn LimitStore>,
+    /// One-time marks (used challenges, adaptive decisions).
+    once: OnceMarks,
     adaptive: adaptive::AdaptiveState,
 }
 
@@ -179,12 +187,16 @@ impl AppState {
         let code_redemptions = options
             .code_redemptions
             .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
-        let once = match &options.rate_limiter {
-            Some(limiter) => limiter.shared_store(),
-            None => Arc::new(LocalLimitStore::new(
+        let once = match options
+            .rate_limiter
+            .as_ref()
+            .and_then(RateLimiter::redis_store)
+        {
+            Some(redis) => OnceMarks::Shared(redis),
+            None => OnceMarks::Local(Arc::new(LocalMarks::new(
                 clock.clone(),
-                LocalLimitConfig::default(),
-            )),
+                options.max_once_marks,
+            ))),
         };
         AppState {
             inner: Arc::new(Shared {
@@ -221,13 +233,20 @@ impl AppState {
         &self.inner.page
     }
 
-    /// Marks `key` as used for `period`: `true` the first time, `false` while the mark lasts
-    /// (on every node sharing the rate-limit store). A token bucket of one per `period`.
+    /// Marks `key` as used for `period`: [`Marked::First`] the first time, [`Marked::Seen`]
+    /// while the mark lasts (on every node sharing the Redis store), [`Marked::Full`] when this
+    /// node's marks are full and nothing was recorded (the caller refuses: a mark it could
+    /// not record cannot stop a replay).
     pub(crate) async fn mark_once(
         &self,
         key: &str,
         period: Duration,
-    ) -> Result<bool, LimitStoreError> {
+    ) -> Result<Marked, LimitStoreError> {
+        let redis = match &self.inner.once {
+            OnceMarks::Local(marks) => return Ok(marks.mark(key, period)),
+            OnceMarks::Shared(redis) => redis,
+        };
+        // A token bucket of one per `period`.
         let params = LimitParams {
             algorithm: Algorithm::TokenBucket,
             limit: 1,
@@ -240,9 +259,21 @@ impl AppState {
             key,
             params: &params,
             cost: 1,
+            budget: None,
         };
-        let decisions = self.inner.once.acquire(&[request]).await?;
-        Ok(decisions.first().is_some_and(|decision| decision.allowed))
+        let decisions = redis.acquire(&[request]).await?;
+        Ok(match decisions.first() {
+            Some(decision) if decision.allowed => Marked::First,
+            _ => Marked::Seen,
+        })
+    }
+
+    /// This node's one-time marks, when they are its own (no Redis store).
+    pub fn local_marks(&self) -> Option<&LocalMarks> {
+        match &self.inner.once {
+            OnceMarks::Local(marks) => Some(marks),
+            OnceMarks::Shared(_) => None,
+        }
     }
 
     pub(crate) fn adaptive(&self) -> &adaptive::AdaptiveState {
