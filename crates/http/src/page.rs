@@ -68,9 +68,21 @@ pub struct PageRenderer {
     default: minijinja::Environment<'static>,
 }
 
+/// A template environment that escapes every value for HTML: the figures are numbers, but
+/// `return_path`, `room` and the texts reach a page, and a custom template must not turn a
+/// visitor's `?return=` into script. (minijinja escapes only by file extension otherwise, and
+/// the templates are named `page`.) Values a template means as markup say so: `tojson` output
+/// is safe JSON; the built-in page marks its `urlencode`d return path `safe` (nothing in it
+/// needs escaping), so escaping leaves it byte for byte as it was.
+fn html_environment() -> minijinja::Environment<'static> {
+    let mut environment = minijinja::Environment::new();
+    environment.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+    environment
+}
+
 impl Default for PageRenderer {
     fn default() -> Self {
-        let mut default = minijinja::Environment::new();
+        let mut default = html_environment();
         // The built-in template is part of the binary and checked by the tests.
         if let Err(error) = default.add_template("page", DEFAULT_TEMPLATE) {
             tracing::error!(%error, "the built-in waiting page does not parse");
@@ -90,7 +102,7 @@ impl PageRenderer {
             path: path.to_owned(),
             source,
         })?;
-        let mut environment = minijinja::Environment::new();
+        let mut environment = html_environment();
         environment
             .add_template_owned("page", source)
             .map_err(|source| PageError::Template {
@@ -931,5 +943,70 @@ mod tests {
             "/",
         );
         assert_eq!(waiting.eta_text, "under a minute");
+    }
+
+    fn render_with(
+        environment: &mut minijinja::Environment<'static>,
+        source: &str,
+        context: &PageContext,
+    ) -> String {
+        environment
+            .add_template_owned("page", source.to_owned())
+            .unwrap();
+        environment
+            .get_template("page")
+            .unwrap()
+            .render(context)
+            .unwrap()
+    }
+
+    /// Escaping changes nothing on the built-in page: it prints its only free text (the
+    /// return path) through `urlencode` and hands the script its data through `tojson`.
+    #[test]
+    fn escaping_leaves_the_built_in_page_as_it_was() {
+        let mut prequeue = figures(3, 40, Some(90));
+        prequeue.opens_in = Some(("2026-12-01T10:00:00Z".to_owned(), 3725));
+        for state in [
+            PageState::Waiting,
+            PageState::Paused,
+            PageState::Prequeue,
+            PageState::Closed,
+            PageState::Unavailable,
+            PageState::Challenge,
+        ] {
+            for lang in [Lang::En, Lang::Ko] {
+                let context =
+                    PageContext::build("r", lang, state, &prequeue, "/cart?item=1&size=<m>\"'");
+                let escaped = render_with(&mut html_environment(), DEFAULT_TEMPLATE, &context);
+                let plain = render_with(
+                    &mut minijinja::Environment::new(),
+                    DEFAULT_TEMPLATE,
+                    &context,
+                );
+                assert_eq!(escaped, plain, "{state:?} {lang:?}");
+            }
+        }
+    }
+
+    /// A custom template printing `return_path` as it is cannot be made to run a visitor's
+    /// script.
+    #[test]
+    fn a_custom_template_escapes_what_the_visitor_sent() {
+        let context = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(0, 1, None),
+            "/\"><script>alert(1)</script>",
+        );
+        let html = render_with(
+            &mut html_environment(),
+            "<a href=\"{{ return_path }}\">back</a>",
+            &context,
+        );
+        assert_eq!(
+            html,
+            "<a href=\"&#x2f;&quot;&gt;&lt;script&gt;alert(1)&lt;&#x2f;script&gt;\">back</a>"
+        );
     }
 }
