@@ -45,7 +45,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::KeyHash;
+use anteroom_core::config::{KeyHash, SseLimits};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -77,7 +77,7 @@ pub use sinks::{
     Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
     spawn_event_sinks, webhook_client,
 };
-pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
+pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
 pub use workers::{PublicListeners, Workers, start_workers};
@@ -98,8 +98,9 @@ pub struct PublicSettings {
 
 /// Limits and templates of one node.
 pub struct NodeOptions {
-    /// Open SSE streams this node accepts before answering 503.
-    pub max_sse_connections: usize,
+    /// Open SSE streams this node accepts: in all (then 503), per ticket and per client
+    /// address (then 429).
+    pub sse: SseLimits,
     /// The waiting page templates.
     pub page: page::PageRenderer,
     /// The rate limits applied to every request of the public listener (SPEC §10.2); none
@@ -118,7 +119,7 @@ pub struct NodeOptions {
 impl Default for NodeOptions {
     fn default() -> Self {
         NodeOptions {
-            max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
+            sse: SseLimits::default(),
             page: page::PageRenderer::default(),
             rate_limiter: None,
             code_redemptions: None,
@@ -209,7 +210,7 @@ impl AppState {
                 clock,
                 settings,
                 cookies,
-                hub: Arc::new(SseHub::new(options.max_sse_connections)),
+                hub: Arc::new(SseHub::new(options.sse)),
                 page: options.page,
                 rate_limiter: options.rate_limiter,
                 key_reload: options.key_dir.map(key_reload::KeyReload::new),

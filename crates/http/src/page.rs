@@ -19,6 +19,7 @@
 //! texts of the chosen language) and `config` (what the script needs, for `tojson`).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use anteroom_core::RoomId;
 use anteroom_core::engine::Entry;
+use anteroom_core::page_template::template_path;
 use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
@@ -44,6 +46,15 @@ const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
 /// Why a custom template could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PageError {
+    /// The name is not a file inside the templates directory (none set, an absolute path
+    /// elsewhere, a `..`, or a symbolic link leading out).
+    #[error("page template {name:?} refused: {reason}")]
+    Refused {
+        /// The template's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// The file could not be read.
     #[error("cannot read page template {path}: {source}")]
     Read {
@@ -62,10 +73,13 @@ pub enum PageError {
     },
 }
 
-/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept.
+/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept. Rooms'
+/// own are read only from inside the templates directory (see
+/// [`anteroom_core::page_template`]); without one, custom pages are refused.
 pub struct PageRenderer {
     custom: RwLock<HashMap<String, Arc<minijinja::Environment<'static>>>>,
     default: minijinja::Environment<'static>,
+    templates_dir: Option<PathBuf>,
 }
 
 /// A template environment that escapes every value for HTML: the figures are numbers, but
@@ -90,15 +104,26 @@ impl Default for PageRenderer {
         PageRenderer {
             custom: RwLock::new(HashMap::new()),
             default,
+            templates_dir: None,
         }
     }
 }
 
 impl PageRenderer {
-    /// Loads and checks a custom template (`page_template`), so a broken one is reported at
-    /// start rather than shown to visitors.
+    /// A renderer reading custom templates from `templates_dir` only.
+    pub fn with_templates_dir(templates_dir: PathBuf) -> PageRenderer {
+        PageRenderer {
+            templates_dir: Some(templates_dir),
+            ..PageRenderer::default()
+        }
+    }
+
+    /// Loads and checks a custom template (`page_template`, a name inside the templates
+    /// directory), so a broken or misplaced one is reported at start, or to the admin API,
+    /// rather than shown to visitors.
     pub fn load(&self, path: &str) -> Result<(), PageError> {
-        let source = std::fs::read_to_string(path).map_err(|source| PageError::Read {
+        let file = self.confined(path)?;
+        let source = std::fs::read_to_string(&file).map_err(|source| PageError::Read {
             path: path.to_owned(),
             source,
         })?;
@@ -121,6 +146,30 @@ impl PageRenderer {
             .write()
             .insert(path.to_owned(), Arc::new(environment));
         Ok(())
+    }
+
+    /// The real file `name` stands for, refused unless it lies inside the real templates
+    /// directory: checked after following symbolic links, so a link placed in the directory
+    /// cannot lead out of it.
+    fn confined(&self, name: &str) -> Result<PathBuf, PageError> {
+        let refused = |reason: String| PageError::Refused {
+            name: name.to_owned(),
+            reason,
+        };
+        let lexical = template_path(self.templates_dir.as_deref(), name)
+            .map_err(|error| refused(error.to_string()))?;
+        let (Some(dir), Ok(file)) = (&self.templates_dir, std::fs::canonicalize(&lexical)) else {
+            return Ok(lexical);
+        };
+        let real_dir = std::fs::canonicalize(dir)
+            .map_err(|error| refused(format!("cannot read the templates directory: {error}")))?;
+        if file.starts_with(&real_dir) {
+            Ok(file)
+        } else {
+            Err(refused(
+                "it leads out of the templates directory through a symbolic link".to_owned(),
+            ))
+        }
     }
 
     fn render(&self, room: &RoomConfig, context: &PageContext) -> String {

@@ -47,7 +47,7 @@
 mod headers;
 mod layer;
 mod metrics;
-mod view;
+pub(crate) mod view;
 
 use std::borrow::Cow;
 use std::fmt;
