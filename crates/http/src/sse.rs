@@ -822,7 +822,10 @@ mod tests {
         for _ in 0..4 {
             store.join(&room, JoinRequest::default()).await.unwrap();
         }
-        let hub = SseHub::new(10);
+        let hub = SseHub::new(SseLimits {
+            max_streams: 10,
+            ..SseLimits::default()
+        });
         let mut views = hub.subscribe(&room);
         // A few seconds with one admission give the room a measured rate.
         for step in 0..6 {
@@ -870,5 +873,39 @@ mod tests {
         assert_ne!(eta_step(45_000), eta_step(49_500));
         // Near the front the steps are seconds wide.
         assert_ne!(eta_step(120), eta_step(130));
+    }
+
+    /// Streams stop at the per-ticket and per-address bounds before the node's, and a closed
+    /// stream gives its places back.
+    #[test]
+    fn streams_are_bounded_per_ticket_and_per_address() {
+        let hub = Arc::new(SseHub::new(SseLimits {
+            max_streams: 100,
+            per_ticket: 2,
+            per_ip: 3,
+        }));
+        let room = RoomId::new("r").unwrap();
+        let ticket = || TicketRef {
+            id: TicketId::random(&mut rand::thread_rng()),
+            generation: 0,
+        };
+        let home: IpAddr = "198.51.100.7".parse().unwrap();
+        let elsewhere: IpAddr = "203.0.113.9".parse().unwrap();
+        let one = ticket();
+        let first = hub.connect(&room, one, home).unwrap();
+        let _second = hub.connect(&room, one, home).unwrap();
+        assert_eq!(
+            hub.connect(&room, one, elsewhere).err(),
+            Some(Refusal::Ticket)
+        );
+        let _third = hub.connect(&room, ticket(), home).unwrap();
+        assert_eq!(
+            hub.connect(&room, ticket(), home).err(),
+            Some(Refusal::Address)
+        );
+        assert!(hub.connect(&room, ticket(), elsewhere).is_ok());
+        assert_eq!(hub.connections(), 3, "refusals hold nothing");
+        drop(first);
+        assert!(hub.connect(&room, one, home).is_ok());
     }
 }

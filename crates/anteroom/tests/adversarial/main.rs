@@ -13,6 +13,9 @@ mod support;
 #[path = "../gateway/upstream.rs"]
 mod upstream;
 
+mod limits;
+mod pages;
+
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
