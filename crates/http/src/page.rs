@@ -923,6 +923,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
