@@ -133,6 +133,7 @@ fn raise_open_file_limit() {
 #[allow(clippy::print_stdout)]
 fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     let loaded = serve::load_config(path)?;
+    serve::page_renderer(&loaded)?;
     println!("{}: ok ({} room(s))", path.display(), loaded.rooms.len());
     Ok(ExitCode::SUCCESS)
 }

@@ -10,8 +10,7 @@ use anyhow::Context;
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_http::{
-    AppState, DEFAULT_MAX_SSE_CONNECTIONS, NodeOptions, PageRenderer, PublicSettings,
-    RateLimitOptions, RateLimiter,
+    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter,
 };
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
@@ -110,17 +109,10 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         service_keys: config.auth.service_keys.clone(),
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
-    let page = PageRenderer::default();
-    for room in config
-        .rooms
-        .iter()
-        .filter(|room| !room.page_template.is_empty())
-    {
-        page.load(&room.page_template)
-            .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
-    }
+    let page = page_renderer(config)?;
     let options = NodeOptions {
-        max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
+        sse: config.server.sse,
+        max_once_marks: config.server.max_once_marks,
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
         code_redemptions,
@@ -129,6 +121,25 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
     Ok(Runtime { state, store })
+}
+
+/// The page renderer of `[server] templates_dir`, with every configured room's custom page
+/// loaded and checked (inside the directory after following links, and rendering), so a bad
+/// one stops the start (and `check-config`) rather than reaching visitors.
+pub(crate) fn page_renderer(config: &Config) -> Result<PageRenderer, BadConfig> {
+    let page = match &config.server.templates_dir {
+        Some(dir) => PageRenderer::with_templates_dir(dir.clone()),
+        None => PageRenderer::default(),
+    };
+    for room in config
+        .rooms
+        .iter()
+        .filter(|room| !room.page_template.is_empty())
+    {
+        page.load(&room.page_template)
+            .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
+    }
+    Ok(page)
 }
 
 /// Settings that OIDC clients of the configured rooms (SPEC §11) could not work with.

@@ -154,7 +154,39 @@ pub struct ServerConfig {
     /// Threads serving the public listener, each with its own event loop and socket on the
     /// port; `None`: one per available core.
     pub workers: Option<usize>,
+    /// The only directory rooms' `page_template` files are read from; `None`: custom pages
+    /// are refused.
+    pub templates_dir: Option<PathBuf>,
+    /// How many event streams the node holds, in all and per ticket and client address.
+    pub sse: SseLimits,
+    /// The most one-time marks (used challenges) the node holds when they are its own (no
+    /// Redis store).
+    pub max_once_marks: usize,
 }
+
+/// `[server] sse_max_streams`, `sse_max_streams_per_ticket`, `sse_max_streams_per_ip`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseLimits {
+    /// Open event streams on the node.
+    pub max_streams: usize,
+    /// Open event streams of one ticket (a visitor's tabs).
+    pub per_ticket: usize,
+    /// Open event streams from one client address (many visitors share one behind a NAT).
+    pub per_ip: usize,
+}
+
+impl Default for SseLimits {
+    fn default() -> Self {
+        SseLimits {
+            max_streams: 18_000,
+            per_ticket: 4,
+            per_ip: 64,
+        }
+    }
+}
+
+/// The most one-time marks a node holds unless configured (about 100 MB at most).
+pub const DEFAULT_MAX_ONCE_MARKS: usize = 1_000_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -166,6 +198,9 @@ impl Default for ServerConfig {
             public_url,
             trusted_proxies: Vec::new(),
             workers: None,
+            templates_dir: None,
+            sse: SseLimits::default(),
+            max_once_marks: DEFAULT_MAX_ONCE_MARKS,
         }
     }
 }
@@ -359,7 +394,12 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
             }
         }
     }
-    let rooms = room::read_rooms(root.get(ROOM_SECTION), problems);
+    let server = sections::read_server(root.get("server"), problems);
+    let rooms = room::read_rooms(
+        root.get(ROOM_SECTION),
+        server.templates_dir.as_deref(),
+        problems,
+    );
     let mut rate_limits = rate_limit::read_rate_limits(
         root.get(RATE_LIMIT_SECTION),
         rate_limit::redis_store_selected(root),
@@ -376,7 +416,7 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
     }
     let routes = gateway::read_routes(root, &rooms, &rate_limits, problems);
     Config {
-        server: sections::read_server(root.get("server"), problems),
+        server,
         upstream: gateway::read_upstream(root.get("upstream"), problems),
         store: sections::read_store(root.get("store"), problems),
         keys: sections::read_keys(root.get("keys"), problems),

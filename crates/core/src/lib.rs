@@ -18,6 +18,7 @@ pub mod engine;
 pub mod eta;
 pub mod ids;
 pub mod lottery;
+pub mod page_template;
 pub mod ratelimit;
 pub mod room;
 pub mod waiting;

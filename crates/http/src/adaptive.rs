@@ -30,6 +30,7 @@ use serde::Serialize;
 use anteroom_core::adaptive::{AdaptiveSettings, Decision, Health, SIGNAL_STALE_AFTER_MS};
 use anteroom_core::room::{RoomConfig, default_admit_burst};
 use anteroom_core::{RoomId, Timestamp};
+use anteroom_store::marks::Marked;
 
 use crate::gateway::fine_bound_ms;
 use crate::{AppState, Gateway, UpstreamStats, UpstreamStatsSnapshot};
@@ -351,12 +352,16 @@ async fn control(
         let interval_ms = u64::try_from(settings.interval.as_millis()).unwrap_or(u64::MAX);
         let key = format!("adaptive|{room}|{}", now.0 / interval_ms.max(1));
         match app.mark_once(&key, settings.interval).await {
-            Ok(true) => {
+            Ok(Marked::First) => {
                 if let Some(rate) = apply(app, config, next).await {
                     status.rate_per_minute = rate;
                 }
             }
-            Ok(false) => status.decision = "other_node",
+            Ok(Marked::Seen) => status.decision = "other_node",
+            Ok(Marked::Full) => {
+                tracing::debug!(%room, "adaptive admission: the one-time marks are full; skipping this interval");
+                return;
+            }
             Err(error) => {
                 tracing::debug!(%room, %error, "adaptive admission: cannot take the interval's mark");
                 return;

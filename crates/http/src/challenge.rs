@@ -10,8 +10,11 @@
 //!   gate, `join_gate.rs`, resumes a live ticket first): one solution per ticket, and a left,
 //!   expired or other-generation ticket never stands in for one.
 //! - Each challenge is good for one join: its nonce is marked used in the node's one-time
-//!   marks ([`AppState::mark_once`]: the rate-limit store, in Redis when the node has one, so
-//!   the mark holds across nodes) for as long as the challenge could still be presented.
+//!   marks ([`AppState::mark_once`]: in Redis when the node has a Redis store, so the mark
+//!   holds across nodes, else in the node's own bounded marks, apart from the rate-limit
+//!   counters) for as long as the challenge could still be presented. When the node's own
+//!   marks are full, a solved join is refused with 503 `challenge_unavailable` and
+//!   `Retry-After` (a mark that cannot be recorded cannot stop a replay).
 //! - Refusals are 403 problem+json: `challenge_required` (none sent), `challenge_failed`
 //!   (forged, expired, for another room, or a wrong counter) and `challenge_used` (a replay),
 //!   each with `challenge_url` and a `Link: <…>; rel="challenge"` header saying where to get
@@ -33,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use anteroom_core::RoomId;
 use anteroom_core::challenge::ProofOfWork;
 use anteroom_core::challenge::solves;
+use anteroom_store::marks::Marked;
 use anteroom_token::{ChallengeClaims, ChallengeError};
 
 use crate::AppState;
@@ -41,6 +45,10 @@ use crate::error::ApiError;
 
 /// How long a challenge may be presented after it was issued.
 pub(crate) const CHALLENGE_TTL: Duration = Duration::from_secs(300);
+
+/// What a join refused because the node's marks are full is told to wait: the sweep of
+/// expired marks runs at most once a second.
+const MARKS_FULL_RETRY_AFTER_SECS: u64 = 5;
 
 /// The answer to `POST …/challenge`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -166,8 +174,18 @@ pub(crate) async fn check_solution(
     }
     let key = format!("challenge|{}|{}", room, claims.nonce);
     match app.mark_once(&key, CHALLENGE_TTL).await {
-        Ok(true) => {}
-        Ok(false) => {
+        Ok(Marked::First) => {}
+        Ok(Marked::Full) => {
+            counter!("anteroom_challenges_failed_total", "room" => room.to_string(), "reason" => "marks_full")
+                .increment(1);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "challenge_unavailable",
+                "this node cannot record more solved challenges right now; try again shortly",
+            )
+            .retry_after(MARKS_FULL_RETRY_AFTER_SECS));
+        }
+        Ok(Marked::Seen) => {
             return Err(refuse(
                 room,
                 "replayed",

@@ -46,14 +46,13 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::{Cidr, KeyHash};
+use anteroom_core::config::{Cidr, KeyHash, SseLimits};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, RoomId, Timestamp};
-use anteroom_store::limit::{
-    LimitRequest, LimitStore, LimitStoreError, LocalLimitConfig, LocalLimitStore,
-};
+use anteroom_store::limit::{LimitRequest, LimitStore, LimitStoreError};
+use anteroom_store::marks::{DEFAULT_MAX_MARKS, LocalMarks, Marked};
 use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
@@ -79,7 +78,7 @@ pub use sinks::{
     Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
     spawn_event_sinks, webhook_client,
 };
-pub use sse::{DEFAULT_MAX_SSE_CONNECTIONS, RoomView, SseHub};
+pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
 pub use workers::{PublicListeners, Workers, start_workers};
@@ -103,8 +102,9 @@ pub struct PublicSettings {
 
 /// Limits and templates of one node.
 pub struct NodeOptions {
-    /// Open SSE streams this node accepts before answering 503.
-    pub max_sse_connections: usize,
+    /// Open SSE streams this node accepts: in all (then 503), per ticket and per client
+    /// address (then 429).
+    pub sse: SseLimits,
     /// The waiting page templates.
     pub page: page::PageRenderer,
     /// The rate limits applied to every request of the public listener (SPEC §10.2); none
@@ -116,18 +116,28 @@ pub struct NodeOptions {
     /// The key directory shared with other nodes, followed for rotations made elsewhere
     /// (see [`key_reload`]); none for keys that only live in memory.
     pub key_dir: Option<std::path::PathBuf>,
+    /// The most one-time marks (used challenges) this node holds when they are its own.
+    pub max_once_marks: usize,
 }
 
 impl Default for NodeOptions {
     fn default() -> Self {
         NodeOptions {
-            max_sse_connections: DEFAULT_MAX_SSE_CONNECTIONS,
+            sse: SseLimits::default(),
             page: page::PageRenderer::default(),
             rate_limiter: None,
             code_redemptions: None,
             key_dir: None,
+            max_once_marks: DEFAULT_MAX_MARKS,
         }
     }
+}
+
+/// Where one-time marks live: in Redis when the node has a Redis store (so a mark holds on
+/// every node), else in this node's own bounded store, apart from the rate-limit counters.
+enum OnceMarks {
+    Local(Arc<LocalMarks>),
+    Shared(Arc<dyn LimitStore>),
 }
 
 /// Everything the handlers share; cheap to clone.
@@ -151,9 +161,8 @@ struct Shared {
     revocations: Revocations,
     code_redemptions: Arc<dyn CodeRedemptions>,
     key_reload: Option<key_reload::KeyReload>,
-    /// One-time marks (used challenges, adaptive decisions): the rate-limit store shared by
-    /// every node when there is one, else this node's.
-    once: Arc<dyn LimitStore>,
+    /// One-time marks (used challenges, adaptive decisions).
+    once: OnceMarks,
     adaptive: adaptive::AdaptiveState,
 }
 
@@ -183,12 +192,16 @@ impl AppState {
         let code_redemptions = options
             .code_redemptions
             .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
-        let once = match &options.rate_limiter {
-            Some(limiter) => limiter.shared_store(),
-            None => Arc::new(LocalLimitStore::new(
+        let once = match options
+            .rate_limiter
+            .as_ref()
+            .and_then(RateLimiter::redis_store)
+        {
+            Some(redis) => OnceMarks::Shared(redis),
+            None => OnceMarks::Local(Arc::new(LocalMarks::new(
                 clock.clone(),
-                LocalLimitConfig::default(),
-            )),
+                options.max_once_marks,
+            ))),
         };
         AppState {
             inner: Arc::new(Shared {
@@ -201,7 +214,7 @@ impl AppState {
                 clock,
                 settings,
                 cookies,
-                hub: Arc::new(SseHub::new(options.max_sse_connections)),
+                hub: Arc::new(SseHub::new(options.sse)),
                 page: options.page,
                 rate_limiter: options.rate_limiter,
                 key_reload: options.key_dir.map(key_reload::KeyReload::new),
@@ -225,13 +238,20 @@ impl AppState {
         &self.inner.page
     }
 
-    /// Marks `key` as used for `period`: `true` the first time, `false` while the mark lasts
-    /// (on every node sharing the rate-limit store). A token bucket of one per `period`.
+    /// Marks `key` as used for `period`: [`Marked::First`] the first time, [`Marked::Seen`]
+    /// while the mark lasts (on every node sharing the Redis store), [`Marked::Full`] when this
+    /// node's marks are full and nothing was recorded (the caller refuses: a mark it could
+    /// not record cannot stop a replay).
     pub(crate) async fn mark_once(
         &self,
         key: &str,
         period: Duration,
-    ) -> Result<bool, LimitStoreError> {
+    ) -> Result<Marked, LimitStoreError> {
+        let redis = match &self.inner.once {
+            OnceMarks::Local(marks) => return Ok(marks.mark(key, period)),
+            OnceMarks::Shared(redis) => redis,
+        };
+        // A token bucket of one per `period`.
         let params = LimitParams {
             algorithm: Algorithm::TokenBucket,
             limit: 1,
@@ -244,19 +264,35 @@ impl AppState {
             key,
             params: &params,
             cost: 1,
+            budget: None,
         };
-        let decisions = self.inner.once.acquire(&[request]).await?;
-        Ok(decisions.first().is_some_and(|decision| decision.allowed))
+        let decisions = redis.acquire(&[request]).await?;
+        Ok(match decisions.first() {
+            Some(decision) if decision.allowed => Marked::First,
+            _ => Marked::Seen,
+        })
     }
 
-    /// Spends one of `limit` attempts per `period` under `key` (every node sharing the
-    /// rate-limit store counts together): `false` once they are spent.
+    /// This node's one-time marks, when they are its own (no Redis store).
+    pub fn local_marks(&self) -> Option<&LocalMarks> {
+        match &self.inner.once {
+            OnceMarks::Local(marks) => Some(marks),
+            OnceMarks::Shared(_) => None,
+        }
+    }
+
+    /// Spends one of `limit` attempts per `period` under `key`, in the rate limiter's store
+    /// (Redis when the node has one, so every node counts together): `false` once they are
+    /// spent. A node without a rate limiter (a library user's) counts nothing.
     pub(crate) async fn spend_attempt(
         &self,
         key: &str,
         limit: u64,
         period: Duration,
     ) -> Result<bool, LimitStoreError> {
+        let Some(limiter) = self.rate_limiter() else {
+            return Ok(true);
+        };
         let params = LimitParams {
             algorithm: Algorithm::TokenBucket,
             limit,
@@ -269,8 +305,9 @@ impl AppState {
             key,
             params: &params,
             cost: 1,
+            budget: None,
         };
-        let decisions = self.inner.once.acquire(&[request]).await?;
+        let decisions = limiter.shared_store().acquire(&[request]).await?;
         Ok(decisions.first().is_some_and(|decision| decision.allowed))
     }
 

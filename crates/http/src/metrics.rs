@@ -10,6 +10,8 @@
 //! | `sse_connections` | gauge | |
 //! | `rate_limit_decisions_total` | counter | `rule`, `result` (`allowed`, `delayed`, `rejected`, `shadow_rejected`) |
 //! | `rate_limit_store_errors_total` | counter | `rule` |
+//! | `rate_limit_keys`, `rate_limit_max_keys`, `rate_limit_keys_full_total` | gauge, gauge, counter | `rule` (keys in the local store, its budget, new keys met full) |
+//! | `once_marks`, `once_marks_max`, `once_marks_full_total` | gauge, gauge, counter | (this node's own one-time marks; absent with a Redis store) |
 //! | `store_operation_seconds` | histogram | `operation` (the admin sampler's calls) |
 //! | `store_errors_total` | counter | `operation` (every failed store call of this node) |
 //! | `store_failure_let_through_total`, `store_failure_refused_total` | counter | |
@@ -128,6 +130,11 @@ impl Metrics {
         }
         counter!("anteroom_store_failure_let_through_total").absolute(failures.let_through);
         counter!("anteroom_store_failure_refused_total").absolute(failures.refused);
+        if let Some(marks) = app.local_marks() {
+            gauge!("anteroom_once_marks").set(marks.len() as f64);
+            gauge!("anteroom_once_marks_max").set(marks.max_marks() as f64);
+            counter!("anteroom_once_marks_full_total").absolute(marks.full_total());
+        }
         if let Some(limiter) = &self.rate_limiter {
             for (rule, figures) in limiter.metrics().snapshot() {
                 for result in [
@@ -142,6 +149,15 @@ impl Metrics {
                 }
                 counter!("anteroom_rate_limit_store_errors_total", "rule" => rule.clone())
                     .absolute(figures.store_errors);
+            }
+            for budget in limiter.metrics().key_budgets() {
+                let rule = budget.name().to_owned();
+                gauge!("anteroom_rate_limit_keys", "rule" => rule.clone())
+                    .set(budget.held() as f64);
+                gauge!("anteroom_rate_limit_max_keys", "rule" => rule.clone())
+                    .set(budget.max_keys() as f64);
+                counter!("anteroom_rate_limit_keys_full_total", "rule" => rule)
+                    .absolute(budget.full_total());
             }
         }
         let mut text = self.handle.render();
@@ -359,6 +375,30 @@ fn describe() {
         describe_counter!(
             "anteroom_rate_limit_store_errors_total",
             "Rate-limit decisions a rule's store could not make."
+        );
+        describe_gauge!(
+            "anteroom_once_marks",
+            "One-time marks (used challenges) this node holds, when they are not in Redis."
+        );
+        describe_gauge!(
+            "anteroom_once_marks_max",
+            "The most one-time marks this node holds (max_once_marks)."
+        );
+        describe_counter!(
+            "anteroom_once_marks_full_total",
+            "Marks refused because this node's one-time marks were full (joins refused with 503)."
+        );
+        describe_gauge!(
+            "anteroom_rate_limit_keys",
+            "Keys a rule's counters hold in this node's local store."
+        );
+        describe_gauge!(
+            "anteroom_rate_limit_max_keys",
+            "The most keys a rule's counters may hold in this node's local store (max_keys)."
+        );
+        describe_counter!(
+            "anteroom_rate_limit_keys_full_total",
+            "New keys that met their rule's key budget full (refused, or let through uncounted)."
         );
         describe_histogram!(
             "anteroom_store_operation_seconds",

@@ -115,7 +115,7 @@ struct JoinBody {
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Over the per-IP join limit (`rate_limited`, with the rate-limit headers), or too many joins with a priority code from this address (`code_attempts_exceeded`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The room is closed, or the store cannot be reached", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The room is closed, or the store cannot be reached, or this node cannot record more solved challenges right now (`challenge_unavailable`, with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[allow(dead_code)]
 fn join() {}
@@ -159,6 +159,7 @@ fn status() {}
         (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The ticket expired", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The ticket, or the client address, has as many streams open as it may (`too_many_streams`, with `Retry-After`): poll instead", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "This node holds as many streams as it can: poll instead", body = Problem, content_type = "application/problem+json"),
     ))]
 #[allow(dead_code)]

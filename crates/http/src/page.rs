@@ -19,6 +19,7 @@
 //! texts of the chosen language) and `config` (what the script needs, for `tojson`).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use anteroom_core::RoomId;
 use anteroom_core::engine::Entry;
+use anteroom_core::page_template::template_path;
 use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
@@ -46,6 +48,15 @@ const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
 /// Why a custom template could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PageError {
+    /// The name is not a file inside the templates directory (none set, an absolute path
+    /// elsewhere, a `..`, or a symbolic link leading out).
+    #[error("page template {name:?} refused: {reason}")]
+    Refused {
+        /// The template's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// The file could not be read.
     #[error("cannot read page template {path}: {source}")]
     Read {
@@ -64,15 +75,30 @@ pub enum PageError {
     },
 }
 
-/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept.
+/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept. Rooms'
+/// own are read only from inside the templates directory (see
+/// [`anteroom_core::page_template`]); without one, custom pages are refused.
 pub struct PageRenderer {
     custom: RwLock<HashMap<String, Arc<minijinja::Environment<'static>>>>,
     default: minijinja::Environment<'static>,
+    templates_dir: Option<PathBuf>,
+}
+
+/// A template environment that escapes every value for HTML: the figures are numbers, but
+/// `return_path`, `room` and the texts reach a page, and a custom template must not turn a
+/// visitor's `?return=` into script. (minijinja escapes only by file extension otherwise, and
+/// the templates are named `page`.) Values a template means as markup say so: `tojson` output
+/// is safe JSON; the built-in page marks its `urlencode`d return path `safe` (nothing in it
+/// needs escaping), so escaping leaves it byte for byte as it was.
+fn html_environment() -> minijinja::Environment<'static> {
+    let mut environment = minijinja::Environment::new();
+    environment.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+    environment
 }
 
 impl Default for PageRenderer {
     fn default() -> Self {
-        let mut default = minijinja::Environment::new();
+        let mut default = html_environment();
         // The built-in template is part of the binary and checked by the tests.
         if let Err(error) = default.add_template("page", DEFAULT_TEMPLATE) {
             tracing::error!(%error, "the built-in waiting page does not parse");
@@ -80,19 +106,30 @@ impl Default for PageRenderer {
         PageRenderer {
             custom: RwLock::new(HashMap::new()),
             default,
+            templates_dir: None,
         }
     }
 }
 
 impl PageRenderer {
-    /// Loads and checks a custom template (`page_template`), so a broken one is reported at
-    /// start rather than shown to visitors.
+    /// A renderer reading custom templates from `templates_dir` only.
+    pub fn with_templates_dir(templates_dir: PathBuf) -> PageRenderer {
+        PageRenderer {
+            templates_dir: Some(templates_dir),
+            ..PageRenderer::default()
+        }
+    }
+
+    /// Loads and checks a custom template (`page_template`, a name inside the templates
+    /// directory), so a broken or misplaced one is reported at start, or to the admin API,
+    /// rather than shown to visitors.
     pub fn load(&self, path: &str) -> Result<(), PageError> {
-        let source = std::fs::read_to_string(path).map_err(|source| PageError::Read {
+        let file = self.confined(path)?;
+        let source = std::fs::read_to_string(&file).map_err(|source| PageError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let mut environment = minijinja::Environment::new();
+        let mut environment = html_environment();
         environment
             .add_template_owned("page", source)
             .map_err(|source| PageError::Template {
@@ -111,6 +148,30 @@ impl PageRenderer {
             .write()
             .insert(path.to_owned(), Arc::new(environment));
         Ok(())
+    }
+
+    /// The real file `name` stands for, refused unless it lies inside the real templates
+    /// directory: checked after following symbolic links, so a link placed in the directory
+    /// cannot lead out of it.
+    fn confined(&self, name: &str) -> Result<PathBuf, PageError> {
+        let refused = |reason: String| PageError::Refused {
+            name: name.to_owned(),
+            reason,
+        };
+        let lexical = template_path(self.templates_dir.as_deref(), name)
+            .map_err(|error| refused(error.to_string()))?;
+        let (Some(dir), Ok(file)) = (&self.templates_dir, std::fs::canonicalize(&lexical)) else {
+            return Ok(lexical);
+        };
+        let real_dir = std::fs::canonicalize(dir)
+            .map_err(|error| refused(format!("cannot read the templates directory: {error}")))?;
+        if file.starts_with(&real_dir) {
+            Ok(file)
+        } else {
+            Err(refused(
+                "it leads out of the templates directory through a symbolic link".to_owned(),
+            ))
+        }
     }
 
     fn render(&self, room: &RoomConfig, context: &PageContext) -> String {
@@ -913,6 +974,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -982,5 +1044,70 @@ mod tests {
             "/",
         );
         assert_eq!(waiting.eta_text, "under a minute");
+    }
+
+    fn render_with(
+        environment: &mut minijinja::Environment<'static>,
+        source: &str,
+        context: &PageContext,
+    ) -> String {
+        environment
+            .add_template_owned("page", source.to_owned())
+            .unwrap();
+        environment
+            .get_template("page")
+            .unwrap()
+            .render(context)
+            .unwrap()
+    }
+
+    /// Escaping changes nothing on the built-in page: it prints its only free text (the
+    /// return path) through `urlencode` and hands the script its data through `tojson`.
+    #[test]
+    fn escaping_leaves_the_built_in_page_as_it_was() {
+        let mut prequeue = figures(3, 40, Some(90));
+        prequeue.opens_in = Some(("2026-12-01T10:00:00Z".to_owned(), 3725));
+        for state in [
+            PageState::Waiting,
+            PageState::Paused,
+            PageState::Prequeue,
+            PageState::Closed,
+            PageState::Unavailable,
+            PageState::Challenge,
+        ] {
+            for lang in [Lang::En, Lang::Ko] {
+                let context =
+                    PageContext::build("r", lang, state, &prequeue, "/cart?item=1&size=<m>\"'");
+                let escaped = render_with(&mut html_environment(), DEFAULT_TEMPLATE, &context);
+                let plain = render_with(
+                    &mut minijinja::Environment::new(),
+                    DEFAULT_TEMPLATE,
+                    &context,
+                );
+                assert_eq!(escaped, plain, "{state:?} {lang:?}");
+            }
+        }
+    }
+
+    /// A custom template printing `return_path` as it is cannot be made to run a visitor's
+    /// script.
+    #[test]
+    fn a_custom_template_escapes_what_the_visitor_sent() {
+        let context = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(0, 1, None),
+            "/\"><script>alert(1)</script>",
+        );
+        let html = render_with(
+            &mut html_environment(),
+            "<a href=\"{{ return_path }}\">back</a>",
+            &context,
+        );
+        assert_eq!(
+            html,
+            "<a href=\"&#x2f;&quot;&gt;&lt;script&gt;alert(1)&lt;&#x2f;script&gt;\">back</a>"
+        );
     }
 }

@@ -9,22 +9,33 @@
 //!
 //! Open streams keep their tickets alive: the hub remembers which tickets are connected and
 //! the ticker refreshes them all in one batched store write per room (§5.2).
+//!
+//! Streams are bounded three ways ([`SseLimits`]), so neither one ticket nor one address can
+//! hold the node's streams: in all (503 `too_many_connections`), per ticket and per client
+//! address (429 `too_many_streams`), each with `Retry-After`; the page then polls. The client
+//! address is the one the rate limiter settled on (`[server] trusted_proxies`), an IPv6
+//! address counted by its /64 as the rate limiter does. Both ways a stream is served (axum,
+//! and `stream_conn`'s own loop) go through [`events`], so both are bounded alike. Refusals
+//! are counted in `anteroom_sse_refused_total{reason}`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
+use metrics::counter;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use anteroom_core::config::SseLimits;
 use anteroom_core::engine::{Entry, RoomSnapshot, TicketRef};
 use anteroom_core::eta::{AdmissionRate, eta_seconds, next_poll_ms};
 use anteroom_core::room::Mode;
@@ -34,9 +45,12 @@ use anteroom_store::RoomStore;
 use crate::AppState;
 use crate::api::{self, TicketQuery};
 use crate::error::ApiError;
+use crate::ratelimit::ClientIp;
+use crate::ratelimit::view::{UNKNOWN_PEER, peer_address};
 
-/// Connections one node holds at most unless configured otherwise.
-pub const DEFAULT_MAX_SSE_CONNECTIONS: usize = 18_000;
+/// What a stream refused for being one too many is told to wait before it tries again (the
+/// page polls meanwhile).
+const REFUSED_RETRY_AFTER_SECS: u64 = 5;
 
 /// Comment keep-alives keep proxies from closing quiet streams.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -133,20 +147,66 @@ pub struct SseHub {
     /// When each room's view was last published, to pace estimate-only updates.
     published_at: Mutex<HashMap<RoomId, tokio::time::Instant>>,
     connected: Mutex<HashMap<RoomId, ConnectedTickets>>,
+    /// Open streams by client address (IPv6 by /64).
+    by_address: Mutex<HashMap<IpAddr, usize>>,
     connections: AtomicUsize,
-    max_connections: usize,
+    limits: SseLimits,
+}
+
+/// Why a stream was refused: which bound is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The node holds `max_streams`.
+    Node,
+    /// The ticket holds `per_ticket` streams.
+    Ticket,
+    /// The client address holds `per_ip` streams.
+    Address,
+}
+
+impl Refusal {
+    fn reason(self) -> &'static str {
+        match self {
+            Refusal::Node => "node",
+            Refusal::Ticket => "ticket",
+            Refusal::Address => "address",
+        }
+    }
+
+    fn into_error(self) -> ApiError {
+        counter!("anteroom_sse_refused_total", "reason" => self.reason()).increment(1);
+        let error = match self {
+            Refusal::Node => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_connections",
+                "this node holds as many live streams as it can; poll the status instead",
+            ),
+            Refusal::Ticket => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                "this ticket has as many live streams open as it may; poll the status instead",
+            ),
+            Refusal::Address => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                "this address has as many live streams open as it may; poll the status instead",
+            ),
+        };
+        error.retry_after(REFUSED_RETRY_AFTER_SECS)
+    }
 }
 
 impl SseHub {
-    /// A hub that accepts at most `max_connections` streams.
-    pub fn new(max_connections: usize) -> SseHub {
+    /// A hub that accepts at most `limits` streams.
+    pub fn new(limits: SseLimits) -> SseHub {
         SseHub {
             views: Mutex::new(HashMap::new()),
             refreshing: Mutex::new(HashMap::new()),
             published_at: Mutex::new(HashMap::new()),
             connected: Mutex::new(HashMap::new()),
+            by_address: Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
-            max_connections,
+            limits,
         }
     }
 
@@ -251,23 +311,44 @@ impl SseHub {
         self.connected.lock().keys().cloned().collect()
     }
 
-    fn connect(self: &Arc<Self>, room: &RoomId, ticket: TicketRef) -> Option<Connection> {
+    fn connect(
+        self: &Arc<Self>,
+        room: &RoomId,
+        ticket: TicketRef,
+        client: IpAddr,
+    ) -> Result<Connection, Refusal> {
         let previous = self.connections.fetch_add(1, Ordering::AcqRel);
-        if previous >= self.max_connections {
+        if previous >= self.limits.max_streams {
             self.connections.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(Refusal::Node);
         }
+        // Taken in this order here and in `Connection::drop`.
         let mut connected = self.connected.lock();
-        let entry = connected
-            .entry(room.clone())
-            .or_default()
-            .entry(ticket.id)
-            .or_insert((ticket, 0));
-        entry.1 += 1;
-        Some(Connection {
+        let mut by_address = self.by_address.lock();
+        let tickets = connected.entry(room.clone()).or_default();
+        let ticket_streams = tickets.get(&ticket.id).map_or(0, |(_, streams)| *streams);
+        let address_streams = by_address.get(&client).copied().unwrap_or(0);
+        let refusal = if ticket_streams >= self.limits.per_ticket {
+            Some(Refusal::Ticket)
+        } else if address_streams >= self.limits.per_ip {
+            Some(Refusal::Address)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if tickets.is_empty() {
+                connected.remove(room);
+            }
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            return Err(refusal);
+        }
+        tickets.entry(ticket.id).or_insert((ticket, 0)).1 += 1;
+        *by_address.entry(client).or_insert(0) += 1;
+        Ok(Connection {
             hub: self.clone(),
             room: room.clone(),
             ticket: ticket.id,
+            client,
         })
     }
 }
@@ -277,12 +358,21 @@ struct Connection {
     hub: Arc<SseHub>,
     room: RoomId,
     ticket: TicketId,
+    /// The client address it is counted under.
+    client: IpAddr,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.hub.connections.fetch_sub(1, Ordering::AcqRel);
         let mut connected = self.hub.connected.lock();
+        let mut by_address = self.hub.by_address.lock();
+        if let Some(streams) = by_address.get_mut(&self.client) {
+            *streams -= 1;
+            if *streams == 0 {
+                by_address.remove(&self.client);
+            }
+        }
         if let Some(tickets) = connected.get_mut(&self.room) {
             if let Some(entry) = tickets.get_mut(&self.ticket) {
                 entry.1 -= 1;
@@ -297,12 +387,30 @@ impl Drop for Connection {
     }
 }
 
+/// The address a stream is counted under: the client address the rate limiter settled on
+/// (else the peer's), an IPv6 address by its /64 (one subscriber holds a whole /64).
+fn stream_address(extensions: &Extensions) -> IpAddr {
+    let address = extensions
+        .get::<ClientIp>()
+        .map(|ClientIp(address)| *address)
+        .or_else(|| peer_address(extensions))
+        .unwrap_or(UNKNOWN_PEER);
+    match address {
+        IpAddr::V4(_) => address,
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & (u128::MAX << 64);
+            IpAddr::V6(Ipv6Addr::from(prefix))
+        }
+    }
+}
+
 /// `GET /_anteroom/v1/rooms/{room}/events`
 pub(crate) async fn events(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
+    extensions: Extensions,
 ) -> Result<Response, ApiError> {
     let room = api::parse_room(&room)?;
     let query = api::ticket_query(query)?;
@@ -310,14 +418,10 @@ pub(crate) async fn events(
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
     let config = app.api_room_config(&room).await?;
-    let Some(connection) = app.hub().connect(&room, reference) else {
-        return Err(ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_connections",
-            "this node holds as many live streams as it can; poll the status instead",
-        )
-        .retry_after(5));
-    };
+    let connection = app
+        .hub()
+        .connect(&room, reference, stream_address(&extensions))
+        .map_err(Refusal::into_error)?;
     let entry = app
         .store()
         .status(&room, reference)
@@ -718,7 +822,10 @@ mod tests {
         for _ in 0..4 {
             store.join(&room, JoinRequest::default()).await.unwrap();
         }
-        let hub = SseHub::new(10);
+        let hub = SseHub::new(SseLimits {
+            max_streams: 10,
+            ..SseLimits::default()
+        });
         let mut views = hub.subscribe(&room);
         // A few seconds with one admission give the room a measured rate.
         for step in 0..6 {
@@ -766,5 +873,39 @@ mod tests {
         assert_ne!(eta_step(45_000), eta_step(49_500));
         // Near the front the steps are seconds wide.
         assert_ne!(eta_step(120), eta_step(130));
+    }
+
+    /// Streams stop at the per-ticket and per-address bounds before the node's, and a closed
+    /// stream gives its places back.
+    #[test]
+    fn streams_are_bounded_per_ticket_and_per_address() {
+        let hub = Arc::new(SseHub::new(SseLimits {
+            max_streams: 100,
+            per_ticket: 2,
+            per_ip: 3,
+        }));
+        let room = RoomId::new("r").unwrap();
+        let ticket = || TicketRef {
+            id: TicketId::random(&mut rand::thread_rng()),
+            generation: 0,
+        };
+        let home: IpAddr = "198.51.100.7".parse().unwrap();
+        let elsewhere: IpAddr = "203.0.113.9".parse().unwrap();
+        let one = ticket();
+        let first = hub.connect(&room, one, home).unwrap();
+        let _second = hub.connect(&room, one, home).unwrap();
+        assert_eq!(
+            hub.connect(&room, one, elsewhere).err(),
+            Some(Refusal::Ticket)
+        );
+        let _third = hub.connect(&room, ticket(), home).unwrap();
+        assert_eq!(
+            hub.connect(&room, ticket(), home).err(),
+            Some(Refusal::Address)
+        );
+        assert!(hub.connect(&room, ticket(), elsewhere).is_ok());
+        assert_eq!(hub.connections(), 3, "refusals hold nothing");
+        drop(first);
+        assert!(hub.connect(&room, one, home).is_ok());
     }
 }

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
+use anteroom_core::config::SseLimits;
 use anteroom_core::engine::{Entry, JoinRequest, SessionEnd};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
@@ -58,7 +59,10 @@ impl Node {
             trusted_proxies: Vec::new(),
         };
         let options = NodeOptions {
-            max_sse_connections,
+            sse: SseLimits {
+                max_streams: max_sse_connections,
+                ..SseLimits::default()
+            },
             ..NodeOptions::default()
         };
         let state = AppState::with_options(store.clone(), keys, clock, settings, options);

@@ -71,6 +71,7 @@ impl Limiter for Local {
             key,
             params: &self.params,
             cost: 1,
+            budget: None,
         };
         self.store
             .acquire_one(&request)

@@ -59,6 +59,7 @@ fn main() {
             key: "bench",
             params: &params,
             cost: 1,
+            budget: None,
         };
         for _ in 0..1000 {
             store.acquire(&[request]).await.unwrap();
@@ -73,6 +74,7 @@ fn main() {
                         key: "bench",
                         params: &params,
                         cost: 1,
+                        budget: None,
                     };
                     while left
                         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))

@@ -12,11 +12,14 @@
 //! embedded store writes exactly the records each operation changed before answering. One
 //! conformance suite (`tests/conformance`) runs unchanged against every backend.
 //!
+//! Rate-limit counters ([`limit`]) and one-time marks ([`marks`]) have their own modules.
+//!
 //! This crate must not depend on HTTP or token crates: it stores, it does not speak.
 
 mod codes;
 mod engine_host;
 pub mod limit;
+pub mod marks;
 mod memory;
 mod notices;
 mod outbox;

@@ -2,7 +2,7 @@
 //! two backends.
 //!
 //! - [`LocalLimitStore`]: state in this process, in a sharded concurrent map, bounded in memory
-//!   (evicted by time, a cap on keys).
+//!   (evicted by time, a [`KeyBudget`] of keys per rule).
 //! - [`RedisLimitStore`]: state in Redis, shared by every node, one Lua script per algorithm.
 //!
 //! Both run the algorithms of `anteroom_core::ratelimit::algorithms` (the Lua scripts are
@@ -32,7 +32,12 @@
 //!     delay: 0,
 //!     nodelay: false,
 //! };
-//! let request = LimitRequest { key: "join-per-ip:203.0.113.7", params: &params, cost: 1 };
+//! let request = LimitRequest {
+//!     key: "join-per-ip:203.0.113.7",
+//!     params: &params,
+//!     cost: 1,
+//!     budget: None,
+//! };
 //! let allowed: Vec<bool> = {
 //!     let mut allowed = Vec::new();
 //!     for _ in 0..3 {
@@ -46,13 +51,17 @@
 //! # });
 //! ```
 
+mod budget;
 mod local;
 mod metrics;
 mod redis;
 
+use std::sync::Arc;
+
 use anteroom_core::ratelimit::{Decision, LimitParams, LimitParamsError};
 use async_trait::async_trait;
 
+pub use budget::{FULL_LOG_INTERVAL, KeyBudget};
 pub use local::{LocalLimitConfig, LocalLimitStore};
 pub use metrics::{LimitMetrics, LimitMetricsSnapshot};
 pub use redis::{RedisLimitConfig, RedisLimitStore};
@@ -68,6 +77,9 @@ pub struct LimitRequest<'a> {
     pub params: &'a LimitParams,
     /// What the request costs (usually 1).
     pub cost: u64,
+    /// The budget a new key of this limit is counted in by a local store (its rule's); `None`:
+    /// the store's shared default budget. Redis keys expire by themselves and take none.
+    pub budget: Option<&'a Arc<KeyBudget>>,
 }
 
 /// Why a limit could not be decided.

@@ -1,5 +1,6 @@
 //! The local rate-limit store: race-free under threads, all or nothing across limits, evicts
-//! by time and never early, refuses new keys at its cap.
+//! by time and never early, refuses new keys at its cap, keeps each rule within its own budget
+//! of keys.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,12 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anteroom_core::ratelimit::{Algorithm, LimitParams, decide_in_place, forget_at};
+use anteroom_core::ratelimit::rules::OnKeysFull;
+use anteroom_core::ratelimit::{Algorithm, Decision, LimitParams, decide_in_place, forget_at};
 use anteroom_core::{ManualClock, Timestamp};
 use anteroom_store::limit::{
-    LimitMetricsSnapshot, LimitRequest, LimitStore, LocalLimitConfig, LocalLimitStore,
+    KeyBudget, LimitMetricsSnapshot, LimitRequest, LimitStore, LocalLimitConfig, LocalLimitStore,
 };
 use limit_support::{capacity, params};
+use proptest::prelude::*;
 
 fn store(max_keys: usize) -> (Arc<ManualClock>, Arc<LocalLimitStore>) {
     let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
@@ -27,7 +30,12 @@ fn store(max_keys: usize) -> (Arc<ManualClock>, Arc<LocalLimitStore>) {
 
 fn one(store: &LocalLimitStore, key: &str, params: &LimitParams, cost: u64) -> bool {
     store
-        .acquire_now(&[LimitRequest { key, params, cost }])
+        .acquire_now(&[LimitRequest {
+            key,
+            params,
+            cost,
+            budget: None,
+        }])
         .unwrap()[0]
         .allowed
 }
@@ -92,11 +100,13 @@ fn threads_acquiring_two_limits_at_once_stay_within_both() {
                             key: "a",
                             params: wide,
                             cost: 1,
+                            budget: None,
                         },
                         LimitRequest {
                             key: "b",
                             params: narrow,
                             cost: 1,
+                            budget: None,
                         },
                     ];
                     if thread % 2 == 1 {
@@ -117,6 +127,7 @@ fn threads_acquiring_two_limits_at_once_stay_within_both() {
             key: "a",
             params: &wide,
             cost: 0,
+            budget: None,
         }])
         .unwrap();
     assert_eq!(peek[0].remaining, 20);
@@ -133,11 +144,13 @@ async fn a_rejection_by_one_limit_charges_none() {
             key: "roomy",
             params: &roomy,
             cost: 1,
+            budget: None,
         },
         LimitRequest {
             key: "tight",
             params: &tight,
             cost: 1,
+            budget: None,
         },
     ];
     let first = store.acquire(&both).await.unwrap();
@@ -191,6 +204,7 @@ fn new_keys_are_refused_at_the_cap() {
             key: "c",
             params: &limit,
             cost: 1,
+            budget: None,
         }])
         .unwrap();
     assert!(!refused[0].allowed);
@@ -202,11 +216,13 @@ fn new_keys_are_refused_at_the_cap() {
                 key: "a",
                 params: &limit,
                 cost: 1,
+                budget: None,
             },
             LimitRequest {
                 key: "d",
                 params: &limit,
                 cost: 1,
+                budget: None,
             },
         ])
         .unwrap();
@@ -255,4 +271,125 @@ async fn the_sweeper_task_evicts_periodically() {
         .await
         .unwrap()
         .unwrap();
+}
+
+fn budgeted(
+    store: &LocalLimitStore,
+    key: &str,
+    params: &LimitParams,
+    budget: &Arc<KeyBudget>,
+) -> Decision {
+    store
+        .acquire_now(&[LimitRequest {
+            key,
+            params,
+            cost: 1,
+            budget: Some(budget),
+        }])
+        .unwrap()[0]
+}
+
+/// A rule keyed on something the client picks (a header) is flooded with fresh keys: its own
+/// budget fills and refuses new keys, while another rule's new clients, and the requests that
+/// name no budget, are decided as before. Time gives the places back.
+#[test]
+fn a_full_budget_refuses_only_its_own_new_keys() {
+    let (clock, store) = store(1000);
+    let limit = params(Algorithm::TokenBucket, 3, Duration::from_secs(1));
+    let flooded = Arc::new(KeyBudget::new("api-key", 10, OnKeysFull::Reject));
+    let other = Arc::new(KeyBudget::new("per-ip", 10, OnKeysFull::Reject));
+    for n in 0..10 {
+        assert!(budgeted(&store, &format!("api-key|{n}"), &limit, &flooded).allowed);
+    }
+    let refused = budgeted(&store, "api-key|fresh", &limit, &flooded);
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(1)));
+    assert_eq!((flooded.held(), flooded.full_total()), (10, 1));
+    // A known key of the full rule still counts; the other rule and the unbudgeted keys are
+    // untouched.
+    assert!(budgeted(&store, "api-key|0", &limit, &flooded).allowed);
+    assert!(budgeted(&store, "per-ip|203.0.113.7", &limit, &other).allowed);
+    assert!(one(&store, "mark", &limit, 1));
+    assert_eq!((other.held(), other.full_total()), (1, 0));
+    // Inside a multi-limit call the full rule refuses, and the call charges nothing.
+    let both = store
+        .acquire_now(&[
+            LimitRequest {
+                key: "per-ip|203.0.113.8",
+                params: &limit,
+                cost: 1,
+                budget: Some(&other),
+            },
+            LimitRequest {
+                key: "api-key|fresh",
+                params: &limit,
+                cost: 1,
+                budget: Some(&flooded),
+            },
+        ])
+        .unwrap();
+    assert!(both[0].allowed && !both[1].allowed);
+    assert_eq!(other.held(), 1, "a refused call stores no new key");
+
+    clock.advance(Duration::from_secs(1));
+    store.sweep();
+    assert_eq!(flooded.held(), 0, "swept keys give their places back");
+    assert!(budgeted(&store, "api-key|fresh", &limit, &flooded).allowed);
+}
+
+/// `on_keys_full = "allow"`: a new key in a full budget is decided as a new key and stored
+/// nowhere, so the budget stays full and nothing else changes.
+#[test]
+fn a_full_budget_that_allows_lets_new_keys_through_uncounted() {
+    let (_, store) = store(1000);
+    let limit = params(Algorithm::FixedWindow, 1, Duration::from_secs(60));
+    let budget = Arc::new(KeyBudget::new("open", 1, OnKeysFull::Allow));
+    assert!(budgeted(&store, "open|a", &limit, &budget).allowed);
+    assert!(!budgeted(&store, "open|a", &limit, &budget).allowed);
+    for _ in 0..3 {
+        assert!(budgeted(&store, "open|b", &limit, &budget).allowed);
+    }
+    assert_eq!((store.len(), budget.held(), budget.full_total()), (1, 1, 3));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever a flood does to one rule (its budget filled, then more fresh keys every step),
+    /// another rule's decisions are exactly those of a store that never saw the flood.
+    #[test]
+    fn one_rule_filled_leaves_another_rules_decisions_unchanged(
+        steps in proptest::collection::vec((0usize..6, 0u64..400, 0usize..4), 1..60),
+        algorithm in proptest::sample::select(Algorithm::ALL.to_vec()),
+    ) {
+        let limit = LimitParams {
+            burst: if algorithm == Algorithm::LeakyBucket { 2 } else { 0 },
+            ..params(algorithm, 3, Duration::from_secs(1))
+        };
+        let (quiet_clock, quiet) = store(1000);
+        let (flooded_clock, flooded) = store(1000);
+        let quiet_budget = Arc::new(KeyBudget::new("per-ip", 4, OnKeysFull::Reject));
+        let flooded_budget = Arc::new(KeyBudget::new("per-ip", 4, OnKeysFull::Reject));
+        let flood = Arc::new(KeyBudget::new("api-key", 8, OnKeysFull::Reject));
+        let mut fresh = 0u64;
+        for (client, advance_ms, flood_requests) in steps {
+            for clock in [&quiet_clock, &flooded_clock] {
+                clock.advance(Duration::from_millis(advance_ms));
+            }
+            // One more fresh key than the budget holds, so the first step already fills it.
+            for _ in 0..flood_requests + 9 {
+                fresh += 1;
+                budgeted(&flooded, &format!("api-key|{fresh}"), &limit, &flood);
+            }
+            let key = format!("per-ip|{client}");
+            let expected = budgeted(&quiet, &key, &limit, &quiet_budget);
+            let found = budgeted(&flooded, &key, &limit, &flooded_budget);
+            prop_assert_eq!(found, expected);
+            if advance_ms % 7 == 0 {
+                quiet.sweep();
+                flooded.sweep();
+            }
+        }
+        prop_assert!(flood.full_total() > 0, "the flood filled its budget");
+    }
 }

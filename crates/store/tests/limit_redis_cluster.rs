@@ -134,11 +134,13 @@ fn a_call_across_slots_refused_by_one_limit_leaves_the_others_as_they_were() {
                     key: &roomy_key,
                     params: &roomy,
                     cost: 1,
+                    budget: None,
                 },
                 LimitRequest {
                     key: &tight_key,
                     params: &tight,
                     cost: 1,
+                    budget: None,
                 },
             ];
             let redis_roomy = store.redis_key(algorithm, &roomy_key);
@@ -225,6 +227,7 @@ fn tasks_hammering_one_call_across_slots_never_pass_more_than_any_limit() {
                                 key: &keys[index],
                                 params: &limits[index],
                                 cost: 1,
+                                budget: None,
                             })
                             .collect();
                         let decisions = store.acquire(&requests).await.unwrap();
@@ -245,6 +248,7 @@ fn tasks_hammering_one_call_across_slots_never_pass_more_than_any_limit() {
                 key: &keys[index],
                 params: limit,
                 cost: 0,
+                budget: None,
             };
             let remaining = stores[0].acquire(&[peek]).await.unwrap()[0].remaining;
             assert_eq!(remaining, limit.limit - passed, "{:?}", limit.algorithm);

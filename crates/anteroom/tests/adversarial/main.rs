@@ -15,6 +15,8 @@ mod support;
 #[path = "../gateway/upstream.rs"]
 mod upstream;
 
+mod limits;
+mod pages;
 #[path = "../support/redis.rs"]
 mod redis_server;
 

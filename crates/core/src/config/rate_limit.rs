@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ratelimit::rules::{
-    Action, DEFAULT_IPV6_PREFIX, DEFAULT_STATUS, KeyPart, LimitBackend, OnStoreError,
-    RateLimitRule, RequestMatcher, default_burst, is_valid_rule_name,
+    Action, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_KEYS, DEFAULT_STATUS, KeyPart, LimitBackend,
+    OnKeysFull, OnStoreError, RateLimitRule, RequestMatcher, default_burst, is_valid_rule_name,
 };
 use crate::ratelimit::{Algorithm, LimitParams};
 
@@ -30,6 +30,8 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "headers",
     "on_store_error",
     "ipv6_prefix",
+    "max_keys",
+    "on_keys_full",
 ];
 
 /// The name of the built-in join rule (SPEC §12); a `[[rate_limit]]` of this name replaces it.
@@ -74,6 +76,9 @@ pub fn default_join_rule() -> Option<RateLimitRule> {
         ..RateLimitRule::new(JOIN_RULE_NAME, params)
     })
 }
+
+/// The largest `max_keys` a rule may ask for (about 13 GB of counters).
+const MAX_MAX_KEYS: usize = 100_000_000;
 
 /// The fields of a rule's `match`.
 const MATCH_FIELDS: &[&str] = &["hosts", "paths", "methods", "headers"];
@@ -215,6 +220,9 @@ impl<'a> RuleReader<'a> {
         }
         let on_store_error =
             self.read_choice("on_store_error", OnStoreError::parse, &["allow", "deny"]);
+        let on_keys_full =
+            self.read_choice("on_keys_full", OnKeysFull::parse, &["reject", "allow"]);
+        let max_keys = self.read_max_keys();
         let status = self.read_status();
         let headers = match self.get("headers") {
             None => Some(true),
@@ -236,6 +244,8 @@ impl<'a> RuleReader<'a> {
             status: status?,
             headers: headers?,
             on_store_error: on_store_error?.unwrap_or(OnStoreError::Allow),
+            max_keys: max_keys?,
+            on_keys_full: on_keys_full?.unwrap_or(OnKeysFull::Reject),
         })
     }
 
@@ -442,6 +452,23 @@ impl<'a> RuleReader<'a> {
                 self.report(
                     entry,
                     format!("must be an error status between 400 and 599, found {status}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn read_max_keys(&mut self) -> Option<usize> {
+        let Some(entry) = self.get("max_keys") else {
+            return Some(DEFAULT_MAX_KEYS);
+        };
+        let max_keys = entry.unsigned(self.problems)?;
+        match usize::try_from(max_keys) {
+            Ok(max_keys) if (1..=MAX_MAX_KEYS).contains(&max_keys) => Some(max_keys),
+            _ => {
+                self.report(
+                    entry,
+                    format!("must be between 1 and {MAX_MAX_KEYS}, found {max_keys}"),
                 );
                 None
             }

@@ -2,6 +2,7 @@
 //! the `[[room]]` entries of the config file.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,7 @@ use crate::challenge::{self, ProofOfWork};
 use crate::clock::Timestamp;
 use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
+use crate::page_template::template_path;
 use crate::room::{
     Event, Identity, IdleMode, Mode, Order, PriorityCodes, RoomConfig, StoreErrorPolicy,
     default_admit_burst,
@@ -753,7 +755,11 @@ impl RoomSource {
 
 /// Reads and validates every `[[room]]`, including the checks that span rooms: unique ids,
 /// `requires` naming existing rooms, and no cycle of requirements.
-pub(super) fn read_rooms(entry: Option<&Entry>, problems: &mut Problems) -> Vec<RoomConfig> {
+pub(super) fn read_rooms(
+    entry: Option<&Entry>,
+    templates_dir: Option<&Path>,
+    problems: &mut Problems,
+) -> Vec<RoomConfig> {
     let Some(entry) = entry else {
         return Vec::new();
     };
@@ -796,7 +802,28 @@ pub(super) fn read_rooms(entry: Option<&Entry>, problems: &mut Problems) -> Vec<
     }
     check_unique_ids(&sources, problems);
     check_requires(&sources, problems);
+    check_page_templates(&sources, templates_dir, problems);
     rooms
+}
+
+/// Every `page_template` names a file inside `[server] templates_dir` (SPEC §6.4).
+fn check_page_templates(
+    sources: &[RoomSource],
+    templates_dir: Option<&Path>,
+    problems: &mut Problems,
+) {
+    for source in sources {
+        let Some(name) = source.raw.page_template.as_deref() else {
+            continue;
+        };
+        if name.is_empty() {
+            continue;
+        }
+        if let Err(error) = template_path(templates_dir, name) {
+            let message = format!("{}: page_template: {error}", source.label());
+            problems.add(source.origin("page_template"), message);
+        }
+    }
 }
 
 fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSource {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::tree::{Entry, Origin, Problems, Value, closest};
 use super::{
     AuthConfig, Cidr, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
-    StoreConfig,
+    SseLimits, StoreConfig,
 };
 
 const SERVER_KEYS: &[&str] = &[
@@ -17,6 +17,11 @@ const SERVER_KEYS: &[&str] = &[
     "issuer",
     "trusted_proxies",
     "workers",
+    "templates_dir",
+    "sse_max_streams",
+    "sse_max_streams_per_ticket",
+    "sse_max_streams_per_ip",
+    "max_once_marks",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -95,6 +100,43 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
             None
         }
     });
+    let templates_dir = table
+        .get("templates_dir")
+        .and_then(|entry| match entry.string(problems) {
+            Some(text) if text.trim().is_empty() => {
+                problems.add(&entry.key_origin, "`templates_dir` must not be empty");
+                None
+            }
+            text => text.map(PathBuf::from),
+        });
+    let count = |key: &str, default: usize, problems: &mut Problems| {
+        let Some(entry) = table.get(key) else {
+            return default;
+        };
+        match entry.unsigned(problems) {
+            Some(count) if (1..=MAX_COUNT).contains(&count) => {
+                usize::try_from(count).unwrap_or(default)
+            }
+            Some(count) => {
+                problems.add(
+                    &entry.key_origin,
+                    format!("`{key}` must be between 1 and {MAX_COUNT}, found {count}"),
+                );
+                default
+            }
+            None => default,
+        }
+    };
+    let sse = SseLimits {
+        max_streams: count("sse_max_streams", defaults.sse.max_streams, problems),
+        per_ticket: count(
+            "sse_max_streams_per_ticket",
+            defaults.sse.per_ticket,
+            problems,
+        ),
+        per_ip: count("sse_max_streams_per_ip", defaults.sse.per_ip, problems),
+    };
+    let max_once_marks = count("max_once_marks", defaults.max_once_marks, problems);
     ServerConfig {
         listen,
         admin_listen,
@@ -102,8 +144,14 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         issuer,
         trusted_proxies,
         workers,
+        templates_dir,
+        sse,
+        max_once_marks,
     }
 }
+
+/// The largest count a `[server]` bound may ask for.
+const MAX_COUNT: u64 = 100_000_000;
 
 /// The most serving threads `[server] workers` may ask for.
 const MAX_WORKERS: u64 = 1024;

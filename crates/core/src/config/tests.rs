@@ -74,6 +74,7 @@ admin_listen = "[::1]:9999"
 public_url = "https://queue.example.com/"
 issuer = "https://issuer.example.com"
 trusted_proxies = ["10.0.0.0/8", "::1"]
+templates_dir = "/srv/anteroom/pages"
 
 [upstream]
 url = "http://127.0.0.1:3000"
@@ -132,7 +133,7 @@ fn full_file_resolves_to_typed_values() {
     check_problems(
         FULL,
         &[],
-        &[(Some(25), "invalid key hash: expected \"sha256:\"")],
+        &[(Some(26), "invalid key hash: expected \"sha256:\"")],
     );
     let source = FULL.replace(r#"  "SHA256:03" ,"#, "");
 
@@ -191,6 +192,8 @@ fn full_file_resolves_to_typed_values() {
             issuer: "https://issuer.example.com".to_owned(),
             trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
             workers: None,
+            templates_dir: Some(PathBuf::from("/srv/anteroom/pages")),
+            ..ServerConfig::default()
         },
         upstream: Some(UpstreamConfig::new("http://127.0.0.1:3000")),
         store: StoreConfig::Embedded {
@@ -235,6 +238,7 @@ fn absent_sections_take_defaults() {
             issuer: "http://localhost:8080".to_owned(),
             trusted_proxies: vec![],
             workers: None,
+            ..ServerConfig::default()
         },
         upstream: None,
         store: StoreConfig::Embedded {
@@ -683,6 +687,7 @@ fn environment_overrides() {
         &env(&[
             ("ANTEROOM_SERVER__LISTEN", "127.0.0.1:9000"),
             ("anteroom_server__trusted_proxies", "10.0.0.0/8, ::1"),
+            ("anteroom_server__templates_dir", "/srv/pages"),
             ("ANTEROOM_STORE__BACKEND", "memory"),
             (
                 "ANTEROOM_AUTH__ADMIN_KEYS",
@@ -1167,4 +1172,67 @@ fn verify_reads_one_header_set_named_by_its_proxy() {
         Err("line 2: \"X Uri\" is not a header name"),
     );
     check("[verify]\nheaders = []\n", Err("line 2: unknown key"));
+}
+
+#[test]
+fn page_templates_stay_inside_the_templates_dir() {
+    let room = |template: &str| {
+        format!(
+            "[server]\ntemplates_dir = \"/srv/pages\"\n\n[[room]]\nid = \"r\"\npage_template = \"{template}\"\n"
+        )
+    };
+    assert!(parse_config(&room("sale.html"), &[]).is_ok());
+    assert!(parse_config(&room("/srv/pages/sale.html"), &[]).is_ok());
+    check_problems(
+        &room("../keys/ticket.key"),
+        &[],
+        &[(
+            Some(6),
+            "page_template: \"../keys/ticket.key\" must name a file inside the templates directory, without `..`",
+        )],
+    );
+    check_problems(
+        &room("/etc/passwd"),
+        &[],
+        &[(
+            Some(6),
+            "page_template: \"/etc/passwd\" is outside the templates directory",
+        )],
+    );
+    check_problems(
+        "[[room]]\nid = \"r\"\npage_template = \"sale.html\"\n",
+        &[],
+        &[(
+            Some(3),
+            "page_template: custom pages are read only from `[server] templates_dir`, and none is set",
+        )],
+    );
+}
+
+#[test]
+fn event_stream_bounds_are_configurable() {
+    let config = parse_config(
+        "[server]\nsse_max_streams = 500\nsse_max_streams_per_ticket = 2\nsse_max_streams_per_ip = 10\nmax_once_marks = 1000\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        (config.server.sse, config.server.max_once_marks),
+        (
+            super::SseLimits {
+                max_streams: 500,
+                per_ticket: 2,
+                per_ip: 10
+            },
+            1000
+        )
+    );
+    check_problems(
+        "[server]\nsse_max_streams_per_ip = 0\n",
+        &[],
+        &[(
+            Some(2),
+            "`sse_max_streams_per_ip` must be between 1 and 100000000, found 0",
+        )],
+    );
 }

@@ -123,6 +123,38 @@ impl OnStoreError {
     }
 }
 
+/// What a new client of a rule gets while the rule's counters hold [`RateLimitRule::max_keys`]
+/// keys in the local store (SPEC §10.2: local state is never evicted to make room).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnKeysFull {
+    /// Refused as if at the limit (fail closed): a flood of fresh keys locks out only this
+    /// rule's new clients, never opens the door.
+    Reject,
+    /// Let through uncounted, as if the rule did not apply (fail open).
+    Allow,
+}
+
+impl OnKeysFull {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnKeysFull::Reject => "reject",
+            OnKeysFull::Allow => "allow",
+        }
+    }
+
+    /// Reads the config spelling.
+    pub fn parse(text: &str) -> Option<OnKeysFull> {
+        [OnKeysFull::Reject, OnKeysFull::Allow]
+            .into_iter()
+            .find(|policy| policy.as_str() == text)
+    }
+}
+
+/// The most keys one rule's counters hold in the local store unless configured: about 130 MB
+/// at most, and room for a million distinct clients within the time a counter is remembered.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
 /// The default IPv6 prefix length client addresses are keyed by: one /64 is one subscriber.
 pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
@@ -155,11 +187,17 @@ pub struct RateLimitRule {
     pub headers: bool,
     /// What happens when the store cannot decide.
     pub on_store_error: OnStoreError,
+    /// The most keys the rule's counters hold at once in the local store (its budget: one
+    /// rule filled leaves the others' clients untouched).
+    pub max_keys: usize,
+    /// What a new key gets while the rule holds `max_keys` keys.
+    pub on_keys_full: OnKeysFull,
 }
 
 impl RateLimitRule {
     /// A rule named `name` limiting every request per client IP with `params`; every other
-    /// field at its default (cost 1, reject with 429, local store, headers on, fail open).
+    /// field at its default (cost 1, reject with 429, local store, headers on, fail open on a
+    /// store failure, [`DEFAULT_MAX_KEYS`] keys then new ones rejected).
     pub fn new(name: impl Into<String>, params: LimitParams) -> RateLimitRule {
         RateLimitRule {
             name: name.into(),
@@ -173,6 +211,8 @@ impl RateLimitRule {
             status: DEFAULT_STATUS,
             headers: true,
             on_store_error: OnStoreError::Allow,
+            max_keys: DEFAULT_MAX_KEYS,
+            on_keys_full: OnKeysFull::Reject,
         }
     }
 

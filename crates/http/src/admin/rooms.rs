@@ -675,8 +675,8 @@ fn set<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// Resolves the room and checks `requires` against the stored rooms; any problem (including
-/// those found while reading the body) is one 400 listing them all.
+/// Resolves the room, checks `requires` against the stored rooms and loads a custom page; any
+/// problem (including those found while reading the body) is one 400 listing them all.
 async fn validate(
     admin: &AdminState,
     raw: RawRoom,
@@ -693,10 +693,25 @@ async fn validate(
     if let Some(config) = &config {
         let rooms = admin.app().store().rooms().await?;
         check_requires(config, &rooms, &mut problems);
+        check_page_template(admin, config, &mut problems);
     }
     match config {
         Some(config) if problems.is_empty() => Ok(config),
         _ => Err(invalid_room(problems)),
+    }
+}
+
+/// A custom page must be a readable, valid template inside the node's templates directory
+/// (SPEC §6.4): the preview would otherwise serve any file the node can read.
+fn check_page_template(admin: &AdminState, config: &RoomConfig, problems: &mut Vec<FieldProblem>) {
+    if config.page_template.is_empty() {
+        return;
+    }
+    if let Err(error) = admin.app().page().load(&config.page_template) {
+        problems.push(FieldProblem {
+            field: "page_template".to_owned(),
+            message: error.to_string(),
+        });
     }
 }
 

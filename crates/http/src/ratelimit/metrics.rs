@@ -6,10 +6,16 @@
 //! rule), `shadow_rejected` (a shadow rule that would have refused it). A rule whose verdict
 //! did not matter, because another rule refused the request first, is not counted. Store
 //! failures are counted per rule as `store_errors`.
+//!
+//! The registry also keeps each rule's [`KeyBudget`] in the local store, by name, so a reload
+//! that keeps a rule's name keeps counting the keys its counters already hold.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use anteroom_core::ratelimit::rules::RateLimitRule;
+use anteroom_store::limit::KeyBudget;
 
 /// What a rule decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +100,7 @@ impl RuleMetrics {
 #[derive(Debug, Default)]
 pub struct RateLimitMetrics {
     rules: Mutex<HashMap<String, Arc<RuleCounters>>>,
+    budgets: Mutex<HashMap<String, Arc<KeyBudget>>>,
 }
 
 impl RateLimitMetrics {
@@ -102,6 +109,33 @@ impl RateLimitMetrics {
     pub(crate) fn counters(&self, name: &str) -> Arc<RuleCounters> {
         let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
         rules.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// The key budget of `rule`, created on first use and set to the rule's `max_keys` and
+    /// `on_keys_full`. Called when rules are installed, never per request.
+    pub(crate) fn budget(&self, rule: &RateLimitRule) -> Arc<KeyBudget> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        let budget = budgets
+            .entry(rule.name.clone())
+            .or_insert_with(|| {
+                Arc::new(KeyBudget::new(
+                    rule.name.as_str(),
+                    rule.max_keys,
+                    rule.on_keys_full,
+                ))
+            })
+            .clone();
+        budget.reconfigure(rule.max_keys, rule.on_keys_full);
+        budget
+    }
+
+    /// Every rule's key budget (keys held in the local store, requests that met it full), by
+    /// name.
+    pub fn key_budgets(&self) -> Vec<Arc<KeyBudget>> {
+        let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<Arc<KeyBudget>> = budgets.values().cloned().collect();
+        all.sort_by(|left, right| left.name().cmp(right.name()));
+        all
     }
 
     /// A reading of rule `name`'s counters, if the rule was ever installed.

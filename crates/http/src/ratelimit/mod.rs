@@ -33,6 +33,9 @@
 //!    the rate-limit headers of every rule with `headers = true`.
 //! 6. When a store fails, each of its rules follows `on_store_error`: `allow` lets the request
 //!    through as if the rule did not exist, `deny` answers 503 `store_unavailable`.
+//! 7. In the local store each rule's keys are counted in the rule's own budget (`max_keys`,
+//!    kept across reloads by name): a rule flooded with fresh keys refuses its own new clients
+//!    (or lets them through uncounted, `on_keys_full = "allow"`) and no other rule's.
 //!
 //! # Peer address
 //! The layer reads the peer from `ConnectInfo<SocketAddr>` (serve the app with
@@ -44,7 +47,7 @@
 mod headers;
 mod layer;
 mod metrics;
-mod view;
+pub(crate) mod view;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -63,7 +66,7 @@ use anteroom_core::ratelimit::Decision;
 use anteroom_core::ratelimit::rules::{
     Action, LimitBackend, OnStoreError, RateLimitRule, applicable_rules,
 };
-use anteroom_store::limit::{LimitRequest, LimitStore, Reservation};
+use anteroom_store::limit::{KeyBudget, LimitRequest, LimitStore, Reservation};
 
 use crate::error::ApiError;
 use headers::Reported;
@@ -180,10 +183,11 @@ struct Shared {
     warned_unknown_peer: AtomicBool,
 }
 
-/// The installed rules, each with its counters.
+/// The installed rules, each with its counters and its budget of keys in the local store.
 struct RuleSet {
     rules: Vec<RateLimitRule>,
     counters: Vec<Arc<RuleCounters>>,
+    budgets: Vec<Arc<KeyBudget>>,
 }
 
 /// What the rate limiter decided for one request.
@@ -239,12 +243,16 @@ impl RateLimiter {
         })
     }
 
-    /// The store shared by every node when there is one (redis), else the local store: where
-    /// one-time marks go (used challenges, adaptive decisions).
-    pub fn shared_store(&self) -> Arc<dyn LimitStore> {
-        self.shared
-            .redis
-            .clone()
+    /// The store shared by every node, when there is one (redis): where one-time marks go
+    /// (used challenges, adaptive decisions), so they hold across nodes.
+    pub fn redis_store(&self) -> Option<Arc<dyn LimitStore>> {
+        self.shared.redis.clone()
+    }
+
+    /// The store counting what every node should count together: redis when there is one,
+    /// else this node's own.
+    pub(crate) fn shared_store(&self) -> Arc<dyn LimitStore> {
+        self.redis_store()
             .unwrap_or_else(|| self.shared.local.clone())
     }
 
@@ -421,7 +429,12 @@ fn rule_set(
         .iter()
         .map(|rule| metrics.counters(&rule.name))
         .collect();
-    Ok(RuleSet { rules, counters })
+    let budgets = rules.iter().map(|rule| metrics.budget(rule)).collect();
+    Ok(RuleSet {
+        rules,
+        counters,
+        budgets,
+    })
 }
 
 /// A rule that applies to the request, not yet decided.
@@ -550,6 +563,7 @@ impl Evaluation<'_> {
                         key: &p.key,
                         params: &rule.params,
                         cost: rule.cost,
+                        budget: Some(&self.set.budgets[p.index]),
                     }
                 })
                 .collect();
@@ -579,6 +593,7 @@ impl Evaluation<'_> {
                             key: &p.key,
                             params: &rule.params,
                             cost: rule.cost,
+                            budget: Some(&self.set.budgets[p.index]),
                         }
                     })
                     .collect();

@@ -49,11 +49,19 @@ if resumable then
   end
 end
 
+local refusal = nil
 if ARGV[12] == '1' then
-  return { 'error', 'nothing_to_resume' }
+  refusal = 'nothing_to_resume'
+elseif ARGV[13] ~= '' and NOW > tonumber(ARGV[13]) then
+  refusal = 'join_cancelled'
 end
-if ARGV[13] ~= '' and NOW > tonumber(ARGV[13]) then
-  return { 'error', 'join_cancelled' }
+if refusal then
+  -- What the failed resume settled (an expiry it found due) stays, as in the engine.
+  if room.changed then
+    save_room()
+    notify('status')
+  end
+  return { 'error', refusal }
 end
 
 -- A code is checked (and counted) only for a new ticket: resuming never spends one. Uses are

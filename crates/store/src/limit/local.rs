@@ -22,11 +22,15 @@
 //!   on it decides exactly like a new key. [`LocalLimitStore::sweep`] drops such keys, never
 //!   earlier; [`LocalLimitStore::spawn_sweeper`] runs it periodically. Rejections and peeks
 //!   never create a key.
-//! - **By a cap on keys** ([`LocalLimitConfig::max_keys`]). At the cap, a request that would
-//!   store a *new* key is refused: it gets a rejection (fail closed, so flooding the store with
-//!   fresh keys cannot open the door) with `retry_after` [`LocalLimitConfig::refused_retry_after`],
-//!   and [`LimitMetrics`] counts it. Existing keys are never dropped to make room: an attacker
-//!   who could evict state by creating keys could reset his own limits.
+//! - **By a budget of keys per rule** ([`KeyBudget`], named by each request; requests naming
+//!   none share one of [`LocalLimitConfig::max_keys`]). A rule whose keys a client picks (a
+//!   header value) fills only its own budget, so the other rules' clients are decided as before.
+//!   In a full budget, a request that would store a *new* key gets what the budget's
+//!   [`OnKeysFull`] says: `Reject`, a rejection (fail closed, so flooding a rule with fresh keys
+//!   cannot open the door) with `retry_after` [`LocalLimitConfig::refused_retry_after`], counted
+//!   in [`LimitMetrics`]; `Allow`, the decision of a new key, stored nowhere. Existing keys are
+//!   never dropped to make room: an attacker who could evict state by creating keys could reset
+//!   his own limits.
 //!
 //! (A `DashMap` was the first cut; holding several keys of one shard at once needs either its
 //! raw, unsafe API or a second lock per key, and the second lock made a decision about twice as
@@ -38,6 +42,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anteroom_core::Clock;
+use anteroom_core::ratelimit::rules::OnKeysFull;
 use anteroom_core::ratelimit::{
     Decision, LimitParams, LimitState, Reservation, decide, decide_in_place, forget_at, refund,
     reservation,
@@ -46,6 +51,7 @@ use async_trait::async_trait;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::budget::{KeyBudget, KeySlot};
 use super::metrics::LimitMetrics;
 use super::{LimitRequest, LimitStore, LimitStoreError, Reserved, check_refund, validate};
 
@@ -54,9 +60,10 @@ const SHARDS: usize = 64;
 /// Bounds of a [`LocalLimitStore`].
 #[derive(Debug, Clone)]
 pub struct LocalLimitConfig {
-    /// The most keys held at once (1,000,000 by default: about 100 bytes each plus the key).
+    /// The most keys held at once by requests that name no [`KeyBudget`] (1,000,000 by
+    /// default: about 100 bytes each plus the key). Full, such new keys are refused.
     pub max_keys: usize,
-    /// `retry_after` of a request refused because the store is at `max_keys` (1 s by default).
+    /// `retry_after` of a request refused because its budget is full (1 s by default).
     pub refused_retry_after: Duration,
 }
 
@@ -74,6 +81,8 @@ pub struct LocalLimitStore {
     shards: Box<[Shard]>,
     hasher: RandomState,
     keys: AtomicUsize,
+    /// The budget of requests that name none.
+    default_budget: Arc<KeyBudget>,
     clock: Arc<dyn Clock>,
     config: LocalLimitConfig,
     metrics: Arc<LimitMetrics>,
@@ -94,6 +103,8 @@ struct Entry {
     state: Option<LimitState>,
     /// When `state` stops mattering (ms); the sweeper drops the key from then on.
     forget_at: u64,
+    /// The key's place in its budget, given back when the entry is dropped.
+    _slot: KeySlot,
 }
 
 /// A key decided in a multi-request call.
@@ -104,6 +115,8 @@ struct Working<'a> {
     existed: bool,
     /// The parameters of the last request that changed it, if any did.
     changed: Option<&'a LimitParams>,
+    /// A new key's place in its budget, taken by the first request that changed it.
+    slot: Option<KeySlot>,
 }
 
 impl LocalLimitStore {
@@ -113,6 +126,11 @@ impl LocalLimitStore {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             hasher: RandomState::new(),
             keys: AtomicUsize::new(0),
+            default_budget: Arc::new(KeyBudget::new(
+                "default",
+                config.max_keys,
+                OnKeysFull::Reject,
+            )),
             clock,
             config,
             metrics: Arc::new(LimitMetrics::default()),
@@ -252,7 +270,12 @@ impl LocalLimitStore {
         request: &LimitRequest<'_>,
         now: u64,
     ) -> (Decision, Option<Reservation>) {
-        let LimitRequest { key, params, cost } = *request;
+        let LimitRequest {
+            key,
+            params,
+            cost,
+            budget,
+        } = *request;
         let hash = self.hasher.hash_one(key);
         let mut table = self.shards[self.shard_of(hash)].table.lock();
         if let Some(entry) = table.find_mut(hash, |entry| &*entry.key == key) {
@@ -274,9 +297,10 @@ impl LocalLimitStore {
             // Rejected or a peek: a new key stores nothing.
             return (decision, None);
         };
-        if !self.reserve_key() {
-            return (self.refused(params), None);
-        }
+        let budget = budget.unwrap_or(&self.default_budget);
+        let Some(slot) = budget.take(now) else {
+            return (self.budget_full(budget, params, decision), None);
+        };
         let taken = RESERVE.then(|| reservation(&next, cost));
         let forget = forget_at(params, &next);
         table.insert_unique(
@@ -286,9 +310,11 @@ impl LocalLimitStore {
                 hash,
                 state: Some(next),
                 forget_at: forget,
+                _slot: slot,
             },
             |entry| entry.hash,
         );
+        self.keys.fetch_add(1, Ordering::Relaxed);
         (decision, taken)
     }
 
@@ -306,7 +332,6 @@ impl LocalLimitStore {
             .map(|&id| (id, self.shards[id].table.lock()))
             .collect();
         let mut working: Vec<Working<'_>> = Vec::with_capacity(requests.len());
-        let mut reserved = 0;
         let mut all_allowed = true;
         let mut decisions = Vec::with_capacity(requests.len());
         // Which working key each request decided.
@@ -325,6 +350,7 @@ impl LocalLimitStore {
                         existed: state.is_some(),
                         state,
                         changed: None,
+                        slot: None,
                     });
                     working.len() - 1
                 }
@@ -337,20 +363,24 @@ impl LocalLimitStore {
                 decisions.push(decision);
                 continue;
             };
-            if !known.existed && known.changed.is_none() {
-                if !self.reserve_key() {
-                    all_allowed = false;
-                    decisions.push(self.refused(request.params));
-                    continue;
+            if !known.existed && known.slot.is_none() {
+                let budget = request.budget.unwrap_or(&self.default_budget);
+                match budget.take(now) {
+                    Some(slot) => known.slot = Some(slot),
+                    None => {
+                        let decision = self.budget_full(budget, request.params, decision);
+                        all_allowed &= decision.allowed;
+                        decisions.push(decision);
+                        continue;
+                    }
                 }
-                reserved += 1;
             }
             known.state = Some(next);
             known.changed = Some(request.params);
             decisions.push(decision);
         }
         if !all_allowed {
-            self.keys.fetch_sub(reserved, Ordering::Relaxed);
+            // The new keys' slots go back with `working`.
             return Reserved {
                 reservations: vec![None; decisions.len()],
                 decisions,
@@ -368,6 +398,7 @@ impl LocalLimitStore {
             let (Some(params), Some(state)) = (known.changed, known.state) else {
                 continue;
             };
+            let slot = known.slot;
             let forget = forget_at(params, &state);
             let table = guard_mut(&mut guards, self.shard_of(known.hash));
             match table.find_mut(known.hash, |entry| &*entry.key == known.key) {
@@ -376,6 +407,10 @@ impl LocalLimitStore {
                     entry.forget_at = forget;
                 }
                 None => {
+                    let Some(slot) = slot else {
+                        // Unreachable: a key that was not there took a slot when it changed.
+                        continue;
+                    };
                     table.insert_unique(
                         known.hash,
                         Entry {
@@ -383,9 +418,11 @@ impl LocalLimitStore {
                             hash: known.hash,
                             state: Some(state),
                             forget_at: forget,
+                            _slot: slot,
                         },
                         |entry| entry.hash,
                     );
+                    self.keys.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -395,13 +432,14 @@ impl LocalLimitStore {
         }
     }
 
-    /// Counts one more key, unless the store is at its cap.
-    fn reserve_key(&self) -> bool {
-        self.keys
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |keys| {
-                (keys < self.config.max_keys).then_some(keys + 1)
-            })
-            .is_ok()
+    /// What a request gets that would store a new key in a full `budget`: `fresh` (the
+    /// decision of a new key, stored nowhere) when the budget lets such requests through, else
+    /// a refusal.
+    fn budget_full(&self, budget: &KeyBudget, params: &LimitParams, fresh: Decision) -> Decision {
+        match budget.when_full() {
+            OnKeysFull::Allow => fresh,
+            OnKeysFull::Reject => self.refused(params),
+        }
     }
 
     fn refused(&self, params: &LimitParams) -> Decision {

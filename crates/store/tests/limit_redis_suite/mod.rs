@@ -144,6 +144,7 @@ fn hold_redis_to_local<T: Target>(target: &T, algorithms: &[Algorithm], cases: u
                         key: &keys[index],
                         params: &limits[index],
                         cost,
+                        budget: None,
                     })
                     .collect();
                 let expected = local.acquire_now(&requests).unwrap();
@@ -214,6 +215,7 @@ pub fn tasks_hammering_one_key_never_pass_more_than_the_limit<T: Target>(target:
                                 key: "hot",
                                 params: &limit,
                                 cost: 1,
+                                budget: None,
                             };
                             if store.acquire(&[request]).await.unwrap()[0].allowed {
                                 passed.fetch_add(1, Ordering::Relaxed);
@@ -245,11 +247,13 @@ pub fn a_rejection_by_one_limit_charges_none<T: Target>(target: &T) {
                 key: "roomy",
                 params: &roomy,
                 cost: 1,
+                budget: None,
             },
             LimitRequest {
                 key: "tight",
                 params: &tight,
                 cost: 1,
+                budget: None,
             },
         ];
         assert!(
@@ -278,6 +282,7 @@ pub fn keys_carry_a_hash_tag_and_expire<T: Target>(target: &T) {
             key: "join-per-ip:203.0.113.7",
             params: &limit,
             cost: 1,
+            budget: None,
         };
         assert!(store.acquire(&[request]).await.unwrap()[0].allowed);
         let key = store.redis_key(Algorithm::FixedWindow, request.key);
@@ -306,6 +311,7 @@ pub fn scripts_are_reloaded_after_noscript<T: Target>(target: &T) {
             key: "k",
             params: &limit,
             cost: 1,
+            budget: None,
         };
         assert!(store.acquire(&[request]).await.unwrap()[0].allowed);
         target.on_every_node(redis::cmd("SCRIPT").arg("FLUSH"));
@@ -328,6 +334,7 @@ pub fn an_unreachable_redis_fails_fast_and_is_counted<T: Target>(target: &T) {
             key: "k",
             params: &limit,
             cost: 1,
+            budget: None,
         };
         let started = std::time::Instant::now();
         let error = store.acquire(&[request]).await.unwrap_err();
@@ -346,6 +353,7 @@ pub fn invalid_parameters_are_refused<T: Target>(target: &T) {
             key: "k",
             params: &limit,
             cost: 1,
+            budget: None,
         };
         let error = store.acquire(&[request]).await.unwrap_err();
         assert!(matches!(error, LimitStoreError::InvalidParams { .. }));
@@ -388,6 +396,7 @@ pub fn refunds_decide_alike_in_redis_and_locally<T: Target>(target: &T) {
                             key: &keys[index],
                             params: &limits[index],
                             cost,
+                            budget: None,
                         })
                         .collect();
                     let expected = local.reserve_now(&requests).unwrap();

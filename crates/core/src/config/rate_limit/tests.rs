@@ -10,7 +10,8 @@ use super::super::tests::{check_problems, env};
 use crate::ratelimit::Algorithm;
 use crate::ratelimit::LimitParams;
 use crate::ratelimit::rules::{
-    Action, KeyPart, LimitBackend, OnStoreError, RateLimitRule, RequestMatcher,
+    Action, DEFAULT_MAX_KEYS, KeyPart, LimitBackend, OnKeysFull, OnStoreError, RateLimitRule,
+    RequestMatcher,
 };
 
 /// SPEC §10.2's example, verbatim.
@@ -65,6 +66,8 @@ fn spec_example_parses_verbatim() {
         status: 429,
         headers: true,
         on_store_error: OnStoreError::Allow,
+        max_keys: DEFAULT_MAX_KEYS,
+        on_keys_full: OnKeysFull::Reject,
     };
     assert_eq!(rules(SPEC_EXAMPLE, &[]), vec![expected]);
 }
@@ -137,6 +140,10 @@ nodelay = false
     );
     assert_eq!(api.on_store_error, OnStoreError::Allow);
     assert_eq!(api.ipv6_prefix, 64);
+    assert_eq!(
+        (api.max_keys, api.on_keys_full),
+        (DEFAULT_MAX_KEYS, OnKeysFull::Reject)
+    );
 
     let writes = &found[1];
     let matcher = writes.matcher.as_ref().unwrap();
@@ -257,6 +264,16 @@ acton = "reject"
 }
 
 #[test]
+fn a_rule_sets_its_own_key_budget() {
+    let source = "[[rate_limit]]\nname = \"api-key\"\nmatch = {}\nkey = \"header:X-Api-Key\"\nlimit = 10\nperiod = \"1m\"\nmax_keys = 5000\non_keys_full = \"allow\"\n";
+    let found = rules(source, &[]);
+    assert_eq!(
+        (found[0].max_keys, found[0].on_keys_full),
+        (5000, OnKeysFull::Allow)
+    );
+}
+
+#[test]
 fn field_rules() {
     // Line 5 holds the rule's `match`, line 6 on the fields under test.
     let rule_matching = |matcher: &str, fields: &str| {
@@ -272,6 +289,14 @@ fn field_rules() {
         check_problems(&rule_matching(matcher, ""), &[], &[(Some(5), expected)]);
     };
     check_rule("cost = 0", "rate limit \"r\": cost: must be at least 1");
+    check_rule(
+        "max_keys = 0",
+        "max_keys: must be between 1 and 100000000, found 0",
+    );
+    check_rule(
+        "on_keys_full = \"open\"",
+        "unknown on_keys_full \"open\": expected one of reject, allow",
+    );
     check_rule(
         "cost = 11",
         "cost: 11 is more than the rule's burst (10), so no request could ever pass",
