@@ -19,6 +19,7 @@ pub mod eta;
 pub mod ids;
 pub mod lottery;
 pub mod ratelimit;
+pub mod request_path;
 pub mod room;
 pub mod waiting;
 
