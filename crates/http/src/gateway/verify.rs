@@ -29,8 +29,8 @@ use axum::response::{IntoResponse, Response};
 use crate::error::ApiError;
 use crate::{RateLimitVerdict, RouteRateLimits};
 
-use super::Gateway;
 use super::protect::{self, Asked, JoinWhen, Verdict};
+use super::{Gateway, canonical};
 
 /// The endpoint; Envoy appends the visitor's path to it.
 pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
@@ -65,6 +65,12 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
             "send the visitor's URI in X-Original-URI, X-Forwarded-Uri or X-Envoy-Original-Path",
         )
         .into_response();
+    };
+    // The proxy forwards the path as the visitor spelled it: one that servers read
+    // differently is refused, and the route is matched on its canonical form.
+    let uri = match canonical::canonical_uri(&uri) {
+        Ok(canonical) => canonical.unwrap_or(uri),
+        Err(refused) => return refused.into_response(),
     };
     let redirect = parts
         .headers
