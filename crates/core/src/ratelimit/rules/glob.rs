@@ -163,14 +163,20 @@ impl PathGlob {
         &self.source
     }
 
-    /// Whether `path` matches. `path` should already be normalised with [`normalize_path`];
-    /// it is normalised here if it is not.
+    /// Whether `path`, as a request sent it, matches: it is normalised with
+    /// [`normalize_path`] first.
     pub fn matches(&self, path: &str) -> bool {
-        let normalized = normalize_path(path);
-        if let Some(matched) = self.matches_literally(&normalized) {
+        self.matches_normalized(&normalize_path(path))
+    }
+
+    /// Whether `normalized`, a path [`normalize_path`] returned, matches. It is not
+    /// normalised again: decoded text is taken as it is (normalising twice would decode
+    /// twice, and cut `/a%3F/b` at the decoded `?`).
+    pub fn matches_normalized(&self, normalized: &str) -> bool {
+        if let Some(matched) = self.matches_literally(normalized) {
             return matched;
         }
-        let path: Vec<&str> = path_segments(&normalized).collect();
+        let path: Vec<&str> = path_segments(normalized).collect();
         self.matches_segments(&path)
     }
 
@@ -404,6 +410,18 @@ mod tests {
                 }
                 assert_eq!(compiled.matches(path), general, "{glob:?} against {path:?}");
             }
+        }
+    }
+
+    #[test]
+    fn decoded_text_is_matched_as_it_is() {
+        let glob = PathGlob::new("/events/*/book/**").unwrap();
+        for path in [
+            "/events/1%3F/book",
+            "/events/1%23/book/x",
+            "/events/%3F/book",
+        ] {
+            assert!(glob.matches(path), "{path}");
         }
     }
 
