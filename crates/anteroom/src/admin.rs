@@ -53,6 +53,7 @@ pub(crate) async fn start(
         }
     };
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
+    admin.set_routes(&config.routes);
     if !config.events.is_empty() {
         admin.set_outbox(event_sinks(config)?);
     }

@@ -20,6 +20,7 @@ pub mod ids;
 pub mod lottery;
 pub mod page_template;
 pub mod ratelimit;
+pub mod request_path;
 pub mod room;
 pub mod waiting;
 

@@ -14,6 +14,10 @@
 //! bodies sent chunked or larger than [`MAX_INLINE_BODY`] (streamed by hyper with bounded
 //! memory), and an unusual `Content-Length`. HTTP/2 never reaches this loop (the accept loop
 //! sends it to hyper), nor does a connection opening with an event stream (`stream_conn`).
+//!
+//! An HTTP/1.1 request without exactly one `Host` is answered 400 and its connection closed,
+//! by this loop and by hyper's service alike (SPEC §14.4): the route matched here and the
+//! virtual host the origin serves must be the same.
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,11 +28,14 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::header::{CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRANSFER_ENCODING, UPGRADE};
+use axum::http::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, DATE, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE,
+};
 use axum::http::{
     HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
 };
 use bytes::{Buf as _, Bytes, BytesMut};
+use futures_util::future::Either;
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::TokioIo;
@@ -75,6 +82,41 @@ pub(crate) enum BadHead {
     Malformed,
     /// More than [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`]: 431, as hyper answers.
     TooLarge,
+    /// An HTTP/1.1 request without a `Host`, or any request with several ([`has_one_host`]).
+    Host,
+}
+
+/// The problem+json body of a request refused for its `Host` (both engines answer it).
+macro_rules! host_problem {
+    () => {
+        r#"{"type":"about:blank","title":"Bad Request","status":400,"code":"invalid_host","detail":"an HTTP/1.1 request must carry exactly one Host header"}"#
+    };
+}
+
+/// Whether a request names one `Host` (RFC 9112 §3.2), or none in HTTP/1.0 and HTTP/2 (whose
+/// authority is in the target): with none or several, the route anteroom matches and the
+/// virtual host the origin serves could differ.
+pub(crate) fn has_one_host(version: Version, headers: &HeaderMap) -> bool {
+    let mut hosts = headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), None) => true,
+        (None, _) => version != Version::HTTP_11,
+        (Some(_), Some(_)) => false,
+    }
+}
+
+/// The answer to a request without one `Host`, for hyper: 400 problem+json, and the
+/// connection closed after it.
+fn host_refused() -> Response<Body> {
+    let mut response = Response::new(Body::from(host_problem!()));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 impl BadHead {
@@ -95,6 +137,14 @@ impl BadHead {
             }
             BadHead::TooLarge => Some(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            ),
+            BadHead::Host => Some(
+                concat!(
+                    "HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\n",
+                    "content-length: 145\r\nconnection: close\r\n\r\n",
+                    host_problem!()
+                )
+                .as_bytes(),
             ),
         }
     }
@@ -274,6 +324,9 @@ pub(crate) async fn serve(
             Ok(head) => head,
             Err(bad) => return bad.refuse(&mut stream).await,
         };
+        if !has_one_host(request.version(), request.headers()) {
+            return BadHead::Host.refuse(&mut stream).await;
+        }
         let length = match framing {
             Framing::Length(length) => length,
             Framing::ForHyper => {
@@ -386,8 +439,11 @@ where
 {
     let service = hyper::service::service_fn(
         move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            if !has_one_host(request.version(), request.headers()) {
+                return Either::Left(std::future::ready(Ok(host_refused())));
+            }
             request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(request)
+            Either::Right(router.clone().call(request))
         },
     );
     let connection = hand_over
@@ -776,6 +832,30 @@ mod tests {
         );
         let long = format!("GET /x HTTP/1.1\r\nh: {}", "v".repeat(MAX_HEAD_BYTES));
         assert_eq!(head(&long).err(), Some(BadHead::TooLarge));
+    }
+
+    #[test]
+    fn one_host_is_needed_in_http_1_1() {
+        let check = |text: &str, expected: bool| {
+            let request = head(text).unwrap().unwrap().request;
+            assert_eq!(
+                has_one_host(request.version(), request.headers()),
+                expected,
+                "{text}"
+            );
+        };
+        check("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true);
+        check("GET / HTTP/1.1\r\n\r\n", false);
+        check("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", false);
+        check("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", false);
+        check("GET / HTTP/1.0\r\n\r\n", true);
+        check("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", false);
+        let answer = BadHead::Host.answer().unwrap();
+        let text = std::str::from_utf8(answer).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("content-length: {}\r\n", body.len())));
+        let problem: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(problem["code"], "invalid_host");
     }
 
     #[test]

@@ -28,12 +28,16 @@ const JOINS_PER_ADDRESS: usize = 10;
 /// The room `sale` (`mode`), protecting `/shop/**`, on `redis`; the join limit on and the
 /// test (127.0.0.1) trusted as the site's proxy.
 async fn sale_on_redis(redis: &RedisServer, mode: &str) -> Gate {
-    let gate = Gate::start_with(
-        "join_rate_limit = true\ntrusted_proxies = [\"127.0.0.1/32\"]",
-        &sale_config(mode),
-    )
-    .await;
-    gate.use_redis(redis).await
+    let server = "join_rate_limit = true\ntrusted_proxies = [\"127.0.0.1/32\"]";
+    Gate::start_edited(&sale_config(mode), |text| {
+        let text = text.replacen("join_rate_limit = false\n", "", 1).replacen(
+            "[server]\n",
+            &format!("[server]\n{server}\n"),
+            1,
+        );
+        super::on_redis(&text, &redis.url())
+    })
+    .await
 }
 
 fn sale_config(mode: &str) -> String {
@@ -45,25 +49,6 @@ fn sale_config(mode: &str) -> String {
 }
 
 impl Gate {
-    /// Restarts the server on `redis` instead of the embedded store.
-    async fn use_redis(mut self, redis: &RedisServer) -> Gate {
-        self.server.kill();
-        let path = self.site.config_path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let start = text.find("[store]").unwrap();
-        let end = start + text[start..].find("\n\n").unwrap();
-        let text = format!(
-            "{}[store]\nbackend = \"redis\"\nurl = \"{}\"{}",
-            &text[..start],
-            redis.url(),
-            &text[end..]
-        );
-        std::fs::write(&path, text).unwrap();
-        self.server = self.site.start();
-        self.server.wait_ready(&self.client).await;
-        self
-    }
-
     async fn sale(&self) -> Value {
         self.client
             .get(self.url("/_anteroom/v1/rooms/sale"))

@@ -17,6 +17,7 @@ mod upstream;
 
 mod limits;
 mod pages;
+mod paths;
 #[path = "../support/redis.rs"]
 mod redis_server;
 
@@ -49,19 +50,24 @@ impl Gate {
     }
 
     /// [`Gate::start`] with `server` (lines such as `trusted_proxies = [...]`) added to the
-    /// config's `[server]` section.
+    /// config's `[server]` section (`join_rate_limit = true` replaces the harness's `false`).
     pub(crate) async fn start_with(server: &str, extra: &str) -> Gate {
-        let upstream = Upstream::start().await;
-        let site = Site::new();
-        let path = site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
-        if !server.is_empty() {
-            let mut text = std::fs::read_to_string(&path).unwrap();
+        Gate::start_edited(extra, |mut text| {
             if server.contains("join_rate_limit") {
                 text = text.replacen("join_rate_limit = false\n", "", 1);
             }
-            let text = text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1);
-            std::fs::write(&path, text).unwrap();
-        }
+            text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1)
+        })
+        .await
+    }
+
+    /// [`Gate::start`] with `edit` applied to the whole config text before the server starts.
+    pub(crate) async fn start_edited(extra: &str, edit: impl FnOnce(String) -> String) -> Gate {
+        let upstream = Upstream::start().await;
+        let site = Site::new();
+        let path = site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, edit(text)).unwrap();
         let mut server = site.start();
         let client = support::client();
         server.wait_ready(&client).await;
@@ -92,6 +98,17 @@ pub(crate) async fn raw_exchange(addr: &str, request: &[u8]) -> String {
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The harness's config text with its embedded store replaced by the Redis at `url`.
+pub(crate) fn on_redis(text: &str, url: &str) -> String {
+    let start = text.find("[store]").unwrap();
+    let end = start + text[start..].find("\n\n").unwrap();
+    format!(
+        "{}[store]\nbackend = \"redis\"\nurl = \"{url}\"{}",
+        &text[..start],
+        &text[end..]
+    )
 }
 
 /// The status code of a raw HTTP/1.1 answer (0 when there is none).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ids::RoomId;
-use crate::ratelimit::rules::{RateLimitRule, RequestMatcher, default_burst};
+use crate::ratelimit::rules::{PathGlob, RateLimitRule, RequestMatcher, default_burst};
 use crate::ratelimit::{Algorithm, LimitParams};
 use crate::room::RoomConfig;
 
@@ -143,6 +143,7 @@ const ROUTE_KEYS: &[&str] = &[
     "rate_limits",
     "bypass",
     "page",
+    "case_insensitive",
 ];
 const WEBSOCKET_KEYS: &[&str] = &[
     "limit",
@@ -445,6 +446,7 @@ impl RouteReader<'_> {
                 }
             }
         }
+        self.read_case(&mut matcher, &label, problems);
         let mut rooms = Vec::new();
         let rooms_entry = self.table.get("rooms");
         if let Some(entry) = rooms_entry {
@@ -534,6 +536,30 @@ impl RouteReader<'_> {
             bypass,
             page,
         })
+    }
+}
+
+impl RouteReader<'_> {
+    /// `case_insensitive = true`: the route's path globs match in any ASCII case (SPEC
+    /// §14.3), for origins that read paths so (IIS, Express by default).
+    fn read_case(&self, matcher: &mut RequestMatcher, label: &str, problems: &mut Problems) {
+        let Some(entry) = self.table.get("case_insensitive") else {
+            return;
+        };
+        if entry.boolean(problems) != Some(true) {
+            return;
+        }
+        if matcher.paths.is_empty() {
+            problems.add(
+                &entry.key_origin,
+                format!("{label}: `case_insensitive` applies to `paths`, and the route has none"),
+            );
+        }
+        let globs = std::mem::take(&mut matcher.paths);
+        matcher.paths = globs
+            .into_iter()
+            .map(PathGlob::ignoring_ascii_case)
+            .collect();
     }
 }
 

@@ -486,7 +486,7 @@ pub(crate) async fn patch_room(
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another room requires this one", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A route or another room still needs this one", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn delete_room(
     _: WriteAccess,
@@ -495,18 +495,22 @@ pub(crate) async fn delete_room(
 ) -> Result<Response, ApiError> {
     let id = parse_room(&room)?;
     let rooms = admin.app().store().rooms().await?;
-    let dependents: Vec<&str> = rooms
+    // A route naming a missing room answers 503, and a room requiring it cannot be joined.
+    let routes = admin
+        .routes_naming(&id)
+        .map(|name| format!("route {name:?}"));
+    let requiring = rooms
         .iter()
         .filter(|other| other.requires.contains(&id))
-        .map(|other| other.id.as_str())
-        .collect();
-    if !dependents.is_empty() {
+        .map(|other| format!("room {:?}", other.id.as_str()));
+    let needed_by: Vec<String> = routes.chain(requiring).collect();
+    if !needed_by.is_empty() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "room_required",
             format!(
-                "rooms {} require {id}; change their requires first",
-                dependents.join(", ")
+                "room {id} is still needed by {}; change their routes or requires first",
+                needed_by.join(", ")
             ),
         ));
     }

@@ -6,6 +6,7 @@
 //! [`Gateway::site`] serves every request through `Gateway::handle`, the request's steps in
 //! order in one place (plain functions awaited in one future, no boxed middleware); each step
 //! is in its own file:
+//! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
 //! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled);
 //! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
 //! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
@@ -20,6 +21,7 @@
 //! looked up in the store at most once a second. Room configurations and figures are cached
 //! the same way (`rooms.rs`).
 
+mod canonical;
 mod limits;
 mod passes;
 mod protect;
@@ -38,7 +40,7 @@ use std::convert::Infallible;
 use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
 
@@ -205,6 +207,11 @@ impl Gateway {
         client: Option<&proxy::UpstreamClient>,
         mut request: Request<Body>,
     ) -> Response {
+        // The path every step below matches is the one the upstream receives; spellings that
+        // servers read differently never get further.
+        if let Err(refused) = canonical::canonicalize(&mut request) {
+            return refused.into_response();
+        }
         // Which route the request is on: every step below acts on the matched route.
         let route = routes::match_route(self, &request);
         // The route's own rate limits before anything costs store work or the upstream's

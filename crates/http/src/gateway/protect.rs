@@ -17,7 +17,8 @@
 //! would admit at once: a client that keeps no cookies must not leave a ticket behind per
 //! request, each of which would later be admitted and hold a slot until it is a no-show.
 //!
-//! When the store cannot be reached, a pass that verifies still goes through (its revocation
+//! A room the store does not have answers 503 like a store failing closed. When the store
+//! cannot be reached, a pass that verifies still goes through (its revocation
 //! cannot be checked); a request without one follows the room's `on_store_error`: `open` lets
 //! it through (logged and counted), `closed` answers 503 with the "temporarily unavailable"
 //! page.
@@ -126,10 +127,7 @@ pub(crate) async fn decide(
             .await
         {
             RoomLookup::Found(info) => info,
-            RoomLookup::Missing => {
-                tracing::debug!(%room, route = %route.name, "the route names a room that does not exist");
-                continue;
-            }
+            RoomLookup::Missing => return missing_room(gateway, route, room),
             RoomLookup::StoreDown {
                 last,
                 config,
@@ -544,6 +542,23 @@ fn store_down(gateway: &Gateway, room: RoomId, config: Option<RoomConfig>) -> Op
                 config: Box::new(config),
             })
         }
+    }
+}
+
+/// The route names a room the store does not have (deleted, or a store that lost its data):
+/// the room fails closed whatever its `on_store_error` (SPEC §14.3), since letting requests
+/// through would switch protection off.
+fn missing_room(gateway: &Gateway, route: &Route, room: RoomId) -> Verdict {
+    tracing::warn!(%room, route = %route.name, "the route names a room the store does not have; answering 503 until it exists again");
+    let config = gateway
+        .inner
+        .rooms
+        .configured(&room)
+        .cloned()
+        .unwrap_or_else(|| RoomConfig::with_defaults(room.clone()));
+    Verdict::Unavailable {
+        room,
+        config: Box::new(config),
     }
 }
 

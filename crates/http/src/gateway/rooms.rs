@@ -52,7 +52,7 @@ impl RoomInfo {
 pub(crate) enum RoomLookup {
     /// The room, as of at most a second ago.
     Found(Arc<RoomInfo>),
-    /// No such room (deleted after the routes were configured).
+    /// No such room (deleted after the routes were configured, or lost by the store).
     Missing,
     /// The store cannot be read: the last copy, if any, the room's configuration (from the
     /// last copy or the config file) for the page, and the failure.
@@ -132,6 +132,11 @@ impl RoomCache {
                 }
             }
         }
+    }
+
+    /// The configuration of `room` in the config file, if it is there.
+    pub(crate) fn configured(&self, room: &RoomId) -> Option<&RoomConfig> {
+        self.configured.get(room)
     }
 
     /// Forgets the copy of `room`, so the next request reads it again: this node just changed

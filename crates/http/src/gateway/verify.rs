@@ -33,8 +33,8 @@ use axum::response::{IntoResponse, Response};
 use crate::error::ApiError;
 use crate::{RateLimitVerdict, RouteRateLimits};
 
-use super::Gateway;
 use super::protect::{self, Asked, JoinWhen, Verdict};
+use super::{Gateway, canonical};
 
 /// The endpoint; Envoy appends the visitor's path to it.
 pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
@@ -77,6 +77,12 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
             .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect"))
             && headers_read.uri != OriginalUri::AppendedPath;
     let Original { uri, method, host } = original;
+    // The proxy forwards the path as the visitor spelled it: one that servers read
+    // differently is refused, and the route is matched on its canonical form.
+    let uri = match canonical::canonical_uri(&uri) {
+        Ok(canonical) => canonical.unwrap_or(uri),
+        Err(refused) => return refused.into_response(),
+    };
     // The visitor's request as the gateway would have seen it: its method, URI and host,
     // with the headers and connection details of this one.
     let mut visitor = Request::new(Body::empty());

@@ -143,6 +143,33 @@ fn route_problems_have_lines() {
 }
 
 #[test]
+fn case_insensitive_routes_match_their_paths_in_any_case() {
+    let config = parse(&format!(
+        "{ROOMS}\n[[route]]\npaths = [\"/Admin/**\"]\nrooms = [\"site\"]\ncase_insensitive = true\n\n\
+         [[route]]\npaths = [\"/Buy/**\"]\nrooms = [\"site\"]\ncase_insensitive = false\n"
+    ));
+    let any_case = &config.routes[0].matcher.paths[0];
+    assert!(any_case.matches("/ADMIN/users") && any_case.matches("/admin"));
+    let exact = &config.routes[1].matcher.paths[0];
+    assert!(exact.matches("/Buy/1") && !exact.matches("/buy/1"));
+    let source = format!(
+        "{ROOMS}\n[[route]]\nname = \"iis\"\nrooms = [\"site\"]\ncase_insensitive = true\n\n\
+         [[route]]\npaths = [\"/x\"]\nrooms = [\"site\"]\ncase_insensitive = \"yes\"\n"
+    );
+    check_problems(
+        &source,
+        &[],
+        &[
+            (
+                Some(11),
+                "route \"iis\": `case_insensitive` applies to `paths`, and the route has none",
+            ),
+            (Some(16), "`case_insensitive` must be true or false"),
+        ],
+    );
+}
+
+#[test]
 fn room_shorthand_globs_are_checked() {
     check_problems(
         "[[room]]\nid = \"a\"\nroutes = [\"/x/**y\"]\n",

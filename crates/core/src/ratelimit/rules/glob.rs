@@ -5,7 +5,9 @@
 //!   (`*.css`, `v*`) it matches any run of characters other than `/`.
 //! - `**` as a whole segment matches any number of segments, none included: `/api/**`
 //!   matches `/api`, `/api/x` and `/api/x/y`.
-//! - Everything else matches itself, case-sensitively.
+//! - Everything else matches itself, case-sensitively; a glob made
+//!   [`ignoring_ascii_case`](PathGlob::ignoring_ascii_case) (a route with
+//!   `case_insensitive = true`, for origins such as IIS) matches it in any ASCII case.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -24,6 +26,48 @@ use std::fmt;
 pub struct PathGlob {
     source: String,
     segments: Vec<Segment>,
+    case: Case,
+}
+
+/// How a glob's literal text compares with a path's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Case {
+    /// Byte for byte.
+    Sensitive,
+    /// ASCII letters in either case (the glob's literals are kept in lower case).
+    IgnoreAscii,
+}
+
+impl Case {
+    fn eq(self, literal: &str, text: &str) -> bool {
+        match self {
+            Case::Sensitive => literal == text,
+            Case::IgnoreAscii => literal.eq_ignore_ascii_case(text),
+        }
+    }
+
+    fn starts_with(self, text: &str, piece: &str) -> bool {
+        text.get(..piece.len())
+            .is_some_and(|start| self.eq(piece, start))
+    }
+
+    fn ends_with(self, text: &str, piece: &str) -> bool {
+        text.len() >= piece.len()
+            && text
+                .get(text.len() - piece.len()..)
+                .is_some_and(|end| self.eq(piece, end))
+    }
+
+    /// Where `piece` first appears in `text`.
+    fn find(self, text: &str, piece: &str) -> Option<usize> {
+        match self {
+            Case::Sensitive => text.find(piece),
+            Case::IgnoreAscii => (0..=text.len().checked_sub(piece.len())?).find(|&at| {
+                text.get(at..at + piece.len())
+                    .is_some_and(|window| window.eq_ignore_ascii_case(piece))
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,7 +132,30 @@ impl PathGlob {
         Ok(PathGlob {
             source: pattern.to_owned(),
             segments,
+            case: Case::Sensitive,
         })
+    }
+
+    /// This glob, matching paths in any ASCII case (`/admin/**` then matches `/ADMIN/x`).
+    ///
+    /// ```
+    /// use anteroom_core::ratelimit::rules::PathGlob;
+    ///
+    /// let glob = PathGlob::new("/Admin/*.aspx").expect("valid").ignoring_ascii_case();
+    /// assert!(glob.matches("/aDMIN/Users.ASPX"));
+    /// ```
+    pub fn ignoring_ascii_case(mut self) -> PathGlob {
+        for segment in &mut self.segments {
+            match segment {
+                Segment::Literal(literal) => literal.make_ascii_lowercase(),
+                Segment::Wildcard(pieces) => pieces
+                    .iter_mut()
+                    .for_each(|piece| piece.make_ascii_lowercase()),
+                Segment::One | Segment::AnyDepth => {}
+            }
+        }
+        self.case = Case::IgnoreAscii;
+        self
     }
 
     /// The glob as written.
@@ -96,14 +163,20 @@ impl PathGlob {
         &self.source
     }
 
-    /// Whether `path` matches. `path` should already be normalised with [`normalize_path`];
-    /// it is normalised here if it is not.
+    /// Whether `path`, as a request sent it, matches: it is normalised with
+    /// [`normalize_path`] first.
     pub fn matches(&self, path: &str) -> bool {
-        let normalized = normalize_path(path);
-        if let Some(matched) = self.matches_literally(&normalized) {
+        self.matches_normalized(&normalize_path(path))
+    }
+
+    /// Whether `normalized`, a path [`normalize_path`] returned, matches. It is not
+    /// normalised again: decoded text is taken as it is (normalising twice would decode
+    /// twice, and cut `/a%3F/b` at the decoded `?`).
+    pub fn matches_normalized(&self, normalized: &str) -> bool {
+        if let Some(matched) = self.matches_literally(normalized) {
             return matched;
         }
-        let path: Vec<&str> = path_segments(&normalized).collect();
+        let path: Vec<&str> = path_segments(normalized).collect();
         self.matches_segments(&path)
     }
 
@@ -120,7 +193,7 @@ impl PathGlob {
                 return None;
             };
             // Every segment before this one is literal: this one's place in the path is fixed.
-            if path.next() != Some(literal.as_str()) {
+            if !path.next().is_some_and(|text| self.case.eq(literal, text)) {
                 return Some(false);
             }
         }
@@ -144,7 +217,7 @@ impl PathGlob {
                 }
                 _ => {
                     for i in (0..path.len()).rev() {
-                        reachable[i + 1] = reachable[i] && segment.matches_one(path[i]);
+                        reachable[i + 1] = reachable[i] && segment.matches_one(path[i], self.case);
                     }
                     reachable[0] = false;
                 }
@@ -164,31 +237,31 @@ impl fmt::Display for PathGlob {
 }
 
 impl Segment {
-    fn matches_one(&self, text: &str) -> bool {
+    fn matches_one(&self, text: &str, case: Case) -> bool {
         match self {
-            Segment::Literal(literal) => literal == text,
+            Segment::Literal(literal) => case.eq(literal, text),
             Segment::One => !text.is_empty(),
             Segment::AnyDepth => true,
-            Segment::Wildcard(pieces) => wildcard_matches(pieces, text),
+            Segment::Wildcard(pieces) => wildcard_matches(pieces, text, case),
         }
     }
 }
 
 /// `pieces` are the literal parts of a segment split at its stars: the first must be a prefix,
 /// the last a suffix, and the middle ones must appear in order between them.
-fn wildcard_matches(pieces: &[String], text: &str) -> bool {
+fn wildcard_matches(pieces: &[String], text: &str, case: Case) -> bool {
     let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
         return true;
     };
-    if text.len() < first.len() + last.len() || !text.starts_with(first.as_str()) {
+    if text.len() < first.len() + last.len() || !case.starts_with(text, first) {
         return false;
     }
-    if !text.ends_with(last.as_str()) {
+    if !case.ends_with(text, last) {
         return false;
     }
     let mut middle = &text[first.len()..text.len() - last.len()];
     for piece in &pieces[1..pieces.len() - 1] {
-        match middle.find(piece.as_str()) {
+        match case.find(middle, piece) {
             Some(at) => middle = &middle[at + piece.len()..],
             None => return false,
         }
@@ -336,6 +409,48 @@ mod tests {
                     assert_eq!(glob, "/*", "only `/*` is not literal here");
                 }
                 assert_eq!(compiled.matches(path), general, "{glob:?} against {path:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn decoded_text_is_matched_as_it_is() {
+        let glob = PathGlob::new("/events/*/book/**").unwrap();
+        for path in [
+            "/events/1%3F/book",
+            "/events/1%23/book/x",
+            "/events/%3F/book",
+        ] {
+            assert!(glob.matches(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_glob_ignoring_case_matches_as_on_lower_cased_text() {
+        let globs = ["/Admin/**", "/a/*.ASPX", "/x/v*Z*q", "/*/Users", "/é/B"];
+        let paths = [
+            "/admin",
+            "/ADMIN/x",
+            "/aDmIn/Users",
+            "/a/Default.aspx",
+            "/A/x.AsPx",
+            "/x/VzZQ",
+            "/x/vq",
+            "/x/v-z-Q",
+            "/1/USERS",
+            "/é/b",
+            "/É/b",
+            "/adminx",
+        ];
+        for glob in globs {
+            let insensitive = PathGlob::new(glob).unwrap().ignoring_ascii_case();
+            let lower = PathGlob::new(&glob.to_ascii_lowercase()).unwrap();
+            for path in paths {
+                assert_eq!(
+                    insensitive.matches(path),
+                    lower.matches(&path.to_ascii_lowercase()),
+                    "{glob:?} against {path:?}"
+                );
             }
         }
     }

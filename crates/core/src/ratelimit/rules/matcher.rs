@@ -120,7 +120,7 @@ impl RequestMatcher {
         }
         if !self.paths.is_empty() {
             let path = request.path();
-            if !self.paths.iter().any(|glob| glob.matches(path)) {
+            if !self.paths.iter().any(|glob| glob.matches_normalized(path)) {
                 return false;
             }
         }
