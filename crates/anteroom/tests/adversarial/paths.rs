@@ -11,11 +11,8 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-#[path = "../support/redis.rs"]
-mod redis_server;
-
+use super::redis_server::RedisServer;
 use super::{Gate, raw_exchange, raw_status};
-use redis_server::RedisServer;
 
 const ADMIN_KEY: &str = "paths-admin-key-0123456789abcdef";
 
