@@ -13,6 +13,8 @@ mod support;
 #[path = "../gateway/upstream.rs"]
 mod upstream;
 
+mod secrets;
+
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
