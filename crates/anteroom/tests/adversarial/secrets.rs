@@ -204,3 +204,37 @@ async fn a_ticket_made_with_a_dropped_secret_is_refused_as_ticket_invalid() {
     assert!(answer.contains("ticket_invalid"), "{answer}");
     assert_resumes(&gate.client, &node, &new.ticket, new.position).await;
 }
+
+/// A rotation is asked for with a retention that is not a duration (a typo, or a value an
+/// attacker slipped into a script). The CLI must refuse it with the bad-config exit code and
+/// a message naming the flag, before it writes anything: the key directory stays as it was.
+#[test]
+fn a_rotation_with_a_bad_retention_changes_nothing() {
+    let site = Site::new();
+    let keys = site.keys_dir();
+    let dir = keys.to_str().unwrap();
+    let first = support::run(&["keys", "generate", "--dir", dir]);
+    assert!(first.status.success(), "{first:?}");
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&keys)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+
+    let refused = support::run(&[
+        "keys",
+        "generate",
+        "--dir",
+        dir,
+        "--ticket-secret-retention",
+        "forever",
+    ]);
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--ticket-secret-retention"), "{stderr}");
+    assert_eq!(listing(), before);
+}
