@@ -38,6 +38,7 @@ pub(crate) async fn start(
         read_keys: config.auth.read_keys.clone(),
         key_dir: config.keys.dir.clone(),
         algorithm,
+        ticket_secret_retention: config.keys.ticket_secret_retention,
     };
     let metrics = match Metrics::install(runtime.state.rate_limiter().cloned()) {
         Ok(metrics) => {

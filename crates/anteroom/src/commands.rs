@@ -8,6 +8,7 @@ use clap::Subcommand;
 use sha2::{Digest, Sha256};
 
 use anteroom_core::Clock;
+use anteroom_core::duration::parse_duration;
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use crate::BadConfig;
@@ -17,7 +18,7 @@ use crate::clock::SystemClock;
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
     /// Creates a signing key (the first one, or a new active one: older keys keep verifying
-    /// the passes they signed until those expire).
+    /// the passes they signed until those expire). A rotation rotates the ticket secret too.
     Generate {
         /// The key directory.
         #[arg(long, default_value = "data/keys")]
@@ -25,6 +26,10 @@ pub(crate) enum KeysCommand {
         /// EdDSA, ES256, RS256 or HS256.
         #[arg(long, default_value = "EdDSA")]
         algorithm: String,
+        /// How long the ticket secret a rotation retires keeps verifying the tickets it made
+        /// (as `[keys] ticket_secret_retention`).
+        #[arg(long, default_value = "24h")]
+        ticket_secret_retention: String,
     },
     /// Prints the `sha256:<hex>` form of an API key, for `[auth]` in the config file.
     Hash {
@@ -49,14 +54,20 @@ pub(crate) enum TokenCommand {
 #[allow(clippy::print_stdout)]
 pub(crate) fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     match command {
-        KeysCommand::Generate { dir, algorithm } => {
+        KeysCommand::Generate {
+            dir,
+            algorithm,
+            ticket_secret_retention,
+        } => {
             let algorithm: SigningAlgorithm = algorithm
                 .parse()
                 .map_err(|error| BadConfig(format!("--algorithm: {error}")))?;
+            let retention = parse_duration(&ticket_secret_retention)
+                .map_err(|error| BadConfig(format!("--ticket-secret-retention: {error}")))?;
             let now = SystemClock.now().as_secs();
             let had_keys = KeySet::load(&dir).is_ok();
             let keys = if had_keys {
-                KeySet::rotate(&dir, algorithm, now)
+                KeySet::rotate(&dir, algorithm, retention, now)
             } else {
                 KeySet::load_or_generate(&dir, algorithm, now)
             }
@@ -71,6 +82,9 @@ pub(crate) fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 println!(
                     "older keys stay for verification: {}",
                     keys.kids().join(", ")
+                );
+                println!(
+                    "the ticket secret rotated; the retired one verifies for {ticket_secret_retention}"
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -72,6 +72,7 @@ mod tests;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use toml::de::DeTable;
 
@@ -251,13 +252,23 @@ pub struct KeysConfig {
     pub dir: PathBuf,
     /// One of [`SIGNING_ALGORITHMS`].
     pub algorithm: String,
+    /// How long a ticket secret retired by a key rotation keeps verifying the tickets,
+    /// challenges and sealed values it made. Ticket tokens have no expiry of their own (a
+    /// waiting visitor keeps their ticket while they keep contact), so this is the longest
+    /// wait a rotation honours.
+    pub ticket_secret_retention: Duration,
 }
+
+/// The default of `[keys] ticket_secret_retention`: a day, longer than any queue is expected
+/// to be waited in, and as long as a pending OpenID Connect request lives.
+pub const DEFAULT_TICKET_SECRET_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl Default for KeysConfig {
     fn default() -> Self {
         KeysConfig {
             dir: PathBuf::from("data/keys"),
             algorithm: "EdDSA".to_owned(),
+            ticket_secret_retention: DEFAULT_TICKET_SECRET_RETENTION,
         }
     }
 }

@@ -457,7 +457,7 @@ impl AppState {
         let claims = self
             .keys()
             .ticket_signer()
-            .verify(token, room.as_str())
+            .verify(token, room.as_str(), self.now().as_secs())
             .map_err(|_| ApiError::ticket_invalid())?;
         api::ticket_reference(&claims).ok_or_else(ApiError::ticket_invalid)
     }

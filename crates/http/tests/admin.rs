@@ -43,6 +43,7 @@ impl Admin {
             read_keys: vec![key_hash(READ_KEY)],
             key_dir: key_dir.path().to_owned(),
             algorithm: SigningAlgorithm::EdDsa,
+            ticket_secret_retention: std::time::Duration::from_secs(3600),
         };
         let admin = AdminState::new(harness.state.clone(), settings, None);
         let public = std::mem::replace(&mut harness.app, admin_router(admin.clone()));

@@ -151,6 +151,7 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
         read_keys: Vec::new(),
         key_dir: key_dir.path().to_owned(),
         algorithm: SigningAlgorithm::EdDsa,
+        ticket_secret_retention: std::time::Duration::from_secs(3600),
     };
     metrics.watch_gateway(Gateway::new(
         harness.state.clone(),

@@ -2,7 +2,8 @@
 //!
 //! A challenge is `c1.<room>.<nonce>.<expires>.<difficulty>.<mac>`: the room it is for, 16
 //! random bytes (base64url), the second it expires (Unix time), the leading zero bits asked
-//! for, and the unpadded base64url HMAC-SHA256 of everything before the last `.`. The MAC key
+//! for, and the unpadded base64url HMAC-SHA256 of everything before the last `.`; made with a
+//! rotated ticket secret it is `c2.<secret_id>.<room>…` (`ticket_secrets.rs`). The MAC key
 //! is derived from the key directory's ticket secret (HMAC of a fixed label), so a challenge
 //! can never pass as a ticket token or the other way round, and every node sharing the key
 //! directory accepts every node's challenges. Only the server knows whether a challenge was
@@ -10,18 +11,16 @@
 
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::digest::KeyInit;
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
-use subtle::ConstantTimeEq as _;
+use hmac::Mac as _;
 
-type HmacSha256 = Hmac<Sha256>;
+use crate::ticket_secrets::{self, MacKeys, TicketSecrets, Versions, push_mac_text};
 
-/// The format version at the start of every challenge.
-const VERSION: &str = "c1";
-/// Longest challenge accepted; a well-formed one is under 150 bytes.
+/// The version tags of challenges: of the original ticket secret, and naming a rotated one.
+const VERSIONS: Versions = Versions {
+    original: "c1",
+    named: "c2",
+};
+/// Longest challenge accepted; a well-formed one is under 170 bytes.
 const MAX_CHALLENGE_LEN: usize = 256;
 /// The label the challenge key is derived with.
 const KEY_LABEL: &[u8] = b"anteroom challenge key v1";
@@ -73,33 +72,38 @@ pub enum ChallengeError {
 /// ```
 #[derive(Clone)]
 pub struct ChallengeSigner {
-    keyed: HmacSha256,
+    keys: MacKeys,
 }
 
 impl ChallengeSigner {
-    /// A signer whose key is derived from `secret` (the ticket secret).
+    /// A signer whose key is derived from `secret` (the original ticket secret, alone).
     pub fn from_secret(secret: [u8; 32]) -> ChallengeSigner {
-        let mut derive = <HmacSha256 as KeyInit>::new(&padded(secret).into());
-        derive.update(KEY_LABEL);
-        let key: [u8; 32] = derive.finalize().into_bytes().into();
+        ChallengeSigner::from_secrets(&TicketSecrets::original(secret))
+    }
+
+    pub(crate) fn from_secrets(secrets: &TicketSecrets) -> ChallengeSigner {
         ChallengeSigner {
-            keyed: <HmacSha256 as KeyInit>::new(&padded(key).into()),
+            keys: MacKeys::new(secrets, derive_key),
         }
     }
 
     /// The challenge for `claims` (`room` and `nonce` must hold no `.`).
     pub fn sign(&self, claims: &ChallengeClaims) -> String {
-        let mut challenge = format!(
-            "{VERSION}.{}.{}.{}.{}",
+        let key = self.keys.signing();
+        let mut challenge = String::new();
+        VERSIONS.push_prefix(&mut challenge, key.id());
+        challenge.push_str(&format!(
+            "{}.{}.{}.{}",
             claims.room, claims.nonce, claims.expires_at, claims.difficulty
-        );
-        let mac = self.mac(challenge.as_bytes());
+        ));
+        let mac = key.mac(challenge.as_bytes());
         challenge.push('.');
-        challenge.push_str(&URL_SAFE_NO_PAD.encode(mac));
+        push_mac_text(&mut challenge, &mac);
         challenge
     }
 
-    /// Checks the MAC (in constant time), the room, and that it has not expired at `now_secs`.
+    /// Checks the MAC (in constant time) with the ticket secret the challenge names (which
+    /// must still verify at `now_secs`), the room, and that it has not expired at `now_secs`.
     pub fn verify(
         &self,
         challenge: &str,
@@ -110,13 +114,17 @@ impl ChallengeSigner {
             return Err(ChallengeError::Invalid);
         }
         let (signed, mac) = challenge.rsplit_once('.').ok_or(ChallengeError::Invalid)?;
-        let mac = URL_SAFE_NO_PAD
-            .decode(mac)
-            .map_err(|_| ChallengeError::Invalid)?;
-        if !bool::from(self.mac(signed.as_bytes()).as_slice().ct_eq(&mac)) {
+        let (secret, fields) = VERSIONS
+            .split_prefix(signed)
+            .ok_or(ChallengeError::Invalid)?;
+        let key = self
+            .keys
+            .verifying(secret, now_secs)
+            .ok_or(ChallengeError::Invalid)?;
+        if !key.verifies(signed.as_bytes(), mac) {
             return Err(ChallengeError::Invalid);
         }
-        let claims = parse_fields(signed).ok_or(ChallengeError::Invalid)?;
+        let claims = parse_fields(fields).ok_or(ChallengeError::Invalid)?;
         if claims.room != room {
             return Err(ChallengeError::WrongRoom);
         }
@@ -124,12 +132,6 @@ impl ChallengeSigner {
             return Err(ChallengeError::Expired);
         }
         Ok(claims)
-    }
-
-    fn mac(&self, message: &[u8]) -> [u8; 32] {
-        let mut mac = self.keyed.clone();
-        mac.update(message);
-        mac.finalize().into_bytes().into()
     }
 }
 
@@ -141,18 +143,17 @@ impl fmt::Debug for ChallengeSigner {
     }
 }
 
-/// A 32-byte key zero-padded to the HMAC block: HMAC with the key itself, and infallible.
-fn padded(key: [u8; 32]) -> [u8; 64] {
-    let mut block = [0u8; 64];
-    block[..key.len()].copy_from_slice(&key);
-    block
+/// The challenge key of a ticket secret: its HMAC of a fixed label.
+fn derive_key(secret: [u8; 32]) -> [u8; 32] {
+    let mut derive = ticket_secrets::keyed(secret);
+    derive.update(KEY_LABEL);
+    derive.finalize().into_bytes().into()
 }
 
-/// Reads `c1.<room>.<nonce>.<expires>.<difficulty>`.
-fn parse_fields(signed: &str) -> Option<ChallengeClaims> {
-    let mut fields = signed.split('.');
-    let (Some(VERSION), Some(room), Some(nonce), Some(expires), Some(difficulty), None) = (
-        fields.next(),
+/// Reads `<room>.<nonce>.<expires>.<difficulty>`.
+fn parse_fields(fields: &str) -> Option<ChallengeClaims> {
+    let mut fields = fields.split('.');
+    let (Some(room), Some(nonce), Some(expires), Some(difficulty), None) = (
         fields.next(),
         fields.next(),
         fields.next(),

@@ -8,14 +8,23 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::ticket_secrets::{SecretId, TicketSecret, TicketSecrets};
 use crate::{SigningAlgorithm, TokenError, keys};
 
 /// The file naming the active key id.
 pub(crate) const ACTIVE_FILE: &str = "active";
-/// The file holding the ticket MAC secret.
+/// The file holding the original ticket secret.
 pub(crate) const TICKET_KEY_FILE: &str = "ticket.key";
+/// The file naming the ticket secret that signs, when a rotation made it.
+pub(crate) const TICKET_ACTIVE_FILE: &str = "ticket.active";
 /// The suffix of a retirement record, `<kid>.retired`.
 const RETIRED_SUFFIX: &str = ".retired";
+/// The start of every ticket secret file name.
+const TICKET_PREFIX: &str = "ticket";
+/// The suffix of a ticket secret file, `ticket.key` or `ticket.<id>.key`.
+const TICKET_SECRET_SUFFIX: &str = ".key";
+/// The suffix of a ticket secret's drop record, `ticket.expires` or `ticket.<id>.expires`.
+const TICKET_DROP_SUFFIX: &str = ".expires";
 
 /// A signing key file found in the directory (not yet parsed).
 #[derive(Debug)]
@@ -34,8 +43,12 @@ pub(crate) struct Listing {
     pub(crate) retired: BTreeMap<String, (u64, PathBuf)>,
     /// The kid named by the `active` file, when there is one.
     pub(crate) active: Option<String>,
-    /// The ticket secret, when `ticket.key` exists.
-    pub(crate) ticket_secret: Option<[u8; keys::SECRET_LEN]>,
+    /// Ticket secrets: id → secret.
+    pub(crate) ticket_secrets: BTreeMap<SecretId, [u8; keys::SECRET_LEN]>,
+    /// The id named by `ticket.active`, when there is one.
+    pub(crate) ticket_active: Option<String>,
+    /// Drop records of retired ticket secrets: id → (drop time, record path).
+    pub(crate) ticket_drops: BTreeMap<SecretId, (u64, PathBuf)>,
 }
 
 impl Listing {
@@ -69,6 +82,53 @@ impl Listing {
     pub(crate) fn has_kid(&self, kid: &str) -> bool {
         self.keys.iter().any(|key| key.kid == kid)
     }
+
+    /// The ticket secret that signs, by name: the one `ticket.active` names, else the
+    /// original. Whether its file exists is [`Listing::ticket_secrets`]' concern.
+    pub(crate) fn signing_ticket_secret(&self) -> SecretId {
+        match &self.ticket_active {
+            Some(id) => SecretId::Named(id.clone()),
+            None => SecretId::Original,
+        }
+    }
+
+    /// The ticket secret that signs and every retired one with a drop record. A secret that
+    /// neither signs nor has a record never signed anything (a rotation writes the retiring
+    /// secret's record before it switches), so it is left out.
+    pub(crate) fn ticket_secrets(&self, dir: &Path) -> Result<TicketSecrets, TokenError> {
+        let signing_id = self.signing_ticket_secret();
+        let Some(signing) = self.ticket_secrets.get(&signing_id) else {
+            return Err(match signing_id {
+                SecretId::Original => TokenError::MissingTicketKey {
+                    path: dir.join(TICKET_KEY_FILE),
+                },
+                SecretId::Named(id) => TokenError::corrupt(
+                    dir.join(TICKET_ACTIVE_FILE),
+                    format!("names ticket secret {id:?}, which has no file"),
+                ),
+            });
+        };
+        let retired = self
+            .ticket_secrets
+            .iter()
+            .filter(|(id, _)| **id != signing_id)
+            .filter_map(|(id, bytes)| {
+                let (drop_at, _) = self.ticket_drops.get(id)?;
+                let secret = TicketSecret {
+                    id: id.clone(),
+                    bytes: *bytes,
+                };
+                Some((secret, *drop_at))
+            })
+            .collect();
+        Ok(TicketSecrets {
+            signing: TicketSecret {
+                id: signing_id,
+                bytes: *signing,
+            },
+            retired,
+        })
+    }
 }
 
 /// Lists `dir`. Files it does not own (other names, dot files, directories) are ignored;
@@ -92,28 +152,19 @@ pub(crate) fn list(dir: &Path) -> Result<Listing, TokenError> {
                 return Err(TokenError::corrupt(&path, "does not hold a key id"));
             }
             listing.active = Some(kid.to_owned());
-        } else if name == TICKET_KEY_FILE {
+        } else if name == TICKET_ACTIVE_FILE {
             let text = read_text(&path)?;
-            let secret =
-                keys::decode_secret(&text).map_err(|reason| TokenError::corrupt(&path, reason))?;
-            let secret: [u8; keys::SECRET_LEN] = secret.try_into().map_err(|secret: Vec<u8>| {
-                TokenError::corrupt(
+            let id = text.trim();
+            if !is_valid_kid(id) {
+                return Err(TokenError::corrupt(
                     &path,
-                    format!(
-                        "ticket secret has {} bytes, not {}",
-                        secret.len(),
-                        keys::SECRET_LEN
-                    ),
-                )
-            })?;
-            listing.ticket_secret = Some(secret);
+                    "does not hold a ticket secret id",
+                ));
+            }
+            listing.ticket_active = Some(id.to_owned());
         } else if let Some(kid) = name.strip_suffix(RETIRED_SUFFIX) {
             check_kid(kid, &path)?;
-            let text = read_text(&path)?;
-            let retired_at = text
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| TokenError::corrupt(&path, "does not hold a unix time"))?;
+            let retired_at = read_unix_time(&path)?;
             listing.retired.insert(kid.to_owned(), (retired_at, path));
         } else if let Some((kid, algorithm)) = parse_key_file_name(&name) {
             check_kid(kid, &path)?;
@@ -128,6 +179,13 @@ pub(crate) fn list(dir: &Path) -> Result<Listing, TokenError> {
                 algorithm,
                 path,
             });
+        } else if let Some(id) = ticket_file_id(&name, TICKET_SECRET_SUFFIX, &path)? {
+            listing
+                .ticket_secrets
+                .insert(id, read_ticket_secret(&path)?);
+        } else if let Some(id) = ticket_file_id(&name, TICKET_DROP_SUFFIX, &path)? {
+            let drop_at = read_unix_time(&path)?;
+            listing.ticket_drops.insert(id, (drop_at, path));
         }
     }
     listing.keys.sort_by(|a, b| a.kid.cmp(&b.kid));
@@ -146,6 +204,28 @@ pub(crate) fn key_file_name(kid: &str, algorithm: SigningAlgorithm) -> String {
 /// The file name of the retirement record of key `kid`.
 pub(crate) fn retired_file_name(kid: &str) -> String {
     format!("{kid}{RETIRED_SUFFIX}")
+}
+
+/// The file name of ticket secret `id`.
+pub(crate) fn ticket_secret_file_name(id: &SecretId) -> String {
+    ticket_file_name(id, TICKET_SECRET_SUFFIX)
+}
+
+/// The file name of the drop record of ticket secret `id`.
+pub(crate) fn ticket_drop_file_name(id: &SecretId) -> String {
+    ticket_file_name(id, TICKET_DROP_SUFFIX)
+}
+
+fn ticket_file_name(id: &SecretId, suffix: &str) -> String {
+    match id {
+        SecretId::Original => format!("{TICKET_PREFIX}{suffix}"),
+        SecretId::Named(id) => format!("{TICKET_PREFIX}.{id}{suffix}"),
+    }
+}
+
+/// The path of ticket secret `id` in `dir`.
+pub(crate) fn ticket_secret_path(dir: &Path, id: &SecretId) -> PathBuf {
+    dir.join(ticket_secret_file_name(id))
 }
 
 /// Whether `kid` can be a key id: 1 to 64 base64url characters.
@@ -223,6 +303,52 @@ fn sync_dir(dir: &Path) -> Result<(), TokenError> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+/// The ticket secret a file named `ticket<suffix>` or `ticket.<id><suffix>` belongs to; `None`
+/// for other names, an error for a malformed id.
+fn ticket_file_id(name: &str, suffix: &str, path: &Path) -> Result<Option<SecretId>, TokenError> {
+    let Some(middle) = name
+        .strip_prefix(TICKET_PREFIX)
+        .and_then(|rest| rest.strip_suffix(suffix))
+    else {
+        return Ok(None);
+    };
+    if middle.is_empty() {
+        return Ok(Some(SecretId::Original));
+    }
+    let Some(id) = middle.strip_prefix('.') else {
+        return Ok(None);
+    };
+    if !is_valid_kid(id) {
+        return Err(TokenError::corrupt(
+            path,
+            "file name does not hold a ticket secret id of 1 to 64 base64url characters",
+        ));
+    }
+    Ok(Some(SecretId::Named(id.to_owned())))
+}
+
+fn read_ticket_secret(path: &Path) -> Result<[u8; keys::SECRET_LEN], TokenError> {
+    let text = read_text(path)?;
+    let secret = keys::decode_secret(&text).map_err(|reason| TokenError::corrupt(path, reason))?;
+    secret.try_into().map_err(|secret: Vec<u8>| {
+        TokenError::corrupt(
+            path,
+            format!(
+                "ticket secret has {} bytes, not {}",
+                secret.len(),
+                keys::SECRET_LEN
+            ),
+        )
+    })
+}
+
+fn read_unix_time(path: &Path) -> Result<u64, TokenError> {
+    read_text(path)?
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| TokenError::corrupt(path, "does not hold a unix time"))
 }
 
 fn read_text(path: &Path) -> Result<String, TokenError> {

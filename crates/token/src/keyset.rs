@@ -4,12 +4,14 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Once};
+use std::time::Duration;
 
 use jsonwebtoken::{DecodingKey, EncodingKey};
 use serde_json::{Value, json};
 
 use crate::key_dir::{self, Listing};
 use crate::keys::{self, KeyMaterial};
+use crate::ticket_secrets::SecretId;
 use crate::{ChallengeSigner, SigningAlgorithm, TicketSigner, TokenError};
 
 /// The keys of one key directory, loaded and ready to sign and verify.
@@ -56,7 +58,8 @@ impl KeySet {
     /// Keys that are neither active nor retired (left by an interrupted rotation, or copied
     /// in by hand) are recorded as retired at `now_secs`, so [`KeySet::prune`] removes them
     /// in time. An existing key of another algorithm is kept: changing the algorithm of a
-    /// running key set is a [`KeySet::rotate`].
+    /// running key set is a [`KeySet::rotate`]. Retired ticket secrets past their drop time
+    /// are deleted.
     pub fn load_or_generate(
         dir: &Path,
         algorithm: SigningAlgorithm,
@@ -65,6 +68,7 @@ impl KeySet {
         key_dir::create_dir(dir)?;
         let listing = key_dir::list(dir)?;
         ensure_ticket_secret(dir, &listing)?;
+        drop_expired_ticket_secrets(dir, &listing, now_secs)?;
         if listing.keys.is_empty() {
             let kid = add_key(dir, &listing, algorithm)?;
             key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
@@ -84,11 +88,7 @@ impl KeySet {
         install_crypto_provider();
         let listing = key_dir::list(dir)?;
         let active = listing.active_kid(dir)?;
-        let Some(ticket_secret) = listing.ticket_secret else {
-            return Err(TokenError::MissingTicketKey {
-                path: dir.join(key_dir::TICKET_KEY_FILE),
-            });
-        };
+        let ticket_secrets = listing.ticket_secrets(dir)?;
         let mut keys = Vec::with_capacity(listing.keys.len());
         for file in &listing.keys {
             let text = std::fs::read_to_string(&file.path)
@@ -107,39 +107,54 @@ impl KeySet {
             inner: Arc::new(Inner {
                 keys,
                 jwks,
-                ticket_signer: TicketSigner::from_secret(ticket_secret),
-                challenge_signer: ChallengeSigner::from_secret(ticket_secret),
+                ticket_signer: TicketSigner::from_secrets(&ticket_secrets),
+                challenge_signer: ChallengeSigner::from_secrets(&ticket_secrets),
             }),
         })
     }
 
     /// Generates a new key of `algorithm` in `dir` and makes it the active signing key. The
     /// previous keys stay for verification, recorded as retired at `now_secs`, until
-    /// [`KeySet::prune`] removes them. The ticket secret is kept (or generated when missing).
+    /// [`KeySet::prune`] removes them.
+    ///
+    /// The ticket secret rotates too: a new one makes tickets, challenges and sealed values
+    /// from now on, and the one it replaces keeps verifying what it made for
+    /// `ticket_secret_retention`, then is refused on every node and deleted at the next
+    /// rotation, prune or start. Ticket tokens carry no expiry (a waiting visitor keeps their
+    /// ticket for as long as they keep contact), so the retention is the longest wait worth
+    /// honouring, not a token lifetime.
     pub fn rotate(
         dir: &Path,
         algorithm: SigningAlgorithm,
+        ticket_secret_retention: Duration,
         now_secs: u64,
     ) -> Result<KeySet, TokenError> {
         key_dir::create_dir(dir)?;
         let listing = key_dir::list(dir)?;
-        ensure_ticket_secret(dir, &listing)?;
         let kid = add_key(dir, &listing, algorithm)?;
         // The new key becomes active before the old ones are marked retired, so a crash in
         // between never leaves the active key with a retirement record.
         key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
         retire_all_but(dir, &listing, &kid, now_secs)?;
+        if !ensure_ticket_secret(dir, &listing)? {
+            let drop_at = now_secs.saturating_add(ticket_secret_retention.as_secs());
+            rotate_ticket_secret(dir, &listing, drop_at)?;
+        }
+        // Listed again: with no retention, the secret just retired goes now.
+        drop_expired_ticket_secrets(dir, &key_dir::list(dir)?, now_secs)?;
         KeySet::load(dir)
     }
 
     /// Deletes the files of retired keys whose retirement is at least `keep_secs` old, so
     /// every pass they signed has expired; returns how many keys were deleted. The active key
     /// is never deleted. Choose `keep_secs` at least the longest pass lifetime plus the
-    /// 30 s verification leeway.
+    /// 30 s verification leeway. Retired ticket secrets past their drop time are deleted too
+    /// (and not counted).
     pub fn prune(dir: &Path, keep_secs: u64, now_secs: u64) -> Result<usize, TokenError> {
         let listing = key_dir::list(dir)?;
         let active = listing.active_kid(dir)?.to_owned();
         retire_all_but(dir, &listing, &active, now_secs)?;
+        drop_expired_ticket_secrets(dir, &listing, now_secs)?;
         let mut n_deleted = 0;
         for (kid, (retired_at, record)) in &listing.retired {
             if *kid == active || now_secs.saturating_sub(*retired_at) < keep_secs {
@@ -178,7 +193,8 @@ impl KeySet {
         self.inner.jwks.clone()
     }
 
-    /// The signer for ticket tokens, keyed by the directory's `ticket.key`.
+    /// The signer for ticket tokens and sealed values, keyed by the directory's ticket
+    /// secrets.
     pub fn ticket_signer(&self) -> &TicketSigner {
         &self.inner.ticket_signer
     }
@@ -229,13 +245,68 @@ fn install_crypto_provider() {
     });
 }
 
-/// Writes `ticket.key` when the directory has none.
-fn ensure_ticket_secret(dir: &Path, listing: &Listing) -> Result<(), TokenError> {
-    if listing.ticket_secret.is_some() {
-        return Ok(());
+/// Writes `ticket.key` when the directory has no ticket secret that signs; returns whether it
+/// did.
+fn ensure_ticket_secret(dir: &Path, listing: &Listing) -> Result<bool, TokenError> {
+    // With `ticket.active`, a rotation made the signing secret: a missing file is corruption
+    // for `load` to name, never a reason to make a new one.
+    if listing.ticket_active.is_some() || listing.ticket_secrets.contains_key(&SecretId::Original) {
+        return Ok(false);
     }
+    write_ticket_secret(dir, &SecretId::Original)?;
+    Ok(true)
+}
+
+/// Adds a named ticket secret and makes it the one that signs; the one it replaces verifies
+/// until `drop_at`.
+fn rotate_ticket_secret(dir: &Path, listing: &Listing, drop_at: u64) -> Result<(), TokenError> {
+    let retiring = listing.signing_ticket_secret();
+    let (id, named) = loop {
+        // 64 random bits, like kids: collisions are only possible in theory, and checked.
+        let id = keys::encode_secret(&keys::random_secret()[..8]);
+        let named = SecretId::Named(id.clone());
+        if !listing.ticket_secrets.contains_key(&named)
+            && !listing.ticket_drops.contains_key(&named)
+        {
+            break (id, named);
+        }
+    };
+    write_ticket_secret(dir, &named)?;
+    // The retiring secret gets its drop record before the new one signs: a crash in between
+    // leaves it signing (the signing secret ignores its record) rather than retired without
+    // a record, which would refuse its tokens at once.
+    let record = key_dir::ticket_drop_file_name(&retiring);
+    key_dir::write_file(dir, &record, &format!("{drop_at}\n"))?;
+    key_dir::write_file(dir, key_dir::TICKET_ACTIVE_FILE, &format!("{id}\n"))
+}
+
+fn write_ticket_secret(dir: &Path, id: &SecretId) -> Result<(), TokenError> {
     let secret = keys::encode_secret(&keys::random_secret());
-    key_dir::write_file(dir, key_dir::TICKET_KEY_FILE, &format!("{secret}\n"))
+    key_dir::write_file(
+        dir,
+        &key_dir::ticket_secret_file_name(id),
+        &format!("{secret}\n"),
+    )
+}
+
+/// Deletes every retired ticket secret whose drop time is past at `now_secs`, and its record.
+/// The signing secret is never deleted, whatever record a crashed rotation left it.
+fn drop_expired_ticket_secrets(
+    dir: &Path,
+    listing: &Listing,
+    now_secs: u64,
+) -> Result<(), TokenError> {
+    let signing = listing.signing_ticket_secret();
+    for (id, (drop_at, record)) in &listing.ticket_drops {
+        if *id == signing || now_secs < *drop_at {
+            continue;
+        }
+        // Secret first, record second: a crash in between leaves only an orphan record,
+        // which the next pass removes.
+        key_dir::remove_file(&key_dir::ticket_secret_path(dir, id))?;
+        key_dir::remove_file(record)?;
+    }
+    Ok(())
 }
 
 /// Generates a key of `algorithm` under a fresh kid, writes its file and returns the kid.

@@ -26,16 +26,21 @@
 //! | `<kid>.hs256.key` | base64url HS256 secret, at least 32 bytes |
 //! | `active` | the kid of the key that signs |
 //! | `<kid>.retired` | decimal Unix time at which that key stopped signing |
-//! | `ticket.key` | base64url 32-byte ticket MAC secret |
+//! | `ticket.key` | base64url 32-byte original ticket secret |
+//! | `ticket.<id>.key` | base64url 32-byte ticket secret made by a rotation |
+//! | `ticket.active` | the id of the ticket secret that signs (absent: `ticket.key` signs) |
+//! | `ticket.expires`, `ticket.<id>.expires` | decimal Unix time from which that retired ticket secret no longer verifies |
 //!
 //! A kid is 1 to 64 base64url characters; generated kids are 64 random bits (11 characters).
 //! [`KeySet::rotate`] adds a key, points `active` at it and writes a `.retired` record for the
 //! keys it replaces; they keep verifying until [`KeySet::prune`] deletes them once their
-//! passes can no longer be valid. `ticket.key` is made with the first key and kept across
-//! rotations, so waiting visitors keep their tickets. Every write goes to a temporary dot file
-//! first and is renamed into place, so a crash never leaves half a key. Files with other names
-//! and dot files are ignored; a file with one of these names that cannot be read is an error
-//! naming it. One process at a time should change a directory.
+//! passes can no longer be valid. It rotates the ticket secret too: a new `ticket.<id>.key`
+//! signs, and the one it replaces keeps verifying the tickets, challenges and sealed values it
+//! made until the drop time in its `.expires` record (the rotation's retention later), so
+//! waiting visitors keep their tickets (`ticket_secrets.rs`). Every write goes to a temporary
+//! dot file first and is renamed into place, so a crash never leaves half a key. Files with
+//! other names and dot files are ignored; a file with one of these names that cannot be read
+//! is an error naming it. One process at a time should change a directory.
 //!
 //! # OpenID Connect
 //!
@@ -44,8 +49,8 @@
 //!
 //! # Ticket tokens
 //!
-//! See [`TicketSigner`]: `t1.<room>.<ticket_id>.<position>.<generation>.<mac>`, with an
-//! HMAC-SHA256 over the rest.
+//! See [`TicketSigner`]: `t1.<room>.<ticket_id>.<position>.<generation>.<mac>` (original
+//! secret) or `t2.<secret_id>.<room>.…` (a rotated one), with an HMAC-SHA256 over the rest.
 
 mod algorithm;
 mod challenge;
@@ -58,6 +63,7 @@ mod keyset;
 mod oidc;
 mod pass;
 mod ticket;
+mod ticket_secrets;
 
 pub use algorithm::SigningAlgorithm;
 pub use challenge::{ChallengeClaims, ChallengeError, ChallengeSigner};

@@ -4,25 +4,30 @@
 //! authorization code.
 //!
 //! A sealed value is `s1.<payload>.<mac>` (unpadded base64url), the MAC taken over
-//! `s1.<purpose>.<payload>`. The purpose (say, the kind of value and its room) is not in the
+//! `s1.<purpose>.<payload>`; sealed with a rotated ticket secret it is
+//! `s2.<secret_id>.<payload>.<mac>`, the MAC over `s2.<secret_id>.<purpose>.<payload>`
+//! (`ticket_secrets.rs`). The purpose (say, the kind of value and its room) is not in the
 //! value: a value sealed for one purpose never opens for another, and ticket tokens (whose
-//! MAC input starts with `t1.`) never open as sealed values or the other way round. Sealed
-//! values are authentic, not secret: their payload is readable by whoever holds them.
+//! MAC input starts with `t1.` or `t2.`) never open as sealed values or the other way round.
+//! Sealed values are authentic, not secret: their payload is readable by whoever holds them.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq as _;
 
 use crate::pass::check_time;
+use crate::ticket_secrets::{Versions, push_mac_text};
 use crate::{KeySet, PassError, TicketSigner, TokenError};
 
 /// The `scope` claim of every access token; passes say `"room"`, so neither passes for the
 /// other.
 pub const ACCESS_TOKEN_SCOPE: &str = "openid";
 
-/// The format version at the start of every sealed value.
-const SEAL_VERSION: &str = "s1";
+/// The version tags of sealed values: of the original ticket secret, and naming a rotated one.
+const SEAL_VERSIONS: Versions = Versions {
+    original: "s1",
+    named: "s2",
+};
 
 /// Longest sealed value accepted.
 const MAX_SEALED_LEN: usize = 4 * 1024;
@@ -146,30 +151,35 @@ impl TicketSigner {
     ///
     /// let signer = TicketSigner::from_secret([7; 32]);
     /// let sealed = signer.seal("oidc-code.launch", b"payload");
-    /// assert_eq!(signer.unseal("oidc-code.launch", &sealed), Ok(b"payload".to_vec()));
-    /// assert_eq!(signer.unseal("oidc-code.other", &sealed), Err(SealError));
+    /// let now = 1_700_000_000;
+    /// assert_eq!(signer.unseal("oidc-code.launch", &sealed, now), Ok(b"payload".to_vec()));
+    /// assert_eq!(signer.unseal("oidc-code.other", &sealed, now), Err(SealError));
     /// ```
     pub fn seal(&self, purpose: &str, payload: &[u8]) -> String {
+        let key = self.keys().signing();
+        let mut prefix = String::new();
+        SEAL_VERSIONS.push_prefix(&mut prefix, key.id());
         let payload = URL_SAFE_NO_PAD.encode(payload);
-        let mac = self.mac(format!("{SEAL_VERSION}.{purpose}.{payload}").as_bytes());
-        format!("{SEAL_VERSION}.{payload}.{}", URL_SAFE_NO_PAD.encode(mac))
+        let mac = key.mac(format!("{prefix}{purpose}.{payload}").as_bytes());
+        let mut sealed = format!("{prefix}{payload}.");
+        push_mac_text(&mut sealed, &mac);
+        sealed
     }
 
-    /// Opens a value sealed for `purpose`: checks its MAC in constant time and returns the
-    /// payload.
-    pub fn unseal(&self, purpose: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
+    /// Opens a value sealed for `purpose`: checks its MAC in constant time with the ticket
+    /// secret it names (which must still verify at `now_secs`) and returns the payload.
+    pub fn unseal(&self, purpose: &str, sealed: &str, now_secs: u64) -> Result<Vec<u8>, SealError> {
         if sealed.len() > MAX_SEALED_LEN {
             return Err(SealError);
         }
-        let mut parts = sealed.split('.');
-        let (Some(SEAL_VERSION), Some(payload), Some(mac), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (front, mac) = sealed.rsplit_once('.').ok_or(SealError)?;
+        let (secret, payload) = SEAL_VERSIONS.split_prefix(front).ok_or(SealError)?;
+        if payload.contains('.') {
             return Err(SealError);
-        };
-        let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| SealError)?;
-        let expected = self.mac(format!("{SEAL_VERSION}.{purpose}.{payload}").as_bytes());
-        if !bool::from(expected.as_slice().ct_eq(&mac)) {
+        }
+        let key = self.keys().verifying(secret, now_secs).ok_or(SealError)?;
+        let prefix = &front[..front.len() - payload.len()];
+        if !key.verifies(format!("{prefix}{purpose}.{payload}").as_bytes(), mac) {
             return Err(SealError);
         }
         URL_SAFE_NO_PAD.decode(payload).map_err(|_| SealError)
@@ -260,10 +270,13 @@ mod tests {
         let (front, mac) = sealed.rsplit_once('.').expect("three parts");
         let tampered = format!("{}.{mac}", front.replace("eyJh", "eyJi"));
         assert_ne!(tampered, sealed);
-        assert_eq!(signer.unseal("p", &tampered), Err(SealError));
-        assert_eq!(signer.unseal("p", &format!("{sealed}.x")), Err(SealError));
+        assert_eq!(signer.unseal("p", &tampered, NOW), Err(SealError));
+        assert_eq!(
+            signer.unseal("p", &format!("{sealed}.x"), NOW),
+            Err(SealError)
+        );
         let other = TicketSigner::from_secret([4; 32]);
-        assert_eq!(other.unseal("p", &sealed), Err(SealError));
+        assert_eq!(other.unseal("p", &sealed, NOW), Err(SealError));
         // A ticket token never opens as a sealed value.
         let ticket = signer.sign(&crate::TicketClaims {
             room: "p".into(),
@@ -271,6 +284,6 @@ mod tests {
             position: 1,
             generation: 1,
         });
-        assert_eq!(signer.unseal("p", &ticket), Err(SealError));
+        assert_eq!(signer.unseal("p", &ticket, NOW), Err(SealError));
     }
 }

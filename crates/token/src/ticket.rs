@@ -1,32 +1,31 @@
 //! Ticket tokens: a waiting visitor's place in a queue, bound to its room by a MAC.
 //!
-//! A ticket token is `t1.<room>.<ticket_id>.<position>.<generation>.<mac>`, where `mac` is the
-//! unpadded base64url HMAC-SHA256 of everything before the last `.` under the key directory's
-//! ticket secret. Room ids (`[a-z0-9][a-z0-9-]{0,63}`) and ticket ids (base64url) hold no `.`,
-//! so the token is made only of `[A-Za-z0-9._-]` and can travel as a cookie, header or query
-//! parameter unescaped. The `t1` prefix versions the format. Ticket tokens carry no expiry:
-//! the store decides whether a ticket is still live, and the generation lets a reset reject
-//! old ones.
+//! A ticket token is `t1.<room>.<ticket_id>.<position>.<generation>.<mac>` when the original
+//! ticket secret made it, and `t2.<secret_id>.<room>.<ticket_id>.<position>.<generation>.<mac>`
+//! when a rotated one did (`ticket_secrets.rs`); `mac` is the unpadded base64url HMAC-SHA256 of
+//! everything before the last `.` under that secret. Room ids (`[a-z0-9][a-z0-9-]{0,63}`),
+//! ticket ids and secret ids (base64url) hold no `.`, so the token is made only of
+//! `[A-Za-z0-9._-]` and can travel as a cookie, header or query parameter unescaped.
+//!
+//! Ticket tokens carry no expiry: the store decides whether a ticket is still live (a waiting
+//! visitor keeps it for as long as they keep contact), and the generation lets a reset reject
+//! old ones. So no token lifetime bounds how long a retired secret must keep verifying; the
+//! rotation names that time instead (`[keys] ticket_secret_retention`).
 
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::digest::KeyInit;
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
-use subtle::ConstantTimeEq as _;
+use crate::ticket_secrets::{MacKeys, TicketSecrets, Versions, push_mac_text};
 
-type HmacSha256 = Hmac<Sha256>;
-
-/// The format version at the start of every ticket token.
-const VERSION: &str = "t1";
-/// Longest ticket token accepted; far above any well-formed one (about 180 bytes).
+/// The version tags of ticket tokens: of the original secret, and naming a rotated one.
+const VERSIONS: Versions = Versions {
+    original: "t1",
+    named: "t2",
+};
+/// Longest ticket token accepted; far above any well-formed one (about 200 bytes).
 const MAX_TOKEN_LEN: usize = 512;
-/// Room up to 64 bytes, id 22, two numbers and the 43-byte MAC fit without growing.
-const TOKEN_CAPACITY: usize = 192;
-/// Length of the MAC in unpadded base64url: 32 bytes make 43 characters.
-const MAC_TEXT_LEN: usize = 43;
+/// Secret id 11 bytes, room up to 64, id 22, two numbers and the 43-byte MAC fit without
+/// growing.
+const TOKEN_CAPACITY: usize = 208;
 
 /// What a ticket token says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,24 +65,27 @@ pub enum TicketTokenError {
 /// };
 /// let token = signer.sign(&claims);
 /// assert!(token.starts_with("t1.launch.AAAAAAAAAAAAAAAAAAAA-_.42.1."));
-/// assert_eq!(signer.verify(&token, "launch"), Ok(claims));
-/// assert_eq!(signer.verify(&token, "other"), Err(TicketTokenError::WrongRoom));
+/// let now = 1_700_000_000;
+/// assert_eq!(signer.verify(&token, "launch", now), Ok(claims));
+/// assert_eq!(signer.verify(&token, "other", now), Err(TicketTokenError::WrongRoom));
 /// ```
+///
+/// The signer of a [`KeySet`](crate::KeySet) signs with the directory's current ticket
+/// secret and verifies with it and every retired secret until that one's drop time.
 #[derive(Clone)]
 pub struct TicketSigner {
-    /// HMAC state with the key already absorbed; cloned for each token.
-    keyed: HmacSha256,
+    keys: MacKeys,
 }
 
 impl TicketSigner {
-    /// A signer using `secret` as the HMAC key.
+    /// A signer using `secret` as the HMAC key: the original secret, alone.
     pub fn from_secret(secret: [u8; 32]) -> TicketSigner {
-        // HMAC zero-pads keys shorter than the hash block to the block size, so keying with
-        // the padded block is HMAC with `secret` itself, and cannot fail.
-        let mut block = [0u8; 64];
-        block[..secret.len()].copy_from_slice(&secret);
+        TicketSigner::from_secrets(&TicketSecrets::original(secret))
+    }
+
+    pub(crate) fn from_secrets(secrets: &TicketSecrets) -> TicketSigner {
         TicketSigner {
-            keyed: <HmacSha256 as KeyInit>::new(&block.into()),
+            keys: MacKeys::new(secrets, |secret| secret),
         }
     }
 
@@ -111,9 +113,9 @@ impl TicketSigner {
     ) -> String {
         // Pieces pushed one by one: every join and status answer signs a token, and the
         // formatting machinery cost more than the fields themselves.
+        let key = self.keys.signing();
         let mut token = String::with_capacity(TOKEN_CAPACITY);
-        token.push_str(VERSION);
-        token.push('.');
+        VERSIONS.push_prefix(&mut token, key.id());
         token.push_str(room);
         token.push('.');
         token.push_str(ticket_id);
@@ -121,43 +123,46 @@ impl TicketSigner {
         push_decimal(&mut token, position);
         token.push('.');
         push_decimal(&mut token, u64::from(generation));
-        let mac = self.mac(token.as_bytes());
+        let mac = key.mac(token.as_bytes());
         token.push('.');
-        let mut encoded = [0u8; MAC_TEXT_LEN];
-        if let Ok(written) = URL_SAFE_NO_PAD.encode_slice(mac, &mut encoded)
-            && let Ok(text) = std::str::from_utf8(&encoded[..written])
-        {
-            token.push_str(text);
-        }
+        push_mac_text(&mut token, &mac);
         token
     }
 
-    /// Checks `token`'s MAC (in constant time) and that it was issued for `room`.
-    pub fn verify(&self, token: &str, room: &str) -> Result<TicketClaims, TicketTokenError> {
+    /// Checks `token`'s MAC (in constant time) with the secret it names, that this secret
+    /// still verifies at `now_secs`, and that the token was issued for `room`.
+    pub fn verify(
+        &self,
+        token: &str,
+        room: &str,
+        now_secs: u64,
+    ) -> Result<TicketClaims, TicketTokenError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(TicketTokenError::Invalid);
         }
         let (signed, mac) = token.rsplit_once('.').ok_or(TicketTokenError::Invalid)?;
-        let mac = URL_SAFE_NO_PAD
-            .decode(mac)
-            .map_err(|_| TicketTokenError::Invalid)?;
-        let expected = self.mac(signed.as_bytes());
-        if !bool::from(expected.as_slice().ct_eq(&mac)) {
+        let (secret, fields) = VERSIONS
+            .split_prefix(signed)
+            .ok_or(TicketTokenError::Invalid)?;
+        let key = self
+            .keys
+            .verifying(secret, now_secs)
+            .ok_or(TicketTokenError::Invalid)?;
+        if !key.verifies(signed.as_bytes(), mac) {
             return Err(TicketTokenError::Invalid);
         }
         // The MAC is genuine, so the fields are as this signer wrote them; parse them anyway
         // rather than trust that no other format ever shared the secret.
-        let claims = parse_fields(signed).ok_or(TicketTokenError::Invalid)?;
+        let claims = parse_fields(fields).ok_or(TicketTokenError::Invalid)?;
         if claims.room != room {
             return Err(TicketTokenError::WrongRoom);
         }
         Ok(claims)
     }
 
-    pub(crate) fn mac(&self, message: &[u8]) -> [u8; 32] {
-        let mut mac = self.keyed.clone();
-        mac.update(message);
-        mac.finalize().into_bytes().into()
+    /// The keys sealed values are made and opened with (`oidc.rs`).
+    pub(crate) fn keys(&self) -> &MacKeys {
+        &self.keys
     }
 }
 
@@ -174,11 +179,10 @@ fn push_decimal(out: &mut String, value: u64) {
     out.push_str(itoa::Buffer::new().format(value));
 }
 
-/// Reads `t1.<room>.<ticket_id>.<position>.<generation>`.
-fn parse_fields(signed: &str) -> Option<TicketClaims> {
-    let mut fields = signed.split('.');
-    let (Some(VERSION), Some(room), Some(ticket_id), Some(position), Some(generation), None) = (
-        fields.next(),
+/// Reads `<room>.<ticket_id>.<position>.<generation>`.
+fn parse_fields(fields: &str) -> Option<TicketClaims> {
+    let mut fields = fields.split('.');
+    let (Some(room), Some(ticket_id), Some(position), Some(generation), None) = (
         fields.next(),
         fields.next(),
         fields.next(),

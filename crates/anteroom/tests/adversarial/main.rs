@@ -20,6 +20,7 @@ mod pages;
 mod paths;
 #[path = "../support/redis.rs"]
 mod redis_server;
+mod secrets;
 
 use std::time::Duration;
 

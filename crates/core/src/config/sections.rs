@@ -2,12 +2,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::tree::{Entry, Origin, Problems, Value, closest};
 use super::{
     AuthConfig, Cidr, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
     SseLimits, StoreConfig,
 };
+use crate::duration::parse_duration;
 
 const SERVER_KEYS: &[&str] = &[
     "join_rate_limit",
@@ -25,7 +27,7 @@ const SERVER_KEYS: &[&str] = &[
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
-const KEYS_KEYS: &[&str] = &["dir", "algorithm"];
+const KEYS_KEYS: &[&str] = &["dir", "algorithm", "ticket_secret_retention"];
 const AUTH_KEYS: &[&str] = &["admin_keys", "read_keys", "service_keys"];
 
 pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> ServerConfig {
@@ -365,7 +367,23 @@ pub(super) fn read_keys(section: Option<&Entry>, problems: &mut Problems) -> Key
             defaults.algorithm
         }
     };
-    KeysConfig { dir, algorithm }
+    let ticket_secret_retention = table
+        .get("ticket_secret_retention")
+        .and_then(|entry| read_duration(entry, problems))
+        .unwrap_or(defaults.ticket_secret_retention);
+    KeysConfig {
+        dir,
+        algorithm,
+        ticket_secret_retention,
+    }
+}
+
+/// A duration such as `"24h"`; zero is allowed.
+fn read_duration(entry: &Entry, problems: &mut Problems) -> Option<Duration> {
+    let text = entry.duration_text(problems)?;
+    parse_duration(&text)
+        .map_err(|error| problems.add(&entry.key_origin, format!("`{}`: {error}", entry.key)))
+        .ok()
 }
 
 pub(super) fn read_auth(section: Option<&Entry>, problems: &mut Problems) -> AuthConfig {

@@ -203,6 +203,7 @@ fn full_file_resolves_to_typed_values() {
         keys: KeysConfig {
             dir: PathBuf::from("/etc/anteroom/keys"),
             algorithm: "ES256".to_owned(),
+            ticket_secret_retention: super::DEFAULT_TICKET_SECRET_RETENTION,
         },
         auth: AuthConfig {
             admin_keys: vec![hash(1)],
@@ -248,6 +249,7 @@ fn absent_sections_take_defaults() {
         keys: KeysConfig {
             dir: PathBuf::from("data/keys"),
             algorithm: "EdDSA".to_owned(),
+            ticket_secret_retention: std::time::Duration::from_secs(24 * 3600),
         },
         auth: AuthConfig::default(),
         rooms: vec![],
@@ -562,6 +564,14 @@ fn server_store_keys_and_auth_rules() {
         "[keys]\nalgorithm = \"eddsa\"\n",
         &[],
         &[(Some(2), "did you mean \"EdDSA\"?")],
+    );
+    check_problems(
+        "[keys]\nticket_secret_retention = \"a day\"\n",
+        &[],
+        &[(
+            Some(2),
+            "`ticket_secret_retention`: invalid duration \"a day\"",
+        )],
     );
     check_problems(
         "[auth]\nadmin_keys = \"hunter2\"\n",
@@ -1235,4 +1245,18 @@ fn event_stream_bounds_are_configurable() {
             "`sse_max_streams_per_ip` must be between 1 and 100000000, found 0",
         )],
     );
+}
+
+#[test]
+fn ticket_secret_retention_is_any_duration_including_zero() {
+    for (text, seconds) in [("90m", 5400), ("0s", 0)] {
+        let source = format!("[keys]\nticket_secret_retention = \"{text}\"\n");
+        match parse_config(&source, &env(&[])) {
+            Ok(config) => assert_eq!(
+                config.keys.ticket_secret_retention,
+                std::time::Duration::from_secs(seconds)
+            ),
+            Err(errors) => panic!("unexpected problems:\n{errors}"),
+        }
+    }
 }

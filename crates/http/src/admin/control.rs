@@ -400,7 +400,9 @@ pub(crate) async fn issue_pass(
     security(("admin_key" = [])),
     request_body(content = Option<RotateBody>, description = "Optional algorithm of the new key"),
     description = "Generates a new signing key and makes it active on this node; older keys \
-        keep verifying (they stay in the JWKS) until pruned.",
+        keep verifying (they stay in the JWKS) until pruned. The ticket secret rotates too: \
+        the retired one keeps verifying the tickets it made for `[keys] \
+        ticket_secret_retention`. Other nodes sharing the key directory follow within a second.",
     responses(
         (status = 200, description = "The key set after", body = RotatedKeys),
         (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -420,12 +422,14 @@ pub(crate) async fn rotate_keys(
         })?,
     };
     let dir = admin.settings().key_dir.clone();
+    let retention = admin.settings().ticket_secret_retention;
     let now_secs = admin.now().as_secs();
     // Key generation (RSA especially) and file writes must not hold up the runtime.
-    let rotated = tokio::task::spawn_blocking(move || KeySet::rotate(&dir, algorithm, now_secs))
-        .await
-        .map_err(|error| internal(&error))?
-        .map_err(|error| internal(&error))?;
+    let rotated =
+        tokio::task::spawn_blocking(move || KeySet::rotate(&dir, algorithm, retention, now_secs))
+            .await
+            .map_err(|error| internal(&error))?
+            .map_err(|error| internal(&error))?;
     admin.app().set_keys(rotated.clone());
     admin
         .record(AdminEvent::new(

@@ -53,6 +53,8 @@ pub struct AdminSettings {
     pub key_dir: PathBuf,
     /// The algorithm of keys made by a rotation that names none.
     pub algorithm: SigningAlgorithm,
+    /// How long the ticket secret a rotation retires keeps verifying what it made.
+    pub ticket_secret_retention: std::time::Duration,
 }
 
 /// Everything the admin handlers share; cheap to clone.

@@ -76,7 +76,7 @@ impl PendingRequest {
 
     /// The request sealed in `sealed`, if genuine and not older than [`PENDING_TTL_MS`].
     pub(crate) fn open(signer: &TicketSigner, sealed: &str, now: Timestamp) -> Option<Self> {
-        let payload = signer.unseal(REQUEST_PURPOSE, sealed).ok()?;
+        let payload = signer.unseal(REQUEST_PURPOSE, sealed, now.as_secs()).ok()?;
         let request: PendingRequest = serde_json::from_slice(&payload).ok()?;
         // Nodes' clocks may run a little apart: a request from a minute ahead is accepted.
         let from_future = request.at > now.as_millis().saturating_add(CLOCK_SKEW_MS);
@@ -90,9 +90,17 @@ impl Code {
         signer.seal(&code_purpose(room), &to_json(self))
     }
 
-    /// The code sealed in `sealed` for `room`, if genuine (expiry is the caller's check).
-    pub(crate) fn open(signer: &TicketSigner, room: &RoomId, sealed: &str) -> Option<Self> {
-        let payload = signer.unseal(&code_purpose(room), sealed).ok()?;
+    /// The code sealed in `sealed` for `room`, if genuine with a secret that still verifies at
+    /// `now` (the code's own expiry is the caller's check).
+    pub(crate) fn open(
+        signer: &TicketSigner,
+        room: &RoomId,
+        sealed: &str,
+        now: Timestamp,
+    ) -> Option<Self> {
+        let payload = signer
+            .unseal(&code_purpose(room), sealed, now.as_secs())
+            .ok()?;
         serde_json::from_slice(&payload).ok()
     }
 }
@@ -144,8 +152,9 @@ mod tests {
             expires_at: 61_000,
         };
         let sealed = code.seal(&signer, &launch);
-        assert_eq!(Code::open(&signer, &launch, &sealed), Some(code));
-        assert_eq!(Code::open(&signer, &other, &sealed), None);
+        let now = Timestamp(2_000);
+        assert_eq!(Code::open(&signer, &launch, &sealed, now), Some(code));
+        assert_eq!(Code::open(&signer, &other, &sealed, now), None);
         // A pending request does not open as a code, nor the other way round.
         assert_eq!(
             PendingRequest::open(&signer, &sealed, Timestamp(2_000)),

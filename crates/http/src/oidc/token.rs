@@ -77,9 +77,9 @@ async fn exchange(
     }
     let sealed = parameter(&params, "code")
         .ok_or_else(|| OAuthError::invalid_request("code is required"))?;
-    let code = Code::open(app.keys().ticket_signer(), &room, sealed)
-        .ok_or_else(|| OAuthError::invalid_grant("the code is not valid for this client"))?;
     let now = app.now();
+    let code = Code::open(app.keys().ticket_signer(), &room, sealed, now)
+        .ok_or_else(|| OAuthError::invalid_grant("the code is not valid for this client"))?;
     if now.as_millis() >= code.expires_at {
         return Err(OAuthError::invalid_grant("the code has expired"));
     }

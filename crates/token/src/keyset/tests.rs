@@ -6,6 +6,9 @@ use std::path::Path;
 use super::*;
 use crate::fixtures::{self, EXPECT, NOW};
 
+/// How long a retired ticket secret verifies in these tests.
+const RETENTION: Duration = Duration::from_secs(600);
+
 fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .expect("read dir")
@@ -63,7 +66,7 @@ fn files_are_owner_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key_dir = dir.path().join("keys");
     KeySet::load_or_generate(&key_dir, SigningAlgorithm::Hs256, NOW).expect("keys");
-    KeySet::rotate(&key_dir, SigningAlgorithm::EdDsa, NOW).expect("rotate");
+    KeySet::rotate(&key_dir, SigningAlgorithm::EdDsa, RETENTION, NOW).expect("rotate");
     let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
     assert_eq!(mode(&key_dir), 0o700);
     for name in file_names(&key_dir) {
@@ -88,7 +91,10 @@ fn loading_again_reuses_the_keys() {
     assert!(again.verify_pass(&token, &EXPECT, NOW).is_ok());
     let ticket = fixtures_ticket();
     let signed = keys.ticket_signer().sign(&ticket);
-    assert_eq!(again.ticket_signer().verify(&signed, "launch"), Ok(ticket));
+    assert_eq!(
+        again.ticket_signer().verify(&signed, "launch", NOW),
+        Ok(ticket)
+    );
 }
 
 fn fixtures_ticket() -> crate::TicketClaims {
@@ -248,10 +254,121 @@ fn stray_keys_are_retired_and_verify() {
 #[test]
 fn rotate_on_an_empty_directory_makes_the_first_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let keys = KeySet::rotate(dir.path(), SigningAlgorithm::Hs256, NOW).expect("rotate");
+    let keys = KeySet::rotate(dir.path(), SigningAlgorithm::Hs256, RETENTION, NOW).expect("rotate");
     assert_eq!(keys.algorithm(), SigningAlgorithm::Hs256);
     assert_eq!(keys.kids().len(), 1);
+    // Nothing was signed before, so the first ticket secret is the original one.
     assert!(dir.path().join("ticket.key").is_file());
+    assert!(!dir.path().join("ticket.active").exists());
+}
+
+/// The id of the ticket secret `ticket.active` names.
+fn signing_ticket_secret(dir: &Path) -> String {
+    fs::read_to_string(dir.join("ticket.active"))
+        .expect("ticket.active")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn rotation_writes_the_ticket_secret_layout() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let old_kid = keys.active_kid().to_owned();
+    let rotated =
+        KeySet::rotate(dir.path(), SigningAlgorithm::EdDsa, RETENTION, NOW).expect("rotate");
+    let id = signing_ticket_secret(dir.path());
+    assert!(key_dir::is_valid_kid(&id) && id.len() == 11, "{id}");
+    let mut expected = vec![
+        format!("{old_kid}.eddsa.pem"),
+        format!("{old_kid}.retired"),
+        format!("{}.eddsa.pem", rotated.active_kid()),
+        "active".to_owned(),
+        "ticket.active".to_owned(),
+        "ticket.expires".to_owned(),
+        "ticket.key".to_owned(),
+        format!("ticket.{id}.key"),
+    ];
+    expected.sort();
+    assert_eq!(file_names(dir.path()), expected);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("ticket.expires")).expect("record"),
+        format!("{}\n", NOW + RETENTION.as_secs())
+    );
+
+    // A second rotation retires the named secret with a record of its own.
+    KeySet::rotate(dir.path(), SigningAlgorithm::EdDsa, RETENTION, NOW + 1).expect("rotate");
+    assert_ne!(signing_ticket_secret(dir.path()), id);
+    assert_eq!(
+        fs::read_to_string(dir.path().join(format!("ticket.{id}.expires"))).expect("record"),
+        format!("{}\n", NOW + 1 + RETENTION.as_secs())
+    );
+}
+
+#[test]
+fn an_interrupted_ticket_rotation_leaves_the_old_secret_signing() {
+    let (dir, keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let ticket = fixtures_ticket();
+    let token = keys.ticket_signer().sign(&ticket);
+    // A crash after the new secret and the old one's record were written, before
+    // `ticket.active` switched: the new secret is unused, the old one still signs, and its
+    // record does not make it stop verifying.
+    write_ticket_secret(dir.path(), &SecretId::Named("newSecret01".into())).expect("secret");
+    fs::write(dir.path().join("ticket.expires"), format!("{NOW}\n")).expect("record");
+    let keys = KeySet::load(dir.path()).expect("loads");
+    assert!(keys.ticket_signer().sign(&ticket).starts_with("t1."));
+    assert_eq!(
+        keys.ticket_signer()
+            .verify(&token, "launch", NOW + 1_000_000),
+        Ok(ticket.clone())
+    );
+    // A secret that never signed verifies nothing.
+    let stray = TicketSigner::from_secrets(&crate::ticket_secrets::TicketSecrets {
+        signing: crate::ticket_secrets::TicketSecret {
+            id: SecretId::Named("newSecret01".into()),
+            bytes: read_secret(dir.path(), "ticket.newSecret01.key"),
+        },
+        retired: Vec::new(),
+    });
+    let forged = stray.sign(&ticket);
+    assert_eq!(
+        keys.ticket_signer().verify(&forged, "launch", NOW),
+        Err(crate::TicketTokenError::Invalid)
+    );
+    // Nor does a start or prune delete the signing secret for its stale record.
+    KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, NOW + 1_000_000).expect("start");
+    assert!(dir.path().join("ticket.key").is_file());
+}
+
+fn read_secret(dir: &Path, name: &str) -> [u8; keys::SECRET_LEN] {
+    let text = fs::read_to_string(dir.join(name)).expect("secret file");
+    keys::decode_secret(&text)
+        .expect("base64url")
+        .try_into()
+        .expect("32 bytes")
+}
+
+#[test]
+fn corrupt_ticket_secret_files_are_named() {
+    let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    KeySet::rotate(dir.path(), SigningAlgorithm::EdDsa, RETENTION, NOW).expect("rotate");
+    let id = signing_ticket_secret(dir.path());
+    for (file, content) in [
+        ("ticket.active", "not an id!"),
+        ("ticket.active", "missingSecret"),
+        ("ticket.expires", "soon"),
+        (format!("ticket.{id}.key").as_str(), "c2hvcnQ"),
+        ("ticket.bad!id.key", "x"),
+    ] {
+        let path = dir.path().join(file);
+        let saved = fs::read(&path).ok();
+        fs::write(&path, content).expect("write");
+        check_corrupt(dir.path(), file);
+        match saved {
+            Some(saved) => fs::write(&path, saved).expect("restore"),
+            None => fs::remove_file(&path).expect("remove"),
+        }
+    }
+    KeySet::load(dir.path()).expect("restored directory loads");
 }
 
 #[test]
