@@ -4,9 +4,11 @@
 //! anything else.
 
 mod admin;
+mod cli_docs;
 mod clock;
 mod commands;
 mod demo;
+mod health;
 mod serve;
 
 use std::path::PathBuf;
@@ -21,7 +23,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A self-hosted virtual waiting room and rate-limiting gateway.
 #[derive(Debug, Parser)]
-#[command(name = "anteroom", version, about)]
+#[command(name = "anteroom", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -53,6 +55,24 @@ enum Command {
     },
     /// Starts a self-contained demo: a room, a demo site behind it, and the URLs to try.
     Demo(demo::DemoArgs),
+    /// Asks a node's health URL once: exits 0 when it answers 2xx, 1 otherwise (for a
+    /// container's HEALTHCHECK).
+    Health {
+        /// A plain http:// URL, such as http://127.0.0.1:8080/_anteroom/readyz.
+        #[arg(long)]
+        url: String,
+    },
+    /// Prints the completion script for a shell.
+    Completions {
+        /// The shell to complete in.
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff), or writes one page per subcommand with --dir.
+    Man {
+        /// Writes anteroom.1 and a page for every subcommand into this directory instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Exit code for a bad configuration or bad arguments (EX_USAGE).
@@ -104,6 +124,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(demo::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Health { url } => health::probe(&url),
+        Command::Completions { shell } => cli_docs::completions(shell),
+        Command::Man { dir: None } => cli_docs::man_page(),
+        Command::Man { dir: Some(dir) } => cli_docs::man_pages_into(&dir),
     }
 }
 

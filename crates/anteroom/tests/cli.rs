@@ -1,6 +1,6 @@
-//! The `anteroom` command line as an operator meets it (SPEC §4, §13): `check-config`,
-//! `keys generate`, `keys hash`, `token inspect`, and `serve`'s exit codes on a bad config
-//! and on SIGTERM.
+//! The `anteroom` command line as an operator meets it (SPEC §4, §13, §14.8): `check-config`,
+//! `keys generate`, `keys hash`, `token inspect`, `health`, the shell completions and manual
+//! pages generated from the CLI, and `serve`'s exit codes on a bad config and on SIGTERM.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -397,4 +397,270 @@ async fn serve_runs_without_transparent_huge_pages() {
     let pid = server.pid();
     assert_eq!(proc_field(pid, "status", "THP_enabled:"), "0");
     assert_eq!(proc_field(pid, "smaps_rollup", "AnonHugePages:"), "0 kB");
+}
+
+/// The subcommands `anteroom <parents…> --help` lists, clap's own `help` aside: the CLI itself
+/// says what the completions and manual pages must cover.
+fn subcommands_of(parents: &[&str]) -> Vec<String> {
+    let mut args = parents.to_vec();
+    args.push("--help");
+    let output = run(&args);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let help = stdout(&output);
+    let listed: Vec<String> = help
+        .lines()
+        .skip_while(|line| *line != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(!listed.is_empty(), "no subcommands listed in:\n{help}");
+    listed
+}
+
+/// Every subcommand as the words that reach it: `["serve"]`, `["keys", "generate"]`, …
+fn every_subcommand_path() -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for name in subcommands_of(&[]) {
+        paths.push(vec![name.clone()]);
+        let help = stdout(&run(&[&name, "--help"]));
+        if help.contains("Commands:") {
+            for nested in subcommands_of(&[&name]) {
+                paths.push(vec![name.clone(), nested]);
+            }
+        }
+    }
+    assert!(
+        paths.contains(&vec!["keys".to_owned(), "generate".to_owned()]),
+        "nested subcommands found: {paths:?}"
+    );
+    paths
+}
+
+/// Whether `text` holds `word` as a word of its own (`man`, not the `man` in `command`).
+fn names_word(text: &str, word: &str) -> bool {
+    let is_word_byte = |byte: u8| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_';
+    text.match_indices(word).any(|(start, _)| {
+        let before = start
+            .checked_sub(1)
+            .map(|previous| text.as_bytes()[previous]);
+        let after = text.as_bytes().get(start + word.len()).copied();
+        !before.is_some_and(is_word_byte) && !after.is_some_and(is_word_byte)
+    })
+}
+
+fn completion_script(shell: &str) -> String {
+    let output = run(&["completions", shell]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    stdout(&output)
+}
+
+#[test]
+fn completion_scripts_name_every_subcommand_in_every_shell() {
+    let paths = every_subcommand_path();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = completion_script(shell);
+        for path in &paths {
+            let name = path.last().unwrap();
+            assert!(
+                names_word(&script, name),
+                "the {shell} script never names `{}`",
+                path.join(" ")
+            );
+        }
+    }
+    let output = run(&["completions", "tcsh"]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "clap refuses an unknown shell"
+    );
+    assert!(
+        stderr(&output).contains("possible values"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// What bash offers after `anteroom <words…> ` with the completion script loaded.
+fn bash_completions(script: &Path, words: &[&str]) -> Vec<String> {
+    let previous = words.last().copied().unwrap_or("anteroom");
+    let program = format!(
+        "source \"$1\"\n\
+         COMP_WORDS=(anteroom {words} \"\")\n\
+         COMP_CWORD={index}\n\
+         _anteroom anteroom \"\" {previous}\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        words = words.join(" "),
+        index = words.len() + 1,
+    );
+    let output = Command::new("bash")
+        .args(["-c", &program, "bash", path_arg(script)])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "bash: {}", stderr(&output));
+    assert_eq!(stderr(&output), "", "bash complained");
+    stdout(&output).lines().map(str::to_owned).collect()
+}
+
+/// The bash script, sourced into a real bash, completes every subcommand at every level.
+#[test]
+fn bash_completes_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("anteroom.bash");
+    std::fs::write(&script, completion_script("bash")).unwrap();
+    for path in every_subcommand_path() {
+        let (name, parents) = path.split_last().unwrap();
+        let parents: Vec<&str> = parents.iter().map(String::as_str).collect();
+        let offered = bash_completions(&script, &parents);
+        assert!(
+            offered.contains(name),
+            "after `anteroom {}` bash offers {offered:?}, not `{name}`",
+            parents.join(" ")
+        );
+    }
+    let shells = bash_completions(&script, &["completions"]);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        assert!(
+            shells.contains(&shell.to_owned()),
+            "shells offered: {shells:?}"
+        );
+    }
+}
+
+/// Renders a roff page with groff's manual macros, every warning on; returns the text.
+fn render_roff(page: &Path) -> String {
+    let output = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww"])
+        .arg(page)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "groff: {}", stderr(&output));
+    assert_eq!(stderr(&output), "", "groff warns about {}", page.display());
+    stdout(&output)
+}
+
+/// The name of a page as its roff source writes it (`anteroom\-keys\-generate(1)`).
+fn roff_page_name(path: &[String]) -> String {
+    format!("anteroom-{}(1)", path.join("-")).replace('-', "\\-")
+}
+
+#[test]
+fn man_prints_a_roff_page_naming_every_subcommand() {
+    let output = run(&["man"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let page = stdout(&output);
+    assert!(page.contains("\n.TH ANTEROOM 1 "), "title line:\n{page}");
+    for heading in [".SH NAME", ".SH SYNOPSIS", ".SH SUBCOMMANDS"] {
+        assert!(page.contains(heading), "no {heading}:\n{page}");
+    }
+    for path in every_subcommand_path()
+        .iter()
+        .filter(|path| path.len() == 1)
+    {
+        assert!(
+            page.contains(&roff_page_name(path)),
+            "anteroom(1) never names {}",
+            roff_page_name(path)
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("anteroom.1");
+    std::fs::write(&file, &page).unwrap();
+    let text = render_roff(&file);
+    assert!(text.starts_with("ANTEROOM(1)"), "rendered:\n{text}");
+    assert!(text.contains("anteroom-serve(1)"), "rendered:\n{text}");
+}
+
+/// `man --dir` writes every page anteroom(1) and its sections refer to, each valid roff.
+#[test]
+fn man_dir_writes_a_page_for_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&["man", "--dir", path_arg(dir.path())]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let mut expected = vec!["anteroom.1".to_owned()];
+    for path in every_subcommand_path() {
+        let title = format!("ANTEROOM-{}", path.join("-").to_uppercase());
+        let file = dir.path().join(format!("anteroom-{}.1", path.join("-")));
+        let page = std::fs::read_to_string(&file)
+            .unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+        assert!(page.contains(&format!("\n.TH {title} 1 ")), "{page}");
+        let text = render_roff(&file);
+        assert!(
+            text.starts_with(&format!("{title}(1)")),
+            "rendered:\n{text}"
+        );
+        assert!(
+            text.contains("anteroom 0.1.0"),
+            "the release in the footer:\n{text}"
+        );
+        expected.push(format!("anteroom-{}.1", path.join("-")));
+    }
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    expected.sort();
+    assert_eq!(written, expected, "one page per subcommand, and no other");
+    render_roff(&dir.path().join("anteroom.1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_exits_zero_only_when_the_url_answers_2xx() {
+    let site = Site::new();
+    site.write_config("EdDSA", OPEN_ROOM);
+    let client = support::client();
+    let mut server = site.start();
+    server.wait_ready(&client).await;
+
+    let healthy = run(&[
+        "health",
+        "--url",
+        &format!("{}/_anteroom/healthz", server.url()),
+    ]);
+    assert_eq!(
+        healthy.status.code(),
+        Some(0),
+        "stderr: {}",
+        stderr(&healthy)
+    );
+    assert!(stdout(&healthy).contains(" 200 "), "{}", stdout(&healthy));
+
+    let missing = run(&[
+        "health",
+        "--url",
+        &format!("{}/_anteroom/no-such-page", server.url()),
+    ]);
+    assert_eq!(
+        missing.status.code(),
+        Some(1),
+        "stderr: {}",
+        stderr(&missing)
+    );
+    assert!(stdout(&missing).contains(" 404 "), "{}", stdout(&missing));
+
+    let secure = run(&[
+        "health",
+        "--url",
+        &format!("https://127.0.0.1:{}/", server.port),
+    ]);
+    assert_eq!(secure.status.code(), Some(EXIT_BAD_CONFIG));
+    assert!(
+        stderr(&secure).contains("not an http:// URL"),
+        "{}",
+        stderr(&secure)
+    );
+
+    server.kill();
+    let down = run(&[
+        "health",
+        "--url",
+        &format!("{}/_anteroom/healthz", server.url()),
+    ]);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(stderr(&down).contains("connecting to"), "{}", stderr(&down));
 }
