@@ -354,10 +354,25 @@ pub fn parse_config(source: &str, env: &[(String, String)]) -> Result<Config, Co
     let lines = LineIndex::new(source);
     let (document, syntax_errors) = DeTable::parse_recoverable(source);
     let mut problems = Problems::default();
+    let mut last_line = 1;
     for error in &syntax_errors {
-        let line = error.span().map(|span| lines.line(span.start));
+        // The parser places nearly every error; one it cannot place (its recursion limit) is
+        // reported on the line of the error before it, so every problem has a line.
+        let line = error
+            .span()
+            .map_or(last_line, |span| lines.line(span.start));
+        // After the first error on a line the parser's guesses at the rest of it only add
+        // noise (one line of stray characters gave a hundred problems).
+        if problems
+            .list
+            .last()
+            .is_some_and(|problem| problem.line == Some(line))
+        {
+            continue;
+        }
+        last_line = line;
         problems.list.push(ConfigProblem {
-            line,
+            line: Some(line),
             message: format!("invalid TOML: {}", error.message()),
         });
     }

@@ -1260,3 +1260,24 @@ fn ticket_secret_retention_is_any_duration_including_zero() {
         }
     }
 }
+
+#[test]
+fn regression_every_syntax_error_has_a_line_and_a_broken_line_reports_once() {
+    // Found by the `config` fuzz target: a line of stray characters gave 131 problems, the
+    // last of them ("recursion limit") without a line.
+    let text = format!(
+        "z{}\u{7}fffffff{}\u{7}fffffff{}@",
+        ".".repeat(42),
+        ".".repeat(69),
+        ".".repeat(18)
+    );
+    let errors = parse_config(&text, &[]).expect_err("not TOML");
+    assert_eq!(errors.0.len(), 1, "{errors}");
+    assert_eq!(errors.0[0].line, Some(1));
+    let two_lines = format!("[server]\nlisten = \"127.0.0.1:1\"\n{text}\nworkers = 0\n");
+    let errors = parse_config(&two_lines, &[]).expect_err("not TOML");
+    assert!(
+        errors.0.iter().all(|problem| problem.line.is_some()),
+        "{errors}"
+    );
+}
