@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tower::Service as _;
 
 use crate::HEADER_READ_TIMEOUT;
-use crate::h1_conn::{AnswerFraming, BadHead, push_chunk, take_head, write_head};
+use crate::h1_conn::{AnswerFraming, BadHead, has_one_host, push_chunk, take_head, write_head};
 
 /// How much the head buffer grows by at a time: small, as the stream keeps its connection for
 /// long.
@@ -83,6 +83,11 @@ pub(crate) async fn serve(
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return,
     };
+    // The same rule as the connection loop: one Host, or the route and the origin's virtual
+    // host could differ.
+    if !has_one_host(request.version(), request.headers()) {
+        return BadHead::Host.refuse(&mut stream).await;
+    }
     let version = request.version();
     request.extensions_mut().insert(ConnectInfo(peer));
     let response = match router.call(request).await {

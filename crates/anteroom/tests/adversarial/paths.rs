@@ -411,6 +411,14 @@ async fn requests_without_exactly_one_host_are_refused() {
         .map(|(at, _)| &answer[at..])
         .unwrap_or_default();
     refused(second);
+    // A connection that opens with an event stream is served by its own loop: same rule.
+    refused(
+        &raw_exchange(
+            &gate.addr(),
+            b"GET /_anteroom/v1/rooms/tickets/events HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+        )
+        .await,
+    );
     let old = raw_exchange(&gate.addr(), b"GET /pub HTTP/1.0\r\n\r\n").await;
     assert_eq!(seen(&old).origin_path.as_deref(), Some("/pub"), "{old}");
 }
