@@ -549,7 +549,8 @@ fn store_down(gateway: &Gateway, room: RoomId, config: Option<RoomConfig>) -> Op
 /// the room fails closed whatever its `on_store_error` (SPEC §14.3), since letting requests
 /// through would switch protection off.
 fn missing_room(gateway: &Gateway, route: &Route, room: RoomId) -> Verdict {
-    tracing::warn!(%room, route = %route.name, "the route names a room the store does not have; answering 503 until it exists again");
+    // Logged once when the room goes missing (rooms.rs), not once per request.
+    tracing::debug!(%room, route = %route.name, "the route names a room the store does not have");
     let config = gateway
         .inner
         .rooms

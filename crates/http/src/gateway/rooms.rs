@@ -66,6 +66,9 @@ pub(crate) enum RoomLookup {
 /// The rooms' copies.
 pub(crate) struct RoomCache {
     rooms: RwLock<HashMap<RoomId, Arc<RoomInfo>>>,
+    /// Rooms the store said it does not have, and when: asked again after [`FRESH_FOR`], so
+    /// a flood on a lost room's routes costs no store read per request.
+    missing: RwLock<HashMap<RoomId, Timestamp>>,
     /// The rooms of the config file, for when the store cannot be read before the first copy.
     configured: HashMap<RoomId, RoomConfig>,
 }
@@ -74,6 +77,7 @@ impl RoomCache {
     pub(crate) fn new(configured: Vec<RoomConfig>) -> RoomCache {
         RoomCache {
             rooms: RwLock::new(HashMap::new()),
+            missing: RwLock::new(HashMap::new()),
             configured: configured
                 .into_iter()
                 .map(|room| (room.id.clone(), room))
@@ -88,6 +92,14 @@ impl RoomCache {
         room: &RoomId,
         now: Timestamp,
     ) -> RoomLookup {
+        if self
+            .missing
+            .read()
+            .get(room)
+            .is_some_and(|since| now.since(*since) < FRESH_FOR)
+        {
+            return RoomLookup::Missing;
+        }
         let cached = self.rooms.read().get(room).cloned();
         if let Some(info) = &cached {
             let fresh = now.since(info.read_at) < FRESH_FOR;
@@ -103,6 +115,9 @@ impl RoomCache {
         };
         match read.await {
             Ok((config, snapshot)) => {
+                if self.missing.write().remove(room).is_some() {
+                    tracing::info!(%room, "the room exists again; its routes are served");
+                }
                 let info = Arc::new(RoomInfo {
                     config,
                     snapshot,
@@ -114,6 +129,10 @@ impl RoomCache {
             }
             Err(StoreError::RoomNotFound(_)) => {
                 self.rooms.write().remove(room);
+                let first = self.missing.write().insert(room.clone(), now).is_none();
+                if first {
+                    tracing::warn!(%room, "a route names a room the store does not have; its routes answer 503 until it exists again");
+                }
                 RoomLookup::Missing
             }
             Err(error) => {
@@ -144,6 +163,7 @@ impl RoomCache {
     /// as if the room were empty.
     pub(crate) fn invalidate(&self, room: &RoomId) {
         self.rooms.write().remove(room);
+        self.missing.write().remove(room);
     }
 
     /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's
