@@ -45,6 +45,6 @@ EXPOSE 8080 9090
 ENV ANTEROOM_LOG_FORMAT=json
 # The binary probes itself: the runtime image needs no curl.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=15s --retries=3 \
-    CMD ["anteroom", "health", "--url", "http://127.0.0.1:8080/_anteroom/healthz"]
+    CMD ["anteroom", "health", "--url", "http://127.0.0.1:8080/_anteroom/readyz"]
 ENTRYPOINT ["anteroom"]
 CMD ["serve", "--config", "/etc/anteroom/anteroom.toml"]

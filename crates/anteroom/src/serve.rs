@@ -349,6 +349,12 @@ pub(crate) async fn run_until_shutdown(
     ));
     // Key rotations made by other nodes sharing the key directory.
     let keys = tokio::spawn(anteroom_http::follow_key_dir(runtime.state.clone()));
+    // From the shutdown on, readyz says 503 while the connections drain.
+    let draining = runtime.state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.start_draining();
+    };
     let mut workers = anteroom_http::start_workers(listeners, router, shutdown)
         .context("starting the public listener's threads")?;
     let served = workers.drained().await;

@@ -233,6 +233,22 @@ async fn check_outage_answers(client: &reqwest::Client, base: &str, held: &[Held
 
     let health = send(client.get(format!("{base}/_anteroom/healthz"))).await;
     assert_eq!(health.status, 200);
+    // Alive, but not ready: a load balancer should send visitors elsewhere (SPEC §14.6).
+    let ready = send(client.get(format!("{base}/_anteroom/readyz"))).await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    assert_eq!(ready.code.as_deref(), Some("not_ready"));
+    assert!(
+        ready.body.contains("the store does not answer"),
+        "{ready:?}"
+    );
+    assert!(ready.took < ANSWER_WITHIN);
+}
+
+/// `readyz`'s status.
+async fn readiness(client: &reqwest::Client, base: &str) -> u16 {
+    send(client.get(format!("{base}/_anteroom/readyz")))
+        .await
+        .status
 }
 
 /// Joins until one succeeds in both rooms; how long that took. `installing`: the rooms may
@@ -360,6 +376,7 @@ async fn rooms_follow_on_store_error_while_redis_is_stopped_and_recover() {
     let mut server = site.start();
     server.wait_ready(&client).await;
     let base = server.url();
+    assert_eq!(readiness(&client, &base).await, 200);
     let held = [
         fill(&client, &base, "open-room").await,
         fill(&client, &base, "closed-room").await,
@@ -374,6 +391,7 @@ async fn rooms_follow_on_store_error_while_redis_is_stopped_and_recover() {
     tokio::time::sleep(OUTAGE.saturating_sub(outage_started.elapsed())).await;
     RedisServer::resume(pid);
     let recovered_after = wait_recovered(&client, &base, false).await;
+    assert_eq!(readiness(&client, &base).await, 200, "ready again");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let answers = load.finish().await;
 
@@ -456,6 +474,7 @@ async fn a_node_starts_while_redis_is_down_and_installs_its_rooms_later() {
     assert_eq!(answer.status, 503, "{answer:?}");
     assert_eq!(answer.code.as_deref(), Some("store_unavailable"));
     assert!(answer.took < ANSWER_WITHIN);
+    assert_eq!(readiness(&client, &base).await, 503);
     // The rooms' on_store_error is known from the config file before the store ever answered.
     let open = send(page(&client, &base, "open-room")).await;
     assert_eq!(open.location.as_deref(), Some("/shop/cart"), "{open:?}");
@@ -465,6 +484,8 @@ async fn a_node_starts_while_redis_is_down_and_installs_its_rooms_later() {
 
     let _redis = RedisServer::start_on(port);
     let recovered_after = wait_recovered(&client, &base, true).await;
+    // Ready once the store answers and the configured rooms are installed.
+    assert_eq!(readiness(&client, &base).await, 200);
     // Joining works again: the node installed its configured rooms by itself.
     let log = server.log();
     assert!(!log.contains("panicked"), "{log}");

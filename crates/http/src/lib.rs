@@ -26,6 +26,7 @@ mod oidc;
 mod openapi;
 mod page;
 mod ratelimit;
+mod readiness;
 mod room_cache;
 mod sinks;
 mod sse;
@@ -163,6 +164,10 @@ struct Shared {
     key_reload: Option<key_reload::KeyReload>,
     /// One-time marks (used challenges, adaptive decisions).
     once: OnceMarks,
+    /// The rooms of the config file: installed in the store before the node is ready.
+    expected_rooms: parking_lot::RwLock<Vec<RoomId>>,
+    /// Set when the shutdown began: the node drains and is no longer ready.
+    draining: std::sync::atomic::AtomicBool,
     adaptive: adaptive::AdaptiveState,
 }
 
@@ -219,6 +224,8 @@ impl AppState {
                 rate_limiter: options.rate_limiter,
                 key_reload: options.key_dir.map(key_reload::KeyReload::new),
                 once,
+                expected_rooms: parking_lot::RwLock::new(Vec::new()),
+                draining: std::sync::atomic::AtomicBool::new(false),
                 adaptive: adaptive::AdaptiveState::default(),
             }),
         }
@@ -344,7 +351,27 @@ impl AppState {
     /// Remembers configurations the store may not hold yet (the config file's rooms while
     /// the store is unreachable at start), so their `on_store_error` is known.
     pub fn know_rooms(&self, configs: impl IntoIterator<Item = RoomConfig>) {
+        let configs: Vec<RoomConfig> = configs.into_iter().collect();
+        *self.inner.expected_rooms.write() = configs.iter().map(|room| room.id.clone()).collect();
         self.inner.rooms.prime(configs);
+    }
+
+    /// The rooms of the config file ([`know_rooms`](Self::know_rooms)).
+    pub(crate) fn expected_rooms(&self) -> Vec<RoomId> {
+        self.inner.expected_rooms.read().clone()
+    }
+
+    /// Marks the node as draining for a shutdown: `readyz` answers 503 from now on.
+    pub fn start_draining(&self) {
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.inner
+            .draining
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// What `room` does while its store is unreachable (SPEC §9.4), from its last known
@@ -538,6 +565,7 @@ fn reserved_routes(state: AppState) -> Router {
         .route("/_anteroom/wait/{room}", get(page::waiting_page))
         .route("/_anteroom/wait/{room}/preview", get(page::preview))
         .route("/_anteroom/healthz", get(api::health))
+        .route("/_anteroom/readyz", get(readiness::ready))
         .route("/.well-known/jwks.json", get(api::jwks))
         .route("/.well-known/openid-configuration", get(oidc::discovery))
         .route(oidc::AUTHORIZE_PATH, get(oidc::authorize))

@@ -41,7 +41,7 @@ pub fn document_json() -> String {
     ),
     paths(
         join, challenge, status, events, leave, leave_beacon, summary, complete_session,
-        abandon_session, waiting_page, jwks, health,
+        abandon_session, waiting_page, jwks, health, ready,
         admin::rooms::list, admin::rooms::get_room, admin::rooms::put_room,
         admin::rooms::patch_room, admin::rooms::delete_room,
         admin::control::pause, admin::control::resume, admin::control::close,
@@ -260,3 +260,14 @@ fn jwks() {}
     responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
 #[allow(dead_code)]
 fn health() {}
+
+/// Readiness (SPEC §14.6): 200 only when the store answers, the signing keys are loaded and
+/// every room of the config file is installed; 503 `not_ready` (naming why) otherwise and
+/// while the node drains for a shutdown.
+#[utoipa::path(get, path = "/_anteroom/readyz", tag = "public",
+    responses(
+        (status = 200, description = "Ready", body = crate::readiness::Ready),
+        (status = 503, description = "Not ready (`not_ready`)", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[allow(dead_code)]
+fn ready() {}

@@ -1404,3 +1404,40 @@ async fn regression_unauthorized_answers_say_how_to_authenticate() {
         Some("Bearer realm=\"anteroom\"")
     );
 }
+
+#[tokio::test]
+async fn readyz_needs_the_configured_rooms_and_says_503_while_draining() {
+    let harness = Harness::new(vec![room("launch")]).await;
+    let ready = harness.check(Call::get("/_anteroom/readyz")).await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(ready.body["status"], "ready");
+
+    // A room of the config file the store does not hold yet: not ready, and named.
+    harness.state.know_rooms([room("launch"), room("encore")]);
+    let missing = harness.check(Call::get("/_anteroom/readyz")).await;
+    assert_eq!(missing.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(missing.body["code"], "not_ready");
+    assert!(
+        missing.body["detail"].as_str().unwrap().contains("encore"),
+        "{}",
+        missing.body
+    );
+    harness.store.put_room(room("encore")).await.unwrap();
+    let installed = harness.check(Call::get("/_anteroom/readyz")).await;
+    assert_eq!(installed.status, StatusCode::OK);
+
+    harness.state.start_draining();
+    let draining = harness.check(Call::get("/_anteroom/readyz")).await;
+    assert_eq!(draining.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        draining.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("draining"),
+        "{}",
+        draining.body
+    );
+    // Alive all along.
+    let alive = harness.check(Call::get("/_anteroom/healthz")).await;
+    assert_eq!(alive.status, StatusCode::OK);
+}
