@@ -40,6 +40,19 @@ async fn shop(verify: &str) -> Gate {
     .await
 }
 
+/// `GET /_anteroom/verify` from `client` with `headers`.
+async fn verify(
+    client: &reqwest::Client,
+    gate: &Gate,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut request = client.get(gate.url("/_anteroom/verify"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
 /// A visitor calls `/_anteroom/verify` directly (or through a proxy that is not listed) and
 /// names any URI they like: the endpoint answers nobody but a trusted proxy (403
 /// `untrusted_proxy`). Before, it answered anyone.
@@ -47,24 +60,14 @@ async fn shop(verify: &str) -> Gate {
 async fn the_verify_endpoint_answers_only_trusted_proxies() {
     let gate = shop("").await;
     let visitor = client_from(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let answer = visitor
-        .get(gate.url("/_anteroom/verify"))
-        .header("x-original-uri", "/shop/cart")
-        .send()
-        .await
-        .unwrap();
+    let answer = verify(&visitor, &gate, &[("x-original-uri", "/shop/cart")]).await;
     assert_eq!(answer.status(), StatusCode::FORBIDDEN);
     let problem: Value = answer.json().await.unwrap();
     assert_eq!(problem["code"], "untrusted_proxy");
 
     // The listed proxy is answered: the visitor it names waits.
     let proxy = client_from(PROXY_ADDRESS);
-    let answer = proxy
-        .get(gate.url("/_anteroom/verify"))
-        .header("x-original-uri", "/shop/cart")
-        .send()
-        .await
-        .unwrap();
+    let answer = verify(&proxy, &gate, &[("x-original-uri", "/shop/cart")]).await;
     assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
 }
 
@@ -76,15 +79,17 @@ async fn the_verify_endpoint_answers_only_trusted_proxies() {
 async fn a_visitor_cannot_name_another_uri_through_a_header_their_proxy_passes_on() {
     let gate = shop("[verify]\nproxy = \"caddy\"").await;
     let proxy = client_from(PROXY_ADDRESS);
-    let answer = proxy
-        .get(gate.url("/_anteroom/verify"))
-        .header("x-forwarded-uri", "/shop/cart")
-        .header("x-forwarded-method", "GET")
-        .header("x-original-uri", "/")
-        .header("x-envoy-original-path", "/")
-        .send()
-        .await
-        .unwrap();
+    let answer = verify(
+        &proxy,
+        &gate,
+        &[
+            ("x-forwarded-uri", "/shop/cart"),
+            ("x-forwarded-method", "GET"),
+            ("x-original-uri", "/"),
+            ("x-envoy-original-path", "/"),
+        ],
+    )
+    .await;
     assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
     assert!(
         answer.headers()["x-anteroom-location"]
@@ -94,12 +99,7 @@ async fn a_visitor_cannot_name_another_uri_through_a_header_their_proxy_passes_o
     );
 
     // An unprotected path named the configured way is allowed, so the header is what counts.
-    let allowed = proxy
-        .get(gate.url("/_anteroom/verify"))
-        .header("x-forwarded-uri", "/about")
-        .send()
-        .await
-        .unwrap();
+    let allowed = verify(&proxy, &gate, &[("x-forwarded-uri", "/about")]).await;
     assert_eq!(allowed.status(), StatusCode::OK);
 }
 
