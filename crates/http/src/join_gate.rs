@@ -27,7 +27,6 @@ use axum::http::{Extensions, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
-use anteroom_core::ratelimit::client_ip::is_trusted;
 use anteroom_core::room::{Identity, Mode, RoomConfig};
 use anteroom_core::{RoomId, SessionId};
 use anteroom_store::StoreError;
@@ -70,13 +69,6 @@ impl<'a> Caller<'a> {
             extensions,
             proven_passes: &[],
         }
-    }
-
-    /// Whether the request came straight from a peer inside `trusted_proxies`.
-    pub(crate) fn via_trusted_proxy(&self, app: &AppState) -> bool {
-        let trusted = &app.settings().trusted_proxies;
-        !trusted.is_empty()
-            && peer_address(self.extensions).is_some_and(|peer| is_trusted(peer, trusted))
     }
 
     /// The client address, as the rate limiter settled it (or settles it now).
@@ -220,7 +212,7 @@ fn identity_of(
     match &config.identity {
         Identity::Anonymous => Ok(None),
         Identity::Header(name) => {
-            if !caller.via_trusted_proxy(app) {
+            if !app.is_trusted_peer(caller.extensions) {
                 return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     "untrusted_proxy",

@@ -361,6 +361,16 @@ impl AppState {
         self.inner.expected_rooms.read().clone()
     }
 
+    /// Whether a request with these connection details came straight from a peer inside
+    /// `[server] trusted_proxies` (SPEC §14.1): the one check behind every header that is
+    /// believed about the visitor only from such a peer.
+    pub(crate) fn is_trusted_peer(&self, extensions: &axum::http::Extensions) -> bool {
+        let trusted = &self.settings().trusted_proxies;
+        !trusted.is_empty()
+            && ratelimit::peer_address(extensions)
+                .is_some_and(|peer| anteroom_core::ratelimit::client_ip::is_trusted(peer, trusted))
+    }
+
     /// Marks the node as draining for a shutdown: `readyz` answers 503 from now on.
     pub fn start_draining(&self) {
         self.inner

@@ -27,7 +27,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 
 use anteroom_core::config::{OriginalUri, VerifyConfig};
-use anteroom_core::ratelimit::client_ip::is_trusted;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -52,9 +51,7 @@ struct Original {
 pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
     // Everything below believes the caller about the visitor: only a trusted proxy may call.
-    let trusted = &gateway.app().settings().trusted_proxies;
-    let peer = crate::ratelimit::peer_address(&parts.extensions);
-    if !peer.is_some_and(|peer| is_trusted(peer, trusted)) {
+    if !gateway.app().is_trusted_peer(&parts.extensions) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "untrusted_proxy",

@@ -10,6 +10,7 @@
 //! ticket back.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -38,7 +39,7 @@ struct Sample {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ServerClock {
     sample: Arc<Mutex<Option<Sample>>>,
-    refreshing: Arc<Mutex<bool>>,
+    refreshing: Arc<AtomicBool>,
 }
 
 impl ServerClock {
@@ -58,12 +59,8 @@ impl ServerClock {
 
     /// Takes a sample from a task of its own (one at a time); a failure leaves the old one.
     fn refresh(&self, connection: Connection) {
-        {
-            let mut refreshing = self.refreshing.lock();
-            if *refreshing {
-                return;
-            }
-            *refreshing = true;
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
         }
         let (sample, refreshing) = (self.sample.clone(), self.refreshing.clone());
         tokio::spawn(async move {
@@ -82,7 +79,7 @@ impl ServerClock {
                     at: sent + received.duration_since(sent) / 2,
                 });
             }
-            *refreshing.lock() = false;
+            refreshing.store(false, Ordering::Release);
         });
     }
 }
