@@ -30,12 +30,7 @@ const JOINS_PER_ADDRESS: usize = 10;
 async fn sale_on_redis(redis: &RedisServer, mode: &str) -> Gate {
     let server = "join_rate_limit = true\ntrusted_proxies = [\"127.0.0.1/32\"]";
     Gate::start_edited(&sale_config(mode), |text| {
-        let text = text.replacen("join_rate_limit = false\n", "", 1).replacen(
-            "[server]\n",
-            &format!("[server]\n{server}\n"),
-            1,
-        );
-        super::on_redis(&text, &redis.url())
+        super::on_redis(&super::with_server_lines(&text, server), &redis.url())
     })
     .await
 }

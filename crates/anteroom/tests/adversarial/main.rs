@@ -53,13 +53,7 @@ impl Gate {
     /// [`Gate::start`] with `server` (lines such as `trusted_proxies = [...]`) added to the
     /// config's `[server]` section (`join_rate_limit = true` replaces the harness's `false`).
     pub(crate) async fn start_with(server: &str, extra: &str) -> Gate {
-        Gate::start_edited(extra, |mut text| {
-            if server.contains("join_rate_limit") {
-                text = text.replacen("join_rate_limit = false\n", "", 1);
-            }
-            text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1)
-        })
-        .await
+        Gate::start_edited(extra, |text| with_server_lines(&text, server)).await
     }
 
     /// [`Gate::start`] with `edit` applied to the whole config text before the server starts.
@@ -99,6 +93,17 @@ pub(crate) async fn raw_exchange(addr: &str, request: &[u8]) -> String {
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The harness's config text with `server` added to its `[server]` section
+/// (`join_rate_limit = true` replaces the harness's `false`).
+pub(crate) fn with_server_lines(text: &str, server: &str) -> String {
+    let text = if server.contains("join_rate_limit") {
+        text.replacen("join_rate_limit = false\n", "", 1)
+    } else {
+        text.to_owned()
+    };
+    text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1)
 }
 
 /// The harness's config text with its embedded store replaced by the Redis at `url`.

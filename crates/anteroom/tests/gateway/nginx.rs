@@ -167,15 +167,20 @@ async fn verify_reads_every_proxy_s_form_and_can_answer_with_the_redirect() {
     let mut holder = Jar::default();
     holder.absorb(response.headers());
     assert!(holder.get("anteroom_p_shop").is_some());
-    // Envoy's form names no URI in headers: one sent anyway is not read.
+    // Envoy's form names no URI in headers: one sent anyway is not read (the visitor is sent
+    // back to the appended path, not to the header's).
     let response = client
         .get(format!("{verify}/cart"))
-        .header("x-original-uri", "/")
+        .header("x-original-uri", "/elsewhere")
         .header("accept", "application/json")
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response.headers()["x-anteroom-location"],
+        "/_anteroom/wait/shop?return=/cart"
+    );
 
     server.kill();
     config("traefik");
