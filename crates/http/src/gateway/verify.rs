@@ -1,11 +1,12 @@
 //! `GET /_anteroom/verify` (SPEC §7.3) for proxies that keep proxying themselves: nginx
 //! `auth_request`, Envoy `ext_authz` (HTTP), Traefik `forwardAuth`, Caddy `forward_auth`.
 //!
-//! The proxy names the visitor's request in headers: the URI in `X-Original-URI`,
-//! `X-Forwarded-Uri` or `X-Envoy-Original-Path` (or, as Envoy's `path_prefix` does, appended to
-//! `/_anteroom/verify`), the method in `X-Original-Method` or `X-Forwarded-Method` (else this
-//! request's own), the host in `X-Forwarded-Host` or `Host`; the visitor's own headers (cookies,
-//! `Authorization`, `Accept`) come along. The request is matched to a route, rate limited and
+//! Only peers in `[server] trusted_proxies` are answered (403 `untrusted_proxy` to anyone else,
+//! SPEC §14.1). The proxy names the visitor's request in the one header set `[verify] proxy`
+//! chooses (`core/config/verify.rs`): nginx `X-Original-URI` / `-Method`, Traefik and Caddy
+//! `X-Forwarded-Uri` / `-Method`, both with `X-Forwarded-Host`; Envoy appends the path to
+//! `/_anteroom/verify` (`path_prefix`) and sends its own method and `Host`. A header of another
+//! set is never read. The visitor's own headers (cookies, `Authorization`, `Accept`) come along. The request is matched to a route, rate limited and
 //! checked against the route's rooms exactly as the gateway does, and answered:
 //! - 200: go ahead (with `Set-Cookie` when a pass was issued or renewed);
 //! - 401 with `X-Anteroom-Location: /_anteroom/wait/{room}?return=…`: send the visitor to the
