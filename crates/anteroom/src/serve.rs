@@ -314,6 +314,7 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
             trusted_proxies: config.server.trusted_proxies.clone(),
             rooms: config.rooms.clone(),
             verify: config.verify.clone(),
+            http_engine: config.server.http_engine,
         },
     )
 }

@@ -163,6 +163,40 @@ pub struct ServerConfig {
     /// The most one-time marks (used challenges) the node holds when they are its own (no
     /// Redis store).
     pub max_once_marks: usize,
+    /// Which HTTP engine serves the public listener and reaches the upstream.
+    pub http_engine: HttpEngine,
+}
+
+/// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
+/// the small requests a waiting room lives on, with hyper for the rest (`"own"`, the
+/// default), or hyper for everything (`"hyper"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpEngine {
+    /// The node's own HTTP/1 loop and upstream client, hyper for upgrades, streamed bodies
+    /// and HTTP/2.
+    #[default]
+    Own,
+    /// hyper alone, both ways.
+    Hyper,
+}
+
+impl HttpEngine {
+    /// The engine a config spelling names.
+    pub fn parse(text: &str) -> Option<HttpEngine> {
+        match text {
+            "own" => Some(HttpEngine::Own),
+            "hyper" => Some(HttpEngine::Hyper),
+            _ => None,
+        }
+    }
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpEngine::Own => "own",
+            HttpEngine::Hyper => "hyper",
+        }
+    }
 }
 
 /// `[server] sse_max_streams`, `sse_max_streams_per_ticket`, `sse_max_streams_per_ip`.
@@ -202,6 +236,7 @@ impl Default for ServerConfig {
             templates_dir: None,
             sse: SseLimits::default(),
             max_once_marks: DEFAULT_MAX_ONCE_MARKS,
+            http_engine: HttpEngine::Own,
         }
     }
 }

@@ -17,7 +17,7 @@ mod cookies;
 mod deadline;
 mod error;
 mod gateway;
-mod h1_conn;
+mod h1;
 mod join_gate;
 mod key_reload;
 mod metrics;
@@ -32,11 +32,9 @@ mod sinks;
 mod sse;
 mod status_json;
 mod store_failure;
-mod stream_conn;
 mod ticker;
 mod workers;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +45,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::{Cidr, KeyHash, SseLimits};
+use anteroom_core::config::{Cidr, HttpEngine, KeyHash, SseLimits};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -65,6 +63,7 @@ pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
+pub use h1::serve;
 pub use key_reload::{KEY_DIR_CHECK_INTERVAL, follow_key_dir};
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
@@ -595,8 +594,17 @@ fn reserved_routes(state: AppState) -> Router {
 /// anteroom's; every other path goes through the gateway to the upstream, or answers 404 when
 /// no upstream is configured (anteroom beside an existing proxy).
 pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
-    if gateway.has_upstream() {
-        public_router_with_site(state, gateway.site()).merge(gateway.verify_router())
+    gateway_router_through(state, gateway, gateway.upstream_client())
+}
+
+/// [`gateway_router`] with the site's upstream pools `client`.
+fn gateway_router_through(
+    state: AppState,
+    gateway: &Gateway,
+    client: Option<gateway::UpstreamClient>,
+) -> Router {
+    if client.is_some() {
+        public_router_with_site(state, gateway.site_through(client)).merge(gateway.verify_router())
     } else {
         public_router(state).merge(gateway.verify_router())
     }
@@ -607,9 +615,17 @@ pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
 /// path outside `/_anteroom` (the same rate limits and gateway steps without the router's
 /// dispatch).
 pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
+    // One set of upstream pools per serving thread, shared by the router and the lane.
+    let client = gateway.upstream_client();
+    let engine = gateway.http_engine();
+    let site = client
+        .clone()
+        .filter(|_| engine == HttpEngine::Own)
+        .map(|client| gateway.site_lane(client));
     PublicApp {
-        router: gateway_router(state, gateway),
-        site: gateway.site_lane(),
+        router: gateway_router_through(state, gateway, client),
+        site,
+        engine,
     }
 }
 
@@ -619,115 +635,27 @@ pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
 pub struct PublicApp {
     router: Router,
     site: Option<gateway::SiteLane>,
+    engine: HttpEngine,
+}
+
+impl PublicApp {
+    /// The same app served by `engine` (a plain router is served by the own engine unless
+    /// told otherwise).
+    pub fn with_engine(mut self, engine: HttpEngine) -> PublicApp {
+        self.engine = engine;
+        if engine == HttpEngine::Hyper {
+            self.site = None;
+        }
+        self
+    }
 }
 
 impl From<Router> for PublicApp {
     fn from(router: Router) -> PublicApp {
-        PublicApp { router, site: None }
-    }
-}
-
-/// How long requests in flight may take to finish after shutdown begins.
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How long a client may take to send a request's headers (slow-loris bound).
-pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (for up to ten seconds) and ends open event streams.
-///
-/// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
-/// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
-/// [`h1_conn`]'s keep-alive loop (hyper takes over a connection for upgrades, streamed request
-/// bodies and HTTP/2); a connection whose first request opens an event stream is served by
-/// [`stream_conn`], with far less memory for as long as the stream stays open.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: impl Into<PublicApp>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = app.into();
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    builder
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(hyper_util::rt::TokioTimer::new());
-    let builder = Arc::new(builder);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    // Turned `true` at shutdown; every connection still deciding, and every event stream
-    // served by `stream_conn`, holds a receiver until it is done.
-    let (stop, _) = tokio::sync::watch::channel(false);
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(%error, "cannot accept a connection");
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(
-            stream,
-            peer,
-            app.clone(),
-            builder.clone(),
-            graceful.watcher(),
-            stop.subscribe(),
-        ));
-    }
-    drop(listener);
-    stop.send_replace(true);
-    let drained = async {
-        graceful.shutdown().await;
-        stop.closed().await;
-    };
-    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
-        tracing::warn!("connections still open after the drain timeout; closing them");
-    }
-    Ok(())
-}
-
-/// One accepted connection: an event stream opening it goes to [`stream_conn`], other HTTP/1
-/// requests to [`h1_conn`], HTTP/2 (and anything [`h1_conn`] hands over) to hyper.
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
-    peer: std::net::SocketAddr,
-    app: PublicApp,
-    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
-    watcher: hyper_util::server::graceful::Watcher,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut start = [0u8; stream_conn::PEEK_BYTES];
-    let peeked = tokio::select! {
-        peeked = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut start)) => peeked,
-        _ = stop.wait_for(|stop| *stop) => return,
-    };
-    let hand_over = h1_conn::HandOver { builder, watcher };
-    match peeked {
-        // Closed, broken, or silent for as long as a request head may take.
-        Ok(Ok(0) | Err(_)) | Err(_) => {}
-        Ok(Ok(read)) if stream_conn::is_event_stream_request(&start[..read]) => {
-            drop(hand_over);
-            stream_conn::serve(stream, peer, app.router, stop).await;
+        PublicApp {
+            router,
+            site: None,
+            engine: HttpEngine::Own,
         }
-        Ok(Ok(read)) if is_http2_preface(&start[..read]) => {
-            drop(stop);
-            h1_conn::serve_with_hyper(stream, peer, app.router, hand_over);
-        }
-        Ok(Ok(_)) => h1_conn::serve(stream, peer, app, hand_over, stop).await,
     }
-}
-
-/// Whether a connection's first bytes are (the start of) HTTP/2's connection preface.
-fn is_http2_preface(start: &[u8]) -> bool {
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    !start.is_empty() && PREFACE.starts_with(&start[..start.len().min(PREFACE.len())])
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::tree::{Entry, Origin, Problems, Value, closest};
 use super::{
-    AuthConfig, Cidr, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
-    SseLimits, StoreConfig,
+    AuthConfig, Cidr, HttpEngine, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS,
+    ServerConfig, SseLimits, StoreConfig,
 };
 use crate::duration::parse_duration;
 
@@ -24,6 +24,7 @@ const SERVER_KEYS: &[&str] = &[
     "sse_max_streams_per_ticket",
     "sse_max_streams_per_ip",
     "max_once_marks",
+    "http_engine",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -139,6 +140,20 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         per_ip: count("sse_max_streams_per_ip", defaults.sse.per_ip, problems),
     };
     let max_once_marks = count("max_once_marks", defaults.max_once_marks, problems);
+    let http_engine = table
+        .get("http_engine")
+        .and_then(|entry| {
+            let text = entry.string(problems)?;
+            let engine = HttpEngine::parse(&text);
+            if engine.is_none() {
+                problems.add(
+                    &entry.key_origin,
+                    format!("unknown `http_engine` {text:?}: expected \"own\" or \"hyper\""),
+                );
+            }
+            engine
+        })
+        .unwrap_or_default();
     ServerConfig {
         listen,
         admin_listen,
@@ -149,6 +164,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         templates_dir,
         sse,
         max_once_marks,
+        http_engine,
     }
 }
 

@@ -1248,6 +1248,28 @@ fn event_stream_bounds_are_configurable() {
 }
 
 #[test]
+fn the_http_engine_is_chosen_by_name() {
+    let engine = |text: &str| parse_config(text, &[]).unwrap().server.http_engine;
+    assert_eq!(engine(""), super::HttpEngine::Own);
+    assert_eq!(
+        engine("[server]\nhttp_engine = \"own\"\n"),
+        super::HttpEngine::Own
+    );
+    assert_eq!(
+        engine("[server]\nhttp_engine = \"hyper\"\n"),
+        super::HttpEngine::Hyper
+    );
+    check_problems(
+        "[server]\nhttp_engine = \"nginx\"\n",
+        &[],
+        &[(
+            Some(2),
+            "unknown `http_engine` \"nginx\": expected \"own\" or \"hyper\"",
+        )],
+    );
+}
+
+#[test]
 fn ticket_secret_retention_is_any_duration_including_zero() {
     for (text, seconds) in [("90m", 5400), ("0s", 0)] {
         let source = format!("[keys]\nticket_secret_retention = \"{text}\"\n");

@@ -13,8 +13,9 @@
 //!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
 //!   room, else the waiting page (navigations) or 429 `waiting_room` (everything else);
 //! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
-//! - `proxy.rs`: the reverse proxy on hyper (pooled keep-alive HTTP/1.1 or h2c), which hands
-//!   WebSocket upgrades to `websocket.rs`.
+//! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`h1/client.rs`) for
+//!   bodies in memory, hyper's for streamed bodies and h2c; WebSocket upgrades go to
+//!   `websocket.rs`.
 //!
 //! Verified passes are cached per node (`passes.rs`): a signature check costs more than
 //! proxying a small request. Revocation still holds within a second: a cached pass's session is
@@ -28,7 +29,6 @@ mod protect;
 mod proxy;
 mod rooms;
 mod routes;
-mod upstream_conn;
 mod upstream_stats;
 mod verify;
 mod websocket;
@@ -45,12 +45,15 @@ use axum::routing::any;
 use tower::service_fn;
 
 use anteroom_core::RoomId;
-use anteroom_core::config::{Cidr, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig};
+use anteroom_core::config::{
+    Cidr, HttpEngine, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig,
+};
 use anteroom_core::room::RoomConfig;
 
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use protect::{asked_passes, wait_location};
+pub(crate) use proxy::{Forwarding, UpstreamClient};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
@@ -70,6 +73,9 @@ pub struct GatewayOptions {
     pub rooms: Vec<RoomConfig>,
     /// `[verify]`: the headers the verify endpoint reads the visitor's request from.
     pub verify: VerifyConfig,
+    /// `[server] http_engine`: whether the engine's own upstream client and direct lane serve
+    /// what they can, or hyper everything.
+    pub http_engine: HttpEngine,
 }
 
 /// The gateway: routes, rooms, passes and the upstream; cheap to clone.
@@ -85,6 +91,7 @@ struct Shared {
     websocket: WebSocketConfig,
     trusted_proxies: Vec<Cidr>,
     verify: VerifyConfig,
+    http_engine: HttpEngine,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
     stats: GatewayStats,
@@ -134,6 +141,7 @@ impl Gateway {
                 websocket: options.websocket.unwrap_or_default(),
                 trusted_proxies: options.trusted_proxies,
                 verify: options.verify,
+                http_engine: options.http_engine,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
                 routes,
@@ -176,11 +184,26 @@ impl Gateway {
     }
 
     /// The protected site: every request the reserved routes do not take, through
-    /// [`handle`](Self::handle). Each site has its own pool of upstream connections (one per
-    /// serving thread, see [`start_workers`](crate::start_workers)).
+    /// [`handle`](Self::handle), with a pool of upstream connections of its own.
     pub fn site(&self) -> Router {
+        self.site_through(self.upstream_client())
+    }
+
+    /// New, empty upstream connection pools for one serving thread (see
+    /// [`start_workers`](crate::start_workers)); `None` without an upstream.
+    pub(crate) fn upstream_client(&self) -> Option<proxy::UpstreamClient> {
+        let upstream = self.inner.upstream.as_ref()?;
+        Some(upstream.client(self.inner.http_engine))
+    }
+
+    /// Which HTTP engine serves this gateway's listener.
+    pub(crate) fn http_engine(&self) -> HttpEngine {
+        self.inner.http_engine
+    }
+
+    /// [`site`](Self::site) through the pools `client` holds.
+    pub(crate) fn site_through(&self, client: Option<proxy::UpstreamClient>) -> Router {
         let gateway = self.clone();
-        let client = self.inner.upstream.as_ref().map(proxy::Upstream::client);
         let service = service_fn(move |request: Request<Body>| {
             let gateway = gateway.clone();
             let client = client.clone();
@@ -189,15 +212,14 @@ impl Gateway {
         Router::new().fallback_service(service)
     }
 
-    /// The direct lane to the site for the connection loop (`h1_conn`), with its own pool of
-    /// upstream connections; `None` without an upstream.
-    pub(crate) fn site_lane(&self) -> Option<SiteLane> {
-        let client = self.inner.upstream.as_ref().map(proxy::Upstream::client)?;
-        Some(SiteLane {
+    /// The direct lane to the site for the engine's own connection loop (`h1/server.rs`),
+    /// through the pools `client` holds (the same as the site's router).
+    pub(crate) fn site_lane(&self, client: proxy::UpstreamClient) -> SiteLane {
+        SiteLane {
             gateway: self.clone(),
             client,
             limits: self.app().rate_limiter().map(RateLimiter::layer),
-        })
+        }
     }
 
     /// The request's way through the gateway, outermost step first: one future, no boxed

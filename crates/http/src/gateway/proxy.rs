@@ -1,5 +1,6 @@
-//! The reverse proxy (SPEC §7.2) on hyper: a pooled keep-alive HTTP/1.1 client (or h2c) to
-//! the upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
+//! The reverse proxy (SPEC §7.2): the engine's own keep-alive HTTP/1.1 client (`h1/client.rs`)
+//! for request bodies in memory, hyper's pooled client for streamed bodies and h2c, to the
+//! upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
 //! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set,
 //! upstream failures answered 502/504 problem+json, and the origin's `Anteroom-Release`
 //! header acted on and stripped.
@@ -26,18 +27,18 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
-use anteroom_core::config::{Cidr, UpstreamConfig};
+use anteroom_core::config::{Cidr, HttpEngine, UpstreamConfig};
 use anteroom_core::engine::SessionEnd;
 use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
 use anteroom_store::StoreError;
 
 use crate::cookies::pass_cookie_name;
 use crate::error::ApiError;
-use crate::h1_conn::MAX_INLINE_BODY;
+use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
+use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop};
 
 use super::Gateway;
 use super::protect::HeldPass;
-use super::upstream_conn::{UpstreamError, UpstreamPool, UpstreamTarget};
 use super::websocket;
 
 /// The response header through which the origin ends the visitor's session.
@@ -50,13 +51,13 @@ pub(crate) struct Upstream {
 }
 
 /// The pools of keep-alive connections to the upstream: our own HTTP/1.1 client for requests
-/// whose body is in memory, hyper's for streamed bodies and h2c. Each router the gateway
-/// builds has its own: under thread-per-core serving a pooled connection is then driven by the
-/// thread whose requests use it.
+/// whose body is in memory (none under `http_engine = "hyper"`), hyper's for streamed bodies
+/// and h2c. Each serving thread has its own: a pooled connection is then driven by the thread
+/// whose requests use it.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
     hyper: Client<HttpConnector, GuardedBody<Body>>,
-    own: Arc<UpstreamPool>,
+    own: Option<Arc<UpstreamPool>>,
 }
 
 impl Upstream {
@@ -71,8 +72,8 @@ impl Upstream {
         Some(Upstream { config, authority })
     }
 
-    /// New, empty connection pools to the upstream.
-    pub(crate) fn client(&self) -> UpstreamClient {
+    /// New, empty connection pools to the upstream for `engine`.
+    pub(crate) fn client(&self, engine: HttpEngine) -> UpstreamClient {
         let config = &self.config;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -84,12 +85,14 @@ impl Upstream {
             .timer(TokioTimer::new())
             .http2_only(config.http2)
             .build(connector);
-        let own = UpstreamPool::new(UpstreamTarget {
-            address: self.authority.as_str().to_owned(),
-            connect_timeout: config.connect_timeout,
-            idle_timeout: config.idle_timeout,
-            pool_idle_timeout: config.pool_idle_timeout,
-            max_response_body: config.max_response_body,
+        let own = (engine == HttpEngine::Own).then(|| {
+            UpstreamPool::new(UpstreamTarget {
+                address: self.authority.as_str().to_owned(),
+                connect_timeout: config.connect_timeout,
+                idle_timeout: config.idle_timeout,
+                pool_idle_timeout: config.pool_idle_timeout,
+                max_response_body: config.max_response_body,
+            })
         });
         UpstreamClient { hyper, own }
     }
@@ -155,12 +158,14 @@ async fn forward(
         .map_or("/", |path_and_query| path_and_query.as_str());
     // A body already in memory (none, or a small one the connection loop read whole) goes
     // through our own client; a streamed one through hyper's.
-    let in_memory = !config.http2
-        && body
-            .size_hint()
-            .exact()
-            .is_some_and(|length| length <= MAX_INLINE_BODY as u64);
-    if in_memory {
+    let own_client = client.own.as_ref().filter(|_| {
+        !config.http2
+            && body
+                .size_hint()
+                .exact()
+                .is_some_and(|length| length <= MAX_INLINE_BODY as u64)
+    });
+    if let Some(own_client) = own_client {
         let Ok(bytes) = body.collect().await.map(Collected::to_bytes) else {
             return ApiError::bad_request("invalid_body", "the request body could not be read")
                 .into_response();
@@ -170,8 +175,7 @@ async fn forward(
         {
             return body_too_large(limit);
         }
-        let answer = client
-            .own
+        let answer = own_client
             .send(
                 &parts.method,
                 path,
@@ -304,40 +308,6 @@ pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue
     uri.authority()
         .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
         .or_else(|| headers.get(header::HOST).cloned())
-}
-
-/// Removes the headers that concern one connection only (RFC 9110 §7.6.1): `Connection`
-/// and the headers it names, and the classic hop-by-hop set. Most messages carry one or none:
-/// passes over the names find them without hashing each name of the set.
-pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    if let Some(connection) = headers.get(header::CONNECTION).cloned() {
-        for token in connection.to_str().unwrap_or_default().split(',') {
-            let token = token.trim();
-            // The usual tokens name no header of their own (`keep-alive` goes below anyway).
-            if token.eq_ignore_ascii_case("keep-alive") || token.eq_ignore_ascii_case("close") {
-                continue;
-            }
-            if let Ok(name) = HeaderName::from_str(token) {
-                headers.remove(name);
-            }
-        }
-    }
-    // Without allocating: each pass finds one present name, most messages have one or none.
-    while let Some(name) = headers.keys().find(|name| is_hop_by_hop(name)).cloned() {
-        headers.remove(name);
-    }
-}
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::PROXY_AUTHENTICATE
-        || name == header::PROXY_AUTHORIZATION
-        || name == header::TE
-        || name == header::TRAILER
-        || name == header::TRANSFER_ENCODING
-        || name == header::UPGRADE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -699,23 +669,6 @@ mod tests {
             "cut off after {cut_after:?}"
         );
         feeder.abort();
-    }
-
-    #[test]
-    fn hop_by_hop_headers_are_removed() {
-        let mut map = headers(&[
-            ("connection", "keep-alive, x-secret"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("proxy-authorization", "Basic x"),
-            ("te", "trailers"),
-            ("accept", "*/*"),
-        ]);
-        remove_hop_by_hop(&mut map);
-        let left: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
-        assert_eq!(left, ["accept"]);
     }
 
     fn check_forwarding(

@@ -30,7 +30,9 @@ use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
 use crate::error::ApiError;
 
 use super::Gateway;
-use super::proxy::{Upstream, remove_hop_by_hop, request_host, set_forwarding};
+use anteroom_h1::remove_hop_by_hop;
+
+use super::proxy::{Upstream, request_host, set_forwarding};
 
 /// Counts of the proxied WebSocket connections and their messages (visitor→site).
 #[derive(Debug, Default)]

@@ -23,22 +23,17 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use axum::http::{HeaderMap, HeaderName, Method, Response, StatusCode, Version};
+use axum::http::{HeaderMap, Method, Response};
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::proxy::Forwarding;
+use anteroom_h1::{AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head};
+
 use crate::deadline::Deadline;
-use crate::h1_conn::{header_map, keeps_alive, parse_length, span_in};
-
-/// The most header fields an upstream answer may have.
-const MAX_HEADERS: usize = 100;
-
-/// The largest answer head read from the upstream.
-const MAX_HEAD_BYTES: usize = 64 * 1024;
+use crate::gateway::Forwarding;
 
 /// How much a connection's read buffer grows by at a time.
 const READ_STEP: usize = 8 * 1024;
@@ -229,14 +224,7 @@ impl UpstreamPool {
             } => head?,
             () = deadline.passed() => return Err(Failure::After(UpstreamError::HeadTimeout)),
         };
-        let bodiless = method == Method::HEAD
-            || head.status == StatusCode::NO_CONTENT
-            || head.status == StatusCode::NOT_MODIFIED;
-        let framing = if bodiless {
-            BodyFraming::Length(0)
-        } else {
-            head.framing
-        };
+        let framing = head.body_framing(method == Method::HEAD);
         let reusable = head.reusable && framing != BodyFraming::UntilClose;
         let mut response = Response::new(Body::empty());
         *response.status_mut() = head.status;
@@ -337,30 +325,14 @@ fn write_request(
     out.extend_from_slice(body);
 }
 
-/// How an answer's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyFraming {
-    Length(u64),
-    Chunked,
-    /// No length and not chunked: the body ends when the upstream closes the connection.
-    UntilClose,
-}
-
-/// A parsed answer head.
-struct AnswerHead {
-    status: StatusCode,
-    headers: HeaderMap,
-    framing: BodyFraming,
-    /// Whether the upstream keeps the connection open after this answer.
-    reusable: bool,
-}
-
 /// Reads the answer's head (skipping interim 1xx answers) and splits it off the buffer.
 async fn read_head(stream: &mut TcpStream, buffer: &mut BytesMut) -> Result<AnswerHead, Failure> {
     let mut answered = false;
     loop {
         if !buffer.is_empty() {
-            match parse_head(buffer).map_err(Failure::After)? {
+            match parse_answer_head(buffer, 2)
+                .map_err(|_| Failure::After(UpstreamError::Malformed))?
+            {
                 Some(head) if head.status.is_informational() => continue,
                 Some(head) => return Ok(head),
                 None => {}
@@ -381,64 +353,6 @@ async fn read_head(stream: &mut TcpStream, buffer: &mut BytesMut) -> Result<Answ
             Err(error) => return Err(Failure::After(UpstreamError::Io(error))),
         }
     }
-}
-
-/// The answer head at the start of `buffer`, split off it; `None` while incomplete.
-fn parse_head(buffer: &mut BytesMut) -> Result<Option<AnswerHead>, UpstreamError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut fields);
-    let length = match parsed.parse(buffer) {
-        Ok(httparse::Status::Complete(length)) => length,
-        Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD_BYTES => return Ok(None),
-        Ok(httparse::Status::Partial) | Err(_) => return Err(UpstreamError::Malformed),
-    };
-    let version = match parsed.version {
-        Some(0) => Version::HTTP_10,
-        Some(1) => Version::HTTP_11,
-        _ => return Err(UpstreamError::Malformed),
-    };
-    let status = parsed
-        .code
-        .and_then(|code| StatusCode::from_u16(code).ok())
-        .ok_or(UpstreamError::Malformed)?;
-    let mut fields = Vec::with_capacity(parsed.headers.len());
-    for field in parsed.headers.iter() {
-        let name =
-            HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| UpstreamError::Malformed)?;
-        fields.push((name, span_in(buffer, field.value)));
-    }
-    let head = buffer.split_to(length).freeze();
-    // Room for the cookies and rate-limit fields the gateway may add to the answer.
-    let headers = header_map(&head, fields, 2).ok_or(UpstreamError::Malformed)?;
-    let reusable = keeps_alive(version, &headers);
-    let framing = if let Some(coding) = headers.get_all(TRANSFER_ENCODING).iter().next_back() {
-        // RFC 9112 §6.3: chunked last means chunked; any other coding runs until the close.
-        let last = coding
-            .as_bytes()
-            .rsplit(|byte| *byte == b',')
-            .next()
-            .unwrap_or_default();
-        if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-            BodyFraming::Chunked
-        } else {
-            BodyFraming::UntilClose
-        }
-    } else {
-        let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-        match (lengths.next(), lengths.next()) {
-            (None, _) => BodyFraming::UntilClose,
-            (Some(value), None) => {
-                BodyFraming::Length(parse_length(value.as_bytes()).ok_or(UpstreamError::Malformed)?)
-            }
-            (Some(_), Some(_)) => return Err(UpstreamError::Malformed),
-        }
-    };
-    Ok(Some(AnswerHead {
-        status,
-        headers,
-        framing,
-        reusable,
-    }))
 }
 
 /// What is left to read of a streamed body.
@@ -497,7 +411,10 @@ impl BodyReader {
                         Some(connection.buffer.split().freeze())
                     }
                 }
-                ReadState::Chunked(decoder) => match decoder.next(&mut connection.buffer)? {
+                ReadState::Chunked(decoder) => match decoder
+                    .next(&mut connection.buffer)
+                    .map_err(|_| BodyFailure::Malformed)?
+                {
                     Decoded::Data(data) => Some(data),
                     Decoded::End => {
                         self.state = ReadState::Done;
@@ -564,200 +481,12 @@ async fn fill(
     }
 }
 
-/// What the chunked decoder found in the buffer.
-#[derive(Debug, PartialEq, Eq)]
-enum Decoded {
-    Data(Bytes),
-    /// The last chunk and the trailers were read.
-    End,
-    NeedMore,
-}
-
-/// A chunked body's decoder (RFC 9112 §7.1): chunk sizes with extensions ignored, trailers
-/// read and dropped.
-#[derive(Debug, Default)]
-struct ChunkedDecoder {
-    state: ChunkState,
-}
-
-#[derive(Debug, Default)]
-enum ChunkState {
-    /// At a chunk-size line.
-    #[default]
-    Size,
-    /// Inside a chunk's data.
-    Data(u64),
-    /// After a chunk's data: its CRLF.
-    DataEnd,
-    /// After the last chunk: trailer lines until an empty one.
-    Trailers,
-}
-
-/// The longest chunk-size line (size and extensions) accepted.
-const MAX_CHUNK_LINE: usize = 4096;
-
-impl ChunkedDecoder {
-    fn next(&mut self, buffer: &mut BytesMut) -> Result<Decoded, BodyFailure> {
-        loop {
-            match &mut self.state {
-                ChunkState::Size => {
-                    let Some(line) = take_line(buffer)? else {
-                        return Ok(Decoded::NeedMore);
-                    };
-                    let digits = line
-                        .split(|byte| *byte == b';')
-                        .next()
-                        .unwrap_or_default()
-                        .trim_ascii();
-                    if digits.is_empty() || digits.len() > 15 {
-                        return Err(BodyFailure::Malformed);
-                    }
-                    let mut size = 0u64;
-                    for digit in digits {
-                        let value = char::from(*digit)
-                            .to_digit(16)
-                            .ok_or(BodyFailure::Malformed)?;
-                        size = size * 16 + u64::from(value);
-                    }
-                    self.state = if size == 0 {
-                        ChunkState::Trailers
-                    } else {
-                        ChunkState::Data(size)
-                    };
-                }
-                ChunkState::Data(remaining) => {
-                    if buffer.is_empty() {
-                        return Ok(Decoded::NeedMore);
-                    }
-                    let take = (*remaining).min(buffer.len() as u64);
-                    *remaining -= take;
-                    if *remaining == 0 {
-                        self.state = ChunkState::DataEnd;
-                    }
-                    let take = usize::try_from(take).map_err(|_| BodyFailure::Malformed)?;
-                    return Ok(Decoded::Data(buffer.split_to(take).freeze()));
-                }
-                ChunkState::DataEnd => {
-                    if buffer.len() < 2 {
-                        return Ok(Decoded::NeedMore);
-                    }
-                    if &buffer[..2] != b"\r\n" {
-                        return Err(BodyFailure::Malformed);
-                    }
-                    let _ = buffer.split_to(2);
-                    self.state = ChunkState::Size;
-                }
-                ChunkState::Trailers => {
-                    let Some(line) = take_line(buffer)? else {
-                        return Ok(Decoded::NeedMore);
-                    };
-                    if line.is_empty() {
-                        return Ok(Decoded::End);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The next CRLF-terminated line (without its CRLF), split off `buffer`.
-fn take_line(buffer: &mut BytesMut) -> Result<Option<Bytes>, BodyFailure> {
-    match buffer.windows(2).position(|pair| pair == b"\r\n") {
-        Some(end) => {
-            let line = buffer.split_to(end).freeze();
-            let _ = buffer.split_to(2);
-            Ok(Some(line))
-        }
-        None if buffer.len() > MAX_CHUNK_LINE => Err(BodyFailure::Malformed),
-        None => Ok(None),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
-
-    fn decode_in_pieces(wire: &[u8], piece: usize) -> Result<Vec<u8>, BodyFailure> {
-        let mut decoder = ChunkedDecoder::default();
-        let mut buffer = BytesMut::new();
-        let mut body = Vec::new();
-        let mut pieces = wire.chunks(piece);
-        loop {
-            match decoder.next(&mut buffer)? {
-                Decoded::Data(data) => body.extend_from_slice(&data),
-                Decoded::End => return Ok(body),
-                Decoded::NeedMore => match pieces.next() {
-                    Some(more) => buffer.extend_from_slice(more),
-                    None => return Err(BodyFailure::Io(io::ErrorKind::UnexpectedEof.into())),
-                },
-            }
-        }
-    }
-
-    #[test]
-    fn chunked_bodies_decode_however_they_are_split() {
-        let wire =
-            b"5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-trailer: 1\r\n\r\n";
-        for piece in [1, 2, 3, 7, wire.len()] {
-            assert_eq!(
-                decode_in_pieces(wire, piece).unwrap(),
-                b"helloabcdefghijklmnopqrstuvwxyz",
-                "pieces of {piece}"
-            );
-        }
-        assert!(matches!(
-            decode_in_pieces(b"zz\r\n", 4),
-            Err(BodyFailure::Malformed)
-        ));
-        assert!(matches!(
-            decode_in_pieces(b"2\r\nabX\r\n", 9),
-            Err(BodyFailure::Malformed)
-        ));
-        assert!(matches!(
-            decode_in_pieces(b"2\r\nab\r\n", 9),
-            Err(BodyFailure::Io(_))
-        ));
-    }
-
-    #[test]
-    fn answer_heads_say_how_their_body_ends() {
-        let framing = |text: &str| {
-            let mut buffer = BytesMut::from(text.as_bytes());
-            let head = parse_head(&mut buffer).unwrap().unwrap();
-            (head.status.as_u16(), head.framing, head.reusable)
-        };
-        assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
-            (200, BodyFraming::Length(5), true)
-        );
-        assert_eq!(
-            framing(
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
-            ),
-            (200, BodyFraming::Chunked, false)
-        );
-        assert_eq!(
-            framing("HTTP/1.0 200 OK\r\n\r\n"),
-            (200, BodyFraming::UntilClose, false)
-        );
-        assert_eq!(
-            framing(
-                "HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
-            ),
-            (404, BodyFraming::Length(0), true)
-        );
-        let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Le"[..]);
-        assert!(parse_head(&mut partial).unwrap().is_none());
-        let mut two_lengths = BytesMut::from(
-            &b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..],
-        );
-        assert!(parse_head(&mut two_lengths).is_err());
-        let mut garbage = BytesMut::from(&b"SSH-2.0-OpenSSH\r\n\r\n"[..]);
-        assert!(parse_head(&mut garbage).is_err());
-    }
 
     #[tokio::test]
     async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {

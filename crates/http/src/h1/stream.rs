@@ -12,7 +12,7 @@
 //! that write, watches the socket for the client leaving, and closes the connection when the
 //! answer ends (`Connection: close`), or ends the stream cleanly when the server shuts down.
 //!
-//! Everything else goes to `h1_conn` (or hyper): other requests, HTTP/2, a first segment too
+//! Everything else goes to `server.rs` (or hyper): other requests, HTTP/2, a first segment too
 //! short to tell, and a stream asked for on a connection that already served a request.
 
 use std::net::SocketAddr;
@@ -22,14 +22,17 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response, Version};
 use bytes::BytesMut;
+use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
-use crate::HEADER_READ_TIMEOUT;
-use crate::h1_conn::{AnswerFraming, BadHead, has_one_host, push_chunk, take_head, write_head};
+use anteroom_h1::{AnswerFraming, BadHead, has_one_host, push_chunk, take_head};
+
+use super::HEADER_READ_TIMEOUT;
+use super::server::refuse;
 
 /// How much the head buffer grows by at a time: small, as the stream keeps its connection for
 /// long.
@@ -79,14 +82,14 @@ pub(crate) async fn serve(
     };
     let mut request = match head {
         Ok(Ok(request)) => request,
-        Ok(Err(bad)) => return bad.refuse(&mut stream).await,
+        Ok(Err(bad)) => return refuse(&bad, &mut stream).await,
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return,
     };
     // The same rule as the connection loop: one Host, or the route and the origin's virtual
     // host could differ.
     if !has_one_host(request.version(), request.headers()) {
-        return BadHead::Host.refuse(&mut stream).await;
+        return refuse(&BadHead::Host, &mut stream).await;
     }
     let version = request.version();
     request.extensions_mut().insert(ConnectInfo(peer));
@@ -114,7 +117,7 @@ async fn read_head(stream: &mut TcpStream) -> Result<Request<Body>, BadHead> {
             Ok(_) => {}
         }
         if let Some(head) = take_head(&mut buffer)? {
-            return Ok(head.request);
+            return Ok(head.request.map(|()| Body::empty()));
         }
     }
 }
@@ -128,16 +131,14 @@ async fn write_response(
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let (parts, mut body) = response.into_parts();
-    let framing = AnswerFraming::of(&parts, &body, version);
-    let mut head = Vec::with_capacity(256);
-    write_head(
-        &mut head,
+    let framing = AnswerFraming::new(
         parts.status,
         &parts.headers,
-        framing,
-        false,
+        body.size_hint().exact(),
         version,
     );
+    let mut head = Vec::with_capacity(256);
+    framing.write_head(&mut head, parts.status, &parts.headers, false, version);
     stream.write_all(&head).await?;
     if framing.bodiless {
         return Ok(());

@@ -1,0 +1,292 @@
+//! Answer heads both ways: the heads the node writes to visitors, and the heads it reads from
+//! the origin, with how the origin's body ends (RFC 9112 §6.3).
+
+use bytes::BytesMut;
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, StatusCode, Version};
+
+use crate::date::append_now;
+use crate::fields::{header_map, keeps_alive, parse_length, span_in};
+
+/// How an answer's body is framed on the wire to the visitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerFraming {
+    /// No body at all (1xx, 204, 304).
+    pub bodiless: bool,
+    /// `Content-Length`, when known (never for a bodiless answer).
+    pub length: Option<u64>,
+    /// `Transfer-Encoding: chunked`.
+    pub chunked: bool,
+}
+
+impl AnswerFraming {
+    /// The framing of an answer with `status` and `headers` whose body has `known_length`
+    /// bytes (when the body says), to a client speaking `version`: its length when declared or
+    /// known; else chunked for HTTP/1.1 (for HTTP/1.0 the body ends with the connection).
+    pub fn new(
+        status: StatusCode,
+        headers: &HeaderMap,
+        known_length: Option<u64>,
+        version: Version,
+    ) -> AnswerFraming {
+        let bodiless = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let length = if bodiless {
+            None
+        } else {
+            known_length.or_else(|| {
+                headers
+                    .get(CONTENT_LENGTH)
+                    .and_then(|value| parse_length(value.as_bytes()))
+            })
+        };
+        AnswerFraming {
+            bodiless,
+            length,
+            chunked: !bodiless && length.is_none() && version == Version::HTTP_11,
+        }
+    }
+
+    /// Appends the status line and header fields of an answer to `out`; the framing and
+    /// connection fields are this framing's, and a `Date` is added when the answer has none.
+    pub fn write_head(
+        self,
+        out: &mut Vec<u8>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        keep_alive: bool,
+        version: Version,
+    ) {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            if name == CONNECTION || name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+                continue;
+            }
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if !headers.contains_key(DATE) {
+            out.extend_from_slice(b"date: ");
+            append_now(out);
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Some(length) = self.length {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        } else if self.chunked {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        if !keep_alive {
+            out.extend_from_slice(b"connection: close\r\n");
+        } else if version == Version::HTTP_10 {
+            out.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The most header fields an origin's answer may have.
+const MAX_ANSWER_HEADERS: usize = 100;
+
+/// The largest answer head read from the origin.
+const MAX_ANSWER_HEAD_BYTES: usize = 64 * 1024;
+
+/// An origin's answer head that is not HTTP/1.x, too large, or framed two ways at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the upstream's answer is malformed")]
+pub struct MalformedAnswer;
+
+/// How an origin's answer body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked coding.
+    Chunked,
+    /// No length and not chunked: the body ends when the origin closes the connection.
+    UntilClose,
+}
+
+/// A parsed answer head from the origin.
+#[derive(Debug)]
+pub struct AnswerHead {
+    /// The status.
+    pub status: StatusCode,
+    /// The fields, each value a slice of the head's bytes; a `Content-Length` sent beside a
+    /// `Transfer-Encoding` is already removed (RFC 9112 §6.3: the coding wins, and the length
+    /// must not travel on).
+    pub headers: HeaderMap,
+    /// How the body ends (before looking at the request method or the status: see
+    /// [`AnswerHead::body_framing`]).
+    pub framing: BodyFraming,
+    /// Whether the origin keeps the connection open after this answer.
+    pub reusable: bool,
+}
+
+impl AnswerHead {
+    /// How this answer's body ends given the request: none after `HEAD` and for 1xx, 204
+    /// and 304, whatever the fields say (RFC 9112 §6.3 rules 1 and 2).
+    pub fn body_framing(&self, request_was_head: bool) -> BodyFraming {
+        if request_was_head
+            || self.status.is_informational()
+            || self.status == StatusCode::NO_CONTENT
+            || self.status == StatusCode::NOT_MODIFIED
+        {
+            BodyFraming::Length(0)
+        } else {
+            self.framing
+        }
+    }
+}
+
+/// The answer head at the start of `buffer`, split off it; `None` while incomplete. `spare`
+/// is room kept in the header map for fields added later.
+pub fn parse_answer_head(
+    buffer: &mut BytesMut,
+    spare: usize,
+) -> Result<Option<AnswerHead>, MalformedAnswer> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_HEADERS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let length = match parsed.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) if buffer.len() < MAX_ANSWER_HEAD_BYTES => return Ok(None),
+        Ok(httparse::Status::Partial) | Err(_) => return Err(MalformedAnswer),
+    };
+    let version = match parsed.version {
+        Some(0) => Version::HTTP_10,
+        Some(1) => Version::HTTP_11,
+        _ => return Err(MalformedAnswer),
+    };
+    let status = parsed
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(MalformedAnswer)?;
+    let mut fields = Vec::with_capacity(parsed.headers.len());
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| MalformedAnswer)?;
+        fields.push((name, span_in(buffer, field.value)));
+    }
+    let head = buffer.split_to(length).freeze();
+    let mut headers = header_map(&head, fields, spare).ok_or(MalformedAnswer)?;
+    let reusable = keeps_alive(version, &headers);
+    let framing = if headers.contains_key(TRANSFER_ENCODING) {
+        headers.remove(CONTENT_LENGTH);
+        // Chunked last means chunked; any other coding runs until the close.
+        let last = headers
+            .get_all(TRANSFER_ENCODING)
+            .iter()
+            .next_back()
+            .and_then(|coding| coding.as_bytes().rsplit(|byte| *byte == b',').next())
+            .unwrap_or_default();
+        if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::UntilClose
+        }
+    } else {
+        let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+        match (lengths.next(), lengths.next()) {
+            (None, _) => BodyFraming::UntilClose,
+            (Some(value), None) => {
+                BodyFraming::Length(parse_length(value.as_bytes()).ok_or(MalformedAnswer)?)
+            }
+            (Some(_), Some(_)) => return Err(MalformedAnswer),
+        }
+    };
+    Ok(Some(AnswerHead {
+        status,
+        headers,
+        framing,
+        reusable,
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn parsed(text: &str) -> AnswerHead {
+        let mut buffer = BytesMut::from(text.as_bytes());
+        parse_answer_head(&mut buffer, 0).unwrap().unwrap()
+    }
+
+    #[test]
+    fn answer_heads_say_how_their_body_ends() {
+        let framing = |text: &str| {
+            let head = parsed(text);
+            (head.status.as_u16(), head.framing, head.reusable)
+        };
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+            (200, BodyFraming::Length(5), true)
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+            ),
+            (200, BodyFraming::Chunked, false)
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\n\r\n"),
+            (200, BodyFraming::UntilClose, false)
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+            ),
+            (404, BodyFraming::Length(0), true)
+        );
+        let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Le"[..]);
+        assert!(parse_answer_head(&mut partial, 0).unwrap().is_none());
+        let mut two_lengths = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..],
+        );
+        assert!(parse_answer_head(&mut two_lengths, 0).is_err());
+        let mut garbage = BytesMut::from(&b"SSH-2.0-OpenSSH\r\n\r\n"[..]);
+        assert!(parse_answer_head(&mut garbage, 0).is_err());
+    }
+
+    #[test]
+    fn a_length_beside_a_coding_is_dropped() {
+        let head =
+            parsed("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(head.framing, BodyFraming::Chunked);
+        assert!(!head.headers.contains_key(CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn head_204_and_304_answers_have_no_body_whatever_they_say() {
+        let head = parsed("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(head.body_framing(true), BodyFraming::Length(0));
+        assert_eq!(head.body_framing(false), BodyFraming::Length(5));
+        for status in ["204 No Content", "304 Not Modified"] {
+            let head = parsed(&format!(
+                "HTTP/1.1 {status}\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ));
+            assert_eq!(head.body_framing(false), BodyFraming::Length(0));
+        }
+    }
+
+    #[test]
+    fn an_answer_head_carries_its_framing_and_a_date() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("99"));
+        let framing = AnswerFraming::new(StatusCode::OK, &headers, Some(5), Version::HTTP_11);
+        let mut out = Vec::new();
+        framing.write_head(&mut out, StatusCode::OK, &headers, false, Version::HTTP_11);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ndate: "));
+        assert!(text.ends_with(" GMT\r\ncontent-length: 5\r\nconnection: close\r\n\r\n"));
+    }
+}
