@@ -21,8 +21,8 @@ pub struct AnswerFraming {
 
 impl AnswerFraming {
     /// The framing of an answer with `status` and `headers` whose body has `known_length`
-    /// bytes (when the body says), to a client speaking `version`: its length when declared or
-    /// known; else chunked for HTTP/1.1 (for HTTP/1.0 the body ends with the connection).
+    /// bytes (when the body says), to a client speaking `version`: its length when declared,
+    /// else when known; else chunked for HTTP/1.1 (for HTTP/1.0 the body ends with the connection).
     pub fn new(
         status: StatusCode,
         headers: &HeaderMap,
@@ -35,11 +35,13 @@ impl AnswerFraming {
         let length = if bodiless {
             None
         } else {
-            known_length.or_else(|| {
-                headers
-                    .get(CONTENT_LENGTH)
-                    .and_then(|value| parse_length(value.as_bytes()))
-            })
+            // The declared length first: a HEAD answer declares the length of the body it
+            // does not carry. A body that then disagrees ends its connection (the writer
+            // counts what it sends).
+            headers
+                .get(CONTENT_LENGTH)
+                .and_then(|value| parse_length(value.as_bytes()))
+                .or(known_length)
         };
         AnswerFraming {
             bodiless,
@@ -287,6 +289,6 @@ mod tests {
         framing.write_head(&mut out, StatusCode::OK, &headers, false, Version::HTTP_11);
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ndate: "));
-        assert!(text.ends_with(" GMT\r\ncontent-length: 5\r\nconnection: close\r\n\r\n"));
+        assert!(text.ends_with(" GMT\r\ncontent-length: 99\r\nconnection: close\r\n\r\n"));
     }
 }

@@ -95,6 +95,7 @@ impl Site {
              listen = \"127.0.0.1:{port}\"\n\
              admin_listen = \"127.0.0.1:0\"\n\
              public_url = \"{url}\"\n\
+             http_engine = \"{engine}\"\n\
              # The tests join many times from one address; rate_limits.rs checks this limit.\n\
              join_rate_limit = false\n\
              \n\
@@ -115,6 +116,7 @@ impl Site {
             store = toml_string(&self.store_path()),
             keys = toml_string(&self.keys_dir()),
             service = key_hash(SERVICE_KEY),
+            engine = test_engine(),
         );
         let path = self.config_path();
         std::fs::write(&path, text).expect("write the config file");
@@ -124,6 +126,17 @@ impl Site {
     /// Starts `anteroom serve` on this site's config; see [`Server`].
     pub(crate) fn start(&self) -> Server {
         Server::start(self)
+    }
+}
+
+/// The `[server] http_engine` the started servers use: `ANTEROOM_TEST_HTTP_ENGINE` (`own`
+/// when unset), so one suite checks both engines (scripts/test runs the gateway suites under
+/// each).
+pub(crate) fn test_engine() -> &'static str {
+    match std::env::var("ANTEROOM_TEST_HTTP_ENGINE").as_deref() {
+        Err(_) | Ok("own") => "own",
+        Ok("hyper") => "hyper",
+        Ok(other) => panic!("ANTEROOM_TEST_HTTP_ENGINE={other:?}: expected own or hyper"),
     }
 }
 

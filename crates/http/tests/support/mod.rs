@@ -2,7 +2,10 @@
 //! request builder, and one `check` that sends a request and hands back status, headers and
 //! the JSON body.
 //!
-//! Nothing here opens a socket: requests go straight into the router with `oneshot`.
+//! Each request goes through a real HTTP engine: the router is served on a loopback socket by
+//! the engine `ANTEROOM_TEST_HTTP_ENGINE` names (`own`, the default, or `hyper`), so one suite
+//! checks both engines (scripts/test runs it under each). `direct` hands requests straight to
+//! the router with `oneshot`, without a socket.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -11,19 +14,20 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::extract::connect_info::MockConnectInfo;
-use http::{HeaderMap, Method, Request, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 use tower::ServiceExt;
 
-use anteroom_core::config::KeyHash;
+use anteroom_core::config::{HttpEngine, KeyHash};
 use anteroom_core::engine::{RoomTotals, TickReport};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
-use anteroom_http::{AppState, PublicSettings, public_router};
+use anteroom_http::{AppState, PublicApp, PublicSettings, public_router};
 use anteroom_store::{MemoryStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
@@ -115,7 +119,10 @@ impl Harness {
     pub(crate) async fn check(&self, call: Call) -> Reply {
         let request = call.builder.body(call.body).unwrap();
         let described = format!("{} {}", request.method(), request.uri());
-        let response = self.app.clone().oneshot(request).await.unwrap();
+        let response = match test_engine() {
+            None => self.app.clone().oneshot(request).await.unwrap(),
+            Some(engine) => through_engine(self.app.clone(), engine, request).await,
+        };
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -170,6 +177,59 @@ impl Harness {
     pub(crate) fn keys(&self) -> KeySet {
         self.state.keys()
     }
+}
+
+/// The engine `ANTEROOM_TEST_HTTP_ENGINE` names (`own` when unset); `None` for `direct`.
+pub(crate) fn test_engine() -> Option<HttpEngine> {
+    match std::env::var("ANTEROOM_TEST_HTTP_ENGINE").as_deref() {
+        Err(_) | Ok("own") => Some(HttpEngine::Own),
+        Ok("hyper") => Some(HttpEngine::Hyper),
+        Ok("direct") => None,
+        Ok(other) => panic!("ANTEROOM_TEST_HTTP_ENGINE={other:?}: expected own, hyper or direct"),
+    }
+}
+
+/// Serves `app` with `engine` on a loopback socket for one request, sends `request` over
+/// HTTP/1.1 and reads the whole answer. The router still sees the harness's peer (the site's
+/// proxy), as with `oneshot`.
+async fn through_engine(app: Router, engine: HttpEngine, request: Request<Body>) -> Response<Body> {
+    let peer = ConnectInfo(SocketAddr::new(SITE_PROXY.parse().unwrap(), 443));
+    let app = app.layer(tower::util::MapRequestLayer::new(
+        move |mut request: Request<Body>| {
+            request.extensions_mut().insert(peer);
+            request
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(anteroom_http::serve(
+        listener,
+        PublicApp::from(app).with_engine(engine),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    let mut request = request;
+    if !request.headers().contains_key(header::HOST) {
+        request
+            .headers_mut()
+            .insert(header::HOST, HeaderValue::from_static("shop.example"));
+    }
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    drop(sender);
+    let _ = driver.await;
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// What a room holds, in the figures a bad request must not move.
