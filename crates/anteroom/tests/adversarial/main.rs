@@ -29,6 +29,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use support::{Server, Site};
 use upstream::Upstream;
 
+mod differential;
 mod flood;
 mod join_gate;
 mod proxies;
