@@ -63,6 +63,7 @@ mod rate_limit;
 mod room;
 mod room_oidc;
 mod sections;
+mod tls;
 mod tree;
 mod verify;
 
@@ -91,6 +92,7 @@ pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
 pub use room_oidc::RawOidc;
+pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
 
 use crate::ratelimit::rules::RateLimitRule;
@@ -163,6 +165,9 @@ pub struct ServerConfig {
     /// The most one-time marks (used challenges) the node holds when they are its own (no
     /// Redis store).
     pub max_once_marks: usize,
+    /// `[server.tls]`: the public listener speaks TLS with these certificates; `None`: plain
+    /// HTTP (TLS ends in a proxy in front, or nowhere).
+    pub tls: Option<TlsConfig>,
 }
 
 /// `[server] sse_max_streams`, `sse_max_streams_per_ticket`, `sse_max_streams_per_ip`.
@@ -202,6 +207,7 @@ impl Default for ServerConfig {
             templates_dir: None,
             sse: SseLimits::default(),
             max_once_marks: DEFAULT_MAX_ONCE_MARKS,
+            tls: None,
         }
     }
 }

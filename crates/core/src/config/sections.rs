@@ -24,6 +24,7 @@ const SERVER_KEYS: &[&str] = &[
     "sse_max_streams_per_ticket",
     "sse_max_streams_per_ip",
     "max_once_marks",
+    "tls",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -139,6 +140,9 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         per_ip: count("sse_max_streams_per_ip", defaults.sse.per_ip, problems),
     };
     let max_once_marks = count("max_once_marks", defaults.max_once_marks, problems);
+    let tls = table
+        .get("tls")
+        .and_then(|entry| super::tls::read_tls(entry, problems));
     ServerConfig {
         listen,
         admin_listen,
@@ -149,6 +153,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         templates_dir,
         sse,
         max_once_marks,
+        tls,
     }
 }
 
