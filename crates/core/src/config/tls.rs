@@ -128,6 +128,7 @@ fn read_version(entry: &Entry, problems: &mut Problems) -> Option<TlsVersion> {
         (Value::String(text) | Value::Float(text), _) => text.trim().to_owned(),
         (_, Some(text)) => text.trim().to_owned(),
         _ => {
+            // Reports the wrong type ("must be a string, found …").
             entry.string(problems);
             return None;
         }
