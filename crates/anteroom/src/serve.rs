@@ -10,7 +10,7 @@ use anyhow::Context;
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_http::{
-    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter,
+    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter, TlsServer,
 };
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
@@ -117,6 +117,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
         code_redemptions,
         key_dir: Some(config.keys.dir.clone()),
+        tls: config.server.tls.is_some(),
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
@@ -140,6 +141,32 @@ pub(crate) fn page_renderer(config: &Config) -> Result<PageRenderer, BadConfig> 
             .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
     }
     Ok(page)
+}
+
+/// The public listener's TLS (`[server.tls]`) with every certificate and key loaded and
+/// checked, so a bad file stops the start (and `check-config`) rather than a handshake.
+pub(crate) fn tls_server(config: &Config) -> Result<Option<TlsServer>, BadConfig> {
+    let Some(files) = &config.server.tls else {
+        return Ok(None);
+    };
+    TlsServer::new(files)
+        .map(Some)
+        .map_err(|error| BadConfig(format!("[server.tls]: {error}")))
+}
+
+/// Checks that an `https://` upstream's TLS can be set up: its `ca_file` (or the system's
+/// certificate authorities) and its `server_name`.
+pub(crate) fn check_upstream_tls(config: &Config) -> Result<(), BadConfig> {
+    match config
+        .upstream
+        .as_ref()
+        .filter(|upstream| upstream.is_https())
+    {
+        Some(upstream) => anteroom_http::upstream_tls(upstream)
+            .map(|_| ())
+            .map_err(|error| BadConfig(format!("[upstream]: {error}"))),
+        None => Ok(()),
+    }
 }
 
 /// Settings that OIDC clients of the configured rooms (SPEC §11) could not work with.
@@ -251,11 +278,21 @@ fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLi
 
 /// Runs until SIGTERM or SIGINT; SIGHUP reloads the rooms and rate limits from `path`.
 pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
+    let tls = tls_server(&config)?;
+    check_upstream_tls(&config)?;
     let runtime = prepare(&config).await?;
+    if let Some(tls) = &tls {
+        // A renewal that writes new files is served without a signal.
+        tokio::spawn(anteroom_http::follow_certificate_files(
+            tls.clone(),
+            anteroom_http::CERTIFICATE_CHECK_INTERVAL,
+        ));
+    }
     tokio::spawn(reload_on_hangup(
         path,
         runtime.store.clone(),
         runtime.state.rate_limiter().cloned(),
+        tls,
     ));
     let listeners = bind_public(config.server.listen, config.server.workers)?;
     tracing::info!(
@@ -371,11 +408,17 @@ pub(crate) async fn run_until_shutdown(
     Ok(())
 }
 
-/// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live. A file
-/// with problems is refused as a whole (and the problems logged), so a typo never
-/// half-applies. Rate-limit counters carry on for rules that keep their name; listeners,
-/// stores and trusted proxies need a restart.
-async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>, limiter: Option<RateLimiter>) {
+/// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live, and
+/// loads the TLS certificates again from their files. A file with problems is refused as a
+/// whole (and the problems logged), so a typo never half-applies. Rate-limit counters carry on
+/// for rules that keep their name; listeners, stores, trusted proxies and the paths of the
+/// certificate files need a restart.
+async fn reload_on_hangup(
+    path: PathBuf,
+    store: Arc<dyn RoomStore>,
+    limiter: Option<RateLimiter>,
+    tls: Option<TlsServer>,
+) {
     #[cfg(unix)]
     {
         let mut hangups =
@@ -387,6 +430,9 @@ async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>, limiter: Opt
                 }
             };
         while hangups.recv().await.is_some() {
+            if let Some(tls) = &tls {
+                reload_certificates(tls.clone()).await;
+            }
             match load_config(&path) {
                 Ok(config) => {
                     let rate_limits = config.rate_limits.len();
@@ -414,6 +460,18 @@ async fn reload_on_hangup(path: PathBuf, store: Arc<dyn RoomStore>, limiter: Opt
     }
     #[cfg(not(unix))]
     {
-        let _ = (path, store, limiter);
+        let _ = (path, store, limiter, tls);
+    }
+}
+
+/// Loads the TLS certificates again; a bad file keeps the ones served (and is logged).
+#[cfg(unix)]
+async fn reload_certificates(tls: TlsServer) {
+    match tokio::task::spawn_blocking(move || tls.reload()).await {
+        Ok(Ok(())) => tracing::info!("TLS certificates reloaded"),
+        Ok(Err(error)) => {
+            tracing::error!(%error, "TLS certificates not reloaded; the previous ones are still served")
+        }
+        Err(error) => tracing::error!(%error, "TLS certificate reload did not finish"),
     }
 }

@@ -63,6 +63,7 @@ mod rate_limit;
 mod room;
 mod room_oidc;
 mod sections;
+mod tls;
 mod tree;
 mod verify;
 
@@ -91,6 +92,7 @@ pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
 pub use room_oidc::RawOidc;
+pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
 
 use crate::ratelimit::rules::RateLimitRule;
@@ -165,6 +167,9 @@ pub struct ServerConfig {
     pub max_once_marks: usize,
     /// Which HTTP engine serves the public listener and reaches the upstream.
     pub http_engine: HttpEngine,
+    /// `[server.tls]`: the public listener speaks TLS with these certificates; `None`: plain
+    /// HTTP (TLS ends in a proxy in front, or nowhere).
+    pub tls: Option<TlsConfig>,
 }
 
 /// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
@@ -237,6 +242,7 @@ impl Default for ServerConfig {
             sse: SseLimits::default(),
             max_once_marks: DEFAULT_MAX_ONCE_MARKS,
             http_engine: HttpEngine::Own,
+            tls: None,
         }
     }
 }

@@ -33,6 +33,7 @@ mod sse;
 mod status_json;
 mod store_failure;
 mod ticker;
+mod tls;
 mod workers;
 
 use std::sync::Arc;
@@ -81,6 +82,9 @@ pub use sinks::{
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
+pub use tls::{
+    CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, follow_certificate_files, upstream_tls,
+};
 pub use workers::{PublicListeners, Workers, start_workers};
 
 /// The largest request body the public API reads.
@@ -89,7 +93,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// Deployment settings the public API needs.
 #[derive(Debug, Clone)]
 pub struct PublicSettings {
-    /// The public base URL (`https://…` makes cookies `Secure`).
+    /// The public base URL (`https://…` makes cookies `Secure`, as does a TLS listener).
     pub public_url: String,
     /// The `iss` of every pass.
     pub issuer: String,
@@ -118,6 +122,9 @@ pub struct NodeOptions {
     pub key_dir: Option<std::path::PathBuf>,
     /// The most one-time marks (used challenges) this node holds when they are its own.
     pub max_once_marks: usize,
+    /// The public listener speaks TLS itself (`[server.tls]`): cookies are `Secure` even when
+    /// `public_url` says `http://`.
+    pub tls: bool,
 }
 
 impl Default for NodeOptions {
@@ -129,6 +136,7 @@ impl Default for NodeOptions {
             code_redemptions: None,
             key_dir: None,
             max_once_marks: DEFAULT_MAX_MARKS,
+            tls: false,
         }
     }
 }
@@ -190,7 +198,7 @@ impl AppState {
         options: NodeOptions,
     ) -> AppState {
         let cookies = CookiePolicy {
-            secure: settings.public_url.starts_with("https://"),
+            secure: options.tls || settings.public_url.starts_with("https://"),
         };
         let rooms = room_cache::RoomCache::new(store.notices());
         let code_redemptions = options

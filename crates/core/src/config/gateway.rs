@@ -2,6 +2,7 @@
 //! site and how it is reached), `[[route]]` (which requests need which rooms and rate limits),
 //! the rooms' `routes = [...]` shorthand, and `[websocket]` (per-connection message limits).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
@@ -14,7 +15,7 @@ use crate::room::RoomConfig;
 /// `[upstream]`: the protected site, for gateway mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamConfig {
-    /// The site's base URL, `http://host:port` (no path).
+    /// The site's base URL, `http://host[:port]` or `https://host[:port]` (no path).
     pub url: String,
     /// Opening a connection to the site may take this long (502 after).
     pub connect_timeout: Duration,
@@ -30,6 +31,12 @@ pub struct UpstreamConfig {
     pub max_response_body: Option<u64>,
     /// Speak HTTP/2 without TLS (h2c, prior knowledge) to the site instead of HTTP/1.1.
     pub http2: bool,
+    /// For an `https://` site: a PEM bundle of the certificate authorities trusted for it
+    /// instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// For an `https://` site: the name its certificate must be valid for, also sent as SNI,
+    /// instead of the URL's host.
+    pub server_name: Option<String>,
 }
 
 impl UpstreamConfig {
@@ -44,7 +51,53 @@ impl UpstreamConfig {
             max_request_body: Some(DEFAULT_MAX_REQUEST_BODY),
             max_response_body: None,
             http2: false,
+            ca_file: None,
+            server_name: None,
         }
+    }
+
+    /// Whether the site is reached over TLS (`https://`).
+    pub fn is_https(&self) -> bool {
+        self.url.starts_with("https://")
+    }
+
+    /// The URL's host, an IPv6 address without its brackets.
+    pub fn host(&self) -> &str {
+        split_authority(self.authority()).0
+    }
+
+    /// The URL's port, or the scheme's (80, 443); 0 for a port that does not parse (config
+    /// validation refuses those).
+    pub fn port(&self) -> u16 {
+        match split_authority(self.authority()).1 {
+            Some(port) => port.parse().unwrap_or(0),
+            None if self.is_https() => 443,
+            None => 80,
+        }
+    }
+
+    /// `host[:port]` of the URL, as written.
+    fn authority(&self) -> &str {
+        let rest = self
+            .url
+            .strip_prefix("https://")
+            .or_else(|| self.url.strip_prefix("http://"))
+            .unwrap_or(&self.url);
+        rest.trim_end_matches('/')
+    }
+}
+
+/// The host (brackets removed) and the port text, if any, of `host[:port]`.
+fn split_authority(authority: &str) -> (&str, Option<&str>) {
+    if let Some(bracketed) = authority.strip_prefix('[') {
+        return match bracketed.split_once(']') {
+            Some((host, rest)) => (host, rest.strip_prefix(':')),
+            None => (bracketed, None),
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
     }
 }
 
@@ -133,6 +186,8 @@ const UPSTREAM_KEYS: &[&str] = &[
     "max_request_body",
     "max_response_body",
     "http2",
+    "ca_file",
+    "server_name",
 ];
 const ROUTE_KEYS: &[&str] = &[
     "name",
@@ -195,18 +250,87 @@ pub(super) fn read_upstream(
     if let Some(flag) = table.get("http2").and_then(|entry| entry.boolean(problems)) {
         upstream.http2 = flag;
     }
+    read_upstream_tls(table, &mut upstream, problems);
     Some(upstream)
 }
 
-/// The upstream is spoken to in plain HTTP (or h2c) at its root.
-fn check_upstream_url(url: &str) -> Result<(), String> {
-    if url.starts_with("https://") {
-        return Err(format!(
-            "must be http:// (TLS to the site is not supported by this version; put it on a private network or a local TLS-terminating proxy), found {url:?}"
-        ));
+/// `ca_file` and `server_name`, which only mean something for an `https://` site, and
+/// `http2`, which is h2c and so only means something without TLS.
+fn read_upstream_tls(table: &Table, upstream: &mut UpstreamConfig, problems: &mut Problems) {
+    let https = upstream.is_https();
+    for key in ["ca_file", "server_name"] {
+        if let Some(entry) = table.get(key)
+            && !https
+        {
+            problems.add(
+                &entry.key_origin,
+                format!(
+                    "`{key}` applies only to an https:// `url`: the site is spoken to in plain HTTP"
+                ),
+            );
+        }
     }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!("must start with http://, found {url:?}"));
+    if https && upstream.http2 {
+        let origin = table
+            .get("http2")
+            .map_or(Origin::Line(1), |entry| entry.key_origin.clone());
+        problems.add(
+            &origin,
+            "`http2 = true` is HTTP/2 without TLS (h2c) and cannot be used with an https:// `url`; HTTP/1.1 over TLS is spoken to an https:// site",
+        );
+    }
+    if !https {
+        return;
+    }
+    upstream.ca_file = table
+        .get("ca_file")
+        .and_then(|entry| match entry.string(problems) {
+            Some(text) if text.trim().is_empty() => {
+                problems.add(&entry.key_origin, "`ca_file` must not be empty");
+                None
+            }
+            text => text.map(PathBuf::from),
+        });
+    upstream.server_name = table.get("server_name").and_then(|entry| {
+        let text = entry.string(problems)?;
+        let name = text.trim().trim_end_matches('.').to_ascii_lowercase();
+        if is_server_name(&name) {
+            Some(name)
+        } else {
+            problems.add(
+                &entry.key_origin,
+                format!("`server_name` must be a DNS name or an IP address, found {text:?}"),
+            );
+            None
+        }
+    });
+}
+
+/// A DNS name (letters, digits, `-`, labels of 1 to 63 between dots) or an IP address.
+fn is_server_name(name: &str) -> bool {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let label = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label)
+}
+
+/// The upstream is spoken to at its root, in plain HTTP (or h2c) or over TLS.
+fn check_upstream_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(format!(
+            "must start with http:// or https://, found {url:?}"
+        ));
     };
     let rest = rest.trim_end_matches('/');
     let valid_host = !rest.is_empty()
@@ -214,7 +338,15 @@ fn check_upstream_url(url: &str) -> Result<(), String> {
         && !url.chars().any(char::is_whitespace);
     if !valid_host {
         return Err(format!(
-            "must be the site's root, http://host:port with no path, found {url:?}"
+            "must be the site's root, http(s)://host[:port] with no path, found {url:?}"
+        ));
+    }
+    let (host, port) = split_authority(rest);
+    if host.is_empty()
+        || port.is_some_and(|port| port.parse::<u16>().map_or(true, |port| port == 0))
+    {
+        return Err(format!(
+            "must name a host and, if any, a port from 1 to 65535, found {url:?}"
         ));
     }
     Ok(())

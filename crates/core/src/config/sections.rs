@@ -25,6 +25,7 @@ const SERVER_KEYS: &[&str] = &[
     "sse_max_streams_per_ip",
     "max_once_marks",
     "http_engine",
+    "tls",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -154,6 +155,9 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
             engine
         })
         .unwrap_or_default();
+    let tls = table
+        .get("tls")
+        .and_then(|entry| super::tls::read_tls(entry, problems));
     ServerConfig {
         listen,
         admin_listen,
@@ -165,6 +169,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         sse,
         max_once_marks,
         http_engine,
+        tls,
     }
 }
 

@@ -14,6 +14,7 @@ use crate::ratelimit::rules::RequestMatcher;
 use crate::room::{Identity, IdleMode, Mode, Order, Phase, RoomConfig, Schedule, StoreErrorPolicy};
 
 mod gateway;
+mod tls;
 
 pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs

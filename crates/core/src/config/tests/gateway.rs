@@ -38,12 +38,14 @@ fn upstream_takes_defaults_and_overrides() {
 #[test]
 fn upstream_problems_have_lines() {
     check_problems(
-        "[upstream]\nurl = \"https://origin\"\n",
+        "[upstream]\nurl = \"ftp://origin\"\n",
         &[],
-        &[(
-            Some(2),
-            "`url` must be http:// (TLS to the site is not supported",
-        )],
+        &[(Some(2), "`url` must start with http:// or https://")],
+    );
+    check_problems(
+        "[upstream]\nurl = \"http://origin:http\"\n",
+        &[],
+        &[(Some(2), "a port from 1 to 65535")],
     );
     check_problems(
         "[upstream]\nurl = \"http://origin/app\"\n",
