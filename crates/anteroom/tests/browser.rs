@@ -298,7 +298,11 @@ async fn without_javascript_the_page_refreshes_itself_and_admits() {
         let first = api.join().await;
         assert_eq!(first["state"], "admitted");
 
-        let browser = Browser::start(BrowserOptions { javascript: false }).await;
+        let browser = Browser::start(BrowserOptions {
+            javascript: false,
+            ..BrowserOptions::default()
+        })
+        .await;
         browser
             .goto(&wait_url(&server.url(), "hall", RETURN_PATH))
             .await;
@@ -553,6 +557,98 @@ async fn an_oidc_sign_in_waits_in_line_and_returns_to_the_client_with_a_code() {
     .await;
 }
 
+/// The name the HTTPS test's certificate is for.
+const TLS_HOST: &str = "shop.test";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_page_over_https_comes_by_h2_and_follows_the_line() {
+    bounded(async {
+        let site = Site::new();
+        let certified = rcgen::generate_simple_self_signed(vec![TLS_HOST.to_owned()]).unwrap();
+        let (cert_file, key_file) = (site.path().join("cert.pem"), site.path().join("key.pem"));
+        std::fs::write(&cert_file, certified.cert.pem()).unwrap();
+        std::fs::write(&key_file, certified.signing_key.serialize_pem()).unwrap();
+        site.write_config(
+            "EdDSA",
+            &format!(
+                "[server.tls]\ncert_file = {}\nkey_file = {}\n{HALL}",
+                support::toml_string(&cert_file),
+                support::toml_string(&key_file)
+            ),
+        );
+        let server = site.start();
+        let base = format!("https://{TLS_HOST}:{}", site.port);
+        let curl = |args: &[&str]| -> Value {
+            let output = Command::new("curl")
+                .args(["--silent", "--insecure", "--max-time", "10", "--resolve"])
+                .arg(format!("{TLS_HOST}:{}:127.0.0.1", site.port))
+                .args(args)
+                .output()
+                .unwrap();
+            serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+        };
+        let started = Instant::now();
+        loop {
+            let healthz = Command::new("curl")
+                .args(["--silent", "--insecure", "--output", "/dev/null"])
+                .args(["--write-out", "%{http_code}"])
+                .arg(format!("https://127.0.0.1:{}/_anteroom/healthz", site.port))
+                .output()
+                .unwrap();
+            if healthz.stdout == b"200" {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no HTTPS answer; log:\n{}",
+                server.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let join = format!("{base}/_anteroom/v1/rooms/hall/join");
+        let first = curl(&["--request", "POST", &join]);
+        assert_eq!(first["state"], "admitted", "{}", server.log());
+
+        let browser = Browser::start(BrowserOptions {
+            tls: true,
+            ..BrowserOptions::default()
+        })
+        .await;
+        browser.goto(&wait_url(&base, "hall", RETURN_PATH)).await;
+        assert_eq!(browser.text("#heading").await, "You are in line");
+        assert_eq!(
+            browser
+                .eval("return performance.getEntriesByType('navigation')[0].nextHopProtocol")
+                .await,
+            "h2",
+            "ALPN chose HTTP/2"
+        );
+        browser.screenshot("waiting-over-https").await;
+        let ticket = browser
+            .client
+            .get_named_cookie("anteroom_t_hall")
+            .await
+            .expect("the ticket cookie");
+        assert_eq!(ticket.secure(), Some(true), "cookies are Secure under TLS");
+
+        // The slot frees; the page hears it over the event stream (on HTTP/2) and lands.
+        let session = session_of(&first);
+        curl(&[
+            "--request",
+            "POST",
+            "--header",
+            &format!("Authorization: Bearer {SERVICE_KEY}"),
+            &format!("{base}/_anteroom/v1/rooms/hall/sessions/{session}/complete"),
+        ]);
+        browser.wait_for_path(RETURN_PATH).await;
+        assert!(browser.cookie("anteroom_p_hall").await.is_some());
+        browser.close().await;
+        drop(server);
+        drop(site);
+    })
+    .await;
+}
+
 async fn bounded(body: impl Future<Output = ()>) {
     let _slot = BROWSER_SLOTS.acquire().await.unwrap();
     tokio::time::timeout(TEST_LIMIT, body)
@@ -697,11 +793,16 @@ impl Api {
 #[derive(Debug, Clone, Copy)]
 struct BrowserOptions {
     javascript: bool,
+    /// Accept the test's own certificates and resolve [`TLS_HOST`] to loopback.
+    tls: bool,
 }
 
 impl Default for BrowserOptions {
     fn default() -> Self {
-        BrowserOptions { javascript: true }
+        BrowserOptions {
+            javascript: true,
+            tls: false,
+        }
     }
 }
 
@@ -732,6 +833,9 @@ impl Browser {
         if !options.javascript {
             args.push("--blink-settings=scriptEnabled=false".to_owned());
         }
+        if options.tls {
+            args.push(format!("--host-resolver-rules=MAP {TLS_HOST} 127.0.0.1"));
+        }
         let mut chrome_options = json!({ "args": args });
         if let Some(binary) = chromium_binary() {
             chrome_options["binary"] = json!(binary.display().to_string());
@@ -740,6 +844,9 @@ impl Browser {
         capabilities.insert("browserName".to_owned(), json!("chrome"));
         capabilities.insert("goog:chromeOptions".to_owned(), chrome_options);
         capabilities.insert("pageLoadStrategy".to_owned(), json!("normal"));
+        if options.tls {
+            capabilities.insert("acceptInsecureCerts".to_owned(), json!(true));
+        }
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
         let client = ClientBuilder::new(connector)
             .capabilities(capabilities)
