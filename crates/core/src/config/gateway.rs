@@ -30,6 +30,10 @@ pub struct UpstreamConfig {
     pub max_response_body: Option<u64>,
     /// Speak HTTP/2 without TLS (h2c, prior knowledge) to the site instead of HTTP/1.1.
     pub http2: bool,
+    /// The most connections this node holds open to the site at once (idle ones included);
+    /// `None` = no cap. A request that cannot get one within `header_timeout` is answered
+    /// 503 `upstream_busy`.
+    pub max_connections: Option<usize>,
 }
 
 impl UpstreamConfig {
@@ -44,6 +48,7 @@ impl UpstreamConfig {
             max_request_body: Some(DEFAULT_MAX_REQUEST_BODY),
             max_response_body: None,
             http2: false,
+            max_connections: None,
         }
     }
 }
@@ -133,6 +138,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     "max_request_body",
     "max_response_body",
     "http2",
+    "max_connections",
 ];
 const ROUTE_KEYS: &[&str] = &[
     "name",
@@ -195,7 +201,26 @@ pub(super) fn read_upstream(
     if let Some(flag) = table.get("http2").and_then(|entry| entry.boolean(problems)) {
         upstream.http2 = flag;
     }
+    if let Some(entry) = table.get("max_connections") {
+        upstream.max_connections = read_connection_cap(entry, problems);
+    }
     Some(upstream)
+}
+
+/// `max_connections`: a positive number of connections; 0 = no cap.
+fn read_connection_cap(entry: &Entry, problems: &mut Problems) -> Option<usize> {
+    let count = entry.unsigned(problems)?;
+    match usize::try_from(count) {
+        Ok(0) => None,
+        Ok(count) => Some(count),
+        Err(_) => {
+            problems.add(
+                &entry.key_origin,
+                format!("`max_connections` is too large, found {count}"),
+            );
+            None
+        }
+    }
 }
 
 /// The upstream is spoken to in plain HTTP (or h2c) at its root.
