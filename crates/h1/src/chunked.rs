@@ -186,13 +186,21 @@ mod tests {
         wire.resize(MAX_CHUNK_LINE + 1, b'x');
         wire.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
         for piece in [1, 7, wire.len()] {
-            assert_eq!(decode_in_pieces(&wire, piece), Err(MalformedChunk), "{piece}");
+            assert_eq!(
+                decode_in_pieces(&wire, piece),
+                Err(MalformedChunk),
+                "{piece}"
+            );
         }
         let mut longest = b"1;".to_vec();
         longest.resize(MAX_CHUNK_LINE, b'x');
         longest.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
         for piece in [1, 7, longest.len()] {
-            assert_eq!(decode_in_pieces(&longest, piece), Ok(Some(b"a".to_vec())), "{piece}");
+            assert_eq!(
+                decode_in_pieces(&longest, piece),
+                Ok(Some(b"a".to_vec())),
+                "{piece}"
+            );
         }
     }
 

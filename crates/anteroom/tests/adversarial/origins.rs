@@ -212,9 +212,8 @@ async fn read_request(
     loop {
         if let Some(end) = find(buffer, b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-            let body_length: usize = field(&head, "content-length").map_or(0, |value| {
-                value.parse().unwrap()
-            });
+            let body_length: usize =
+                field(&head, "content-length").map_or(0, |value| value.parse().unwrap());
             while buffer.len() < end + 4 + body_length {
                 if stream.read_buf(buffer).await? == 0 {
                     return Ok(None);
@@ -343,11 +342,9 @@ impl Visitor {
                     return;
                 }
             };
-            let size = usize::from_str_radix(
-                std::str::from_utf8(&self.buffer[..line_end]).unwrap(),
-                16,
-            )
-            .unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&self.buffer[..line_end]).unwrap(), 16)
+                    .unwrap();
             while self.buffer.len() < line_end + 2 + size + 2 {
                 if !self.fill().await {
                     answer.cut = true;
@@ -375,8 +372,7 @@ impl Visitor {
             return false;
         }
         let mut extra = [0u8; 256];
-        match tokio::time::timeout(Duration::from_millis(200), self.stream.read(&mut extra)).await
-        {
+        match tokio::time::timeout(Duration::from_millis(200), self.stream.read(&mut extra)).await {
             Err(_) | Ok(Ok(0) | Err(_)) => true,
             Ok(Ok(_)) => false,
         }
@@ -457,12 +453,22 @@ async fn visitors_get_their_own(gate: &Gate, engine: &str, ask: Ask, size: usize
         check_bodiless(n, &answer, method, &target, size, engine);
         tokio::time::sleep(Duration::from_millis(120)).await;
     }
-    assert!(visitor.nothing_more().await, "the kept-alive visitor on {engine}");
+    assert!(
+        visitor.nothing_more().await,
+        "the kept-alive visitor on {engine}"
+    );
 }
 
 /// [`check_own`] for what visitor `n` asked: a HEAD, 204 or 304 answer has the status asked
 /// for and no body.
-fn check_bodiless(n: usize, answer: &Answer, method: &str, target: &str, size: usize, engine: &str) {
+fn check_bodiless(
+    n: usize,
+    answer: &Answer,
+    method: &str,
+    target: &str,
+    size: usize,
+    engine: &str,
+) {
     let expected = match target.split_once('?').map(|(_, query)| query) {
         Some("204") => 204,
         Some("304") => 304,
@@ -596,7 +602,11 @@ async fn max_connections_caps_the_connections_to_the_origin() {
         let gate = gate_with(engine, &origin, ONE_THREAD, &cap("5s")).await;
         let statuses = six_at_once(&gate).await;
         assert_eq!(statuses, [200; 6], "{engine}");
-        assert_eq!(origin.seen.most_answering.load(Ordering::SeqCst), 1, "{engine}");
+        assert_eq!(
+            origin.seen.most_answering.load(Ordering::SeqCst),
+            1,
+            "{engine}"
+        );
         if engine == "own" {
             assert_eq!(origin.seen.most_open.load(Ordering::SeqCst), 1, "{engine}");
         }
@@ -608,10 +618,16 @@ async fn max_connections_caps_the_connections_to_the_origin() {
         assert!(statuses.contains(&503), "{engine}: {statuses:?}");
         // 504: a connection came in time, the answer did not.
         assert!(
-            statuses.iter().all(|status| matches!(status, 200 | 503 | 504)),
+            statuses
+                .iter()
+                .all(|status| matches!(status, 200 | 503 | 504)),
             "{engine}: {statuses:?}"
         );
-        assert_eq!(origin.seen.most_answering.load(Ordering::SeqCst), 1, "{engine}");
+        assert_eq!(
+            origin.seen.most_answering.load(Ordering::SeqCst),
+            1,
+            "{engine}"
+        );
     }
 }
 

@@ -1273,7 +1273,11 @@ fn the_http_engine_is_chosen_by_name() {
 fn the_upstream_connection_cap_is_a_count_and_zero_means_none() {
     let cap = |line: &str| {
         let text = format!("[upstream]\nurl = \"http://127.0.0.1:3000\"\n{line}");
-        parse_config(&text, &[]).unwrap().upstream.unwrap().max_connections
+        parse_config(&text, &[])
+            .unwrap()
+            .upstream
+            .unwrap()
+            .max_connections
     };
     assert_eq!(cap(""), None);
     assert_eq!(cap("max_connections = 0\n"), None);

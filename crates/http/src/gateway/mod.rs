@@ -53,8 +53,8 @@ use anteroom_core::room::RoomConfig;
 
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
-pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
+pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use proxy::{Forwarding, UpstreamClient};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};

@@ -250,8 +250,8 @@ async fn forward(
     };
     let (parts, body) = response.into_parts();
     // The connection is in use until the body has ended: the permit goes with the body.
-    let body = GuardedBody::new(body, config.max_response_body, config.idle_timeout)
-        .holding(permit);
+    let body =
+        GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
     finish(
         gateway,
         passes,

@@ -293,7 +293,9 @@ impl UpstreamPool {
         request: &[u8],
         answer_by: Instant,
     ) -> Result<Response<Body>, Failure> {
-        let head = connection.send_and_read_head(request, answer_by, self.target.idle_timeout).await?;
+        let head = connection
+            .send_and_read_head(request, answer_by, self.target.idle_timeout)
+            .await?;
         let framing = head.body_framing(method == Method::HEAD);
         let reusable = head.reusable && framing != BodyFraming::UntilClose;
         let mut response = Response::new(Body::empty());
