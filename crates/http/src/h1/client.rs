@@ -174,8 +174,8 @@ impl UpstreamPool {
         None
     }
 
-    /// Closes the connection idle the longest, if any (its permit goes to a request waiting
-    /// under `[upstream] max_connections`).
+    /// Closes the connection idle the longest, if any: its place under `[upstream]
+    /// max_connections` goes to a request of another serving thread.
     pub(crate) fn close_oldest_idle(&self) -> bool {
         self.idle.lock().pop_front().is_some()
     }
