@@ -75,6 +75,8 @@ impl ConnectionCap {
     /// A permit to use one connection, waiting in line until `by` at the latest.
     pub(crate) async fn acquire(&self, by: Instant) -> Result<OwnedSemaphorePermit, Busy> {
         match tokio::time::timeout_at(by, self.in_use.clone().acquire_owned()).await {
+            // Freed just as the time ran out: too late to ask the origin anything.
+            Ok(Ok(_)) if Instant::now() >= by => Err(Busy),
             Ok(Ok(permit)) => Ok(permit),
             // The semaphore is never closed; a timeout is the only way out.
             Ok(Err(_)) | Err(_) => Err(Busy),
