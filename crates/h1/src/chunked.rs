@@ -123,15 +123,19 @@ impl ChunkedDecoder {
     }
 }
 
-/// The next CRLF-terminated line (without its CRLF), split off `buffer`.
+/// The next CRLF-terminated line (without its CRLF), split off `buffer`. A line longer than
+/// [`MAX_CHUNK_LINE`] is refused whether its end has arrived or not, so the outcome does not
+/// depend on how the wire was split into reads.
 fn take_line(buffer: &mut BytesMut) -> Result<Option<Bytes>, MalformedChunk> {
     match buffer.windows(2).position(|pair| pair == b"\r\n") {
+        Some(end) if end > MAX_CHUNK_LINE => Err(MalformedChunk),
         Some(end) => {
             let line = buffer.split_to(end).freeze();
             let _ = buffer.split_to(2);
             Ok(Some(line))
         }
-        None if buffer.len() > MAX_CHUNK_LINE => Err(MalformedChunk),
+        // The line so far, and perhaps the CR of its end.
+        None if buffer.len() > MAX_CHUNK_LINE + 1 => Err(MalformedChunk),
         None => Ok(None),
     }
 }
@@ -174,6 +178,30 @@ mod tests {
         assert_eq!(decode_in_pieces(b"zz\r\n", 4), Err(MalformedChunk));
         assert_eq!(decode_in_pieces(b"2\r\nabX\r\n", 9), Err(MalformedChunk));
         assert_eq!(decode_in_pieces(b"2\r\nab\r\n", 9), Ok(None));
+    }
+
+    #[test]
+    fn a_chunk_line_too_long_is_refused_however_it_arrives() {
+        let mut wire = b"1;".to_vec();
+        wire.resize(MAX_CHUNK_LINE + 1, b'x');
+        wire.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
+        for piece in [1, 7, wire.len()] {
+            assert_eq!(
+                decode_in_pieces(&wire, piece),
+                Err(MalformedChunk),
+                "{piece}"
+            );
+        }
+        let mut longest = b"1;".to_vec();
+        longest.resize(MAX_CHUNK_LINE, b'x');
+        longest.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
+        for piece in [1, 7, longest.len()] {
+            assert_eq!(
+                decode_in_pieces(&longest, piece),
+                Ok(Some(b"a".to_vec())),
+                "{piece}"
+            );
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod support;
 mod upstream;
 
 mod limits;
+mod origins;
 mod pages;
 mod paths;
 #[path = "../support/redis.rs"]

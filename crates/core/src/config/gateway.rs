@@ -37,6 +37,10 @@ pub struct UpstreamConfig {
     /// For an `https://` site: the name its certificate must be valid for, also sent as SNI,
     /// instead of the URL's host.
     pub server_name: Option<String>,
+    /// The most connections this node holds open to the site at once (idle ones included);
+    /// `None` = no cap. A request that cannot get one within `header_timeout` is answered
+    /// 503 `upstream_busy`.
+    pub max_connections: Option<usize>,
 }
 
 impl UpstreamConfig {
@@ -53,6 +57,7 @@ impl UpstreamConfig {
             http2: false,
             ca_file: None,
             server_name: None,
+            max_connections: None,
         }
     }
 
@@ -188,6 +193,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     "http2",
     "ca_file",
     "server_name",
+    "max_connections",
 ];
 const ROUTE_KEYS: &[&str] = &[
     "name",
@@ -250,8 +256,27 @@ pub(super) fn read_upstream(
     if let Some(flag) = table.get("http2").and_then(|entry| entry.boolean(problems)) {
         upstream.http2 = flag;
     }
+    if let Some(entry) = table.get("max_connections") {
+        upstream.max_connections = read_connection_cap(entry, problems);
+    }
     read_upstream_tls(table, &mut upstream, problems);
     Some(upstream)
+}
+
+/// `max_connections`: a positive number of connections; 0 = no cap.
+fn read_connection_cap(entry: &Entry, problems: &mut Problems) -> Option<usize> {
+    let count = entry.unsigned(problems)?;
+    match usize::try_from(count) {
+        Ok(0) => None,
+        Ok(count) => Some(count),
+        Err(_) => {
+            problems.add(
+                &entry.key_origin,
+                format!("`max_connections` is too large, found {count}"),
+            );
+            None
+        }
+    }
 }
 
 /// `ca_file` and `server_name`, which only mean something for an `https://` site, and

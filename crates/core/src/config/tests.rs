@@ -1271,6 +1271,31 @@ fn the_http_engine_is_chosen_by_name() {
 }
 
 #[test]
+fn the_upstream_connection_cap_is_a_count_and_zero_means_none() {
+    let cap = |line: &str| {
+        let text = format!("[upstream]\nurl = \"http://127.0.0.1:3000\"\n{line}");
+        parse_config(&text, &[])
+            .unwrap()
+            .upstream
+            .unwrap()
+            .max_connections
+    };
+    assert_eq!(cap(""), None);
+    assert_eq!(cap("max_connections = 0\n"), None);
+    assert_eq!(cap("max_connections = 64\n"), Some(64));
+    check_problems(
+        "[upstream]\nurl = \"http://127.0.0.1:3000\"\nmax_connections = -1\n",
+        &[],
+        &[(Some(3), "`max_connections` must not be negative, found -1")],
+    );
+    check_problems(
+        "[upstream]\nurl = \"http://127.0.0.1:3000\"\nmax_connections = \"many\"\n",
+        &[],
+        &[(Some(3), "`max_connections` must be a non-negative integer")],
+    );
+}
+
+#[test]
 fn ticket_secret_retention_is_any_duration_including_zero() {
     for (text, seconds) in [("90m", 5400), ("0s", 0)] {
         let source = format!("[keys]\nticket_secret_retention = \"{text}\"\n");

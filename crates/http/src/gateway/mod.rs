@@ -15,7 +15,7 @@
 //! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
 //! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`h1/client.rs`) for
 //!   bodies in memory, hyper's for streamed bodies and h2c; WebSocket upgrades go to
-//!   `websocket.rs`.
+//!   `websocket.rs`; `connection_cap.rs` holds both clients to `[upstream] max_connections`.
 //!
 //! Verified passes are cached per node (`passes.rs`): a signature check costs more than
 //! proxying a small request. Revocation still holds within a second: a cached pass's session is
@@ -23,6 +23,7 @@
 //! the same way (`rooms.rs`).
 
 mod canonical;
+mod connection_cap;
 mod limits;
 mod passes;
 mod protect;
@@ -52,6 +53,7 @@ use anteroom_core::room::RoomConfig;
 
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
+pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
 pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use proxy::{Forwarding, UpstreamClient};
 pub(crate) use upstream_stats::fine_bound_ms;

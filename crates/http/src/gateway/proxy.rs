@@ -2,8 +2,10 @@
 //! for request bodies in memory, hyper's pooled client for streamed bodies and h2c, to the
 //! upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
 //! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set,
-//! upstream failures answered 502/504 problem+json, and the origin's `Anteroom-Release`
-//! header acted on and stripped.
+//! upstream failures answered 502/504 problem+json (503 `upstream_busy` when `[upstream]
+//! max_connections` leaves no connection), and the origin's `Anteroom-Release` header acted on
+//! and stripped. A `Content-Length` the origin sent beside a `Transfer-Encoding` never reaches
+//! the visitor, whichever client read the answer.
 
 use std::error::Error as _;
 use std::future::Future;
@@ -25,6 +27,7 @@ use http_body_util::{BodyExt as _, Collected};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use anteroom_core::config::{Cidr, HttpEngine, UpstreamConfig};
@@ -38,6 +41,7 @@ use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop};
 
 use super::Gateway;
+use super::connection_cap::ConnectionCap;
 use super::protect::HeldPass;
 use super::websocket;
 
@@ -48,6 +52,8 @@ static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release"
 pub(crate) struct Upstream {
     pub(crate) config: UpstreamConfig,
     pub(crate) authority: Authority,
+    /// `max_connections`: one cap for the node's serving threads and both clients.
+    cap: Option<Arc<ConnectionCap>>,
 }
 
 /// The pools of keep-alive connections to the upstream: our own HTTP/1.1 client for requests
@@ -69,7 +75,12 @@ impl Upstream {
             .strip_prefix("http://")
             .map(|rest| rest.trim_end_matches('/'))
             .and_then(|rest| Authority::from_str(rest).ok())?;
-        Some(Upstream { config, authority })
+        let cap = config.max_connections.map(ConnectionCap::new);
+        Some(Upstream {
+            config,
+            authority,
+            cap,
+        })
     }
 
     /// New, empty connection pools to the upstream for `engine`.
@@ -79,7 +90,13 @@ impl Upstream {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_keepalive(Some(Duration::from_secs(60)));
-        let hyper = Client::builder(TokioExecutor::new())
+        let mut builder = Client::builder(TokioExecutor::new());
+        if let Some(max) = config.max_connections {
+            // hyper's idle connections are not counted by the cap: keep each thread's
+            // within it.
+            builder.pool_max_idle_per_host(max);
+        }
+        let hyper = builder
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -92,6 +109,7 @@ impl Upstream {
                 idle_timeout: config.idle_timeout,
                 pool_idle_timeout: config.pool_idle_timeout,
                 max_response_body: config.max_response_body,
+                cap: self.cap.clone(),
             })
         });
         UpstreamClient { hyper, own }
@@ -215,14 +233,25 @@ async fn forward(
         Version::HTTP_11
     };
 
-    let answer = tokio::time::timeout(config.header_timeout, client.hyper.request(outgoing)).await;
+    // Waiting for a connection under the cap counts towards the answer's head.
+    let answer_by = Instant::now() + config.header_timeout;
+    let permit = match &upstream.cap {
+        None => None,
+        Some(cap) => match cap.acquire(answer_by).await {
+            Ok(permit) => Some(permit),
+            Err(_) => return upstream_busy(),
+        },
+    };
+    let answer = tokio::time::timeout_at(answer_by, client.hyper.request(outgoing)).await;
     let response = match answer {
         Err(_) => return upstream_timeout(config.header_timeout),
         Ok(Err(error)) => return upstream_failure(&error, config),
         Ok(Ok(response)) => response,
     };
     let (parts, body) = response.into_parts();
-    let body = GuardedBody::new(body, config.max_response_body, config.idle_timeout);
+    // The connection is in use until the body has ended: the permit goes with the body.
+    let body =
+        GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
     finish(
         gateway,
         passes,
@@ -234,6 +263,11 @@ async fn forward(
 /// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and
 /// `Anteroom-Release` acted on and stripped.
 async fn finish(gateway: &Gateway, passes: Vec<HeldPass>, mut response: Response) -> Response {
+    // The origin framed the body with its coding (RFC 9112 §6.3): a length beside it may be
+    // false, and the visitor's connection would be framed by it once the coding is removed.
+    if response.headers().contains_key(header::TRANSFER_ENCODING) {
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
     remove_hop_by_hop(response.headers_mut());
     *response.version_mut() = Version::HTTP_11;
     if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
@@ -248,6 +282,8 @@ fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Respons
     let (code, detail) = match error {
         UpstreamError::ConnectTimeout => return upstream_timeout(config.connect_timeout),
         UpstreamError::HeadTimeout => return upstream_timeout(config.header_timeout),
+        UpstreamError::WriteTimeout => return upstream_timeout(config.idle_timeout),
+        UpstreamError::Busy => return upstream_busy(),
         UpstreamError::Connect(_) => ("upstream_unreachable", "the site cannot be reached"),
         UpstreamError::Io(_) | UpstreamError::Malformed => {
             ("upstream_failed", "the site's answer could not be read")
@@ -471,6 +507,17 @@ fn body_too_large(limit: u64) -> Response {
     .into_response()
 }
 
+/// No connection to the site became free within the header timeout (`max_connections`).
+fn upstream_busy() -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "upstream_busy",
+        "every connection to the site is in use; try again shortly",
+    )
+    .retry_after(1)
+    .into_response()
+}
+
 fn upstream_timeout(after: Duration) -> Response {
     ApiError::new(
         StatusCode::GATEWAY_TIMEOUT,
@@ -545,6 +592,8 @@ pub(crate) struct GuardedBody<B> {
     idle_timer: Option<Pin<Box<Sleep>>>,
     /// When the last frame came, once the timer is armed.
     last_frame: Option<Instant>,
+    /// The request's permit under `[upstream] max_connections`, freed with the body.
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl<B> GuardedBody<B> {
@@ -556,7 +605,14 @@ impl<B> GuardedBody<B> {
             idle,
             idle_timer: None,
             last_frame: None,
+            _permit: None,
         }
+    }
+
+    /// This body, holding `permit` until it is dropped.
+    fn holding(mut self, permit: Option<OwnedSemaphorePermit>) -> GuardedBody<B> {
+        self._permit = permit;
+        self
     }
 }
 

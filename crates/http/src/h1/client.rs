@@ -13,11 +13,22 @@
 //! chunked body streams, read as the visitor's connection takes it, and the connection goes
 //! back once the body ended cleanly.
 //!
+//! A connection is reused only while it is in step with the origin (SPEC §14.4): bytes left in
+//! its buffer after an answer (a body longer than its length, a body after a HEAD, 204 or 304
+//! answer, anything after a chunked body's end) keep it from the pool, and before an idle
+//! connection is taken from the pool the socket itself is asked, without blocking, whether the
+//! origin has sent anything since (late bytes) or closed it: either way it is closed, never
+//! read as the next visitor's answer. A request that failed before any byte of its answer came
+//! is sent once more on a new connection when its method is idempotent. Under `[upstream]
+//! max_connections` a request holds a permit of the node's cap while it uses a connection, and
+//! every open connection is counted (`gateway/connection_cap.rs`).
+//!
 //! Requests with a streamed body (large uploads, chunked, HTTP/2 clients' bodies) and h2c
 //! upstreams keep using hyper's client (`proxy.rs`).
 
 use std::collections::VecDeque;
 use std::io;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,14 +37,16 @@ use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use axum::http::{HeaderMap, Method, Response};
 use bytes::BytesMut;
 use parking_lot::Mutex;
+use socket2::SockRef;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use anteroom_h1::{AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head};
 
 use crate::deadline::Deadline;
-use crate::gateway::Forwarding;
+use crate::gateway::{ConnectionCap, Forwarding, OpenSlot};
 
 /// How much a connection's read buffer grows by at a time.
 const READ_STEP: usize = 8 * 1024;
@@ -47,9 +60,13 @@ pub(crate) struct UpstreamTarget {
     /// `host:port`.
     pub(crate) address: String,
     pub(crate) connect_timeout: Duration,
+    /// How long a body may make no progress, either way: also how long writing a request
+    /// may take (an origin that stops reading).
     pub(crate) idle_timeout: Duration,
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) max_response_body: Option<u64>,
+    /// `[upstream] max_connections`, shared by the node's pools.
+    pub(crate) cap: Option<Arc<ConnectionCap>>,
 }
 
 /// Why a request could not be proxied.
@@ -64,6 +81,13 @@ pub(crate) enum UpstreamError {
     /// The answer's head did not come within the header timeout.
     #[error("the upstream's answer did not come in time")]
     HeadTimeout,
+    /// The upstream did not read the request within the idle timeout.
+    #[error("the upstream did not read the request in time")]
+    WriteTimeout,
+    /// Every connection `[upstream] max_connections` allows stayed in use for the header
+    /// timeout.
+    #[error("every connection to the upstream is in use")]
+    Busy,
     /// The connection failed while the request was written or the answer's head read.
     #[error("the upstream connection failed: {0}")]
     Io(io::Error),
@@ -92,6 +116,12 @@ struct Connection {
     stream: TcpStream,
     buffer: BytesMut,
     deadline: Deadline,
+    /// Its place in the count of open connections under `[upstream] max_connections`, freed
+    /// when it closes.
+    _open: Option<OpenSlot>,
+    /// While in use, the request's permit under `[upstream] max_connections` (after `_open`:
+    /// a connection closing frees its place before its permit lets the next request in).
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 struct Idle {
@@ -107,35 +137,57 @@ pub(crate) struct UpstreamPool {
 
 impl UpstreamPool {
     pub(crate) fn new(target: UpstreamTarget) -> Arc<UpstreamPool> {
-        Arc::new(UpstreamPool {
+        let pool = Arc::new(UpstreamPool {
             target,
             idle: Mutex::new(VecDeque::new()),
-        })
+        });
+        if let Some(cap) = &pool.target.cap {
+            cap.register(&pool);
+        }
+        pool
     }
 
-    /// The most recently used idle connection younger than `pool_idle_timeout`; older ones
-    /// are closed.
+    /// The most recently used idle connection younger than `pool_idle_timeout` that the
+    /// origin has neither closed nor sent anything on since its last answer; older ones and
+    /// those are closed.
     fn take_idle(&self) -> Option<Connection> {
         let mut idle = self.idle.lock();
         let idle_timeout = self.target.pool_idle_timeout;
-        let newest = idle.pop_back()?;
-        if newest.since.elapsed() < idle_timeout {
-            // The rest are older: close those past the timeout from the front.
-            while idle
-                .front()
-                .is_some_and(|oldest| oldest.since.elapsed() >= idle_timeout)
-            {
-                idle.pop_front();
+        while let Some(newest) = idle.pop_back() {
+            if newest.since.elapsed() >= idle_timeout {
+                // The rest are older still.
+                idle.clear();
+                return None;
             }
-            Some(newest.connection)
-        } else {
-            idle.clear();
-            None
+            if is_quiet(&newest.connection.stream) {
+                // Close those past the timeout from the front.
+                while idle
+                    .front()
+                    .is_some_and(|oldest| oldest.since.elapsed() >= idle_timeout)
+                {
+                    idle.pop_front();
+                }
+                return Some(newest.connection);
+            }
+            tracing::debug!("an idle upstream connection was closed or sent late bytes");
         }
+        None
     }
 
+    /// Closes the connection idle the longest, if any: its place under `[upstream]
+    /// max_connections` goes to a request of another serving thread.
+    pub(crate) fn close_oldest_idle(&self) -> bool {
+        self.idle.lock().pop_front().is_some()
+    }
+
+    /// Pools `connection` after a complete answer. Bytes left in its buffer mean the origin
+    /// sent more than the answer: it is out of step, and closed.
     fn give_back(&self, mut connection: Connection) {
-        connection.buffer.clear();
+        if !connection.buffer.is_empty() {
+            return;
+        }
+        // Pooled before the permit is freed: the request it lets in finds the connection.
+        let permit = connection.permit.take();
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE {
             idle.push_back(Idle {
@@ -143,11 +195,41 @@ impl UpstreamPool {
                 since: Instant::now(),
             });
         }
+        drop(idle);
+        drop(permit);
+    }
+
+    /// A connection for one request, by `answer_by`: under `[upstream] max_connections` once
+    /// a permit is free; an idle one unless `fresh`, else a new one.
+    async fn checkout(&self, answer_by: Instant, fresh: bool) -> Result<Connection, UpstreamError> {
+        let permit = match &self.target.cap {
+            Some(cap) => Some(
+                cap.acquire(answer_by)
+                    .await
+                    .map_err(|_| UpstreamError::Busy)?,
+            ),
+            None => None,
+        };
+        let idle = if fresh { None } else { self.take_idle() };
+        let mut connection = match idle {
+            Some(connection) => connection,
+            None => self.connect(answer_by).await?,
+        };
+        connection.permit = permit;
+        Ok(connection)
     }
 
     /// Opens a connection within `connect_timeout`, and before `answer_by` (when that comes
     /// first, the answer's head has timed out).
     async fn connect(&self, answer_by: Instant) -> Result<Connection, UpstreamError> {
+        let open = match &self.target.cap {
+            Some(cap) => Some(
+                cap.open_slot(answer_by)
+                    .await
+                    .map_err(|_| UpstreamError::Busy)?,
+            ),
+            None => None,
+        };
         let connect_by = Instant::now() + self.target.connect_timeout;
         let stream = tokio::time::timeout_at(
             connect_by.min(answer_by),
@@ -167,16 +249,17 @@ impl UpstreamPool {
             stream,
             buffer: BytesMut::with_capacity(READ_STEP),
             deadline: Deadline::at(answer_by),
+            _open: open,
+            permit: None,
         })
     }
 
     /// Sends one request (`headers` already prepared for the upstream, `Host` included, then
     /// the `forwarding` fields; any `Content-Length` is replaced by the body's) and reads the
-    /// answer's head, which
-    /// must come within `head_timeout` (connecting included). A request that failed on a
-    /// reused connection before any answer came is sent once more on a new connection when
-    /// its method is idempotent (the pooled connection may have been closed by the upstream
-    /// meanwhile).
+    /// answer's head, which must come within `head_timeout` (waiting for a connection and
+    /// connecting included). A request that failed before any byte of its answer came is sent
+    /// once more on a new connection when its method is idempotent (RFC 9110 §9.2.2: the
+    /// origin may have closed the connection as the request went out, or may not have).
     pub(crate) async fn send(
         self: &Arc<Self>,
         method: &Method,
@@ -189,19 +272,18 @@ impl UpstreamPool {
         let answer_by = Instant::now() + head_timeout;
         let mut request = Vec::with_capacity(512 + body.len());
         write_request(&mut request, method, target, headers, forwarding, &body);
-        if let Some(connection) = self.take_idle() {
-            match self.exchange(connection, method, &request, answer_by).await {
-                Ok(response) => return Ok(response),
-                Err(Failure::BeforeAnswer(error)) if is_idempotent(method) => {
-                    tracing::debug!(%error, "a pooled upstream connection failed; retrying");
-                }
-                Err(failure) => return Err(failure.into_error()),
+        let connection = self.checkout(answer_by, false).await?;
+        match self.exchange(connection, method, &request, answer_by).await {
+            Ok(response) => Ok(response),
+            Err(Failure::BeforeAnswer(error)) if is_idempotent(method) => {
+                tracing::debug!(%error, "the upstream connection failed before answering; retrying");
+                let connection = self.checkout(answer_by, true).await?;
+                self.exchange(connection, method, &request, answer_by)
+                    .await
+                    .map_err(Failure::into_error)
             }
+            Err(failure) => Err(failure.into_error()),
         }
-        let connection = self.connect(answer_by).await?;
-        self.exchange(connection, method, &request, answer_by)
-            .await
-            .map_err(Failure::into_error)
     }
 
     async fn exchange(
@@ -211,19 +293,9 @@ impl UpstreamPool {
         request: &[u8],
         answer_by: Instant,
     ) -> Result<Response<Body>, Failure> {
-        connection.deadline.set(answer_by);
-        let Connection {
-            stream,
-            buffer,
-            deadline,
-        } = &mut connection;
-        let head = tokio::select! {
-            head = async {
-                stream.write_all(request).await.map_err(Failure::BeforeAnswer)?;
-                read_head(stream, buffer).await
-            } => head?,
-            () = deadline.passed() => return Err(Failure::After(UpstreamError::HeadTimeout)),
-        };
+        let head = connection
+            .send_and_read_head(request, answer_by, self.target.idle_timeout)
+            .await?;
         let framing = head.body_framing(method == Method::HEAD);
         let reusable = head.reusable && framing != BodyFraming::UntilClose;
         let mut response = Response::new(Body::empty());
@@ -242,8 +314,7 @@ impl UpstreamPool {
                     return Err(Failure::After(UpstreamError::Malformed));
                 };
                 let body = connection.buffer.split_to(length).freeze();
-                // Bytes beyond the answer: the connection is out of step; close it.
-                if reusable && connection.buffer.is_empty() {
+                if reusable {
                     self.give_back(connection);
                 }
                 if !body.is_empty() {
@@ -267,6 +338,53 @@ impl UpstreamPool {
         }
         Ok(response)
     }
+}
+
+impl Connection {
+    /// Writes `request`, which the origin must read within `write_timeout` (and before
+    /// `answer_by`), then reads the answer's head, which must come by `answer_by`.
+    async fn send_and_read_head(
+        &mut self,
+        request: &[u8],
+        answer_by: Instant,
+        write_timeout: Duration,
+    ) -> Result<AnswerHead, Failure> {
+        let Connection {
+            stream,
+            buffer,
+            deadline,
+            ..
+        } = self;
+        let write_by = answer_by.min(Instant::now() + write_timeout);
+        deadline.set(write_by);
+        tokio::select! {
+            written = stream.write_all(request) => written.map_err(Failure::BeforeAnswer)?,
+            () = deadline.passed() => {
+                return Err(Failure::After(if write_by < answer_by {
+                    UpstreamError::WriteTimeout
+                } else {
+                    UpstreamError::HeadTimeout
+                }));
+            }
+        }
+        deadline.set(answer_by);
+        tokio::select! {
+            head = read_head(stream, buffer) => head,
+            () = deadline.passed() => Err(Failure::After(UpstreamError::HeadTimeout)),
+        }
+    }
+}
+
+/// Whether an idle connection is still quiet: the origin has neither closed it nor sent bytes
+/// since its last answer (those would be read as the next answer). The socket is asked
+/// itself, without blocking and without taking the bytes: tokio's record of its readiness
+/// only changes when the runtime has polled the operating system since.
+fn is_quiet(stream: &TcpStream) -> bool {
+    let mut probe = [MaybeUninit::<u8>::uninit(); 1];
+    matches!(
+        SockRef::from(stream).peek(&mut probe),
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock
+    )
 }
 
 fn is_idempotent(method: &Method) -> bool {
@@ -444,7 +562,6 @@ impl BodyReader {
                 None => {
                     if let Some(connection) = self.connection.take()
                         && self.reusable
-                        && connection.buffer.is_empty()
                     {
                         self.pool.give_back(connection);
                     }
@@ -466,6 +583,7 @@ async fn fill(
         stream,
         buffer,
         deadline,
+        ..
     } = connection;
     buffer.reserve(READ_STEP);
     deadline.set(Instant::now() + idle);
@@ -516,6 +634,7 @@ mod tests {
             idle_timeout: Duration::from_millis(200),
             pool_idle_timeout: Duration::from_secs(60),
             max_response_body: None,
+            cap: None,
         });
         let forwarding = Forwarding::take(&mut HeaderMap::new(), None, None, &[]);
         let headers = HeaderMap::new();
