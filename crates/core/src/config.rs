@@ -55,6 +55,7 @@
 //! ```
 
 mod cidr;
+mod connection_limits;
 mod env;
 mod events;
 mod gateway;
@@ -77,6 +78,7 @@ use std::time::Duration;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
+pub use connection_limits::{ConnectionLimits, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
@@ -165,6 +167,8 @@ pub struct ServerConfig {
     pub max_once_marks: usize,
     /// Which HTTP engine serves the public listener and reaches the upstream.
     pub http_engine: HttpEngine,
+    /// Timeouts and caps of the public listener's client connections.
+    pub connections: ConnectionLimits,
 }
 
 /// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
@@ -237,6 +241,7 @@ impl Default for ServerConfig {
             sse: SseLimits::default(),
             max_once_marks: DEFAULT_MAX_ONCE_MARKS,
             http_engine: HttpEngine::Own,
+            connections: ConnectionLimits::default(),
         }
     }
 }

@@ -25,6 +25,13 @@ const SERVER_KEYS: &[&str] = &[
     "sse_max_streams_per_ip",
     "max_once_marks",
     "http_engine",
+    "header_timeout",
+    "body_timeout",
+    "idle_timeout",
+    "write_timeout",
+    "drain_timeout",
+    "max_connections",
+    "max_connections_per_address",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -154,6 +161,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
             engine
         })
         .unwrap_or_default();
+    let connections = super::connection_limits::read(table, problems);
     ServerConfig {
         listen,
         admin_listen,
@@ -165,6 +173,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         sse,
         max_once_marks,
         http_engine,
+        connections,
     }
 }
 
