@@ -193,8 +193,7 @@ pub(crate) async fn serve(
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
         // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
-        let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request)
-        {
+        let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
             Err(over_cap) => (over_cap, None),
             Ok(permit) => {
                 let response = match &site {
@@ -314,8 +313,8 @@ pub(crate) fn serve_with_hyper<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = hand_over.limits.clone();
-    let service = hyper::service::service_fn(
-        move |request: axum::http::Request<hyper::body::Incoming>| {
+    let service =
+        hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
             let in_flight = requests.start();
             let requests = requests.clone();
             let checked = check_request(request.version(), request.headers())
@@ -338,8 +337,7 @@ pub(crate) fn serve_with_hyper<I>(
                     response.map(|body| Body::new(Holding::new(body, (in_flight, permit)))),
                 )
             }
-        },
-    );
+        });
     let connection = hand_over
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), service)
@@ -372,12 +370,13 @@ async fn write_response(
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<bool> {
     let (parts, mut body) = response.into_parts();
-    let framing = AnswerFraming::new(
-        parts.status,
-        &parts.headers,
-        body.size_hint().exact(),
-        answer.version,
-    );
+    // The answer to a HEAD has an empty body but says the length a GET would have had.
+    let known_length = if answer.head_only {
+        None
+    } else {
+        body.size_hint().exact()
+    };
+    let framing = AnswerFraming::new(parts.status, &parts.headers, known_length, answer.version);
     let AnswerFraming {
         bodiless,
         length,
