@@ -43,6 +43,13 @@ fn app() -> Router {
             }),
         )
         .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                "slow"
+            }),
+        )
+        .route(
             "/big",
             get(|| async {
                 let piece = Bytes::from(vec![b'x'; 64 * 1024]);
@@ -67,12 +74,16 @@ impl Server {
     }
 
     async fn start_with(engine: HttpEngine, limits: ConnectionLimits) -> Server {
+        Server::start_limited(engine, ServerLimits::new(limits, 1 << 20, Vec::new())).await
+    }
+
+    async fn start_limited(engine: HttpEngine, limits: ServerLimits) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = PublicApp::from(app())
             .with_engine(engine)
-            .with_limits(ServerLimits::new(limits, 1 << 20, Vec::new()));
+            .with_limits(limits);
         let served = tokio::spawn(anteroom_http::serve(listener, app, async move {
             let _ = stopped.await;
         }));
@@ -556,5 +567,42 @@ async fn a_client_that_stops_reading_is_closed_after_the_write_timeout_by_both_e
         // Cut short (or reset): the whole answer would be 64 MiB and a last chunk.
         let whole = BIG_PIECES * 64 * 1024;
         assert!(read.is_err() || everything.len() < whole, "{engine:?}");
+    }
+}
+
+/// Behind a trusted proxy (the test, on 127.0.0.1), the per-address cap counts each forwarded
+/// client's requests in flight, not the proxy's connections: with a cap of 2, three
+/// connections of the proxy are served, and a forwarded client's third concurrent request gets
+/// 429 `too_many_connections` while its connection stays open.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_cap_counts_forwarded_clients_in_both_engines() {
+    for engine in ENGINES {
+        let config = ConnectionLimits {
+            max_connections_per_address: 2,
+            ..ConnectionLimits::default()
+        };
+        let limits = ServerLimits::new(config, 1 << 20, vec!["127.0.0.1/32".parse().unwrap()]);
+        let server = Server::start_limited(engine, limits).await;
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            let mut client = server.client().await;
+            client
+                .send(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n")
+                .await;
+            // In order, so the third is the one over the cap.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            clients.push(client);
+        }
+        let mut statuses = Vec::new();
+        for client in &mut clients {
+            statuses.push(client.answer(false).await.status);
+        }
+        assert_eq!(statuses, [200, 200, 429], "{engine:?}");
+        // The proxy's connection goes on; another client is not affected.
+        let third = &mut clients[2];
+        third
+            .send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.8\r\n\r\n")
+            .await;
+        assert_eq!(third.answer(false).await.body, b"hello", "{engine:?}");
     }
 }

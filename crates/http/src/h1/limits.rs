@@ -88,14 +88,16 @@ impl ServerLimits {
         }
         let address = peer.ip().to_canonical();
         // A trusted proxy's connections carry many visitors: its requests are counted instead.
-        let address = if is_trusted(address, &open.trusted_proxies) {
-            None
-        } else if open.enter(address) {
-            Some(address)
-        } else {
-            open.total.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        };
+        // Uncapped (the admin listener), no address is counted at all.
+        let address =
+            if open.per_address == usize::MAX || is_trusted(address, &open.trusted_proxies) {
+                None
+            } else if open.enter(address) {
+                Some(address)
+            } else {
+                open.total.fetch_sub(1, Ordering::AcqRel);
+                return None;
+            };
         Some(ConnectionPermit {
             open: open.clone(),
             address,
@@ -332,7 +334,11 @@ mod tests {
         let client: IpAddr = "203.0.113.9".parse().unwrap();
         let request = limits.admit_request(client).unwrap();
         assert!(limits.admit_request(client).is_none());
-        assert!(limits.admit_request("203.0.113.10".parse().unwrap()).is_some());
+        assert!(
+            limits
+                .admit_request("203.0.113.10".parse().unwrap())
+                .is_some()
+        );
         drop(request);
         assert!(limits.admit_request(client).is_some());
     }
@@ -340,7 +346,9 @@ mod tests {
     #[test]
     fn the_admin_listener_is_not_capped() {
         let limits = ServerLimits::uncapped(ConnectionLimits::default());
-        let held: Vec<_> = (0..1000).map(|_| limits.admit(peer("127.0.0.1")).unwrap()).collect();
+        let held: Vec<_> = (0..1000)
+            .map(|_| limits.admit(peer("127.0.0.1")).unwrap())
+            .collect();
         assert_eq!(limits.open_connections(), held.len());
     }
 
