@@ -112,16 +112,28 @@ async fn a_connection_flood_from_one_address_leaves_others_and_the_admin_served(
     let admin = format!("127.0.0.1:{admin_port}");
     let metrics = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let answer = exchange_from("127.0.0.1", &admin, metrics, Duration::from_secs(1)).await;
-    assert!(answer.as_deref().is_some_and(|answer| raw_status(answer) > 0), "{answer:?}");
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|answer| raw_status(answer) > 0),
+        "{answer:?}"
+    );
     // A new connection from the flooding address is refused at once (a client that already
     // sent its request may see a reset instead: the node closes without reading it).
     let refused = exchange_from("127.0.0.2", &to, b"", Duration::from_secs(1)).await;
     assert_eq!(refused.as_deref().map(raw_status), Some(503), "{refused:?}");
     let log = gate.server.log();
     let refusal_lines = lines_with(&log, "refusing connections over the caps");
-    assert!((1..=5).contains(&refusal_lines), "{refusal_lines} lines:\n{log}");
+    assert!(
+        (1..=5).contains(&refusal_lines),
+        "{refusal_lines} lines:\n{log}"
+    );
     drop(held);
-    assert!(settles_to(pid, baseline + 8).await, "{} files", open_files(pid));
+    assert!(
+        settles_to(pid, baseline + 8).await,
+        "{} files",
+        open_files(pid)
+    );
     let answer = exchange_from("127.0.0.2", &to, HEALTHZ, Duration::from_secs(1)).await;
     assert_eq!(answer.as_deref().map(raw_status), Some(200), "{answer:?}");
     gate.server.kill();
@@ -165,7 +177,10 @@ async fn running_out_of_descriptors_is_logged_once_a_second_and_recovered_from()
     let seconds = started.elapsed().as_secs() as usize;
     let log = gate.server.log();
     let failures = lines_with(&log, "cannot accept a connection");
-    assert!(failures >= 1 && failures <= seconds + 2, "{failures} lines in {seconds} s:\n{log}");
+    assert!(
+        failures >= 1 && failures <= seconds + 2,
+        "{failures} lines in {seconds} s:\n{log}"
+    );
     drop(held);
     let mut served = None;
     for _ in 0..50 {
@@ -199,5 +214,9 @@ async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut everything))
         .await
         .expect("the connection stayed open");
-    assert!(read.is_err() || everything.len() < whole, "{}", everything.len());
+    assert!(
+        read.is_err() || everything.len() < whole,
+        "{}",
+        everything.len()
+    );
 }

@@ -123,7 +123,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_that_stops_arriving_fails_after_its_timeout() {
-        let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
+        let (sender, receiver) =
+            tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
         let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|item| (item, receiver))
         });
@@ -131,7 +132,10 @@ mod tests {
         let feeder = tokio::spawn(async move {
             for _ in 0..3 {
                 tokio::time::sleep(Duration::from_secs(20)).await;
-                sender.send(Ok(Frame::data(Bytes::from_static(b"x")))).await.unwrap();
+                sender
+                    .send(Ok(Frame::data(Bytes::from_static(b"x"))))
+                    .await
+                    .unwrap();
             }
             // Then nothing, with the sender kept open.
             tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -59,7 +59,7 @@ use anteroom_h1::{
 
 use super::bodies::{Holding, TimedBody};
 use super::client_io::{ClientIo, InFlight};
-use super::limits::{AddressPermit, ServerLimits};
+use super::limits::{AddressPermit, ServerLimits, over_address_cap};
 use crate::PublicApp;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
@@ -194,7 +194,7 @@ pub(crate) async fn serve(
         request.extensions_mut().insert(ConnectInfo(peer));
         // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
         let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
-            Err(over_cap) => (over_cap, None),
+            Err(OverAddressCap) => (over_address_cap(), None),
             Ok(permit) => {
                 let response = match &site {
                     Some(site) if SiteLane::takes(request.uri().path()) => {
@@ -243,20 +243,23 @@ pub(crate) async fn serve(
     }
 }
 
+/// A forwarded client holds its per-address cap of requests in flight.
+struct OverAddressCap;
+
 /// The count of a request forwarded by a trusted proxy against its client's per-address cap:
-/// `Ok(None)` when the peer is no trusted proxy, `Err` with the 429 over the cap.
+/// `Ok(None)` when the peer is no trusted proxy.
 fn forwarded_client_permit<B>(
     limits: &ServerLimits,
     peer: SocketAddr,
     request: &axum::http::Request<B>,
-) -> Result<Option<AddressPermit>, Response<Body>> {
+) -> Result<Option<AddressPermit>, OverAddressCap> {
     if !limits.is_from_proxy(peer) {
         return Ok(None);
     }
     let client = resolve_client_ip(request.headers(), peer.ip(), limits.trusted_proxies());
     match limits.admit_request(client) {
         Some(permit) => Ok(Some(permit)),
-        None => Err(super::limits::over_address_cap()),
+        None => Err(OverAddressCap),
     }
 }
 
@@ -317,9 +320,14 @@ pub(crate) fn serve_with_hyper<I>(
         hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
             let in_flight = requests.start();
             let requests = requests.clone();
-            let checked = check_request(request.version(), request.headers())
-                .map_err(|bad| refused_by_hyper(bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM)))
-                .and_then(|()| forwarded_client_permit(&limits, peer, &request));
+            let checked: Result<_, Response<Body>> =
+                match check_request(request.version(), request.headers()) {
+                    Err(bad) => Err(refused_by_hyper(
+                        bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM),
+                    )),
+                    Ok(()) => forwarded_client_permit(&limits, peer, &request)
+                        .map_err(|OverAddressCap| over_address_cap()),
+                };
             let body_timeout = limits.timeouts.body_timeout;
             let mut router = router.clone();
             async move {
