@@ -79,9 +79,13 @@ pub(crate) async fn start(
         }
     };
     let address = listener.local_addr()?;
-    let router = anteroom_http::admin_router(admin);
+    // The public listener's timeouts, none of its caps: the admin listener is what the
+    // descriptors kept out of `max_connections` are for.
+    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin)).with_limits(
+        anteroom_http::ServerLimits::uncapped(config.server.connections),
+    );
     tokio::spawn(async move {
-        let served = anteroom_http::serve(listener, router, shutdown).await;
+        let served = anteroom_http::serve(listener, app, shutdown).await;
         let _ = stop.send(true);
         if let Err(error) = served {
             tracing::error!(%error, "the admin listener failed");

@@ -105,10 +105,11 @@ ticket_idle_ttl = "2m"
     }
     print_welcome(&public_url, args.crowd);
     print_admin(admin_address, &admin_key);
+    let limits = serve::server_limits(&config);
     serve::run_until_shutdown(
         runtime,
         listeners,
-        move || router.clone().into(),
+        move || anteroom_http::PublicApp::from(router.clone()).with_limits(limits.clone()),
         None,
         crate::shutdown_signal(),
     )

@@ -313,14 +313,40 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     .await?;
     let state = runtime.state.clone();
     let site = gateway.clone();
+    let limits = server_limits(&config);
     run_until_shutdown(
         runtime,
         listeners,
-        move || anteroom_http::gateway_app(state.clone(), &site),
+        move || anteroom_http::gateway_app(state.clone(), &site).with_limits(limits.clone()),
         Some(gateway),
         crate::shutdown_signal(),
     )
     .await
+}
+
+/// The public listener's timeouts and caps, one set for every serving thread: `max_connections`
+/// unless set is sized from the open-file limit the process runs with (raised to its hard
+/// limit at start), leaving a reserve for the admin listener, the store and the upstream.
+pub(crate) fn server_limits(config: &Config) -> anteroom_http::ServerLimits {
+    let open_files = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        Ok((soft, _hard)) => soft,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the open-file limit; sizing for 1024");
+            1024
+        }
+    };
+    let limits = anteroom_http::ServerLimits::new(
+        config.server.connections,
+        open_files,
+        config.server.trusted_proxies.clone(),
+    );
+    tracing::info!(
+        open_files,
+        max_connections = limits.max_connections(),
+        max_connections_per_address = config.server.connections.max_connections_per_address,
+        "connection limits"
+    );
+    limits
 }
 
 /// The public listener's sockets, one per serving thread: `workers`, or one per available

@@ -55,6 +55,7 @@
 //! ```
 
 mod cidr;
+mod connection_limits;
 mod env;
 mod events;
 mod gateway;
@@ -78,6 +79,7 @@ use std::time::Duration;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
+pub use connection_limits::{ConnectionLimits, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
@@ -170,6 +172,8 @@ pub struct ServerConfig {
     /// `[server.tls]`: the public listener speaks TLS with these certificates; `None`: plain
     /// HTTP (TLS ends in a proxy in front, or nowhere).
     pub tls: Option<TlsConfig>,
+    /// Timeouts and caps of the public listener's client connections.
+    pub connections: ConnectionLimits,
 }
 
 /// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
@@ -243,6 +247,7 @@ impl Default for ServerConfig {
             max_once_marks: DEFAULT_MAX_ONCE_MARKS,
             http_engine: HttpEngine::Own,
             tls: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ mod chunked;
 mod date;
 mod fields;
 mod request;
+mod validity;
 
 pub use answer::{AnswerFraming, AnswerHead, BodyFraming, MalformedAnswer, parse_answer_head};
 pub use chunked::{ChunkedDecoder, Decoded, MalformedChunk, push_chunk};
@@ -22,6 +23,6 @@ pub use fields::{
     connection_says, header_map, keeps_alive, parse_length, remove_hop_by_hop, span_in,
 };
 pub use request::{
-    BadHead, Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, has_one_host,
-    take_head,
+    BadHead, Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, take_head,
 };
+pub use validity::{check_request, has_one_host};

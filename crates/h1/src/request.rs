@@ -2,10 +2,11 @@
 //! body is framed.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, Method, Request, Uri, Version};
 
 use crate::fields::{header_map, parse_length, span_in};
+use crate::validity::check_request;
 
 /// The largest request head read. Larger heads are answered 431.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -26,8 +27,11 @@ pub enum BadHead {
     Malformed,
     /// More than [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`]: 431, as hyper answers.
     TooLarge,
-    /// An HTTP/1.1 request without a `Host`, or any request with several ([`has_one_host`]).
+    /// An HTTP/1.1 request without a `Host`, or any request with several
+    /// ([`has_one_host`](crate::has_one_host)).
     Host,
+    /// Framing fields that could be read more than one way ([`check_request`](crate::check_request)).
+    Framing,
 }
 
 /// The problem+json body of a request refused for its `Host` (both engines answer it).
@@ -37,9 +41,43 @@ macro_rules! host_problem {
     };
 }
 
+/// The problem+json body of a request refused for its framing fields (both engines answer it).
+macro_rules! framing_problem {
+    () => {
+        r#"{"type":"about:blank","title":"Bad Request","status":400,"code":"invalid_framing","detail":"the request's Content-Length and Transfer-Encoding must say one thing: one length, or chunked alone"}"#
+    };
+}
+
+/// A 400 answer with a problem+json body, closing the connection.
+macro_rules! problem_answer {
+    ($length:literal, $body:expr) => {
+        concat!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\n",
+            "content-length: ",
+            $length,
+            "\r\nconnection: close\r\n\r\n",
+            $body
+        )
+        .as_bytes()
+    };
+}
+
 impl BadHead {
     /// The problem+json body of [`BadHead::Host`], for an engine that writes its own answer.
     pub const HOST_PROBLEM: &'static str = host_problem!();
+
+    /// The problem+json body of [`BadHead::Framing`], for an engine that writes its own answer.
+    pub const FRAMING_PROBLEM: &'static str = framing_problem!();
+
+    /// The problem+json body of a refusal hyper's service writes itself ([`BadHead::Host`],
+    /// [`BadHead::Framing`]); `None` for what only the parser finds.
+    pub fn problem(&self) -> Option<&'static str> {
+        match self {
+            BadHead::Host => Some(Self::HOST_PROBLEM),
+            BadHead::Framing => Some(Self::FRAMING_PROBLEM),
+            BadHead::Closed | BadHead::Malformed | BadHead::TooLarge => None,
+        }
+    }
 
     /// The whole answer sent before closing the connection, if any.
     pub fn answer(&self) -> Option<&'static [u8]> {
@@ -51,27 +89,9 @@ impl BadHead {
             BadHead::TooLarge => Some(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
             ),
-            BadHead::Host => Some(
-                concat!(
-                    "HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\n",
-                    "content-length: 145\r\nconnection: close\r\n\r\n",
-                    host_problem!()
-                )
-                .as_bytes(),
-            ),
+            BadHead::Host => Some(problem_answer!("145", host_problem!())),
+            BadHead::Framing => Some(problem_answer!("193", framing_problem!())),
         }
-    }
-}
-
-/// Whether a request names one `Host` (RFC 9112 §3.2), or none in HTTP/1.0 and HTTP/2 (whose
-/// authority is in the target): with none or several, the route anteroom matches and the
-/// virtual host the origin serves could differ.
-pub fn has_one_host(version: Version, headers: &HeaderMap) -> bool {
-    let mut hosts = headers.get_all(HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(_), None) => true,
-        (None, _) => version != Version::HTTP_11,
-        (Some(_), Some(_)) => false,
     }
 }
 
@@ -99,7 +119,8 @@ pub enum Framing {
 
 /// Parses the request head at the start of `buffer`: `Ok(None)` while it is incomplete. Once
 /// complete, the head's bytes are split off `buffer` and the request's target and header
-/// values are slices of them (no copy).
+/// values are slices of them (no copy). A head that parses but could be read more than one
+/// way is refused ([`check_request`]).
 pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut fields);
@@ -135,6 +156,7 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
     // Nothing is added on the way: the gateway writes the forwarding fields into the upstream
     // request itself.
     let headers = header_map(&head, fields, 0).ok_or(BadHead::Malformed)?;
+    check_request(version, &headers)?;
     let framing = framing(&method, &headers);
     let mut request = Request::new(());
     *request.method_mut() = method;
@@ -164,7 +186,8 @@ fn framing(method: &Method, headers: &HeaderMap) -> Framing {
             Some(length) if length <= MAX_INLINE_BODY as u64 => Framing::Length(length),
             _ => Framing::ForHyper,
         },
-        // Several lengths (alike or not): the streaming server decides.
+        // Several alike (differing ones were refused): hyper reads them as one and forwards
+        // one.
         (Some(_), Some(_)) => Framing::ForHyper,
     }
 }
@@ -196,35 +219,34 @@ mod tests {
     #[test]
     fn what_hyper_should_serve_is_told_apart() {
         let cases = [
-            ("GET / HTTP/1.1\r\n\r\n", Framing::Length(0)),
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Length(0)),
             ("GET / HTTP/1.0\r\n\r\n", Framing::Length(0)),
             (
-                "GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
                 Framing::ForHyper,
             ),
             (
-                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
                 Framing::ForHyper,
             ),
             (
-                "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
-                Framing::ForHyper,
-            ),
-            ("CONNECT a:443 HTTP/1.1\r\n\r\n", Framing::ForHyper),
-            (
-                "POST / HTTP/1.1\r\nContent-Length: 70000\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
                 Framing::ForHyper,
             ),
             (
-                "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+                "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
                 Framing::ForHyper,
             ),
             (
-                "POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 70000\r\n\r\n",
                 Framing::ForHyper,
             ),
             (
-                "POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+                Framing::ForHyper,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n",
                 Framing::Length(12),
             ),
         ];
@@ -253,27 +275,60 @@ mod tests {
     }
 
     #[test]
-    fn one_host_is_needed_in_http_1_1() {
-        let check = |text: &str, expected: bool| {
-            let request = head(text).unwrap().unwrap().request;
-            assert_eq!(
-                has_one_host(request.version(), request.headers()),
-                expected,
-                "{text}"
-            );
+    fn heads_that_read_two_ways_are_refused_with_their_problem() {
+        let check = |text: &str, expected: Option<BadHead>| {
+            assert_eq!(head(text).err(), expected, "{text}");
         };
-        check("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true);
-        check("GET / HTTP/1.1\r\n\r\n", false);
-        check("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", false);
-        check("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", false);
-        check("GET / HTTP/1.0\r\n\r\n", true);
-        check("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", false);
-        let answer = BadHead::Host.answer().unwrap();
-        let text = std::str::from_utf8(answer).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains(&format!("content-length: {}\r\n", body.len())));
-        assert_eq!(body, BadHead::HOST_PROBLEM);
-        assert!(body.contains(r#""code":"invalid_host""#));
+        check("GET / HTTP/1.1\r\nHost: a\r\n\r\n", None);
+        check("GET / HTTP/1.1\r\n\r\n", Some(BadHead::Host));
+        check(
+            "GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n",
+            Some(BadHead::Host),
+        );
+        check("GET / HTTP/1.0\r\n\r\n", None);
+        check(
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Some(BadHead::Framing),
+        );
+        check(
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
+            Some(BadHead::Framing),
+        );
+        for (bad, code) in [
+            (BadHead::Host, "invalid_host"),
+            (BadHead::Framing, "invalid_framing"),
+        ] {
+            let answer = bad.answer().unwrap();
+            let text = std::str::from_utf8(answer).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(head.starts_with("HTTP/1.1 400 "));
+            assert!(head.contains(&format!("content-length: {}\r\n", body.len())));
+            assert!(head.ends_with("\r\nconnection: close"));
+            assert_eq!(Some(body), bad.problem());
+            assert!(body.contains(&format!(r#""code":"{code}""#)));
+        }
+    }
+
+    /// What httparse refuses, both engines refuse alike (hyper parses with it too).
+    #[test]
+    fn fields_with_control_characters_or_folds_do_not_parse() {
+        let cases = [
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\u{1}b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\u{7f}b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX\0: a\r\n\r\n",
+            "GET /\u{1} HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\rHost: a\r\n\r\n",
+        ];
+        for text in cases {
+            assert_eq!(head(text).err(), Some(BadHead::Malformed), "{text:?}");
+        }
+        // A tab inside a value is allowed, as is a bare LF ending lines (RFC 9112 §2.2).
+        assert!(head("GET / HTTP/1.1\r\nHost: a\r\nX: a\tb\r\n\r\n").is_ok());
+        assert!(head("GET / HTTP/1.1\nHost: a\n\n").is_ok());
     }
 
     #[test]
@@ -282,9 +337,13 @@ mod tests {
             let request = head(text).unwrap().unwrap().request;
             keeps_alive(request.version(), request.headers())
         };
-        assert!(wants("GET / HTTP/1.1\r\n\r\n"));
-        assert!(!wants("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"));
-        assert!(!wants("GET / HTTP/1.1\r\nConnection: te, close\r\n\r\n"));
+        assert!(wants("GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert!(!wants(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Close\r\n\r\n"
+        ));
+        assert!(!wants(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: te, close\r\n\r\n"
+        ));
         assert!(!wants("GET / HTTP/1.0\r\n\r\n"));
         assert!(wants("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
     }

@@ -46,7 +46,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::{Cidr, HttpEngine, KeyHash, SseLimits};
+use anteroom_core::config::{Cidr, ConnectionLimits, HttpEngine, KeyHash, SseLimits};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -64,6 +64,7 @@ pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
+pub use h1::limits::ServerLimits;
 pub use h1::serve;
 pub use key_reload::{KEY_DIR_CHECK_INTERVAL, follow_key_dir};
 pub use metrics::{Metrics, MetricsError};
@@ -634,6 +635,7 @@ pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
         router: gateway_router_through(state, gateway, client),
         site,
         engine,
+        limits: ServerLimits::uncapped(ConnectionLimits::default()),
     }
 }
 
@@ -644,6 +646,7 @@ pub struct PublicApp {
     router: Router,
     site: Option<gateway::SiteLane>,
     engine: HttpEngine,
+    limits: ServerLimits,
 }
 
 impl PublicApp {
@@ -656,6 +659,14 @@ impl PublicApp {
         }
         self
     }
+
+    /// The same app served with `limits`' timeouts and caps (a plain router, and an app until
+    /// told otherwise, has the default timeouts and no caps). Give every worker a clone of
+    /// one [`ServerLimits`] so the caps count the node's connections.
+    pub fn with_limits(mut self, limits: ServerLimits) -> PublicApp {
+        self.limits = limits;
+        self
+    }
 }
 
 impl From<Router> for PublicApp {
@@ -664,6 +675,7 @@ impl From<Router> for PublicApp {
             router,
             site: None,
             engine: HttpEngine::Own,
+            limits: ServerLimits::uncapped(ConnectionLimits::default()),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! keep-alive loop: many requests on one connection (pipelined too), HTTP/1.0, `HEAD`,
 //! streamed answers in chunks, malformed heads, idle connections at shutdown, and the requests
 //! the loop hands to hyper (a large body, a chunked body) still answered on the same
-//! connection.
+//! connection. The framing checks and the timeouts (SPEC §14.4) run against both engines.
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
@@ -14,6 +14,14 @@ use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use anteroom_core::config::{ConnectionLimits, HttpEngine};
+use anteroom_http::{PublicApp, ServerLimits};
+
+/// `/big` answers this many 64 KiB pieces (64 MiB: more than any socket buffers hold).
+const BIG_PIECES: usize = 1024;
+
+const ENGINES: [HttpEngine; 2] = [HttpEngine::Own, HttpEngine::Hyper];
 
 /// How long any one step may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -34,6 +42,22 @@ fn app() -> Router {
                 Body::from_stream(futures_util::stream::iter(pieces))
             }),
         )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                "slow"
+            }),
+        )
+        .route(
+            "/big",
+            get(|| async {
+                let piece = Bytes::from(vec![b'x'; 64 * 1024]);
+                let pieces =
+                    std::iter::repeat_n(piece, BIG_PIECES).map(Ok::<_, std::convert::Infallible>);
+                Body::from_stream(futures_util::stream::iter(pieces))
+            }),
+        )
         // Bodies as large as the tests send.
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
 }
@@ -46,10 +70,21 @@ struct Server {
 
 impl Server {
     async fn start() -> Server {
+        Server::start_with(HttpEngine::Own, ConnectionLimits::default()).await
+    }
+
+    async fn start_with(engine: HttpEngine, limits: ConnectionLimits) -> Server {
+        Server::start_limited(engine, ServerLimits::new(limits, 1 << 20, Vec::new())).await
+    }
+
+    async fn start_limited(engine: HttpEngine, limits: ServerLimits) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(anteroom_http::serve(listener, app(), async move {
+        let app = PublicApp::from(app())
+            .with_engine(engine)
+            .with_limits(limits);
+        let served = tokio::spawn(anteroom_http::serve(listener, app, async move {
             let _ = stopped.await;
         }));
         Server {
@@ -353,4 +388,221 @@ async fn idle_connections_close_at_shutdown() {
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+/// Requests whose framing could be read two ways, and what both engines answer: 400 with the
+/// problem's code (or none, for what the parser refuses), and the connection closed.
+const AMBIGUOUS: &[(&str, Option<&str>)] = &[
+    ("GET /hello HTTP/1.1\r\n\r\n", Some("invalid_host")),
+    (
+        "GET /hello HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+        Some("invalid_host"),
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        None,
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\nabc",
+        None,
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        Some("invalid_framing"),
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+        Some("invalid_framing"),
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        Some("invalid_framing"),
+    ),
+    (
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+        None,
+    ),
+    (
+        "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        None,
+    ),
+    ("GET /hello HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", None),
+    ("GET /hello HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n", None),
+    ("GET /hello HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", None),
+    (
+        "GET /hello HTTP/1.1\r\nHost: x\r\nX: a\u{1b}b\r\n\r\n",
+        None,
+    ),
+    ("GET /hello HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n", None),
+];
+
+#[tokio::test]
+async fn framing_that_reads_two_ways_is_refused_and_closed_by_both_engines() {
+    for engine in ENGINES {
+        let server = Server::start_with(engine, ConnectionLimits::default()).await;
+        for (request, code) in AMBIGUOUS {
+            // Each after a good request on the same connection, so a later head is checked too.
+            let mut client = server.client().await;
+            client
+                .send(format!("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n{request}").as_bytes())
+                .await;
+            assert_eq!(client.answer(false).await.body, b"hello");
+            let answer = client.answer(false).await;
+            assert_eq!(answer.status, 400, "{engine:?} {request:?}");
+            if let Some(code) = code {
+                let body = String::from_utf8_lossy(&answer.body);
+                assert!(body.contains(code), "{engine:?} {request:?}: {body}");
+            }
+            assert!(client.closed().await, "{engine:?} {request:?}");
+        }
+    }
+}
+
+/// Where hyper cannot be told apart from the own loop by the service it calls: it removes a
+/// `Content-Length` beside `Transfer-Encoding` before the service sees the request, and reads
+/// the body as chunked. The own loop refuses the request; hyper serves it and closes the
+/// connection after the answer. Either way nothing after the body is read as another request.
+#[tokio::test]
+async fn a_length_beside_chunked_never_leaves_the_connection_open() {
+    let smuggled = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (engine, status) in [(HttpEngine::Own, 400), (HttpEngine::Hyper, 200)] {
+        let server = Server::start_with(engine, ConnectionLimits::default()).await;
+        let mut client = server.client().await;
+        client.send(smuggled.as_bytes()).await;
+        let answer = client.answer(false).await;
+        assert_eq!(answer.status, status, "{engine:?}");
+        assert!(client.closed().await, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn repeated_equal_lengths_are_read_as_one_by_both_engines() {
+    for engine in ENGINES {
+        let server = Server::start_with(engine, ConnectionLimits::default()).await;
+        let mut client = server.client().await;
+        client
+            .send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabcGET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        assert_eq!(client.answer(false).await.body, b"abc", "{engine:?}");
+        assert_eq!(client.answer(false).await.body, b"hello", "{engine:?}");
+    }
+}
+
+fn short_timeouts() -> ConnectionLimits {
+    ConnectionLimits {
+        header_timeout: Duration::from_millis(600),
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(300),
+        write_timeout: Duration::from_millis(300),
+        ..ConnectionLimits::default()
+    }
+}
+
+/// How long until the server closes `client`'s connection (it reads and drops what comes).
+async fn closed_after(client: &mut Client) -> Duration {
+    let started = tokio::time::Instant::now();
+    let mut scratch = [0u8; 64 * 1024];
+    loop {
+        match tokio::time::timeout(PATIENCE, client.stream.read(&mut scratch)).await {
+            Ok(Ok(0) | Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the connection stayed open"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn idle_slow_head_and_slow_body_connections_are_closed_by_both_engines() {
+    for engine in ENGINES {
+        let server = Server::start_with(engine, short_timeouts()).await;
+        // Idle after an answer: closed after the idle timeout.
+        let mut client = server.client().await;
+        client.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(client.answer(false).await.body, b"hello");
+        let idle = closed_after(&mut client).await;
+        assert!(idle < Duration::from_millis(1500), "{engine:?} {idle:?}");
+        // Half a head, then a byte now and then: closed after the header timeout.
+        let mut client = server.client().await;
+        client.send(b"GET /hello HTTP/1.1\r\n").await;
+        let started = tokio::time::Instant::now();
+        let dribble = async {
+            for _ in 0..20 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if client.stream.write_all(b"X").await.is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), dribble).await;
+        let slow_head = started.elapsed() + closed_after(&mut client).await;
+        assert!(
+            slow_head < Duration::from_millis(2500),
+            "{engine:?} {slow_head:?}"
+        );
+        // A body that stops arriving: the connection is closed after the body timeout.
+        let mut client = server.client().await;
+        client
+            .send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            .await;
+        let stalled = closed_after(&mut client).await;
+        assert!(
+            stalled < Duration::from_millis(1500),
+            "{engine:?} {stalled:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_after_the_write_timeout_by_both_engines() {
+    for engine in ENGINES {
+        let server = Server::start_with(engine, short_timeouts()).await;
+        let mut client = server.client().await;
+        client.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        // Not reading: the socket buffers fill, the server's writes stall, and it gives up.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut everything = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, client.stream.read_to_end(&mut everything))
+            .await
+            .expect("the connection stayed open");
+        // Cut short (or reset): the whole answer would be 64 MiB and a last chunk.
+        let whole = BIG_PIECES * 64 * 1024;
+        assert!(read.is_err() || everything.len() < whole, "{engine:?}");
+    }
+}
+
+/// Behind a trusted proxy (the test, on 127.0.0.1), the per-address cap counts each forwarded
+/// client's requests in flight, not the proxy's connections: with a cap of 2, three
+/// connections of the proxy are served, and a forwarded client's third concurrent request gets
+/// 429 `too_many_connections` while its connection stays open.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_cap_counts_forwarded_clients_in_both_engines() {
+    for engine in ENGINES {
+        let config = ConnectionLimits {
+            max_connections_per_address: 2,
+            ..ConnectionLimits::default()
+        };
+        let limits = ServerLimits::new(config, 1 << 20, vec!["127.0.0.1/32".parse().unwrap()]);
+        let server = Server::start_limited(engine, limits).await;
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            let mut client = server.client().await;
+            client
+                .send(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n")
+                .await;
+            // In order, so the third is the one over the cap.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            clients.push(client);
+        }
+        let mut statuses = Vec::new();
+        for client in &mut clients {
+            statuses.push(client.answer(false).await.status);
+        }
+        assert_eq!(statuses, [200, 200, 429], "{engine:?}");
+        // The proxy's connection goes on; another client is not affected.
+        let third = &mut clients[2];
+        third
+            .send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.8\r\n\r\n")
+            .await;
+        assert_eq!(third.answer(false).await.body, b"hello", "{engine:?}");
+    }
 }

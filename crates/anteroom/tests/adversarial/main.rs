@@ -30,6 +30,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use support::{Server, Site};
 use upstream::Upstream;
 
+mod connections;
 mod differential;
 mod flood;
 mod join_gate;
@@ -60,12 +61,24 @@ impl Gate {
 
     /// [`Gate::start`] with `edit` applied to the whole config text before the server starts.
     pub(crate) async fn start_edited(extra: &str, edit: impl FnOnce(String) -> String) -> Gate {
+        Gate::start_limited(None, extra, edit).await
+    }
+
+    /// [`Gate::start_edited`] with the process allowed `open_files` descriptors at most.
+    pub(crate) async fn start_limited(
+        open_files: Option<u64>,
+        extra: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Gate {
         let upstream = Upstream::start().await;
         let site = Site::new();
         let path = site.write_config("EdDSA", &extra.replace("{upstream}", &upstream.url()));
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, edit(text)).unwrap();
-        let mut server = site.start();
+        let mut server = match open_files {
+            Some(open_files) => site.start_limited(open_files),
+            None => site.start(),
+        };
         let client = support::client();
         server.wait_ready(&client).await;
         Gate {

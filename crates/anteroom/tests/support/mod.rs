@@ -125,7 +125,17 @@ impl Site {
 
     /// Starts `anteroom serve` on this site's config; see [`Server`].
     pub(crate) fn start(&self) -> Server {
-        Server::start(self)
+        Server::start(self, anteroom())
+    }
+
+    /// [`Site::start`] with the process allowed `open_files` descriptors at most (soft and
+    /// hard limit, set by util-linux's `prlimit`, which then runs the binary in its place).
+    pub(crate) fn start_limited(&self, open_files: u64) -> Server {
+        let mut command = anteroom_command("prlimit");
+        command
+            .arg(format!("--nofile={open_files}:{open_files}"))
+            .arg(env!("CARGO_BIN_EXE_anteroom"));
+        Server::start(self, command)
     }
 }
 
@@ -179,10 +189,10 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    fn start(site: &Site) -> Server {
+    fn start(site: &Site, mut command: Command) -> Server {
         let log = site.path().join(format!("server-{}.log", unique_suffix()));
         let log_file = std::fs::File::create(&log).expect("create the server log");
-        let child = anteroom()
+        let child = command
             .arg("serve")
             .arg("--config")
             .arg(site.config_path())

@@ -377,7 +377,7 @@ fn check_upstream_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn read_positive_duration(entry: &Entry, problems: &mut Problems) -> Option<Duration> {
+pub(super) fn read_positive_duration(entry: &Entry, problems: &mut Problems) -> Option<Duration> {
     let text = entry.duration_text(problems)?;
     match parse_duration(&text) {
         Ok(duration) if duration.is_zero() => {

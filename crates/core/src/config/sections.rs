@@ -26,6 +26,13 @@ const SERVER_KEYS: &[&str] = &[
     "max_once_marks",
     "http_engine",
     "tls",
+    "header_timeout",
+    "body_timeout",
+    "idle_timeout",
+    "write_timeout",
+    "drain_timeout",
+    "max_connections",
+    "max_connections_per_address",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -158,6 +165,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
     let tls = table
         .get("tls")
         .and_then(|entry| super::tls::read_tls(entry, problems));
+    let connections = super::connection_limits::read(table, problems);
     ServerConfig {
         listen,
         admin_listen,
@@ -170,6 +178,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         max_once_marks,
         http_engine,
         tls,
+        connections,
     }
 }
 

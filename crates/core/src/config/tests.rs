@@ -1296,6 +1296,61 @@ fn the_upstream_connection_cap_is_a_count_and_zero_means_none() {
 }
 
 #[test]
+fn connection_timeouts_and_caps_are_read_from_server() {
+    let limits = |text: &str, env_pairs: &[(&str, &str)]| {
+        parse_config(text, &env(env_pairs))
+            .unwrap()
+            .server
+            .connections
+    };
+    assert_eq!(limits("", &[]), ConnectionLimits::default());
+    let source = "[server]
+header_timeout = \"5s\"
+body_timeout = \"1m\"
+idle_timeout = \"75s\"
+write_timeout = \"20s\"
+drain_timeout = \"3s\"
+max_connections = 5000
+max_connections_per_address = 64
+";
+    assert_eq!(
+        limits(source, &[("ANTEROOM_SERVER__IDLE_TIMEOUT", "2s")]),
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(2),
+            write_timeout: Duration::from_secs(20),
+            drain_timeout: Duration::from_secs(3),
+            max_connections: Some(5000),
+            max_connections_per_address: 64,
+        }
+    );
+    check_problems(
+        "[server]\nheader_timeout = \"0s\"\nwrite_timeout = \"soon\"\nmax_connections = 0\n",
+        &[],
+        &[
+            (Some(2), "`header_timeout` must be longer than zero"),
+            (Some(3), "`write_timeout`"),
+            (Some(4), "`max_connections` must be at least 1"),
+        ],
+    );
+}
+
+#[test]
+fn max_connections_leaves_a_reserve_of_descriptors_unless_set() {
+    let defaults = ConnectionLimits::default();
+    // A tenth of the limit, and at least MIN_DESCRIPTOR_RESERVE.
+    assert_eq!(defaults.sized_for(1024), 1024 - 128);
+    assert_eq!(defaults.sized_for(1_048_576), 1_048_576 - 104_857);
+    assert_eq!(defaults.sized_for(64), 1);
+    let set = ConnectionLimits {
+        max_connections: Some(10),
+        ..defaults
+    };
+    assert_eq!(set.sized_for(1024), 10);
+}
+
+#[test]
 fn ticket_secret_retention_is_any_duration_including_zero() {
     for (text, seconds) in [("90m", 5400), ("0s", 0)] {
         let source = format!("[keys]\nticket_secret_retention = \"{text}\"\n");

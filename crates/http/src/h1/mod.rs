@@ -14,7 +14,10 @@
 //! Message framing both ways (heads, lengths, chunked coding, hop-by-hop fields) is the
 //! `anteroom-h1` crate's, shared by all three.
 
+mod bodies;
 pub(crate) mod client;
+mod client_io;
+pub(crate) mod limits;
 pub(crate) mod server;
 pub(crate) mod stream;
 
@@ -24,15 +27,17 @@ use std::sync::Arc;
 use anteroom_core::config::HttpEngine;
 
 use crate::PublicApp;
+use client_io::ClientIo;
 
-/// How long requests in flight may take to finish after shutdown begins.
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How long a client may take to send a request's headers (slow-loris bound).
-pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the accept loop pauses after a failed accept (out of descriptors and the like):
+/// the failing connection stays queued, so retrying at once would spin.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (for up to ten seconds) and ends open event streams.
+/// finish (for up to the app's `drain_timeout`) and ends open event streams.
+///
+/// Every accepted connection is first counted against the app's caps ([`limits`]): over a
+/// cap it is refused at once, else it is served with the app's timeouts.
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
 /// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
@@ -45,12 +50,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = app.into();
+    let limits = app.limits.clone();
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     builder
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(limits.timeouts.header_timeout);
     builder.http2().timer(hyper_util::rt::TokioTimer::new());
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -63,15 +69,20 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(%error, "cannot accept a connection");
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    limits.accept_failed(&error);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
             () = &mut shutdown => break,
         };
+        let Some(permit) = limits.admit(peer) else {
+            limits.refuse(stream, peer);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        // A TLS handshake, when there is one, belongs here: after the count, before the peek.
+        let stream = ClientIo::new(stream, Some(permit), limits.timeouts.write_timeout);
         tokio::spawn(serve_connection(
             stream,
             peer,
@@ -87,7 +98,10 @@ pub async fn serve(
         graceful.shutdown().await;
         stop.closed().await;
     };
-    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
+    if tokio::time::timeout(limits.timeouts.drain_timeout, drained)
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
@@ -96,21 +110,29 @@ pub async fn serve(
 /// One accepted connection: an event stream opening it goes to [`stream`], other HTTP/1
 /// requests to [`server`], HTTP/2 (and anything [`server`] hands over) to hyper.
 async fn serve_connection(
-    stream: tokio::net::TcpStream,
+    mut stream: server::Client,
     peer: std::net::SocketAddr,
     app: PublicApp,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let hand_over = server::HandOver { builder, watcher };
+    let timeouts = app.limits.timeouts;
+    let hand_over = server::HandOver {
+        builder,
+        watcher,
+        limits: app.limits.clone(),
+    };
     if app.engine == HttpEngine::Hyper {
         drop(stop);
-        return server::serve_with_hyper(stream, peer, app.router, hand_over);
+        return with_hyper(stream, peer, app, hand_over);
     }
     let mut start = [0u8; stream::PEEK_BYTES];
     let peeked = tokio::select! {
-        peeked = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut start)) => peeked,
+        peeked = tokio::time::timeout(
+            timeouts.header_timeout,
+            stream.get_ref().peek(&mut start),
+        ) => peeked,
         _ = stop.wait_for(|stop| *stop) => return,
     };
     match peeked {
@@ -118,14 +140,28 @@ async fn serve_connection(
         Ok(Ok(0) | Err(_)) | Err(_) => {}
         Ok(Ok(read)) if stream::is_event_stream_request(&start[..read]) => {
             drop(hand_over);
-            stream::serve(stream, peer, app.router, stop).await;
+            stream::serve(stream, peer, app.router, timeouts.header_timeout, stop).await;
         }
         Ok(Ok(read)) if is_http2_preface(&start[..read]) => {
             drop(stop);
-            server::serve_with_hyper(stream, peer, app.router, hand_over);
+            let requests = Arc::new(client_io::InFlight::default());
+            stream.watch_idle(timeouts.idle_timeout, requests.clone());
+            server::serve_with_hyper(stream, peer, app.router, hand_over, requests);
         }
         Ok(Ok(_)) => server::serve(stream, peer, app, hand_over, stop).await,
     }
+}
+
+/// Hands the whole connection to hyper (`http_engine = "hyper"`).
+fn with_hyper(
+    mut stream: server::Client,
+    peer: std::net::SocketAddr,
+    app: PublicApp,
+    hand_over: server::HandOver,
+) {
+    let requests = Arc::new(client_io::InFlight::default());
+    stream.watch_idle(app.limits.timeouts.idle_timeout, requests.clone());
+    server::serve_with_hyper(stream, peer, app.router, hand_over, requests);
 }
 
 /// Whether a connection's first bytes are (the start of) HTTP/2's connection preface.

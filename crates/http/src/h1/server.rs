@@ -15,9 +15,20 @@
 //! memory), and an unusual `Content-Length`. HTTP/2 never reaches this loop (the accept loop
 //! sends it to hyper), nor does a connection opening with an event stream (`stream.rs`).
 //!
-//! An HTTP/1.1 request without exactly one `Host` is answered 400 and its connection closed,
-//! by this loop and by hyper's service alike (SPEC §14.4): the route matched here and the
-//! virtual host the origin serves must be the same.
+//! A request without exactly one `Host` (HTTP/1.1) or whose framing fields could be read more
+//! than one way is answered 400 and its connection closed, by this loop and by hyper's service
+//! alike (SPEC §14.4, [`anteroom_h1::check_request`]): the route matched here, the body a proxy
+//! in front delimits and the virtual host the origin serves must all be the same.
+//!
+//! Timeouts (`[server]`, SPEC §14.4): a connection's first head must arrive within
+//! `header_timeout` of the accept; a kept-alive connection waits `idle_timeout` for the first
+//! byte of its next request, which then has `header_timeout` to complete its head; a body
+//! read here fails when no byte arrives for `body_timeout` (per read, as nginx's
+//! `client_body_timeout`), its buffer growing as bytes come rather than reserved up front for
+//! the declared length; writes are timed by [`ClientIo`]. Under hyper, its
+//! `header_read_timeout` is `header_timeout` (timed from the end of the previous answer, so
+//! the wait and the head share it), [`ClientIo::watch_idle`] adds `idle_timeout`, and
+//! [`TimedBody`] gives request bodies `body_timeout`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,7 +42,6 @@ use axum::extract::ConnectInfo;
 use axum::http::header::{CONNECTION, CONTENT_TYPE};
 use axum::http::{HeaderValue, Method, Response, StatusCode, Version};
 use bytes::{Buf as _, Bytes, BytesMut};
-use futures_util::future::Either;
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::TokioIo;
@@ -43,14 +53,20 @@ use tokio::sync::watch;
 use tower::Service as _;
 
 use anteroom_h1::{
-    AnswerFraming, BadHead, Framing, RequestHead, connection_says, has_one_host, keeps_alive,
+    AnswerFraming, BadHead, Framing, RequestHead, check_request, connection_says, keeps_alive,
     push_chunk, take_head,
 };
 
-use super::HEADER_READ_TIMEOUT;
+use super::bodies::{Holding, TimedBody};
+use super::client_io::{ClientIo, InFlight};
+use super::limits::{AddressPermit, ServerLimits, over_address_cap};
 use crate::PublicApp;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
+use crate::ratelimit::resolve_client_ip;
+
+/// A client connection as the own loop holds it.
+pub(crate) type Client = ClientIo<TcpStream>;
 
 /// How much the read buffer grows by at a time.
 const READ_STEP: usize = 4096;
@@ -63,12 +79,13 @@ const MAX_GATHERED_BODY: usize = 64 * 1024;
 pub(crate) struct HandOver {
     pub(crate) builder: Arc<Builder<hyper_util::rt::TokioExecutor>>,
     pub(crate) watcher: Watcher,
+    pub(crate) limits: ServerLimits,
 }
 
-/// The answer to a request without one `Host`, for hyper: 400 problem+json, and the
-/// connection closed after it.
-fn host_refused() -> Response<Body> {
-    let mut response = Response::new(Body::from(BadHead::HOST_PROBLEM));
+/// The answer to a request hyper parsed but [`check_request`] refuses: 400 problem+json, and
+/// the connection closed after it.
+fn refused_by_hyper(problem: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(problem));
     *response.status_mut() = StatusCode::BAD_REQUEST;
     let headers = response.headers_mut();
     headers.insert(
@@ -81,6 +98,7 @@ fn host_refused() -> Response<Body> {
 
 /// Sends the answer to a refused head (if any) and closes the connection.
 pub(crate) async fn refuse<S: AsyncWrite + Unpin>(bad: &BadHead, stream: &mut S) {
+    // Whatever the client sent after the refused head is not read.
     if let Some(answer) = bad.answer() {
         let _ = stream.write_all(answer).await;
         let _ = stream.shutdown().await;
@@ -91,7 +109,7 @@ pub(crate) async fn refuse<S: AsyncWrite + Unpin>(bad: &BadHead, stream: &mut S)
 /// close, `stop` turns `true` (between requests), or a request needs hyper (then hyper serves
 /// the rest of the connection, starting with the bytes already read).
 pub(crate) async fn serve(
-    mut stream: TcpStream,
+    mut stream: Client,
     peer: SocketAddr,
     app: PublicApp,
     hand_over: HandOver,
@@ -100,14 +118,26 @@ pub(crate) async fn serve(
     let PublicApp {
         mut router, site, ..
     } = app;
-    let mut input = BytesMut::with_capacity(READ_STEP);
+    let timeouts = hand_over.limits.timeouts;
+    let mut input = BytesMut::new();
     let mut output = Vec::with_capacity(READ_STEP);
-    let read_within = || tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
-    let mut deadline = Deadline::at(read_within());
+    let within = |timeout| tokio::time::Instant::now() + timeout;
+    // The first head is timed from the accept.
+    let mut deadline = Deadline::at(within(timeouts.header_timeout));
+    let mut first = true;
     loop {
-        // A client that sends no whole head within the limit (slow-loris), or stays idle that
-        // long between requests, is closed.
-        deadline.set(read_within());
+        if !first && input.is_empty() {
+            // Kept alive: the next request's first byte must come within the idle timeout.
+            deadline.set(within(timeouts.idle_timeout));
+            tokio::select! {
+                readable = stream.get_ref().readable() => if readable.is_err() { return },
+                () = deadline.passed() => return,
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
+            deadline.set(within(timeouts.header_timeout));
+        }
+        first = false;
+        // A client that sends no whole head within the limit (slow-loris) is closed.
         let head = tokio::select! {
             head = read_head(&mut stream, &mut input) => head,
             () = deadline.passed() => return,
@@ -122,9 +152,6 @@ pub(crate) async fn serve(
             Err(bad) => return refuse(&bad, &mut stream).await,
         };
         let mut request = request.map(|()| Body::empty());
-        if !has_one_host(request.version(), request.headers()) {
-            return refuse(&BadHead::Host, &mut stream).await;
-        }
         let length = match framing {
             Framing::Length(length) => length,
             Framing::ForHyper => {
@@ -132,11 +159,14 @@ pub(crate) async fn serve(
                 let mut replay = Vec::with_capacity(raw.len() + input.len());
                 replay.extend_from_slice(&raw);
                 replay.extend_from_slice(&input);
+                let requests = Arc::new(InFlight::default());
+                stream.watch_idle(timeouts.idle_timeout, requests.clone());
                 serve_with_hyper(
                     Rewound::new(Bytes::from(replay), stream),
                     peer,
                     router,
                     hand_over,
+                    requests,
                 );
                 return;
             }
@@ -146,12 +176,14 @@ pub(crate) async fn serve(
             let Ok(length) = usize::try_from(length) else {
                 return;
             };
-            deadline.set(read_within());
-            let read = tokio::select! {
-                read = read_at_least(&mut stream, &mut input, length) => read,
-                () = deadline.passed() => return,
-            };
-            if read.is_err() {
+            let read = read_body(
+                &mut stream,
+                &mut input,
+                length,
+                &mut deadline,
+                timeouts.body_timeout,
+            );
+            if read.await.is_err() {
                 return;
             }
             *request.body_mut() = Body::from(input.split_to(length).freeze());
@@ -160,12 +192,21 @@ pub(crate) async fn serve(
         let head_only = request.method() == Method::HEAD;
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
-        let response = match &site {
-            Some(site) if SiteLane::takes(request.uri().path()) => site.handle(request).await,
-            _ => match router.call(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            },
+        // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
+        let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
+            Err(OverAddressCap) => (over_address_cap(), None),
+            Ok(permit) => {
+                let response = match &site {
+                    Some(site) if SiteLane::takes(request.uri().path()) => {
+                        site.handle(request).await
+                    }
+                    _ => match router.call(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    },
+                };
+                (response, permit)
+            }
         };
         output.clear();
         match write_response(
@@ -195,11 +236,35 @@ pub(crate) async fn serve(
         if output.capacity() > MAX_GATHERED_BODY + READ_STEP {
             output = Vec::with_capacity(READ_STEP);
         }
+        // Nor does one that read a large body while it waits for the next request.
+        if input.is_empty() && input.capacity() > READ_STEP {
+            input = BytesMut::new();
+        }
+    }
+}
+
+/// A forwarded client holds its per-address cap of requests in flight.
+struct OverAddressCap;
+
+/// The count of a request forwarded by a trusted proxy against its client's per-address cap:
+/// `Ok(None)` when the peer is no trusted proxy.
+fn forwarded_client_permit<B>(
+    limits: &ServerLimits,
+    peer: SocketAddr,
+    request: &axum::http::Request<B>,
+) -> Result<Option<AddressPermit>, OverAddressCap> {
+    if !limits.is_from_proxy(peer) {
+        return Ok(None);
+    }
+    let client = resolve_client_ip(request.headers(), peer.ip(), limits.trusted_proxies());
+    match limits.admit_request(client) {
+        Some(permit) => Ok(Some(permit)),
+        None => Err(OverAddressCap),
     }
 }
 
 /// Reads until `input` holds a whole request head, and takes it.
-async fn read_head(stream: &mut TcpStream, input: &mut BytesMut) -> Result<RequestHead, BadHead> {
+async fn read_head(stream: &mut Client, input: &mut BytesMut) -> Result<RequestHead, BadHead> {
     loop {
         if !input.is_empty()
             && let Some(head) = take_head(input)?
@@ -214,36 +279,73 @@ async fn read_head(stream: &mut TcpStream, input: &mut BytesMut) -> Result<Reque
     }
 }
 
-/// Reads until `input` holds at least `wanted` bytes.
-async fn read_at_least(
-    stream: &mut TcpStream,
+/// Reads until `input` holds at least `wanted` bytes, growing it as they come (a declared
+/// length reserves nothing before its bytes arrive); fails when no byte arrives for
+/// `timeout`.
+async fn read_body(
+    stream: &mut Client,
     input: &mut BytesMut,
     wanted: usize,
+    deadline: &mut Deadline,
+    timeout: std::time::Duration,
 ) -> io::Result<()> {
     while input.len() < wanted {
-        input.reserve(wanted - input.len());
-        if stream.read_buf(input).await? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        input.reserve(READ_STEP.min(wanted - input.len()));
+        deadline.set(tokio::time::Instant::now() + timeout);
+        tokio::select! {
+            read = stream.read_buf(input) => if read? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            },
+            () = deadline.passed() => return Err(io::ErrorKind::TimedOut.into()),
         }
     }
     Ok(())
 }
 
 /// Serves the rest of a connection with hyper (HTTP/1.1 with upgrades, or HTTP/2), in a task
-/// of its own, watched by the graceful shutdown.
-pub(crate) fn serve_with_hyper<I>(io: I, peer: SocketAddr, router: Router, hand_over: HandOver)
-where
+/// of its own, watched by the graceful shutdown. `requests` is what the connection's
+/// [`ClientIo`] watches for idleness: the service counts every request in it until its answer's
+/// body is done.
+pub(crate) fn serve_with_hyper<I>(
+    io: I,
+    peer: SocketAddr,
+    router: Router,
+    hand_over: HandOver,
+    requests: Arc<InFlight>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(
-        move |mut request: axum::http::Request<hyper::body::Incoming>| {
-            if !has_one_host(request.version(), request.headers()) {
-                return Either::Left(std::future::ready(Ok(host_refused())));
+    let limits = hand_over.limits.clone();
+    let service =
+        hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+            let in_flight = requests.start();
+            let requests = requests.clone();
+            let checked: Result<_, Response<Body>> =
+                match check_request(request.version(), request.headers()) {
+                    Err(bad) => Err(refused_by_hyper(
+                        bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM),
+                    )),
+                    Ok(()) => forwarded_client_permit(&limits, peer, &request)
+                        .map_err(|OverAddressCap| over_address_cap()),
+                };
+            let body_timeout = limits.timeouts.body_timeout;
+            let mut router = router.clone();
+            async move {
+                let permit = match checked {
+                    Ok(permit) => permit,
+                    Err(refused) => return Ok(refused),
+                };
+                let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+                request.extensions_mut().insert(ConnectInfo(peer));
+                let response = router.call(request).await?;
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    requests.switched();
+                }
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| Body::new(Holding::new(body, (in_flight, permit)))),
+                )
             }
-            request.extensions_mut().insert(ConnectInfo(peer));
-            Either::Right(router.clone().call(request))
-        },
-    );
+        });
     let connection = hand_over
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), service)
@@ -269,19 +371,20 @@ struct Answer {
 
 /// Writes `response`; `Ok(true)` when the connection may serve another request.
 async fn write_response(
-    stream: &mut TcpStream,
+    stream: &mut Client,
     output: &mut Vec<u8>,
     response: Response<Body>,
     answer: Answer,
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<bool> {
     let (parts, mut body) = response.into_parts();
-    let framing = AnswerFraming::new(
-        parts.status,
-        &parts.headers,
-        body.size_hint().exact(),
-        answer.version,
-    );
+    // The answer to a HEAD has an empty body but says the length a GET would have had.
+    let known_length = if answer.head_only {
+        None
+    } else {
+        body.size_hint().exact()
+    };
+    let framing = AnswerFraming::new(parts.status, &parts.headers, known_length, answer.version);
     let AnswerFraming {
         bodiless,
         length,
@@ -373,18 +476,18 @@ async fn write_response(
 }
 
 /// A connection whose first bytes were already read: they are read again first.
-pub(crate) struct Rewound {
+pub(crate) struct Rewound<S> {
     prefix: Bytes,
-    inner: TcpStream,
+    inner: S,
 }
 
-impl Rewound {
-    pub(crate) fn new(prefix: Bytes, inner: TcpStream) -> Rewound {
+impl<S> Rewound<S> {
+    pub(crate) fn new(prefix: Bytes, inner: S) -> Rewound<S> {
         Rewound { prefix, inner }
     }
 }
 
-impl AsyncRead for Rewound {
+impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         context: &mut Context<'_>,
@@ -400,7 +503,7 @@ impl AsyncRead for Rewound {
     }
 }
 
-impl AsyncWrite for Rewound {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         context: &mut Context<'_>,

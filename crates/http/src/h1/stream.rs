@@ -16,6 +16,7 @@
 //! short to tell, and a stream asked for on a connection that already served a request.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -29,10 +30,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
-use anteroom_h1::{AnswerFraming, BadHead, has_one_host, push_chunk, take_head};
+use anteroom_h1::{AnswerFraming, BadHead, push_chunk, take_head};
 
-use super::HEADER_READ_TIMEOUT;
-use super::server::refuse;
+use super::server::{Client, refuse};
 
 /// How much the head buffer grows by at a time: small, as the stream keeps its connection for
 /// long.
@@ -71,13 +71,14 @@ pub(crate) fn is_event_stream_request(start: &[u8]) -> bool {
 /// [`is_event_stream_request`]), then closes the connection. `stop` turning `true` ends the
 /// stream cleanly (the server is shutting down).
 pub(crate) async fn serve(
-    mut stream: TcpStream,
+    mut stream: Client,
     peer: SocketAddr,
     mut router: Router,
+    header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     let head = tokio::select! {
-        head = tokio::time::timeout(HEADER_READ_TIMEOUT, read_head(&mut stream)) => head,
+        head = tokio::time::timeout(header_timeout, read_head(&mut stream)) => head,
         _ = stop.wait_for(|stop| *stop) => return,
     };
     let mut request = match head {
@@ -86,11 +87,6 @@ pub(crate) async fn serve(
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return,
     };
-    // The same rule as the connection loop: one Host, or the route and the origin's virtual
-    // host could differ.
-    if !has_one_host(request.version(), request.headers()) {
-        return refuse(&BadHead::Host, &mut stream).await;
-    }
     let version = request.version();
     request.extensions_mut().insert(ConnectInfo(peer));
     let response = match router.call(request).await {
@@ -106,7 +102,8 @@ pub(crate) async fn serve(
 
 /// Reads and parses the request head. Bytes after the head (a body, a pipelined request) are
 /// never served: the connection closes after the answer.
-async fn read_head(stream: &mut TcpStream) -> Result<Request<Body>, BadHead> {
+/// The head is checked as the connection loop checks it ([`take_head`]).
+async fn read_head(stream: &mut Client) -> Result<Request<Body>, BadHead> {
     let mut buffer = BytesMut::with_capacity(READ_STEP);
     loop {
         if buffer.len() == buffer.capacity() {
@@ -125,7 +122,7 @@ async fn read_head(stream: &mut TcpStream) -> Result<Request<Body>, BadHead> {
 /// Writes the answer: its head, then its body (chunked for HTTP/1.1 when its length is not
 /// known, else as it is), until the body ends, the client leaves or `stop` turns `true`.
 async fn write_response(
-    stream: &mut TcpStream,
+    stream: &mut Client,
     response: Response<Body>,
     version: Version,
     stop: &mut watch::Receiver<bool>,
@@ -146,7 +143,7 @@ async fn write_response(
     loop {
         let frame = tokio::select! {
             frame = body.frame() => frame,
-            () = client_gone(stream) => return Ok(()),
+            () = client_gone(stream.get_ref()) => return Ok(()),
             _ = stop.wait_for(|stop| *stop) => None,
         };
         match frame {
