@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::header::{
     CONNECTION, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{HeaderMap, HeaderName, HeaderValue, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 
 /// A `Content-Length` value: digits only (no sign, no spaces, no list).
 pub fn parse_length(value: &[u8]) -> Option<u64> {
@@ -17,6 +17,13 @@ pub fn parse_length(value: &[u8]) -> Option<u64> {
     value.iter().try_fold(0u64, |length, digit| {
         length.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
     })
+}
+
+/// Whether a request with `method` and a body of `body_length` bytes carries a
+/// `Content-Length`: any body says its length, and so does an empty POST, PUT or PATCH (a
+/// method that expects one; RFC 9110 §8.6).
+pub fn request_states_length(method: &Method, body_length: u64) -> bool {
+    body_length > 0 || matches!(*method, Method::POST | Method::PUT | Method::PATCH)
 }
 
 /// Whether a message whose head is `headers` keeps its connection open: HTTP/1.1 unless it

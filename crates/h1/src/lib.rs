@@ -20,7 +20,8 @@ pub use answer::{AnswerFraming, AnswerHead, BodyFraming, MalformedAnswer, parse_
 pub use chunked::{ChunkedDecoder, Decoded, MalformedChunk, push_chunk};
 pub use date::append_now as append_date;
 pub use fields::{
-    connection_says, header_map, keeps_alive, parse_length, remove_hop_by_hop, span_in,
+    connection_says, header_map, keeps_alive, parse_length, remove_hop_by_hop,
+    request_states_length, span_in,
 };
 pub use request::{
     BadHead, Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, take_head,

@@ -17,6 +17,7 @@ use axum::routing::any;
 use std::sync::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use super::on_engine;
 use super::support::{Server, Site, client};
 
 /// What the origin saw of one request: method, target, fields (sorted, the forwarding ones
@@ -99,12 +100,7 @@ async fn node(origin: &RecordingOrigin, engine: &str) -> (Site, Server) {
         &format!("[upstream]\nurl = \"http://{}\"\n", origin.address),
     );
     let text = std::fs::read_to_string(&path).unwrap();
-    let text = text.replacen(
-        &format!("http_engine = \"{}\"", super::support::test_engine()),
-        &format!("http_engine = \"{engine}\""),
-        1,
-    );
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, on_engine(&text, engine)).unwrap();
     let mut server = site.start();
     server.wait_ready(&client()).await;
     (site, server)

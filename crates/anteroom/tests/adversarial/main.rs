@@ -121,6 +121,16 @@ pub(crate) fn with_server_lines(text: &str, server: &str) -> String {
     text.replacen("[server]\n", &format!("[server]\n{server}\n"), 1)
 }
 
+/// The harness's config text served by `engine` (`own` or `hyper`) whatever the suite's
+/// engine is.
+pub(crate) fn on_engine(text: &str, engine: &str) -> String {
+    text.replacen(
+        &format!("http_engine = \"{}\"", support::test_engine()),
+        &format!("http_engine = \"{engine}\""),
+        1,
+    )
+}
+
 /// The harness's config text with its embedded store replaced by the Redis at `url`.
 pub(crate) fn on_redis(text: &str, url: &str) -> String {
     let start = text.find("[store]").unwrap();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::Gate;
+use super::{Gate, on_engine, with_server_lines};
 
 /// Both engines, by their config name.
 const ENGINES: [&str; 2] = ["own", "hyper"];
@@ -399,12 +399,12 @@ async fn gate_with(engine: &str, origin: &Origin, server: &str, upstream: &str) 
     } else {
         "header_timeout = \"3s\"\n"
     };
-    Gate::start_with(
-        &format!("http_engine = \"{engine}\"\n{server}"),
+    Gate::start_edited(
         &format!(
             "[upstream]\nurl = \"{}\"\nidle_timeout = \"3s\"\n{header_timeout}{upstream}\n",
             origin.url
         ),
+        |text| with_server_lines(&on_engine(&text, engine), server),
     )
     .await
 }

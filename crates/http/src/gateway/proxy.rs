@@ -38,7 +38,7 @@ use anteroom_store::StoreError;
 use crate::cookies::pass_cookie_name;
 use crate::error::ApiError;
 use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
-use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop};
+use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
 use super::Gateway;
 use super::connection_cap::ConnectionCap;
@@ -166,8 +166,11 @@ async fn forward(
         // X-Forwarded-Host and Forwarded.
         headers.remove(header::HOST);
     } else if let Some(host) = host
-        && headers.get(header::HOST) != Some(&host)
+        .or_else(|| HeaderValue::from_str(upstream.authority.as_str()).ok())
+        .filter(|host| headers.get(header::HOST) != Some(host))
     {
+        // The visitor's host, or the site's own for an HTTP/1.0 visitor who named none: an
+        // HTTP/1.1 request always carries one (both clients send the same).
         headers.insert(header::HOST, host);
     }
     let path = parts
@@ -218,6 +221,14 @@ async fn forward(
         return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
             .into_response();
     };
+    if body.is_end_stream()
+        && request_states_length(&parts.method, 0)
+        && !headers.contains_key(header::CONTENT_LENGTH)
+    {
+        // An empty POST, PUT or PATCH says so, as the own client writes it (hyper's client
+        // sends no length for an empty body).
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    }
     let mut outgoing = Request::new(GuardedBody::new(
         body,
         config.max_request_body,

@@ -43,7 +43,9 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use anteroom_h1::{AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head};
+use anteroom_h1::{
+    AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head, request_states_length,
+};
 
 use crate::deadline::Deadline;
 use crate::gateway::{ConnectionCap, Forwarding, OpenSlot};
@@ -432,9 +434,7 @@ fn write_request(
         out.extend_from_slice(b"\r\n");
     }
     forwarding.write_lines(out);
-    let needs_length =
-        !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH);
-    if needs_length {
+    if request_states_length(method, body.len() as u64) {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");

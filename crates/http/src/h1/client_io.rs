@@ -93,6 +93,20 @@ impl InFlight {
     fn is_idle(&self) -> bool {
         self.count.load(Ordering::Acquire) == 0 && !self.switched.load(Ordering::Acquire)
     }
+
+    /// `Ready` once no request is in flight; otherwise the connection's reader is woken when
+    /// the last one ends.
+    pub(crate) fn poll_idle(&self, context: &mut Context<'_>) -> Poll<()> {
+        if self.is_idle() {
+            return Poll::Ready(());
+        }
+        self.reader.register(context.waker());
+        if self.is_idle() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 /// One request in flight ([`InFlight::start`]).

@@ -18,6 +18,7 @@ mod bodies;
 pub(crate) mod client;
 mod client_io;
 pub(crate) mod limits;
+mod sentry;
 pub(crate) mod server;
 pub(crate) mod stream;
 

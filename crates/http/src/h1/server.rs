@@ -60,6 +60,7 @@ use anteroom_h1::{
 use super::bodies::{Holding, TimedBody};
 use super::client_io::{ClientIo, InFlight};
 use super::limits::{AddressPermit, ServerLimits, over_address_cap};
+use super::sentry::Sentry;
 use crate::PublicApp;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
@@ -316,6 +317,7 @@ pub(crate) fn serve_with_hyper<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = hand_over.limits.clone();
+    let requests_watched = requests.clone();
     let service =
         hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
             let in_flight = requests.start();
@@ -348,7 +350,7 @@ pub(crate) fn serve_with_hyper<I>(
         });
     let connection = hand_over
         .builder
-        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .serve_connection_with_upgrades(TokioIo::new(Sentry::new(io, requests_watched)), service)
         .into_owned();
     let connection = hand_over.watcher.watch(connection);
     tokio::spawn(async move {
