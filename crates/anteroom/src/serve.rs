@@ -292,12 +292,13 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         path,
         runtime.store.clone(),
         runtime.state.rate_limiter().cloned(),
-        tls,
+        tls.clone(),
     ));
     let listeners = bind_public(config.server.listen, config.server.workers)?;
     tracing::info!(
         listen = %listeners.local_addr(),
         public_url = %config.server.public_url,
+        tls = tls.is_some(),
         rooms = config.rooms.len(),
         workers = listeners.workers(),
         "anteroom is serving"
@@ -317,7 +318,11 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     run_until_shutdown(
         runtime,
         listeners,
-        move || anteroom_http::gateway_app(state.clone(), &site).with_limits(limits.clone()),
+        move || {
+            anteroom_http::gateway_app(state.clone(), &site)
+                .with_limits(limits.clone())
+                .with_tls(tls.as_ref())
+        },
         Some(gateway),
         crate::shutdown_signal(),
     )

@@ -358,7 +358,8 @@ async fn https_origin(authority: &Authority, dir: &Path, name: &str) -> u16 {
     port
 }
 
-#[tokio::test]
+// The origin runs on this test's runtime while curl blocks one of its threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_upstream_is_reached_through_a_private_authority() {
     let origin_dir = tempfile::tempdir().unwrap();
     let private = Authority::new("origin authority");

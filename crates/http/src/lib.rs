@@ -84,7 +84,8 @@ pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
 pub use tls::{
-    CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, follow_certificate_files, upstream_tls,
+    CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,
+    upstream_tls,
 };
 pub use workers::{PublicListeners, Workers, start_workers};
 
@@ -636,6 +637,7 @@ pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
         site,
         engine,
         limits: ServerLimits::uncapped(ConnectionLimits::default()),
+        tls: None,
     }
 }
 
@@ -647,9 +649,18 @@ pub struct PublicApp {
     site: Option<gateway::SiteLane>,
     engine: HttpEngine,
     limits: ServerLimits,
+    /// TLS on the listener (`[server.tls]`); `None`: plain HTTP.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl PublicApp {
+    /// The same app served over TLS with `tls`'s certificates (reloaded in place: the one
+    /// acceptor stays valid), ALPN choosing HTTP/2 or HTTP/1.1.
+    pub fn with_tls(mut self, tls: Option<&TlsServer>) -> PublicApp {
+        self.tls = tls.map(TlsServer::acceptor);
+        self
+    }
+
     /// The same app served by `engine` (a plain router is served by the own engine unless
     /// told otherwise).
     pub fn with_engine(mut self, engine: HttpEngine) -> PublicApp {
@@ -676,6 +687,7 @@ impl From<Router> for PublicApp {
             site: None,
             engine: HttpEngine::Own,
             limits: ServerLimits::uncapped(ConnectionLimits::default()),
+            tls: None,
         }
     }
 }

@@ -242,12 +242,35 @@ pub async fn follow_certificate_files(tls: TlsServer, interval: Duration) {
     }
 }
 
-/// The connector and the checked name for an `https://` upstream. The connector offers ALPN
-/// `http/1.1` only: the upstream clients speak HTTP/1.1 over TLS. Reads `ca_file` (or the
+/// How an `https://` upstream is spoken to: the client configuration (its trusted
+/// authorities, ALPN `http/1.1` only: the upstream clients speak HTTP/1.1 over TLS) and the
+/// name its certificate is checked against. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    config: Arc<rustls::ClientConfig>,
+    server_name: ServerName<'static>,
+}
+
+impl UpstreamTls {
+    /// A connector for one more connection.
+    pub(crate) fn connector(&self) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(self.config.clone())
+    }
+
+    /// The name the certificate must be valid for, also sent as SNI.
+    pub(crate) fn server_name(&self) -> ServerName<'static> {
+        self.server_name.clone()
+    }
+
+    /// The client configuration, for hyper's connector.
+    pub(crate) fn client_config(&self) -> &rustls::ClientConfig {
+        &self.config
+    }
+}
+
+/// How an `https://` upstream is spoken to (see [`UpstreamTls`]). Reads `ca_file` (or the
 /// system's certificate store): call it once at start, not per connection.
-pub fn upstream_tls(
-    config: &UpstreamConfig,
-) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), TlsSetupError> {
+pub fn upstream_tls(config: &UpstreamConfig) -> Result<UpstreamTls, TlsSetupError> {
     if !config.is_https() {
         return Err(TlsSetupError::NotHttps {
             url: config.url.clone(),
@@ -263,16 +286,29 @@ pub fn upstream_tls(
         Some(path) => roots_from_file(path)?,
         None => system_roots()?,
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
+    let mut client = client_builder()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     client.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((
-        tokio_rustls::TlsConnector::from(Arc::new(client)),
+    Ok(UpstreamTls {
+        config: Arc::new(client),
         server_name,
-    ))
+    })
+}
+
+/// A client configuration trusting nobody: what hyper's connector holds for a plain
+/// `http://` upstream, where it never speaks TLS.
+pub(crate) fn plain_upstream_config() -> Result<rustls::ClientConfig, TlsSetupError> {
+    Ok(client_builder()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth())
+}
+
+fn client_builder()
+-> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>, TlsSetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?)
 }
 
 /// Every certificate of a PEM bundle, as trusted roots; at least one.

@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, V
 use axum::response::{IntoResponse, Response};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::{BodyExt as _, Collected};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -37,7 +38,9 @@ use anteroom_store::StoreError;
 
 use crate::cookies::pass_cookie_name;
 use crate::error::ApiError;
+use crate::h1::ClientScheme;
 use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
+use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
 use super::Gateway;
@@ -54,6 +57,10 @@ pub(crate) struct Upstream {
     pub(crate) authority: Authority,
     /// `max_connections`: one cap for the node's serving threads and both clients.
     cap: Option<Arc<ConnectionCap>>,
+    /// `https://`: how TLS is spoken to the site (both clients and WebSocket handshakes).
+    pub(crate) tls: Option<UpstreamTls>,
+    /// The TLS settings hyper's connector holds (for a plain site, ones it never uses).
+    hyper_tls: rustls::ClientConfig,
 }
 
 /// The pools of keep-alive connections to the upstream: our own HTTP/1.1 client for requests
@@ -62,34 +69,79 @@ pub(crate) struct Upstream {
 /// whose requests use it.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
-    hyper: Client<HttpConnector, GuardedBody<Body>>,
+    hyper: Client<HttpsConnector<HttpConnector>, GuardedBody<Body>>,
     own: Option<Arc<UpstreamPool>>,
 }
 
 impl Upstream {
-    /// The upstream of `config`. The URL was validated with the config (`http://host:port`);
-    /// `None` if it still does not parse.
+    /// The upstream of `config`. The URL was validated with the config
+    /// (`http(s)://host[:port]`) and so were its TLS settings; `None` if either still fails.
     pub(crate) fn new(config: UpstreamConfig) -> Option<Upstream> {
         let authority = config
             .url
             .strip_prefix("http://")
+            .or_else(|| config.url.strip_prefix("https://"))
             .map(|rest| rest.trim_end_matches('/'))
             .and_then(|rest| Authority::from_str(rest).ok())?;
+        let (tls, hyper_tls) = match tls_settings(&config) {
+            Ok(settings) => settings,
+            Err(error) => {
+                tracing::error!(%error, "TLS to the upstream cannot be set up");
+                return None;
+            }
+        };
         let cap = config.max_connections.map(ConnectionCap::new);
         Some(Upstream {
             config,
             authority,
             cap,
+            tls,
+            hyper_tls,
         })
     }
 
-    /// New, empty connection pools to the upstream for `engine`.
-    pub(crate) fn client(&self, engine: HttpEngine) -> UpstreamClient {
+    /// `host:port` to connect to (the URL's port, or the scheme's).
+    pub(crate) fn address(&self) -> String {
+        match self.authority.port_u16() {
+            Some(_) => self.authority.as_str().to_owned(),
+            None => format!("{}:{}", self.authority.host(), self.config.port()),
+        }
+    }
+
+    /// `http` or `https`.
+    fn scheme(&self) -> Scheme {
+        if self.tls.is_some() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        }
+    }
+
+    /// hyper's connector: TLS for an `https://` site, with its trusted authorities and the
+    /// name checked; plain TCP otherwise.
+    fn hyper_connector(&self) -> HttpsConnector<HttpConnector> {
         let config = &self.config;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_keepalive(Some(Duration::from_secs(60)));
+        connector.enforce_http(false);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let builder = builder.with_tls_config(self.hyper_tls.clone());
+        let builder = match &self.tls {
+            Some(tls) => builder.https_only().with_server_name_resolver(
+                hyper_rustls::FixedServerNameResolver::new(tls.server_name()),
+            ),
+            // The site is plain HTTP: the TLS settings are never used.
+            None => builder.https_or_http(),
+        };
+        builder.enable_http1().wrap_connector(connector)
+    }
+
+    /// New, empty connection pools to the upstream for `engine`.
+    pub(crate) fn client(&self, engine: HttpEngine) -> UpstreamClient {
+        let config = &self.config;
+        let connector = self.hyper_connector();
         let mut builder = Client::builder(TokioExecutor::new());
         if let Some(max) = config.max_connections {
             // hyper's idle connections are not counted by the cap: keep each thread's
@@ -104,15 +156,32 @@ impl Upstream {
             .build(connector);
         let own = (engine == HttpEngine::Own).then(|| {
             UpstreamPool::new(UpstreamTarget {
-                address: self.authority.as_str().to_owned(),
+                address: self.address(),
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.idle_timeout,
                 pool_idle_timeout: config.pool_idle_timeout,
                 max_response_body: config.max_response_body,
                 cap: self.cap.clone(),
+                tls: self.tls.clone(),
             })
         });
         UpstreamClient { hyper, own }
+    }
+}
+
+/// How TLS is spoken to the site of `config` (none for `http://`), and the settings hyper's
+/// connector holds.
+fn tls_settings(
+    config: &UpstreamConfig,
+) -> Result<(Option<UpstreamTls>, rustls::ClientConfig), TlsSetupError> {
+    if config.is_https() {
+        let tls = upstream_tls(config)?;
+        let mut hyper_tls = tls.client_config().clone();
+        // hyper-rustls offers the protocols it is told to speak (HTTP/1.1) itself.
+        hyper_tls.alpn_protocols.clear();
+        Ok((Some(tls), hyper_tls))
+    } else {
+        Ok((None, plain_upstream_config()?))
     }
 }
 
@@ -158,6 +227,7 @@ async fn forward(
     let forwarding = Forwarding::take(
         &mut headers,
         peer,
+        ClientScheme::of(&parts.extensions),
         host.as_ref(),
         &gateway.inner.trusted_proxies,
     );
@@ -213,7 +283,7 @@ async fn forward(
         return finish(gateway, passes, response).await;
     }
     let uri = Uri::builder()
-        .scheme(Scheme::HTTP)
+        .scheme(upstream.scheme())
         .authority(upstream.authority.clone())
         .path_and_query(path)
         .build();
@@ -372,10 +442,11 @@ fn is_forwarding(name: &HeaderName) -> bool {
 pub(crate) fn set_forwarding(
     headers: &mut HeaderMap,
     peer: Option<IpAddr>,
+    scheme: ClientScheme,
     host: Option<&HeaderValue>,
     trusted_proxies: &[Cidr],
 ) {
-    Forwarding::take(headers, peer, host, trusted_proxies).insert_into(headers);
+    Forwarding::take(headers, peer, scheme, host, trusted_proxies).insert_into(headers);
 }
 
 /// The forwarding fields of a request to the upstream: `X-Forwarded-For`,
@@ -385,8 +456,9 @@ pub(crate) fn set_forwarding(
 pub(crate) struct Forwarding {
     /// `X-Forwarded-For`: a trusted proxy's chain and the peer.
     for_chain: String,
-    /// `X-Forwarded-Proto: http`, unless a trusted proxy's value stays in the map.
-    proto: bool,
+    /// `X-Forwarded-Proto` (`http` or `https`), unless a trusted proxy's value stays in the
+    /// map.
+    proto: Option<&'static str>,
     /// `X-Forwarded-Host`, unless a trusted proxy's value stays in the map.
     host: Option<HeaderValue>,
     /// `Forwarded`: a trusted proxy's elements and ours.
@@ -401,6 +473,7 @@ impl Forwarding {
     pub(crate) fn take(
         headers: &mut HeaderMap,
         peer: Option<IpAddr>,
+        scheme: ClientScheme,
         host: Option<&HeaderValue>,
         trusted_proxies: &[Cidr],
     ) -> Forwarding {
@@ -418,13 +491,14 @@ impl Forwarding {
         push_address(&mut for_chain, peer, false);
         forwarded.push_str("for=");
         push_address(&mut forwarded, peer, true);
-        forwarded.push_str(";proto=http");
+        forwarded.push_str(";proto=");
+        forwarded.push_str(scheme.as_str());
         if let Some(host) = host.and_then(|host| host.to_str().ok()) {
             forwarded.push_str(";host=\"");
             forwarded.extend(host.chars().filter(|c| !matches!(c, '"' | '\\')));
             forwarded.push('"');
         }
-        let proto = !kept || !headers.contains_key(&X_FORWARDED_PROTO);
+        let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
         let host = host
             .filter(|_| !kept || !headers.contains_key(&X_FORWARDED_HOST))
             .cloned();
@@ -449,8 +523,8 @@ impl Forwarding {
         if let Ok(value) = HeaderValue::from_str(&self.for_chain) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
-        if self.proto {
-            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+        if let Some(proto) = self.proto {
+            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
         }
         if let Some(host) = self.host {
             headers.insert(X_FORWARDED_HOST.clone(), host);
@@ -469,8 +543,8 @@ impl Forwarding {
             out.extend_from_slice(b"\r\n");
         };
         line(b"x-forwarded-for: ", self.for_chain.as_bytes());
-        if self.proto {
-            line(b"x-forwarded-proto: ", b"http");
+        if let Some(proto) = self.proto {
+            line(b"x-forwarded-proto: ", proto.as_bytes());
         }
         if let Some(host) = &self.host {
             line(b"x-forwarded-host: ", host.as_bytes());
@@ -748,7 +822,7 @@ mod tests {
         let host = HeaderValue::from_static("shop.example");
         let peer = Some(peer.parse().unwrap());
         let mut map = headers(incoming);
-        set_forwarding(&mut map, peer, Some(&host), &trusted);
+        set_forwarding(&mut map, peer, ClientScheme::Http, Some(&host), &trusted);
         for (name, value) in expected {
             assert_eq!(map.get(*name).unwrap(), value, "{name}");
         }
@@ -756,7 +830,8 @@ mod tests {
         // lines, and what stays in the map.
         let mut left = headers(incoming);
         let mut lines = Vec::new();
-        Forwarding::take(&mut left, peer, Some(&host), &trusted).write_lines(&mut lines);
+        Forwarding::take(&mut left, peer, ClientScheme::Http, Some(&host), &trusted)
+            .write_lines(&mut lines);
         let lines = String::from_utf8(lines).unwrap();
         let mut seen = HeaderMap::new();
         for line in lines.split_terminator("\r\n") {

@@ -18,11 +18,10 @@ use axum::extract::ws::{self, CloseFrame, WebSocket, WebSocketUpgrade};
 use axum::http::{Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig as UpstreamWsConfig;
 use tokio_tungstenite::tungstenite::{self, Message as UpstreamMessage};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use anteroom_core::config::OnExceed;
 use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
@@ -33,6 +32,8 @@ use super::Gateway;
 use anteroom_h1::remove_hop_by_hop;
 
 use super::proxy::{Upstream, request_host, set_forwarding};
+use crate::h1::ClientScheme;
+use crate::h1::upstream_stream::UpstreamStream;
 
 /// Counts of the proxied WebSocket connections and their messages (visitor→site).
 #[derive(Debug, Default)]
@@ -106,7 +107,8 @@ pub(crate) async fn proxy(
         .uri
         .path_and_query()
         .map_or("/", |path_and_query| path_and_query.as_str());
-    let target = format!("ws://{}{path}", upstream.authority);
+    let scheme = if upstream.tls.is_some() { "wss" } else { "ws" };
+    let target = format!("{scheme}://{}{path}", upstream.authority);
     let Ok(mut handshake) = target.as_str().into_client_request() else {
         return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
             .into_response();
@@ -124,6 +126,7 @@ pub(crate) async fn proxy(
     set_forwarding(
         &mut headers,
         peer,
+        ClientScheme::of(&parts.extensions),
         host.as_ref(),
         &gateway.inner.trusted_proxies,
     );
@@ -143,19 +146,14 @@ pub(crate) async fn proxy(
     let connect = async {
         let stream = tokio::time::timeout(
             config.connect_timeout,
-            TcpStream::connect(upstream.authority.as_str()),
+            UpstreamStream::connect(&upstream.address(), upstream.tls.as_ref()),
         )
         .await
         .map_err(|_| Leg::Timeout)?
         .map_err(|_| Leg::Unreachable)?;
-        let _ = stream.set_nodelay(true);
         tokio::time::timeout(
             config.header_timeout,
-            tokio_tungstenite::client_async_with_config(
-                handshake,
-                MaybeTlsStream::Plain(stream),
-                Some(leg_config),
-            ),
+            tokio_tungstenite::client_async_with_config(handshake, stream, Some(leg_config)),
         )
         .await
         .map_err(|_| Leg::Timeout)?
@@ -213,7 +211,7 @@ enum Leg {
     Refused(tungstenite::Error),
 }
 
-type SiteSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type SiteSocket = WebSocketStream<UpstreamStream>;
 
 /// Pumps messages until either side closes.
 async fn pump(

@@ -28,7 +28,6 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,9 +36,7 @@ use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use axum::http::{HeaderMap, Method, Response};
 use bytes::BytesMut;
 use parking_lot::Mutex;
-use socket2::SockRef;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -47,8 +44,10 @@ use anteroom_h1::{
     AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head, request_states_length,
 };
 
+use super::upstream_stream::UpstreamStream;
 use crate::deadline::Deadline;
 use crate::gateway::{ConnectionCap, Forwarding, OpenSlot};
+use crate::tls::UpstreamTls;
 
 /// How much a connection's read buffer grows by at a time.
 const READ_STEP: usize = 8 * 1024;
@@ -69,6 +68,8 @@ pub(crate) struct UpstreamTarget {
     pub(crate) max_response_body: Option<u64>,
     /// `[upstream] max_connections`, shared by the node's pools.
     pub(crate) cap: Option<Arc<ConnectionCap>>,
+    /// For an `https://` upstream: how TLS is spoken to it.
+    pub(crate) tls: Option<UpstreamTls>,
 }
 
 /// Why a request could not be proxied.
@@ -115,7 +116,7 @@ pub(crate) enum BodyFailure {
 /// (an answer's head, or the next piece of a streamed body): one timer for the connection's
 /// life.
 struct Connection {
-    stream: TcpStream,
+    stream: UpstreamStream,
     buffer: BytesMut,
     deadline: Deadline,
     /// Its place in the count of open connections under `[upstream] max_connections`, freed
@@ -155,13 +156,13 @@ impl UpstreamPool {
     fn take_idle(&self) -> Option<Connection> {
         let mut idle = self.idle.lock();
         let idle_timeout = self.target.pool_idle_timeout;
-        while let Some(newest) = idle.pop_back() {
+        while let Some(mut newest) = idle.pop_back() {
             if newest.since.elapsed() >= idle_timeout {
                 // The rest are older still.
                 idle.clear();
                 return None;
             }
-            if is_quiet(&newest.connection.stream) {
+            if newest.connection.stream.is_quiet() {
                 // Close those past the timeout from the front.
                 while idle
                     .front()
@@ -235,7 +236,7 @@ impl UpstreamPool {
         let connect_by = Instant::now() + self.target.connect_timeout;
         let stream = tokio::time::timeout_at(
             connect_by.min(answer_by),
-            TcpStream::connect(self.target.address.as_str()),
+            UpstreamStream::connect(self.target.address.as_str(), self.target.tls.as_ref()),
         )
         .await
         .map_err(|_| {
@@ -246,7 +247,6 @@ impl UpstreamPool {
             }
         })?
         .map_err(UpstreamError::Connect)?;
-        let _ = stream.set_nodelay(true);
         Ok(Connection {
             stream,
             buffer: BytesMut::with_capacity(READ_STEP),
@@ -377,18 +377,6 @@ impl Connection {
     }
 }
 
-/// Whether an idle connection is still quiet: the origin has neither closed it nor sent bytes
-/// since its last answer (those would be read as the next answer). The socket is asked
-/// itself, without blocking and without taking the bytes: tokio's record of its readiness
-/// only changes when the runtime has polled the operating system since.
-fn is_quiet(stream: &TcpStream) -> bool {
-    let mut probe = [MaybeUninit::<u8>::uninit(); 1];
-    matches!(
-        SockRef::from(stream).peek(&mut probe),
-        Err(error) if error.kind() == io::ErrorKind::WouldBlock
-    )
-}
-
 fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
@@ -444,7 +432,10 @@ fn write_request(
 }
 
 /// Reads the answer's head (skipping interim 1xx answers) and splits it off the buffer.
-async fn read_head(stream: &mut TcpStream, buffer: &mut BytesMut) -> Result<AnswerHead, Failure> {
+async fn read_head(
+    stream: &mut UpstreamStream,
+    buffer: &mut BytesMut,
+) -> Result<AnswerHead, Failure> {
     let mut answered = false;
     loop {
         if !buffer.is_empty() {
@@ -605,6 +596,7 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+    use crate::h1::ClientScheme;
 
     #[tokio::test]
     async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {
@@ -635,8 +627,10 @@ mod tests {
             pool_idle_timeout: Duration::from_secs(60),
             max_response_body: None,
             cap: None,
+            tls: None,
         });
-        let forwarding = Forwarding::take(&mut HeaderMap::new(), None, None, &[]);
+        let forwarding =
+            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
         let headers = HeaderMap::new();
         let send = || {
             pool.send(
@@ -681,6 +675,7 @@ mod tests {
         let forwarding = Forwarding::take(
             &mut HeaderMap::new(),
             Some("192.0.2.1".parse().unwrap()),
+            ClientScheme::Http,
             None,
             &[],
         );

@@ -21,6 +21,7 @@ pub(crate) mod limits;
 mod sentry;
 pub(crate) mod server;
 pub(crate) mod stream;
+pub(crate) mod upstream_stream;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +30,33 @@ use anteroom_core::config::HttpEngine;
 
 use crate::PublicApp;
 use client_io::ClientIo;
+
+/// How the visitor reached the node: a request extension the engine sets on requests that
+/// came over TLS, so the gateway tells the origin `proto=https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientScheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTP over TLS on this node's listener.
+    Https,
+}
+
+impl ClientScheme {
+    /// The scheme of a request with `extensions` (plain unless the engine marked it).
+    pub(crate) fn of(extensions: &axum::http::Extensions) -> ClientScheme {
+        extensions
+            .get::<ClientScheme>()
+            .copied()
+            .unwrap_or(ClientScheme::Http)
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ClientScheme::Http => "http",
+            ClientScheme::Https => "https",
+        }
+    }
+}
 
 /// How long the accept loop pauses after a failed accept (out of descriptors and the like):
 /// the failing connection stays queued, so retrying at once would spin.
@@ -82,16 +110,28 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        // A TLS handshake, when there is one, belongs here: after the count, before the peek.
-        let stream = ClientIo::new(stream, Some(permit), limits.timeouts.write_timeout);
-        tokio::spawn(serve_connection(
-            stream,
+        let accepted = Accepted {
             peer,
-            app.clone(),
-            builder.clone(),
-            graceful.watcher(),
-            stop.subscribe(),
-        ));
+            app: app.clone(),
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            stop: stop.subscribe(),
+        };
+        let write_timeout = limits.timeouts.write_timeout;
+        match app.tls.clone() {
+            None => {
+                let stream = ClientIo::new(stream, Some(permit), write_timeout);
+                tokio::spawn(serve_connection(stream, accepted));
+            }
+            Some(acceptor) => {
+                tokio::spawn(async move {
+                    if let Some(stream) = handshake(&acceptor, stream, &accepted).await {
+                        let stream = ClientIo::new(stream, Some(permit), write_timeout);
+                        serve_tls_connection(stream, accepted);
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     stop.send_replace(true);
@@ -108,26 +148,43 @@ pub async fn serve(
     Ok(())
 }
 
-/// One accepted connection: an event stream opening it goes to [`stream`], other HTTP/1
-/// requests to [`server`], HTTP/2 (and anything [`server`] hands over) to hyper.
-async fn serve_connection(
-    mut stream: server::Client,
+/// What serving one accepted connection needs besides the connection itself.
+struct Accepted {
     peer: std::net::SocketAddr,
     app: PublicApp,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let timeouts = app.limits.timeouts;
-    let hand_over = server::HandOver {
-        builder,
-        watcher,
-        limits: app.limits.clone(),
-    };
-    if app.engine == HttpEngine::Hyper {
-        drop(stop);
-        return with_hyper(stream, peer, app, hand_over);
+    /// Turns `true` at shutdown.
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Accepted {
+    /// What hyper needs to take the connection over, the peer, the app and the stop signal.
+    fn split(
+        self,
+    ) -> (
+        server::HandOver,
+        std::net::SocketAddr,
+        PublicApp,
+        tokio::sync::watch::Receiver<bool>,
+    ) {
+        let hand_over = server::HandOver {
+            builder: self.builder,
+            watcher: self.watcher,
+            limits: self.app.limits.clone(),
+        };
+        (hand_over, self.peer, self.app, self.stop)
     }
+}
+
+/// One accepted plain TCP connection: an event stream opening it goes to [`stream`], other
+/// HTTP/1 requests to [`server`], HTTP/2 (and anything [`server`] hands over) to hyper.
+async fn serve_connection(stream: server::Client, accepted: Accepted) {
+    let timeouts = accepted.app.limits.timeouts;
+    if accepted.app.engine == HttpEngine::Hyper {
+        return with_hyper(stream, accepted);
+    }
+    let mut stop = accepted.stop.clone();
     let mut start = [0u8; stream::PEEK_BYTES];
     let peeked = tokio::select! {
         peeked = tokio::time::timeout(
@@ -140,29 +197,61 @@ async fn serve_connection(
         // Closed, broken, or silent for as long as a request head may take.
         Ok(Ok(0) | Err(_)) | Err(_) => {}
         Ok(Ok(read)) if stream::is_event_stream_request(&start[..read]) => {
-            drop(hand_over);
+            let (_, peer, app, stop) = accepted.split();
             stream::serve(stream, peer, app.router, timeouts.header_timeout, stop).await;
         }
-        Ok(Ok(read)) if is_http2_preface(&start[..read]) => {
-            drop(stop);
-            let requests = Arc::new(client_io::InFlight::default());
-            stream.watch_idle(timeouts.idle_timeout, requests.clone());
-            server::serve_with_hyper(stream, peer, app.router, hand_over, requests);
+        Ok(Ok(read)) if is_http2_preface(&start[..read]) => with_hyper(stream, accepted),
+        Ok(Ok(_)) => {
+            let (hand_over, peer, app, stop) = accepted.split();
+            server::serve(stream, peer, app, hand_over, stop).await;
         }
-        Ok(Ok(_)) => server::serve(stream, peer, app, hand_over, stop).await,
     }
 }
 
-/// Hands the whole connection to hyper (`http_engine = "hyper"`).
-fn with_hyper(
-    mut stream: server::Client,
-    peer: std::net::SocketAddr,
-    app: PublicApp,
-    hand_over: server::HandOver,
-) {
+/// The TLS handshake of a new connection, within the header timeout (a client that never
+/// completes one is closed like one that never sends a head); `None` when it failed.
+async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    accepted: &Accepted,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let mut stop = accepted.stop.clone();
+    let timeout = accepted.app.limits.timeouts.header_timeout;
+    let shaken = tokio::select! {
+        shaken = tokio::time::timeout(timeout, acceptor.accept(stream)) => shaken,
+        _ = stop.wait_for(|stop| *stop) => return None,
+    };
+    match shaken {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(error)) => {
+            tracing::debug!(peer = %accepted.peer, %error, "TLS handshake failed");
+            None
+        }
+        Err(_elapsed) => None,
+    }
+}
+
+/// One connection over TLS: HTTP/2 when ALPN chose it, or under the hyper engine, goes to
+/// hyper; HTTP/1.1 to [`server`]'s loop (event streams included: there is no peeking under
+/// TLS, and the loop streams answers as they come).
+fn serve_tls_connection(stream: server::Client<server::TlsClient>, accepted: Accepted) {
+    let h2 = stream.get_ref().get_ref().1.alpn_protocol() == Some(b"h2");
+    if h2 || accepted.app.engine == HttpEngine::Hyper {
+        return with_hyper(stream, accepted);
+    }
+    tokio::spawn(async move {
+        let (hand_over, peer, app, stop) = accepted.split();
+        server::serve(stream, peer, app, hand_over, stop).await;
+    });
+}
+
+/// Hands the whole connection to hyper (`http_engine = "hyper"`, HTTP/2).
+fn with_hyper<S: server::Transport>(mut stream: server::Client<S>, accepted: Accepted) {
     let requests = Arc::new(client_io::InFlight::default());
-    stream.watch_idle(app.limits.timeouts.idle_timeout, requests.clone());
-    server::serve_with_hyper(stream, peer, app.router, hand_over, requests);
+    stream.watch_idle(accepted.app.limits.timeouts.idle_timeout, requests.clone());
+    let scheme = stream.get_ref().scheme();
+    let (hand_over, peer, app, _) = accepted.split();
+    server::serve_with_hyper(stream, (peer, scheme), app.router, hand_over, requests);
 }
 
 /// Whether a connection's first bytes are (the start of) HTTP/2's connection preface.

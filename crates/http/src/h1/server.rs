@@ -57,6 +57,7 @@ use anteroom_h1::{
     push_chunk, take_head,
 };
 
+use super::ClientScheme;
 use super::bodies::{Holding, TimedBody};
 use super::client_io::{ClientIo, InFlight};
 use super::limits::{AddressPermit, ServerLimits, over_address_cap};
@@ -66,8 +67,42 @@ use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
 use crate::ratelimit::resolve_client_ip;
 
-/// A client connection as the own loop holds it.
-pub(crate) type Client = ClientIo<TcpStream>;
+/// A client connection as the own loop holds it: plain TCP, or TLS over it.
+pub(crate) type Client<S = TcpStream> = ClientIo<S>;
+
+/// What a client connection runs on.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The TCP connection itself when nothing sits between it and HTTP: a kept-alive
+    /// connection then waits for its next request without a read buffer.
+    fn as_tcp(&self) -> Option<&TcpStream>;
+
+    /// Plain HTTP or HTTP over TLS.
+    fn scheme(&self) -> ClientScheme;
+}
+
+impl Transport for TcpStream {
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+
+    fn scheme(&self) -> ClientScheme {
+        ClientScheme::Http
+    }
+}
+
+/// A TLS connection as the listener accepts it.
+pub(crate) type TlsClient = tokio_rustls::server::TlsStream<TcpStream>;
+
+impl Transport for TlsClient {
+    /// rustls may hold bytes it already decrypted: only a read tells whether more came.
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+
+    fn scheme(&self) -> ClientScheme {
+        ClientScheme::Https
+    }
+}
 
 /// How much the read buffer grows by at a time.
 const READ_STEP: usize = 4096;
@@ -109,8 +144,8 @@ pub(crate) async fn refuse<S: AsyncWrite + Unpin>(bad: &BadHead, stream: &mut S)
 /// Serves the HTTP/1.x requests of `stream` until the client closes it, a request asks to
 /// close, `stop` turns `true` (between requests), or a request needs hyper (then hyper serves
 /// the rest of the connection, starting with the bytes already read).
-pub(crate) async fn serve(
-    mut stream: Client,
+pub(crate) async fn serve<S: Transport>(
+    mut stream: Client<S>,
     peer: SocketAddr,
     app: PublicApp,
     hand_over: HandOver,
@@ -120,6 +155,7 @@ pub(crate) async fn serve(
         mut router, site, ..
     } = app;
     let timeouts = hand_over.limits.timeouts;
+    let scheme = stream.get_ref().scheme();
     let mut input = BytesMut::new();
     let mut output = Vec::with_capacity(READ_STEP);
     let within = |timeout| tokio::time::Instant::now() + timeout;
@@ -131,7 +167,7 @@ pub(crate) async fn serve(
             // Kept alive: the next request's first byte must come within the idle timeout.
             deadline.set(within(timeouts.idle_timeout));
             tokio::select! {
-                readable = stream.get_ref().readable() => if readable.is_err() { return },
+                came = next_bytes(&mut stream, &mut input) => if !came { return },
                 () = deadline.passed() => return,
                 _ = stop.wait_for(|stop| *stop) => return,
             }
@@ -164,7 +200,7 @@ pub(crate) async fn serve(
                 stream.watch_idle(timeouts.idle_timeout, requests.clone());
                 serve_with_hyper(
                     Rewound::new(Bytes::from(replay), stream),
-                    peer,
+                    (peer, scheme),
                     router,
                     hand_over,
                     requests,
@@ -193,6 +229,7 @@ pub(crate) async fn serve(
         let head_only = request.method() == Method::HEAD;
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(scheme);
         // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
         let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
             Err(OverAddressCap) => (over_address_cap(), None),
@@ -264,8 +301,22 @@ fn forwarded_client_permit<B>(
     }
 }
 
+/// Waits for a kept-alive connection's next bytes: on plain TCP without reading them (an idle
+/// connection holds no buffer), otherwise by reading them into `input`. `false` when the
+/// connection closed or broke.
+async fn next_bytes<S: Transport>(stream: &mut Client<S>, input: &mut BytesMut) -> bool {
+    if let Some(tcp) = stream.get_ref().as_tcp() {
+        return tcp.readable().await.is_ok();
+    }
+    input.reserve(READ_STEP);
+    matches!(stream.read_buf(input).await, Ok(read) if read > 0)
+}
+
 /// Reads until `input` holds a whole request head, and takes it.
-async fn read_head(stream: &mut Client, input: &mut BytesMut) -> Result<RequestHead, BadHead> {
+async fn read_head<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+) -> Result<RequestHead, BadHead> {
     loop {
         if !input.is_empty()
             && let Some(head) = take_head(input)?
@@ -283,8 +334,8 @@ async fn read_head(stream: &mut Client, input: &mut BytesMut) -> Result<RequestH
 /// Reads until `input` holds at least `wanted` bytes, growing it as they come (a declared
 /// length reserves nothing before its bytes arrive); fails when no byte arrives for
 /// `timeout`.
-async fn read_body(
-    stream: &mut Client,
+async fn read_body<S: Transport>(
+    stream: &mut Client<S>,
     input: &mut BytesMut,
     wanted: usize,
     deadline: &mut Deadline,
@@ -309,7 +360,7 @@ async fn read_body(
 /// body is done.
 pub(crate) fn serve_with_hyper<I>(
     io: I,
-    peer: SocketAddr,
+    (peer, scheme): (SocketAddr, ClientScheme),
     router: Router,
     hand_over: HandOver,
     requests: Arc<InFlight>,
@@ -339,6 +390,7 @@ pub(crate) fn serve_with_hyper<I>(
                 };
                 let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(scheme);
                 let response = router.call(request).await?;
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
@@ -372,8 +424,8 @@ struct Answer {
 }
 
 /// Writes `response`; `Ok(true)` when the connection may serve another request.
-async fn write_response(
-    stream: &mut Client,
+async fn write_response<S: Transport>(
+    stream: &mut Client<S>,
     output: &mut Vec<u8>,
     response: Response<Body>,
     answer: Answer,

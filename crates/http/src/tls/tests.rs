@@ -359,8 +359,8 @@ async fn the_upstream_connector_trusts_its_ca_file_only() {
     let other_ca = setup.dir.path().join("other-ca.pem");
     std::fs::write(&other_ca, authority("another authority").pem).unwrap();
 
-    let (connector, name) =
-        upstream_tls(&upstream(Some(own_ca.clone()), Some("a.example"))).unwrap();
+    let tls = upstream_tls(&upstream(Some(own_ca.clone()), Some("a.example"))).unwrap();
+    let (connector, name) = (tls.connector(), tls.server_name());
     assert_eq!(name, ServerName::try_from("a.example").unwrap());
     let name = name.to_str().into_owned();
     let connection = handshake(&site, &connector, &name).await.unwrap();
@@ -371,12 +371,14 @@ async fn the_upstream_connector_trusts_its_ca_file_only() {
         Some(&b"http/1.1"[..])
     );
 
-    let (stranger, name) = upstream_tls(&upstream(Some(other_ca), Some("a.example"))).unwrap();
+    let tls = upstream_tls(&upstream(Some(other_ca), Some("a.example"))).unwrap();
+    let (stranger, name) = (tls.connector(), tls.server_name());
     let name = name.to_str().into_owned();
     assert!(handshake(&site, &stranger, &name).await.is_err());
 
     // Without server_name the URL's host is checked, which no certificate here is for.
-    let (connector, name) = upstream_tls(&upstream(Some(own_ca), None)).unwrap();
+    let tls = upstream_tls(&upstream(Some(own_ca), None)).unwrap();
+    let (connector, name) = (tls.connector(), tls.server_name());
     assert_eq!(name, ServerName::try_from("127.0.0.1").unwrap());
     let name = name.to_str().into_owned();
     assert!(handshake(&site, &connector, &name).await.is_err());
