@@ -23,14 +23,21 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
-use tokio::net::{TcpSocket, TcpStream};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpSocket;
 
 /// Options of `anteroom-bench sse-soak`.
 #[derive(Debug, Args)]
 pub(crate) struct SseSoakArgs {
-    /// The anteroom public listener, `http://127.0.0.1:PORT`.
+    /// The anteroom public listener, `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT`.
     #[arg(long)]
     target: String,
+    /// For an `https://` target: the PEM certificate (or authority) its certificate is checked
+    /// against, for the address 127.0.0.1.
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
     /// The room: empty, `max_active = 1`, `admit_per_minute = 0`, a long `ticket_idle_ttl`.
     #[arg(long)]
     room: String,
@@ -100,13 +107,13 @@ pub(crate) fn run(args: SseSoakArgs) -> anyhow::Result<()> {
 }
 
 async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
-    let target = target_address(&args.target)?;
+    let target = Target::from_args(&args)?;
     let process = Process::new(args.pid)?;
     let started = Instant::now();
     let rss_at_start = process.rss_kib()?;
 
     // The first visitor takes the room's one slot; everybody after waits.
-    let mut control = HttpConnection::open(target, None).await?;
+    let mut control = HttpConnection::open(target.clone(), None).await?;
     let first = control.join(&args.room).await?;
     if first.state != "admitted" {
         bail!(
@@ -117,7 +124,7 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let mut session = first.session()?;
 
     let joined_at = Instant::now();
-    let tickets = join_all(target, &args).await?;
+    let tickets = join_all(&target, &args).await?;
     let join_seconds = joined_at.elapsed().as_secs_f64();
     eprintln!(
         "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
@@ -140,7 +147,7 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
         }
         let source = source_address(index, args.source_addresses);
         let request = StreamRequest {
-            target,
+            target: target.clone(),
             source,
             room: args.room.clone(),
             ticket: ticket.token.clone(),
@@ -303,7 +310,7 @@ impl Shared {
 }
 
 struct StreamRequest {
-    target: SocketAddr,
+    target: Target,
     source: Option<IpAddr>,
     room: String,
     ticket: String,
@@ -312,7 +319,7 @@ struct StreamRequest {
 
 /// One visitor's event stream: open it, then report every new serving counter it shows.
 async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
-    let stream = match connect(request.target, request.source).await {
+    let stream = match connect(&request.target, request.source).await {
         Ok(stream) => stream,
         Err(error) => return shared.fail(format!("connect: {}", error.kind())),
     };
@@ -323,7 +330,7 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
     let mut connection = pin!(connection);
     let http_request =
         match hyper::Request::get(format!("/_anteroom/v1/rooms/{}/events", request.room))
-            .header(hyper::header::HOST, request.target.to_string())
+            .header(hyper::header::HOST, request.target.address.to_string())
             .header(hyper::header::ACCEPT, "text/event-stream")
             .header("x-anteroom-ticket", &request.ticket)
             .body(Empty::<Bytes>::new())
@@ -424,16 +431,74 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
         .position(|window| window == needle)
 }
 
-async fn connect(target: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+/// A connection to the listener: plain TCP, or TLS over it.
+trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Connection for T {}
+
+async fn connect(target: &Target, source: Option<IpAddr>) -> std::io::Result<Box<dyn Connection>> {
     let socket = TcpSocket::new_v4()?;
     if let Some(source) = source {
         socket.bind(SocketAddr::new(source, 0))?;
     }
-    let stream = tokio::time::timeout(Duration::from_secs(10), socket.connect(target))
+    let stream = tokio::time::timeout(Duration::from_secs(10), socket.connect(target.address))
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     stream.set_nodelay(true)?;
-    Ok(stream)
+    match &target.tls {
+        None => Ok(Box::new(stream)),
+        Some(tls) => {
+            let name = ServerName::IpAddress(target.address.ip().into());
+            Ok(Box::new(tls.connect(name, stream).await?))
+        }
+    }
+}
+
+/// Where the joins and streams go: the listener's address, and TLS for an `https://` target.
+#[derive(Clone)]
+struct Target {
+    address: SocketAddr,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl Target {
+    fn from_args(args: &SseSoakArgs) -> anyhow::Result<Target> {
+        let (rest, https) = match args.target.strip_prefix("https://") {
+            Some(rest) => (rest, true),
+            None => (
+                args.target
+                    .strip_prefix("http://")
+                    .ok_or_else(|| anyhow!("--target must be http(s)://IP:PORT"))?,
+                false,
+            ),
+        };
+        let address = rest
+            .trim_end_matches('/')
+            .parse()
+            .with_context(|| format!("--target {}: expected http(s)://IP:PORT", args.target))?;
+        let tls = match (https, &args.ca_file) {
+            (false, _) => None,
+            (true, None) => bail!("an https:// --target needs --ca-file"),
+            (true, Some(path)) => Some(tls_connector(path)?),
+        };
+        Ok(Target { address, tls })
+    }
+}
+
+/// A TLS client trusting the certificates of `path`, speaking HTTP/1.1.
+fn tls_connector(path: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(certificate.with_context(|| format!("{} is not PEM", path.display()))?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 /// `127.0.0.1 … 127.0.0.N` in turn; `None` (any) when N is 1 or less.
@@ -445,16 +510,6 @@ fn source_address(index: usize, addresses: u8) -> Option<IpAddr> {
     Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)))
 }
 
-fn target_address(target: &str) -> anyhow::Result<SocketAddr> {
-    let address = target
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("--target must be http://HOST:PORT"))?
-        .trim_end_matches('/');
-    address
-        .parse()
-        .with_context(|| format!("--target {target}: expected http://IP:PORT"))
-}
-
 /// A waiting visitor's ticket.
 struct Ticket {
     position: u64,
@@ -462,13 +517,14 @@ struct Ticket {
 }
 
 /// Joins `connections` visitors over a few keep-alive connections, in position order.
-async fn join_all(target: SocketAddr, args: &SseSoakArgs) -> anyhow::Result<Vec<Ticket>> {
+async fn join_all(target: &Target, args: &SseSoakArgs) -> anyhow::Result<Vec<Ticket>> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..args.join_connections.max(1) {
         let next = next.clone();
         let room = args.room.clone();
         let total = args.connections;
+        let target = target.clone();
         workers.push(tokio::spawn(async move {
             let mut connection = HttpConnection::open(target, None).await?;
             let mut tickets = Vec::new();
@@ -523,14 +579,14 @@ impl Status {
 /// server closes a connection that stays idle for 30 s (the coordinator's while the streams
 /// open, on a slow machine): a closed one is opened again before the next request.
 struct HttpConnection {
-    target: SocketAddr,
+    target: Target,
     source: Option<IpAddr>,
     sender: http1::SendRequest<Full<Bytes>>,
 }
 
 impl HttpConnection {
-    async fn open(target: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<HttpConnection> {
-        let stream = connect(target, source).await?;
+    async fn open(target: Target, source: Option<IpAddr>) -> anyhow::Result<HttpConnection> {
+        let stream = connect(&target, source).await?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         Ok(HttpConnection {
@@ -549,13 +605,13 @@ impl HttpConnection {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
-            .header(hyper::header::HOST, self.target.to_string());
+            .header(hyper::header::HOST, self.target.address.to_string());
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(Bytes::new()))?;
         if self.sender.is_closed() {
-            *self = HttpConnection::open(self.target, self.source).await?;
+            *self = HttpConnection::open(self.target.clone(), self.source).await?;
         }
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;

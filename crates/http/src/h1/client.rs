@@ -1,5 +1,5 @@
 //! A keep-alive HTTP/1.1 client of our own to the upstream, for requests whose body is already
-//! in memory (no body, or a small one read whole by `h1_conn`): nearly every request a gateway
+//! in memory (no body, or a small one read whole by `h1/server.rs`): nearly every request a gateway
 //! proxies.
 //!
 //! hyper's pooled client hands each request to the connection's own task through a channel
