@@ -234,35 +234,11 @@ async fn https_receiver() -> (u16, String, Received) {
     .with_no_client_auth()
     .with_single_cert(vec![certified.cert.der().clone()], key)
     .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let received: Received = Arc::default();
     let app = axum::Router::new()
         .route("/hook", axum::routing::post(receive))
         .with_state(received.clone());
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                // A client that does not trust the certificate ends the handshake: nothing to serve.
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-            });
-        }
-    });
+    let port = support::serve_tls(tls, app).await;
     (port, certificate_pem, received)
 }
 

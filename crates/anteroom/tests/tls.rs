@@ -329,33 +329,9 @@ async fn https_origin(authority: &Authority, dir: &Path, name: &str) -> u16 {
     .with_no_client_auth()
     .with_single_cert(chain, key)
     .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let app = axum::Router::new()
         .fallback(|uri: axum::http::Uri| async move { format!("origin over tls: {}", uri.path()) });
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-            });
-        }
-    });
-    port
+    support::serve_tls(config, app).await
 }
 
 // The origin runs on this test's runtime while curl blocks one of its threads.

@@ -360,3 +360,34 @@ pub(crate) fn tamper_payload(token: &str) -> String {
     payload.replace_range(index..=index, &new.to_string());
     parts.join(".")
 }
+
+/// Serves `app` over TLS with `config` on a loopback port for as long as the test runs, and
+/// returns the port (origins and event receivers that speak HTTPS). A client that does not
+/// trust the certificate ends the handshake: there is nothing to serve then.
+pub(crate) async fn serve_tls(config: rustls::ServerConfig, app: axum::Router) -> u16 {
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind a loopback port");
+    let port = listener.local_addr().expect("a bound address").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            });
+        }
+    });
+    port
+}
