@@ -24,10 +24,19 @@ pub(crate) const SERVICE_KEY: &str = "e2e-service-key";
 /// build on a busy machine takes seconds.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, below the kernel's ephemeral range (32768 and up): a
+/// port from that range can be handed to some test's outgoing connection as its source port
+/// before the server meant for it binds it (the connection-flood tests open more than a
+/// thousand at once).
 pub(crate) fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
+    use rand::Rng as _;
+    let mut rng = rand::thread_rng();
+    loop {
+        let port: u16 = rng.gen_range(10_000..30_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// `sha256:<hex>` of `key`, the form `[auth]` takes.
