@@ -229,7 +229,10 @@ pub(crate) async fn serve<S: Transport>(
         let head_only = request.method() == Method::HEAD;
         let version = request.version();
         request.extensions_mut().insert(ConnectInfo(peer));
-        request.extensions_mut().insert(scheme);
+        if scheme == ClientScheme::Https {
+            // Plain HTTP is what a request without the mark means: no insert per request.
+            request.extensions_mut().insert(scheme);
+        }
         // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
         let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
             Err(OverAddressCap) => (over_address_cap(), None),
@@ -390,7 +393,9 @@ pub(crate) fn serve_with_hyper<I>(
                 };
                 let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
-                request.extensions_mut().insert(scheme);
+                if scheme == ClientScheme::Https {
+                    request.extensions_mut().insert(scheme);
+                }
                 let response = router.call(request).await?;
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
