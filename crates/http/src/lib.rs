@@ -34,6 +34,7 @@ mod status_json;
 mod store_failure;
 mod ticker;
 mod tls;
+mod waiting_room;
 mod workers;
 
 use std::sync::Arc;
@@ -62,7 +63,8 @@ pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_nam
 pub use error::ApiError;
 pub use gateway::{
     Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
-    UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
+    UpstreamStatsSnapshot, WaitingRoomLayer, WaitingRoomService, WebSocketStats,
+    WebSocketStatsSnapshot,
 };
 pub use h1::limits::ServerLimits;
 pub use h1::serve;
@@ -87,6 +89,7 @@ pub use tls::{
     CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,
     upstream_tls,
 };
+pub use waiting_room::{WaitingRoom, WaitingRoomBuilder, WaitingRoomSetupError};
 pub use workers::{PublicListeners, Workers, start_workers};
 
 /// The largest request body the public API reads.
@@ -541,11 +544,23 @@ pub fn public_router(state: AppState) -> Router {
 /// are anteroom's, every other path goes to `site`.
 pub fn public_router_with_site(state: AppState, site: Router) -> Router {
     let limiter = state.rate_limiter().cloned();
-    let router = reserved_routes(state)
+    let router = reserved_prefix(state).fallback_service(site);
+    with_rate_limits(router, limiter)
+}
+
+/// The reserved routes, and 404 problem+json for any other path under `/_anteroom`.
+fn reserved_prefix(state: AppState) -> Router {
+    reserved_routes(state)
         .route("/_anteroom", axum::routing::any(api::not_found))
         .route("/_anteroom/{*rest}", axum::routing::any(api::not_found))
-        .fallback_service(site);
-    with_rate_limits(router, limiter)
+}
+
+/// The routes [`WaitingRoom::router`] gives a service: the reserved `/_anteroom/` prefix (any
+/// path under it not served answers 404 problem+json) and the JWKS, with no fallback, so the
+/// service's router keeps its own.
+fn waiting_room_routes(state: AppState) -> Router {
+    let limiter = state.rate_limiter().cloned();
+    with_rate_limits(reserved_prefix(state), limiter)
 }
 
 /// Puts the rate limiter in front of every route and the fallback. It is the outermost layer:

@@ -6,9 +6,9 @@
 
 use std::borrow::Cow;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
+use axum::http::Uri;
 use axum::http::uri::PathAndQuery;
-use axum::http::{Request, Uri};
 
 use anteroom_core::request_path::{AmbiguousPath, canonical_path};
 
@@ -16,9 +16,9 @@ use crate::error::ApiError;
 
 /// Puts the request's path in canonical form, or says why it is refused (400
 /// `ambiguous_path`).
-pub(crate) fn canonicalize(request: &mut Request<Body>) -> Result<(), ApiError> {
-    if let Some(uri) = canonical_uri(request.uri())? {
-        *request.uri_mut() = uri;
+pub(crate) fn canonicalize(uri: &mut Uri) -> Result<(), ApiError> {
+    if let Some(canonical) = canonical_uri(uri)? {
+        *uri = canonical;
     }
     Ok(())
 }

@@ -3,8 +3,8 @@
 //! public router's outer layer already did, and the engine applies a rule at most once per
 //! request anyway.
 
-use axum::extract::Request;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 use axum::response::Response;
 
 use crate::{RateLimitVerdict, RouteRateLimits};
@@ -17,7 +17,7 @@ use super::routes::Route;
 pub(crate) async fn route_rate_limits(
     gateway: &Gateway,
     route: &Route,
-    request: &mut Request,
+    parts: &mut Parts,
 ) -> Result<HeaderMap, Response> {
     let Some(limiter) = gateway.app().rate_limiter() else {
         return Ok(HeaderMap::new());
@@ -26,11 +26,8 @@ pub(crate) async fn route_rate_limits(
         return Ok(HeaderMap::new());
     }
     let names = route.rate_limits.clone();
-    let (mut parts, body) = std::mem::take(request).into_parts();
     parts.extensions.insert(RouteRateLimits(names));
-    let verdict = limiter.check(&mut parts).await;
-    *request = Request::from_parts(parts, body);
-    match verdict {
+    match limiter.check(parts).await {
         RateLimitVerdict::Refused(response) => Err(response),
         RateLimitVerdict::Allowed { headers } => Ok(headers),
     }

@@ -17,6 +17,9 @@
 //!   bodies in memory, hyper's for streamed bodies and h2c; WebSocket upgrades go to
 //!   `websocket.rs`; `connection_cap.rs` holds both clients to `[upstream] max_connections`.
 //!
+//! The same steps, with an inner service where the proxy would be, make `WaitingRoomLayer`
+//! (`layer.rs`), through [`Gateway::route_of`] and [`Gateway::check`].
+//!
 //! Verified passes are cached per node (`passes.rs`): a signature check costs more than
 //! proxying a small request. Revocation still holds within a second: a cached pass's session is
 //! looked up in the store at most once a second. Room configurations and figures are cached
@@ -24,6 +27,7 @@
 
 mod canonical;
 mod connection_cap;
+mod layer;
 mod limits;
 mod passes;
 mod protect;
@@ -40,7 +44,8 @@ use std::convert::Infallible;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::Request;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Request};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
@@ -54,6 +59,7 @@ use anteroom_core::room::RoomConfig;
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
+pub use layer::{WaitingRoomLayer, WaitingRoomService};
 pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use proxy::{Forwarding, UpstreamClient};
 pub(crate) use upstream_stats::fine_bound_ms;
@@ -229,35 +235,27 @@ impl Gateway {
     async fn handle(
         &self,
         client: Option<&proxy::UpstreamClient>,
-        mut request: Request<Body>,
+        request: Request<Body>,
     ) -> Response {
-        // The path every step below matches is the one the upstream receives; spellings that
-        // servers read differently never get further.
-        if let Err(refused) = canonical::canonicalize(&mut request) {
-            return refused.into_response();
-        }
-        // Which route the request is on: every step below acts on the matched route.
-        let route = routes::match_route(self, &request);
-        // The route's own rate limits before anything costs store work or the upstream's
-        // time; rules with a `match` already ran in the public router's outer layer.
-        let limit_headers = match limits::route_rate_limits(self, route, &mut request).await {
-            Ok(headers) => headers,
+        let (mut parts, body) = request.into_parts();
+        // The checks every protected request passes, shared with `WaitingRoomLayer`.
+        let route = match self.route_of(&mut parts) {
+            Ok(route) => route,
             Err(refused) => return refused,
         };
-        // Rooms and passes: a request held back never reaches the upstream.
-        let asked = protect::Asked {
-            method: request.method(),
-            headers: request.headers(),
-            extensions: request.extensions(),
-            uri: request.uri(),
-        };
-        let (cookies, passes) = match protect::protect(self, route, &asked).await {
+        let let_through = match self.check(route, &mut parts).await {
             Ok(let_through) => let_through,
             Err(held_back) => return held_back,
         };
         // Measure only what reaches the upstream, per route.
         let measuring = upstream_stats::Measuring::start(self, route);
         // The reverse proxy (and WebSocket upgrades) at the bottom.
+        let request = Request::from_parts(parts, body);
+        let LetThrough {
+            limit_headers,
+            cookies,
+            passes,
+        } = let_through;
         let mut response = proxy::proxy(self, client, request, passes).await;
         if let Some(measuring) = measuring {
             measuring.finish(&response);
@@ -267,9 +265,55 @@ impl Gateway {
         response
     }
 
+    /// The first steps, before anything waits: the request's path in its one spelling, then
+    /// its route, which every later step acts on.
+    pub(crate) fn route_of(&self, parts: &mut Parts) -> Result<&Arc<routes::Route>, Response> {
+        // The path every step below matches is the one the upstream (or the layer's inner
+        // service) receives; spellings that servers read differently never get further.
+        if let Err(refused) = canonical::canonicalize(&mut parts.uri) {
+            return Err(refused.into_response());
+        }
+        Ok(routes::match_route(self, parts))
+    }
+
+    /// The checks of a request on `route`: what goes with its answer when it may go on, or
+    /// the answer that holds it back.
+    pub(crate) async fn check(
+        &self,
+        route: &routes::Route,
+        parts: &mut Parts,
+    ) -> Result<LetThrough, Response> {
+        // The route's own rate limits before anything costs store work or the upstream's
+        // time; rules with a `match` already ran in the public router's outer layer.
+        let limit_headers = limits::route_rate_limits(self, route, parts).await?;
+        // Rooms and passes: a request held back never reaches the upstream.
+        let asked = protect::Asked {
+            method: &parts.method,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+            uri: &parts.uri,
+        };
+        let (cookies, passes) = protect::protect(self, route, &asked).await?;
+        Ok(LetThrough {
+            limit_headers,
+            cookies,
+            passes,
+        })
+    }
+
     fn app(&self) -> &AppState {
         &self.inner.app
     }
+}
+
+/// What goes with the answer to a request [`Gateway::check`] let through.
+pub(crate) struct LetThrough {
+    /// The route's rate-limit headers.
+    pub(crate) limit_headers: HeaderMap,
+    /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
+    pub(crate) cookies: Vec<HeaderValue>,
+    /// The passes the request holds, room by room (for `Anteroom-Release`).
+    pub(crate) passes: Vec<protect::HeldPass>,
 }
 
 /// The site as the connection loop serves it without the public router: the public router's

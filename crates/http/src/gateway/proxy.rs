@@ -351,10 +351,20 @@ async fn finish(gateway: &Gateway, passes: Vec<HeldPass>, mut response: Response
     }
     remove_hop_by_hop(response.headers_mut());
     *response.version_mut() = Version::HTTP_11;
-    if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
-        end_session(gateway, passes, &value, &mut response).await;
-    }
+    release_if_asked(gateway, passes, &mut response).await;
     response
+}
+
+/// Acts on the origin's `Anteroom-Release` header and strips it (see [`end_session`]); the
+/// gateway's answers and `WaitingRoomLayer`'s inner service's alike.
+pub(crate) async fn release_if_asked(
+    gateway: &Gateway,
+    passes: Vec<HeldPass>,
+    response: &mut Response,
+) {
+    if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
+        end_session(gateway, passes, &value, response).await;
+    }
 }
 
 /// 504 when connecting or the answer's head timed out, 502 for anything else.

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::http::request::Parts;
 use axum::http::{Method, Uri, header};
 
 use anteroom_core::RoomId;
@@ -137,16 +137,21 @@ impl RequestView for RouteView<'_> {
     }
 }
 
-/// The first step: the route of `request`, which every later step acts on.
-pub(crate) fn match_route<'g>(gateway: &'g Gateway, request: &Request) -> &'g Arc<Route> {
-    let host = request
-        .headers()
+impl Route {
+    /// Whether the route's requests go on unchecked: it names no room to check (or is a
+    /// bypass), and no rate limit of its own that a rate limiter would apply.
+    pub(crate) fn checks_nothing(&self, has_rate_limiter: bool) -> bool {
+        (self.bypass || self.rooms.is_empty()) && (self.rate_limits.is_empty() || !has_rate_limiter)
+    }
+}
+
+/// The route of the request `parts` describe, which every later step acts on.
+pub(crate) fn match_route<'g>(gateway: &'g Gateway, parts: &Parts) -> &'g Arc<Route> {
+    let host = parts
+        .headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok());
-    gateway
-        .inner
-        .routes
-        .find(request.method(), request.uri(), host)
+    gateway.inner.routes.find(&parts.method, &parts.uri, host)
 }
 
 #[cfg(test)]

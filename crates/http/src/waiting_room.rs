@@ -1,0 +1,440 @@
+//! [`WaitingRoom`]: anteroom's rooms inside a Rust service (SPEC §1.3), built with
+//! [`WaitingRoomBuilder`] from a room store (embedded or Redis), signing keys, the site's
+//! public URL, the rooms and the routes they protect.
+//!
+//! It hands out three things: the tower layer that protects the routes
+//! ([`WaitingRoomLayer`], the gateway's own decisions), the routes of the waiting page and its
+//! API (`/_anteroom/*` and the JWKS) for the service to serve beside its own, and the node's
+//! background work ([`WaitingRoom::run`]: the admitter's ticker, other nodes' room changes
+//! and key rotations). The waiting page must be served on the site's own origin, by
+//! [`WaitingRoom::router`] or by an anteroom node the proxy in front sends `/_anteroom/` to:
+//! the pass is a cookie of the site, and the page sends the visitor back to a path of it.
+//!
+//! Several instances of a service share one Redis store and one key directory, as anteroom
+//! nodes do; the embedded store belongs to one process.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use futures_util::FutureExt as _;
+
+use anteroom_core::config::{Cidr, Config, PageMode, RouteConfig};
+use anteroom_core::ratelimit::rules::{MatcherError, RequestMatcher};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{Clock, RoomId};
+use anteroom_store::{RoomStore, StoreError};
+use anteroom_token::{KeySet, SigningAlgorithm, TokenError};
+
+use crate::{AppState, Gateway, GatewayOptions, NodeOptions, PublicSettings, WaitingRoomLayer};
+
+/// Rooms for a Rust service: the layer, the waiting page's routes and the background work.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+///
+/// use anteroom_core::room::RoomConfig;
+/// use anteroom_core::{Clock, RoomId};
+/// use anteroom_http::WaitingRoom;
+/// use anteroom_store::{RedisConfig, RedisStore, RoomStore};
+/// # struct SystemClock;
+/// # impl Clock for SystemClock {
+/// #     fn now(&self) -> anteroom_core::Timestamp { anteroom_core::Timestamp(0) }
+/// # }
+///
+/// let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+/// let store: Arc<dyn RoomStore> =
+///     Arc::new(RedisStore::new(RedisConfig::standalone("redis://127.0.0.1:6379"), None)?);
+/// let launch = RoomId::new("launch")?;
+/// let waiting_room = WaitingRoom::builder(store, clock)
+///     .key_dir("data/keys")
+///     .public_url("https://shop.example")
+///     .room(RoomConfig { max_active: 100, ..RoomConfig::with_defaults(launch.clone()) })
+///     .protect(["/checkout/**"], &launch)
+///     .build()
+///     .await?;
+/// let app = axum::Router::new()
+///     .route("/checkout/cart", axum::routing::get(|| async { "your cart" }))
+///     .layer(waiting_room.layer())
+///     .merge(waiting_room.router());
+/// tokio::spawn(async move { waiting_room.run(std::future::pending()).await });
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct WaitingRoom {
+    state: AppState,
+    gateway: Gateway,
+}
+
+impl WaitingRoom {
+    /// A builder for rooms kept in `store`, on `clock`'s time.
+    pub fn builder(store: Arc<dyn RoomStore>, clock: Arc<dyn Clock>) -> WaitingRoomBuilder {
+        WaitingRoomBuilder {
+            node: Node::New {
+                store,
+                clock,
+                keys: None,
+                public_url: None,
+                trusted_proxies: Vec::new(),
+            },
+            rooms: Vec::new(),
+            routes: Vec::new(),
+            problem: None,
+        }
+    }
+
+    /// A builder for the rooms of an app state already made (its store, keys, settings and
+    /// rate limiter; the rate limiter's route-only rules apply to the routes naming them).
+    pub fn builder_with_state(state: AppState) -> WaitingRoomBuilder {
+        WaitingRoomBuilder {
+            node: Node::Made(state),
+            rooms: Vec::new(),
+            routes: Vec::new(),
+            problem: None,
+        }
+    }
+
+    /// The tower layer protecting the routes; every clone shares the caches of passes and
+    /// rooms.
+    pub fn layer(&self) -> WaitingRoomLayer {
+        WaitingRoomLayer::new(self.gateway.clone())
+    }
+
+    /// The waiting page and its API (`/_anteroom/*`), and the JWKS, to merge into the
+    /// service's router (this router has no fallback of its own).
+    pub fn router(&self) -> Router {
+        crate::waiting_room_routes(self.state.clone())
+    }
+
+    /// The app state behind the rooms (store, keys, metrics of store failures).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The node's background work until `shutdown` completes: the admitter's ticker (every
+    /// node may run it), other nodes' room changes (Redis), and key rotations made by other
+    /// nodes in the key directory.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let shutdown = shutdown.shared();
+        let ticker = crate::run_ticker(self.state.clone(), shutdown.clone());
+        let notices = crate::follow_notices(self.state.clone(), shutdown.clone());
+        let keys = async {
+            crate::follow_key_dir(self.state.clone()).await;
+            // Nothing to follow: wait for the shutdown with the others.
+            shutdown.clone().await;
+        };
+        tokio::select! {
+            _ = async { tokio::join!(ticker, notices) } => {}
+            () = keys => {}
+        }
+    }
+}
+
+/// Where the builder's app state comes from.
+enum Node {
+    New {
+        store: Arc<dyn RoomStore>,
+        clock: Arc<dyn Clock>,
+        keys: Option<Keys>,
+        public_url: Option<String>,
+        trusted_proxies: Vec<Cidr>,
+    },
+    Made(AppState),
+}
+
+/// Where the signing keys come from.
+enum Keys {
+    Dir {
+        dir: PathBuf,
+        algorithm: Result<SigningAlgorithm, TokenError>,
+    },
+    Set(KeySet),
+}
+
+/// Builds a [`WaitingRoom`]: rooms from a config or from [`RoomConfig`] values, the routes they
+/// protect, the key directory and the site's public URL.
+pub struct WaitingRoomBuilder {
+    node: Node,
+    rooms: Vec<RoomConfig>,
+    routes: Vec<RouteConfig>,
+    /// The first mistake made while building, reported by [`build`](Self::build).
+    problem: Option<WaitingRoomSetupError>,
+}
+
+impl WaitingRoomBuilder {
+    /// Signing keys from `dir`, shared with the other instances and anteroom nodes: loaded,
+    /// or an Ed25519 key generated when it holds none; rotations made there are followed.
+    pub fn key_dir(self, dir: impl Into<PathBuf>) -> WaitingRoomBuilder {
+        self.with_keys(Keys::Dir {
+            dir: dir.into(),
+            algorithm: Ok(SigningAlgorithm::EdDsa),
+        })
+    }
+
+    /// Signing keys already loaded (not followed for rotations).
+    pub fn keys(self, keys: KeySet) -> WaitingRoomBuilder {
+        self.with_keys(Keys::Set(keys))
+    }
+
+    /// The base URL visitors reach the site at (`https://…` makes the cookies `Secure`); also
+    /// the `iss` of the passes.
+    pub fn public_url(mut self, url: impl Into<String>) -> WaitingRoomBuilder {
+        if let Node::New { public_url, .. } = &mut self.node {
+            *public_url = Some(url.into());
+        }
+        self
+    }
+
+    /// Peers believed about the visitor (`X-Forwarded-For`, a room's identity header): the
+    /// proxies in front of the service.
+    pub fn trusted_proxies(mut self, proxies: Vec<Cidr>) -> WaitingRoomBuilder {
+        if let Node::New {
+            trusted_proxies, ..
+        } = &mut self.node
+        {
+            *trusted_proxies = proxies;
+        }
+        self
+    }
+
+    /// The rooms and routes of a config file, its `[keys]` (directory and algorithm), and its
+    /// `[server]` public URL and trusted proxies.
+    pub fn config(mut self, config: &Config) -> WaitingRoomBuilder {
+        self.rooms.extend(config.rooms.iter().cloned());
+        self.routes.extend(config.routes.iter().cloned());
+        if let Node::New {
+            keys,
+            public_url,
+            trusted_proxies,
+            ..
+        } = &mut self.node
+        {
+            *keys = Some(Keys::Dir {
+                dir: config.keys.dir.clone(),
+                algorithm: config.keys.algorithm.parse(),
+            });
+            *public_url = Some(config.server.public_url.clone());
+            trusted_proxies.clone_from(&config.server.trusted_proxies);
+        }
+        self
+    }
+
+    /// A room, put into the store by [`build`](Self::build) (replacing the store's copy, as a
+    /// config file's rooms are at start). Its `routes` shorthand protects those paths with the
+    /// waiting page inline, as in a config file.
+    pub fn room(mut self, room: RoomConfig) -> WaitingRoomBuilder {
+        if !room.routes.is_empty() {
+            let globs: Vec<&str> = room.routes.iter().map(String::as_str).collect();
+            let name = format!("room-{}", room.id);
+            let rooms = vec![room.id.clone()];
+            self = self.with_route(name, &globs, rooms, PageMode::Inline);
+        }
+        self.rooms.push(room);
+        self
+    }
+
+    /// A route, as a `[[route]]` of the config file: the first route matching a request is
+    /// its route.
+    pub fn route(mut self, route: RouteConfig) -> WaitingRoomBuilder {
+        self.routes.push(route);
+        self
+    }
+
+    /// Protects the paths `globs` (`*` one segment, `**` any) with `room`: navigations without
+    /// a pass are sent to the waiting page (302), other requests get 429 `waiting_room`.
+    pub fn protect<'a>(
+        self,
+        globs: impl IntoIterator<Item = &'a str>,
+        room: &RoomId,
+    ) -> WaitingRoomBuilder {
+        let globs: Vec<&str> = globs.into_iter().collect();
+        let name = format!("protect-{}", room);
+        self.with_route(name, &globs, vec![room.clone()], PageMode::Redirect)
+    }
+
+    /// Puts the rooms into the store and makes the [`WaitingRoom`]. Every route's rooms must
+    /// be given to the builder or already be in the store.
+    pub async fn build(self) -> Result<WaitingRoom, WaitingRoomSetupError> {
+        if let Some(problem) = self.problem {
+            return Err(problem);
+        }
+        let state = match self.node {
+            Node::Made(state) => state,
+            Node::New {
+                store,
+                clock,
+                keys,
+                public_url,
+                trusted_proxies,
+            } => new_state(store, clock, keys, public_url, trusted_proxies)?,
+        };
+        let store = state.store().clone();
+        for room in &self.rooms {
+            store.put_room(room.clone()).await.map_err(|source| {
+                WaitingRoomSetupError::InstallRoom {
+                    room: room.id.clone(),
+                    source,
+                }
+            })?;
+        }
+        check_route_rooms(&*store, &self.routes).await?;
+        state.know_rooms(self.rooms.iter().cloned());
+        let gateway = Gateway::new(
+            state.clone(),
+            GatewayOptions {
+                routes: self.routes,
+                rooms: self.rooms,
+                ..GatewayOptions::default()
+            },
+        );
+        Ok(WaitingRoom { state, gateway })
+    }
+
+    fn with_keys(mut self, source: Keys) -> WaitingRoomBuilder {
+        if let Node::New { keys, .. } = &mut self.node {
+            *keys = Some(source);
+        }
+        self
+    }
+
+    fn with_route(
+        mut self,
+        name: String,
+        globs: &[&str],
+        rooms: Vec<RoomId>,
+        page: PageMode,
+    ) -> WaitingRoomBuilder {
+        match RequestMatcher::default().with_paths(globs.iter().copied()) {
+            Ok(matcher) => self.routes.push(RouteConfig {
+                name,
+                matcher,
+                rooms,
+                rate_limits: Vec::new(),
+                bypass: false,
+                page,
+            }),
+            Err(source) => {
+                self.problem
+                    .get_or_insert(WaitingRoomSetupError::Route { name, source });
+            }
+        }
+        self
+    }
+}
+
+/// The app state of a builder that was given the parts.
+fn new_state(
+    store: Arc<dyn RoomStore>,
+    clock: Arc<dyn Clock>,
+    keys: Option<Keys>,
+    public_url: Option<String>,
+    trusted_proxies: Vec<Cidr>,
+) -> Result<AppState, WaitingRoomSetupError> {
+    let public_url = public_url.ok_or(WaitingRoomSetupError::NoPublicUrl)?;
+    if !(public_url.starts_with("https://") || public_url.starts_with("http://")) {
+        return Err(WaitingRoomSetupError::PublicUrl(public_url));
+    }
+    let (keys, key_dir) = match keys.ok_or(WaitingRoomSetupError::NoKeys)? {
+        Keys::Set(keys) => (keys, None),
+        Keys::Dir { dir, algorithm } => {
+            let keys = KeySet::load_or_generate(&dir, algorithm?, clock.now().as_secs())?;
+            (keys, Some(dir))
+        }
+    };
+    let settings = PublicSettings {
+        issuer: public_url.clone(),
+        public_url,
+        service_keys: Vec::new(),
+        trusted_proxies,
+    };
+    let options = NodeOptions {
+        key_dir,
+        ..NodeOptions::default()
+    };
+    Ok(AppState::with_options(
+        store, keys, clock, settings, options,
+    ))
+}
+
+/// Every room a route names is in the store (given to the builder, or made before): a route
+/// naming a room that is not would answer 503 to every request.
+async fn check_route_rooms(
+    store: &dyn RoomStore,
+    routes: &[RouteConfig],
+) -> Result<(), WaitingRoomSetupError> {
+    for route in routes {
+        for room in &route.rooms {
+            match store.room(room).await {
+                Ok(_) => {}
+                Err(StoreError::RoomNotFound(_)) => {
+                    return Err(WaitingRoomSetupError::UnknownRoom {
+                        route: route.name.clone(),
+                        room: room.clone(),
+                    });
+                }
+                Err(source) => {
+                    return Err(WaitingRoomSetupError::ReadRoom {
+                        room: room.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why a [`WaitingRoom`] cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitingRoomSetupError {
+    /// Neither a key directory nor a key set was given.
+    #[error("no signing keys: give a key directory or a key set")]
+    NoKeys,
+    /// No public URL was given.
+    #[error("no public URL: give the base URL visitors reach the site at")]
+    NoPublicUrl,
+    /// The public URL is not an `http://` or `https://` URL.
+    #[error("public URL {0:?}: expected http://… or https://…")]
+    PublicUrl(String),
+    /// The signing keys cannot be loaded or generated.
+    #[error("signing keys: {0}")]
+    Keys(#[from] TokenError),
+    /// A path glob of a route is not valid.
+    #[error("route {name:?}: {source}")]
+    Route {
+        /// The route's name.
+        name: String,
+        /// What is wrong with the glob.
+        source: MatcherError,
+    },
+    /// A room cannot be put into the store.
+    #[error("installing room {room}: {source}")]
+    InstallRoom {
+        /// The room.
+        room: RoomId,
+        /// The store's failure.
+        source: StoreError,
+    },
+    /// A route names a room that is neither given nor in the store.
+    #[error(
+        "route {route:?} names room {room}, which is neither given to the builder nor in the store"
+    )]
+    UnknownRoom {
+        /// The route's name.
+        route: String,
+        /// The room.
+        room: RoomId,
+    },
+    /// A room a route names cannot be read from the store.
+    #[error("reading room {room}: {source}")]
+    ReadRoom {
+        /// The room.
+        room: RoomId,
+        /// The store's failure.
+        source: StoreError,
+    },
+}
