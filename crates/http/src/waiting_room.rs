@@ -55,10 +55,9 @@ use crate::{AppState, Gateway, GatewayOptions, NodeOptions, PublicSettings, Wait
 ///     .protect(["/checkout/**"], &launch)
 ///     .build()
 ///     .await?;
-/// let app = axum::Router::new()
-///     .route("/checkout/cart", axum::routing::get(|| async { "your cart" }))
-///     .layer(waiting_room.layer())
-///     .merge(waiting_room.router());
+/// let site = axum::Router::new()
+///     .route("/checkout/cart", axum::routing::get(|| async { "your cart" }));
+/// let app = waiting_room.around(site);
 /// tokio::spawn(async move { waiting_room.run(std::future::pending()).await });
 /// # let _ = app;
 /// # Ok(())
@@ -98,8 +97,18 @@ impl WaitingRoom {
         }
     }
 
+    /// `app` behind the rooms: the waiting page's routes ([`router`](Self::router)), and every
+    /// other request through the [`layer`](Self::layer) to `app`. The layer sits around the
+    /// whole router, so it decides before `app` routes, on the path `app` then routes.
+    pub fn around(&self, app: Router) -> Router {
+        self.router()
+            .fallback_service(tower::Layer::layer(&self.layer(), app))
+    }
+
     /// The tower layer protecting the routes; every clone shares the caches of passes and
-    /// rooms.
+    /// rooms. Put it around a whole router, not with `Router::layer`, which applies it after
+    /// routing: the router would route the path as sent rather than in the canonical form the
+    /// routes were matched on, and axum's default fallback would not be layered.
     pub fn layer(&self) -> WaitingRoomLayer {
         WaitingRoomLayer::new(self.gateway.clone())
     }
