@@ -23,6 +23,7 @@ use std::task::{Context, Poll};
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{Request, Response};
+use axum::response::IntoResponse as _;
 use futures_util::future::{Either, MapOk, TryFutureExt as _};
 use tower::{Layer, Service};
 
@@ -87,7 +88,10 @@ where
         let (mut parts, body) = request.into_parts();
         let route = match self.gateway.route_of(&mut parts) {
             Ok(route) => route.clone(),
-            Err(refused) => return Either::Right(Box::pin(async move { Ok(refused) })),
+            Err(refused) => {
+                let refused = refused.into_response();
+                return Either::Right(Box::pin(async move { Ok(refused) }));
+            }
         };
         let has_rate_limiter = self.gateway.app().rate_limiter().is_some();
         if route.checks_nothing(has_rate_limiter) {

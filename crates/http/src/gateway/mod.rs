@@ -56,7 +56,7 @@ use anteroom_core::config::{
 };
 use anteroom_core::room::RoomConfig;
 
-use crate::{AppState, RateLimitLayer, RateLimiter};
+use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
@@ -241,7 +241,7 @@ impl Gateway {
         // The checks every protected request passes, shared with `WaitingRoomLayer`.
         let route = match self.route_of(&mut parts) {
             Ok(route) => route,
-            Err(refused) => return refused,
+            Err(refused) => return refused.into_response(),
         };
         let let_through = match self.check(route, &mut parts).await {
             Ok(let_through) => let_through,
@@ -267,12 +267,10 @@ impl Gateway {
 
     /// The first steps, before anything waits: the request's path in its one spelling, then
     /// its route, which every later step acts on.
-    pub(crate) fn route_of(&self, parts: &mut Parts) -> Result<&Arc<routes::Route>, Response> {
+    pub(crate) fn route_of(&self, parts: &mut Parts) -> Result<&Arc<routes::Route>, ApiError> {
         // The path every step below matches is the one the upstream (or the layer's inner
         // service) receives; spellings that servers read differently never get further.
-        if let Err(refused) = canonical::canonicalize(&mut parts.uri) {
-            return Err(refused.into_response());
-        }
+        canonical::canonicalize(&mut parts.uri)?;
         Ok(routes::match_route(self, parts))
     }
 
