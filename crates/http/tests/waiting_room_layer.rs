@@ -2,7 +2,7 @@
 //! (redb in a temporary file) and on a real `redis-server`: routes not covered go through
 //! untouched, a room with room admits at once with a pass cookie, a valid pass reaches the
 //! inner service and is renewed past half its `session_ttl`, visitors without a usable pass
-//! (none, forged, for another room, expired, revoked) are held back with a 302 to the waiting
+//! (none, forged, for another room, expired, revoked, of an older generation) are held back with a 302 to the waiting
 //! page or 429 `waiting_room` and never reach the inner service, the inner service's
 //! `Anteroom-Release` ends the session, ambiguous paths are refused, and an unreachable store
 //! follows each room's `on_store_error`.
@@ -409,6 +409,19 @@ async fn revoked_passes_are_refused_within_a_second(backend: Backend) {
     assert_held_back(&site, Some(&launch_cookie(&pass))).await;
 }
 
+async fn passes_of_an_older_generation_are_refused(backend: Backend) {
+    let site = Site::new(backend, rooms()).await;
+    let pass = fill_launch(&site).await;
+    site.store.reset(&id("launch"), false).await.unwrap();
+    // The layer's copy of the room is read again after a second; the new generation's slot
+    // goes to the next visitor.
+    site.advance(Duration::from_secs(1));
+    let reply = site.send(api("/shop/next", None)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert!(reply.pass("launch").is_some());
+    assert_held_back(&site, Some(&launch_cookie(&pass))).await;
+}
+
 async fn the_inner_service_releases_the_session(backend: Backend) {
     let site = Site::new(backend, rooms()).await;
     let pass = fill_launch(&site).await;
@@ -456,6 +469,7 @@ on_every_store!(
     forged_and_other_room_passes_are_refused,
     expired_passes_are_refused,
     revoked_passes_are_refused_within_a_second,
+    passes_of_an_older_generation_are_refused,
     the_inner_service_releases_the_session,
 );
 
