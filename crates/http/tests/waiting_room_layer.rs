@@ -65,6 +65,7 @@ fn rooms() -> Vec<RoomConfig> {
 /// `other`, with `/free` open, behind the layer, serving the waiting page's routes too.
 struct Site {
     app: Router,
+    waiting_room: WaitingRoom,
     store: Arc<dyn RoomStore>,
     clock: Arc<ManualClock>,
     /// How often the inner service was called on a protected route.
@@ -102,6 +103,7 @@ impl Site {
         let protected_calls = Arc::new(AtomicUsize::new(0));
         Site {
             app: app(&waiting_room, protected_calls.clone()),
+            waiting_room,
             store,
             clock,
             protected_calls,
@@ -440,6 +442,56 @@ async fn the_inner_service_releases_the_session(backend: Backend) {
     assert_held_back(&site, Some(&launch_cookie(&pass))).await;
 }
 
+/// The whole way in: joined while the room is full, admitted by `WaitingRoom::run`'s ticker
+/// once the holder's session expires, and through with the pass the status answer carries.
+async fn a_waiting_visitor_is_let_in_when_a_session_ends(backend: Backend) {
+    let site = Site::new(backend, rooms()).await;
+    fill_launch(&site).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let background = site.waiting_room.clone();
+    let running = tokio::spawn(async move {
+        background
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let join = Request::post("/_anteroom/v1/rooms/launch/join")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{}"))
+        .unwrap();
+    let joined = site.send(join).await;
+    assert_eq!(joined.json()["state"], "waiting", "{}", joined.body);
+    let ticket = joined.json()["ticket"].as_str().unwrap().to_owned();
+    // The first visitor's session runs out; only the ticker notices.
+    site.advance(Duration::from_secs(61));
+    let mut pass = None;
+    for _ in 0..50 {
+        let status = Request::get("/_anteroom/v1/rooms/launch/status")
+            .header("x-anteroom-ticket", &ticket)
+            .body(Body::empty())
+            .unwrap();
+        let status = site.send(status).await.json();
+        if let Some(token) = status["pass"].as_str() {
+            pass = Some(token.to_owned());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pass = pass.expect("admitted by the ticker within five seconds");
+    let calls = site.calls();
+    let reply = site
+        .send(api("/shop/item", Some(&launch_cookie(&pass))))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(site.calls(), calls + 1);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("run ends with its shutdown")
+        .unwrap();
+}
+
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod embedded {
@@ -471,6 +523,7 @@ on_every_store!(
     revoked_passes_are_refused_within_a_second,
     passes_of_an_older_generation_are_refused,
     the_inner_service_releases_the_session,
+    a_waiting_visitor_is_let_in_when_a_session_ends,
 );
 
 /// With Redis gone, a visitor holding a pass still goes through; one without follows the
