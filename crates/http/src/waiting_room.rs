@@ -31,37 +31,51 @@ use crate::{AppState, Gateway, GatewayOptions, NodeOptions, PublicSettings, Wait
 
 /// Rooms for a Rust service: the layer, the waiting page's routes and the background work.
 ///
-/// ```no_run
-/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
 /// use std::sync::Arc;
 ///
 /// use anteroom_core::room::RoomConfig;
 /// use anteroom_core::{Clock, RoomId};
 /// use anteroom_http::WaitingRoom;
-/// use anteroom_store::{RedisConfig, RedisStore, RoomStore};
-/// # struct SystemClock;
-/// # impl Clock for SystemClock {
-/// #     fn now(&self) -> anteroom_core::Timestamp { anteroom_core::Timestamp(0) }
-/// # }
+/// use anteroom_store::{MemoryStore, RoomStore};
+/// use tower::ServiceExt;
+/// # use anteroom_core::{ManualClock, Timestamp};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// # let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+/// # let keys = tempfile::tempdir().unwrap();
+/// # let key_dir = keys.path();
 ///
-/// let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-/// let store: Arc<dyn RoomStore> =
-///     Arc::new(RedisStore::new(RedisConfig::standalone("redis://127.0.0.1:6379"), None)?);
-/// let launch = RoomId::new("launch")?;
+/// // `RedbStore` (one process) or `RedisStore` (shared by every instance) in production.
+/// let store: Arc<dyn RoomStore> = Arc::new(MemoryStore::new(clock.clone()));
+/// let launch = RoomId::new("launch").unwrap();
 /// let waiting_room = WaitingRoom::builder(store, clock)
-///     .key_dir("data/keys")
+///     .key_dir(key_dir)
 ///     .public_url("https://shop.example")
-///     .room(RoomConfig { max_active: 100, ..RoomConfig::with_defaults(launch.clone()) })
+///     .room(RoomConfig { max_active: 1, ..RoomConfig::with_defaults(launch.clone()) })
 ///     .protect(["/checkout/**"], &launch)
 ///     .build()
-///     .await?;
-/// let site = axum::Router::new()
+///     .await
+///     .expect("rooms installed");
+/// let shop = axum::Router::new()
 ///     .route("/checkout/cart", axum::routing::get(|| async { "your cart" }));
-/// let app = waiting_room.around(site);
-/// tokio::spawn(async move { waiting_room.run(std::future::pending()).await });
-/// # let _ = app;
-/// # Ok(())
-/// # }
+/// let app = waiting_room.around(shop);
+/// // In a server: tokio::spawn(async move { waiting_room.run(shutdown).await });
+///
+/// let visit = || {
+///     axum::http::Request::get("/checkout/cart")
+///         .header("accept", "text/html")
+///         .body(axum::body::Body::empty())
+///         .unwrap()
+/// };
+/// // The room has room: the first visitor is let in with a pass.
+/// let first = app.clone().oneshot(visit()).await.unwrap();
+/// assert_eq!(first.status(), 200);
+/// assert!(first.headers()["set-cookie"].to_str().unwrap().starts_with("anteroom_"));
+/// // The second waits.
+/// let second = app.oneshot(visit()).await.unwrap();
+/// assert_eq!(second.status(), 302);
+/// assert_eq!(second.headers()["location"], "/_anteroom/wait/launch?return=/checkout/cart");
+/// # });
 /// ```
 #[derive(Clone)]
 pub struct WaitingRoom {
