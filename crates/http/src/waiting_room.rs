@@ -87,13 +87,13 @@ impl WaitingRoom {
     /// A builder for rooms kept in `store`, on `clock`'s time.
     pub fn builder(store: Arc<dyn RoomStore>, clock: Arc<dyn Clock>) -> WaitingRoomBuilder {
         WaitingRoomBuilder {
-            node: Node::New {
+            node: Node::New(NewNode {
                 store,
                 clock,
                 keys: None,
                 public_url: None,
                 trusted_proxies: Vec::new(),
-            },
+            }),
             rooms: Vec::new(),
             routes: Vec::new(),
             problem: None,
@@ -159,14 +159,19 @@ impl WaitingRoom {
 
 /// Where the builder's app state comes from.
 enum Node {
-    New {
-        store: Arc<dyn RoomStore>,
-        clock: Arc<dyn Clock>,
-        keys: Option<Keys>,
-        public_url: Option<String>,
-        trusted_proxies: Vec<Cidr>,
-    },
+    /// Made by [`build`](WaitingRoomBuilder::build) from these parts.
+    New(NewNode),
+    /// Given whole ([`WaitingRoom::builder_with_state`]).
     Made(AppState),
+}
+
+/// The parts of an app state to make.
+struct NewNode {
+    store: Arc<dyn RoomStore>,
+    clock: Arc<dyn Clock>,
+    keys: Option<Keys>,
+    public_url: Option<String>,
+    trusted_proxies: Vec<Cidr>,
 }
 
 /// Where the signing keys come from.
@@ -206,8 +211,8 @@ impl WaitingRoomBuilder {
     /// The base URL visitors reach the site at (`https://…` makes the cookies `Secure`); also
     /// the `iss` of the passes.
     pub fn public_url(mut self, url: impl Into<String>) -> WaitingRoomBuilder {
-        if let Node::New { public_url, .. } = &mut self.node {
-            *public_url = Some(url.into());
+        if let Some(node) = self.new_node("public_url") {
+            node.public_url = Some(url.into());
         }
         self
     }
@@ -215,33 +220,26 @@ impl WaitingRoomBuilder {
     /// Peers believed about the visitor (`X-Forwarded-For`, a room's identity header): the
     /// proxies in front of the service.
     pub fn trusted_proxies(mut self, proxies: Vec<Cidr>) -> WaitingRoomBuilder {
-        if let Node::New {
-            trusted_proxies, ..
-        } = &mut self.node
-        {
-            *trusted_proxies = proxies;
+        if let Some(node) = self.new_node("trusted_proxies") {
+            node.trusted_proxies = proxies;
         }
         self
     }
 
     /// The rooms and routes of a config file, its `[keys]` (directory and algorithm), and its
-    /// `[server]` public URL and trusted proxies.
+    /// `[server]` public URL and trusted proxies; with an app state given, only the rooms and
+    /// routes (the state has the rest).
     pub fn config(mut self, config: &Config) -> WaitingRoomBuilder {
         self.rooms.extend(config.rooms.iter().cloned());
         self.routes.extend(config.routes.iter().cloned());
-        if let Node::New {
-            keys,
-            public_url,
-            trusted_proxies,
-            ..
-        } = &mut self.node
-        {
-            *keys = Some(Keys::Dir {
+        if let Node::New(node) = &mut self.node {
+            node.keys = Some(Keys::Dir {
                 dir: config.keys.dir.clone(),
                 algorithm: config.keys.algorithm.parse(),
             });
-            *public_url = Some(config.server.public_url.clone());
-            trusted_proxies.clone_from(&config.server.trusted_proxies);
+            node.public_url = Some(config.server.public_url.clone());
+            node.trusted_proxies
+                .clone_from(&config.server.trusted_proxies);
         }
         self
     }
@@ -279,21 +277,15 @@ impl WaitingRoomBuilder {
         self.with_route(name, &globs, vec![room.clone()], PageMode::Redirect)
     }
 
-    /// Puts the rooms into the store and makes the [`WaitingRoom`]. Every route's rooms must
-    /// be given to the builder or already be in the store.
+    /// Puts the rooms into the store and makes the [`WaitingRoom`]. Every room a route names
+    /// (or a given room `requires`) must be given to the builder or already be in the store.
     pub async fn build(self) -> Result<WaitingRoom, WaitingRoomSetupError> {
         if let Some(problem) = self.problem {
             return Err(problem);
         }
         let state = match self.node {
             Node::Made(state) => state,
-            Node::New {
-                store,
-                clock,
-                keys,
-                public_url,
-                trusted_proxies,
-            } => new_state(store, clock, keys, public_url, trusted_proxies)?,
+            Node::New(node) => new_state(node)?,
         };
         let store = state.store().clone();
         for room in &self.rooms {
@@ -304,7 +296,7 @@ impl WaitingRoomBuilder {
                 }
             })?;
         }
-        check_route_rooms(&*store, &self.routes).await?;
+        check_named_rooms(&*store, &self.routes, &self.rooms).await?;
         state.know_rooms(self.rooms.iter().cloned());
         let gateway = Gateway::new(
             state.clone(),
@@ -318,10 +310,23 @@ impl WaitingRoomBuilder {
     }
 
     fn with_keys(mut self, source: Keys) -> WaitingRoomBuilder {
-        if let Node::New { keys, .. } = &mut self.node {
-            *keys = Some(source);
+        if let Some(node) = self.new_node("keys") {
+            node.keys = Some(source);
         }
         self
+    }
+
+    /// The parts of the app state to make, for a `setting` of it; `None` (and the mistake
+    /// recorded for [`build`](Self::build)) when the app state was given whole.
+    fn new_node(&mut self, setting: &'static str) -> Option<&mut NewNode> {
+        match &mut self.node {
+            Node::New(node) => Some(node),
+            Node::Made(_) => {
+                self.problem
+                    .get_or_insert(WaitingRoomSetupError::StateGiven(setting));
+                None
+            }
+        }
     }
 
     fn with_route(
@@ -350,13 +355,14 @@ impl WaitingRoomBuilder {
 }
 
 /// The app state of a builder that was given the parts.
-fn new_state(
-    store: Arc<dyn RoomStore>,
-    clock: Arc<dyn Clock>,
-    keys: Option<Keys>,
-    public_url: Option<String>,
-    trusted_proxies: Vec<Cidr>,
-) -> Result<AppState, WaitingRoomSetupError> {
+fn new_state(node: NewNode) -> Result<AppState, WaitingRoomSetupError> {
+    let NewNode {
+        store,
+        clock,
+        keys,
+        public_url,
+        trusted_proxies,
+    } = node;
     let public_url = public_url.ok_or(WaitingRoomSetupError::NoPublicUrl)?;
     if !(public_url.starts_with("https://") || public_url.starts_with("http://")) {
         return Err(WaitingRoomSetupError::PublicUrl(public_url));
@@ -383,28 +389,39 @@ fn new_state(
     ))
 }
 
-/// Every room a route names is in the store (given to the builder, or made before): a route
-/// naming a room that is not would answer 503 to every request.
-async fn check_route_rooms(
+/// Every room a route names, and every room a given room `requires`, is in the store (given
+/// to the builder, or made before): a route needing a room that is not answers 503 to every
+/// request.
+async fn check_named_rooms(
     store: &dyn RoomStore,
     routes: &[RouteConfig],
+    rooms: &[RoomConfig],
 ) -> Result<(), WaitingRoomSetupError> {
-    for route in routes {
-        for room in &route.rooms {
-            match store.room(room).await {
-                Ok(_) => {}
-                Err(StoreError::RoomNotFound(_)) => {
-                    return Err(WaitingRoomSetupError::UnknownRoom {
-                        route: route.name.clone(),
-                        room: room.clone(),
-                    });
-                }
-                Err(source) => {
-                    return Err(WaitingRoomSetupError::ReadRoom {
-                        room: room.clone(),
-                        source,
-                    });
-                }
+    let by_routes = routes.iter().flat_map(|route| {
+        let named_by = format!("route {:?}", route.name);
+        route.rooms.iter().map(move |room| (named_by.clone(), room))
+    });
+    let by_rooms = rooms.iter().flat_map(|config| {
+        let named_by = format!("room {}'s `requires`", config.id);
+        config
+            .requires
+            .iter()
+            .map(move |room| (named_by.clone(), room))
+    });
+    for (named_by, room) in by_routes.chain(by_rooms) {
+        match store.room(room).await {
+            Ok(_) => {}
+            Err(StoreError::RoomNotFound(_)) => {
+                return Err(WaitingRoomSetupError::UnknownRoom {
+                    named_by,
+                    room: room.clone(),
+                });
+            }
+            Err(source) => {
+                return Err(WaitingRoomSetupError::ReadRoom {
+                    room: room.clone(),
+                    source,
+                });
             }
         }
     }
@@ -420,6 +437,10 @@ pub enum WaitingRoomSetupError {
     /// No public URL was given.
     #[error("no public URL: give the base URL visitors reach the site at")]
     NoPublicUrl,
+    /// A setting of the app state (keys, public URL, trusted proxies) was given to a builder
+    /// that was given the app state whole.
+    #[error("{0}: the builder was given an app state, which has its own")]
+    StateGiven(&'static str),
     /// The public URL is not an `http://` or `https://` URL.
     #[error("public URL {0:?}: expected http://… or https://…")]
     PublicUrl(String),
@@ -442,13 +463,11 @@ pub enum WaitingRoomSetupError {
         /// The store's failure.
         source: StoreError,
     },
-    /// A route names a room that is neither given nor in the store.
-    #[error(
-        "route {route:?} names room {room}, which is neither given to the builder nor in the store"
-    )]
+    /// A route (or a room's `requires`) names a room that is neither given nor in the store.
+    #[error("{named_by} names room {room}, which is neither given to the builder nor in the store")]
     UnknownRoom {
-        /// The route's name.
-        route: String,
+        /// The route, or the room whose `requires`, naming it.
+        named_by: String,
         /// The room.
         room: RoomId,
     },

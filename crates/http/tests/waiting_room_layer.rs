@@ -24,12 +24,18 @@ use http_body_util::BodyExt;
 use tempfile::TempDir;
 use tower::ServiceExt;
 
-use anteroom_core::config::parse_config;
+use anteroom_core::config::{PageMode, RouteConfig, parse_config};
 use anteroom_core::engine::SessionEnd;
+use anteroom_core::ratelimit::Algorithm;
+use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
 use anteroom_core::{Clock, ManualClock, RoomId, SessionId, Timestamp};
-use anteroom_http::{WaitingRoom, WaitingRoomSetupError};
+use anteroom_http::{
+    AppState, NodeOptions, PublicSettings, RateLimiter, WaitingRoom, WaitingRoomSetupError,
+};
+use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};
 use anteroom_store::{RedbStore, RedisConfig, RedisStore, RoomStore};
+use anteroom_token::{KeySet, SigningAlgorithm};
 
 #[allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 #[path = "../../store/tests/support/redis.rs"]
@@ -602,6 +608,71 @@ async fn rooms_and_routes_from_a_config_file() {
     );
 }
 
+/// An app state given whole brings its rate limiter: a route's own rate limits apply before
+/// its rooms, as in the gateway.
+#[tokio::test]
+async fn a_given_app_state_brings_its_route_rate_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START));
+    let shared_clock: Arc<dyn Clock> = clock.clone();
+    let store = open_store(Backend::Embedded, &dir, clock, None);
+    let keys =
+        KeySet::load_or_generate(dir.path(), SigningAlgorithm::EdDsa, START.as_secs()).unwrap();
+    let per_ip = RateLimitRule::new(
+        "per-ip",
+        default_params(Algorithm::FixedWindow, 1, Duration::from_secs(60)),
+    );
+    let limits: Arc<dyn LimitStore> = Arc::new(LocalLimitStore::new(
+        shared_clock.clone(),
+        LocalLimitConfig::default(),
+    ));
+    let options = NodeOptions {
+        rate_limiter: Some(RateLimiter::new(vec![per_ip], limits).unwrap()),
+        ..NodeOptions::default()
+    };
+    let settings = PublicSettings {
+        public_url: "https://shop.example".to_owned(),
+        issuer: "https://shop.example".to_owned(),
+        service_keys: Vec::new(),
+        trusted_proxies: Vec::new(),
+    };
+    let state = AppState::with_options(store, keys, shared_clock, settings, options);
+    let waiting_room = WaitingRoom::builder_with_state(state)
+        .room(RoomConfig::with_defaults(id("launch")))
+        .route(RouteConfig {
+            name: "limited".to_owned(),
+            matcher: RequestMatcher::default().with_paths(["/shop/**"]).unwrap(),
+            rooms: vec![id("launch")],
+            rate_limits: vec!["per-ip".to_owned()],
+            bypass: false,
+            page: PageMode::Redirect,
+        })
+        .build()
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = app(&waiting_room, calls.clone());
+    let first = app.clone().oneshot(api("/shop/a", None)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit-policy"], "\"per-ip\";q=1;w=60");
+    let second = app.clone().oneshot(api("/shop/a", None)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(second.headers().contains_key("retry-after"));
+    // Not a room's refusal: the rate limit's, before any pass is looked at.
+    let body = second.into_body().collect().await.unwrap().to_bytes();
+    assert_ne!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["code"],
+        "waiting_room"
+    );
+    let free = app.oneshot(api("/free", None)).await.unwrap();
+    assert_eq!(
+        free.status(),
+        StatusCode::OK,
+        "other routes are not limited"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 /// Mistakes are reported by `build`, before anything serves.
 #[tokio::test]
 async fn setup_mistakes_are_reported() {
@@ -632,4 +703,28 @@ async fn setup_mistakes_are_reported() {
     assert!(matches!(no_url, Err(WaitingRoomSetupError::NoPublicUrl)));
     let bad_url = builder().public_url("shop.example").build().await;
     assert!(matches!(bad_url, Err(WaitingRoomSetupError::PublicUrl(_))));
+    let missing_tier = builder()
+        .room(RoomConfig {
+            requires: vec![id("site")],
+            ..RoomConfig::with_defaults(id("checkout"))
+        })
+        .build()
+        .await;
+    let Err(error) = missing_tier else {
+        panic!("a required room that does not exist");
+    };
+    assert_eq!(
+        error.to_string(),
+        "room checkout's `requires` names room site, which is neither given to the builder nor in the store"
+    );
+    // An app state given whole has its own keys and public URL.
+    let made = builder().build().await.unwrap();
+    let twice = WaitingRoom::builder_with_state(made.state().clone())
+        .public_url("https://other.example")
+        .build()
+        .await;
+    assert!(matches!(
+        twice,
+        Err(WaitingRoomSetupError::StateGiven("public_url"))
+    ));
 }
