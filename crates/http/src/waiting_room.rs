@@ -178,7 +178,7 @@ struct NewNode {
 enum Keys {
     Dir {
         dir: PathBuf,
-        algorithm: Result<SigningAlgorithm, TokenError>,
+        algorithm: SigningAlgorithm,
     },
     Set(KeySet),
 }
@@ -199,7 +199,7 @@ impl WaitingRoomBuilder {
     pub fn key_dir(self, dir: impl Into<PathBuf>) -> WaitingRoomBuilder {
         self.with_keys(Keys::Dir {
             dir: dir.into(),
-            algorithm: Ok(SigningAlgorithm::EdDsa),
+            algorithm: SigningAlgorithm::EdDsa,
         })
     }
 
@@ -232,15 +232,24 @@ impl WaitingRoomBuilder {
     pub fn config(mut self, config: &Config) -> WaitingRoomBuilder {
         self.rooms.extend(config.rooms.iter().cloned());
         self.routes.extend(config.routes.iter().cloned());
-        if let Node::New(node) = &mut self.node {
-            node.keys = Some(Keys::Dir {
-                dir: config.keys.dir.clone(),
-                algorithm: config.keys.algorithm.parse(),
-            });
-            node.public_url = Some(config.server.public_url.clone());
-            node.trusted_proxies
-                .clone_from(&config.server.trusted_proxies);
+        let Node::New(node) = &mut self.node else {
+            return self;
+        };
+        match config.keys.algorithm.parse() {
+            Ok(algorithm) => {
+                node.keys = Some(Keys::Dir {
+                    dir: config.keys.dir.clone(),
+                    algorithm,
+                });
+            }
+            Err(error) => {
+                self.problem
+                    .get_or_insert(WaitingRoomSetupError::Keys(error));
+            }
         }
+        node.public_url = Some(config.server.public_url.clone());
+        node.trusted_proxies
+            .clone_from(&config.server.trusted_proxies);
         self
     }
 
@@ -370,7 +379,7 @@ fn new_state(node: NewNode) -> Result<AppState, WaitingRoomSetupError> {
     let (keys, key_dir) = match keys.ok_or(WaitingRoomSetupError::NoKeys)? {
         Keys::Set(keys) => (keys, None),
         Keys::Dir { dir, algorithm } => {
-            let keys = KeySet::load_or_generate(&dir, algorithm?, clock.now().as_secs())?;
+            let keys = KeySet::load_or_generate(&dir, algorithm, clock.now().as_secs())?;
             (keys, Some(dir))
         }
     };
