@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
+use anteroom_core::room::{Identity, SiteKeys};
 use anteroom_http::{
     AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter, TlsServer,
 };
@@ -110,6 +111,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
     let page = page_renderer(config)?;
+    let site_secrets = site_secrets(config)?;
     let options = NodeOptions {
         sse: config.server.sse,
         max_once_marks: config.server.max_once_marks,
@@ -121,6 +123,9 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
+    for (path, secret) in site_secrets {
+        state.preload_site_secret(path, secret);
+    }
     Ok(Runtime { state, store })
 }
 
@@ -141,6 +146,26 @@ pub(crate) fn page_renderer(config: &Config) -> Result<PageRenderer, BadConfig> 
             .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
     }
     Ok(page)
+}
+
+/// The HS256 secrets of rooms with `identity = "jwt:<claim>"` (`[room.identity_jwt]
+/// hs256_secret_file`), read and checked, so a missing or short one stops the start (and
+/// `check-config`) rather than refusing visitors.
+pub(crate) fn site_secrets(config: &Config) -> Result<Vec<(PathBuf, Vec<u8>)>, BadConfig> {
+    let mut secrets = Vec::new();
+    for room in &config.rooms {
+        let Identity::JwtClaim(site) = &room.identity else {
+            continue;
+        };
+        let SiteKeys::Hs256SecretFile(path) = &site.keys else {
+            continue;
+        };
+        let secret = anteroom_http::read_secret_file(path).map_err(|error| {
+            BadConfig(format!("room {}: [room.identity_jwt]: {error}", room.id))
+        })?;
+        secrets.push((path.clone(), secret));
+    }
+    Ok(secrets)
 }
 
 /// The public listener's TLS (`[server.tls]`) with every certificate and key loaded and
