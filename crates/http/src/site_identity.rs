@@ -48,6 +48,8 @@ const MAX_JWKS_BYTES: usize = 256 * 1024;
 const MAX_TOKEN_LEN: usize = 8 * 1024;
 /// The shortest HS256 secret accepted: shorter ones can be guessed offline from one token.
 const MIN_SECRET_LEN: usize = 32;
+/// The largest secret file read.
+const MAX_SECRET_FILE_LEN: u64 = 4096;
 /// Leeway on `exp` and `nbf`, as for passes.
 const LEEWAY_SECS: u64 = 30;
 
@@ -127,6 +129,12 @@ pub enum SecretFileError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is larger than any secret.
+    #[error("hs256_secret_file {path} is larger than {MAX_SECRET_FILE_LEN} bytes")]
+    TooLong {
+        /// The file.
+        path: PathBuf,
+    },
     /// The secret is too short to resist guessing.
     #[error("hs256_secret_file {path} holds {len} bytes; at least {MIN_SECRET_LEN} are needed")]
     TooShort {
@@ -137,12 +145,24 @@ pub enum SecretFileError {
     },
 }
 
-/// Reads an HS256 secret file: its content without surrounding whitespace, at least 32 bytes.
+/// Reads an HS256 secret file: its content without surrounding whitespace, at least 32 bytes
+/// and at most [`MAX_SECRET_FILE_LEN`] (a path naming a device or a large file is refused
+/// rather than read whole).
 pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretFileError> {
-    let text = std::fs::read(path).map_err(|source| SecretFileError::Read {
+    use std::io::Read as _;
+    let read_error = |source| SecretFileError::Read {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let mut text = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_SECRET_FILE_LEN + 1).read_to_end(&mut text))
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_SECRET_FILE_LEN {
+        return Err(SecretFileError::TooLong {
+            path: path.to_owned(),
+        });
+    }
     let secret = text.trim_ascii().to_vec();
     if secret.len() < MIN_SECRET_LEN {
         return Err(SecretFileError::TooShort {
