@@ -254,6 +254,20 @@ async fn bad_site_tokens_are_refused_with_a_clear_problem() {
     let (status, problem) = join_with(&server, "shop", &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
     assert_eq!(problem["code"], "identity_required");
+    // The waiting page says so to a browser, and takes no place either.
+    let page = support::client()
+        .get(format!("{}/_anteroom/wait/shop", server.url()))
+        .header(reqwest::header::ACCEPT, "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("Please sign in to the site first")
+    );
 
     let hs256 = {
         let mut header = Header::new(Algorithm::HS256);

@@ -659,6 +659,14 @@ fn failed_join(
             StatusCode::FORBIDDEN,
             "That access code is not valid for this waiting room, or has been used up.",
         ),
+        "identity_required" if !wants_json => error_page(
+            StatusCode::UNAUTHORIZED,
+            "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor.",
+        ),
+        "identity_invalid" if !wants_json => error_page(
+            StatusCode::UNAUTHORIZED,
+            "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back.",
+        ),
         _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
             unavailable(app, Some(config), room, lang, wants_json, error)
         }
