@@ -315,8 +315,8 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     }
     tokio::spawn(reload_on_hangup(
         path,
+        runtime.state.clone(),
         runtime.store.clone(),
-        runtime.state.rate_limiter().cloned(),
         tls.clone(),
     ));
     let listeners = bind_public(config.server.listen, config.server.workers)?;
@@ -467,14 +467,15 @@ pub(crate) async fn run_until_shutdown(
 /// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live, and
 /// loads the TLS certificates again from their files. A file with problems is refused as a
 /// whole (and the problems logged), so a typo never half-applies. Rate-limit counters carry on
-/// for rules that keep their name; listeners, stores, trusted proxies and the paths of the
-/// certificate files need a restart.
+/// for rules that keep their name; the rooms' HS256 secret files are read again; listeners,
+/// stores, trusted proxies and the paths of the certificate files need a restart.
 async fn reload_on_hangup(
     path: PathBuf,
+    state: AppState,
     store: Arc<dyn RoomStore>,
-    limiter: Option<RateLimiter>,
     tls: Option<TlsServer>,
 ) {
+    let limiter = state.rate_limiter().cloned();
     #[cfg(unix)]
     {
         let mut hangups =
@@ -489,8 +490,15 @@ async fn reload_on_hangup(
             if let Some(tls) = &tls {
                 reload_certificates(tls.clone()).await;
             }
-            match load_config(&path) {
-                Ok(config) => {
+            let loaded = load_config(&path).and_then(|config| {
+                let secrets = site_secrets(&config)?;
+                Ok((config, secrets))
+            });
+            match loaded {
+                Ok((config, secrets)) => {
+                    for (file, secret) in secrets {
+                        state.preload_site_secret(file, secret);
+                    }
                     let rate_limits = config.rate_limits.len();
                     if let Some(limiter) = &limiter
                         && let Err(error) = limiter.replace_rules(config.rate_limits)
@@ -516,7 +524,7 @@ async fn reload_on_hangup(
     }
     #[cfg(not(unix))]
     {
-        let _ = (path, store, limiter, tls);
+        let _ = (path, state, store, limiter, tls);
     }
 }
 

@@ -478,6 +478,26 @@ async fn hs256_sites_and_anonymous_visitors() {
             .get("uid")
             .is_none()
     );
+
+    // The site changes its secret: SIGHUP reads the file again.
+    let rotated = "the-site-rotated-its-secret-to-this-one";
+    std::fs::write(site.path().join("site-secret"), rotated).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -HUP");
+    let erin = hs256(rotated.as_bytes(), "erin");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = join_with(&server, "lobby", &erin).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if jwt_claims(body["pass"].as_str().unwrap())["uid"] == "erin@example.test" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new secret was never read");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `check-config` reads the secret file and names what is wrong, with the line.
