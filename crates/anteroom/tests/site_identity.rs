@@ -175,6 +175,18 @@ required = true
 [[route]]
 paths = ["/account/**"]
 rooms = ["shop"]
+
+# A site whose key set cannot be fetched (nothing listens on the discard port).
+[[room]]
+id = "offline"
+identity = "jwt:sub"
+
+[room.identity_jwt]
+header = "Authorization"
+jwks_url = "http://127.0.0.1:9/jwks.json"
+issuer = "https://login.test/"
+audience = "shop-web"
+required = true
 "#;
 
 /// `POST …/join` with `token` as `Authorization: Bearer`; the status and the JSON body.
@@ -320,6 +332,22 @@ async fn bad_site_tokens_are_refused_with_a_clear_problem() {
         0,
         "no refused token took a place"
     );
+
+    // Keys that cannot be had are the node's problem, not the visitor's: 503, try again.
+    let response = support::client()
+        .post(format!("{}/_anteroom/v1/rooms/offline/join", server.url()))
+        .header(
+            AUTHORIZATION,
+            format!("Bearer {}", key.sign("eve", json!({}))),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "identity_unavailable", "{problem}");
+    assert_eq!(waiting(&server, "offline").await, 0);
 }
 
 /// Tokens naming random `kid`s cannot make the node fetch the key set per request; a new key

@@ -398,7 +398,7 @@ impl KeySetCache {
         kid: &str,
         now_ms: u64,
     ) -> Result<SiteKey, SiteTokenError> {
-        let seen_try = {
+        let (seen_try, known_key) = {
             let known = self.known.read();
             let stale = known
                 .fetched_at_ms
@@ -406,10 +406,16 @@ impl KeySetCache {
             match known.keys.get(kid) {
                 Some(key) if !stale || !known.may_try(now_ms) => return Ok(key.clone()),
                 None if !known.may_try(now_ms) => return Err(known.miss()),
-                _ => known.tried_at_ms,
+                key => (known.tried_at_ms, key.cloned()),
             }
         };
-        let _fetching = self.fetching.lock().await;
+        // A known key past its age is refreshed by one request; the others go on with it
+        // rather than wait for a slow or unreachable site.
+        let _fetching = match (known_key, self.fetching.try_lock()) {
+            (_, Ok(guard)) => guard,
+            (Some(key), Err(_)) => return Ok(key),
+            (None, Err(_)) => self.fetching.lock().await,
+        };
         // Another request fetched while this one waited: its answer stands.
         if self.known.read().tried_at_ms == seen_try {
             self.refresh(client, now_ms).await;
