@@ -443,6 +443,21 @@ async fn mutating_requests_must_come_from_the_pass_holder() {
 
     let response = send(reqwest::Method::GET, None).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "reading is not bound");
+
+    // A browser arriving without a pass or a sign-in is asked to sign in, in a page.
+    let page = support::client()
+        .get(format!("{}/account/me", server.url()))
+        .header(reqwest::header::ACCEPT, "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("Please sign in to the site first")
+    );
 }
 
 const LOBBY: &str = r#"

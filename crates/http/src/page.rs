@@ -659,20 +659,27 @@ fn failed_join(
             StatusCode::FORBIDDEN,
             "That access code is not valid for this waiting room, or has been used up.",
         ),
-        "identity_required" if !wants_json => error_page(
-            StatusCode::UNAUTHORIZED,
-            "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor.",
-        ),
-        "identity_invalid" if !wants_json => error_page(
-            StatusCode::UNAUTHORIZED,
-            "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back.",
-        ),
+        "identity_required" | "identity_invalid" if !wants_json => sign_in_page(&error),
         _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
             unavailable(app, Some(config), room, lang, wants_json, error)
         }
         _ if wants_json => error.into_response(),
         _ => error_page(error.status(), "Your request could not be handled."),
     }
+}
+
+/// The page for a visitor refused for the site's token (`identity = "jwt:<claim>"`, required):
+/// sign in first, or again.
+pub(crate) fn sign_in_page(error: &ApiError) -> Response {
+    let message = match error.code() {
+        "identity_required" => {
+            "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
+        }
+        _ => {
+            "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back."
+        }
+    };
+    error_page(error.status(), message)
 }
 
 /// The page of a room that asks for a proof of work, for a visitor without a ticket: its

@@ -685,6 +685,12 @@ pub(crate) async fn protect(
             asked.headers,
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
+        // A browser refused for its sign-in is told so in a page, not in JSON.
+        Verdict::Refuse(error)
+            if navigation && matches!(error.code(), "identity_required" | "identity_invalid") =>
+        {
+            page::sign_in_page(&error)
+        }
         Verdict::Refuse(error) => error.into_response(),
         Verdict::Limited(response) => response,
     })
