@@ -158,6 +158,7 @@ fn raise_open_file_limit() {
 fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     let loaded = serve::load_config(path)?;
     serve::page_renderer(&loaded)?;
+    serve::site_secrets(&loaded)?;
     serve::tls_server(&loaded)?;
     serve::check_upstream_tls(&loaded)?;
     println!("{}: ok ({} room(s))", path.display(), loaded.rooms.len());

@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
+use anteroom_core::room::{Identity, SiteKeys};
 use anteroom_http::{
     AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter, TlsServer,
 };
@@ -110,6 +111,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
     let page = page_renderer(config)?;
+    let site_secrets = site_secrets(config)?;
     let options = NodeOptions {
         sse: config.server.sse,
         max_once_marks: config.server.max_once_marks,
@@ -121,6 +123,9 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());
+    for (path, secret) in site_secrets {
+        state.preload_site_secret(path, secret);
+    }
     Ok(Runtime { state, store })
 }
 
@@ -141,6 +146,26 @@ pub(crate) fn page_renderer(config: &Config) -> Result<PageRenderer, BadConfig> 
             .map_err(|error| BadConfig(format!("room {}: {error}", room.id)))?;
     }
     Ok(page)
+}
+
+/// The HS256 secrets of rooms with `identity = "jwt:<claim>"` (`[room.identity_jwt]
+/// hs256_secret_file`), read and checked, so a missing or short one stops the start (and
+/// `check-config`) rather than refusing visitors.
+pub(crate) fn site_secrets(config: &Config) -> Result<Vec<(PathBuf, Vec<u8>)>, BadConfig> {
+    let mut secrets = Vec::new();
+    for room in &config.rooms {
+        let Identity::JwtClaim(site) = &room.identity else {
+            continue;
+        };
+        let SiteKeys::Hs256SecretFile(path) = &site.keys else {
+            continue;
+        };
+        let secret = anteroom_http::read_secret_file(path).map_err(|error| {
+            BadConfig(format!("room {}: [room.identity_jwt]: {error}", room.id))
+        })?;
+        secrets.push((path.clone(), secret));
+    }
+    Ok(secrets)
 }
 
 /// The public listener's TLS (`[server.tls]`) with every certificate and key loaded and
@@ -290,8 +315,8 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     }
     tokio::spawn(reload_on_hangup(
         path,
+        runtime.state.clone(),
         runtime.store.clone(),
-        runtime.state.rate_limiter().cloned(),
         tls.clone(),
     ));
     let listeners = bind_public(config.server.listen, config.server.workers)?;
@@ -442,14 +467,15 @@ pub(crate) async fn run_until_shutdown(
 /// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live, and
 /// loads the TLS certificates again from their files. A file with problems is refused as a
 /// whole (and the problems logged), so a typo never half-applies. Rate-limit counters carry on
-/// for rules that keep their name; listeners, stores, trusted proxies and the paths of the
-/// certificate files need a restart.
+/// for rules that keep their name; the rooms' HS256 secret files are read again; listeners,
+/// stores, trusted proxies and the paths of the certificate files need a restart.
 async fn reload_on_hangup(
     path: PathBuf,
+    state: AppState,
     store: Arc<dyn RoomStore>,
-    limiter: Option<RateLimiter>,
     tls: Option<TlsServer>,
 ) {
+    let limiter = state.rate_limiter().cloned();
     #[cfg(unix)]
     {
         let mut hangups =
@@ -464,8 +490,15 @@ async fn reload_on_hangup(
             if let Some(tls) = &tls {
                 reload_certificates(tls.clone()).await;
             }
-            match load_config(&path) {
-                Ok(config) => {
+            let loaded = load_config(&path).and_then(|config| {
+                let secrets = site_secrets(&config)?;
+                Ok((config, secrets))
+            });
+            match loaded {
+                Ok((config, secrets)) => {
+                    for (file, secret) in secrets {
+                        state.preload_site_secret(file, secret);
+                    }
                     let rate_limits = config.rate_limits.len();
                     if let Some(limiter) = &limiter
                         && let Err(error) = limiter.replace_rules(config.rate_limits)
@@ -491,7 +524,7 @@ async fn reload_on_hangup(
     }
     #[cfg(not(unix))]
     {
-        let _ = (path, store, limiter, tls);
+        let _ = (path, state, store, limiter, tls);
     }
 }
 

@@ -34,12 +34,6 @@
 //! - When `ANTEROOM_STORE__BACKEND` switches the backend, the file's keys for its other
 //!   backends are ignored instead of refused.
 //!
-//! # Sections of later versions
-//!
-//! In a room,
-//! `[room.identity_jwt]` is recognised but not read by this version: it is reported as a
-//! problem rather than silently ignored.
-//!
 //! ```
 //! use anteroom_core::config::{StoreConfig, parse_config};
 //!
@@ -62,6 +56,7 @@ mod gateway;
 mod key_hash;
 mod rate_limit;
 mod room;
+mod room_identity;
 mod room_oidc;
 mod sections;
 mod tls;
@@ -93,6 +88,7 @@ pub use rate_limit::{
 pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
+pub use room_identity::RawIdentityJwt;
 pub use room_oidc::RawOidc;
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};

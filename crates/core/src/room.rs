@@ -84,8 +84,9 @@ pub enum Identity {
     Anonymous,
     /// A request header carries the identity (set by a trusted front end).
     Header(String),
-    /// A claim of the site's own JWT carries the identity.
-    JwtClaim(String),
+    /// A claim of the site's own JWT carries the identity (`identity = "jwt:<claim>"` with
+    /// `[room.identity_jwt]`, SPEC §14.1).
+    JwtClaim(SiteJwt),
 }
 
 impl Identity {
@@ -94,23 +95,44 @@ impl Identity {
         match self {
             Identity::Anonymous => "anonymous".to_owned(),
             Identity::Header(name) => format!("header:{name}"),
-            Identity::JwtClaim(claim) => format!("jwt:{claim}"),
+            Identity::JwtClaim(site) => format!("jwt:{}", site.claim),
         }
     }
+}
 
-    /// Reads the config spelling.
-    pub fn parse(text: &str) -> Option<Identity> {
-        if text == "anonymous" {
-            return Some(Identity::Anonymous);
-        }
-        if let Some(name) = text.strip_prefix("header:") {
-            return (!name.is_empty()).then(|| Identity::Header(name.to_owned()));
-        }
-        if let Some(claim) = text.strip_prefix("jwt:") {
-            return (!claim.is_empty()).then(|| Identity::JwtClaim(claim.to_owned()));
-        }
-        None
-    }
+/// How a room reads a visitor's identity from the site's own JWT (`[room.identity_jwt]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SiteJwt {
+    /// The claim whose value is the identity, such as `sub`.
+    pub claim: String,
+    /// Where the request carries the token.
+    pub token_in: TokenLocation,
+    /// What the token's signature is checked with.
+    pub keys: SiteKeys,
+    /// The `iss` the token must carry.
+    pub issuer: String,
+    /// An `aud` the token must carry.
+    pub audience: String,
+    /// Without a valid token: refused when true, joined as anonymous when false.
+    pub required: bool,
+}
+
+/// Where a request carries the site's token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TokenLocation {
+    /// A cookie of this name.
+    Cookie(String),
+    /// A header of this name; `Authorization` holds it as `Bearer <token>`.
+    Header(String),
+}
+
+/// What the site's tokens are verified with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SiteKeys {
+    /// The site's public keys, fetched from this `http(s)://` URL and cached.
+    JwksUrl(String),
+    /// An HS256 secret, read from this file.
+    Hs256SecretFile(std::path::PathBuf),
 }
 
 /// What a room does when its store cannot be reached (SPEC §9.4).

@@ -7,7 +7,10 @@
 //! expired, abandoned, of an older generation) never passes for a resume. Anybody about to
 //! take a new place first passes, in this order:
 //! 1. the identity, in a room with `identity = "header:…"`: believed only from a peer inside
-//!    `[server] trusted_proxies` (anyone else could name somebody else's ticket);
+//!    `[server] trusted_proxies` (anyone else could name somebody else's ticket); with
+//!    `identity = "jwt:<claim>"`: the claim of the site's token once it verifies
+//!    (`site_identity.rs`), a visitor without a valid token being refused when the room
+//!    requires one and anonymous otherwise;
 //! 2. `requires`: a valid pass of each listed room (tier 2 cannot be joined without tier 1);
 //! 3. the per-IP join limit: the rate-limit rules that select `POST
 //!    /_anteroom/v1/rooms/{room}/join` (the built-in `join-per-ip`), applied here to the page
@@ -27,7 +30,7 @@ use axum::http::{Extensions, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
-use anteroom_core::room::{Identity, Mode, RoomConfig};
+use anteroom_core::room::{Identity, Mode, RoomConfig, SiteJwt};
 use anteroom_core::{RoomId, SessionId};
 use anteroom_store::StoreError;
 use anteroom_token::PassExpectations;
@@ -35,6 +38,7 @@ use anteroom_token::PassExpectations;
 use crate::api::{self, TicketQuery};
 use crate::error::ApiError;
 use crate::ratelimit::{ClientIp, RateLimitVerdict, UNKNOWN_PEER, peer_address, resolve_client_ip};
+use crate::site_identity::SiteTokenError;
 use crate::{AppState, challenge};
 
 /// How a visitor came to the line: says which checks its request already went through.
@@ -142,7 +146,7 @@ pub(crate) async fn join(
     door: Door,
     ask: JoinAsk,
 ) -> Result<Entry, JoinRefusal> {
-    let identity = identity_of(app, config, caller)?;
+    let identity = identity_of(app, config, caller).await?;
     let no_query = TicketQuery::default();
     let held = api::held_ticket(caller.headers, caller.query.unwrap_or(&no_query), room)
         .and_then(|token| app.verify_ticket(room, token).ok());
@@ -204,7 +208,7 @@ async fn resume(
 }
 
 /// The caller's identity in a room that binds one (SPEC §3, §14.1).
-fn identity_of(
+async fn identity_of(
     app: &AppState,
     config: &RoomConfig,
     caller: &Caller<'_>,
@@ -224,11 +228,31 @@ fn identity_of(
             }
             api::identity_from_header(caller.headers, name).map(Some)
         }
-        Identity::JwtClaim(_) => Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "identity_unsupported",
-            "this room takes its identity from a JWT, which this version cannot verify",
-        )),
+        Identity::JwtClaim(site) => site_identity(app, config, site, caller.headers).await,
+    }
+}
+
+/// The identity of the site's token: a visitor without a valid one is refused when the room
+/// requires it, and otherwise joins as anonymous (never as somebody else).
+async fn site_identity(
+    app: &AppState,
+    config: &RoomConfig,
+    site: &SiteJwt,
+    headers: &HeaderMap,
+) -> Result<Option<String>, ApiError> {
+    let found = app
+        .site_keys()
+        .identify(site, headers, app.now().as_millis())
+        .await;
+    match found {
+        Ok(Some(identity)) => Ok(Some(identity)),
+        Ok(None) if site.required => Err(SiteTokenError::Missing.to_api_error()),
+        Ok(None) => Ok(None),
+        Err(error) if site.required => Err(error.to_api_error()),
+        Err(error) => {
+            tracing::debug!(room = %config.id, %error, "site token refused; joining as anonymous");
+            Ok(None)
+        }
     }
 }
 

@@ -29,6 +29,7 @@ mod ratelimit;
 mod readiness;
 mod room_cache;
 mod sinks;
+mod site_identity;
 mod sse;
 mod status_json;
 mod store_failure;
@@ -82,6 +83,7 @@ pub use sinks::{
     Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
     spawn_event_sinks, webhook_client,
 };
+pub use site_identity::{SecretFileError, read_secret_file};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::{TICK_INTERVAL, run_ticker};
@@ -181,6 +183,8 @@ struct Shared {
     /// Set when the shutdown began: the node drains and is no longer ready.
     draining: std::sync::atomic::AtomicBool,
     adaptive: adaptive::AdaptiveState,
+    /// The site's keys for rooms with `identity = "jwt:<claim>"`.
+    site_keys: site_identity::SiteKeyCache,
 }
 
 impl AppState {
@@ -239,6 +243,7 @@ impl AppState {
                 expected_rooms: parking_lot::RwLock::new(Vec::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 adaptive: adaptive::AdaptiveState::default(),
+                site_keys: site_identity::SiteKeyCache::default(),
             }),
         }
     }
@@ -472,6 +477,16 @@ impl AppState {
     /// set they took.
     pub fn set_keys(&self, keys: KeySet) {
         *self.inner.keys.write() = keys;
+    }
+
+    /// Keeps an HS256 secret read at start ([`read_secret_file`]) for the rooms naming its
+    /// file, so no request reads the file.
+    pub fn preload_site_secret(&self, path: std::path::PathBuf, secret: Vec<u8>) {
+        self.inner.site_keys.preload_secret(path, secret);
+    }
+
+    fn site_keys(&self) -> &site_identity::SiteKeyCache {
+        &self.inner.site_keys
     }
 
     fn key_reload(&self) -> Option<&key_reload::KeyReload> {

@@ -111,11 +111,12 @@ struct JoinBody {
     responses(
         (status = 200, description = "The ticket's status", body = api::StatusBody),
         (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "The room takes its identity from the site's token (`identity = \"jwt:<claim>\"`, `required = true`): none sent (`identity_required`), or one that does not verify, is expired or is for another issuer or audience (`identity_invalid`, the detail says which)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one; or the room `requires` another room's pass first (`pass_required`); or its identity header came from a peer outside `trusted_proxies` (`untrusted_proxy`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Over the per-IP join limit (`rate_limited`, with the rate-limit headers), or too many joins with a priority code from this address (`code_attempts_exceeded`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The room is closed, or the store cannot be reached, or this node cannot record more solved challenges right now (`challenge_unavailable`, with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The room is closed, or the store cannot be reached, or this node cannot record more solved challenges right now (`challenge_unavailable`, with `Retry-After`), or the site's keys cannot be had to check its token (`identity_unavailable`, with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[allow(dead_code)]
 fn join() {}

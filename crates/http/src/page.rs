@@ -15,8 +15,10 @@
 //! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `prequeue`,
 //! `closed`, `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`,
 //! `eta_seconds`, `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue),
-//! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `t` (the
-//! texts of the chosen language) and `config` (what the script needs, for `tojson`).
+//! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`,
+//! `next_room` (the room whose line follows this one, when the visitor was sent here first by
+//! its `requires`), `t` (the texts of the chosen language) and `config` (what the script
+//! needs, for `tojson`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -294,6 +296,8 @@ struct PageContext {
     refresh_seconds: Option<u64>,
     updated_at: String,
     return_path: String,
+    /// The room whose waiting page `return_path` leads to: this line is a first tier.
+    next_room: Option<String>,
     t: serde_json::Value,
     config: serde_json::Value,
 }
@@ -381,10 +385,19 @@ impl PageContext {
             refresh_seconds,
             updated_at: String::new(),
             return_path: return_path.to_owned(),
+            next_room: next_room(return_path),
             t: text,
             config,
         }
     }
+}
+
+/// The room of a return path that is another room's waiting page, as a tier-2 page sends its
+/// visitors to tier 1 with (`requires`, SPEC §3): the page tells them a second line follows.
+fn next_room(return_path: &str) -> Option<String> {
+    let rest = return_path.strip_prefix("/_anteroom/wait/")?;
+    let id = rest.split(['?', '/', '#']).next()?;
+    RoomId::new(id).ok().map(|room| room.to_string())
 }
 
 /// How near the front of today's line the visitor is: the share of the people waiting who are
@@ -468,6 +481,7 @@ fn texts(lang: Lang) -> serde_json::Value {
             "position": "your number", "ahead": "ahead of you", "eta": "estimated wait", "progress": "progress",
             "waiting_total": "people waiting", "updated": "updated",
             "keep_open": "Keep this page open: refreshing it or opening it in another tab keeps your place.",
+            "next_step": "This is the first of two lines: once you are let in here, you go on to the line for {room}.",
             "paused_notice": "Admissions are paused by the organiser.",
             "try_later": "Please try again in a few minutes.", "leave": "Leave the line",
             "eta_unknown": "estimating…", "eta_paused": "on hold", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
@@ -490,6 +504,7 @@ fn texts(lang: Lang) -> serde_json::Value {
             "position": "내 번호", "ahead": "앞 사람", "eta": "예상 대기 시간", "progress": "진행률",
             "waiting_total": "대기 인원", "updated": "갱신",
             "keep_open": "이 페이지를 열어 두세요. 새로 고침하거나 다른 탭에서 열어도 순서는 유지됩니다.",
+            "next_step": "두 단계 대기열 중 첫 번째입니다. 여기에서 입장하면 {room} 대기열로 이어집니다.",
             "paused_notice": "주최 측이 입장을 잠시 멈췄습니다.",
             "try_later": "잠시 후 다시 시도해 주세요.", "leave": "대기 취소",
             "eta_unknown": "계산 중…", "eta_paused": "일시 중지", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
@@ -644,12 +659,27 @@ fn failed_join(
             StatusCode::FORBIDDEN,
             "That access code is not valid for this waiting room, or has been used up.",
         ),
+        "identity_required" | "identity_invalid" if !wants_json => sign_in_page(&error),
         _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
             unavailable(app, Some(config), room, lang, wants_json, error)
         }
         _ if wants_json => error.into_response(),
         _ => error_page(error.status(), "Your request could not be handled."),
     }
+}
+
+/// The page for a visitor refused for the site's token (`identity = "jwt:<claim>"`, required):
+/// sign in first, or again.
+pub(crate) fn sign_in_page(error: &ApiError) -> Response {
+    let message = match error.code() {
+        "identity_required" => {
+            "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
+        }
+        _ => {
+            "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back."
+        }
+    };
+    error_page(error.status(), message)
 }
 
 /// The page of a room that asks for a proof of work, for a visitor without a ticket: its

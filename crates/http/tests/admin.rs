@@ -309,6 +309,67 @@ async fn rooms_are_created_replaced_patched_and_deleted_with_section_3_names() {
         .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
 }
 
+/// A room taking its identity from the site's token (SPEC §14.1) is created with an
+/// `identity_jwt` object, shown back with it, and refused without it.
+#[tokio::test]
+async fn signed_in_identity_rooms_take_an_identity_jwt_object() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let identity_jwt = json!({"header": "Authorization",
+        "jwks_url": "https://login.example/.well-known/jwks.json",
+        "issuer": "https://login.example/", "audience": "shop", "required": true});
+    let created = admin
+        .call(put(
+            "/admin/v1/rooms/shop",
+            json!({"identity": "jwt:sub", "identity_jwt": identity_jwt}),
+        ))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(created.text("identity"), "jwt:sub");
+    assert_eq!(created.body["identity_jwt"], identity_jwt);
+    // Without a token, the public API refuses the join (required) and nothing is taken.
+    let (status, body) = admin
+        .public(Method::POST, "/_anteroom/v1/rooms/shop/join")
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["code"], "identity_required", "{body}");
+    assert_eq!(admin.harness.counters("shop").await.last_position, 0);
+
+    let reply = admin
+        .call(patch("/admin/v1/rooms/shop", json!({"identity_jwt": null})))
+        .await;
+    reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    assert_eq!(
+        reply.body["errors"][0]["field"], "identity",
+        "{}",
+        reply.body
+    );
+    let reply = admin
+        .call(patch(
+            "/admin/v1/rooms/shop",
+            json!({"identity_jwt": {"header": "Authorization", "jwks_url": "ftp://x"}}),
+        ))
+        .await;
+    reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+    let fields: BTreeSet<&str> = reply.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|problem| problem["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from([
+            "identity_jwt.audience",
+            "identity_jwt.issuer",
+            "identity_jwt.jwks_url"
+        ])
+    );
+    assert_eq!(
+        admin.config("shop").await.identity.to_config_string(),
+        "jwt:sub"
+    );
+}
+
 #[tokio::test]
 async fn bad_bodies_are_refused_listing_every_problem_and_change_nothing() {
     let admin = Admin::new(vec![capped_room("a", 5), room("b")]).await;

@@ -198,6 +198,114 @@ async fn tier_two_cannot_be_joined_without_a_tier_one_pass() {
     assert_eq!(gate.summary("tier2").await["waiting"], 1);
 }
 
+/// A visitor opens tier 2's page without tier 1's pass: they are sent to tier 1's page, which
+/// says a second line follows, and once tier 1 lets them in they come back to tier 2 and then
+/// to where they were going. Every hop is a same-site path; a return that leads off-site is
+/// refused at the first page, before any place is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_two_page_goes_through_tier_one_and_back() {
+    let gate = Gate::start(
+        "[[room]]\nid = \"tier1\"\nmax_active = 10\n\n\
+         [[room]]\nid = \"tier2\"\nmax_active = 10\nrequires = [\"tier1\"]\n\n\
+         [[room]]\nid = \"hold\"\nmode = \"queue_all\"\n\n\
+         [[room]]\nid = \"after-hold\"\nrequires = [\"hold\"]\n",
+    )
+    .await;
+    let browser = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut cookies: Vec<String> = Vec::new();
+    let mut location = "/_anteroom/wait/tier2?return=/checkout".to_owned();
+    let mut hops = Vec::new();
+    while location.starts_with("/_anteroom/wait/") {
+        let mut request = browser.get(gate.url(&location)).header(ACCEPT, HTML);
+        if !cookies.is_empty() {
+            request = request.header(COOKIE, cookies.join("; "));
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{location}");
+        for set in answer.headers().get_all("set-cookie") {
+            let pair = set.to_str().unwrap().split(';').next().unwrap().to_owned();
+            cookies.push(pair);
+        }
+        location = answer.headers()[LOCATION].to_str().unwrap().to_owned();
+        assert!(
+            location.starts_with('/') && !location.starts_with("//"),
+            "{location}"
+        );
+        hops.push(location.clone());
+        assert!(hops.len() <= 4, "{hops:?}");
+    }
+    assert_eq!(
+        hops,
+        [
+            "/_anteroom/wait/tier1?return=/_anteroom/wait/tier2%3Freturn%3D/checkout",
+            "/_anteroom/wait/tier2?return=/checkout",
+            "/checkout",
+        ]
+    );
+    assert!(
+        cookies
+            .iter()
+            .any(|pair| pair.starts_with("anteroom_p_tier1="))
+    );
+    assert!(
+        cookies
+            .iter()
+            .any(|pair| pair.starts_with("anteroom_p_tier2="))
+    );
+
+    // While tier 1 holds the visitor, its page says that tier 2's line comes next.
+    let sent = browser
+        .get(gate.url("/_anteroom/wait/after-hold?return=/x"))
+        .header(ACCEPT, HTML)
+        .send()
+        .await
+        .unwrap();
+    let first_tier = sent.headers()[LOCATION].to_str().unwrap().to_owned();
+    let page = browser
+        .get(gate.url(&first_tier))
+        .header(ACCEPT, HTML)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(
+            "the first of two lines: once you are let in here, you go on to the line for after-hold"
+        ),
+        "{html}"
+    );
+
+    for bad in [
+        "//evil.example/x",
+        "https://evil.example/",
+        "/\\evil.example",
+    ] {
+        let path = format!("/_anteroom/wait/tier2?return={}", urlencode(bad));
+        let answer = browser
+            .get(gate.url(&path))
+            .header(ACCEPT, HTML)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert!(answer.headers().get(LOCATION).is_none());
+    }
+    assert_eq!(
+        gate.summary("tier1").await["active"],
+        1,
+        "one visitor, one session"
+    );
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes().map(|byte| format!("%{byte:02X}")).collect()
+}
+
 /// Somebody guesses priority codes (each wrong guess is a cheap 403). After ten attempts from
 /// one address in ten minutes further joins with a code are refused with 429
 /// `code_attempts_exceeded` before the code is even looked at, the right one included.

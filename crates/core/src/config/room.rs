@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::KeyHash;
+use super::room_identity::{RawIdentityJwt, read_identity_jwt, resolve_identity};
 use super::room_oidc::{RawOidc, read_oidc};
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::adaptive::AdaptiveSettings;
@@ -74,6 +75,10 @@ pub struct RawRoom {
     /// `anonymous`, `header:<name>` or `jwt:<claim>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
+    /// `[room.identity_jwt]`: where the site's token is and how it is checked, for
+    /// `identity = "jwt:<claim>"` (SPEC §14.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_jwt: Option<RawIdentityJwt>,
     /// Ids of rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires: Option<Vec<String>>,
@@ -316,6 +321,7 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "mode",
     "order",
     "identity",
+    "identity_jwt",
     "requires",
     "page_template",
     "on_store_error",
@@ -327,9 +333,6 @@ pub(super) const ROOM_FIELDS: &[&str] = &[
     "after",
     "priority",
 ];
-
-/// Room tables and keys that later versions add, with how they are written.
-const UNSUPPORTED_ROOM_KEYS: &[(&str, &str)] = &[("identity_jwt", "[room.identity_jwt]")];
 
 impl RawRoom {
     /// Validates every field, collecting every problem as (field name, message).
@@ -430,19 +433,11 @@ impl RawRoom {
         ) {
             room.on_store_error = policy;
         }
-        if let Some(text) = &self.identity {
-            match Identity::parse(text) {
-                Some(Identity::Header(name)) if !is_header_name(&name) => {
-                    report("identity", format!("{name:?} is not a valid header name"));
-                }
-                Some(identity) => room.identity = identity,
-                None => report(
-                    "identity",
-                    format!(
-                        "invalid identity {text:?}: expected \"anonymous\", \"header:<name>\" or \"jwt:<claim>\""
-                    ),
-                ),
-            }
+        let identity_jwt = self.identity_jwt.as_ref();
+        if let Some(identity) =
+            resolve_identity(self.identity.as_deref(), identity_jwt, &mut report)
+        {
+            room.identity = identity;
         }
 
         for required in self.requires.iter().flatten() {
@@ -551,6 +546,10 @@ impl RawRoom {
             mode: Some(config.mode.as_str().to_owned()),
             order: Some(config.order.as_str().to_owned()),
             identity: Some(config.identity.to_config_string()),
+            identity_jwt: match &config.identity {
+                Identity::JwtClaim(site) => Some(RawIdentityJwt::from_site(site)),
+                Identity::Anonymous | Identity::Header(_) => None,
+            },
             requires: Some(config.requires.iter().map(RoomId::to_string).collect()),
             page_template: Some(config.page_template.clone()),
             on_store_error: Some(config.on_store_error.as_str().to_owned()),
@@ -715,7 +714,7 @@ fn parse_choice<T>(
 }
 
 /// An HTTP header name is a non-empty token (RFC 9110 §5.6.2).
-fn is_header_name(name: &str) -> bool {
+pub(super) fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
@@ -735,7 +734,8 @@ struct RoomSource {
 impl RoomSource {
     /// Where `field` was written: its key, else its schedule entry, else the room's header.
     fn origin(&self, field: &str) -> &Origin {
-        // A missing key of `[room.oidc]` is reported at the table's header.
+        // A missing key of `[room.oidc]` (or `[room.identity_jwt]`) is reported at the table's
+        // header.
         let table = field.split_once('.').map(|(table, _)| table);
         self.origins
             .get(field)
@@ -836,22 +836,11 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             .copied()
             .find(|field| *field == entry.key)
         else {
-            match UNSUPPORTED_ROOM_KEYS
-                .iter()
-                .find(|(key, _)| *key == entry.key)
-            {
-                Some((_, written)) => report_unsupported(entry, written, problems),
-                None => {
-                    let known = ROOM_FIELDS
-                        .iter()
-                        .chain(UNSUPPORTED_ROOM_KEYS.iter().map(|(key, _)| key));
-                    let mut message = format!("unknown key `{}` in [[room]]", entry.key);
-                    if let Some(suggestion) = closest(&entry.key, known.copied()) {
-                        message.push_str(&format!("; did you mean `{suggestion}`?"));
-                    }
-                    problems.add(&entry.key_origin, message);
-                }
+            let mut message = format!("unknown key `{}` in [[room]]", entry.key);
+            if let Some(suggestion) = closest(&entry.key, ROOM_FIELDS.iter().copied()) {
+                message.push_str(&format!("; did you mean `{suggestion}`?"));
             }
+            problems.add(&entry.key_origin, message);
             continue;
         };
         origins.insert(field.to_owned(), entry.key_origin.clone());
@@ -880,6 +869,11 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             "identity" => raw.identity = entry.string(problems),
             "requires" => raw.requires = strings(problems),
             "page_template" => raw.page_template = entry.string(problems),
+            "identity_jwt" => {
+                raw.identity_jwt = entry
+                    .table(problems)
+                    .map(|table| read_identity_jwt(table, &mut origins, problems));
+            }
             "oidc" => {
                 raw.oidc = entry
                     .table(problems)

@@ -11,7 +11,10 @@ use crate::clock::Timestamp;
 use crate::config::RawRoom;
 use crate::ids::RoomId;
 use crate::ratelimit::rules::RequestMatcher;
-use crate::room::{Identity, IdleMode, Mode, Order, Phase, RoomConfig, Schedule, StoreErrorPolicy};
+use crate::room::{
+    Identity, IdleMode, Mode, Order, Phase, RoomConfig, Schedule, SiteJwt, SiteKeys,
+    StoreErrorPolicy, TokenLocation,
+};
 
 mod gateway;
 mod tls;
@@ -385,8 +388,21 @@ fn room_field_rules() {
         "`max_active` must be a non-negative integer, found float 1.5",
     );
     check_room(
-        "[room.identity_jwt]",
-        "[room.identity_jwt] is not supported by this version",
+        "identity = \"jwt:sub\"",
+        "identity: \"jwt:sub\" needs a [room.identity_jwt] table",
+    );
+    check_problems(
+        &room(
+            "identity = \"jwt:sub\"\n[room.identity_jwt]\nheader = \"Authorization\"\njwks_url = \"https://login.example/jwks\"\nissuer = \"https://login.example/\"\nrequird = true",
+        ),
+        &[],
+        &[
+            (Some(4), "identity_jwt.audience: is required"),
+            (
+                Some(8),
+                "unknown key `requird` in [room.identity_jwt]; did you mean `required`?",
+            ),
+        ],
     );
     check_room(
         "challenge = { kind = \"captcha\" }",
@@ -438,11 +454,24 @@ fn room_field_rules() {
         &[(Some(1), "must be an array of tables")],
     );
 
-    // jwt identities are accepted; their [room.identity_jwt] table is what is not yet read.
-    let config = parse_config(&room("identity = \"jwt:sub\""), &[]).unwrap();
+    // A jwt identity reads its [room.identity_jwt] table.
+    let config = parse_config(
+        &room(
+            "identity = \"jwt:sub\"\n[room.identity_jwt]\ncookie = \"site_session\"\nhs256_secret_file = \"site.key\"\nissuer = \"shop\"\naudience = \"shop-web\"\nrequired = true",
+        ),
+        &[],
+    )
+    .unwrap();
     assert_eq!(
         config.rooms[0].identity,
-        Identity::JwtClaim("sub".to_owned())
+        Identity::JwtClaim(SiteJwt {
+            claim: "sub".to_owned(),
+            token_in: TokenLocation::Cookie("site_session".to_owned()),
+            keys: SiteKeys::Hs256SecretFile("site.key".into()),
+            issuer: "shop".to_owned(),
+            audience: "shop-web".to_owned(),
+            required: true,
+        })
     );
 
     // The default burst follows admit_per_minute.
@@ -844,10 +873,19 @@ fn raw_rooms_from_json() {
     expected.max_active = 7;
     expected.session_max = Some(Duration::from_millis(5_400_500));
     expected.mode = Mode::Passthrough;
-    expected.identity = Identity::JwtClaim("email".to_owned());
+    expected.identity = Identity::JwtClaim(SiteJwt {
+        claim: "email".to_owned(),
+        token_in: TokenLocation::Header("Authorization".to_owned()),
+        keys: SiteKeys::JwksUrl("https://login.example/jwks".to_owned()),
+        issuer: "https://login.example/".to_owned(),
+        audience: "shop".to_owned(),
+        required: false,
+    });
     expected.requires = vec![room_id("a")];
     check_json(
-        r#"{"id": "b", "max_active": 7, "session_max": "1h30m500ms", "mode": "passthrough", "identity": "jwt:email", "requires": ["a"]}"#,
+        r#"{"id": "b", "max_active": 7, "session_max": "1h30m500ms", "mode": "passthrough", "identity": "jwt:email",
+            "identity_jwt": {"header": "Authorization", "jwks_url": "https://login.example/jwks", "issuer": "https://login.example/", "audience": "shop"},
+            "requires": ["a"]}"#,
         Ok(expected),
     );
     check_json(

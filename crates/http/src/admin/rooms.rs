@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
 use anteroom_core::config::{
-    FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom,
+    FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawIdentityJwt, RawPriority, RawRoom,
 };
 use anteroom_core::room::RoomConfig;
 
@@ -87,6 +87,9 @@ pub(crate) struct RoomBody {
         example = "anonymous"
     )]
     pub(crate) identity: Option<String>,
+    /// With `identity = "jwt:<claim>"`: where the site's token is and how it is checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) identity_jwt: Option<IdentityJwtBody>,
     /// Rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<RoomIdText>>)]
@@ -121,6 +124,64 @@ pub(crate) struct RoomBody {
     /// Priority access codes (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) priority: Option<Vec<PriorityBody>>,
+}
+
+/// `[room.identity_jwt]`: the site's own token as the visitor's identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IdentityJwtBody {
+    /// The cookie holding the token (or `header`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "site_session")]
+    pub(crate) cookie: Option<String>,
+    /// The header holding the token; `Authorization` is read as `Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "Authorization")]
+    pub(crate) header: Option<String>,
+    /// The site's key set, fetched and cached (or `hs256_secret_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "https://login.example/.well-known/jwks.json")]
+    pub(crate) jwks_url: Option<String>,
+    /// A file on the node holding the site's HS256 secret (at least 32 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hs256_secret_file: Option<String>,
+    /// The `iss` tokens must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) issuer: Option<String>,
+    /// An `aud` tokens must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) audience: Option<String>,
+    /// Refuse visitors without a valid token (otherwise they join as anonymous).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) required: Option<bool>,
+}
+
+impl From<RawIdentityJwt> for IdentityJwtBody {
+    fn from(raw: RawIdentityJwt) -> IdentityJwtBody {
+        IdentityJwtBody {
+            cookie: raw.cookie,
+            header: raw.header,
+            jwks_url: raw.jwks_url,
+            hs256_secret_file: raw.hs256_secret_file,
+            issuer: raw.issuer,
+            audience: raw.audience,
+            required: raw.required,
+        }
+    }
+}
+
+impl From<IdentityJwtBody> for RawIdentityJwt {
+    fn from(body: IdentityJwtBody) -> RawIdentityJwt {
+        RawIdentityJwt {
+            cookie: body.cookie,
+            header: body.header,
+            jwks_url: body.jwks_url,
+            hs256_secret_file: body.hs256_secret_file,
+            issuer: body.issuer,
+            audience: body.audience,
+            required: body.required,
+        }
+    }
 }
 
 /// A room as an OpenID Connect client: the room id is the client id.
@@ -325,6 +386,7 @@ impl RoomBody {
             mode: raw.mode,
             order: raw.order,
             identity: raw.identity,
+            identity_jwt: raw.identity_jwt.map(IdentityJwtBody::from),
             requires: raw.requires,
             page_template: raw.page_template,
             on_store_error: raw.on_store_error,
@@ -596,6 +658,11 @@ fn apply_fields(
             "mode" => set(&mut raw.mode, value, "text", &mut problem),
             "order" => set(&mut raw.order, value, "text", &mut problem),
             "identity" => set(&mut raw.identity, value, "text", &mut problem),
+            "identity_jwt" => {
+                let mut body: Option<IdentityJwtBody> = None;
+                set(&mut body, value, IDENTITY_JWT, &mut problem);
+                raw.identity_jwt = body.map(RawIdentityJwt::from);
+            }
             "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
             "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
@@ -660,6 +727,8 @@ fn apply_fields(
 
 const ADAPTIVE: &str = "an object with target_p95_ms, max_error_rate, min_per_minute, \
      max_per_minute and interval";
+const IDENTITY_JWT: &str = "an object with cookie or header, jwks_url or hs256_secret_file, \
+                            issuer, audience and required";
 const CHALLENGE: &str = "an object such as {\"kind\": \"pow\", \"difficulty\": 18}";
 const DURATION: &str = "a duration such as \"90s\", \"10m\" or \"1h\"";
 

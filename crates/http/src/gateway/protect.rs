@@ -35,11 +35,12 @@ use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
-use crate::api;
 use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
 use crate::page::{self, HeldBack};
+use crate::site_identity::SiteTokenError;
+use crate::{AppState, api};
 
 use super::Gateway;
 use super::passes::CachedPass;
@@ -160,7 +161,7 @@ pub(crate) async fn decide(
             };
         }
         if let Some(pass) = valid_pass(gateway, &room, &info, asked.headers, now).await {
-            if let Err(error) = check_identity(&info.config, asked, &pass) {
+            if let Err(error) = check_identity(app, &info.config, asked, &pass).await {
                 return Verdict::Refuse(error);
             }
             if let Some(cookie) = renew(gateway, &room, &info, &pass, now).await {
@@ -426,7 +427,8 @@ async fn session_holds(
 }
 
 /// Mutating requests in a room with an identity must come from the pass's `uid`.
-fn check_identity(
+async fn check_identity(
+    app: &AppState,
     config: &RoomConfig,
     asked: &Asked<'_>,
     pass: &CachedPass,
@@ -462,8 +464,21 @@ fn check_identity(
                 Err(mismatch())
             }
         }
-        // The site's own JWT is not verified by this version, so the identity is unknown.
-        Identity::JwtClaim(_) => Err(mismatch()),
+        Identity::JwtClaim(site) => {
+            let presented = app
+                .site_keys()
+                .identify(site, asked.headers, app.now().as_millis())
+                .await;
+            match (pass.claims.uid.as_deref(), presented) {
+                (Some(uid), Ok(Some(identity))) if identity == uid => Ok(()),
+                // An anonymous pass (the room does not require the site's token) stays
+                // anonymous: it binds nobody, whatever token comes with it.
+                (None, _) if !site.required => Ok(()),
+                (Some(_), Ok(None)) => Err(SiteTokenError::Missing.to_api_error()),
+                (Some(_), Err(error)) => Err(error.to_api_error()),
+                _ => Err(mismatch()),
+            }
+        }
     }
 }
 
@@ -670,6 +685,12 @@ pub(crate) async fn protect(
             asked.headers,
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
+        // A browser refused for its sign-in is told so in a page, not in JSON.
+        Verdict::Refuse(error)
+            if navigation && matches!(error.code(), "identity_required" | "identity_invalid") =>
+        {
+            page::sign_in_page(&error)
+        }
         Verdict::Refuse(error) => error.into_response(),
         Verdict::Limited(response) => response,
     })
