@@ -940,3 +940,180 @@ async fn schedules_are_set_shown_and_checked_through_the_api() {
         "a refused change changes nothing"
     );
 }
+
+/// The room's `ETag` as a GET answers it.
+async fn etag_of(admin: &Admin, room: &str) -> String {
+    let reply = admin
+        .read(Call::get(&format!("/admin/v1/rooms/{room}")))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    reply.header("etag").unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn writes_with_a_stale_etag_answer_412_and_change_nothing() {
+    let admin = Admin::new(vec![capped_room("a", 5)]).await;
+    let first = etag_of(&admin, "a").await;
+    assert!(first.starts_with('"') && first.ends_with('"'), "{first}");
+    assert_eq!(
+        etag_of(&admin, "a").await,
+        first,
+        "the same room, the same tag"
+    );
+
+    // A write with the current tag succeeds and answers the new one, which GET then shows.
+    let patched = admin
+        .call(patch("/admin/v1/rooms/a", json!({"max_active": 6})).header("if-match", &first))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    let second = patched.header("etag").unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(etag_of(&admin, "a").await, second);
+
+    // Every write with the old tag is refused as a problem, and the room stays as it is.
+    let before = admin.config("a").await;
+    for call in [
+        patch("/admin/v1/rooms/a", json!({"max_active": 7})),
+        put("/admin/v1/rooms/a", json!({"max_active": 8})),
+        Call::post("/admin/v1/rooms/a/pause"),
+        Call::post("/admin/v1/rooms/a/close"),
+    ] {
+        let reply = admin.call(call.header("if-match", &first)).await;
+        reply.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+        assert!(reply.text("detail").contains(&second), "{}", reply.body);
+    }
+    // A weak tag never matches; a malformed header is refused rather than ignored.
+    let weak = format!("W/{second}");
+    let reply = admin
+        .call(Call::post("/admin/v1/rooms/a/pause").header("if-match", &weak))
+        .await;
+    reply.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    for bad in ["not-quoted", "*, \"x\""] {
+        let reply = admin
+            .call(patch("/admin/v1/rooms/a", json!({"max_active": 9})).header("if-match", bad))
+            .await;
+        reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_if_match");
+    }
+    assert_eq!(admin.config("a").await, before);
+    assert_eq!(etag_of(&admin, "a").await, second);
+
+    // One of several tags, or `*`, matches; the mode controls answer the new tag.
+    let paused = admin
+        .call(
+            Call::post("/admin/v1/rooms/a/pause")
+                .header("if-match", &format!("\"other\", {second}")),
+        )
+        .await;
+    assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
+    assert_eq!(paused.text("mode"), "queue_all");
+    let third = paused.header("etag").unwrap().to_owned();
+    assert_eq!(etag_of(&admin, "a").await, third);
+    let resumed = admin
+        .call(Call::post("/admin/v1/rooms/a/resume").header("if-match", "*"))
+        .await;
+    assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.body);
+
+    // Without If-Match a write still goes through (atomically, over the version in force).
+    let unconditional = admin
+        .call(patch("/admin/v1/rooms/a", json!({"admit_per_minute": 60})))
+        .await;
+    assert_eq!(
+        unconditional.status,
+        StatusCode::OK,
+        "{}",
+        unconditional.body
+    );
+    let config = admin.config("a").await;
+    assert_eq!((config.max_active, config.admit_per_minute), (6, 60));
+
+    // A conditional PUT never re-creates a room someone deleted.
+    let gone = admin
+        .call(put("/admin/v1/rooms/gone", json!({})).header("if-match", "*"))
+        .await;
+    gone.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    let missing = admin.read(Call::get("/admin/v1/rooms/gone")).await;
+    missing.assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+}
+
+#[tokio::test]
+async fn concurrent_patches_with_one_etag_let_exactly_one_win() {
+    let admin = Admin::new(vec![capped_room("a", 5)]).await;
+    let tag = etag_of(&admin, "a").await;
+    let (left, right) = tokio::join!(
+        admin.call(patch("/admin/v1/rooms/a", json!({"max_active": 10})).header("if-match", &tag)),
+        admin.call(patch("/admin/v1/rooms/a", json!({"max_active": 20})).header("if-match", &tag)),
+    );
+    let (winner, loser, won_with) = match (left.status, right.status) {
+        (StatusCode::OK, StatusCode::PRECONDITION_FAILED) => (left, right, 10),
+        (StatusCode::PRECONDITION_FAILED, StatusCode::OK) => (right, left, 20),
+        other => panic!("expected one 200 and one 412, got {other:?}"),
+    };
+    loser.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    assert_eq!(admin.config("a").await.max_active, won_with);
+    assert_eq!(etag_of(&admin, "a").await, winner.header("etag").unwrap());
+}
+
+#[tokio::test]
+async fn one_session_is_revoked_by_id() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let kept = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    let revoked = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    let session = revoked.text("session").to_owned();
+    let uri = format!("/admin/v1/rooms/a/sessions/{session}/revoke");
+
+    // A read-only key cannot revoke.
+    let refused = admin.read(Call::post(&uri)).await;
+    refused.assert_problem(StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(admin.harness.counters("a").await.active, 2);
+
+    let reply = admin.call(Call::post(&uri)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.text("id"), session);
+    assert_eq!(reply.text("state"), "revoked");
+    // Its slot is free at once, this node refuses it from now on, the other one is untouched.
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+    let id = session.parse().unwrap();
+    assert!(admin.harness.state.revocations().contains(&id));
+    let listed = admin
+        .read(Call::get("/admin/v1/rooms/a/sessions?state=revoked"))
+        .await;
+    let ids: Vec<&str> = listed.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [session.as_str()]);
+    let still = admin
+        .read(Call::get("/admin/v1/rooms/a/sessions?state=active"))
+        .await;
+    assert_eq!(still.body["sessions"][0]["id"], kept.body["session"]);
+
+    // Again: nothing changes, the answer says how it ended.
+    let again = admin.call(Call::post(&uri)).await;
+    assert_eq!(
+        (again.status, again.text("state")),
+        (StatusCode::OK, "revoked")
+    );
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+
+    // Unknown or impossible ids, unknown rooms.
+    for (uri, code) in [
+        (
+            "/admin/v1/rooms/a/sessions/AAAAAAAAAAAAAAAAAAAAAA/revoke".to_owned(),
+            "session_not_found",
+        ),
+        (
+            "/admin/v1/rooms/a/sessions/not-an-id/revoke".to_owned(),
+            "session_not_found",
+        ),
+        (
+            format!("/admin/v1/rooms/nope/sessions/{session}/revoke"),
+            "room_not_found",
+        ),
+    ] {
+        let reply = admin.call(Call::post(&uri)).await;
+        reply.assert_problem(StatusCode::NOT_FOUND, code);
+    }
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+}

@@ -45,7 +45,8 @@ const METRICS_EVERY_SECS: u64 = 60;
 pub struct AdminEvent {
     /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued`,
     /// `keys.rotated`, `ticket.joined`, `ticket.admitted`, `ticket.abandoned`,
-    /// `session.completed`, `session.abandoned`, `session.expired`, `room.metrics`.
+    /// `session.completed`, `session.abandoned`, `session.expired`, `session.revoked`,
+    /// `room.metrics`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The room, when the event is about one.

@@ -11,9 +11,11 @@
 //! store's rooms on every pass), so a change is live on every node without a restart.
 
 mod auth;
+mod conditional;
 pub(crate) mod control;
 pub(crate) mod events;
 mod history;
+pub(crate) mod revoke;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
@@ -216,6 +218,10 @@ pub fn admin_router(admin: AdminState) -> Router {
         .route("/rooms/{room}/signal", put(control::signal))
         .route("/rooms/{room}/stats", get(stats::stats))
         .route("/rooms/{room}/sessions", get(stats::sessions))
+        .route(
+            "/rooms/{room}/sessions/{session}/revoke",
+            post(revoke::revoke_session),
+        )
         .route("/keys/rotate", post(control::rotate_keys))
         .route("/events", get(events::feed));
     Router::new()

@@ -295,7 +295,7 @@ pub(crate) struct SessionItem {
 }
 
 impl SessionItem {
-    fn new(session: &Session) -> SessionItem {
+    pub(crate) fn new(session: &Session) -> SessionItem {
         let (state, ended_at) = match session.state {
             SessionState::Active => ("active", None),
             SessionState::Ended { reason, at } => (reason.as_str(), Some(format_time(at))),
