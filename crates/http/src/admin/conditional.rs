@@ -72,7 +72,11 @@ pub(crate) struct IfMatchHeader {
     /// The `ETag` of the room as read: the write happens only if the room is still that
     /// version, else 412 and nothing changes. `*` matches any existing room. Optional: without
     /// it the change is applied atomically to the version in force.
-    #[param(rename = "If-Match")]
+    #[param(
+        rename = "If-Match",
+        pattern = r#"^(\*|(W/)?"[!#-~]*"( *, *(W/)?"[!#-~]*")*)$"#,
+        example = "\"5d41402abc4b2a76b9719d911017c592\""
+    )]
     if_match: Option<String>,
 }
 
