@@ -2,8 +2,9 @@
 //! opens with an admin key, a room's chart moves while visitors join, its upstream latency
 //! chart shows the requests a pass holder sends through the gateway, its Pause button stops
 //! admission, and revoking that visitor's session from the panel makes the gateway refuse the
-//! pass. Saves a screenshot under `<target>/browser-artifacts/panel.png`; with
-//! `ANTEROOM_WRITE_SCREENSHOTS=1`, also the documentation's `docs/screenshots/panel.png`.
+//! pass. Saves a screenshot under `<target>/browser-artifacts/panel.png` (and one with the
+//! session list open, `panel-sessions.png`); with `ANTEROOM_WRITE_SCREENSHOTS=1`, also the
+//! documentation's `docs/screenshots/panel.png`.
 //!
 //! Chromium is driven through chromedriver on a free port, in its own process group, killed
 //! when the test ends. Needs Debian's `chromium` and `chromium-driver` (`scripts/test`
@@ -239,6 +240,7 @@ async fn run() {
         .await;
     let row = format!("{card} li[data-session=\"{session}\"]");
     browser.wait_for(&row).await;
+    browser.screenshot(&artifact("panel-sessions.png")).await;
     browser.click(&format!("{row} button.revoke")).await;
     let revoked_at = Instant::now();
     while pass_works(&client, &server.url(), &pass).await {
@@ -287,14 +289,19 @@ async fn samples(browser: &Browser, card: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `<target>/browser-artifacts/panel.png`, and the documentation's copy when asked for.
-fn screenshot_paths() -> Vec<PathBuf> {
+/// `<target>/browser-artifacts/<name>`.
+fn artifact(name: &str) -> PathBuf {
     let binary = Path::new(env!("CARGO_BIN_EXE_anteroom"));
     let target = binary
         .parent()
         .and_then(Path::parent)
         .map_or_else(|| PathBuf::from("target"), Path::to_path_buf);
-    let mut paths = vec![target.join("browser-artifacts/panel.png")];
+    target.join("browser-artifacts").join(name)
+}
+
+/// `<target>/browser-artifacts/panel.png`, and the documentation's copy when asked for.
+fn screenshot_paths() -> Vec<PathBuf> {
+    let mut paths = vec![artifact("panel.png")];
     if std::env::var_os("ANTEROOM_WRITE_SCREENSHOTS").is_some() {
         paths.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots/panel.png"));
     }
