@@ -2,7 +2,8 @@
 //! time through the admin API is persisted in the embedded store, so it is still there, queue
 //! and all, after the process is killed and started again. Two operators changing one room
 //! with the same `ETag` cannot overwrite each other, on the embedded store and on Redis with
-//! each operator on a node of its own.
+//! each operator on a node of its own. A session revoked through one node's admin API is
+//! refused by another node's gateway within a second (SPEC §8.2).
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/admin.rs"]
@@ -11,6 +12,10 @@ mod admin_support;
 mod redis_server;
 mod support;
 
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -210,4 +215,91 @@ async fn one_of_two_patches_wins(client: &reqwest::Client, first: &str, second: 
     assert_eq!(paused.status(), StatusCode::PRECONDITION_FAILED);
     let room: Value = read(first).await.unwrap().json().await.unwrap();
     assert_eq!(room["mode"], "queue");
+}
+
+/// A paused room protecting `/site/…` on the upstream `{origin}`: nobody is let in without a
+/// pass, and a pass holder goes through.
+const PROTECTED: &str = r#"
+[upstream]
+url = "{origin}"
+
+[[room]]
+id = "guarded"
+routes = ["/site/**"]
+mode = "queue_all"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_revoked_on_one_node_is_refused_by_another_within_a_second() {
+    let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin_url = format!("http://{}", origin.local_addr().unwrap());
+    let origin_task = tokio::spawn(async move {
+        let app = Router::new().route("/site/{*rest}", get(|| async { "from the origin" }));
+        let _ = axum::serve(origin, app).await;
+    });
+    let redis = RedisServer::start();
+    let rooms = PROTECTED.replace("{origin}", &origin_url);
+    let sites = [
+        on_redis(AdminSite::new(&rooms), &redis.url()),
+        on_redis(AdminSite::new(&rooms), &redis.url()),
+    ];
+    let client = support::client();
+    let mut servers: Vec<_> = sites.iter().map(|site| site.site.start()).collect();
+    for (server, site) in servers.iter_mut().zip(&sites) {
+        server.wait_ready(&client).await;
+        AdminClient::new(&site.admin_url()).wait_ready().await;
+    }
+    // Each node signs with keys of its own: the pass comes from the node that checks it, and
+    // is revoked through the other one.
+    let first = AdminClient::new(&sites[0].admin_url());
+    let second = AdminClient::new(&sites[1].admin_url());
+    let other_node = servers[1].url();
+    let passes = |pass: &str| {
+        client
+            .get(format!("{other_node}/site/page"))
+            .header("x-anteroom-pass", pass)
+            .send()
+    };
+    let through = |answer: reqwest::Response| async move {
+        answer.status() == StatusCode::OK
+            && answer
+                .text()
+                .await
+                .is_ok_and(|body| body == "from the origin")
+    };
+
+    let (status, issued) = second
+        .admin(Method::POST, "/rooms/guarded/passes", None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let pass = issued["pass"].as_str().unwrap();
+    let session = issued["session"].as_str().unwrap();
+    // The other node lets the pass through (and caches it), and nobody else.
+    assert!(through(passes(pass).await.unwrap()).await, "the pass works");
+    assert!(!through(passes("not-a-pass").await.unwrap()).await);
+
+    let (status, revoked) = first
+        .admin(
+            Method::POST,
+            &format!("/rooms/guarded/sessions/{session}/revoke"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, revoked["state"].as_str()),
+        (StatusCode::OK, Some("revoked"))
+    );
+    let revoked_at = Instant::now();
+    while through(passes(pass).await.unwrap()).await {
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(1),
+            "the other node still honours the revoked pass"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, stats) = first
+        .admin(Method::GET, "/rooms/guarded/stats?history=0", None)
+        .await;
+    assert_eq!(stats["active"], 0, "the slot is free: {stats}");
+    origin_task.abort();
 }
