@@ -17,8 +17,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use anteroom_core::config::{PageMode, RouteConfig};
+use anteroom_core::ratelimit::rules::RequestMatcher;
 use anteroom_core::room::{Mode, RoomConfig};
-use anteroom_http::{AdminSettings, AdminState, admin_router};
+use anteroom_http::{AdminSettings, AdminState, Gateway, GatewayOptions, admin_router};
 use anteroom_token::{KeySet, PassExpectations, SigningAlgorithm};
 use support::{Call, Harness, Reply, START, capped_room, key_hash, room, room_id};
 
@@ -760,6 +762,85 @@ async fn stats_show_the_figures_and_the_sampled_history() {
         .read(Call::get("/admin/v1/rooms/a/stats?history=3601"))
         .await
         .assert_problem(StatusCode::BAD_REQUEST, "invalid_query");
+}
+
+#[tokio::test]
+async fn the_history_charts_the_upstream_latency_of_the_rooms_routes() {
+    let admin = Admin::new(vec![room("a"), room("b")]).await;
+    let route = |name: &str, room: &str| RouteConfig {
+        name: name.to_owned(),
+        matcher: RequestMatcher::default()
+            .with_paths([format!("/{room}/**").as_str()])
+            .unwrap(),
+        rooms: vec![room_id(room)],
+        rate_limits: Vec::new(),
+        bypass: false,
+        page: PageMode::default(),
+    };
+    let gateway = Gateway::new(
+        admin.harness.state.clone(),
+        GatewayOptions {
+            routes: vec![route("room-a", "a"), route("room-b", "b")],
+            ..GatewayOptions::default()
+        },
+    );
+    admin.admin.set_gateway(gateway.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sampler = tokio::spawn(anteroom_http::run_admin_sampler(
+        admin.admin.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Room a's route answers 19 times in 40 ms and once in 400 ms between two samples.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    admin.harness.advance(Duration::from_secs(1));
+    let stats_a = &gateway.stats().routes()[0];
+    for _ in 0..19 {
+        stats_a.record(Duration::from_millis(40), false);
+    }
+    stats_a.record(Duration::from_millis(400), false);
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        admin.harness.advance(Duration::from_secs(1));
+    }
+    let _ = stop.send(());
+    sampler.await.unwrap();
+
+    let history = |room: &str| {
+        let admin = &admin;
+        let uri = format!("/admin/v1/rooms/{room}/stats");
+        async move { admin.read(Call::get(&uri)).await.body["history"].clone() }
+    };
+    let a = history("a").await;
+    let samples = a["at"].as_array().unwrap().len();
+    assert!(samples >= 3, "{a}");
+    let responses: Vec<u64> = a["upstream_responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(responses.iter().sum::<u64>(), 20, "{a}");
+    let second = responses.iter().position(|&n| n == 20).unwrap();
+    // Quantiles to within 10 %: the bound of the fine bucket holding them.
+    let p50 = a["upstream_p50_ms"][second].as_f64().unwrap();
+    let p95 = a["upstream_p95_ms"][second].as_f64().unwrap();
+    assert!((40.0..44.0).contains(&p50), "median {p50}");
+    assert!(
+        (40.0..44.0).contains(&p95),
+        "p95 {p95}: 19 of 20 took 40 ms"
+    );
+    // Seconds without answers have no latency; room b's route was idle throughout.
+    for (index, &count) in responses.iter().enumerate() {
+        if count == 0 {
+            assert!(a["upstream_p95_ms"][index].is_null(), "{a}");
+        }
+    }
+    let b = history("b").await;
+    let idle = b["upstream_p95_ms"].as_array().unwrap();
+    assert_eq!(idle.len(), b["at"].as_array().unwrap().len());
+    assert!(idle.iter().all(Value::is_null), "{b}");
 }
 
 #[tokio::test]
