@@ -55,6 +55,9 @@ pub(crate) async fn start(
     };
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
     admin.set_routes(&config.routes);
+    if let Some(gateway) = gateway {
+        admin.set_gateway(gateway.clone());
+    }
     if !config.events.is_empty() {
         admin.set_outbox(event_sinks(config)?);
     }

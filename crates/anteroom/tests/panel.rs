@@ -1,7 +1,10 @@
 //! The control panel (SPEC §8.3) in headless Chromium against the real `anteroom serve`: it
-//! opens with an admin key, a room's chart moves while visitors join, and its Pause button
-//! stops admission. Saves a screenshot under `<target>/browser-artifacts/panel.png`; with
-//! `ANTEROOM_WRITE_SCREENSHOTS=1`, also the documentation's `docs/screenshots/panel.png`.
+//! opens with an admin key, a room's chart moves while visitors join, its upstream latency
+//! chart shows the requests a pass holder sends through the gateway, its Pause button stops
+//! admission, and revoking that visitor's session from the panel makes the gateway refuse the
+//! pass. Saves a screenshot under `<target>/browser-artifacts/panel.png` (and one with the
+//! session list open, `panel-sessions.png`); with `ANTEROOM_WRITE_SCREENSHOTS=1`, also the
+//! documentation's `docs/screenshots/panel.png`.
 //!
 //! Chromium is driven through chromedriver on a free port, in its own process group, killed
 //! when the test ends. Needs Debian's `chromium` and `chromium-driver` (`scripts/test`
@@ -16,8 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use axum::Router;
+use axum::routing::get;
 use fantoccini::{Client, ClientBuilder, Locator};
-use reqwest::Method;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use admin_support::{ADMIN_KEY, AdminClient, AdminSite};
@@ -29,14 +34,52 @@ const TEST_LIMIT: Duration = Duration::from_secs(150);
 const SEEN_WITHIN: Duration = Duration::from_secs(15);
 
 /// One admission a second, one at a time in burst: visitors joining faster than that queue.
+/// `/show/…` on the public listener is the room's protected site, proxied to `{origin}`.
 const SHOW: &str = r#"
+[upstream]
+url = "{origin}"
+
 [[room]]
 id = "show"
+routes = ["/show/**"]
 admit_per_minute = 60
 admit_burst = 1
 session_ttl = "10m"
 ticket_idle_ttl = "10m"
 "#;
+
+/// What the origin answers: the gateway proxied the request.
+const FROM_ORIGIN: &str = "from the origin";
+
+/// The protected site: every answer takes a few milliseconds.
+async fn start_origin() -> (String, tokio::task::JoinHandle<()>) {
+    let app = Router::new().route(
+        "/show/{*rest}",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(8)).await;
+            FROM_ORIGIN
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+/// Whether `pass` gets its holder through the gateway to the origin now.
+async fn pass_works(client: &reqwest::Client, base: &str, pass: &str) -> bool {
+    let Ok(answer) = client
+        .get(format!("{base}/show/item"))
+        .header("x-anteroom-pass", pass)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    answer.status() == StatusCode::OK && answer.text().await.is_ok_and(|body| body == FROM_ORIGIN)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_panel_charts_a_room_live_and_its_pause_button_stops_admission() {
@@ -46,12 +89,38 @@ async fn the_panel_charts_a_room_live_and_its_pause_button_stops_admission() {
 }
 
 async fn run() {
-    let site = AdminSite::new(SHOW);
+    let (origin, origin_task) = start_origin().await;
+    let site = AdminSite::new(&SHOW.replace("{origin}", &origin));
     let client = support::client();
     let mut server = site.site.start();
     server.wait_ready(&client).await;
     let admin = AdminClient::new(&site.admin_url());
     admin.wait_ready().await;
+
+    // One visitor holds a pass and uses the protected site, ten requests a second.
+    let (status, issued) = admin
+        .admin(
+            Method::POST,
+            "/rooms/show/passes",
+            Some(json!({"uid": "visitor-1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let pass = issued["pass"].as_str().unwrap().to_owned();
+    let session = issued["session"].as_str().unwrap().to_owned();
+    assert!(
+        pass_works(&client, &server.url(), &pass).await,
+        "the pass lets its holder in"
+    );
+    let browsing = tokio::spawn({
+        let (client, base, pass) = (client.clone(), server.url(), pass.clone());
+        async move {
+            loop {
+                pass_works(&client, &base, &pass).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
 
     // Visitors keep joining, three a second, while the test watches.
     let crowd = tokio::spawn({
@@ -110,6 +179,27 @@ async fn run() {
     let admitted_before = admitted(&admin).await;
     assert!(admitted_before > 0, "the room admits before the pause");
 
+    // The upstream latency chart shows the pass holder's requests, and says so in words.
+    let latency = format!("{card} svg.latency");
+    browser
+        .wait_for(&format!("{latency}[aria-label*=\"latest p95\"]"))
+        .await;
+    let p95_points = browser
+        .attribute(&format!("{latency} polyline.p95"), "points")
+        .await;
+    assert!(!p95_points.is_empty(), "the p95 line has points");
+    assert_eq!(browser.attribute(&latency, "role").await, "img");
+    let (_, stats) = admin
+        .admin(Method::GET, "/rooms/show/stats?history=60", None)
+        .await;
+    let responses: u64 = stats["history"]["upstream_responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|count| count.as_u64().unwrap())
+        .sum();
+    assert!(responses > 0, "the stats count upstream responses: {stats}");
+
     for path in screenshot_paths() {
         browser.screenshot(&path).await;
     }
@@ -135,6 +225,37 @@ async fn run() {
         "the line grows while paused"
     );
 
+    // Revoking the visitor's session from the panel: the gateway refuses the pass within a
+    // second (the room is paused, so the visitor is not simply let in again).
+    browsing.abort();
+    assert!(
+        pass_works(&client, &server.url(), &pass).await,
+        "still in before the revocation"
+    );
+    browser
+        .eval("window.confirm = () => true; return null")
+        .await;
+    browser
+        .click(&format!("{card} details.session-list summary"))
+        .await;
+    let row = format!("{card} li[data-session=\"{session}\"]");
+    browser.wait_for(&row).await;
+    browser.screenshot(&artifact("panel-sessions.png")).await;
+    browser.click(&format!("{row} button.revoke")).await;
+    let revoked_at = Instant::now();
+    while pass_works(&client, &server.url(), &pass).await {
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(2),
+            "the revoked pass still works"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, revoked) = admin
+        .admin(Method::GET, "/rooms/show/sessions?state=revoked", None)
+        .await;
+    assert_eq!(revoked["sessions"][0]["id"], session.as_str(), "{revoked}");
+    browser.wait_for_gone(&row).await;
+
     // Resume starts admission again.
     browser.click(&format!("{card} button.resume")).await;
     browser.wait_for(&format!("{card}[data-mode=queue]")).await;
@@ -148,6 +269,7 @@ async fn run() {
     assert!(log.contains("room.updated"), "event log: {log}");
 
     crowd.abort();
+    origin_task.abort();
     browser.close().await;
     server.kill();
 }
@@ -167,14 +289,19 @@ async fn samples(browser: &Browser, card: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `<target>/browser-artifacts/panel.png`, and the documentation's copy when asked for.
-fn screenshot_paths() -> Vec<PathBuf> {
+/// `<target>/browser-artifacts/<name>`.
+fn artifact(name: &str) -> PathBuf {
     let binary = Path::new(env!("CARGO_BIN_EXE_anteroom"));
     let target = binary
         .parent()
         .and_then(Path::parent)
         .map_or_else(|| PathBuf::from("target"), Path::to_path_buf);
-    let mut paths = vec![target.join("browser-artifacts/panel.png")];
+    target.join("browser-artifacts").join(name)
+}
+
+/// `<target>/browser-artifacts/panel.png`, and the documentation's copy when asked for.
+fn screenshot_paths() -> Vec<PathBuf> {
+    let mut paths = vec![artifact("panel.png")];
     if std::env::var_os("ANTEROOM_WRITE_SCREENSHOTS").is_some() {
         paths.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots/panel.png"));
     }
@@ -276,6 +403,18 @@ impl Browser {
             assert!(
                 started.elapsed() < SEEN_WITHIN,
                 "nothing matched {css} within {SEEN_WITHIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until nothing matches `css`.
+    async fn wait_for_gone(&self, css: &str) {
+        let started = Instant::now();
+        while self.find(css).await.is_some() {
+            assert!(
+                started.elapsed() < SEEN_WITHIN,
+                "{css} still matched after {SEEN_WITHIN:?}"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -30,6 +30,7 @@ use serde::Serialize;
 use anteroom_core::adaptive::{AdaptiveSettings, Decision, Health, SIGNAL_STALE_AFTER_MS};
 use anteroom_core::room::{RoomConfig, default_admit_burst};
 use anteroom_core::{RoomId, Timestamp};
+use anteroom_store::ConfigWrite;
 use anteroom_store::marks::Marked;
 
 use crate::gateway::fine_bound_ms;
@@ -379,12 +380,19 @@ async fn apply(app: &AppState, mut config: RoomConfig, rate: u64) -> Option<u64>
     }
     let room = config.id.clone();
     let from = config.admit_per_minute;
+    let read = config.clone();
     config.admit_per_minute = rate;
     config.admit_burst = burst;
-    match app.store().put_room(config).await {
-        Ok(_) => {
+    // Only over the configuration the decision was made on: an operator's change made
+    // meanwhile is kept, and the next interval decides again from it.
+    match app.store().replace_room_if(&read, config).await {
+        Ok(ConfigWrite::Written(_)) => {
             tracing::debug!(%room, from, to = rate, "adaptive admission: rate changed");
             Some(rate)
+        }
+        Ok(ConfigWrite::Changed(_)) => {
+            tracing::debug!(%room, "adaptive admission: the room changed meanwhile; rate left alone");
+            None
         }
         Err(error) => {
             tracing::warn!(%room, %error, "adaptive admission: cannot set the rate");

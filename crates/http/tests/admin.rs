@@ -17,8 +17,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use anteroom_core::config::{PageMode, RouteConfig};
+use anteroom_core::ratelimit::rules::RequestMatcher;
 use anteroom_core::room::{Mode, RoomConfig};
-use anteroom_http::{AdminSettings, AdminState, admin_router};
+use anteroom_http::{AdminSettings, AdminState, Gateway, GatewayOptions, admin_router};
 use anteroom_token::{KeySet, PassExpectations, SigningAlgorithm};
 use support::{Call, Harness, Reply, START, capped_room, key_hash, room, room_id};
 
@@ -824,6 +826,85 @@ async fn stats_show_the_figures_and_the_sampled_history() {
 }
 
 #[tokio::test]
+async fn the_history_charts_the_upstream_latency_of_the_rooms_routes() {
+    let admin = Admin::new(vec![room("a"), room("b")]).await;
+    let route = |name: &str, room: &str| RouteConfig {
+        name: name.to_owned(),
+        matcher: RequestMatcher::default()
+            .with_paths([format!("/{room}/**").as_str()])
+            .unwrap(),
+        rooms: vec![room_id(room)],
+        rate_limits: Vec::new(),
+        bypass: false,
+        page: PageMode::default(),
+    };
+    let gateway = Gateway::new(
+        admin.harness.state.clone(),
+        GatewayOptions {
+            routes: vec![route("room-a", "a"), route("room-b", "b")],
+            ..GatewayOptions::default()
+        },
+    );
+    admin.admin.set_gateway(gateway.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sampler = tokio::spawn(anteroom_http::run_admin_sampler(
+        admin.admin.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Room a's route answers 19 times in 40 ms and once in 400 ms between two samples.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    admin.harness.advance(Duration::from_secs(1));
+    let stats_a = &gateway.stats().routes()[0];
+    for _ in 0..19 {
+        stats_a.record(Duration::from_millis(40), false);
+    }
+    stats_a.record(Duration::from_millis(400), false);
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        admin.harness.advance(Duration::from_secs(1));
+    }
+    let _ = stop.send(());
+    sampler.await.unwrap();
+
+    let history = |room: &str| {
+        let admin = &admin;
+        let uri = format!("/admin/v1/rooms/{room}/stats");
+        async move { admin.read(Call::get(&uri)).await.body["history"].clone() }
+    };
+    let a = history("a").await;
+    let samples = a["at"].as_array().unwrap().len();
+    assert!(samples >= 3, "{a}");
+    let responses: Vec<u64> = a["upstream_responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(responses.iter().sum::<u64>(), 20, "{a}");
+    let second = responses.iter().position(|&n| n == 20).unwrap();
+    // Quantiles to within 10 %: the bound of the fine bucket holding them.
+    let p50 = a["upstream_p50_ms"][second].as_f64().unwrap();
+    let p95 = a["upstream_p95_ms"][second].as_f64().unwrap();
+    assert!((40.0..44.0).contains(&p50), "median {p50}");
+    assert!(
+        (40.0..44.0).contains(&p95),
+        "p95 {p95}: 19 of 20 took 40 ms"
+    );
+    // Seconds without answers have no latency; room b's route was idle throughout.
+    for (index, &count) in responses.iter().enumerate() {
+        if count == 0 {
+            assert!(a["upstream_p95_ms"][index].is_null(), "{a}");
+        }
+    }
+    let b = history("b").await;
+    let idle = b["upstream_p95_ms"].as_array().unwrap();
+    assert_eq!(idle.len(), b["at"].as_array().unwrap().len());
+    assert!(idle.iter().all(Value::is_null), "{b}");
+}
+
+#[tokio::test]
 async fn key_rotation_swaps_the_signing_key_live() {
     let admin = Admin::new(vec![room("a")]).await;
     let before = admin.harness.keys().active_kid().to_owned();
@@ -1000,4 +1081,181 @@ async fn schedules_are_set_shown_and_checked_through_the_api() {
         before,
         "a refused change changes nothing"
     );
+}
+
+/// The room's `ETag` as a GET answers it.
+async fn etag_of(admin: &Admin, room: &str) -> String {
+    let reply = admin
+        .read(Call::get(&format!("/admin/v1/rooms/{room}")))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    reply.header("etag").unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn writes_with_a_stale_etag_answer_412_and_change_nothing() {
+    let admin = Admin::new(vec![capped_room("a", 5)]).await;
+    let first = etag_of(&admin, "a").await;
+    assert!(first.starts_with('"') && first.ends_with('"'), "{first}");
+    assert_eq!(
+        etag_of(&admin, "a").await,
+        first,
+        "the same room, the same tag"
+    );
+
+    // A write with the current tag succeeds and answers the new one, which GET then shows.
+    let patched = admin
+        .call(patch("/admin/v1/rooms/a", json!({"max_active": 6})).header("if-match", &first))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    let second = patched.header("etag").unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(etag_of(&admin, "a").await, second);
+
+    // Every write with the old tag is refused as a problem, and the room stays as it is.
+    let before = admin.config("a").await;
+    for call in [
+        patch("/admin/v1/rooms/a", json!({"max_active": 7})),
+        put("/admin/v1/rooms/a", json!({"max_active": 8})),
+        Call::post("/admin/v1/rooms/a/pause"),
+        Call::post("/admin/v1/rooms/a/close"),
+    ] {
+        let reply = admin.call(call.header("if-match", &first)).await;
+        reply.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+        assert!(reply.text("detail").contains(&second), "{}", reply.body);
+    }
+    // A weak tag never matches; a malformed header is refused rather than ignored.
+    let weak = format!("W/{second}");
+    let reply = admin
+        .call(Call::post("/admin/v1/rooms/a/pause").header("if-match", &weak))
+        .await;
+    reply.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    for bad in ["not-quoted", "*, \"x\""] {
+        let reply = admin
+            .call(patch("/admin/v1/rooms/a", json!({"max_active": 9})).header("if-match", bad))
+            .await;
+        reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_if_match");
+    }
+    assert_eq!(admin.config("a").await, before);
+    assert_eq!(etag_of(&admin, "a").await, second);
+
+    // One of several tags, or `*`, matches; the mode controls answer the new tag.
+    let paused = admin
+        .call(
+            Call::post("/admin/v1/rooms/a/pause")
+                .header("if-match", &format!("\"other\", {second}")),
+        )
+        .await;
+    assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
+    assert_eq!(paused.text("mode"), "queue_all");
+    let third = paused.header("etag").unwrap().to_owned();
+    assert_eq!(etag_of(&admin, "a").await, third);
+    let resumed = admin
+        .call(Call::post("/admin/v1/rooms/a/resume").header("if-match", "*"))
+        .await;
+    assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.body);
+
+    // Without If-Match a write still goes through (atomically, over the version in force).
+    let unconditional = admin
+        .call(patch("/admin/v1/rooms/a", json!({"admit_per_minute": 60})))
+        .await;
+    assert_eq!(
+        unconditional.status,
+        StatusCode::OK,
+        "{}",
+        unconditional.body
+    );
+    let config = admin.config("a").await;
+    assert_eq!((config.max_active, config.admit_per_minute), (6, 60));
+
+    // A conditional PUT never re-creates a room someone deleted.
+    let gone = admin
+        .call(put("/admin/v1/rooms/gone", json!({})).header("if-match", "*"))
+        .await;
+    gone.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    let missing = admin.read(Call::get("/admin/v1/rooms/gone")).await;
+    missing.assert_problem(StatusCode::NOT_FOUND, "room_not_found");
+}
+
+#[tokio::test]
+async fn concurrent_patches_with_one_etag_let_exactly_one_win() {
+    let admin = Admin::new(vec![capped_room("a", 5)]).await;
+    let tag = etag_of(&admin, "a").await;
+    let (left, right) = tokio::join!(
+        admin.call(patch("/admin/v1/rooms/a", json!({"max_active": 10})).header("if-match", &tag)),
+        admin.call(patch("/admin/v1/rooms/a", json!({"max_active": 20})).header("if-match", &tag)),
+    );
+    let (winner, loser, won_with) = match (left.status, right.status) {
+        (StatusCode::OK, StatusCode::PRECONDITION_FAILED) => (left, right, 10),
+        (StatusCode::PRECONDITION_FAILED, StatusCode::OK) => (right, left, 20),
+        other => panic!("expected one 200 and one 412, got {other:?}"),
+    };
+    loser.assert_problem(StatusCode::PRECONDITION_FAILED, "precondition_failed");
+    assert_eq!(admin.config("a").await.max_active, won_with);
+    assert_eq!(etag_of(&admin, "a").await, winner.header("etag").unwrap());
+}
+
+#[tokio::test]
+async fn one_session_is_revoked_by_id() {
+    let admin = Admin::new(vec![room("a")]).await;
+    let kept = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    let revoked = admin.call(Call::post("/admin/v1/rooms/a/passes")).await;
+    let session = revoked.text("session").to_owned();
+    let uri = format!("/admin/v1/rooms/a/sessions/{session}/revoke");
+
+    // A read-only key cannot revoke.
+    let refused = admin.read(Call::post(&uri)).await;
+    refused.assert_problem(StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(admin.harness.counters("a").await.active, 2);
+
+    let reply = admin.call(Call::post(&uri)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.text("id"), session);
+    assert_eq!(reply.text("state"), "revoked");
+    // Its slot is free at once, this node refuses it from now on, the other one is untouched.
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+    let id = session.parse().unwrap();
+    assert!(admin.harness.state.revocations().contains(&id));
+    let listed = admin
+        .read(Call::get("/admin/v1/rooms/a/sessions?state=revoked"))
+        .await;
+    let ids: Vec<&str> = listed.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [session.as_str()]);
+    let still = admin
+        .read(Call::get("/admin/v1/rooms/a/sessions?state=active"))
+        .await;
+    assert_eq!(still.body["sessions"][0]["id"], kept.body["session"]);
+
+    // Again: nothing changes, the answer says how it ended.
+    let again = admin.call(Call::post(&uri)).await;
+    assert_eq!(
+        (again.status, again.text("state")),
+        (StatusCode::OK, "revoked")
+    );
+    assert_eq!(admin.harness.counters("a").await.active, 1);
+
+    // Unknown or impossible ids, unknown rooms.
+    for (uri, code) in [
+        (
+            "/admin/v1/rooms/a/sessions/AAAAAAAAAAAAAAAAAAAAAA/revoke".to_owned(),
+            "session_not_found",
+        ),
+        (
+            "/admin/v1/rooms/a/sessions/not-an-id/revoke".to_owned(),
+            "session_not_found",
+        ),
+        (
+            format!("/admin/v1/rooms/nope/sessions/{session}/revoke"),
+            "room_not_found",
+        ),
+    ] {
+        let reply = admin.call(Call::post(&uri)).await;
+        reply.assert_problem(StatusCode::NOT_FOUND, code);
+    }
+    assert_eq!(admin.harness.counters("a").await.active, 1);
 }

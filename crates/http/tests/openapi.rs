@@ -45,6 +45,7 @@ fn the_document_covers_the_public_and_admin_apis() {
         "/admin/v1/rooms/{room}",
         "/admin/v1/rooms/{room}/advance",
         "/admin/v1/rooms/{room}/sessions",
+        "/admin/v1/rooms/{room}/sessions/{session}/revoke",
         "/admin/v1/rooms/{room}/stats",
         "/admin/v1/keys/rotate",
         "/admin/v1/events",

@@ -21,7 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::{RoomRecords, SessionListing, SessionQuery, StoreError};
+use crate::{ConfigWrite, RoomRecords, SessionListing, SessionQuery, StoreError};
 
 /// A durable write that has been queued; [`Persister::wait_durable_until`] its sequence says
 /// when it is on disk.
@@ -213,34 +213,63 @@ impl<P: Persister> EngineHost<P> {
 
     pub(crate) async fn put_room(&self, config: RoomConfig) -> Result<RoomSnapshot, StoreError> {
         let id = config.id.clone();
-        let (snapshot, pending) = {
+        let slot = {
             let mut rooms = self.rooms.write();
-            let slot = rooms
+            rooms
                 .entry(id)
                 .or_insert_with(|| {
                     Arc::new(Mutex::new(
                         self.slot_for(RoomState::new(config.clone(), self.clock.now())),
                     ))
                 })
-                .clone();
-            drop(rooms);
-            let mut guard = slot.lock();
-            let mut changes = ChangeSet::default();
-            guard
-                .state
-                .set_config(config, self.clock.now(), &mut changes);
-            let pending = self.persister.persist(&guard.state, &changes, true);
-            // After the change, never before: a reader that saw the old version and then
-            // the new configuration keeps it under the old version and reads it again.
-            self.config_version.fetch_add(1, Ordering::AcqRel);
-            let pending = pending?;
-            if let Some(pending) = &pending {
-                guard.last_sequence = pending.sequence;
-            }
-            (guard.state.snapshot(), pending)
+                .clone()
         };
+        let (snapshot, pending) = self.set_config(&mut slot.lock(), config)?;
         self.wait_durable(pending).await?;
         Ok(snapshot)
+    }
+
+    /// Replaces the room's configuration only while it is still `expected`: the comparison
+    /// and the write happen under the room's lock, so of two writers that read the same
+    /// configuration exactly one succeeds.
+    pub(crate) async fn replace_room_if(
+        &self,
+        expected: &RoomConfig,
+        config: RoomConfig,
+    ) -> Result<ConfigWrite, StoreError> {
+        let slot = self.slot(&config.id)?;
+        let (snapshot, pending) = {
+            let mut guard = slot.lock();
+            if guard.deleted {
+                return Err(StoreError::RoomNotFound(config.id));
+            }
+            if guard.state.config() != expected {
+                return Ok(ConfigWrite::Changed(guard.state.config().clone()));
+            }
+            self.set_config(&mut guard, config)?
+        };
+        self.wait_durable(pending).await?;
+        Ok(ConfigWrite::Written(snapshot))
+    }
+
+    /// Puts `config` in force on a locked room and queues its durable write.
+    fn set_config(
+        &self,
+        slot: &mut RoomSlot,
+        config: RoomConfig,
+    ) -> Result<(RoomSnapshot, Option<PendingWrite>), StoreError> {
+        let mut changes = ChangeSet::default();
+        slot.state
+            .set_config(config, self.clock.now(), &mut changes);
+        let pending = self.persister.persist(&slot.state, &changes, true);
+        // After the change, never before: a reader that saw the old version and then
+        // the new configuration keeps it under the old version and reads it again.
+        self.config_version.fetch_add(1, Ordering::AcqRel);
+        let pending = pending?;
+        if let Some(pending) = &pending {
+            slot.last_sequence = pending.sequence;
+        }
+        Ok((slot.state.snapshot(), pending))
     }
 
     /// Changes whenever a room's configuration is created, replaced or deleted.
@@ -449,6 +478,13 @@ macro_rules! delegate_room_store {
                 config: anteroom_core::room::RoomConfig,
             ) -> Result<anteroom_core::engine::RoomSnapshot, $crate::StoreError> {
                 self.host.put_room(config).await
+            }
+            async fn replace_room_if(
+                &self,
+                expected: &anteroom_core::room::RoomConfig,
+                config: anteroom_core::room::RoomConfig,
+            ) -> Result<$crate::ConfigWrite, $crate::StoreError> {
+                self.host.replace_room_if(expected, config).await
             }
             async fn delete_room(
                 &self,

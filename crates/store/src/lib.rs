@@ -129,6 +129,16 @@ pub struct SessionListing {
     pub next_after: Option<String>,
 }
 
+/// What a conditional configuration write ([`RoomStore::replace_room_if`]) did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigWrite {
+    /// The room still had the expected configuration; the new one is in force.
+    Written(RoomSnapshot),
+    /// The room's configuration was no longer the expected one; nothing changed. Holds the
+    /// configuration in force.
+    Changed(RoomConfig),
+}
+
 /// The most sessions one [`RoomStore::session_page`] call examines on a shared backend.
 pub const MAX_SESSIONS_EXAMINED: usize = 5_000;
 
@@ -137,6 +147,15 @@ pub const MAX_SESSIONS_EXAMINED: usize = 5_000;
 pub trait RoomStore: Send + Sync + 'static {
     /// Creates a room, or replaces its configuration keeping its queue and sessions.
     async fn put_room(&self, config: RoomConfig) -> Result<RoomSnapshot, StoreError>;
+    /// Replaces an existing room's configuration only while it is still `expected`
+    /// (compare-and-swap on the whole configuration): the comparison and the write are one
+    /// atomic step, so of several writers that read the same configuration one wins and the
+    /// others get [`ConfigWrite::Changed`]. Queue, sessions and counters are kept.
+    async fn replace_room_if(
+        &self,
+        expected: &RoomConfig,
+        config: RoomConfig,
+    ) -> Result<ConfigWrite, StoreError>;
     /// Deletes a room and everything in it; `false` if there was none.
     async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError>;
     /// Every room's configuration, ordered by id.

@@ -62,8 +62,8 @@ use tokio::sync::OnceCell;
 use crate::notices::Notices;
 use crate::persisted::{decode_config, encode_config};
 use crate::{
-    MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter, SessionListing, SessionQuery,
-    StoreError,
+    ConfigWrite, MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter, SessionListing,
+    SessionQuery, StoreError,
 };
 use connection::{Client, Connection};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
@@ -599,10 +599,50 @@ impl RoomStore for RedisStore {
             Ok(())
         })
         .await?;
-        self.eval("put_room", &SCRIPTS.put_room, &room, config_args(&config))
+        let mut args = config_args(&config);
+        args.push(String::new());
+        self.eval("put_room", &SCRIPTS.put_room, &room, args)
             .await?
             .snapshot()
             .map_err(|error| malformed("put_room", error))
+    }
+
+    async fn replace_room_if(
+        &self,
+        expected: &RoomConfig,
+        config: RoomConfig,
+    ) -> Result<ConfigWrite, StoreError> {
+        let room = config.id.clone();
+        let mut expected_text = String::from_utf8_lossy(&encode_config(expected)).into_owned();
+        // The script compares the stored text. Text written by an older version may encode
+        // the same configuration differently: then the comparison is made once more against
+        // that very text, still inside the script, so the check stays atomic.
+        for _ in 0..2 {
+            let mut args = config_args(&config);
+            args.push(expected_text.clone());
+            let mut answer = self
+                .eval("put_room", &SCRIPTS.put_room, &room, args)
+                .await?;
+            if !answer.is_refused_as("changed") {
+                return answer
+                    .snapshot()
+                    .map(ConfigWrite::Written)
+                    .map_err(|error| malformed("put_room", error));
+            }
+            let stored = answer
+                .expect("changed")
+                .and_then(|()| answer.text())
+                .map_err(|error| malformed("put_room", error))?;
+            let current = decode_config(stored.as_bytes()).map_err(|error| {
+                StoreError::backend(format!("room {room} is stored badly in redis"), error)
+            })?;
+            if current != *expected || stored == expected_text {
+                return Ok(ConfigWrite::Changed(current));
+            }
+            expected_text = stored;
+        }
+        let current = self.room(&room).await?;
+        Ok(ConfigWrite::Changed(current))
     }
 
     async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError> {

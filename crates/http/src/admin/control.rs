@@ -7,7 +7,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,7 @@ use anteroom_core::room::Mode;
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 use super::auth::WriteAccess;
+use super::conditional::{IfMatch, RoomTag, update_room};
 use super::events::AdminEvent;
 use super::{AdminState, parse_room, sign_pass};
 use crate::error::ApiError;
@@ -146,90 +147,110 @@ pub(crate) struct RotatedKeys {
 /// `POST /admin/v1/rooms/{room}/pause`: Stops admission; everyone queues and keeps their place (mode queue_all).
 #[utoipa::path(post, path = "/admin/v1/rooms/{room}/pause", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     description = "Stops admission; everyone queues and keeps their place (mode queue_all).",
     responses(
-        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn pause(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
-) -> Result<Json<RoomFigures>, ApiError> {
-    set_mode(&admin, &room, Mode::QueueAll, "pause").await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_mode(&admin, &room, &headers, Mode::QueueAll, "pause").await
 }
 
 /// `POST /admin/v1/rooms/{room}/resume`: Starts admission again (mode queue).
 #[utoipa::path(post, path = "/admin/v1/rooms/{room}/resume", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     description = "Starts admission again (mode queue).",
     responses(
-        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn resume(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
-) -> Result<Json<RoomFigures>, ApiError> {
-    set_mode(&admin, &room, Mode::Queue, "resume").await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_mode(&admin, &room, &headers, Mode::Queue, "resume").await
 }
 
 /// `POST /admin/v1/rooms/{room}/close`: Closes the room: joins are refused and protected routes answer 503.
 #[utoipa::path(post, path = "/admin/v1/rooms/{room}/close", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     description = "Closes the room: joins are refused and protected routes answer 503.",
     responses(
-        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn close(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
-) -> Result<Json<RoomFigures>, ApiError> {
-    set_mode(&admin, &room, Mode::Closed, "close").await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_mode(&admin, &room, &headers, Mode::Closed, "close").await
 }
 
 /// `POST /admin/v1/rooms/{room}/open`: Opens a closed room again (mode queue).
 #[utoipa::path(post, path = "/admin/v1/rooms/{room}/open", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     description = "Opens a closed room again (mode queue).",
     responses(
-        (status = 200, description = "The room after", body = RoomFigures),
+        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn open(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
-) -> Result<Json<RoomFigures>, ApiError> {
-    set_mode(&admin, &room, Mode::Queue, "open").await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_mode(&admin, &room, &headers, Mode::Queue, "open").await
 }
 
+/// Sets the room's mode through a conditional write (see `conditional.rs`).
 async fn set_mode(
     admin: &AdminState,
     room: &str,
+    headers: &HeaderMap,
     mode: Mode,
     verb: &str,
-) -> Result<Json<RoomFigures>, ApiError> {
+) -> Result<Response, ApiError> {
     let id = parse_room(room)?;
-    let store = admin.app().store();
-    let mut config = store.room(&id).await?;
-    config.mode = mode;
-    let snapshot = store.put_room(config.clone()).await?;
+    let if_match = IfMatch::from_headers(headers)?;
+    let (config, snapshot) = update_room(admin, &id, &if_match, |mut config| {
+        config.mode = mode;
+        Ok(config)
+    })
+    .await?;
     admin
         .record(AdminEvent::room_updated(
             &id,
@@ -238,7 +259,9 @@ async fn set_mode(
             super::rooms::room_json(&config),
         ))
         .await;
-    Ok(Json(RoomFigures::new(&id, &snapshot)))
+    let mut response = Json(RoomFigures::new(&id, &snapshot)).into_response();
+    RoomTag::of(&config).set_on(response.headers_mut());
+    Ok(response)
 }
 
 /// `POST /admin/v1/rooms/{room}/advance`

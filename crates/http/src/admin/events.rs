@@ -2,7 +2,8 @@
 //! `/admin/v1/events` stream serves, fed by the admin handlers (room changes, advances,
 //! resets, passes by hand, key rotations) and by the sampler.
 //!
-//! The sampler reads every room's figures once a second: it fills the stats history, sets the
+//! The sampler reads every room's figures once a second: it fills the stats history (with the
+//! upstream latency this node's gateway measured on the room's routes that second), sets the
 //! Prometheus gauges and counters, and turns the change in each room's running totals into
 //! events (`ticket.joined`, `ticket.admitted`, … with a `count`), plus `room.metrics` once a
 //! minute. Totals live in the store, so on a shared store every node sees the admissions of
@@ -32,6 +33,8 @@ use anteroom_core::{RoomId, Timestamp};
 use super::AdminState;
 use super::auth::ReadAccess;
 use super::history::Sample;
+use crate::UpstreamStatsSnapshot;
+use crate::adaptive::Interval;
 use anteroom_core::config::format_time;
 
 /// How often the sampler reads every room.
@@ -45,7 +48,8 @@ const METRICS_EVERY_SECS: u64 = 60;
 pub struct AdminEvent {
     /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued`,
     /// `keys.rotated`, `ticket.joined`, `ticket.admitted`, `ticket.abandoned`,
-    /// `session.completed`, `session.abandoned`, `session.expired`, `room.metrics`.
+    /// `session.completed`, `session.abandoned`, `session.expired`, `session.revoked`,
+    /// `room.metrics`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The room, when the event is about one.
@@ -157,6 +161,8 @@ pub async fn run_admin_sampler(admin: AdminState, shutdown: impl Future<Output =
 /// What the sampler remembers of a room from its last sample.
 struct Previous {
     totals: RoomTotals,
+    /// The gateway's measurements of the room's routes.
+    upstream: Vec<UpstreamStatsSnapshot>,
     /// The minute (Unix seconds / 60) of the last `room.metrics` event.
     metrics_minute: u64,
 }
@@ -190,13 +196,26 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
         crate::metrics::store_latency("snapshot", started.elapsed());
         seen.push(config.id.clone());
         let minute = now.as_secs() / METRICS_EVERY_SECS;
+        let upstream: Vec<UpstreamStatsSnapshot> = admin
+            .gateway()
+            .map(|gateway| gateway.room_upstreams(&config.id))
+            .unwrap_or_default()
+            .iter()
+            .map(|stats| stats.snapshot())
+            .collect();
         let before = previous.insert(
             config.id.clone(),
             Previous {
                 totals: snapshot.totals,
+                upstream: upstream.clone(),
                 metrics_minute: minute,
             },
         );
+        // A room seen for the first time has no "before": its first second shows no latency.
+        let latency = before
+            .as_ref()
+            .map(|before| Interval::between(&before.upstream, &upstream))
+            .unwrap_or_default();
         // Once a minute, even when a second of the sampler is skipped; not at the first sample.
         let metrics_due = before
             .as_ref()
@@ -205,6 +224,7 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
             admin,
             &config.id,
             &snapshot,
+            &latency,
             before.map(|before| before.totals),
             now,
             metrics_due,
@@ -236,6 +256,7 @@ fn sample_room(
     admin: &AdminState,
     room: &RoomId,
     snapshot: &RoomSnapshot,
+    latency: &Interval,
     before: Option<RoomTotals>,
     now: Timestamp,
     metrics_due: bool,
@@ -254,6 +275,9 @@ fn sample_room(
         serving: snapshot.serving,
         admitted: delta(|t| t.admitted),
         joined: delta(|t| t.joined),
+        upstream_responses: latency.responses,
+        upstream_p50_ms: latency.quantile_ms(0.5),
+        upstream_p95_ms: latency.quantile_ms(0.95),
     };
     admin.history().record(room, sample);
     crate::metrics::room_figures(room, snapshot);

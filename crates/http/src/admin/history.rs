@@ -1,7 +1,8 @@
 //! A node-local per-second history of each room's figures over the last hour, for the stats
 //! endpoint and the panel's charts. The sampler (see `events.rs`) adds one sample per room per
 //! second; each room keeps at most [`HISTORY_SECONDS`] of them in a ring buffer, so memory is
-//! bounded whatever the uptime. A restarted node starts with an empty history.
+//! bounded whatever the uptime. A restarted node starts with an empty history. Upstream
+//! latency is what this node's gateway measured on the room's routes during each second.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -25,6 +26,11 @@ pub(crate) struct Sample {
     pub(crate) admitted: u64,
     /// Joins since the previous sample.
     pub(crate) joined: u64,
+    /// Upstream responses on the room's routes since the previous sample (this node's).
+    pub(crate) upstream_responses: u64,
+    /// Their median and 95th-percentile latency in milliseconds; `None` without responses.
+    pub(crate) upstream_p50_ms: Option<f64>,
+    pub(crate) upstream_p95_ms: Option<f64>,
 }
 
 /// Every room's ring buffer.
@@ -80,6 +86,9 @@ mod tests {
             serving: 0,
             admitted: 0,
             joined: 0,
+            upstream_responses: 0,
+            upstream_p50_ms: None,
+            upstream_p95_ms: None,
         }
     }
 

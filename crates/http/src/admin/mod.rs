@@ -11,9 +11,11 @@
 //! store's rooms on every pass), so a change is live on every node without a restart.
 
 mod auth;
+mod conditional;
 pub(crate) mod control;
 pub(crate) mod events;
 mod history;
+pub(crate) mod revoke;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
@@ -75,6 +77,8 @@ struct AdminShared {
     node: String,
     /// The gateway's routes that need rooms, as (route name, rooms); set once.
     route_rooms: std::sync::OnceLock<Vec<(String, Vec<RoomId>)>>,
+    /// The gateway whose upstream latency the history charts; set once, none without one.
+    gateway: std::sync::OnceLock<crate::Gateway>,
 }
 
 /// Events the live feed buffers for a slow reader before it skips ahead.
@@ -103,6 +107,7 @@ impl AdminState {
                 outbox: std::sync::OnceLock::new(),
                 node: format!("{:016x}", rand::random::<u64>()),
                 route_rooms: std::sync::OnceLock::new(),
+                gateway: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -122,6 +127,16 @@ impl AdminState {
             .map(|route| (route.name.clone(), route.rooms.clone()))
             .collect();
         let _ = self.inner.route_rooms.set(named);
+    }
+
+    /// The gateway of this node: the sampler charts the upstream latency of each room's
+    /// routes (SPEC §8.3); set once.
+    pub fn set_gateway(&self, gateway: crate::Gateway) {
+        let _ = self.inner.gateway.set(gateway);
+    }
+
+    pub(crate) fn gateway(&self) -> Option<&crate::Gateway> {
+        self.inner.gateway.get()
     }
 
     /// The names of the routes that need `room`.
@@ -216,6 +231,10 @@ pub fn admin_router(admin: AdminState) -> Router {
         .route("/rooms/{room}/signal", put(control::signal))
         .route("/rooms/{room}/stats", get(stats::stats))
         .route("/rooms/{room}/sessions", get(stats::sessions))
+        .route(
+            "/rooms/{room}/sessions/{session}/revoke",
+            post(revoke::revoke_session),
+        )
         .route("/keys/rotate", post(control::rotate_keys))
         .route("/events", get(events::feed));
     Router::new()

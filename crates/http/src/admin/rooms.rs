@@ -11,7 +11,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -24,6 +24,7 @@ use anteroom_core::config::{
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
+use super::conditional::{IfMatch, RoomTag, precondition_failed, update_room};
 use super::events::AdminEvent;
 use super::{AdminState, parse_room};
 use crate::error::ApiError;
@@ -441,7 +442,8 @@ pub(crate) async fn list(
     security(("admin_key" = [])),
     params(("room" = String, Path, description = "Room id")),
     responses(
-        (status = 200, description = "The room", body = RoomBody),
+        (status = 200, description = "The room", body = RoomBody, headers(
+            ("ETag" = String, description = "The room's version: send it as `If-Match` to change the room only if nobody changed it since"))),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
@@ -449,31 +451,41 @@ pub(crate) async fn get_room(
     _: ReadAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
-) -> Result<Json<RoomBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let room = parse_room(&room)?;
     let config = admin.app().store().room(&room).await?;
-    Ok(Json(RoomBody::from_config(&config)))
+    Ok(room_response(StatusCode::OK, &config))
+}
+
+/// A room as an answer, with its `ETag`.
+fn room_response(status: StatusCode, config: &RoomConfig) -> Response {
+    let mut response = (status, Json(RoomBody::from_config(config))).into_response();
+    RoomTag::of(config).set_on(response.headers_mut());
+    response
 }
 
 /// `PUT /admin/v1/rooms/{room}`: creates the room, or replaces its configuration keeping its
 /// queue, sessions and counters.
 #[utoipa::path(put, path = "/admin/v1/rooms/{room}", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     request_body(content = Option<RoomBody>, description = "The whole room; absent fields take their defaults (`id`, when given, is the room in the path). Semantic problems (an unknown or circular `requires`, `session_max` below `session_ttl`) answer 400 too."),
     responses(
-        (status = 200, description = "Replaced", body = RoomBody),
-        (status = 201, description = "Created", body = RoomBody),
-        (status = 400, description = "Every problem with the body; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Replaced", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 201, description = "Created", body = RoomBody, headers(("ETag" = String, description = "The room's version"))),
+        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version (or does not exist); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn put_room(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let if_match = IfMatch::from_headers(&headers)?;
     let fields = body_object(body)?;
     let mut problems = Vec::new();
     let mut raw = RawRoom {
@@ -482,8 +494,20 @@ pub(crate) async fn put_room(
     };
     apply_fields(&mut raw, &fields, &room, &mut problems);
     let config = validate(&admin, raw, problems).await?;
-    let existed = admin.app().store().room(&config.id).await.is_ok();
-    admin.app().store().put_room(config.clone()).await?;
+    let existed = if if_match.is_conditional() {
+        // Only over the version the caller read: a room deleted meanwhile is not re-created.
+        update_room(&admin, &config.id, &if_match, |_| Ok(config.clone()))
+            .await
+            .map_err(|error| match error.status() {
+                StatusCode::NOT_FOUND => precondition_failed(&config.id, None),
+                _ => error,
+            })?;
+        true
+    } else {
+        let existed = admin.app().store().room(&config.id).await.is_ok();
+        admin.app().store().put_room(config.clone()).await?;
+        existed
+    };
     let action = if existed { "replaced" } else { "created" };
     admin
         .record(AdminEvent::room_updated(
@@ -498,36 +522,48 @@ pub(crate) async fn put_room(
     } else {
         StatusCode::CREATED
     };
-    Ok((status, Json(RoomBody::from_config(&config))).into_response())
+    Ok(room_response(status, &config))
 }
 
 /// `PATCH /admin/v1/rooms/{room}`: changes the fields given (JSON merge patch: `null` puts a
 /// field back to its default).
 #[utoipa::path(patch, path = "/admin/v1/rooms/{room}", tag = "admin",
     security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id")),
+    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
     request_body(content = Option<RoomBody>, description = "The fields to change (JSON merge patch)", content_type = "application/json"),
+    description = "Changes only the fields given, atomically: without `If-Match` the patch \
+        is applied to the configuration in force when it is written (a concurrent change to \
+        other fields is kept); with `If-Match` it is applied only if the room is still that \
+        version, else 412.",
     responses(
-        (status = 200, description = "The room after the change", body = RoomBody),
-        (status = 400, description = "Every problem with the body; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The room after the change", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
+        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Without `If-Match`: the room kept changing under the patch; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 pub(crate) async fn patch_room(
     _: WriteAccess,
     State(admin): State<AdminState>,
     Path(room): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<RoomBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let id = parse_room(&room)?;
-    let current = admin.app().store().room(&id).await?;
+    let if_match = IfMatch::from_headers(&headers)?;
     let fields = body_object(body)?;
-    let mut problems = Vec::new();
-    let mut raw = RawRoom::from_config(&current);
-    apply_fields(&mut raw, &fields, &room, &mut problems);
-    let config = validate(&admin, raw, problems).await?;
-    admin.app().store().put_room(config.clone()).await?;
+    // `requires` is checked against the rooms as listed now; the patch itself is applied to
+    // the configuration in force when it is written.
+    let rooms = admin.app().store().rooms().await?;
+    let (config, _) = update_room(&admin, &id, &if_match, |current| {
+        let mut problems = Vec::new();
+        let mut raw = RawRoom::from_config(&current);
+        apply_fields(&mut raw, &fields, &room, &mut problems);
+        validate_among(&admin, raw, problems, &rooms)
+    })
+    .await?;
     admin
         .record(AdminEvent::room_updated(
             &config.id,
@@ -536,7 +572,7 @@ pub(crate) async fn patch_room(
             room_json(&config),
         ))
         .await;
-    Ok(Json(RoomBody::from_config(&config)))
+    Ok(room_response(StatusCode::OK, &config))
 }
 
 /// `DELETE /admin/v1/rooms/{room}`: deletes the room with its queue and sessions.
@@ -753,7 +789,18 @@ fn set<T: serde::de::DeserializeOwned>(
 async fn validate(
     admin: &AdminState,
     raw: RawRoom,
+    problems: Vec<FieldProblem>,
+) -> Result<RoomConfig, ApiError> {
+    let rooms = admin.app().store().rooms().await?;
+    validate_among(admin, raw, problems, &rooms)
+}
+
+/// [`validate`] against `rooms`, the stored rooms as read.
+fn validate_among(
+    admin: &AdminState,
+    raw: RawRoom,
     mut problems: Vec<FieldProblem>,
+    rooms: &[RoomConfig],
 ) -> Result<RoomConfig, ApiError> {
     let resolved = raw.resolve();
     let config = match resolved {
@@ -764,8 +811,7 @@ async fn validate(
         }
     };
     if let Some(config) = &config {
-        let rooms = admin.app().store().rooms().await?;
-        check_requires(config, &rooms, &mut problems);
+        check_requires(config, rooms, &mut problems);
         check_page_template(admin, config, &mut problems);
     }
     match config {

@@ -152,6 +152,14 @@ pub(crate) struct HistoryBody {
     admitted: Vec<u64>,
     /// Joins during that second.
     joined: Vec<u64>,
+    /// Upstream responses this node's gateway saw on the room's routes during that second.
+    upstream_responses: Vec<u64>,
+    /// Their median latency (time to the upstream's response headers) in milliseconds, to
+    /// within 10 %; `null` for a second without responses.
+    upstream_p50_ms: Vec<Option<f64>>,
+    /// Their 95th-percentile latency in milliseconds, to within 10 %; `null` for a second
+    /// without responses.
+    upstream_p95_ms: Vec<Option<f64>>,
 }
 
 /// `GET /admin/v1/rooms/{room}/stats`
@@ -191,6 +199,9 @@ pub(crate) async fn stats(
         history.serving.push(sample.serving);
         history.admitted.push(sample.admitted);
         history.joined.push(sample.joined);
+        history.upstream_responses.push(sample.upstream_responses);
+        history.upstream_p50_ms.push(sample.upstream_p50_ms);
+        history.upstream_p95_ms.push(sample.upstream_p95_ms);
     }
     Ok(Json(Stats {
         room: id.to_string(),
@@ -295,7 +306,7 @@ pub(crate) struct SessionItem {
 }
 
 impl SessionItem {
-    fn new(session: &Session) -> SessionItem {
+    pub(crate) fn new(session: &Session) -> SessionItem {
         let (state, ended_at) = match session.state {
             SessionState::Active => ("active", None),
             SessionState::Ended { reason, at } => (reason.as_str(), Some(format_time(at))),

@@ -6,7 +6,21 @@
 --   (durations in milliseconds)
 -- ARGV[15..17] schedule, before, after (see room.lua)
 -- ARGV[18] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
--- Returns: 'ok' and the room's snapshot.
+-- ARGV[19] the configuration (as ARGV[4]) the room must still have, or '' to write whatever
+--   it has: a compare-and-swap for the admin API's conditional writes
+-- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[19]
+--   is not it (nothing written); a refusal 'room_not_found' when ARGV[19] names a configuration
+--   and there is no room.
+
+if ARGV[19] ~= '' then
+  local stored = redis.call('HGET', META, 'config')
+  if not stored then
+    return { 'error', 'room_not_found' }
+  end
+  if stored ~= ARGV[19] then
+    return { 'changed', stored }
+  end
+end
 
 -- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
 -- would skip it.

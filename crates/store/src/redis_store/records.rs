@@ -137,6 +137,11 @@ impl Answer {
         Ok(Err(refusal))
     }
 
+    /// Whether the answer starts with `word` (an outcome other than `ok`, read by the caller).
+    pub(crate) fn is_refused_as(&self, word: &str) -> bool {
+        self.peek() == Some(word)
+    }
+
     /// Whether every field was read.
     pub(crate) fn is_empty(&self) -> bool {
         self.fields.as_slice().is_empty()

@@ -26,7 +26,7 @@ use std::time::Duration;
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, SessionState, TicketRef};
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{ManualClock, RoomId, Timestamp};
-use anteroom_store::{RoomStore, SessionFilter, SessionQuery, StoreError};
+use anteroom_store::{ConfigWrite, RoomStore, SessionFilter, SessionQuery, StoreError};
 
 /// A backend under test: opens stores over one data location.
 pub trait Backend: Send + Sync {
@@ -43,6 +43,7 @@ macro_rules! conformance_suite {
     ($backend:expr) => {
         $crate::conformance_suite!(@tests $backend;
             rooms_are_created_replaced_listed_and_deleted,
+            a_conditional_replace_writes_only_over_the_expected_configuration,
             unknown_rooms_and_tickets_are_refused,
             first_visitor_enters_at_once_then_others_queue,
             a_resume_only_join_never_makes_a_ticket,
@@ -180,6 +181,68 @@ pub async fn rooms_are_created_replaced_listed_and_deleted(backend: &dyn Backend
         Err(StoreError::RoomNotFound(_))
     ));
     assert_eq!(store.rooms().await.unwrap().len(), 1);
+}
+
+pub async fn a_conditional_replace_writes_only_over_the_expected_configuration(
+    backend: &dyn Backend,
+) {
+    let store = backend.open(clock());
+    let id = room_id("cas");
+    let paused = |max_active: u64| {
+        room("cas", |c| {
+            c.mode = Mode::QueueAll;
+            c.max_active = max_active;
+        })
+    };
+    let original = paused(5);
+    store.put_room(original.clone()).await.unwrap();
+    join(&*store, &id).await;
+    join(&*store, &id).await;
+    // Writers that all read `original` race: exactly one wins, the others are told what is
+    // in force now, and the room holds the winner's configuration with its queue kept.
+    let writers: Vec<_> = (0..4u64)
+        .map(|n| {
+            let (store, expected) = (store.clone(), original.clone());
+            tokio::spawn(async move {
+                let mine = paused(100 + n);
+                let outcome = store.replace_room_if(&expected, mine.clone()).await;
+                (mine, outcome.unwrap())
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut told = Vec::new();
+    for writer in writers {
+        match writer.await.unwrap() {
+            (mine, ConfigWrite::Written(snapshot)) => {
+                assert_eq!(snapshot.waiting, 2);
+                winners.push(mine);
+            }
+            (_, ConfigWrite::Changed(current)) => told.push(current),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one conditional write wins");
+    let in_force = store.room(&id).await.unwrap();
+    assert_eq!(in_force, winners[0]);
+    assert!(told.iter().all(|current| *current == in_force));
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 2);
+    // A stale expectation changes nothing; a current one writes.
+    let stale = store.replace_room_if(&original, paused(1));
+    assert_eq!(stale.await.unwrap(), ConfigWrite::Changed(in_force.clone()));
+    assert_eq!(store.room(&id).await.unwrap(), in_force);
+    let next = paused(9);
+    let written = store
+        .replace_room_if(&in_force, next.clone())
+        .await
+        .unwrap();
+    assert!(matches!(written, ConfigWrite::Written(_)));
+    assert_eq!(store.room(&id).await.unwrap(), next);
+    // There is nothing to compare with in a room that does not exist, and none is made.
+    let missing = store
+        .replace_room_if(&room("nobody", |_| {}), room("nobody", |_| {}))
+        .await;
+    assert!(matches!(missing, Err(StoreError::RoomNotFound(_))));
+    assert!(store.room(&room_id("nobody")).await.is_err());
 }
 
 pub async fn unknown_rooms_and_tickets_are_refused(backend: &dyn Backend) {

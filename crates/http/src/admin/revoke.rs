@@ -1,0 +1,76 @@
+//! Revoking one session by hand (SPEC §8.2): an operator ends a visitor's session, which
+//! frees its slot and refuses its pass on every node.
+//!
+//! The store ends the session (as `revoked`) and adds it to the room's revocation set; this
+//! node also remembers it at once, so its gateway and verify endpoint refuse the pass from the
+//! next request. Other nodes learn it from the store's change notices (Redis), and every node
+//! looks a cached pass's session up at least once a second, so the pass stops working
+//! everywhere within a second. Revoking a session that already ended changes nothing and
+//! answers how it ended.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use anteroom_core::SessionId;
+use anteroom_core::engine::{SessionEnd, SessionState};
+
+use super::auth::WriteAccess;
+use super::events::AdminEvent;
+use super::stats::SessionItem;
+use super::{AdminState, parse_room};
+use crate::error::ApiError;
+
+/// `POST /admin/v1/rooms/{room}/sessions/{session}/revoke`
+#[utoipa::path(post, path = "/admin/v1/rooms/{room}/sessions/{session}/revoke", tag = "admin",
+    security(("admin_key" = [])),
+    params(
+        ("room" = String, Path, description = "Room id"),
+        ("session" = String, Path, description = "Session id (the pass's `sub` and `jti`), as `sessions` lists it"),
+    ),
+    description = "Ends one active session as `revoked`: its slot frees at once and its pass \
+        is refused by every node within a second. A session that already ended is left as it \
+        is (the answer shows how it ended).",
+    responses(
+        (status = 200, description = "The session after", body = SessionItem),
+        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such room or session", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn revoke_session(
+    _: WriteAccess,
+    State(admin): State<AdminState>,
+    Path((room, session)): Path<(String, String)>,
+) -> Result<Json<SessionItem>, ApiError> {
+    let id = parse_room(&room)?;
+    // An id that cannot exist is simply not found, like one the room does not know.
+    let session: SessionId = session.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            "no such session in this room",
+        )
+    })?;
+    let ended = admin
+        .app()
+        .store()
+        .end_session(&id, session, SessionEnd::Revoked)
+        .await?;
+    admin.app().revocations().record(session);
+    if let SessionState::Ended {
+        reason: SessionEnd::Revoked,
+        at,
+    } = ended.state
+    {
+        admin
+            .record(AdminEvent::new(
+                "session.revoked",
+                Some(&id),
+                at,
+                serde_json::json!({"session": session.to_string()}),
+            ))
+            .await;
+    }
+    Ok(Json(SessionItem::new(&ended)))
+}
