@@ -1365,6 +1365,20 @@ fn keys_in_redis_need_a_redis_store_and_a_key_encryption_key() {
         ),
         Err(errors) => panic!("unexpected problems:\n{errors}"),
     }
+    // The file can come from the environment (a secret mounted by the orchestrator).
+    let from_env = format!("{redis}[keys]\nstorage = \"redis\"\n");
+    match parse_config(
+        &from_env,
+        &env(&[("ANTEROOM_KEYS__KEK_FILE", "/run/secrets/kek")]),
+    ) {
+        Ok(config) => assert_eq!(
+            config.keys.shared,
+            Some(super::SharedKeysConfig {
+                kek_file: PathBuf::from("/run/secrets/kek")
+            })
+        ),
+        Err(errors) => panic!("unexpected problems:\n{errors}"),
+    }
     match parse_config("[keys]\nstorage = \"dir\"\n", &env(&[])) {
         Ok(config) => assert_eq!(config.keys.shared, None),
         Err(errors) => panic!("unexpected problems:\n{errors}"),
