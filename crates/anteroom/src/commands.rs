@@ -13,7 +13,7 @@ use anteroom_core::config::{Config, format_time};
 use anteroom_core::duration::{format_duration, parse_duration};
 use anteroom_core::{Clock, Timestamp};
 use anteroom_http::{KeySource, key_retention_secs};
-use anteroom_token::{KeptBecause, KeySet, SigningAlgorithm};
+use anteroom_token::{KeptBecause, SigningAlgorithm};
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
@@ -63,9 +63,12 @@ pub(crate) enum TokenCommand {
     Inspect {
         /// The pass (a JWT).
         token: String,
-        /// The key directory.
-        #[arg(long, default_value = "data/keys")]
+        /// The key directory (when no --config names where the keys are).
+        #[arg(long, default_value = "data/keys", conflicts_with = "config")]
         keys: PathBuf,
+        /// A config file: its `[keys]` say where the keys are (a directory, or Redis).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -203,9 +206,18 @@ async fn prune(source: &KeySource, config: &Config) -> anyhow::Result<ExitCode> 
 #[allow(clippy::print_stdout)]
 pub(crate) fn token(command: TokenCommand) -> anyhow::Result<ExitCode> {
     match command {
-        TokenCommand::Inspect { token, keys } => {
-            let key_set = KeySet::load(&keys)
-                .with_context(|| format!("loading keys from {}", keys.display()))?;
+        TokenCommand::Inspect {
+            token,
+            keys,
+            config,
+        } => {
+            let source = match config {
+                Some(config) => crate::keys::key_source(&load_config(&config)?)?,
+                None => KeySource::Dir(keys),
+            };
+            let key_set = crate::runtime()?
+                .block_on(source.load())
+                .with_context(|| format!("loading keys from {}", source.describe()))?;
             let inspection = key_set
                 .inspect(token.trim(), SystemClock.now().as_secs())
                 .map_err(|error| BadConfig(format!("not a token: {error}")))?;

@@ -380,6 +380,15 @@ async fn two_nodes_share_sealed_keys_through_redis_without_a_shared_disk() {
         "{pruned}"
     );
     assert!(!pruned.contains("removed"), "{pruned}");
+    let inspected = run(&[
+        "token",
+        "inspect",
+        &pass,
+        "--config",
+        node_b.site.config_path().to_str().unwrap(),
+    ]);
+    assert_eq!(inspected.status.code(), Some(0), "{}", stderr(&inspected));
+    assert!(stdout(&inspected).contains("signature: valid"));
 
     // A node with another key-encryption key stops at start-up, saying why, and changes
     // nothing in Redis.
