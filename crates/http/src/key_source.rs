@@ -107,7 +107,8 @@ impl KeySource {
             }
             KeySource::Redis(redis) => {
                 let (_, records) = redis.read().await?;
-                Ok(KeySet::load(&records)?)
+                // Parsing keys (RSA especially) must not hold up the runtime either.
+                Ok(tokio::task::spawn_blocking(move || KeySet::load(&records)).await??)
             }
         }
     }
