@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 
 use anteroom_core::config::Config;
 use anteroom_http::{AdminSettings, AdminState, Metrics};
-use anteroom_token::SigningAlgorithm;
 
 use anteroom_core::config::{EventSinkKind, SecretSource, StoreConfig};
 use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox, RedisOutbox};
@@ -28,16 +27,11 @@ pub(crate) async fn start(
     gateway: Option<&anteroom_http::Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<SocketAddr>> {
-    let algorithm: SigningAlgorithm = config
-        .keys
-        .algorithm
-        .parse()
-        .map_err(|error| BadConfig(format!("[keys] algorithm: {error}")))?;
     let settings = AdminSettings {
         admin_keys: config.auth.admin_keys.clone(),
         read_keys: config.auth.read_keys.clone(),
-        key_dir: config.keys.dir.clone(),
-        algorithm,
+        key_source: runtime.key_source.clone(),
+        algorithm: crate::keys::algorithm(config)?,
         ticket_secret_retention: config.keys.ticket_secret_retention,
     };
     let metrics = match Metrics::install(runtime.state.rate_limiter().cloned()) {

@@ -9,6 +9,7 @@ mod clock;
 mod commands;
 mod demo;
 mod health;
+mod keys;
 mod serve;
 
 use std::path::PathBuf;
@@ -161,6 +162,7 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     serve::site_secrets(&loaded)?;
     serve::tls_server(&loaded)?;
     serve::check_upstream_tls(&loaded)?;
+    keys::key_source(&loaded)?;
     println!("{}: ok ({} room(s))", path.display(), loaded.rooms.len());
     Ok(ExitCode::SUCCESS)
 }

@@ -17,7 +17,7 @@ use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
 use anteroom_store::{CodeRedemptions, MemoryStore, RedbOptions, RedbStore, RoomStore};
-use anteroom_token::{KeySet, SigningAlgorithm};
+use anteroom_token::KeySet;
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
@@ -41,6 +41,7 @@ pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
 pub(crate) struct Runtime {
     pub(crate) state: AppState,
     pub(crate) store: Arc<dyn RoomStore>,
+    pub(crate) key_source: anteroom_http::KeySource,
 }
 
 /// Opens the store and keys and installs the configured rooms.
@@ -80,18 +81,14 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             redis
         }
     };
-    let algorithm: SigningAlgorithm = config
-        .keys
-        .algorithm
-        .parse()
-        .map_err(|error| BadConfig(format!("[keys] algorithm: {error}")))?;
-    let keys = KeySet::load_or_generate(&config.keys.dir, algorithm, clock.now().as_secs())
-        .with_context(|| format!("loading signing keys from {}", config.keys.dir.display()))?;
+    let key_source = crate::keys::key_source(config)?;
+    let keys = crate::keys::load_or_generate(&key_source, config, clock.now().as_secs()).await?;
+    let algorithm = crate::keys::algorithm(config)?;
     if keys.algorithm() != algorithm {
         tracing::warn!(
             configured = algorithm.as_str(),
             active = keys.algorithm().as_str(),
-            "the key directory's active key uses another algorithm; run `anteroom keys generate` to rotate"
+            "the active signing key uses another algorithm; rotate (`anteroom keys generate` or POST /admin/v1/keys/rotate) to change it"
         );
     }
     warn_about_oidc(config, &keys);
@@ -118,7 +115,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         page,
         rate_limiter: Some(rate_limiter(config, clock.clone())?),
         code_redemptions,
-        key_dir: Some(config.keys.dir.clone()),
+        key_source: Some(key_source.clone()),
         tls: config.server.tls.is_some(),
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
@@ -126,7 +123,11 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     for (path, secret) in site_secrets {
         state.preload_site_secret(path, secret);
     }
-    Ok(Runtime { state, store })
+    Ok(Runtime {
+        state,
+        store,
+        key_source,
+    })
 }
 
 /// The page renderer of `[server] templates_dir`, with every configured room's custom page
@@ -257,7 +258,7 @@ async fn install_in_background(
 
 /// The redis `[store]` names: one server or a Cluster's seed nodes. The room store and the
 /// redis rate-limit store both connect with it.
-fn redis_config(urls: &[String], cluster: bool) -> anteroom_store::RedisConfig {
+pub(crate) fn redis_config(urls: &[String], cluster: bool) -> anteroom_store::RedisConfig {
     if cluster {
         anteroom_store::RedisConfig::cluster(urls.iter().cloned())
     } else {

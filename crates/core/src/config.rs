@@ -299,6 +299,16 @@ pub struct KeysConfig {
     /// waiting visitor keeps their ticket while they keep contact), so this is the longest
     /// wait a rotation honours.
     pub ticket_secret_retention: Duration,
+    /// `storage = "redis"`: the keys live in the `[store]` Redis, shared by every node,
+    /// sealed with a key-encryption key; `None` (`storage = "dir"`): in `dir`.
+    pub shared: Option<SharedKeysConfig>,
+}
+
+/// Keys kept in the store's Redis instead of a directory (`[keys] storage = "redis"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedKeysConfig {
+    /// The file holding the 32-byte key-encryption key (hex or base64).
+    pub kek_file: PathBuf,
 }
 
 /// The default of `[keys] ticket_secret_retention`: a day, longer than any queue is expected
@@ -311,6 +321,7 @@ impl Default for KeysConfig {
             dir: PathBuf::from("data/keys"),
             algorithm: "EdDSA".to_owned(),
             ticket_secret_retention: DEFAULT_TICKET_SECRET_RETENTION,
+            shared: None,
         }
     }
 }
@@ -483,11 +494,12 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         rate_limits.extend(rate_limit::default_join_rule());
     }
     let routes = gateway::read_routes(root, &rooms, &rate_limits, problems);
+    let store = sections::read_store(root.get("store"), problems);
     Config {
         server,
         upstream: gateway::read_upstream(root.get("upstream"), problems),
-        store: sections::read_store(root.get("store"), problems),
-        keys: sections::read_keys(root.get("keys"), problems),
+        keys: sections::read_keys(root.get("keys"), &store, problems),
+        store,
         auth: sections::read_auth(root.get("auth"), problems),
         rooms,
         rate_limits,

@@ -20,6 +20,7 @@ mod gateway;
 mod h1;
 mod join_gate;
 mod key_reload;
+mod key_source;
 mod metrics;
 mod notices;
 mod oidc;
@@ -69,7 +70,8 @@ pub use gateway::{
 };
 pub use h1::limits::ServerLimits;
 pub use h1::serve;
-pub use key_reload::{KEY_DIR_CHECK_INTERVAL, follow_key_dir};
+pub use key_reload::{KEY_DIR_CHECK_INTERVAL, KEY_PRUNE_INTERVAL, follow_key_dir};
+pub use key_source::{KeySource, KeySourceError, key_retention_secs};
 pub use metrics::{Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
@@ -124,9 +126,9 @@ pub struct NodeOptions {
     /// Where redeemed OIDC authorization codes are recorded (SPEC §11): the shared store
     /// when several nodes serve the same rooms; this process's memory when absent.
     pub code_redemptions: Option<Arc<dyn CodeRedemptions>>,
-    /// The key directory shared with other nodes, followed for rotations made elsewhere
-    /// (see [`key_reload`]); none for keys that only live in memory.
-    pub key_dir: Option<std::path::PathBuf>,
+    /// Where the signing keys are kept (a directory, or Redis), followed for rotations made
+    /// elsewhere and pruned (see [`key_reload`]); none for keys that only live in memory.
+    pub key_source: Option<KeySource>,
     /// The most one-time marks (used challenges) this node holds when they are its own.
     pub max_once_marks: usize,
     /// The public listener speaks TLS itself (`[server.tls]`): cookies are `Secure` even when
@@ -141,7 +143,7 @@ impl Default for NodeOptions {
             page: page::PageRenderer::default(),
             rate_limiter: None,
             code_redemptions: None,
-            key_dir: None,
+            key_source: None,
             max_once_marks: DEFAULT_MAX_MARKS,
             tls: false,
         }
@@ -238,7 +240,7 @@ impl AppState {
                 hub: Arc::new(SseHub::new(options.sse)),
                 page: options.page,
                 rate_limiter: options.rate_limiter,
-                key_reload: options.key_dir.map(key_reload::KeyReload::new),
+                key_reload: options.key_source.map(key_reload::KeyReload::new),
                 once,
                 expected_rooms: parking_lot::RwLock::new(Vec::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),

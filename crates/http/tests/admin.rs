@@ -43,7 +43,7 @@ impl Admin {
         let settings = AdminSettings {
             admin_keys: vec![key_hash(ADMIN_KEY)],
             read_keys: vec![key_hash(READ_KEY)],
-            key_dir: key_dir.path().to_owned(),
+            key_source: anteroom_http::KeySource::Dir(key_dir.path().to_owned()),
             algorithm: SigningAlgorithm::EdDsa,
             ticket_secret_retention: std::time::Duration::from_secs(3600),
         };
@@ -192,6 +192,7 @@ async fn read_only_keys_read_but_never_write() {
         Call::post("/admin/v1/rooms/a/reset"),
         Call::post("/admin/v1/rooms/a/passes"),
         Call::post("/admin/v1/keys/rotate"),
+        Call::post("/admin/v1/keys/prune"),
         Call::method(Method::PUT, "/admin/v1/rooms/a/signal").json("{}"),
     ] {
         let reply = admin.read(call).await;
@@ -924,6 +925,51 @@ async fn key_rotation_swaps_the_signing_key_live() {
         3,
         "old keys still verify"
     );
+}
+
+#[tokio::test]
+async fn key_prune_removes_only_keys_whose_passes_have_all_expired() {
+    // A room whose passes outlive any pass issued by hand: its lifetime sets the horizon.
+    let mut long = room("a");
+    long.session_ttl = Duration::from_secs(30 * 24 * 3600);
+    let admin = Admin::new(vec![long]).await;
+    let rotated = admin.call(Call::post("/admin/v1/keys/rotate")).await;
+    let new = rotated.text("active_kid").to_owned();
+    let old = rotated.body["kids"][1].as_str().unwrap().to_owned();
+    let keep_secs =
+        30 * 24 * 3600 + anteroom_token::LEEWAY_SECS + anteroom_token::NODE_CLOCK_SKEW_SECS;
+
+    admin.harness.advance(Duration::from_secs(keep_secs - 1));
+    let kept = admin.call(Call::post("/admin/v1/keys/prune")).await;
+    assert_eq!(kept.status, StatusCode::OK, "{}", kept.body);
+    assert_eq!(kept.body["keep_secs"], keep_secs);
+    assert_eq!(kept.body["removed"], json!([]));
+    assert_eq!(
+        kept.body["kept"][0],
+        json!({"kid": new, "reason": "active"})
+    );
+    assert_eq!(kept.body["kept"][1]["kid"], old.as_str());
+    assert_eq!(kept.body["kept"][1]["reason"], "passes_may_be_valid");
+    assert_eq!(kept.body["kept"][1]["retired_at"], "2023-11-14T22:13:20Z");
+    assert_eq!(kept.body["kept"][1]["prunable_at"], "2023-12-14T22:14:20Z");
+    let (_, jwks) = admin.public(Method::GET, "/.well-known/jwks.json").await;
+    assert_eq!(jwks["keys"].as_array().unwrap().len(), 2);
+
+    admin.harness.advance(Duration::from_secs(1));
+    let pruned = admin.call(Call::post("/admin/v1/keys/prune")).await;
+    assert_eq!(pruned.body["removed"], json!([old]));
+    assert_eq!(
+        pruned.body["kept"],
+        json!([{"kid": new, "reason": "active"}])
+    );
+    let (_, jwks) = admin.public(Method::GET, "/.well-known/jwks.json").await;
+    assert_eq!(
+        jwks["keys"].as_array().unwrap().len(),
+        1,
+        "the old key left the JWKS"
+    );
+    assert_eq!(jwks["keys"][0]["kid"], new.as_str());
+    assert_eq!(admin.harness.keys().kids(), [new]);
 }
 
 #[tokio::test]

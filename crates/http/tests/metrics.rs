@@ -149,7 +149,7 @@ async fn a_scrape_is_valid_exposition_with_the_expected_series() {
     let settings = AdminSettings {
         admin_keys: Vec::new(),
         read_keys: Vec::new(),
-        key_dir: key_dir.path().to_owned(),
+        key_source: anteroom_http::KeySource::Dir(key_dir.path().to_owned()),
         algorithm: SigningAlgorithm::EdDsa,
         ticket_secret_retention: std::time::Duration::from_secs(3600),
     };

@@ -48,6 +48,7 @@ fn the_document_covers_the_public_and_admin_apis() {
         "/admin/v1/rooms/{room}/sessions/{session}/revoke",
         "/admin/v1/rooms/{room}/stats",
         "/admin/v1/keys/rotate",
+        "/admin/v1/keys/prune",
         "/admin/v1/events",
     ] {
         assert!(paths.contains_key(path), "{path} is missing");

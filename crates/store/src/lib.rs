@@ -41,7 +41,7 @@ pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
 pub use redb_store::{RedbOptions, RedbStore};
-pub use redis_store::{RedisConfig, RedisOutbox, RedisStore};
+pub use redis_store::{KeyEntries, RedisConfig, RedisKeyEntries, RedisOutbox, RedisStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -36,6 +36,7 @@
 
 mod codes;
 pub(crate) mod connection;
+mod key_entries;
 mod outbox;
 mod records;
 mod scripts;
@@ -69,6 +70,7 @@ use connection::{Client, Connection};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
 use scripts::SCRIPTS;
 
+pub use key_entries::{KeyEntries, RedisKeyEntries};
 pub use outbox::RedisOutbox;
 
 /// How long a store call may take by default, connecting included.

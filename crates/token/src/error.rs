@@ -49,6 +49,17 @@ pub enum TokenError {
         /// Where the ticket secret belongs.
         path: PathBuf,
     },
+    /// A key-encryption key that is not 32 bytes in hex or base64.
+    #[error("unusable key-encryption key: {0}")]
+    KeyEncryptionKey(String),
+    /// A sealed key entry that the key-encryption key does not open.
+    #[error(
+        "the key-encryption key does not open key entry {entry:?}: it was sealed with another key-encryption key, or changed"
+    )]
+    Unsealable {
+        /// The entry's name.
+        entry: String,
+    },
     /// Generating a new key failed.
     #[error("cannot generate {algorithm} key: {reason}")]
     KeyGeneration {

@@ -8,7 +8,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::{KeySet, PassClaims, PassExpectations, SigningAlgorithm, key_dir, keys};
+use crate::{
+    KeySet, KeyStorage as _, PassClaims, PassExpectations, SigningAlgorithm, key_dir, keys,
+};
 
 /// The time the fixtures pretend it is.
 pub(crate) const NOW: u64 = 1_700_000_000;
@@ -34,9 +36,10 @@ pub(crate) fn key_set(algorithm: SigningAlgorithm) -> (TempDir, KeySet) {
         static RSA_PEM: OnceLock<String> = OnceLock::new();
         let pem = RSA_PEM.get_or_init(|| keys::generate(algorithm).expect("rsa key"));
         let kid = "rsa-fixture";
-        key_dir::write_file(dir.path(), &key_dir::key_file_name(kid, algorithm), pem)
+        let path = dir.path();
+        path.write(&key_dir::key_file_name(kid, algorithm), pem)
             .expect("write key");
-        key_dir::write_file(dir.path(), key_dir::ACTIVE_FILE, kid).expect("write active");
+        path.write(key_dir::ACTIVE_FILE, kid).expect("write active");
     }
     let keys = KeySet::load_or_generate(dir.path(), algorithm, NOW).expect("key set");
     assert_eq!(keys.algorithm(), algorithm);

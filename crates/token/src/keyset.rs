@@ -2,7 +2,6 @@
 //! ticket signer.
 
 use std::fmt;
-use std::path::Path;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::key_dir::{self, Listing};
 use crate::keys::{self, KeyMaterial};
+use crate::storage::KeyStorage;
 use crate::ticket_secrets::SecretId;
 use crate::{ChallengeSigner, SigningAlgorithm, TicketSigner, TokenError};
 
@@ -44,6 +44,47 @@ struct Inner {
     challenge_signer: ChallengeSigner,
 }
 
+/// How much the clocks of two nodes may differ: a key's retirement time is read on the node
+/// that rotated, the prune's on the node that prunes.
+pub const NODE_CLOCK_SKEW_SECS: u64 = 30;
+
+/// How long after a key stops signing a pass it signed can still be valid, so how long a
+/// prune keeps it: the longest pass lifetime, plus the [`LEEWAY_SECS`](crate::LEEWAY_SECS)
+/// verifiers allow past `exp`, plus [`NODE_CLOCK_SKEW_SECS`].
+///
+/// ```
+/// assert_eq!(anteroom_token::prune_horizon_secs(3600), 3600 + 30 + 30);
+/// ```
+pub fn prune_horizon_secs(longest_pass_lifetime_secs: u64) -> u64 {
+    longest_pass_lifetime_secs
+        .saturating_add(crate::LEEWAY_SECS)
+        .saturating_add(NODE_CLOCK_SKEW_SECS)
+}
+
+/// What [`KeySet::prune`] did with each key of the set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// The kids of the keys deleted (they leave the JWKS): every pass they signed has expired.
+    pub removed: Vec<String>,
+    /// The kids of the keys kept, each with why, the active key first.
+    pub kept: Vec<(String, KeptBecause)>,
+}
+
+/// Why [`KeySet::prune`] kept a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeptBecause {
+    /// It signs new passes.
+    Active,
+    /// It stopped signing at `retired_at` (Unix seconds); a pass it signed may be valid until
+    /// `prunable_at`, from when a prune deletes it.
+    PassesMayBeValid {
+        /// When it stopped signing.
+        retired_at: u64,
+        /// When no pass it signed can still be valid.
+        prunable_at: u64,
+    },
+}
+
 /// One key of the set.
 pub(crate) struct LoadedKey {
     pub(crate) kid: String,
@@ -60,22 +101,22 @@ impl KeySet {
     /// in time. An existing key of another algorithm is kept: changing the algorithm of a
     /// running key set is a [`KeySet::rotate`]. Retired ticket secrets past their drop time
     /// are deleted.
-    pub fn load_or_generate(
-        dir: &Path,
+    pub fn load_or_generate<S: KeyStorage + ?Sized>(
+        dir: &S,
         algorithm: SigningAlgorithm,
         now_secs: u64,
     ) -> Result<KeySet, TokenError> {
-        key_dir::create_dir(dir)?;
+        dir.create()?;
         let listing = key_dir::list(dir)?;
         ensure_ticket_secret(dir, &listing)?;
         drop_expired_ticket_secrets(dir, &listing, now_secs)?;
         if listing.keys.is_empty() {
             let kid = add_key(dir, &listing, algorithm)?;
-            key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
+            dir.write(key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
         } else {
             let active = listing.active_kid(dir)?.to_owned();
             if listing.active.is_none() {
-                key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{active}\n"))?;
+                dir.write(key_dir::ACTIVE_FILE, &format!("{active}\n"))?;
             }
             retire_all_but(dir, &listing, &active, now_secs)?;
         }
@@ -84,17 +125,16 @@ impl KeySet {
 
     /// Loads every key in `dir` without changing anything; an error if it holds no signing
     /// key, no ticket secret, or a file it owns that it cannot read.
-    pub fn load(dir: &Path) -> Result<KeySet, TokenError> {
+    pub fn load<S: KeyStorage + ?Sized>(dir: &S) -> Result<KeySet, TokenError> {
         install_crypto_provider();
         let listing = key_dir::list(dir)?;
         let active = listing.active_kid(dir)?;
         let ticket_secrets = listing.ticket_secrets(dir)?;
         let mut keys = Vec::with_capacity(listing.keys.len());
         for file in &listing.keys {
-            let text = std::fs::read_to_string(&file.path)
-                .map_err(|error| TokenError::io("reading", &file.path, error))?;
+            let text = dir.read(&file.name)?;
             let material = keys::parse(file.algorithm, &text)
-                .map_err(|reason| TokenError::corrupt(&file.path, reason))?;
+                .map_err(|reason| TokenError::corrupt(dir.location(&file.name), reason))?;
             keys.push(LoadedKey {
                 kid: file.kid.clone(),
                 material,
@@ -123,18 +163,18 @@ impl KeySet {
     /// rotation, prune or start. Ticket tokens carry no expiry (a waiting visitor keeps their
     /// ticket for as long as they keep contact), so the retention is the longest wait worth
     /// honouring, not a token lifetime.
-    pub fn rotate(
-        dir: &Path,
+    pub fn rotate<S: KeyStorage + ?Sized>(
+        dir: &S,
         algorithm: SigningAlgorithm,
         ticket_secret_retention: Duration,
         now_secs: u64,
     ) -> Result<KeySet, TokenError> {
-        key_dir::create_dir(dir)?;
+        dir.create()?;
         let listing = key_dir::list(dir)?;
         let kid = add_key(dir, &listing, algorithm)?;
         // The new key becomes active before the old ones are marked retired, so a crash in
         // between never leaves the active key with a retirement record.
-        key_dir::write_file(dir, key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
+        dir.write(key_dir::ACTIVE_FILE, &format!("{kid}\n"))?;
         retire_all_but(dir, &listing, &kid, now_secs)?;
         if !ensure_ticket_secret(dir, &listing)? {
             let drop_at = now_secs.saturating_add(ticket_secret_retention.as_secs());
@@ -145,30 +185,60 @@ impl KeySet {
         KeySet::load(dir)
     }
 
-    /// Deletes the files of retired keys whose retirement is at least `keep_secs` old, so
-    /// every pass they signed has expired; returns how many keys were deleted. The active key
-    /// is never deleted. Choose `keep_secs` at least the longest pass lifetime plus the
-    /// 30 s verification leeway. Retired ticket secrets past their drop time are deleted too
-    /// (and not counted).
-    pub fn prune(dir: &Path, keep_secs: u64, now_secs: u64) -> Result<usize, TokenError> {
+    /// Deletes the keys that can no longer have signed a valid pass: retired keys whose
+    /// retirement is at least `keep_secs` old. The active key is never deleted. Choose
+    /// `keep_secs` at least the longest pass lifetime plus the verification leeway and the
+    /// clock skew between nodes ([`prune_horizon_secs`](crate::prune_horizon_secs)).
+    /// Retired ticket secrets past their drop time are deleted too, and retirement records
+    /// whose key is gone.
+    ///
+    /// A key with no retirement record that does not sign (left by an interrupted rotation)
+    /// is recorded as retired now, and kept.
+    pub fn prune<S: KeyStorage + ?Sized>(
+        dir: &S,
+        keep_secs: u64,
+        now_secs: u64,
+    ) -> Result<PruneReport, TokenError> {
         let listing = key_dir::list(dir)?;
         let active = listing.active_kid(dir)?.to_owned();
         retire_all_but(dir, &listing, &active, now_secs)?;
         drop_expired_ticket_secrets(dir, &listing, now_secs)?;
-        let mut n_deleted = 0;
-        for (kid, (retired_at, record)) in &listing.retired {
-            if *kid == active || now_secs.saturating_sub(*retired_at) < keep_secs {
+        // Listed again to see the retirement records just written.
+        let listing = key_dir::list(dir)?;
+        let mut report = PruneReport::default();
+        for key in &listing.keys {
+            let retired_at = match listing.retired.get(&key.kid) {
+                Some((retired_at, _)) if key.kid != active => *retired_at,
+                // The active key, even with a stale record a crashed rotation left it.
+                _ => {
+                    report.kept.push((key.kid.clone(), KeptBecause::Active));
+                    continue;
+                }
+            };
+            let prunable_at = retired_at.saturating_add(keep_secs);
+            if now_secs < prunable_at {
+                let because = KeptBecause::PassesMayBeValid {
+                    retired_at,
+                    prunable_at,
+                };
+                report.kept.push((key.kid.clone(), because));
                 continue;
             }
             // Key first, record second: a crash in between leaves only an orphan record,
             // which the next prune removes.
-            if let Some(file) = listing.keys.iter().find(|key| &key.kid == kid) {
-                key_dir::remove_file(&file.path)?;
-                n_deleted += 1;
-            }
-            key_dir::remove_file(record)?;
+            dir.remove(&key.name)?;
+            report.removed.push(key.kid.clone());
         }
-        Ok(n_deleted)
+        // `listing.keys` is in kid order; a stable sort moves the active key first.
+        report
+            .kept
+            .sort_by_key(|(_, because)| *because != KeptBecause::Active);
+        for (kid, (_, record)) in &listing.retired {
+            if *kid != active && !report.kept.iter().any(|(kept, _)| kept == kid) {
+                dir.remove(record)?;
+            }
+        }
+        Ok(report)
     }
 
     /// The id of the key that signs new passes.
@@ -247,7 +317,10 @@ fn install_crypto_provider() {
 
 /// Writes `ticket.key` when the directory has no ticket secret that signs; returns whether it
 /// did.
-fn ensure_ticket_secret(dir: &Path, listing: &Listing) -> Result<bool, TokenError> {
+fn ensure_ticket_secret(
+    dir: &(impl KeyStorage + ?Sized),
+    listing: &Listing,
+) -> Result<bool, TokenError> {
     // With `ticket.active`, a rotation made the signing secret: a missing file is corruption
     // for `load` to name, never a reason to make a new one.
     if listing.ticket_active.is_some() || listing.ticket_secrets.contains_key(&SecretId::Original) {
@@ -259,7 +332,11 @@ fn ensure_ticket_secret(dir: &Path, listing: &Listing) -> Result<bool, TokenErro
 
 /// Adds a named ticket secret and makes it the one that signs; the one it replaces verifies
 /// until `drop_at`.
-fn rotate_ticket_secret(dir: &Path, listing: &Listing, drop_at: u64) -> Result<(), TokenError> {
+fn rotate_ticket_secret(
+    dir: &(impl KeyStorage + ?Sized),
+    listing: &Listing,
+    drop_at: u64,
+) -> Result<(), TokenError> {
     let retiring = listing.signing_ticket_secret();
     let (id, named) = loop {
         // 64 random bits, like kids: collisions are only possible in theory, and checked.
@@ -276,14 +353,13 @@ fn rotate_ticket_secret(dir: &Path, listing: &Listing, drop_at: u64) -> Result<(
     // leaves it signing (the signing secret ignores its record) rather than retired without
     // a record, which would refuse its tokens at once.
     let record = key_dir::ticket_drop_file_name(&retiring);
-    key_dir::write_file(dir, &record, &format!("{drop_at}\n"))?;
-    key_dir::write_file(dir, key_dir::TICKET_ACTIVE_FILE, &format!("{id}\n"))
+    dir.write(&record, &format!("{drop_at}\n"))?;
+    dir.write(key_dir::TICKET_ACTIVE_FILE, &format!("{id}\n"))
 }
 
-fn write_ticket_secret(dir: &Path, id: &SecretId) -> Result<(), TokenError> {
+fn write_ticket_secret(dir: &(impl KeyStorage + ?Sized), id: &SecretId) -> Result<(), TokenError> {
     let secret = keys::encode_secret(&keys::random_secret());
-    key_dir::write_file(
-        dir,
+    dir.write(
         &key_dir::ticket_secret_file_name(id),
         &format!("{secret}\n"),
     )
@@ -292,7 +368,7 @@ fn write_ticket_secret(dir: &Path, id: &SecretId) -> Result<(), TokenError> {
 /// Deletes every retired ticket secret whose drop time is past at `now_secs`, and its record.
 /// The signing secret is never deleted, whatever record a crashed rotation left it.
 fn drop_expired_ticket_secrets(
-    dir: &Path,
+    dir: &(impl KeyStorage + ?Sized),
     listing: &Listing,
     now_secs: u64,
 ) -> Result<(), TokenError> {
@@ -303,15 +379,15 @@ fn drop_expired_ticket_secrets(
         }
         // Secret first, record second: a crash in between leaves only an orphan record,
         // which the next pass removes.
-        key_dir::remove_file(&key_dir::ticket_secret_path(dir, id))?;
-        key_dir::remove_file(record)?;
+        dir.remove(&key_dir::ticket_secret_file_name(id))?;
+        dir.remove(record)?;
     }
     Ok(())
 }
 
 /// Generates a key of `algorithm` under a fresh kid, writes its file and returns the kid.
 fn add_key(
-    dir: &Path,
+    dir: &(impl KeyStorage + ?Sized),
     listing: &Listing,
     algorithm: SigningAlgorithm,
 ) -> Result<String, TokenError> {
@@ -326,21 +402,20 @@ fn add_key(
             break kid;
         }
     };
-    key_dir::write_file(dir, &key_dir::key_file_name(&kid, algorithm), &text)?;
+    dir.write(&key_dir::key_file_name(&kid, algorithm), &text)?;
     Ok(kid)
 }
 
 /// Records every key other than `active` that has no retirement record as retired now.
 fn retire_all_but(
-    dir: &Path,
+    dir: &(impl KeyStorage + ?Sized),
     listing: &Listing,
     active: &str,
     now_secs: u64,
 ) -> Result<(), TokenError> {
     for key in &listing.keys {
         if key.kid != active && !listing.retired.contains_key(&key.kid) {
-            key_dir::write_file(
-                dir,
+            dir.write(
                 &key_dir::retired_file_name(&key.kid),
                 &format!("{now_secs}\n"),
             )?;

@@ -42,6 +42,11 @@
 //! other names and dot files are ignored; a file with one of these names that cannot be read
 //! is an error naming it. One process at a time should change a directory.
 //!
+//! The same layout can live elsewhere than on disk: [`KeyRecords`] holds its entries in
+//! memory for a caller that keeps them in a shared store, and records what an operation
+//! changed so the caller writes back exactly that. [`KeyEncryptionKey`] seals each entry
+//! (AES-256-GCM, bound to the entry's name) so the store never holds a key in plain text.
+//!
 //! # OpenID Connect
 //!
 //! ID tokens and access tokens ([`IdTokenClaims`], [`AccessTokenClaims`]) are signed like
@@ -58,17 +63,21 @@ mod error;
 #[cfg(test)]
 mod fixtures;
 mod key_dir;
+mod key_sealing;
 mod keys;
 mod keyset;
 mod oidc;
 mod pass;
+mod storage;
 mod ticket;
 mod ticket_secrets;
 
 pub use algorithm::SigningAlgorithm;
 pub use challenge::{ChallengeClaims, ChallengeError, ChallengeSigner};
 pub use error::TokenError;
-pub use keyset::KeySet;
+pub use key_sealing::KeyEncryptionKey;
+pub use keyset::{KeptBecause, KeySet, NODE_CLOCK_SKEW_SECS, PruneReport, prune_horizon_secs};
 pub use oidc::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims, SealError};
 pub use pass::{Inspection, LEEWAY_SECS, PASS_SCOPE, PassClaims, PassError, PassExpectations};
+pub use storage::{KeyRecords, KeyStorage};
 pub use ticket::{TicketClaims, TicketSigner, TicketTokenError};

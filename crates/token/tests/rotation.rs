@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anteroom_token::{
-    ChallengeClaims, ChallengeError, KeySet, PassClaims, PassError, PassExpectations, SealError,
-    SigningAlgorithm, TicketClaims, TicketTokenError,
+    ChallengeClaims, ChallengeError, KeptBecause, KeySet, PassClaims, PassError, PassExpectations,
+    SealError, SigningAlgorithm, TicketClaims, TicketTokenError,
 };
 
 const START: u64 = 1_700_000_000;
@@ -101,18 +101,28 @@ fn rotation_keeps_old_passes_until_pruned() {
     );
 
     // Before the keep time is up, pruning keeps the old key.
+    let report = KeySet::prune(dir.path(), KEEP, rotated_at + KEEP - 1).expect("prune");
+    assert!(report.removed.is_empty());
     assert_eq!(
-        KeySet::prune(dir.path(), KEEP, rotated_at + KEEP - 1).expect("prune"),
-        0
+        report.kept,
+        [
+            (new_kid.clone(), KeptBecause::Active),
+            (
+                old_kid.clone(),
+                KeptBecause::PassesMayBeValid {
+                    retired_at: rotated_at,
+                    prunable_at: rotated_at + KEEP
+                }
+            ),
+        ]
     );
     assert_eq!(KeySet::load(dir.path()).expect("reload").kids().len(), 2);
 
     // After it, the old key goes, and so do its passes (long expired by then anyway).
     let pruned_at = rotated_at + KEEP;
-    assert_eq!(
-        KeySet::prune(dir.path(), KEEP, pruned_at).expect("prune"),
-        1
-    );
+    let report = KeySet::prune(dir.path(), KEEP, pruned_at).expect("prune");
+    assert_eq!(report.removed, std::slice::from_ref(&old_kid));
+    assert_eq!(report.kept, [(new_kid.clone(), KeptBecause::Active)]);
     let keys = KeySet::load(dir.path()).expect("reload");
     assert_eq!(keys.kids(), std::slice::from_ref(&new_kid));
     assert_eq!(jwks_kids(&keys), std::slice::from_ref(&new_kid));
@@ -133,10 +143,9 @@ fn rotation_keeps_old_passes_until_pruned() {
     );
 
     // Pruning again finds nothing more.
-    assert_eq!(
-        KeySet::prune(dir.path(), KEEP, pruned_at + 1000).expect("prune"),
-        0
-    );
+    let report = KeySet::prune(dir.path(), KEEP, pruned_at + 1000).expect("prune");
+    assert!(report.removed.is_empty());
+    assert_eq!(report.kept.len(), 1);
 }
 
 #[test]
@@ -162,10 +171,9 @@ fn several_rotations_keep_every_unpruned_key() {
         assert!(keys.verify_pass(pass, &EXPECT, *signed_at).is_ok());
     }
     // Keys retired at START+100, +200, +300; keeping 150 s at START+400 drops the first two.
-    assert_eq!(
-        KeySet::prune(dir.path(), 150, START + 400).expect("prune"),
-        2
-    );
+    let report = KeySet::prune(dir.path(), 150, START + 400).expect("prune");
+    assert_eq!(report.removed.len(), 2);
+    assert_eq!(report.kept.len(), 2);
     let keys = KeySet::load(dir.path()).expect("reload");
     assert_eq!(keys.kids().len(), 2);
     let outcomes: Vec<bool> = passes

@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::tree::{Entry, Origin, Problems, Value, closest};
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use super::{
     AuthConfig, Cidr, HttpEngine, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS,
-    ServerConfig, SseLimits, StoreConfig,
+    ServerConfig, SharedKeysConfig, SseLimits, StoreConfig,
 };
 use crate::duration::parse_duration;
 
@@ -36,7 +36,13 @@ const SERVER_KEYS: &[&str] = &[
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
-const KEYS_KEYS: &[&str] = &["dir", "algorithm", "ticket_secret_retention"];
+const KEYS_KEYS: &[&str] = &[
+    "dir",
+    "algorithm",
+    "ticket_secret_retention",
+    "storage",
+    "kek_file",
+];
 const AUTH_KEYS: &[&str] = &["admin_keys", "read_keys", "service_keys"];
 
 pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> ServerConfig {
@@ -362,7 +368,11 @@ fn read_redis(
     })
 }
 
-pub(super) fn read_keys(section: Option<&Entry>, problems: &mut Problems) -> KeysConfig {
+pub(super) fn read_keys(
+    section: Option<&Entry>,
+    store: &StoreConfig,
+    problems: &mut Problems,
+) -> KeysConfig {
     let defaults = KeysConfig::default();
     let Some(table) = section.and_then(|entry| entry.table(problems)) else {
         return defaults;
@@ -405,6 +415,67 @@ pub(super) fn read_keys(section: Option<&Entry>, problems: &mut Problems) -> Key
         dir,
         algorithm,
         ticket_secret_retention,
+        shared: read_shared_keys(table, store, problems),
+    }
+}
+
+/// `storage` and `kek_file`: keys in the store's Redis need a key-encryption key, and a
+/// key-encryption key means nothing for a directory.
+fn read_shared_keys(
+    table: &Table,
+    store: &StoreConfig,
+    problems: &mut Problems,
+) -> Option<SharedKeysConfig> {
+    let storage = table
+        .get("storage")
+        .and_then(|entry| Some((entry, entry.string(problems)?)));
+    let kek_file = table
+        .get("kek_file")
+        .and_then(|entry| Some((entry, entry.string(problems)?)));
+    let in_redis = match storage {
+        None => None,
+        Some((_, storage)) if storage == "dir" => None,
+        Some((entry, storage)) if storage == "redis" => Some(entry),
+        Some((entry, storage)) => {
+            problems.add(
+                &entry.key_origin,
+                format!("`storage` must be \"dir\" or \"redis\", found {storage:?}"),
+            );
+            return None;
+        }
+    };
+    match (in_redis, kek_file) {
+        (None, None) => None,
+        (None, Some((entry, _))) => {
+            problems.add(
+                &entry.key_origin,
+                "`kek_file` is only for `storage = \"redis\"` (keys in a directory are not sealed)",
+            );
+            None
+        }
+        (Some(entry), None) => {
+            problems.add(
+                &entry.key_origin,
+                "`storage = \"redis\"` needs `kek_file`, the file holding the 32-byte key-encryption key that seals the keys in Redis",
+            );
+            None
+        }
+        (Some(storage), Some((entry, kek_file))) => {
+            if !matches!(store, StoreConfig::Redis { .. }) {
+                problems.add(
+                    &storage.key_origin,
+                    "`storage = \"redis\"` keeps the keys in the `[store]` Redis: it needs `[store] backend = \"redis\"`",
+                );
+                return None;
+            }
+            if kek_file.is_empty() {
+                problems.add(&entry.key_origin, "`kek_file` must not be empty");
+                return None;
+            }
+            Some(SharedKeysConfig {
+                kek_file: PathBuf::from(kek_file),
+            })
+        }
     }
 }
 

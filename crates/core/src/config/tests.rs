@@ -208,6 +208,7 @@ fn full_file_resolves_to_typed_values() {
             dir: PathBuf::from("/etc/anteroom/keys"),
             algorithm: "ES256".to_owned(),
             ticket_secret_retention: super::DEFAULT_TICKET_SECRET_RETENTION,
+            shared: None,
         },
         auth: AuthConfig {
             admin_keys: vec![hash(1)],
@@ -254,6 +255,7 @@ fn absent_sections_take_defaults() {
             dir: PathBuf::from("data/keys"),
             algorithm: "EdDSA".to_owned(),
             ticket_secret_retention: std::time::Duration::from_secs(24 * 3600),
+            shared: None,
         },
         auth: AuthConfig::default(),
         rooms: vec![],
@@ -1386,6 +1388,67 @@ fn max_connections_leaves_a_reserve_of_descriptors_unless_set() {
         ..defaults
     };
     assert_eq!(set.sized_for(1024), 10);
+}
+
+#[test]
+fn keys_in_redis_need_a_redis_store_and_a_key_encryption_key() {
+    let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n";
+    let source = format!("{redis}[keys]\nstorage = \"redis\"\nkek_file = \"/etc/anteroom/kek\"\n");
+    match parse_config(&source, &env(&[])) {
+        Ok(config) => assert_eq!(
+            config.keys.shared,
+            Some(super::SharedKeysConfig {
+                kek_file: PathBuf::from("/etc/anteroom/kek")
+            })
+        ),
+        Err(errors) => panic!("unexpected problems:\n{errors}"),
+    }
+    // The file can come from the environment (a secret mounted by the orchestrator).
+    let from_env = format!("{redis}[keys]\nstorage = \"redis\"\n");
+    match parse_config(
+        &from_env,
+        &env(&[("ANTEROOM_KEYS__KEK_FILE", "/run/secrets/kek")]),
+    ) {
+        Ok(config) => assert_eq!(
+            config.keys.shared,
+            Some(super::SharedKeysConfig {
+                kek_file: PathBuf::from("/run/secrets/kek")
+            })
+        ),
+        Err(errors) => panic!("unexpected problems:\n{errors}"),
+    }
+    match parse_config("[keys]\nstorage = \"dir\"\n", &env(&[])) {
+        Ok(config) => assert_eq!(config.keys.shared, None),
+        Err(errors) => panic!("unexpected problems:\n{errors}"),
+    }
+    check_problems(
+        &format!("{redis}[keys]\nstorage = \"redis\"\n"),
+        &[],
+        &[(Some(5), "`storage = \"redis\"` needs `kek_file`")],
+    );
+    check_problems(
+        "[keys]\nstorage = \"redis\"\nkek_file = \"kek\"\n",
+        &[],
+        &[(Some(2), "it needs `[store] backend = \"redis\"`")],
+    );
+    check_problems(
+        "[keys]\nkek_file = \"kek\"\n",
+        &[],
+        &[(Some(2), "`kek_file` is only for `storage = \"redis\"`")],
+    );
+    check_problems(
+        &format!("{redis}[keys]\nstorage = \"vault\"\n"),
+        &[],
+        &[(
+            Some(5),
+            "`storage` must be \"dir\" or \"redis\", found \"vault\"",
+        )],
+    );
+    check_problems(
+        &format!("{redis}[keys]\nstorage = \"redis\"\nkek_file = \"\"\n"),
+        &[],
+        &[(Some(6), "`kek_file` must not be empty")],
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The operator's controls: pause, resume, close, open, advance, reset, passes by hand, key
-//! rotation, and the origin's load signal for adaptive admission (SPEC §5.4).
+//! The operator's controls: pause, resume, close, open, advance, reset, passes by hand, and
+//! the origin's load signal for adaptive admission (SPEC §5.4).
 
 use std::time::Duration;
 
@@ -17,7 +17,6 @@ use anteroom_core::RoomId;
 use anteroom_core::duration::parse_duration;
 use anteroom_core::engine::{MAX_IDENTITY_LEN, RoomSnapshot};
 use anteroom_core::room::Mode;
-use anteroom_token::{KeySet, SigningAlgorithm};
 
 use super::auth::WriteAccess;
 use super::conditional::{IfMatch, RoomTag, update_room};
@@ -29,8 +28,8 @@ use anteroom_core::config::format_time;
 /// The most tickets one advance admits.
 const MAX_ADVANCE: u64 = 1_000_000_000;
 
-/// The longest pass an operator can issue by hand.
-const MAX_PASS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest pass an operator can issue by hand (the key pruning horizon counts it).
+const MAX_PASS_TTL: Duration = crate::key_source::MAX_HAND_ISSUED_PASS_TTL;
 
 /// A room's figures after a control.
 #[derive(Debug, Serialize, ToSchema)]
@@ -121,27 +120,6 @@ pub(crate) struct IssuedPass {
     pub(crate) pass: String,
     /// When it expires.
     pub(crate) expires_at: String,
-}
-
-/// `POST /admin/v1/keys/rotate` body (optional).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RotateBody {
-    /// `EdDSA`, `ES256`, `RS256` or `HS256`; the configured algorithm when absent.
-    #[serde(default)]
-    #[schema(pattern = "^(EdDSA|ES256|RS256|HS256)$")]
-    pub(crate) algorithm: Option<String>,
-}
-
-/// `POST /admin/v1/keys/rotate` answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct RotatedKeys {
-    /// The key that signs from now on.
-    pub(crate) active_kid: String,
-    /// Its algorithm.
-    pub(crate) algorithm: String,
-    /// Every key that verifies, the active one first.
-    pub(crate) kids: Vec<String>,
 }
 
 /// `POST /admin/v1/rooms/{room}/pause`: Stops admission; everyone queues and keeps their place (mode queue_all).
@@ -418,57 +396,6 @@ pub(crate) async fn issue_pass(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-/// `POST /admin/v1/keys/rotate`
-#[utoipa::path(post, path = "/admin/v1/keys/rotate", tag = "admin",
-    security(("admin_key" = [])),
-    request_body(content = Option<RotateBody>, description = "Optional algorithm of the new key"),
-    description = "Generates a new signing key and makes it active on this node; older keys \
-        keep verifying (they stay in the JWKS) until pruned. The ticket secret rotates too: \
-        the retired one keeps verifying the tickets it made for `[keys] \
-        ticket_secret_retention`. Other nodes sharing the key directory follow within a second.",
-    responses(
-        (status = 200, description = "The key set after", body = RotatedKeys),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-    ))]
-pub(crate) async fn rotate_keys(
-    _: WriteAccess,
-    State(admin): State<AdminState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<RotatedKeys>, ApiError> {
-    let request: RotateBody = json_body(body)?.unwrap_or_default();
-    let algorithm = match &request.algorithm {
-        None => admin.settings().algorithm,
-        Some(text) => text.parse::<SigningAlgorithm>().map_err(|error| {
-            ApiError::bad_request("invalid_body", format!("algorithm: {error}"))
-        })?,
-    };
-    let dir = admin.settings().key_dir.clone();
-    let retention = admin.settings().ticket_secret_retention;
-    let now_secs = admin.now().as_secs();
-    // Key generation (RSA especially) and file writes must not hold up the runtime.
-    let rotated =
-        tokio::task::spawn_blocking(move || KeySet::rotate(&dir, algorithm, retention, now_secs))
-            .await
-            .map_err(|error| internal(&error))?
-            .map_err(|error| internal(&error))?;
-    admin.app().set_keys(rotated.clone());
-    admin
-        .record(AdminEvent::new(
-            "keys.rotated",
-            None,
-            admin.now(),
-            serde_json::json!({"active_kid": rotated.active_kid()}),
-        ))
-        .await;
-    Ok(Json(RotatedKeys {
-        active_kid: rotated.active_kid().to_owned(),
-        algorithm: rotated.algorithm().as_str().to_owned(),
-        kids: rotated.kids(),
-    }))
-}
-
 /// The body of `PUT /admin/v1/rooms/{room}/signal`: the origin's own view of its health.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -557,17 +484,8 @@ pub(crate) async fn signal(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn internal(error: &dyn std::fmt::Display) -> ApiError {
-    tracing::error!(%error, "key rotation failed");
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "the keys could not be rotated",
-    )
-}
-
 /// An optional JSON body: `None` when empty, 400 when it does not parse as `T`.
-fn json_body<T: DeserializeOwned>(
+pub(super) fn json_body<T: DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Option<T>, ApiError> {
     let body = body.map_err(|rejection| {

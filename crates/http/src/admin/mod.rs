@@ -16,10 +16,10 @@ pub(crate) mod control;
 pub(crate) mod events;
 mod history;
 pub(crate) mod revoke;
+pub(crate) mod keys;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
@@ -51,8 +51,8 @@ pub struct AdminSettings {
     pub admin_keys: Vec<KeyHash>,
     /// SHA-256 hashes of keys that may only read.
     pub read_keys: Vec<KeyHash>,
-    /// The signing key directory, for `keys/rotate`.
-    pub key_dir: PathBuf,
+    /// Where the signing keys are kept, for `keys/rotate` and `keys/prune`.
+    pub key_source: crate::KeySource,
     /// The algorithm of keys made by a rotation that names none.
     pub algorithm: SigningAlgorithm,
     /// How long the ticket secret a rotation retires keeps verifying what it made.
@@ -235,7 +235,8 @@ pub fn admin_router(admin: AdminState) -> Router {
             "/rooms/{room}/sessions/{session}/revoke",
             post(revoke::revoke_session),
         )
-        .route("/keys/rotate", post(control::rotate_keys))
+        .route("/keys/rotate", post(keys::rotate_keys))
+        .route("/keys/prune", post(keys::prune_keys))
         .route("/events", get(events::feed));
     Router::new()
         .route("/", get(panel))

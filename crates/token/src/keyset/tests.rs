@@ -380,7 +380,12 @@ fn prune_keeps_the_active_key() {
         "0",
     )
     .expect("write");
-    assert_eq!(KeySet::prune(dir.path(), 0, NOW).expect("prune"), 0);
+    let report = KeySet::prune(dir.path(), 0, NOW).expect("prune");
+    assert!(report.removed.is_empty());
+    assert_eq!(
+        report.kept,
+        [(keys.active_kid().to_owned(), crate::KeptBecause::Active)]
+    );
     KeySet::load(dir.path()).expect("active key still there");
 }
 
@@ -388,7 +393,12 @@ fn prune_keeps_the_active_key() {
 fn prune_removes_orphan_records() {
     let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
     fs::write(dir.path().join("gone.retired"), "5").expect("write");
-    assert_eq!(KeySet::prune(dir.path(), 10, NOW).expect("prune"), 0);
+    assert!(
+        KeySet::prune(dir.path(), 10, NOW)
+            .expect("prune")
+            .removed
+            .is_empty()
+    );
     assert!(!dir.path().join("gone.retired").exists());
 }
 
@@ -405,4 +415,86 @@ fn key_set_is_shareable() {
     fn assert_shareable<T: Clone + Send + Sync + 'static>() {}
     assert_shareable::<KeySet>();
     assert_shareable::<TicketSigner>();
+}
+
+#[test]
+fn prune_keeps_a_key_while_a_pass_it_signed_can_verify() {
+    let (dir, first) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    // Signed the second before the rotation, so it lives the longest of any pass of this key.
+    let rotated_at = NOW + 1;
+    let last_pass = first.sign_pass(&fixtures::claims()).expect("sign");
+    KeySet::rotate(dir.path(), SigningAlgorithm::EdDsa, RETENTION, rotated_at).expect("rotate");
+    let keep = crate::prune_horizon_secs(fixtures::TTL);
+    let last_valid_second = NOW + fixtures::TTL + crate::LEEWAY_SECS - 1;
+
+    let report = KeySet::prune(dir.path(), keep, last_valid_second).expect("prune");
+    assert!(report.removed.is_empty(), "{report:?}");
+    let keys = KeySet::load(dir.path()).expect("load");
+    assert!(
+        keys.verify_pass(&last_pass, &EXPECT, last_valid_second)
+            .is_ok()
+    );
+
+    let report = KeySet::prune(dir.path(), keep, rotated_at + keep).expect("prune");
+    assert_eq!(report.removed, [first.active_kid().to_owned()]);
+    assert_eq!(
+        KeySet::load(dir.path()).expect("load").kids().len(),
+        1,
+        "the pruned key left the set"
+    );
+}
+
+#[test]
+fn prune_records_a_stray_key_and_keeps_it() {
+    let (dir, _keys) = fixtures::key_set(SigningAlgorithm::EdDsa);
+    let stray = keys::generate(SigningAlgorithm::EdDsa).expect("key");
+    fs::write(dir.path().join("stray.eddsa.pem"), stray).expect("write");
+    let report = KeySet::prune(dir.path(), 10, NOW + 5).expect("prune");
+    assert!(report.removed.is_empty());
+    assert_eq!(
+        report.kept[1],
+        (
+            "stray".to_owned(),
+            crate::KeptBecause::PassesMayBeValid {
+                retired_at: NOW + 5,
+                prunable_at: NOW + 15
+            }
+        )
+    );
+    let report = KeySet::prune(dir.path(), 10, NOW + 15).expect("prune");
+    assert_eq!(report.removed, ["stray"]);
+}
+
+#[test]
+fn records_hold_a_key_set_and_report_what_changed() {
+    let records = crate::KeyRecords::new("shared", Default::default());
+    let first = KeySet::load_or_generate(&records, SigningAlgorithm::EdDsa, NOW).expect("keys");
+    let created = records.changes();
+    assert!(created.values().all(Option::is_some), "{created:?}");
+    assert!(created.contains_key("ticket.key"));
+
+    let rotated =
+        KeySet::rotate(&records, SigningAlgorithm::Es256, RETENTION, NOW + 1).expect("rotate");
+    assert_eq!(rotated.kids().len(), 2);
+    let retired = format!("{}.retired", first.active_kid());
+    assert_eq!(records.changes()[&retired].as_deref(), Some("1700000001\n"));
+
+    let report = KeySet::prune(&records, 10, NOW + 11).expect("prune");
+    assert_eq!(report.removed, [first.active_kid().to_owned()]);
+    let changes = records.changes();
+    assert_eq!(
+        changes[&retired], None,
+        "removed entries are recorded as removed"
+    );
+    assert_eq!(changes[&format!("{}.eddsa.pem", first.active_kid())], None);
+    let reloaded = KeySet::load(&records).expect("load");
+    assert_eq!(reloaded.kids(), [rotated.active_kid().to_owned()]);
+
+    // A corrupt entry is named by the records' label.
+    let corrupt = crate::KeyRecords::new(
+        "shared",
+        [("active".to_owned(), "not a kid!".to_owned())].into(),
+    );
+    let error = KeySet::load(&corrupt).expect_err("corrupt");
+    assert!(error.to_string().contains("shared entry active"), "{error}");
 }
