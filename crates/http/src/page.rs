@@ -561,7 +561,7 @@ pub(crate) async fn waiting_page(
         }
     };
     if wants_json {
-        return api::entry_response(&app, &room, config.mode, entry);
+        return api::entry_response(&app, &room, &config, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
 }
@@ -753,7 +753,7 @@ fn entry_page(
         Entry::Waiting(view) => view.opens_at,
         Entry::Admitted(_) => None,
     };
-    let answer = match api::entry_answer(app, room, config.mode, entry) {
+    let answer = match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };
