@@ -292,7 +292,9 @@ impl PageContext {
                 serving: 1177,
                 eta_seconds: Some(150),
                 next_poll_ms: 2000,
-                opens_in: None,
+                // A pre-queue one hour, two minutes and five seconds before a fixed opening.
+                opens_in: (state == PageState::Prequeue)
+                    .then(|| ("2026-12-01T10:00:00Z".to_owned(), 3725)),
             },
             "/",
         )
@@ -701,7 +703,7 @@ fn entry_page(
     response
 }
 
-/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|closed|unavailable&lang=ko`: the
+/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|prequeue|closed|unavailable|challenge&lang=ko`: the
 /// room's page with sample figures, for operators checking a template. Changes nothing.
 pub(crate) async fn preview(
     State(app): State<AppState>,
@@ -728,6 +730,7 @@ pub(crate) async fn preview(
     };
     let state = match query.state.as_deref() {
         Some("paused") => PageState::Paused,
+        Some("prequeue") => PageState::Prequeue,
         Some("closed") => PageState::Closed,
         Some("unavailable") => PageState::Unavailable,
         Some("challenge") => PageState::Challenge,
