@@ -8,8 +8,12 @@
 //! whole process group, so no Chromium outlives it), and is bounded in time. At most two
 //! browsers run at once: they are the heaviest thing the test suite starts.
 //!
-//! Needs `chromium`, `chromium-driver` and, for the Korean page, `fonts-noto-cjk` (Debian);
-//! `scripts/test` installs them when missing.
+//! Every language and state of the page is also run against axe-core's accessibility rules
+//! (`support/axe.rs`), measured for overflow at a phone's and a desktop's width, and used by
+//! keyboard alone.
+//!
+//! Needs `chromium`, `chromium-driver` and, for the Korean, Japanese and Chinese pages,
+//! `fonts-noto-cjk` (Debian), and npm for axe-core; `scripts/test` installs them when missing.
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/axe.rs"]
@@ -339,6 +343,45 @@ async fn every_state_in_every_language_passes_axe_without_overflow() {
                     .assert_accessible(&format!("the {state} page in {code}"))
                     .await;
             }
+        }
+        browser.close().await;
+    })
+    .await;
+}
+
+/// The dark colour scheme keeps every state readable (axe-core's contrast rules among them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dark_scheme_passes_axe_in_every_state() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        let browser = Browser::start(BrowserOptions {
+            dark: true,
+            ..BrowserOptions::default()
+        })
+        .await;
+        browser
+            .goto(&wait_url(&server.url(), "hall", RETURN_PATH))
+            .await;
+        assert_eq!(
+            browser
+                .eval("return matchMedia('(prefers-color-scheme: dark)').matches")
+                .await,
+            true
+        );
+        browser.assert_accessible("the dark waiting page").await;
+        browser.screenshot("dark-waiting").await;
+        for state in ["paused", "prequeue", "closed", "unavailable", "challenge"] {
+            browser
+                .goto(&format!(
+                    "{}/_anteroom/wait/hall/preview?state={state}&lang=en",
+                    server.url()
+                ))
+                .await;
+            browser
+                .assert_accessible(&format!("the dark {state} page"))
+                .await;
         }
         browser.close().await;
     })
@@ -1050,6 +1093,8 @@ struct BrowserOptions {
     tls: bool,
     /// The visitor asked their system for less motion (`prefers-reduced-motion: reduce`).
     reduced_motion: bool,
+    /// The visitor's system is in dark mode (`prefers-color-scheme: dark`).
+    dark: bool,
 }
 
 impl Default for BrowserOptions {
@@ -1058,6 +1103,7 @@ impl Default for BrowserOptions {
             javascript: true,
             tls: false,
             reduced_motion: false,
+            dark: false,
         }
     }
 }
@@ -1094,6 +1140,9 @@ impl Browser {
         }
         if options.reduced_motion {
             args.push("--force-prefers-reduced-motion".to_owned());
+        }
+        if options.dark {
+            args.push("--force-dark-mode".to_owned());
         }
         let mut chrome_options = json!({ "args": args });
         if let Some(binary) = chromium_binary() {

@@ -207,12 +207,16 @@ async fn accessible() {
     );
 
     // Tab from the top of the page to the room's Pause button.
-    browser.run("document.activeElement.blur(); window.scrollTo(0, 0)").await;
+    browser
+        .run("document.activeElement.blur(); window.scrollTo(0, 0)")
+        .await;
     let mut stops = Vec::new();
     while stops.len() < 40 {
         let focused = browser.tab().await;
         let on_pause = browser
-            .eval(&format!("return document.activeElement === document.querySelector('{card} button.pause')"))
+            .eval(&format!(
+                "return document.activeElement === document.querySelector('{card} button.pause')"
+            ))
             .await;
         stops.push(focused);
         if on_pause == true {
