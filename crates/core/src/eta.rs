@@ -5,10 +5,11 @@
 //! waited and nobody was admitted carry no information about the room's pace and are skipped,
 //! so a quiet hour does not make the first visitor of a rush look hopeless.
 //!
-//! Before the first admissions have been measured (the start of a sale) the estimate comes from
-//! the room's configured pace instead ([`ConfiguredPace`]), and says so ([`EtaBasis`]): a
-//! visitor sees a wait from their first second in line, and a client can tell a planned pace
-//! from an observed one.
+//! Before the first admissions have been measured (the start of a sale), and while the measured
+//! rate is zero (a full room whose sessions have not ended yet), the estimate comes from the
+//! room's configured pace instead ([`ConfiguredPace`]), and says so ([`EtaBasis`]): a visitor
+//! sees a wait from their first second in line, and a client can tell a planned pace from an
+//! observed one.
 
 use rand::Rng;
 
@@ -288,6 +289,15 @@ mod tests {
                 basis: EtaBasis::Measured
             }),
             "a measurement wins over the plan"
+        );
+        let stalled = AdmissionRate::from_estimate(Some(0.0));
+        assert_eq!(
+            estimate(30, &stalled, pace(0, 60, 600)),
+            Some(Estimate {
+                seconds: 30,
+                basis: EtaBasis::Configured
+            }),
+            "a measured standstill falls back to the plan"
         );
         assert_eq!(
             with_configured_fallback(None, 0, pace(1, 0, 600)),
