@@ -8,10 +8,16 @@
 //! whole process group, so no Chromium outlives it), and is bounded in time. At most two
 //! browsers run at once: they are the heaviest thing the test suite starts.
 //!
-//! Needs `chromium`, `chromium-driver` and, for the Korean page, `fonts-noto-cjk` (Debian);
-//! `scripts/test` installs them when missing.
+//! Every language and state of the page is also run against axe-core's accessibility rules
+//! (`support/axe.rs`), measured for overflow at a phone's and a desktop's width, and used by
+//! keyboard alone.
+//!
+//! Needs `chromium`, `chromium-driver` and, for the Korean, Japanese and Chinese pages,
+//! `fonts-noto-cjk` (Debian), and npm for axe-core; `scripts/test` installs them when missing.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/axe.rs"]
+mod axe;
 mod support;
 
 use std::future::Future;
@@ -19,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -237,6 +245,307 @@ async fn korean_page_with_lang_ko() {
             "same ticket in English"
         );
         browser.close().await;
+    })
+    .await;
+}
+
+/// Every language the page speaks, as `?lang=` names it, with the text its heading has while
+/// waiting.
+const LANGUAGES: [(&str, &str); 10] = [
+    ("en", "You are in line"),
+    ("ko", "대기열에 있습니다"),
+    ("ja", "順番待ちをしています"),
+    ("zh-Hans", "您正在排队"),
+    ("zh-Hant", "您正在排隊"),
+    ("es", "Estás en la fila"),
+    ("fr", "Vous êtes dans la file"),
+    ("de", "Sie sind in der Warteschlange"),
+    ("pt-BR", "Você está na fila"),
+    ("id", "Anda sedang mengantre"),
+];
+
+/// A phone's width and a desktop's, in CSS pixels.
+const WIDTHS: [(u32, u32, &str); 2] = [(360, 740, "phone"), (1280, 800, "desktop")];
+
+/// The live page in each language: it speaks it, shows an estimate from the first second (the
+/// room's configured pace; nobody has been admitted by the admitter yet), fits a phone and a
+/// desktop without anything sticking out, and passes axe-core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_language_fits_a_phone_and_a_desktop_shows_an_estimate_and_passes_axe() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        assert_eq!(api.join().await["state"], "waiting");
+
+        let browser = Browser::start(BrowserOptions::default()).await;
+        for (code, heading) in LANGUAGES {
+            let url = format!("{}&lang={code}", wait_url(&server.url(), "hall", RETURN_PATH));
+            browser.goto(&url).await;
+            assert_eq!(browser.attribute("html", "lang").await, code);
+            assert_eq!(browser.text("#heading").await, heading, "{code}");
+            assert_eq!(browser.text("#ahead").await, "1", "{code}");
+            let estimating = browser.eval("return JSON.parse(document.getElementById('anteroom-config').textContent).text.eta_unknown").await;
+            let eta = browser.text("#eta").await;
+            assert_ne!(
+                Value::String(eta.clone()),
+                estimating,
+                "{code}: an estimate before any admission was measured"
+            );
+            for (width, height, device) in WIDTHS {
+                browser.client.set_window_size(width, height).await.unwrap();
+                assert_eq!(
+                    browser.eval("return window.innerWidth").await,
+                    width,
+                    "the viewport is {width} px wide"
+                );
+                let overflowing = browser.overflowing().await;
+                assert!(
+                    overflowing.is_empty(),
+                    "{code} on a {device}: {overflowing:?}"
+                );
+                browser.screenshot(&format!("lang-{code}-{device}")).await;
+            }
+            browser
+                .assert_accessible(&format!("the waiting page in {code}"))
+                .await;
+        }
+        browser.close().await;
+    })
+    .await;
+}
+
+/// The paused line and the pre-queue (the room's preview with sample figures) in every
+/// language: no violation of axe-core's rules, nothing sticking out on a phone or a desktop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_and_prequeue_pages_in_every_language_pass_axe_without_overflow() {
+    bounded(states_pass_axe_without_overflow(&["paused", "prequeue"])).await;
+}
+
+/// The closed, unavailable and challenge pages, likewise. (Split from the states above so
+/// each test stays well inside [`TEST_LIMIT`] on a busy machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_unavailable_and_challenge_pages_in_every_language_pass_axe_without_overflow() {
+    bounded(states_pass_axe_without_overflow(&[
+        "closed",
+        "unavailable",
+        "challenge",
+    ]))
+    .await;
+}
+
+async fn states_pass_axe_without_overflow(states: &[&str]) {
+    let (_site, server) = start_server(HALL).await;
+    let browser = Browser::start(BrowserOptions::default()).await;
+    for state in states {
+        for (code, _) in LANGUAGES {
+            browser
+                .goto(&format!(
+                    "{}/_anteroom/wait/hall/preview?state={state}&lang={code}",
+                    server.url()
+                ))
+                .await;
+            assert_eq!(browser.attribute("main", "data-state").await, *state);
+            for (width, height, device) in WIDTHS {
+                browser.client.set_window_size(width, height).await.unwrap();
+                let overflowing = browser.overflowing().await;
+                assert!(
+                    overflowing.is_empty(),
+                    "{state} in {code} on a {device}: {overflowing:?}"
+                );
+            }
+            browser
+                .assert_accessible(&format!("the {state} page in {code}"))
+                .await;
+        }
+    }
+    browser.close().await;
+}
+
+/// The dark colour scheme keeps every state readable (axe-core's contrast rules among them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dark_scheme_passes_axe_in_every_state() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        let browser = Browser::start(BrowserOptions {
+            dark: true,
+            ..BrowserOptions::default()
+        })
+        .await;
+        browser
+            .goto(&wait_url(&server.url(), "hall", RETURN_PATH))
+            .await;
+        assert_eq!(
+            browser
+                .eval("return matchMedia('(prefers-color-scheme: dark)').matches")
+                .await,
+            true
+        );
+        browser.assert_accessible("the dark waiting page").await;
+        browser.screenshot("dark-waiting").await;
+        for state in ["paused", "prequeue", "closed", "unavailable", "challenge"] {
+            browser
+                .goto(&format!(
+                    "{}/_anteroom/wait/hall/preview?state={state}&lang=en",
+                    server.url()
+                ))
+                .await;
+            browser
+                .assert_accessible(&format!("the dark {state} page"))
+                .await;
+        }
+        browser.close().await;
+    })
+    .await;
+}
+
+/// The leave rule: a visitor who navigates away (or just closes the page) keeps the place
+/// until the idle TTL; one who ticked "give up my place when I close this page" gives it up
+/// when the page is closed, though not when following one of the page's own links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_page_with_the_leave_intent_frees_the_place_and_navigating_keeps_it() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        let browser = Browser::start(BrowserOptions::default()).await;
+        let url = wait_url(&server.url(), "hall", RETURN_PATH);
+
+        // Without the intent, going elsewhere keeps the place.
+        browser.goto(&url).await;
+        assert_eq!(browser.text("#position").await, "2");
+        browser
+            .goto(&format!("{}/_anteroom/v1/rooms/hall", server.url()))
+            .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            api.summary().await["waiting"],
+            1,
+            "navigating away keeps the place"
+        );
+        browser.goto(&url).await;
+        assert_eq!(
+            browser.text("#position").await,
+            "2",
+            "the same place on return"
+        );
+
+        // With the intent, the page's own language link keeps it (and the intent).
+        browser.click("#leave-on-close").await;
+        browser.click("footer a[hreflang=ko]").await;
+        browser.wait_for_text("#heading", "대기열에 있습니다").await;
+        assert_eq!(
+            browser.text("#position").await,
+            "2",
+            "a language link keeps the place"
+        );
+        assert_eq!(
+            browser
+                .eval("return document.getElementById('leave-on-close').checked")
+                .await,
+            true,
+            "the intent lasts for the tab"
+        );
+        assert_eq!(api.summary().await["waiting"], 1);
+
+        // Closing the page with the intent sends the leave beacon. (Another window keeps the
+        // browser session open.)
+        let waiting_tab = browser.client.window().await.unwrap();
+        let other_tab = browser.client.new_window(true).await.unwrap().handle;
+        browser.client.switch_to_window(waiting_tab).await.unwrap();
+        browser.client.close_window().await.unwrap();
+        browser.client.switch_to_window(other_tab).await.unwrap();
+        let started = Instant::now();
+        while api.summary().await["waiting"] != 0 {
+            assert!(
+                started.elapsed() < SEEN_WITHIN,
+                "the beacon on closing the page gave the place up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        browser.close().await;
+    })
+    .await;
+}
+
+/// Keyboard only: Tab reaches the leave button first, with a visible focus ring, then the
+/// leave-on-close box; Enter on the button leaves the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keyboard_reaches_the_leave_button_with_a_visible_focus_ring() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        let browser = Browser::start(BrowserOptions::default()).await;
+        browser.goto(&wait_url(&server.url(), "hall", RETURN_PATH)).await;
+        assert_eq!(browser.tab().await, "leave", "the first stop of Tab");
+        let ring = browser
+            .eval(
+                "var el = document.activeElement, style = getComputedStyle(el);                  return { visible: el.matches(':focus-visible'), style: style.outlineStyle, width: parseFloat(style.outlineWidth) };",
+            )
+            .await;
+        assert_eq!(ring["visible"], true, "{ring}");
+        assert_eq!(ring["style"], "solid", "{ring}");
+        assert!(ring["width"].as_f64().unwrap() >= 2.0, "{ring}");
+        browser.screenshot("keyboard-focus").await;
+        assert_eq!(browser.tab().await, "leave-on-close", "then the leave intent");
+
+        // Back to the button and press Enter.
+        browser
+            .run("document.getElementById('leave').focus()")
+            .await;
+        let enter = KeyActions::new("keyboard".to_owned())
+            .then(KeyAction::Down {
+                value: Key::Enter.into(),
+            })
+            .then(KeyAction::Up {
+                value: Key::Enter.into(),
+            });
+        browser.client.perform_actions(enter).await.unwrap();
+        browser.wait_for_text("#heading", "You left the line").await;
+        let started = Instant::now();
+        while api.summary().await["waiting"] != 0 {
+            assert!(started.elapsed() < SEEN_WITHIN, "the keyboard's leave gave the place up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        browser.close().await;
+    })
+    .await;
+}
+
+/// A visitor who asked for less motion gets a progress bar that jumps rather than slides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reduced_motion_is_honoured() {
+    bounded(async {
+        let (_site, server) = start_server(HALL).await;
+        let api = Api::new(&server.url(), "hall");
+        assert_eq!(api.join().await["state"], "admitted");
+        let transition =
+            "return getComputedStyle(document.getElementById('progress')).transitionDuration";
+        for (reduced_motion, expected) in [(false, "0.8s"), (true, "0s")] {
+            let browser = Browser::start(BrowserOptions {
+                reduced_motion,
+                ..BrowserOptions::default()
+            })
+            .await;
+            browser
+                .goto(&wait_url(&server.url(), "hall", RETURN_PATH))
+                .await;
+            assert_eq!(
+                browser
+                    .eval("return matchMedia('(prefers-reduced-motion: reduce)').matches")
+                    .await,
+                reduced_motion
+            );
+            assert_eq!(
+                browser.eval(transition).await,
+                expected,
+                "reduced motion: {reduced_motion}"
+            );
+            browser.close().await;
+        }
     })
     .await;
 }
@@ -795,6 +1104,10 @@ struct BrowserOptions {
     javascript: bool,
     /// Accept the test's own certificates and resolve [`TLS_HOST`] to loopback.
     tls: bool,
+    /// The visitor asked their system for less motion (`prefers-reduced-motion: reduce`).
+    reduced_motion: bool,
+    /// The visitor's system is in dark mode (`prefers-color-scheme: dark`).
+    dark: bool,
 }
 
 impl Default for BrowserOptions {
@@ -802,6 +1115,8 @@ impl Default for BrowserOptions {
         BrowserOptions {
             javascript: true,
             tls: false,
+            reduced_motion: false,
+            dark: false,
         }
     }
 }
@@ -835,6 +1150,12 @@ impl Browser {
         }
         if options.tls {
             args.push(format!("--host-resolver-rules=MAP {TLS_HOST} 127.0.0.1"));
+        }
+        if options.reduced_motion {
+            args.push("--force-prefers-reduced-motion".to_owned());
+        }
+        if options.dark {
+            args.push("--force-dark-mode".to_owned());
         }
         let mut chrome_options = json!({ "args": args });
         if let Some(binary) = chromium_binary() {
@@ -968,6 +1289,44 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Runs axe-core on the current page and fails the test listing any violation.
+    async fn assert_accessible(&self, page: &str) {
+        let violations = self
+            .client
+            .execute(&axe::script(), Vec::new())
+            .await
+            .unwrap_or_else(|error| panic!("axe-core did not run on {page}: {error}"));
+        axe::assert_no_violations(page, &violations);
+    }
+
+    /// The boxes of the page whose content is wider than they are, and the page itself when
+    /// it scrolls sideways: `"<element>: <content width> > <box width>"` each.
+    async fn overflowing(&self) -> Vec<String> {
+        let found = self
+            .eval(
+                "var found = [], page = document.documentElement;                  if (page.scrollWidth > window.innerWidth) { found.push('page: ' + page.scrollWidth + ' > ' + window.innerWidth); }                  document.querySelectorAll('main, main h1, main p, main div, main nav, main ul, main li, main button, main label, footer').forEach(function (el) {                    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth && getComputedStyle(el).overflowX !== 'hidden') {                      found.push((el.id ? '#' + el.id : el.tagName.toLowerCase() + '.' + el.className) + ': ' + el.scrollWidth + ' > ' + el.clientWidth); }                    var box = el.getBoundingClientRect();                    if (box.right > window.innerWidth + 0.5) { found.push((el.id || el.tagName.toLowerCase()) + ' ends at ' + box.right + ' past ' + window.innerWidth); }                  }); return found;",
+            )
+            .await;
+        serde_json::from_value(found).unwrap()
+    }
+
+    /// Presses Tab once in the page, as a keyboard user moves on; returns the id (or tag) of
+    /// the element that has the focus then.
+    async fn tab(&self) -> String {
+        let actions = KeyActions::new("keyboard".to_owned())
+            .then(KeyAction::Down {
+                value: Key::Tab.into(),
+            })
+            .then(KeyAction::Up {
+                value: Key::Tab.into(),
+            });
+        self.client.perform_actions(actions).await.unwrap();
+        let focused = self
+            .eval("var el = document.activeElement; return el ? (el.id || el.tagName.toLowerCase()) : '';")
+            .await;
+        focused.as_str().unwrap_or_default().to_owned()
     }
 
     /// Saves a PNG of the window as `<target>/browser-artifacts/<name>.png`.

@@ -13,6 +13,8 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
+#[path = "support/axe.rs"]
+mod axe;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -274,6 +278,86 @@ async fn run() {
     server.kill();
 }
 
+/// The panel signed out and signed in passes axe-core's rules (WCAG 2.1 AA and best
+/// practices: one main landmark, everything in a landmark, charts with a text alternative),
+/// and a keyboard alone reaches a room's controls with a visible focus ring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_passes_axe_signed_out_and_in_and_works_by_keyboard() {
+    tokio::time::timeout(TEST_LIMIT, accessible())
+        .await
+        .unwrap_or_else(|_| panic!("the test did not finish within {TEST_LIMIT:?}"));
+}
+
+async fn accessible() {
+    let site = AdminSite::new(SHOW);
+    let client = support::client();
+    let mut server = site.site.start();
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&site.admin_url());
+    admin.wait_ready().await;
+    for _ in 0..5 {
+        let _ = client
+            .post(format!("{}/_anteroom/v1/rooms/show/join", server.url()))
+            .send()
+            .await;
+    }
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/", site.admin_url())).await;
+    browser.assert_accessible("the panel signed out").await;
+    // The key field is the first stop of the keyboard.
+    assert_eq!(browser.tab().await, "key");
+    browser.type_into("#key", ADMIN_KEY).await;
+    browser.click("#key-form button").await;
+    let card = "article.room[data-room=show]";
+    browser.wait_for(&format!("{card}[data-mode=queue]")).await;
+    // Let the charts draw a few seconds.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    browser.assert_accessible("the panel signed in").await;
+    let titles = browser
+        .eval(&format!(
+            "return Array.from(document.querySelectorAll('{card} svg')).map(function (svg) {{ return svg.querySelector('title').textContent; }})"
+        ))
+        .await;
+    assert!(
+        titles
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|title| title.as_str().is_some_and(|text| text.contains("show"))),
+        "each chart says what it shows: {titles}"
+    );
+
+    // Tab from the top of the page to the room's Pause button.
+    browser
+        .run("document.activeElement.blur(); window.scrollTo(0, 0)")
+        .await;
+    let mut stops = Vec::new();
+    while stops.len() < 40 {
+        let focused = browser.tab().await;
+        let on_pause = browser
+            .eval(&format!(
+                "return document.activeElement === document.querySelector('{card} button.pause')"
+            ))
+            .await;
+        stops.push(focused);
+        if on_pause == true {
+            break;
+        }
+    }
+    assert!(stops.len() < 40, "Tab never reached Pause: {stops:?}");
+    let ring = browser
+        .eval(
+            "var style = getComputedStyle(document.activeElement);              return { visible: document.activeElement.matches(':focus-visible'), style: style.outlineStyle, width: parseFloat(style.outlineWidth) };",
+        )
+        .await;
+    assert_eq!(ring["visible"], true, "{ring}");
+    assert_ne!(ring["style"], "none", "{ring}");
+    assert!(ring["width"].as_f64().unwrap() >= 2.0, "{ring}");
+    browser.close().await;
+    server.kill();
+}
+
 async fn admitted(admin: &AdminClient) -> u64 {
     let (_, stats) = admin
         .admin(Method::GET, "/rooms/show/stats?history=0", None)
@@ -394,6 +478,36 @@ impl Browser {
 
     async fn eval(&self, script: &str) -> Value {
         self.client.execute(script, Vec::new()).await.unwrap()
+    }
+
+    async fn run(&self, script: &str) {
+        self.client.execute(script, Vec::new()).await.unwrap();
+    }
+
+    /// Runs axe-core on the current page and fails the test listing any violation.
+    async fn assert_accessible(&self, page: &str) {
+        let violations = self
+            .client
+            .execute(&axe::script(), Vec::new())
+            .await
+            .unwrap_or_else(|error| panic!("axe-core did not run on {page}: {error}"));
+        axe::assert_no_violations(page, &violations);
+    }
+
+    /// Presses Tab once; returns the id (or tag) of the element focused then.
+    async fn tab(&self) -> String {
+        let actions = KeyActions::new("keyboard".to_owned())
+            .then(KeyAction::Down {
+                value: Key::Tab.into(),
+            })
+            .then(KeyAction::Up {
+                value: Key::Tab.into(),
+            });
+        self.client.perform_actions(actions).await.unwrap();
+        let focused = self
+            .eval("var el = document.activeElement; return el ? (el.id || el.tagName.toLowerCase()) : '';")
+            .await;
+        focused.as_str().unwrap_or_default().to_owned()
     }
 
     /// Waits until an element matches `css`.

@@ -4,10 +4,17 @@
 //! moving average over the last minutes, never a configured constant. Intervals in which nobody
 //! waited and nobody was admitted carry no information about the room's pace and are skipped,
 //! so a quiet hour does not make the first visitor of a rush look hopeless.
+//!
+//! Before the first admissions have been measured (the start of a sale), and while the measured
+//! rate is zero (a full room whose sessions have not ended yet), the estimate comes from the
+//! room's configured pace instead ([`ConfiguredPace`]), and says so ([`EtaBasis`]): a visitor
+//! sees a wait from their first second in line, and a client can tell a planned pace from an
+//! observed one.
 
 use rand::Rng;
 
 use crate::clock::Timestamp;
+use crate::room::RoomConfig;
 
 /// Time constant of the admission-rate average, in seconds.
 const RATE_TIME_CONSTANT_SECS: f64 = 120.0;
@@ -74,12 +81,95 @@ pub fn eta_seconds(ahead: u64, rate: &AdmissionRate) -> Option<u64> {
     if ahead == 0 {
         return Some(0);
     }
-    let per_second = rate.per_second()?;
+    seconds_at(ahead, rate.per_second()?)
+}
+
+/// Where an estimate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtaBasis {
+    /// The measured admission rate ([`AdmissionRate`]).
+    Measured,
+    /// The room's configured pace ([`ConfiguredPace`]), while nothing has been measured yet.
+    Configured,
+}
+
+/// A wait estimate and what it rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// Seconds until the people ahead have been admitted.
+    pub seconds: u64,
+    /// Where the figure comes from.
+    pub basis: EtaBasis,
+}
+
+/// The admission pace a room's configuration allows, in admissions per second: the slower of
+/// `admit_per_minute` and the turnover of `max_active` slots, each held for one idle
+/// `session_ttl` (a slot freed earlier, by a completed session, only makes the estimate
+/// pessimistic). `None` when neither limits the room: it then admits as fast as people come,
+/// and only a measurement says anything.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ConfiguredPace {
+    per_second: Option<f64>,
+}
+
+impl ConfiguredPace {
+    /// The pace `room` is configured for.
+    pub fn of(room: &RoomConfig) -> ConfiguredPace {
+        let by_rate = (room.admit_per_minute > 0).then(|| room.admit_per_minute as f64 / 60.0);
+        let slot_secs = room.session_ttl.as_secs_f64();
+        let by_capacity =
+            (room.max_active > 0 && slot_secs > 0.0).then(|| room.max_active as f64 / slot_secs);
+        let per_second = match (by_rate, by_capacity) {
+            (Some(rate), Some(capacity)) => Some(rate.min(capacity)),
+            (rate, capacity) => rate.or(capacity),
+        };
+        ConfiguredPace { per_second }
+    }
+
+    /// Admissions per second; `None` when the configuration sets no limit.
+    pub fn per_second(&self) -> Option<f64> {
+        self.per_second
+    }
+}
+
+/// The wait for `ahead` people: from the measured rate when there is one, else from the
+/// configured pace; `None` when neither is known (SPEC §5.5).
+pub fn estimate(
+    ahead: u64,
+    measured: &AdmissionRate,
+    configured: ConfiguredPace,
+) -> Option<Estimate> {
+    with_configured_fallback(eta_seconds(ahead, measured), ahead, configured)
+}
+
+/// An estimate already made from the measured rate (a store's view carries one), completed
+/// from the configured pace when it is `None`.
+pub fn with_configured_fallback(
+    measured_seconds: Option<u64>,
+    ahead: u64,
+    configured: ConfiguredPace,
+) -> Option<Estimate> {
+    if let Some(seconds) = measured_seconds {
+        return Some(Estimate {
+            seconds,
+            basis: EtaBasis::Measured,
+        });
+    }
+    let per_second = configured.per_second()?;
+    let seconds = seconds_at(ahead, per_second)?;
+    Some(Estimate {
+        seconds,
+        basis: EtaBasis::Configured,
+    })
+}
+
+/// Seconds for `ahead` admissions at `per_second`; `None` at a zero pace.
+fn seconds_at(ahead: u64, per_second: f64) -> Option<u64> {
     if per_second <= 1e-9 {
         return None;
     }
     // The small slack keeps float noise (4.999… per second) from adding a whole second.
-    Some((ahead as f64 / per_second - 1e-6).ceil() as u64)
+    Some((ahead as f64 / per_second - 1e-6).ceil().max(0.0) as u64)
 }
 
 /// How long a client should wait before polling again (SPEC §5.5): 2 s up to 500 ahead, 5 s up
@@ -149,6 +239,73 @@ mod tests {
         }
         let measured = rate.per_second().unwrap();
         assert!((measured - 0.2).abs() < 0.02, "measured {measured}");
+    }
+
+    fn pace(max_active: u64, admit_per_minute: u64, session_ttl_secs: u64) -> ConfiguredPace {
+        let mut room = RoomConfig::with_defaults(crate::RoomId::new("r").unwrap());
+        room.max_active = max_active;
+        room.admit_per_minute = admit_per_minute;
+        room.session_ttl = std::time::Duration::from_secs(session_ttl_secs);
+        ConfiguredPace::of(&room)
+    }
+
+    #[test]
+    fn the_configured_pace_is_the_slower_of_rate_and_turnover() {
+        assert_eq!(pace(0, 120, 600).per_second(), Some(2.0), "rate only");
+        assert_eq!(pace(60, 0, 600).per_second(), Some(0.1), "slots only");
+        assert_eq!(
+            pace(600, 30, 60).per_second(),
+            Some(0.5),
+            "the rate is slower"
+        );
+        assert_eq!(
+            pace(6, 600, 60).per_second(),
+            Some(0.1),
+            "the slots are slower"
+        );
+        assert_eq!(
+            pace(0, 0, 600).per_second(),
+            None,
+            "nothing limits the room"
+        );
+    }
+
+    #[test]
+    fn before_any_measurement_the_estimate_comes_from_the_configuration() {
+        let unmeasured = AdmissionRate::default();
+        assert_eq!(
+            estimate(30, &unmeasured, pace(0, 60, 600)),
+            Some(Estimate {
+                seconds: 30,
+                basis: EtaBasis::Configured
+            })
+        );
+        assert_eq!(estimate(30, &unmeasured, pace(0, 0, 600)), None);
+        let measured = AdmissionRate::from_estimate(Some(10.0));
+        assert_eq!(
+            estimate(30, &measured, pace(0, 60, 600)),
+            Some(Estimate {
+                seconds: 3,
+                basis: EtaBasis::Measured
+            }),
+            "a measurement wins over the plan"
+        );
+        let stalled = AdmissionRate::from_estimate(Some(0.0));
+        assert_eq!(
+            estimate(30, &stalled, pace(0, 60, 600)),
+            Some(Estimate {
+                seconds: 30,
+                basis: EtaBasis::Configured
+            }),
+            "a measured standstill falls back to the plan"
+        );
+        assert_eq!(
+            with_configured_fallback(None, 0, pace(1, 0, 600)),
+            Some(Estimate {
+                seconds: 0,
+                basis: EtaBasis::Configured
+            })
+        );
     }
 
     #[test]

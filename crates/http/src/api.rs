@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
 use anteroom_core::engine::{Entry, Session, SessionEnd, TicketRef};
-use anteroom_core::eta::next_poll_ms;
-use anteroom_core::room::Mode;
+use anteroom_core::eta::{
+    ConfiguredPace, Estimate, EtaBasis, next_poll_ms, with_configured_fallback,
+};
+use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{RoomId, SessionId, TicketId};
 use anteroom_token::{PassClaims, TicketClaims};
 
@@ -42,6 +44,10 @@ pub(crate) struct StatusBody {
     pub(crate) serving: u64,
     pub(crate) waiting: u64,
     pub(crate) eta_seconds: Option<u64>,
+    /// What `eta_seconds` rests on: the measured admission rate, or the room's configured pace
+    /// before anything has been measured; `null` with no estimate.
+    #[schema(inline)]
+    pub(crate) eta_basis: Option<EtaBasisName>,
     pub(crate) next_poll_ms: u64,
     /// When a scheduled pre-queue opens (RFC 3339); only with `state` = `prequeue`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -52,6 +58,59 @@ pub(crate) struct StatusBody {
     pub(crate) pass_expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redirect: Option<String>,
+}
+
+/// `eta_basis` on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EtaBasisName {
+    /// From the measured admission rate (SPEC §5.5).
+    Measured,
+    /// From the room's `admit_per_minute` and `max_active` / `session_ttl`.
+    Configured,
+}
+
+impl EtaBasisName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EtaBasisName::Measured => "measured",
+            EtaBasisName::Configured => "configured",
+        }
+    }
+}
+
+impl From<EtaBasis> for EtaBasisName {
+    fn from(basis: EtaBasis) -> Self {
+        match basis {
+            EtaBasis::Measured => EtaBasisName::Measured,
+            EtaBasis::Configured => EtaBasisName::Configured,
+        }
+    }
+}
+
+/// What of a room's configuration shapes its status answers: small enough for every event
+/// stream to keep a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatusTerms {
+    pub(crate) mode: Mode,
+    pub(crate) pace: ConfiguredPace,
+}
+
+impl StatusTerms {
+    pub(crate) fn of(config: &RoomConfig) -> StatusTerms {
+        StatusTerms {
+            mode: config.mode,
+            pace: ConfiguredPace::of(config),
+        }
+    }
+}
+
+/// `eta_seconds` and `eta_basis` of an estimate.
+pub(crate) fn eta_fields(estimate: Option<Estimate>) -> (Option<u64>, Option<EtaBasisName>) {
+    match estimate {
+        Some(estimate) => (Some(estimate.seconds), Some(estimate.basis.into())),
+        None => (None, None),
+    }
 }
 
 /// Optional body of a join.
@@ -145,7 +204,7 @@ pub(crate) async fn join(
         solution: join_body.challenge,
     };
     match join_gate::join(&app, &room, &config, &caller, Door::Api, ask).await {
-        Ok(entry) => Ok(entry_response(&app, &room, config.mode, entry)),
+        Ok(entry) => Ok(entry_response(&app, &room, &config, entry)),
         Err(refusal) => Ok(refusal.into_response()),
     }
 }
@@ -164,13 +223,13 @@ pub(crate) async fn status(
     let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
-    let mode = app.api_room_config(&room).await?.mode;
+    let config = app.api_room_config(&room).await?;
     let entry = app
         .store()
         .status(&room, reference)
         .await
         .map_err(|error| app.store_error(&room, "status", error))?;
-    Ok(entry_response(&app, &room, mode, entry))
+    Ok(entry_response(&app, &room, &config, entry))
 }
 
 /// `DELETE /_anteroom/v1/rooms/{room}/ticket`
@@ -414,7 +473,7 @@ pub(crate) fn ticket_token(
 pub(crate) fn entry_answer(
     app: &AppState,
     room: &RoomId,
-    mode: Mode,
+    terms: StatusTerms,
     entry: Entry,
 ) -> Result<EntryAnswer, ApiError> {
     let mut rng = rand::thread_rng();
@@ -422,13 +481,18 @@ pub(crate) fn entry_answer(
         Entry::Waiting(view) => {
             let state = if view.opens_at.is_some() {
                 "prequeue"
-            } else if view.paused || mode == Mode::QueueAll {
+            } else if view.paused || terms.mode == Mode::QueueAll {
                 "paused"
             } else {
                 "waiting"
             };
             // Before the draw the order is unknown: no `ahead`, no estimate.
             let ahead = view.opens_at.is_none().then_some(view.ahead);
+            // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
+            let estimate = ahead
+                .filter(|_| state != "paused")
+                .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
+            let (eta_seconds, eta_basis) = eta_fields(estimate);
             let body = StatusBody {
                 room: room.to_string(),
                 state,
@@ -437,8 +501,8 @@ pub(crate) fn entry_answer(
                 ahead,
                 serving: view.serving,
                 waiting: view.waiting,
-                // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
-                eta_seconds: ahead.and(view.eta_seconds).filter(|_| state != "paused"),
+                eta_seconds,
+                eta_basis,
                 next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
                 opens_at: view.opens_at.map(format_time),
                 pass: None,
@@ -459,6 +523,7 @@ pub(crate) fn entry_answer(
                 serving: view.serving,
                 waiting: view.waiting,
                 eta_seconds: Some(0),
+                eta_basis: Some(EtaBasisName::Measured),
                 next_poll_ms: next_poll_ms(0, &mut rng),
                 opens_at: None,
                 pass: Some(pass.clone()),
@@ -516,10 +581,10 @@ pub(crate) fn sign_pass(
 pub(crate) fn entry_body(
     app: &AppState,
     room: &RoomId,
-    mode: Mode,
+    terms: StatusTerms,
     entry: Entry,
 ) -> serde_json::Value {
-    match entry_answer(app, room, mode, entry) {
+    match entry_answer(app, room, terms, entry) {
         Ok(answer) => serde_json::to_value(&answer.body).unwrap_or_default(),
         Err(error) => {
             serde_json::json!({"room": room.as_str(), "state": "error", "code": error.code()})
@@ -551,8 +616,13 @@ pub(crate) fn set_entry_cookies(
     }
 }
 
-pub(crate) fn entry_response(app: &AppState, room: &RoomId, mode: Mode, entry: Entry) -> Response {
-    let answer = match entry_answer(app, room, mode, entry) {
+pub(crate) fn entry_response(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    entry: Entry,
+) -> Response {
+    let answer = match entry_answer(app, room, StatusTerms::of(config), entry) {
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };

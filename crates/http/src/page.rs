@@ -12,13 +12,20 @@
 //! Worker built from inline source (a Blob URL), shows its progress and joins; without
 //! JavaScript the page says JavaScript is needed.
 //!
-//! Placeholders: `room`, `lang` (`en`, `ko`), `state` (`waiting`, `paused`, `prequeue`,
-//! `closed`, `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`,
-//! `eta_seconds`, `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue),
-//! `progress_percent`, `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`,
-//! `next_room` (the room whose line follows this one, when the visitor was sent here first by
-//! its `requires`), `t` (the texts of the chosen language) and `config` (what the script
-//! needs, for `tojson`).
+//! Placeholders: `room`, `lang` (`en`, `ko`, `ja`, `zh-Hans`, `zh-Hant`, `es`, `fr`, `de`,
+//! `pt-BR`, `id`; chosen in [`lang`]), `state` (`waiting`, `paused`, `prequeue`, `closed`,
+//! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`,
+//! `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue), `progress_percent`,
+//! `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `next_room` (the room whose
+//! line follows this one, when the visitor was sent here first by its `requires`), `languages`
+//! (`code`, `name`, `current` of each language, for links), `t` (the texts of the chosen
+//! language, [`texts`]) and `config` (what the script needs, for `tojson`).
+//!
+//! Leaving: the leave button gives the place up at once (a beacon to `leave`). Closing the page
+//! gives it up only when the visitor ticked the leave-on-close box first: the script then sends
+//! the same beacon on `pagehide`, unless the page is going to another page of the room (a
+//! language link, a reload, admission). Without that intent, a visitor who closes the page or
+//! navigates away keeps their place until `ticket_idle_ttl` passes without contact.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,6 +50,12 @@ use crate::challenge;
 use crate::error::ApiError;
 use crate::gateway::wait_location as gateway_wait_location;
 use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
+
+mod lang;
+mod texts;
+
+use lang::Lang;
+use texts::{Texts, eta_text, opens_in_text, texts};
 
 /// The built-in waiting page.
 const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
@@ -223,49 +236,6 @@ pub(crate) struct PageQuery {
     code: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lang {
-    En,
-    Ko,
-}
-
-impl Lang {
-    fn choose(query: Option<&str>, headers: &HeaderMap) -> Lang {
-        match query {
-            Some("ko") => return Lang::Ko,
-            Some("en") => return Lang::En,
-            _ => {}
-        }
-        let accept = headers
-            .get(header::ACCEPT_LANGUAGE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        // The first language the browser names that we speak wins.
-        for part in accept.split(',') {
-            let tag = part
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            if tag.starts_with("ko") {
-                return Lang::Ko;
-            }
-            if tag.starts_with("en") {
-                return Lang::En;
-            }
-        }
-        Lang::En
-    }
-
-    fn code(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::Ko => "ko",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 enum PageState {
@@ -298,8 +268,18 @@ struct PageContext {
     return_path: String,
     /// The room whose waiting page `return_path` leads to: this line is a first tier.
     next_room: Option<String>,
-    t: serde_json::Value,
+    /// The language links: each language's code, its name in itself, and whether it is this
+    /// page's.
+    languages: Vec<LanguageLink>,
+    t: &'static Texts,
     config: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+struct LanguageLink {
+    code: &'static str,
+    name: &'static str,
+    current: bool,
 }
 
 impl PageContext {
@@ -315,7 +295,9 @@ impl PageContext {
                 serving: 1177,
                 eta_seconds: Some(150),
                 next_poll_ms: 2000,
-                opens_in: None,
+                // A pre-queue one hour, two minutes and five seconds before a fixed opening.
+                opens_in: (state == PageState::Prequeue)
+                    .then(|| ("2026-12-01T10:00:00Z".to_owned(), 3725)),
             },
             "/",
         )
@@ -370,7 +352,8 @@ impl PageContext {
             serving: figures.serving,
             eta_seconds: figures.eta_seconds,
             eta_text: match (state, &figures.opens_in) {
-                (PageState::Paused, _) => paused_eta_text(lang).to_owned(),
+                // While admissions are paused no estimate holds, whatever the recent rate says.
+                (PageState::Paused, _) => text.eta_paused.to_owned(),
                 (_, Some((_, seconds))) => opens_in_text(lang, *seconds),
                 _ => eta_text(lang, figures.eta_seconds),
             },
@@ -386,6 +369,14 @@ impl PageContext {
             updated_at: String::new(),
             return_path: return_path.to_owned(),
             next_room: next_room(return_path),
+            languages: Lang::ALL
+                .iter()
+                .map(|other| LanguageLink {
+                    code: other.code(),
+                    name: other.native_name(),
+                    current: *other == lang,
+                })
+                .collect(),
             t: text,
             config,
         }
@@ -420,97 +411,6 @@ struct Figures {
     next_poll_ms: u64,
     /// In a pre-queue: when it opens (RFC 3339) and how many seconds from now.
     opens_in: Option<(String, u64)>,
-}
-
-/// The countdown of a pre-queue, as the page shows it before its script takes over.
-fn opens_in_text(lang: Lang, seconds: u64) -> String {
-    let (hours, minutes, secs) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
-    let clock = if hours > 0 {
-        format!("{hours}:{minutes:02}:{secs:02}")
-    } else {
-        format!("{minutes}:{secs:02}")
-    };
-    match lang {
-        Lang::En => format!("opens in {clock}"),
-        Lang::Ko => format!("{clock} 후 시작"),
-    }
-}
-
-/// While admissions are paused no estimate holds, whatever the recent rate says.
-fn paused_eta_text(lang: Lang) -> &'static str {
-    match lang {
-        Lang::En => "on hold",
-        Lang::Ko => "일시 중지",
-    }
-}
-
-fn eta_text(lang: Lang, seconds: Option<u64>) -> String {
-    let Some(seconds) = seconds else {
-        return match lang {
-            Lang::En => "estimating…".to_owned(),
-            Lang::Ko => "계산 중…".to_owned(),
-        };
-    };
-    let minutes = seconds.div_ceil(60);
-    match (lang, seconds) {
-        (Lang::En, 0..60) => "under a minute".to_owned(),
-        (Lang::Ko, 0..60) => "1분 이내".to_owned(),
-        (Lang::En, _) if minutes < 60 => format!("about {minutes} min"),
-        (Lang::Ko, _) if minutes < 60 => format!("약 {minutes}분"),
-        (Lang::En, _) => format!("about {} h {} min", minutes / 60, minutes % 60),
-        (Lang::Ko, _) => format!("약 {}시간 {}분", minutes / 60, minutes % 60),
-    }
-}
-
-fn texts(lang: Lang) -> serde_json::Value {
-    match lang {
-        Lang::En => serde_json::json!({
-            "title": "You are in line",
-            "heading": {"waiting": "You are in line", "paused": "The line is paused", "prequeue": "The sale opens soon", "closed": "This room is closed",
-                        "unavailable": "Temporarily unavailable", "admitted": "It is your turn", "left": "You left the line",
-                        "challenge": "Getting you a place in line"},
-            "lead": {"waiting": "Thanks for waiting. We will take you in automatically when it is your turn.",
-                     "paused": "Entry is paused for a moment. You keep your place.",
-                     "prequeue": "You are in the pre-queue. Keep this page open: you are taken in automatically once the sale opens and it is your turn.",
-                     "closed": "Nobody is being let in right now.",
-                     "unavailable": "The waiting room cannot be reached right now. Your place is kept.",
-                     "admitted": "Taking you in…", "left": "Your place has been given up.",
-                     "challenge": "Your browser is doing a short check that keeps bots out of the line. This takes a few seconds."},
-            "challenge_needs_js": "This waiting room needs JavaScript to give you a place in line. Please turn it on and reload the page.",
-            "challenge_failed": "The check did not work. Trying again…",
-            "position": "your number", "ahead": "ahead of you", "eta": "estimated wait", "progress": "progress",
-            "waiting_total": "people waiting", "updated": "updated",
-            "keep_open": "Keep this page open: refreshing it or opening it in another tab keeps your place.",
-            "next_step": "This is the first of two lines: once you are let in here, you go on to the line for {room}.",
-            "paused_notice": "Admissions are paused by the organiser.",
-            "try_later": "Please try again in a few minutes.", "leave": "Leave the line",
-            "eta_unknown": "estimating…", "eta_paused": "on hold", "eta_soon": "under a minute", "eta_minutes": "about {n} min", "eta_hours": "about {h} h {m} min",
-            "eta_opens_in": "opens in {t}", "prequeue_notice": "Everybody who joins before the start is in the pre-queue; places in line are settled when the sale opens.",
-        }),
-        Lang::Ko => serde_json::json!({
-            "title": "대기열에 있습니다",
-            "heading": {"waiting": "대기열에 있습니다", "paused": "입장이 잠시 멈췄습니다", "prequeue": "곧 판매가 시작됩니다", "closed": "지금은 입장할 수 없습니다",
-                        "unavailable": "일시적으로 이용할 수 없습니다", "admitted": "입장 차례입니다", "left": "대기열에서 나왔습니다",
-                        "challenge": "대기 번호를 받는 중입니다"},
-            "lead": {"waiting": "기다려 주셔서 감사합니다. 차례가 되면 자동으로 입장합니다.",
-                     "paused": "입장이 잠시 멈췄습니다. 순서는 그대로 유지됩니다.",
-                     "prequeue": "사전 대기열에 있습니다. 이 페이지를 열어 두세요. 판매가 시작되고 차례가 되면 자동으로 입장합니다.",
-                     "closed": "지금은 입장을 받지 않습니다.",
-                     "unavailable": "지금은 대기열에 연결할 수 없습니다. 순서는 유지됩니다.",
-                     "admitted": "입장하는 중…", "left": "대기 순서를 포기했습니다.",
-                     "challenge": "자동 접속 프로그램을 막기 위해 브라우저가 잠시 확인 작업을 합니다. 몇 초 걸립니다."},
-            "challenge_needs_js": "이 대기실은 대기 번호를 받으려면 자바스크립트가 필요합니다. 자바스크립트를 켜고 페이지를 새로 고쳐 주세요.",
-            "challenge_failed": "확인에 실패했습니다. 다시 시도하는 중…",
-            "position": "내 번호", "ahead": "앞 사람", "eta": "예상 대기 시간", "progress": "진행률",
-            "waiting_total": "대기 인원", "updated": "갱신",
-            "keep_open": "이 페이지를 열어 두세요. 새로 고침하거나 다른 탭에서 열어도 순서는 유지됩니다.",
-            "next_step": "두 단계 대기열 중 첫 번째입니다. 여기에서 입장하면 {room} 대기열로 이어집니다.",
-            "paused_notice": "주최 측이 입장을 잠시 멈췄습니다.",
-            "try_later": "잠시 후 다시 시도해 주세요.", "leave": "대기 취소",
-            "eta_unknown": "계산 중…", "eta_paused": "일시 중지", "eta_soon": "1분 이내", "eta_minutes": "약 {n}분", "eta_hours": "약 {h}시간 {m}분",
-            "eta_opens_in": "{t} 후 시작", "prequeue_notice": "시작 전에 들어온 모든 분은 사전 대기열에 있습니다. 대기 순서는 판매가 시작될 때 정해집니다.",
-        }),
-    }
 }
 
 /// `GET /_anteroom/wait/{room}?return=/path&lang=ko`
@@ -576,7 +476,7 @@ pub(crate) async fn waiting_page(
         }
     };
     if wants_json {
-        return api::entry_response(&app, &room, config.mode, entry);
+        return api::entry_response(&app, &room, &config, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
 }
@@ -783,7 +683,7 @@ fn entry_page(
         Entry::Waiting(view) => view.opens_at,
         Entry::Admitted(_) => None,
     };
-    let answer = match api::entry_answer(app, room, config.mode, entry) {
+    let answer = match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
         Ok(answer) => answer,
         Err(error) => return error.into_response(),
     };
@@ -830,7 +730,7 @@ fn entry_page(
     response
 }
 
-/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|closed|unavailable&lang=ko`: the
+/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|prequeue|closed|unavailable|challenge&lang=ko`: the
 /// room's page with sample figures, for operators checking a template. Changes nothing.
 pub(crate) async fn preview(
     State(app): State<AppState>,
@@ -857,6 +757,7 @@ pub(crate) async fn preview(
     };
     let state = match query.state.as_deref() {
         Some("paused") => PageState::Paused,
+        Some("prequeue") => PageState::Prequeue,
         Some("closed") => PageState::Closed,
         Some("unavailable") => PageState::Unavailable,
         Some("challenge") => PageState::Challenge,
@@ -1061,10 +962,7 @@ mod tests {
             let context =
                 PageContext::build("r", lang, PageState::Paused, &figures(0, 1, Some(0)), "/");
             assert_eq!(context.eta_text, expected);
-            assert_eq!(
-                context.t["eta_paused"], expected,
-                "the script's text agrees"
-            );
+            assert_eq!(context.t.eta_paused, expected, "the script's text agrees");
         }
         let waiting = PageContext::build(
             "r",
@@ -1105,7 +1003,7 @@ mod tests {
             PageState::Unavailable,
             PageState::Challenge,
         ] {
-            for lang in [Lang::En, Lang::Ko] {
+            for lang in Lang::ALL {
                 let context =
                     PageContext::build("r", lang, state, &prequeue, "/cart?item=1&size=<m>\"'");
                 let escaped = render_with(&mut html_environment(), DEFAULT_TEMPLATE, &context);

@@ -37,13 +37,13 @@ use tokio::sync::watch;
 
 use anteroom_core::config::SseLimits;
 use anteroom_core::engine::{Entry, RoomSnapshot, TicketRef};
-use anteroom_core::eta::{AdmissionRate, eta_seconds, next_poll_ms};
+use anteroom_core::eta::{AdmissionRate, ConfiguredPace, estimate, next_poll_ms};
 use anteroom_core::room::Mode;
 use anteroom_core::{RoomId, TicketId, Timestamp};
 use anteroom_store::RoomStore;
 
 use crate::AppState;
-use crate::api::{self, TicketQuery};
+use crate::api::{self, StatusTerms, TicketQuery};
 use crate::error::ApiError;
 use crate::ratelimit::ClientIp;
 use crate::ratelimit::view::{UNKNOWN_PEER, peer_address};
@@ -418,6 +418,7 @@ pub(crate) async fn events(
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
     let config = app.api_room_config(&room).await?;
+    let terms = StatusTerms::of(&config);
     let connection = app
         .hub()
         .connect(&room, reference, stream_address(&extensions))
@@ -436,7 +437,7 @@ pub(crate) async fn events(
         Entry::Admitted(_) => Step::Admitted(entry),
         Entry::Waiting(_) if config.mode == Mode::Closed => Step::Closed,
         Entry::Waiting(view) => {
-            let body = api::entry_body(&app, &room, config.mode, Entry::Waiting(view.clone()));
+            let body = api::entry_body(&app, &room, terms, Entry::Waiting(view.clone()));
             Step::Status {
                 body,
                 position: view.position,
@@ -455,6 +456,7 @@ pub(crate) async fn events(
         generation: 0,
         ticket_token: token.to_owned(),
         opens_at,
+        pace: terms.pace,
         last_sent: None,
         last_sent_at: None,
         last_ahead: None,
@@ -495,6 +497,8 @@ struct StreamState {
     /// While the ticket is in a scheduled pre-queue: when it opens (SPEC §5.3). The draw at
     /// that moment may give the ticket another position, so the stream then asks the store.
     opens_at: Option<Timestamp>,
+    /// The room's configured pace, for an estimate before any admission was measured.
+    pace: ConfiguredPace,
     /// What the last status event said, so an unchanged view sends nothing.
     last_sent: Option<EventKey>,
     /// When the last status event went out, so the next waits [`MIN_EVENT_INTERVAL`].
@@ -504,6 +508,17 @@ struct StreamState {
     /// view the hub held before the stream's own first status.
     last_ahead: Option<u64>,
     _connection: Connection,
+}
+
+impl StreamState {
+    /// The terms of the stream's answers from the store: the engine's view itself says
+    /// whether the room is paused.
+    fn queue_terms(&self) -> StatusTerms {
+        StatusTerms {
+            mode: Mode::Queue,
+            pace: self.pace,
+        }
+    }
 }
 
 /// The figures a status event shows; the ETA in [`ETA_STEP`] steps ([`eta_step`]), so the
@@ -533,7 +548,7 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
                 if first { event.retry(RETRY) } else { event }
             }
             Step::Admitted(entry) => {
-                let body = api::entry_body(&state.app, &state.room, Mode::Queue, entry);
+                let body = api::entry_body(&state.app, &state.room, state.queue_terms(), entry);
                 return Some((
                     Ok(Event::default().event("admitted").data(body.to_string())),
                     None,
@@ -582,7 +597,7 @@ async fn next_step(state: &mut StreamState) -> Step {
         if let Some(ahead) = view
             .as_deref()
             .and_then(|view| view.ahead_of(state.position))
-            && state.last_sent != event_key_of(view.as_deref(), ahead)
+            && state.last_sent != event_key_of(view.as_deref(), ahead, state.pace)
             && let Some(at) = state.last_sent_at
             && at.elapsed() < MIN_EVENT_INTERVAL
         {
@@ -633,7 +648,7 @@ async fn next_step(state: &mut StreamState) -> Step {
         match view.ahead_of(state.position) {
             Some(ahead) => {
                 let ahead = state.last_ahead.map_or(ahead, |last| ahead.min(last));
-                let key = event_key(&view, ahead);
+                let key = event_key(&view, ahead, state.pace);
                 if state.last_sent == Some(key) {
                     continue;
                 }
@@ -669,7 +684,7 @@ async fn opened(state: &mut StreamState) -> Step {
             let body = api::entry_body(
                 &state.app,
                 &state.room,
-                Mode::Queue,
+                state.queue_terms(),
                 Entry::Waiting(waiting),
             );
             state.last_sent = None;
@@ -684,13 +699,13 @@ async fn opened(state: &mut StreamState) -> Step {
     }
 }
 
-fn event_key_of(view: Option<&RoomView>, ahead: u64) -> Option<EventKey> {
-    view.map(|view| event_key(view, ahead))
+fn event_key_of(view: Option<&RoomView>, ahead: u64, pace: ConfiguredPace) -> Option<EventKey> {
+    view.map(|view| event_key(view, ahead, pace))
 }
 
-fn event_key(view: &RoomView, ahead: u64) -> EventKey {
+fn event_key(view: &RoomView, ahead: u64, pace: ConfiguredPace) -> EventKey {
     let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
-    let eta = eta_seconds(ahead, &rate).map(eta_step);
+    let eta = estimate(ahead, &rate, pace).map(|estimate| eta_step(estimate.seconds));
     (
         ahead,
         view.snapshot.serving,
@@ -723,11 +738,17 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
             "serving": view.snapshot.serving,
             "waiting": view.snapshot.waiting,
             "eta_seconds": null,
+            "eta_basis": null,
             "next_poll_ms": next_poll_ms(0, &mut rand::thread_rng()),
             "opens_at": anteroom_core::config::format_time(opens_at),
         });
     }
     let paused = mode == Mode::QueueAll;
+    // Nobody is admitted while paused: no estimate (SPEC §5.5, null when the rate is zero).
+    let estimate = (!paused)
+        .then(|| estimate(ahead, &rate, state.pace))
+        .flatten();
+    let (eta_seconds, eta_basis) = api::eta_fields(estimate);
     serde_json::json!({
         "room": state.room.as_str(),
         "state": if paused { "paused" } else { "waiting" },
@@ -736,8 +757,8 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
         "ahead": ahead,
         "serving": view.snapshot.serving,
         "waiting": view.snapshot.waiting,
-        // Nobody is admitted while paused: no estimate (SPEC §5.5, null when the rate is zero).
-        "eta_seconds": if paused { None } else { eta_seconds(ahead, &rate) },
+        "eta_seconds": eta_seconds,
+        "eta_basis": eta_basis,
         "next_poll_ms": next_poll_ms(ahead, &mut rand::thread_rng()),
     })
 }

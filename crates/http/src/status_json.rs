@@ -90,6 +90,11 @@ fn write(out: &mut impl Sink, body: &StatusBody) {
     out.number(body.waiting);
     out.put(b",\"eta_seconds\":");
     optional_number(out, body.eta_seconds);
+    out.put(b",\"eta_basis\":");
+    match body.eta_basis {
+        Some(basis) => out.string(basis.as_str()),
+        None => out.put(b"null"),
+    }
     out.put(b",\"next_poll_ms\":");
     out.number(body.next_poll_ms);
     // Absent rather than null, as `skip_serializing_if` leaves them out.
@@ -177,6 +182,7 @@ fn escape(out: &mut Vec<u8>, text: &str) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::api::EtaBasisName;
 
     fn waiting() -> StatusBody {
         StatusBody {
@@ -188,6 +194,7 @@ mod tests {
             serving: 1177,
             waiting: 9000,
             eta_seconds: Some(42),
+            eta_basis: Some(EtaBasisName::Measured),
             next_poll_ms: 2000,
             opens_at: None,
             pass: None,
@@ -213,6 +220,7 @@ mod tests {
             ahead: Some(0),
             serving: u64::MAX,
             eta_seconds: None,
+            eta_basis: None,
             ..waiting()
         });
     }
@@ -223,6 +231,7 @@ mod tests {
             state: "prequeue",
             ahead: None,
             eta_seconds: None,
+            eta_basis: None,
             opens_at: Some("2026-11-22T10:00:00Z".to_owned()),
             ..waiting()
         });
@@ -234,6 +243,7 @@ mod tests {
             state: "admitted",
             ahead: Some(0),
             eta_seconds: Some(0),
+            eta_basis: Some(EtaBasisName::Configured),
             pass: Some("eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln".to_owned()),
             pass_expires_at: Some("2026-11-22T10:10:00Z".to_owned()),
             redirect: Some("/checkout?item=\"42\"&name=Zoë ✓".to_owned()),

@@ -246,6 +246,27 @@ async fn a_stream_tells_the_place_then_the_admission_and_closes() {
     node.wait_for_connections(0).await;
 }
 
+/// Before the room has admitted anybody through its admitter, the stream's estimate comes from
+/// the configured pace (one slot turning over every 10 min session lifetime) and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_estimates_from_the_configured_pace_before_anything_is_measured() {
+    let node = Node::start(10).await;
+    node.fill().await;
+    node.join().await;
+    let (ticket, joined) = node.join().await;
+    assert_eq!(joined["ahead"], 1);
+    assert_eq!(joined["eta_seconds"], 600, "{joined}");
+    assert_eq!(joined["eta_basis"], "configured", "{joined}");
+
+    let mut stream = node.open_stream(&ticket).await;
+    let mut received = Vec::new();
+    read_until(&mut stream, &mut received, "event: status").await;
+    read_until(&mut stream, &mut received, "\n\n\r\n").await;
+    let (_, body) = split_head(&received);
+    assert!(body.contains("\"eta_seconds\":600"), "{body}");
+    assert!(body.contains("\"eta_basis\":\"configured\""), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_lets_go_of_a_stream_whose_client_left() {
     let node = Node::start(10).await;

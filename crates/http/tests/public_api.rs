@@ -30,6 +30,7 @@ const WAITING_MEMBERS: &[&str] = &[
     "serving",
     "waiting",
     "eta_seconds",
+    "eta_basis",
     "next_poll_ms",
 ];
 
@@ -251,10 +252,12 @@ async fn join_into_a_full_room_waits_with_exactly_the_status_fields() {
     assert_eq!(reply.set_cookie("anteroom_p_sale"), None);
 
     // Nobody has been admitted by the admitter yet, so the rate is unknown: somebody with
-    // people ahead gets no estimate.
+    // people ahead gets the estimate of the room's configured pace, one slot turning over
+    // every idle session lifetime (10 min), and is told so.
     let behind = join(&harness, "sale").await;
     assert_eq!(behind.number("ahead"), 1);
-    assert!(behind.body["eta_seconds"].is_null(), "{}", behind.body);
+    assert_eq!(behind.number("eta_seconds"), 600, "{}", behind.body);
+    assert_eq!(behind.text("eta_basis"), "configured");
 }
 
 #[tokio::test]
@@ -403,6 +406,7 @@ async fn a_paused_room_shows_no_estimate() {
     let waiting = status(&harness, "brake", third.text("ticket")).await;
     assert_eq!(waiting.text("state"), "waiting");
     assert!(waiting.body["eta_seconds"].is_u64(), "{}", waiting.body);
+    assert_eq!(waiting.text("eta_basis"), "measured");
 
     harness
         .store
@@ -416,6 +420,7 @@ async fn a_paused_room_shows_no_estimate() {
     assert_eq!(paused.text("state"), "paused");
     assert_eq!(paused.number("ahead"), 0);
     assert!(paused.body["eta_seconds"].is_null(), "{}", paused.body);
+    assert!(paused.body["eta_basis"].is_null(), "{}", paused.body);
 }
 
 #[tokio::test]

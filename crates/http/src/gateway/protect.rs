@@ -189,11 +189,15 @@ pub(crate) async fn decide(
         match joined {
             Ok(Entry::Admitted(view)) => {
                 let session = view.session.clone();
-                let answer =
-                    match api::entry_answer(app, &room, info.config.mode, Entry::Admitted(view)) {
-                        Ok(answer) => answer,
-                        Err(error) => return Verdict::Refuse(error),
-                    };
+                let answer = match api::entry_answer(
+                    app,
+                    &room,
+                    api::StatusTerms::of(&info.config),
+                    Entry::Admitted(view),
+                ) {
+                    Ok(answer) => answer,
+                    Err(error) => return Verdict::Refuse(error),
+                };
                 let mut set = HeaderMap::new();
                 api::set_entry_cookies(app, &room, &answer, &mut set);
                 cookies.extend(set.get_all(header::SET_COOKIE).iter().cloned());
@@ -618,7 +622,7 @@ pub(crate) fn entry_status(
     entry: Entry,
 ) -> (Option<serde_json::Value>, Vec<HeaderValue>) {
     let app = gateway.app();
-    match api::entry_answer(app, room, config.mode, entry) {
+    match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
         Ok(answer) => {
             let mut set = HeaderMap::new();
             api::set_entry_cookies(app, room, &answer, &mut set);
