@@ -86,7 +86,7 @@ pub enum Identity {
     Header(String),
     /// A claim of the site's own JWT carries the identity (`identity = "jwt:<claim>"` with
     /// `[room.identity_jwt]`, SPEC §14.1).
-    JwtClaim(SiteJwt),
+    JwtClaim(Box<SiteJwt>),
 }
 
 impl Identity {

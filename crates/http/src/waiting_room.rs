@@ -27,7 +27,9 @@ use anteroom_core::{Clock, RoomId};
 use anteroom_store::{RoomStore, StoreError};
 use anteroom_token::{KeySet, SigningAlgorithm, TokenError};
 
-use crate::{AppState, Gateway, GatewayOptions, NodeOptions, PublicSettings, WaitingRoomLayer};
+use crate::{
+    AppState, Gateway, GatewayOptions, KeySource, NodeOptions, PublicSettings, WaitingRoomLayer,
+};
 
 /// Rooms for a Rust service: the layer, the waiting page's routes and the background work.
 ///
@@ -376,11 +378,11 @@ fn new_state(node: NewNode) -> Result<AppState, WaitingRoomSetupError> {
     if !(public_url.starts_with("https://") || public_url.starts_with("http://")) {
         return Err(WaitingRoomSetupError::PublicUrl(public_url));
     }
-    let (keys, key_dir) = match keys.ok_or(WaitingRoomSetupError::NoKeys)? {
+    let (keys, key_source) = match keys.ok_or(WaitingRoomSetupError::NoKeys)? {
         Keys::Set(keys) => (keys, None),
         Keys::Dir { dir, algorithm } => {
             let keys = KeySet::load_or_generate(&dir, algorithm, clock.now().as_secs())?;
-            (keys, Some(dir))
+            (keys, Some(KeySource::Dir(dir)))
         }
     };
     let settings = PublicSettings {
@@ -390,7 +392,7 @@ fn new_state(node: NewNode) -> Result<AppState, WaitingRoomSetupError> {
         trusted_proxies,
     };
     let options = NodeOptions {
-        key_dir,
+        key_source,
         ..NodeOptions::default()
     };
     Ok(AppState::with_options(

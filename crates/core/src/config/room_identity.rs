@@ -91,7 +91,9 @@ pub(super) fn resolve_identity(
         );
         return None;
     };
-    table.resolve(claim, report).map(Identity::JwtClaim)
+    table
+        .resolve(claim, report)
+        .map(|site| Identity::JwtClaim(Box::new(site)))
 }
 
 fn resolve_header_identity(text: &str, report: &mut impl FnMut(&str, String)) -> Option<Identity> {
@@ -342,14 +344,14 @@ mod tests {
         check(
             "jwt:sub",
             Some(jwks_table()),
-            Ok(Identity::JwtClaim(SiteJwt {
+            Ok(Identity::JwtClaim(Box::new(SiteJwt {
                 claim: "sub".to_owned(),
                 token_in: TokenLocation::Header("Authorization".to_owned()),
                 keys: SiteKeys::JwksUrl("https://login.example/.well-known/jwks.json".to_owned()),
                 issuer: "https://login.example/".to_owned(),
                 audience: "shop".to_owned(),
                 required: false,
-            })),
+            }))),
         );
         check(
             "jwt:email",
@@ -361,14 +363,14 @@ mod tests {
                 required: Some(true),
                 ..RawIdentityJwt::default()
             }),
-            Ok(Identity::JwtClaim(SiteJwt {
+            Ok(Identity::JwtClaim(Box::new(SiteJwt {
                 claim: "email".to_owned(),
                 token_in: TokenLocation::Cookie("session".to_owned()),
                 keys: SiteKeys::Hs256SecretFile(PathBuf::from("secrets/site.key")),
                 issuer: "shop".to_owned(),
                 audience: "shop".to_owned(),
                 required: true,
-            })),
+            }))),
         );
         check("anonymous", None, Ok(Identity::Anonymous));
         check(

@@ -466,14 +466,14 @@ fn room_field_rules() {
     .unwrap();
     assert_eq!(
         config.rooms[0].identity,
-        Identity::JwtClaim(SiteJwt {
+        Identity::JwtClaim(Box::new(SiteJwt {
             claim: "sub".to_owned(),
             token_in: TokenLocation::Cookie("site_session".to_owned()),
             keys: SiteKeys::Hs256SecretFile("site.key".into()),
             issuer: "shop".to_owned(),
             audience: "shop-web".to_owned(),
             required: true,
-        })
+        }))
     );
 
     // The default burst follows admit_per_minute.
@@ -875,14 +875,14 @@ fn raw_rooms_from_json() {
     expected.max_active = 7;
     expected.session_max = Some(Duration::from_millis(5_400_500));
     expected.mode = Mode::Passthrough;
-    expected.identity = Identity::JwtClaim(SiteJwt {
+    expected.identity = Identity::JwtClaim(Box::new(SiteJwt {
         claim: "email".to_owned(),
         token_in: TokenLocation::Header("Authorization".to_owned()),
         keys: SiteKeys::JwksUrl("https://login.example/jwks".to_owned()),
         issuer: "https://login.example/".to_owned(),
         audience: "shop".to_owned(),
         required: false,
-    });
+    }));
     expected.requires = vec![room_id("a")];
     check_json(
         r#"{"id": "b", "max_active": 7, "session_max": "1h30m500ms", "mode": "passthrough", "identity": "jwt:email",

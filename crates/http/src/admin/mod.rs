@@ -15,8 +15,8 @@ mod conditional;
 pub(crate) mod control;
 pub(crate) mod events;
 mod history;
-pub(crate) mod revoke;
 pub(crate) mod keys;
+pub(crate) mod revoke;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
