@@ -289,7 +289,8 @@ async fn the_panel_passes_axe_signed_out_and_in_and_works_by_keyboard() {
 }
 
 async fn accessible() {
-    let site = AdminSite::new(SHOW);
+    let (origin, origin_task) = start_origin().await;
+    let site = AdminSite::new(&SHOW.replace("{origin}", &origin));
     let client = support::client();
     let mut server = site.site.start();
     server.wait_ready(&client).await;
@@ -356,6 +357,7 @@ async fn accessible() {
     assert!(ring["width"].as_f64().unwrap() >= 2.0, "{ring}");
     browser.close().await;
     server.kill();
+    origin_task.abort();
 }
 
 async fn admitted(admin: &AdminClient) -> u64 {
