@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::duration::parse_duration;
 use anteroom_core::engine::{MAX_IDENTITY_LEN, RoomSnapshot};
 use anteroom_core::room::Mode;
@@ -522,15 +523,14 @@ pub(crate) async fn signal(
             "this room has no [room.adaptive]; add one to use load signals",
         ));
     }
-    admin.app().adaptive().push_signal(
-        id,
-        crate::adaptive::PushedSignal {
-            p95_ms: body.p95_ms,
-            error_rate,
-            in_flight: body.in_flight,
-            received_at: admin.now(),
-        },
-    );
+    // In the store, not this node: every node's controller reads it (SPEC §5.4).
+    let signal = LoadSignal {
+        p95_ms: body.p95_ms,
+        error_rate,
+        in_flight: body.in_flight,
+        received_at: admin.now(),
+    };
+    admin.app().store().put_load_signal(&id, signal).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
