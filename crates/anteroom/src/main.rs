@@ -9,6 +9,7 @@ mod clock;
 mod commands;
 mod demo;
 mod health;
+mod reload;
 mod serve;
 
 use std::path::PathBuf;

@@ -61,7 +61,8 @@ pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_s
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
 pub use gateway::{
-    Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
+    Gateway, GatewayOptions, GatewayReload, GatewayReloadError, GatewayReloaded,
+    LATENCY_BUCKETS_MS, UpstreamStats,
     UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
 };
 pub use h1::limits::ServerLimits;
@@ -77,7 +78,7 @@ pub use ratelimit::{
     RouteRateLimits, RuleMetrics, RuleResult,
 };
 pub use sinks::{
-    Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
+    EventSinks, Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
     spawn_event_sinks, webhook_client,
 };
 pub use sse::{RoomView, SseHub};
@@ -178,6 +179,8 @@ struct Shared {
     /// Set when the shutdown began: the node drains and is no longer ready.
     draining: std::sync::atomic::AtomicBool,
     adaptive: adaptive::AdaptiveState,
+    /// The ticker's latest listing of every room in the store (`None` before the first).
+    room_listing: tokio::sync::watch::Sender<Option<Arc<Vec<RoomConfig>>>>,
 }
 
 impl AppState {
@@ -236,6 +239,7 @@ impl AppState {
                 expected_rooms: parking_lot::RwLock::new(Vec::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 adaptive: adaptive::AdaptiveState::default(),
+                room_listing: tokio::sync::watch::Sender::new(None),
             }),
         }
     }
@@ -325,6 +329,16 @@ impl AppState {
         };
         let decisions = limiter.shared_store().acquire(&[request]).await?;
         Ok(decisions.first().is_some_and(|decision| decision.allowed))
+    }
+
+    /// Follows the ticker's listings of every room in the store (twice a second, on every
+    /// node): what the gateway builds the rooms' `routes` shorthands from.
+    pub fn room_listings(&self) -> tokio::sync::watch::Receiver<Option<Arc<Vec<RoomConfig>>>> {
+        self.inner.room_listing.subscribe()
+    }
+
+    fn publish_room_listing(&self, rooms: Arc<Vec<RoomConfig>>) {
+        self.inner.room_listing.send_replace(Some(rooms));
     }
 
     pub(crate) fn adaptive(&self) -> &adaptive::AdaptiveState {
@@ -611,7 +625,7 @@ pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
 fn gateway_router_through(
     state: AppState,
     gateway: &Gateway,
-    client: Option<gateway::UpstreamClient>,
+    client: Option<gateway::UpstreamPools>,
 ) -> Router {
     if client.is_some() {
         public_router_with_site(state, gateway.site_through(client)).merge(gateway.verify_router())

@@ -153,7 +153,7 @@ async fn a_flood_is_cut_to_the_limit_and_a_polite_client_is_unaffected() {
 
     let received = received.lock().clone();
     let flooded = received.get("flood").copied().unwrap_or(0);
-    let stats = gateway.stats().websocket().snapshot();
+    let stats = gateway.websocket_stats().snapshot();
     // 20 at once (the burst), then 20 a second while the flood lasts (about 3 s, longer on
     // a busy machine; the last 300 ms are the wait before closing).
     let expected = 20.0 + 20.0 * flood_lasted.as_secs_f64();
@@ -191,5 +191,5 @@ async fn on_exceed_close_ends_the_connection_with_1008() {
         Some(&20),
         "the burst went through"
     );
-    assert_eq!(gateway.stats().websocket().snapshot().closed_over_limit, 1);
+    assert_eq!(gateway.websocket_stats().snapshot().closed_over_limit, 1);
 }

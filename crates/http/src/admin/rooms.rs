@@ -498,6 +498,7 @@ pub(crate) async fn delete_room(
     // A route naming a missing room answers 503, and a room requiring it cannot be joined.
     let routes = admin
         .routes_naming(&id)
+        .into_iter()
         .map(|name| format!("route {name:?}"));
     let requiring = rooms
         .iter()
