@@ -68,7 +68,11 @@ pub(crate) async fn start(
     let sinks = if config.events.is_empty() {
         None
     } else {
-        Some(start_event_sinks(&admin, config, configured_sinks(config)?)?)
+        Some(start_event_sinks(
+            &admin,
+            config,
+            configured_sinks(config)?,
+        )?)
     };
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -97,9 +101,10 @@ pub(crate) async fn start(
     let address = listener.local_addr()?;
     // The public listener's timeouts, none of its caps: the admin listener is what the
     // descriptors kept out of `max_connections` are for.
-    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin.clone())).with_limits(
-        anteroom_http::ServerLimits::uncapped(config.server.connections),
-    );
+    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin.clone()))
+        .with_limits(anteroom_http::ServerLimits::uncapped(
+            config.server.connections,
+        ));
     tokio::spawn(async move {
         let served = anteroom_http::serve(listener, app, shutdown).await;
         let _ = stop.send(true);

@@ -13,9 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anteroom_core::config::Config;
-use anteroom_http::{
-    AdminState, EventSinks, Gateway, GatewayReload, RateLimiter, Sink, TlsServer,
-};
+use anteroom_http::{AdminState, EventSinks, Gateway, GatewayReload, RateLimiter, Sink, TlsServer};
 use anteroom_store::RoomStore;
 
 use crate::serve::{check_upstream_tls, load_config, page_renderer};
@@ -163,7 +161,10 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
     let (old, new) = (&started.server, &reloaded.server);
     let changes = [
         ("[server] listen", old.listen != new.listen),
-        ("[server] admin_listen", old.admin_listen != new.admin_listen),
+        (
+            "[server] admin_listen",
+            old.admin_listen != new.admin_listen,
+        ),
         ("[server] public_url", old.public_url != new.public_url),
         ("[server] issuer", old.issuer != new.issuer),
         (
@@ -171,9 +172,15 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
             old.trusted_proxies != new.trusted_proxies,
         ),
         ("[server] workers", old.workers != new.workers),
-        ("[server] templates_dir", old.templates_dir != new.templates_dir),
+        (
+            "[server] templates_dir",
+            old.templates_dir != new.templates_dir,
+        ),
         ("[server] sse", old.sse != new.sse),
-        ("[server] max_once_marks", old.max_once_marks != new.max_once_marks),
+        (
+            "[server] max_once_marks",
+            old.max_once_marks != new.max_once_marks,
+        ),
         ("[server] http_engine", old.http_engine != new.http_engine),
         ("[server] connections", old.connections != new.connections),
         ("[server.tls]", old.tls != new.tls),

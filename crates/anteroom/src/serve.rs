@@ -411,9 +411,9 @@ pub(crate) async fn run_until_shutdown(
         stopped(ticker_stopped.clone()),
     ));
     // The rooms' `routes` as the store holds them, changed on any node, into the route table.
-    let room_routes = gateway.clone().map(|gateway| {
-        tokio::spawn(gateway.follow_room_listings(stopped(ticker_stopped.clone())))
-    });
+    let room_routes = gateway
+        .clone()
+        .map(|gateway| tokio::spawn(gateway.follow_room_listings(stopped(ticker_stopped.clone()))));
     // Adaptive admission (§5.4): rooms with [room.adaptive] get their rate set every interval.
     let adaptive = tokio::spawn(anteroom_http::run_adaptive(
         runtime.state.clone(),

@@ -111,14 +111,15 @@ pub(crate) struct Interval {
 }
 
 impl Interval {
-    /// The change from `before` to `after`, summed over the room's routes.
+    /// The change from `before` to `after`, summed over the room's routes (paired by name:
+    /// a reload may have added, removed or reordered them; a new route counts from zero).
     pub(crate) fn between(
         before: &[UpstreamStatsSnapshot],
         after: &[UpstreamStatsSnapshot],
     ) -> Interval {
         let mut interval = Interval::default();
-        for (index, now) in after.iter().enumerate() {
-            let then = before.get(index);
+        for now in after {
+            let then = before.iter().find(|then| then.name == now.name);
             let earlier = |pick: fn(&UpstreamStatsSnapshot) -> u64| then.map_or(0, pick);
             interval.responses += now.responses.saturating_sub(earlier(|s| s.responses));
             interval.server_errors += now
@@ -275,17 +276,15 @@ fn inputs(
         });
     }
     match signal {
-        Some(signal) if signal.is_current(now) => {
-            Some(Inputs {
-                health: Health::Measured {
-                    p95_ms: Some(signal.p95_ms),
-                    error_rate: signal.error_rate,
-                },
-                source: "signal",
-                responses: 0,
-                in_flight: signal.in_flight.unwrap_or(0),
-            })
-        }
+        Some(signal) if signal.is_current(now) => Some(Inputs {
+            health: Health::Measured {
+                p95_ms: Some(signal.p95_ms),
+                error_rate: signal.error_rate,
+            },
+            source: "signal",
+            responses: 0,
+            in_flight: signal.in_flight.unwrap_or(0),
+        }),
         Some(_) => Some(unknown()),
         None if has_routes => Some(Inputs {
             health: Health::Measured {

@@ -62,8 +62,8 @@ pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_nam
 pub use error::ApiError;
 pub use gateway::{
     Gateway, GatewayOptions, GatewayReload, GatewayReloadError, GatewayReloaded,
-    LATENCY_BUCKETS_MS, UpstreamStats,
-    UpstreamStatsSnapshot, WebSocketStats, WebSocketStatsSnapshot,
+    LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot, WebSocketStats,
+    WebSocketStatsSnapshot,
 };
 pub use h1::limits::ServerLimits;
 pub use h1::serve;

@@ -24,9 +24,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use http_body_util::Full;
+use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::Sha256;
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use anteroom_core::Clock;
@@ -220,9 +220,9 @@ impl EventSinks {
         let mut running = self.running.lock();
         let before = running.len();
         running.retain(|current| {
-            sinks.iter().any(|sink| {
-                sink.config == current.config && sink.secret == current.secret
-            })
+            sinks
+                .iter()
+                .any(|sink| sink.config == current.config && sink.secret == current.secret)
         });
         let stopped = before - running.len();
         let mut started = 0;

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
     ChangeSet, EngineError, Entry, JoinRequest, RoomSnapshot, RoomState, Session, SessionEnd,
     TickReport, TicketRef,
 };
-use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, RoomId, SessionId, Timestamp};
 use parking_lot::{Mutex, RwLock};

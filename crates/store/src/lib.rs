@@ -27,11 +27,11 @@ mod persisted;
 mod redb_store;
 mod redis_store;
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
     EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, SessionState, TickReport,
     Ticket, TicketRef,
 };
-use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{RoomId, SessionId};
 use async_trait::async_trait;

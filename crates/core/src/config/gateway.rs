@@ -507,7 +507,10 @@ pub(super) fn read_routes(
     }
     // A room's `routes` shorthand (checked with the room) becomes a route at run time, from
     // the room as the store holds it: see [`room_route`].
-    let room_routes: Vec<RouteConfig> = rooms.iter().filter_map(|room| room_route(room).ok().flatten()).collect();
+    let room_routes: Vec<RouteConfig> = rooms
+        .iter()
+        .filter_map(|room| room_route(room).ok().flatten())
+        .collect();
     for rule in rules.iter().filter(|rule| rule.route_only()) {
         let listed = routes
             .iter()

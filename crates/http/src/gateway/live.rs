@@ -6,16 +6,19 @@
 //!
 //! The route table has two sources, kept apart in [`RouteSources`] and merged on every change:
 //! the config file's `[[route]]` entries (replaced by a reload on SIGHUP) and the rooms'
-//! `routes` shorthands, built from the rooms as the store holds them. The ticker's listing of
-//! every room, twice a second on every node, is what brings a room's `routes` changed through
-//! the admin API of any node into every node's table (see [`Gateway::follow_rooms`]).
+//! `routes` shorthands, built from the rooms as the store holds them. A room's `routes`
+//! changed through the admin API of any node reach every node's table through the store's
+//! change notices (milliseconds, on a shared store) and, should a notice be lost, the
+//! ticker's listing of every room twice a second (see [`Gateway::follow_room_listings`]).
 
 use std::future::Future;
 use std::sync::Arc;
 
-use anteroom_core::config::{RouteConfig, UpstreamConfig, WebSocketConfig, room_route};
 use anteroom_core::RoomId;
+use anteroom_core::config::{RouteConfig, UpstreamConfig, WebSocketConfig, room_route};
 use anteroom_core::room::RoomConfig;
+use anteroom_store::Notice;
+use tokio::sync::broadcast::error::RecvError;
 
 use super::Gateway;
 use super::proxy::Upstream;
@@ -141,7 +144,11 @@ impl Gateway {
         }
         sources.rooms = room_routes(rooms);
         sources.room_globs = globs;
-        let names: Vec<&str> = sources.rooms.iter().map(|route| route.name.as_str()).collect();
+        let names: Vec<&str> = sources
+            .rooms
+            .iter()
+            .map(|route| route.name.as_str())
+            .collect();
         tracing::info!(routes = ?names, "the rooms' routes changed; the route table follows");
         let current = self.live();
         let routes = sources.table(Some(&current.routes));
@@ -153,23 +160,26 @@ impl Gateway {
     }
 }
 
-/// The `routes` of the rooms that list any, by room.
-fn room_globs(rooms: &[RoomConfig]) -> Vec<(RoomId, Vec<String>)> {
-    rooms
-        .iter()
-        .filter(|room| !room.routes.is_empty())
-        .map(|room| (room.id.clone(), room.routes.clone()))
-        .collect()
-}
-
 impl Gateway {
-    /// Keeps the route table in step with the rooms' `routes` in the store, from the ticker's
-    /// listings ([`AppState::room_listings`](crate::AppState::room_listings)), until
-    /// `shutdown`.
+    /// Keeps the route table in step with the rooms' `routes` in the store until `shutdown`:
+    /// from the ticker's listings ([`AppState::room_listings`](crate::AppState::room_listings),
+    /// twice a second), and at once when a shared store announces a room's configuration
+    /// changed on any node (then the rooms are listed right away).
     pub async fn follow_room_listings(self, shutdown: impl Future<Output = ()>) {
         let mut listings = self.app().room_listings();
+        let mut notices = self
+            .app()
+            .store()
+            .notices()
+            .map(|notices| notices.subscribe());
         tokio::pin!(shutdown);
         loop {
+            let notice = async {
+                match &mut notices {
+                    Some(receiver) => receiver.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 changed = listings.changed() => {
                     if changed.is_err() {
@@ -180,8 +190,23 @@ impl Gateway {
                         self.follow_rooms(&rooms);
                     }
                 }
+                notice = notice => match notice {
+                    Ok(Notice::Changed(notice)) if !notice.change.touches_config() => {}
+                    Err(RecvError::Closed) => notices = None,
+                    // A room's configuration changed, or changes may have been missed.
+                    Ok(_) | Err(RecvError::Lagged(_)) => self.list_rooms_now().await,
+                },
                 () = &mut shutdown => return,
             }
+        }
+    }
+
+    /// Lists the store's rooms now and follows their `routes`; a store that cannot be read
+    /// leaves the table as it is (the ticker's next listing tries again).
+    async fn list_rooms_now(&self) {
+        match self.app().store().rooms().await {
+            Ok(rooms) => self.follow_rooms(&rooms),
+            Err(error) => tracing::debug!(%error, "cannot list the rooms for their routes"),
         }
     }
 }
@@ -198,5 +223,14 @@ fn room_routes(rooms: &[RoomConfig]) -> Vec<RouteConfig> {
                 None
             }
         })
+        .collect()
+}
+
+/// The `routes` of the rooms that list any, by room.
+fn room_globs(rooms: &[RoomConfig]) -> Vec<(RoomId, Vec<String>)> {
+    rooms
+        .iter()
+        .filter(|room| !room.routes.is_empty())
+        .map(|room| (room.id.clone(), room.routes.clone()))
         .collect()
 }

@@ -59,8 +59,8 @@ use anteroom_core::room::RoomConfig;
 use crate::{AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
-pub(crate) use protect::{asked_passes, wait_location};
 pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
+pub(crate) use protect::{asked_passes, wait_location};
 pub(crate) use proxy::{Forwarding, UpstreamPools};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
@@ -227,11 +227,7 @@ impl Gateway {
 
     /// The request's way through the gateway, outermost step first: one future, no boxed
     /// middleware per step.
-    async fn handle(
-        &self,
-        client: Option<&UpstreamPools>,
-        mut request: Request<Body>,
-    ) -> Response {
+    async fn handle(&self, client: Option<&UpstreamPools>, mut request: Request<Body>) -> Response {
         // The routes, upstream and limits in force when the request started, to its end.
         let live = self.live();
         // The path every step below matches is the one the upstream receives; spellings that

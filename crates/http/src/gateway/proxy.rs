@@ -44,9 +44,9 @@ use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
+use super::Gateway;
 use super::connection_cap::ConnectionCap;
 use super::live::LiveSettings;
-use super::Gateway;
 use super::protect::HeldPass;
 use super::websocket;
 

@@ -209,9 +209,9 @@ mod tests {
     fn first_matching_route_wins() {
         let table = RouteTable::new(
             vec![
-            route("health", &[], &["/healthz"], &[]),
-            route("shop-post", &["shop.example"], &["/buy/**"], &["POST"]),
-            route("buy", &[], &["/buy/**"], &[]),
+                route("health", &[], &["/healthz"], &[]),
+                route("shop-post", &["shop.example"], &["/buy/**"], &["POST"]),
+                route("buy", &[], &["/buy/**"], &[]),
             ],
             None,
         );
@@ -243,7 +243,9 @@ mod tests {
             ],
             None,
         );
-        first.routes[1].stats.record(std::time::Duration::from_millis(5), false);
+        first.routes[1]
+            .stats
+            .record(std::time::Duration::from_millis(5), false);
         let second = RouteTable::new(
             vec![
                 route("sell", &[], &["/sell/**"], &[]),

@@ -97,8 +97,13 @@ fn routes_are_read_in_order_then_room_shorthands() {
     assert_eq!(buy.page, PageMode::Redirect);
     assert_eq!(buy.matcher.methods, ["POST"]);
     assert_eq!(buy.matcher.hosts.len(), 1);
-    let checkout = config.rooms.iter().find(|room| room.id == room_id("checkout"));
-    let shorthand = super::super::room_route(checkout.unwrap()).unwrap().unwrap();
+    let checkout = config
+        .rooms
+        .iter()
+        .find(|room| room.id == room_id("checkout"));
+    let shorthand = super::super::room_route(checkout.unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(shorthand.name, "room-checkout");
     assert_eq!(shorthand.rooms, [room_id("checkout")]);
 }
