@@ -470,9 +470,10 @@ pub(crate) struct SignalBody {
     params(("room" = String, Path, description = "Room id")),
     request_body(content = SignalBody, description = "The origin's load signal"),
     description = "The origin's load signal for adaptive admission (SPEC §5.4), for origins \
-        not behind the gateway. The room's controller uses the last signal this node received \
-        while it is at most 30 s old; without one for 30 s the rate drops to `min_per_minute`. \
-        With several nodes, send it to every node.",
+        not behind the gateway. The signal is kept in the store: the room's controller on every \
+        node sharing it uses the last signal any node received while it is at most 30 s old; \
+        without one for 30 s the rate drops to `min_per_minute`. Sending it to one node is \
+        enough.",
     responses(
         (status = 204, description = "Taken"),
         (status = 400, description = "A malformed or out-of-range body", body = crate::error::Problem, content_type = "application/problem+json"),

@@ -40,7 +40,8 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$")]
     pub(crate) id: Option<String>,
-    /// Path globs this room protects (shorthand for a `[[route]]`).
+    /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
+    /// a change is applied by every node's gateway within a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
