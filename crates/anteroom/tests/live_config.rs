@@ -330,3 +330,96 @@ async fn a_rooms_routes_changed_on_one_node_protect_the_path_on_another_within_a
     )
     .await;
 }
+
+/// What a webhook receiver got: each request's body.
+type Received = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A webhook receiver on a free port; its URL and what it received.
+async fn webhook_receiver() -> (String, Received, tokio::task::JoinHandle<()>) {
+    let received = Received::default();
+    let app = Router::new().fallback(any(
+        |axum::extract::State(received): axum::extract::State<Received>, body: String| async move {
+            received.lock().unwrap().push(body);
+            StatusCode::NO_CONTENT
+        },
+    ));
+    let app = app.with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, received, task)
+}
+
+/// Waits until a delivery mentions room `room`.
+async fn wait_for_delivery(received: &Received, room: &str) {
+    let started = Instant::now();
+    let wanted = format!("\"room\":\"{room}\"");
+    while !received
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|body| body.contains(&wanted))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no event of room {room} delivered: {:?}",
+            received.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_starts_and_stops_event_sinks() {
+    let (url, received, receiver) = webhook_receiver().await;
+    let site = AdminSite::new("");
+    let path = site.site.config_path();
+    let without_sinks = std::fs::read_to_string(&path).unwrap();
+    let with_sink = format!(
+        "{without_sinks}\n[[events.sink]]\nkind = \"webhook\"\nname = \"hook\"\nurl = \"{url}\"\nsecret = \"webhook-secret-0123456789\"\nbatch = 1\n"
+    );
+    let client = support::client();
+    let mut server = site.site.start_with_log("info");
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&site.admin_url());
+    admin.wait_ready().await;
+    let create = |room: &'static str| {
+        let admin = &admin;
+        async move {
+            let (status, body) = admin
+                .admin(Method::PUT, &format!("/rooms/{room}"), Some(json!({})))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+    };
+
+    // The first sink comes with a reload: events from then on are delivered.
+    std::fs::write(&path, &with_sink).unwrap();
+    hang_up(&server);
+    wait_for_log(&server, "configuration reloaded", 1).await;
+    create("first").await;
+    wait_for_delivery(&received, "first").await;
+
+    // Removed: its loop stops, and events wait in the outbox.
+    std::fs::write(&path, &without_sinks).unwrap();
+    hang_up(&server);
+    wait_for_log(&server, "configuration reloaded", 2).await;
+    create("second").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let delivered = received.lock().unwrap().clone();
+    assert!(
+        !delivered
+            .iter()
+            .any(|body| body.contains("\"room\":\"second\"")),
+        "{delivered:?}"
+    );
+
+    // Back again: what it missed is delivered (its progress was kept under its name).
+    std::fs::write(&path, &with_sink).unwrap();
+    hang_up(&server);
+    wait_for_log(&server, "configuration reloaded", 3).await;
+    wait_for_delivery(&received, "second").await;
+    receiver.abort();
+}
