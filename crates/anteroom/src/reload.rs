@@ -92,6 +92,7 @@ impl Reloadable {
             upstream: config.upstream.clone(),
             routes: config.routes.clone(),
             websocket: config.websocket.clone(),
+            rooms: config.rooms.clone(),
         });
         match gateway {
             Ok(reloaded) => {
@@ -117,6 +118,11 @@ impl Reloadable {
                     tracing::error!(room = %room.id, %error, "cannot apply the reloaded room")
                 }
             }
+        }
+        // The file's rooms may have brought other `routes`: into the table now rather than
+        // at the next listing.
+        if let Ok(rooms) = self.store.rooms().await {
+            self.gateway.follow_rooms(&rooms);
         }
         tracing::info!(
             path = %self.path.display(),

@@ -133,9 +133,11 @@ async fn sighup_protects_a_new_path_and_a_broken_file_changes_nothing() {
         (StatusCode::OK, "origin".to_owned())
     );
 
-    // A new route covering the hot path, and a setting only a restart applies.
+    // A new route covering the hot path, a new room with its own `routes`, and a setting only
+    // a restart applies.
     let routed = format!(
-        "{room_only}\n[[route]]\nname = \"hot\"\npaths = [\"/hot/**\"]\nrooms = [\"sale\"]\n"
+        "{room_only}\n[[room]]\nid = \"vip\"\nmode = \"queue_all\"\nroutes = [\"/vip/**\"]\n\n\
+         [[route]]\nname = \"hot\"\npaths = [\"/hot/**\"]\nrooms = [\"sale\"]\n"
     );
     let path = site.write_config("EdDSA", &routed);
     let text = std::fs::read_to_string(&path).unwrap();
@@ -148,6 +150,8 @@ async fn sighup_protects_a_new_path_and_a_broken_file_changes_nothing() {
     hang_up(&server);
     wait_for_log(&server, "configuration reloaded", 1).await;
     let (status, body) = get(&client, &base, "/hot/1").await;
+    assert!(held_back(status, &body), "{status} {body}");
+    let (status, body) = get(&client, &base, "/vip/1").await;
     assert!(held_back(status, &body), "{status} {body}");
     assert_eq!(
         get(&client, &base, "/cold").await,

@@ -223,7 +223,13 @@ pub async fn run_adaptive(
             let current = snapshots(&upstreams);
             let measured = Interval::between(&run.baseline, &current);
             run.baseline = current;
-            let signal = pushed_signal(&app, &config.id).await;
+            // The gateway's own measurements come first: the store is asked for the signal
+            // only when they have nothing to say.
+            let signal = if measured.responses > 0 {
+                None
+            } else {
+                pushed_signal(&app, &config.id).await
+            };
             let inputs = inputs(&measured, signal, !upstreams.is_empty(), started, now);
             if let Some(inputs) = inputs {
                 control(&app, &config.id, settings, inputs, now).await;

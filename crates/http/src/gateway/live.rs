@@ -79,6 +79,9 @@ pub struct GatewayReload {
     pub routes: Vec<RouteConfig>,
     /// `[websocket]`: applies to WebSocket connections opened after the reload.
     pub websocket: Option<WebSocketConfig>,
+    /// The file's rooms: what `on_store_error` says for a room the store cannot be read for
+    /// yet (the rooms' routes come from the store).
+    pub rooms: Vec<RoomConfig>,
 }
 
 /// Why a reload was refused; nothing changed.
@@ -125,6 +128,7 @@ impl Gateway {
         sources.configured = reload.routes;
         let routes = sources.table(Some(&current.routes));
         reloaded.routes = routes.len();
+        self.inner.rooms.configure(reload.rooms);
         self.inner.live.store(Arc::new(LiveSettings {
             routes,
             upstream,
