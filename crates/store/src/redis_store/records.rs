@@ -553,4 +553,32 @@ mod tests {
         );
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
     }
+
+    #[test]
+    fn signal_records_round_trip_and_refuse_what_is_not_one() {
+        let signal = LoadSignal {
+            p95_ms: 0.1 + 0.2,
+            error_rate: 1.0 / 3.0,
+            in_flight: Some(u64::MAX),
+            received_at: Timestamp(1_700_000_000_123),
+        };
+        assert_eq!(
+            decode_signal(&encode_signal(&signal)).unwrap(),
+            Some(signal)
+        );
+        let without = LoadSignal {
+            in_flight: None,
+            ..signal
+        };
+        assert_eq!(
+            decode_signal(&encode_signal(&without)).unwrap(),
+            Some(without)
+        );
+        assert_eq!(decode_signal("").unwrap(), None);
+        for malformed in [
+            "1|2", "1|0||5|6", "NaN|0||5", "inf|0||5", "x|0||5", "1|0||-5",
+        ] {
+            assert!(decode_signal(malformed).is_err(), "{malformed}");
+        }
+    }
 }
