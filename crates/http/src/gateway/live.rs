@@ -34,7 +34,6 @@ pub(crate) struct LiveSettings {
 
 /// Where the route table comes from; only changes read and write it (under a lock that no
 /// request takes).
-#[derive(Default)]
 pub(crate) struct RouteSources {
     /// `[[route]]`, in file order.
     configured: Vec<RouteConfig>,
