@@ -82,12 +82,8 @@ impl Reloadable {
 
     async fn apply(&mut self, prepared: Prepared) {
         let Prepared { config, sinks } = prepared;
-        let rate_limits = config.rate_limits.len();
-        if let Some(limiter) = &self.limiter
-            && let Err(error) = limiter.replace_rules(config.rate_limits.clone())
-        {
-            tracing::error!(%error, "cannot apply the reloaded rate limits");
-        }
+        // The gateway first: its upstream is the one step that can still fail (checked while
+        // preparing, so only a file that changed since), and then nothing has changed yet.
         let gateway = self.gateway.reload(GatewayReload {
             upstream: config.upstream.clone(),
             routes: config.routes.clone(),
@@ -106,8 +102,16 @@ impl Reloadable {
                     );
                 }
             }
-            // Checked while preparing; only an upstream that broke in between gets here.
-            Err(error) => tracing::error!(%error, "the gateway kept its routes and upstream"),
+            Err(error) => {
+                tracing::error!(path = %self.path.display(), %error, "configuration not reloaded, nothing changed");
+                return;
+            }
+        }
+        let rate_limits = config.rate_limits.len();
+        if let Some(limiter) = &self.limiter
+            && let Err(error) = limiter.replace_rules(config.rate_limits.clone())
+        {
+            tracing::error!(%error, "cannot apply the reloaded rate limits");
         }
         self.apply_sinks(&config, sinks);
         let mut applied = 0;
