@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anteroom_core::config::Config;
+use anteroom_core::config::{Config, ServerConfig};
 use anteroom_http::{AdminState, EventSinks, Gateway, GatewayReload, RateLimiter, Sink, TlsServer};
 use anteroom_store::RoomStore;
 
@@ -166,38 +166,64 @@ fn prepare(path: &std::path::Path) -> anyhow::Result<Prepared> {
 
 /// The settings that differ between `started` and `reloaded` but only take effect at a
 /// restart. Everything else reloads: rooms, rate limits, routes, `[upstream]` settings,
-/// `[websocket]`, event sinks (and the TLS certificates' contents).
+/// `[websocket]`, event sinks (and the TLS certificates' contents). Both structs are taken
+/// apart field by field, so a new setting does not compile until it is placed on one side.
 pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static str> {
-    let (old, new) = (&started.server, &reloaded.server);
+    let Config {
+        server,
+        store,
+        keys,
+        auth,
+        verify,
+        // Reloaded (adding or removing `[upstream]` is reported by the gateway's reload).
+        upstream: _,
+        rooms: _,
+        rate_limits: _,
+        routes: _,
+        websocket: _,
+        events: _,
+    } = started;
+    let ServerConfig {
+        listen,
+        admin_listen,
+        public_url,
+        issuer,
+        trusted_proxies,
+        workers,
+        templates_dir,
+        sse,
+        max_once_marks,
+        http_engine,
+        tls,
+        connections,
+    } = server;
+    let new = &reloaded.server;
     let changes = [
-        ("[server] listen", old.listen != new.listen),
-        (
-            "[server] admin_listen",
-            old.admin_listen != new.admin_listen,
-        ),
-        ("[server] public_url", old.public_url != new.public_url),
-        ("[server] issuer", old.issuer != new.issuer),
+        ("[server] listen", *listen != new.listen),
+        ("[server] admin_listen", *admin_listen != new.admin_listen),
+        ("[server] public_url", *public_url != new.public_url),
+        ("[server] issuer", *issuer != new.issuer),
         (
             "[server] trusted_proxies",
-            old.trusted_proxies != new.trusted_proxies,
+            *trusted_proxies != new.trusted_proxies,
         ),
-        ("[server] workers", old.workers != new.workers),
+        ("[server] workers", *workers != new.workers),
         (
             "[server] templates_dir",
-            old.templates_dir != new.templates_dir,
+            *templates_dir != new.templates_dir,
         ),
-        ("[server] sse", old.sse != new.sse),
+        ("[server] sse", *sse != new.sse),
         (
             "[server] max_once_marks",
-            old.max_once_marks != new.max_once_marks,
+            *max_once_marks != new.max_once_marks,
         ),
-        ("[server] http_engine", old.http_engine != new.http_engine),
-        ("[server] connections", old.connections != new.connections),
-        ("[server.tls]", old.tls != new.tls),
-        ("[store]", started.store != reloaded.store),
-        ("[keys]", started.keys != reloaded.keys),
-        ("[auth]", started.auth != reloaded.auth),
-        ("[verify]", started.verify != reloaded.verify),
+        ("[server] http_engine", *http_engine != new.http_engine),
+        ("[server] connections", *connections != new.connections),
+        ("[server.tls]", *tls != new.tls),
+        ("[store]", *store != reloaded.store),
+        ("[keys]", *keys != reloaded.keys),
+        ("[auth]", *auth != reloaded.auth),
+        ("[verify]", *verify != reloaded.verify),
     ];
     changes
         .into_iter()
