@@ -18,7 +18,7 @@ use anteroom_core::RoomId;
 use anteroom_core::config::{RouteConfig, UpstreamConfig, WebSocketConfig, room_route};
 use anteroom_core::room::RoomConfig;
 use anteroom_store::Notice;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::Gateway;
 use super::proxy::Upstream;
@@ -196,8 +196,14 @@ impl Gateway {
                 notice = notice => match notice {
                     Ok(Notice::Changed(notice)) if !notice.change.touches_config() => {}
                     Err(RecvError::Closed) => notices = None,
-                    // A room's configuration changed, or changes may have been missed.
-                    Ok(_) | Err(RecvError::Lagged(_)) => self.list_rooms_now().await,
+                    // A room's configuration changed, or changes may have been missed: one
+                    // listing covers every notice already waiting too.
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        if let Some(receiver) = &mut notices {
+                            skip_waiting(receiver);
+                        }
+                        self.list_rooms_now().await;
+                    }
                 },
                 () = &mut shutdown => return,
             }
@@ -212,6 +218,14 @@ impl Gateway {
             Err(error) => tracing::debug!(%error, "cannot list the rooms for their routes"),
         }
     }
+}
+
+/// Takes every notice already waiting in `receiver`, so one listing answers them all.
+fn skip_waiting(receiver: &mut tokio::sync::broadcast::Receiver<Notice>) {
+    while !matches!(
+        receiver.try_recv(),
+        Err(TryRecvError::Empty | TryRecvError::Closed)
+    ) {}
 }
 
 /// The shorthand routes of `rooms`, in their order. A room whose globs do not compile (the
