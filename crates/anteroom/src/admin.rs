@@ -17,16 +17,24 @@ use crate::BadConfig;
 use crate::clock::SystemClock;
 use crate::serve::Runtime;
 
+/// The admin surface a started node keeps: what a reload changes in it.
+pub(crate) struct Admin {
+    /// The address the admin listener listens on, or `None` when it could not bind.
+    pub(crate) address: Option<SocketAddr>,
+    pub(crate) state: AdminState,
+    /// The `[[events.sink]]` delivery loops; none until a sink is configured.
+    pub(crate) sinks: Option<anteroom_http::EventSinks>,
+}
+
 /// Starts the admin listener on `listen` until `shutdown`; `/metrics` includes the gateway's
-/// measurements when there is one. Returns the address it listens on, or `None` when it
-/// could not bind.
+/// measurements when there is one.
 pub(crate) async fn start(
     runtime: &Runtime,
     config: &Config,
     listen: SocketAddr,
     gateway: Option<&anteroom_http::Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<Option<SocketAddr>> {
+) -> anyhow::Result<Admin> {
     let settings = AdminSettings {
         admin_keys: config.auth.admin_keys.clone(),
         read_keys: config.auth.read_keys.clone(),
@@ -48,13 +56,18 @@ pub(crate) async fn start(
         }
     };
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
-    admin.set_routes(&config.routes);
     if let Some(gateway) = gateway {
         admin.set_gateway(gateway.clone());
     }
-    if !config.events.is_empty() {
-        admin.set_outbox(event_sinks(config)?);
-    }
+    let sinks = if config.events.is_empty() {
+        None
+    } else {
+        Some(start_event_sinks(
+            &admin,
+            config,
+            configured_sinks(config)?,
+        )?)
+    };
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(anteroom_http::run_admin_sampler(
@@ -72,15 +85,20 @@ pub(crate) async fn start(
                 shutdown.await;
                 let _ = stop.send(true);
             });
-            return Ok(None);
+            return Ok(Admin {
+                address: None,
+                state: admin,
+                sinks,
+            });
         }
     };
     let address = listener.local_addr()?;
     // The public listener's timeouts, none of its caps: the admin listener is what the
     // descriptors kept out of `max_connections` are for.
-    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin)).with_limits(
-        anteroom_http::ServerLimits::uncapped(config.server.connections),
-    );
+    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin.clone()))
+        .with_limits(anteroom_http::ServerLimits::uncapped(
+            config.server.connections,
+        ));
     tokio::spawn(async move {
         let served = anteroom_http::serve(listener, app, shutdown).await;
         let _ = stop.send(true);
@@ -89,14 +107,35 @@ pub(crate) async fn start(
         }
     });
     tracing::info!(admin_listen = %address, "admin API, control panel and metrics listening");
-    Ok(Some(address))
+    Ok(Admin {
+        address: Some(address),
+        state: admin,
+        sinks,
+    })
 }
 
-/// Opens the event outbox beside the store and starts the `[[events.sink]]` delivery loops.
-/// The embedded store keeps events in `<store>.events.redb`, a Redis store in a Redis Stream
-/// shared by every node; both survive restarts. The memory store keeps them in memory.
-fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
-    let store: std::sync::Arc<dyn EventOutbox> = match &config.store {
+/// Opens the event outbox beside the store, starts the delivery loops of `sinks` and has the
+/// admin surface record its events there.
+pub(crate) fn start_event_sinks(
+    admin: &AdminState,
+    config: &Config,
+    sinks: Vec<anteroom_http::Sink>,
+) -> anyhow::Result<anteroom_http::EventSinks> {
+    tracing::info!(sinks = sinks.len(), "event sinks");
+    let running = anteroom_http::spawn_event_sinks(
+        open_outbox(config)?,
+        sinks,
+        std::sync::Arc::new(SystemClock),
+    );
+    admin.set_outbox(running.outbox());
+    Ok(running)
+}
+
+/// The event outbox beside the store: the embedded store keeps events in
+/// `<store>.events.redb`, a Redis store in a Redis Stream shared by every node; both survive
+/// restarts. The memory store keeps them in memory.
+fn open_outbox(config: &Config) -> anyhow::Result<std::sync::Arc<dyn EventOutbox>> {
+    Ok(match &config.store {
         StoreConfig::Embedded { path, .. } => std::sync::Arc::new(
             RedbOutbox::open(&path.with_extension("events.redb"), OutboxLimits::default())
                 .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
@@ -112,7 +151,12 @@ fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
                 |error| BadConfig(format!("[store] redis for the event outbox: {error}")),
             )?)
         }
-    };
+    })
+}
+
+/// The config's `[[events.sink]]` entries with their secrets and certificate authorities
+/// read: a file that cannot be read is an error, and nothing starts.
+pub(crate) fn configured_sinks(config: &Config) -> Result<Vec<anteroom_http::Sink>, BadConfig> {
     let mut sinks = Vec::with_capacity(config.events.len());
     for sink in &config.events {
         let secret = match &sink.kind {
@@ -159,10 +203,5 @@ fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
             client,
         });
     }
-    tracing::info!(sinks = sinks.len(), "event sinks");
-    Ok(anteroom_http::spawn_event_sinks(
-        store,
-        sinks,
-        std::sync::Arc::new(SystemClock),
-    ))
+    Ok(sinks)
 }

@@ -84,7 +84,7 @@ ticket_idle_ttl = "2m"
     let runtime = serve::prepare(&config).await?;
     let listeners = serve::bind_public(args.listen, config.server.workers)
         .with_context(|| format!("is another demo running on {}?", args.listen))?;
-    let admin_address = crate::admin::start(
+    let admin = crate::admin::start(
         &runtime,
         &config,
         args.admin_listen,
@@ -104,7 +104,7 @@ ticket_idle_ttl = "2m"
         tokio::spawn(simulate_crowd(runtime.store.clone(), args.crowd));
     }
     print_welcome(&public_url, args.crowd);
-    print_admin(admin_address, &admin_key);
+    print_admin(admin.address, &admin_key);
     let limits = serve::server_limits(&config);
     serve::run_until_shutdown(
         runtime,

@@ -10,6 +10,7 @@ mod commands;
 mod demo;
 mod health;
 mod keys;
+mod reload;
 mod serve;
 
 use std::path::PathBuf;

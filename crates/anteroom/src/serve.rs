@@ -302,7 +302,8 @@ fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLi
     Ok(limiter)
 }
 
-/// Runs until SIGTERM or SIGINT; SIGHUP reloads the rooms and rate limits from `path`.
+/// Runs until SIGTERM or SIGINT; SIGHUP reloads what can change live from `path`
+/// (`reload.rs`).
 pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let tls = tls_server(&config)?;
     check_upstream_tls(&config)?;
@@ -314,12 +315,6 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
             anteroom_http::CERTIFICATE_CHECK_INTERVAL,
         ));
     }
-    tokio::spawn(reload_on_hangup(
-        path,
-        runtime.state.clone(),
-        runtime.store.clone(),
-        tls.clone(),
-    ));
     let listeners = bind_public(config.server.listen, config.server.workers)?;
     tracing::info!(
         listen = %listeners.local_addr(),
@@ -330,7 +325,7 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         "anteroom is serving"
     );
     let gateway = gateway(&config, &runtime);
-    crate::admin::start(
+    let admin = crate::admin::start(
         &runtime,
         &config,
         config.server.admin_listen,
@@ -338,6 +333,16 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         crate::shutdown_signal(),
     )
     .await?;
+    tokio::spawn(crate::reload::reload_on_hangup(crate::reload::Reloadable {
+        path,
+        started: config.clone(),
+        store: runtime.store.clone(),
+        limiter: runtime.state.rate_limiter().cloned(),
+        tls: tls.clone(),
+        gateway: gateway.clone(),
+        admin: admin.state,
+        sinks: admin.sinks,
+    }));
     let state = runtime.state.clone();
     let site = gateway.clone();
     let limits = server_limits(&config);
@@ -431,6 +436,10 @@ pub(crate) async fn run_until_shutdown(
         runtime.state.clone(),
         stopped(ticker_stopped.clone()),
     ));
+    // The rooms' `routes` as the store holds them, changed on any node, into the route table.
+    let room_routes = gateway
+        .clone()
+        .map(|gateway| tokio::spawn(gateway.follow_room_listings(stopped(ticker_stopped.clone()))));
     // Adaptive admission (§5.4): rooms with [room.adaptive] get their rate set every interval.
     let adaptive = tokio::spawn(anteroom_http::run_adaptive(
         runtime.state.clone(),
@@ -458,85 +467,12 @@ pub(crate) async fn run_until_shutdown(
     let _ = ticker.await;
     let _ = adaptive.await;
     let _ = notices.await;
+    if let Some(room_routes) = room_routes {
+        let _ = room_routes.await;
+    }
     // Last: a store connection a request opened runs on its worker's runtime.
     workers.stop().await;
     served.context("serving the public listener")?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Re-reads the config file on every SIGHUP and applies its rooms and rate limits live, and
-/// loads the TLS certificates again from their files. A file with problems is refused as a
-/// whole (and the problems logged), so a typo never half-applies. Rate-limit counters carry on
-/// for rules that keep their name; the rooms' HS256 secret files are read again; listeners,
-/// stores, trusted proxies and the paths of the certificate files need a restart.
-async fn reload_on_hangup(
-    path: PathBuf,
-    state: AppState,
-    store: Arc<dyn RoomStore>,
-    tls: Option<TlsServer>,
-) {
-    let limiter = state.rate_limiter().cloned();
-    #[cfg(unix)]
-    {
-        let mut hangups =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(signal) => signal,
-                Err(error) => {
-                    tracing::error!(%error, "cannot listen for SIGHUP; reloading is off");
-                    return;
-                }
-            };
-        while hangups.recv().await.is_some() {
-            if let Some(tls) = &tls {
-                reload_certificates(tls.clone()).await;
-            }
-            let loaded = load_config(&path).and_then(|config| {
-                let secrets = site_secrets(&config)?;
-                Ok((config, secrets))
-            });
-            match loaded {
-                Ok((config, secrets)) => {
-                    for (file, secret) in secrets {
-                        state.preload_site_secret(file, secret);
-                    }
-                    let rate_limits = config.rate_limits.len();
-                    if let Some(limiter) = &limiter
-                        && let Err(error) = limiter.replace_rules(config.rate_limits)
-                    {
-                        tracing::error!(%error, "cannot apply the reloaded rate limits");
-                    }
-                    let mut applied = 0;
-                    for room in config.rooms {
-                        match store.put_room(room.clone()).await {
-                            Ok(_) => applied += 1,
-                            Err(error) => {
-                                tracing::error!(room = %room.id, %error, "cannot apply the reloaded room")
-                            }
-                        }
-                    }
-                    tracing::info!(path = %path.display(), rooms = applied, rate_limits, "configuration reloaded");
-                }
-                Err(error) => {
-                    tracing::error!(path = %path.display(), "configuration not reloaded: {error:#}")
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (path, state, store, limiter, tls);
-    }
-}
-
-/// Loads the TLS certificates again; a bad file keeps the ones served (and is logged).
-#[cfg(unix)]
-async fn reload_certificates(tls: TlsServer) {
-    match tokio::task::spawn_blocking(move || tls.reload()).await {
-        Ok(Ok(())) => tracing::info!("TLS certificates reloaded"),
-        Ok(Err(error)) => {
-            tracing::error!(%error, "TLS certificates not reloaded; the previous ones are still served")
-        }
-        Err(error) => tracing::error!(%error, "TLS certificate reload did not finish"),
-    }
 }

@@ -4,6 +4,9 @@
 //!
 //! With `ANTEROOM_WRITE_ADAPTIVE_SVG=1` the settling test also draws the rate and the
 //! latency over time into `docs/adaptive.svg`.
+//!
+//! Several nodes on one Redis: the pushed signal is kept in the store, so every node's
+//! controller uses a signal sent to any of them, and one decision per interval is applied.
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/admin.rs"]
@@ -367,33 +370,7 @@ async fn two_nodes_on_one_redis_apply_one_decision_per_interval() {
                  max_per_minute = 2060\n\
                  interval = \"500ms\"\n";
     let client = support::client();
-    let mut nodes = Vec::new();
-    for index in 0..2 {
-        let site = AdminSite::new(rooms);
-        let path = site.site.config_path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let embedded = format!(
-            "backend = \"embedded\"\npath = {}\n",
-            support::toml_string(&site.site.store_path())
-        );
-        let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
-        let text = text.replacen(&embedded, &shared, 1).replacen(
-            &support::toml_string(&site.site.keys_dir()),
-            &support::toml_string(keys.path()),
-            1,
-        );
-        assert!(text.contains("backend = \"redis\""), "{text}");
-        std::fs::write(&path, text).unwrap();
-        let mut server = site.site.start();
-        server.wait_ready(&client).await;
-        let admin = AdminClient::new(&site.admin_url());
-        admin.wait_ready().await;
-        nodes.push((site, server, admin));
-        if index == 0 {
-            // The second node loads the keys the first one made.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let nodes = start_redis_nodes(2, &redis, keys.path(), rooms, &client).await;
 
     // Both nodes hear the same fast origin, and both run the controller every interval.
     let started = Instant::now();
@@ -435,6 +412,99 @@ async fn two_nodes_on_one_redis_apply_one_decision_per_interval() {
         decisions.contains("other_node"),
         "one node left the interval to the other: {decisions:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_sent_to_one_node_reaches_every_node_s_controller_within_a_second() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let redis = redis_server::RedisServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    let rooms = "[[room]]\n\
+                 id = \"api\"\n\
+                 admit_per_minute = 300\n\
+                 \n\
+                 [room.adaptive]\n\
+                 target_p95_ms = 100\n\
+                 min_per_minute = 60\n\
+                 max_per_minute = 600\n\
+                 interval = \"200ms\"\n";
+    let client = support::client();
+    let nodes = start_redis_nodes(2, &redis, keys.path(), rooms, &client).await;
+    let (admin_a, admin_b) = (&nodes[0].2, &nodes[1].2);
+    // Nothing pushed yet: node B's controller has no input (no route, no signal, just started).
+    let (_, stats) = admin_b.admin(Method::GET, "/rooms/api/stats", None).await;
+    assert_eq!(stats["adaptive"], Value::Null, "{stats}");
+
+    let (status, body) = admin_a
+        .admin(
+            Method::PUT,
+            "/rooms/api/signal",
+            Some(json!({"p95_ms": 400.0, "error_rate": 0.25, "in_flight": 9})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let pushed = Instant::now();
+    let stats = loop {
+        let (_, stats) = admin_b.admin(Method::GET, "/rooms/api/stats", None).await;
+        if stats["adaptive"]["source"] == "signal" {
+            break stats;
+        }
+        assert!(
+            pushed.elapsed() < Duration::from_secs(10),
+            "node B never saw the signal: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = pushed.elapsed();
+    eprintln!("node B's controller used node A's signal {took:?} after it was pushed");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let adaptive = &stats["adaptive"];
+    assert_eq!(adaptive["p95_ms"], 400.0, "{stats}");
+    assert_eq!(adaptive["error_rate"], 0.25, "{stats}");
+    assert_eq!(adaptive["in_flight"], 9, "{stats}");
+    // One of the two nodes decided the interval; either way the rate went down.
+    assert!(
+        ["decrease", "floor", "other_node"].contains(&adaptive["decision"].as_str().unwrap()),
+        "{stats}"
+    );
+}
+
+/// Starts `count` nodes with their admin listeners on one Redis store and one key directory.
+async fn start_redis_nodes(
+    count: usize,
+    redis: &redis_server::RedisServer,
+    keys: &std::path::Path,
+    rooms: &str,
+    client: &reqwest::Client,
+) -> Vec<(AdminSite, support::Server, AdminClient)> {
+    let mut nodes = Vec::new();
+    for index in 0..count {
+        let site = AdminSite::new(rooms);
+        let path = site.site.config_path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let embedded = format!(
+            "backend = \"embedded\"\npath = {}\n",
+            support::toml_string(&site.site.store_path())
+        );
+        let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
+        let text = text.replacen(&embedded, &shared, 1).replacen(
+            &support::toml_string(&site.site.keys_dir()),
+            &support::toml_string(keys),
+            1,
+        );
+        assert!(text.contains("backend = \"redis\""), "{text}");
+        std::fs::write(&path, text).unwrap();
+        let mut server = site.site.start();
+        server.wait_ready(client).await;
+        let admin = AdminClient::new(&site.admin_url());
+        admin.wait_ready().await;
+        nodes.push((site, server, admin));
+        if index == 0 {
+            // The second node loads the keys the first one made.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    nodes
 }
 
 /// The rate (left axis) and the visitors' p95 latency per second (right axis) over time, as

@@ -65,6 +65,27 @@ pub enum Health {
     Unknown,
 }
 
+/// A load signal an origin pushed (`PUT /admin/v1/rooms/{room}/signal`): what it measured
+/// of itself, kept by the store so every node's controller reads the same one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSignal {
+    /// The origin's 95th-percentile latency, in milliseconds (finite, at least 0).
+    pub p95_ms: f64,
+    /// The origin's share of failed answers, 0 to 1.
+    pub error_rate: f64,
+    /// Requests the origin had in flight, if it said.
+    pub in_flight: Option<u64>,
+    /// When a node received it.
+    pub received_at: crate::Timestamp,
+}
+
+impl LoadSignal {
+    /// Whether the signal still counts at `now` (at most [`SIGNAL_STALE_AFTER_MS`] old).
+    pub fn is_current(&self, now: crate::Timestamp) -> bool {
+        now.0.saturating_sub(self.received_at.0) <= SIGNAL_STALE_AFTER_MS
+    }
+}
+
 /// What the controller decided, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {

@@ -78,7 +78,7 @@ pub use connection_limits::{ConnectionLimits, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
-    UpstreamConfig, WebSocketConfig, parse_size,
+    UpstreamConfig, WebSocketConfig, parse_size, room_route,
 };
 pub use key_hash::{KeyHash, KeyHashError};
 
@@ -114,8 +114,9 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
     /// `[[rate_limit]]`: the rate-limit rules, in file order.
     pub rate_limits: Vec<RateLimitRule>,
-    /// `[[route]]` in file order, then one route per room with `routes = [...]`, in room
-    /// order: the first route that matches a request is its route.
+    /// `[[route]]` in file order: the first route that matches a request is its route. The
+    /// rooms' `routes = [...]` shorthands come after them, built from the rooms as the store
+    /// holds them ([`room_route`]), so the admin API can change them while the node serves.
     pub routes: Vec<RouteConfig>,
     /// `[websocket]`: per-connection message limits; absent when the section is.
     pub websocket: Option<WebSocketConfig>,

@@ -5,8 +5,9 @@
 //! What the controller sees, in this order:
 //! 1. the gateway's measurements of the routes that name the room, over the last interval
 //!    (p95 from the fine histogram, 5xx share, requests in flight), when it answered any;
-//! 2. else the origin's last pushed signal (`PUT /admin/v1/rooms/{room}/signal`) if it is at
-//!    most 30 s old; older than that (or none 30 s after the node started, on a room no route
+//! 2. else the origin's last pushed signal (`PUT /admin/v1/rooms/{room}/signal`, kept in the
+//!    store by whichever node received it and read from there every run) if it is at most
+//!    30 s old; older than that (or none 30 s after the node started, on a room no route
 //!    of this node names) the health is unknown and the rate drops to `min_per_minute`;
 //! 3. else the room's routes were idle: nothing is decided.
 //!
@@ -27,7 +28,9 @@ use metrics::{counter, gauge};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use anteroom_core::adaptive::{AdaptiveSettings, Decision, Health, SIGNAL_STALE_AFTER_MS};
+use anteroom_core::adaptive::{
+    AdaptiveSettings, Decision, Health, LoadSignal, SIGNAL_STALE_AFTER_MS,
+};
 use anteroom_core::room::{RoomConfig, default_admit_burst};
 use anteroom_core::{RoomId, Timestamp};
 use anteroom_store::ConfigWrite;
@@ -40,15 +43,6 @@ use crate::{AppState, Gateway, UpstreamStats, UpstreamStatsSnapshot};
 const POLL: Duration = Duration::from_millis(100);
 /// How often the loop re-reads the list of rooms.
 const RELIST: Duration = Duration::from_secs(1);
-
-/// A load signal pushed by an origin.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct PushedSignal {
-    pub(crate) p95_ms: f64,
-    pub(crate) error_rate: f64,
-    pub(crate) in_flight: Option<u64>,
-    pub(crate) received_at: Timestamp,
-}
 
 /// The last controller run of a room on this node, as the admin stats show it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -78,22 +72,13 @@ pub(crate) struct AdaptiveStatus {
     pub(crate) target_p95_ms: u64,
 }
 
-/// This node's pushed signals and last runs, by room.
+/// This node's last controller runs, by room.
 #[derive(Debug, Default)]
 pub(crate) struct AdaptiveState {
-    signals: Mutex<HashMap<RoomId, PushedSignal>>,
     runs: Mutex<HashMap<RoomId, AdaptiveStatus>>,
 }
 
 impl AdaptiveState {
-    pub(crate) fn push_signal(&self, room: RoomId, signal: PushedSignal) {
-        self.signals.lock().insert(room, signal);
-    }
-
-    fn signal(&self, room: &RoomId) -> Option<PushedSignal> {
-        self.signals.lock().get(room).copied()
-    }
-
     pub(crate) fn status(&self, room: &RoomId) -> Option<AdaptiveStatus> {
         self.runs.lock().get(room).cloned()
     }
@@ -113,7 +98,6 @@ impl AdaptiveState {
 
     fn forget_except(&self, rooms: &[RoomId]) {
         self.runs.lock().retain(|room, _| rooms.contains(room));
-        self.signals.lock().retain(|room, _| rooms.contains(room));
     }
 }
 
@@ -128,14 +112,15 @@ pub(crate) struct Interval {
 }
 
 impl Interval {
-    /// The change from `before` to `after`, summed over the room's routes.
+    /// The change from `before` to `after`, summed over the room's routes (paired by name:
+    /// a reload may have added, removed or reordered them; a new route counts from zero).
     pub(crate) fn between(
         before: &[UpstreamStatsSnapshot],
         after: &[UpstreamStatsSnapshot],
     ) -> Interval {
         let mut interval = Interval::default();
-        for (index, now) in after.iter().enumerate() {
-            let then = before.get(index);
+        for now in after {
+            let then = before.iter().find(|then| then.name == now.name);
             let earlier = |pick: fn(&UpstreamStatsSnapshot) -> u64| then.map_or(0, pick);
             interval.responses += now.responses.saturating_sub(earlier(|s| s.responses));
             interval.server_errors += now
@@ -239,11 +224,29 @@ pub async fn run_adaptive(
             let current = snapshots(&upstreams);
             let measured = Interval::between(&run.baseline, &current);
             run.baseline = current;
-            let signal = app.adaptive().signal(&config.id);
+            // The gateway's own measurements come first: the store is asked for the signal
+            // only when they have nothing to say.
+            let signal = if measured.responses > 0 {
+                None
+            } else {
+                pushed_signal(&app, &config.id).await
+            };
             let inputs = inputs(&measured, signal, !upstreams.is_empty(), started, now);
             if let Some(inputs) = inputs {
                 control(&app, &config.id, settings, inputs, now).await;
             }
+        }
+    }
+}
+
+/// The room's last pushed signal, from the store (whichever node received it); a store that
+/// cannot be read counts as no signal, which the staleness rule turns into the floor in time.
+async fn pushed_signal(app: &AppState, room: &RoomId) -> Option<LoadSignal> {
+    match app.store().load_signal(room).await {
+        Ok(signal) => signal,
+        Err(error) => {
+            tracing::debug!(%room, %error, "adaptive admission: cannot read the load signal");
+            None
         }
     }
 }
@@ -263,7 +266,7 @@ struct Inputs {
 /// What the controller sees for `room` (see the module docs); `None` when it should not run.
 fn inputs(
     measured: &Interval,
-    signal: Option<PushedSignal>,
+    signal: Option<LoadSignal>,
     has_routes: bool,
     started: Timestamp,
     now: Timestamp,
@@ -280,17 +283,15 @@ fn inputs(
         });
     }
     match signal {
-        Some(signal) if now.0.saturating_sub(signal.received_at.0) <= SIGNAL_STALE_AFTER_MS => {
-            Some(Inputs {
-                health: Health::Measured {
-                    p95_ms: Some(signal.p95_ms),
-                    error_rate: signal.error_rate,
-                },
-                source: "signal",
-                responses: 0,
-                in_flight: signal.in_flight.unwrap_or(0),
-            })
-        }
+        Some(signal) if signal.is_current(now) => Some(Inputs {
+            health: Health::Measured {
+                p95_ms: Some(signal.p95_ms),
+                error_rate: signal.error_rate,
+            },
+            source: "signal",
+            responses: 0,
+            in_flight: signal.in_flight.unwrap_or(0),
+        }),
         Some(_) => Some(unknown()),
         None if has_routes => Some(Inputs {
             health: Health::Measured {
@@ -427,7 +428,7 @@ mod tests {
 
     fn source(
         measured: &Interval,
-        signal: Option<PushedSignal>,
+        signal: Option<LoadSignal>,
         has_routes: bool,
         now_ms: u64,
     ) -> Option<(&'static str, Health)> {
@@ -449,7 +450,7 @@ mod tests {
             in_flight: 3,
             fine: vec![10],
         };
-        let signal = PushedSignal {
+        let signal = LoadSignal {
             p95_ms: 300.0,
             error_rate: 0.0,
             in_flight: None,

@@ -64,9 +64,9 @@ pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_s
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
 pub use error::ApiError;
 pub use gateway::{
-    Gateway, GatewayOptions, GatewayStats, LATENCY_BUCKETS_MS, UpstreamStats,
-    UpstreamStatsSnapshot, WaitingRoomLayer, WaitingRoomService, WebSocketStats,
-    WebSocketStatsSnapshot,
+    Gateway, GatewayOptions, GatewayReload, GatewayReloadError, GatewayReloaded,
+    LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot, WaitingRoomLayer, WaitingRoomService,
+    WebSocketStats, WebSocketStatsSnapshot,
 };
 pub use h1::limits::ServerLimits;
 pub use h1::serve;
@@ -82,7 +82,7 @@ pub use ratelimit::{
     RouteRateLimits, RuleMetrics, RuleResult,
 };
 pub use sinks::{
-    Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
+    EventSinks, Outbox, Sink, WebhookClient, WebhookClientError, signature as event_signature,
     spawn_event_sinks, webhook_client,
 };
 pub use site_identity::{SecretFileError, read_secret_file};
@@ -187,6 +187,8 @@ struct Shared {
     adaptive: adaptive::AdaptiveState,
     /// The site's keys for rooms with `identity = "jwt:<claim>"`.
     site_keys: site_identity::SiteKeyCache,
+    /// The ticker's latest listing of every room in the store (`None` before the first).
+    room_listing: tokio::sync::watch::Sender<Option<Arc<Vec<RoomConfig>>>>,
 }
 
 impl AppState {
@@ -246,6 +248,7 @@ impl AppState {
                 draining: std::sync::atomic::AtomicBool::new(false),
                 adaptive: adaptive::AdaptiveState::default(),
                 site_keys: site_identity::SiteKeyCache::default(),
+                room_listing: tokio::sync::watch::Sender::new(None),
             }),
         }
     }
@@ -335,6 +338,16 @@ impl AppState {
         };
         let decisions = limiter.shared_store().acquire(&[request]).await?;
         Ok(decisions.first().is_some_and(|decision| decision.allowed))
+    }
+
+    /// Follows the ticker's listings of every room in the store (twice a second, on every
+    /// node): what the gateway builds the rooms' `routes` shorthands from.
+    pub fn room_listings(&self) -> tokio::sync::watch::Receiver<Option<Arc<Vec<RoomConfig>>>> {
+        self.inner.room_listing.subscribe()
+    }
+
+    fn publish_room_listing(&self, rooms: Arc<Vec<RoomConfig>>) {
+        self.inner.room_listing.send_replace(Some(rooms));
     }
 
     pub(crate) fn adaptive(&self) -> &adaptive::AdaptiveState {
@@ -643,7 +656,7 @@ pub fn gateway_router(state: AppState, gateway: &Gateway) -> Router {
 fn gateway_router_through(
     state: AppState,
     gateway: &Gateway,
-    client: Option<gateway::UpstreamClient>,
+    client: Option<gateway::UpstreamPools>,
 ) -> Router {
     if client.is_some() {
         public_router_with_site(state, gateway.site_through(client)).merge(gateway.verify_router())

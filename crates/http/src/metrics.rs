@@ -172,10 +172,9 @@ impl Metrics {
 /// single observations, not bucket counts).
 fn render_gateway(gateway: &Gateway, text: &mut String) {
     use std::fmt::Write as _;
-    let stats = gateway.stats();
-    let websocket = stats.websocket().snapshot();
-    let routes: Vec<_> = stats
-        .routes()
+    let websocket = gateway.websocket_stats().snapshot();
+    let routes: Vec<_> = gateway
+        .route_stats()
         .iter()
         .map(|route| route.snapshot())
         .collect();

@@ -12,6 +12,11 @@
 //!   refuse replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the
 //!   batch; anything else (or no answer within `timeout`) is retried after an exponential
 //!   backoff (0.5 s doubling up to 10 s, with jitter).
+//!
+//! A reload ([`EventSinks::replace`]) stops the loops of sinks that were removed or changed
+//! and starts those of new or changed ones; an unchanged sink's loop runs on. A loop stopped
+//! in the middle of a delivery has not acknowledged it, so the new loop delivers it again
+//! (at-least-once holds).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use http_body_util::Full;
+use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::Sha256;
 use tokio::sync::Notify;
@@ -139,33 +145,109 @@ pub fn webhook_client(extra_roots_pem: Option<&[u8]>) -> Result<WebhookClient, W
     )
 }
 
-/// Starts one delivery loop per sink over `store` (and a pruner); returns the [`Outbox`] the
-/// admin surface appends to ([`crate::AdminState::set_outbox`]).
+/// The running delivery loops; cheap to clone.
+#[derive(Clone)]
+pub struct EventSinks {
+    outbox: Outbox,
+    clock: Arc<dyn Clock>,
+    running: Arc<Mutex<Vec<Running>>>,
+}
+
+/// One sink's delivery loop.
+struct Running {
+    config: EventSinkConfig,
+    secret: Vec<u8>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts one delivery loop per sink over `store` (and a pruner); the [`Outbox`] the admin
+/// surface appends to ([`crate::AdminState::set_outbox`]) is [`EventSinks::outbox`].
 pub fn spawn_event_sinks(
     store: Arc<dyn EventOutbox>,
     sinks: Vec<Sink>,
     clock: Arc<dyn Clock>,
-) -> Outbox {
+) -> EventSinks {
     let outbox = Outbox {
         store,
         appended: Arc::new(Notify::new()),
     };
-    let names: Vec<String> = sinks.iter().map(|sink| sink.config.name.clone()).collect();
-    for sink in sinks {
-        tokio::spawn(deliver_forever(outbox.clone(), sink, clock.clone()));
-    }
-    let store = outbox.store.clone();
+    let running = EventSinks {
+        outbox,
+        clock,
+        running: Arc::new(Mutex::new(Vec::new())),
+    };
+    running.replace(sinks);
+    let store = running.outbox.store.clone();
+    let pruned = Arc::downgrade(&running.running);
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(PRUNE_EVERY);
         loop {
             interval.tick().await;
+            // The sinks of now: an event is dropped once each of them has it.
+            let Some(running) = pruned.upgrade() else {
+                return;
+            };
+            let names: Vec<String> = running
+                .lock()
+                .iter()
+                .map(|sink| sink.config.name.clone())
+                .collect();
+            drop(running);
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             if let Err(error) = store.prune(&names).await {
                 tracing::warn!(%error, "cannot prune delivered events");
             }
         }
     });
-    outbox
+    running
+}
+
+impl EventSinks {
+    /// The outbox the sinks deliver from.
+    pub fn outbox(&self) -> Outbox {
+        self.outbox.clone()
+    }
+
+    /// Runs exactly `sinks` from now on: unchanged ones go on, removed or changed ones stop,
+    /// new or changed ones start. Returns how many loops stopped and started.
+    pub fn replace(&self, sinks: Vec<Sink>) -> (usize, usize) {
+        let mut running = self.running.lock();
+        let before = running.len();
+        running.retain(|current| {
+            sinks
+                .iter()
+                .any(|sink| sink.config == current.config && sink.secret == current.secret)
+        });
+        let stopped = before - running.len();
+        let mut started = 0;
+        for sink in sinks {
+            let unchanged = running
+                .iter()
+                .any(|current| current.config == sink.config && current.secret == sink.secret);
+            if unchanged {
+                continue;
+            }
+            let (config, secret) = (sink.config.clone(), sink.secret.clone());
+            let task = tokio::spawn(deliver_forever(
+                self.outbox.clone(),
+                sink,
+                self.clock.clone(),
+            ));
+            running.push(Running {
+                config,
+                secret,
+                task: task.abort_handle(),
+            });
+            started += 1;
+        }
+        (stopped, started)
+    }
 }
 
 async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {

@@ -6,10 +6,12 @@
 //! (expiries, no-shows, the admission bucket refilling).
 //!
 //! The listing of every room it reads first also refreshes this node's copies of the room
-//! configurations. Failed calls are counted and logged at a bounded rate (store_failure.rs);
+//! configurations, and is published ([`AppState::room_listings`]) for the gateway's route
+//! table (the rooms' `routes`). Failed calls are counted and logged at a bounded rate (store_failure.rs);
 //! the loop itself never stops, so a store that comes back is used again at the next pass.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::HashMap;
@@ -36,7 +38,15 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     loop {
         tokio::select! {
             _ = interval.tick() => {
-                let rooms = tick_every_room(&app).await;
+                // A listing that failed is not published: it says nothing about the rooms.
+                let rooms = match tick_every_room(&app).await {
+                    Some(rooms) => {
+                        let rooms = Arc::new(rooms);
+                        app.publish_room_listing(rooms.clone());
+                        rooms
+                    }
+                    None => Arc::default(),
+                };
                 for room in hub.watched_rooms() {
                     hub.refresh(&*store, &room).await;
                 }
@@ -60,7 +70,8 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
 /// Connected tickets are touched at least this often.
 const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(10);
 
-async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
+/// Ticks every room; the listing of the rooms, or `None` when the store could not list them.
+async fn tick_every_room(app: &AppState) -> Option<Vec<RoomConfig>> {
     let store = app.store();
     let failures = app.store_failures();
     let epoch = app.room_cache().epoch();
@@ -69,7 +80,7 @@ async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
         Ok(rooms) => rooms,
         Err(error) => {
             failures.record(None, "rooms", &error);
-            return Vec::new();
+            return None;
         }
     };
     failures.succeeded(None);
@@ -99,5 +110,5 @@ async fn tick_every_room(app: &AppState) -> Vec<RoomConfig> {
             Err(error) => tracing::warn!(room = %room.id, %error, "tick failed"),
         }
     }
-    rooms
+    Some(rooms)
 }

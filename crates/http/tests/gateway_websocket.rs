@@ -1,7 +1,8 @@
 //! WebSocket message limits through the gateway (SPEC §10.4), over real sockets: a client
 //! flooding 1,000 messages a second through a 20-a-second limit gets about 20 a second to the
 //! upstream, the rest dropped and counted; a well-behaved client on another connection loses
-//! nothing; with `on_exceed = "close"` the flood ends with 1008.
+//! nothing; with `on_exceed = "close"` the flood ends with 1008; a reload's limits apply to
+//! connections opened after it.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use anteroom_core::config::{OnExceed, UpstreamConfig, WebSocketConfig};
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::default_params;
 use anteroom_core::{Clock, ManualClock, Timestamp};
-use anteroom_http::{AppState, Gateway, GatewayOptions, PublicSettings};
+use anteroom_http::{AppState, Gateway, GatewayOptions, GatewayReload, PublicSettings};
 use anteroom_store::MemoryStore;
 use anteroom_token::{KeySet, SigningAlgorithm};
 
@@ -45,8 +46,10 @@ async fn upstream_socket(
     })
 }
 
-/// The upstream, and a gateway in front of it; the gateway's address.
-async fn start(websocket: WebSocketConfig) -> (Gateway, Received, std::net::SocketAddr) {
+/// The upstream, and a gateway in front of it; the gateway's address and its `[upstream]`.
+async fn start(
+    websocket: WebSocketConfig,
+) -> (Gateway, Received, std::net::SocketAddr, UpstreamConfig) {
     let received = Received::default();
     let app = axum::Router::new()
         .route("/socket", axum::routing::get(upstream_socket))
@@ -67,10 +70,11 @@ async fn start(websocket: WebSocketConfig) -> (Gateway, Received, std::net::Sock
         trusted_proxies: Vec::new(),
     };
     let state = AppState::new(store, keys, clock, settings);
+    let upstream_config = UpstreamConfig::new(format!("http://{upstream_addr}"));
     let gateway = Gateway::new(
         state.clone(),
         GatewayOptions {
-            upstream: Some(UpstreamConfig::new(format!("http://{upstream_addr}"))),
+            upstream: Some(upstream_config.clone()),
             websocket: Some(websocket),
             ..GatewayOptions::default()
         },
@@ -84,7 +88,7 @@ async fn start(websocket: WebSocketConfig) -> (Gateway, Received, std::net::Sock
         std::future::pending(),
     ));
     std::mem::forget(keys_dir);
-    (gateway, received, addr)
+    (gateway, received, addr, upstream_config)
 }
 
 fn twenty_a_second(on_exceed: OnExceed) -> WebSocketConfig {
@@ -140,7 +144,7 @@ async fn send(addr: std::net::SocketAddr, id: &str, count: u32, every: Duration)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_is_cut_to_the_limit_and_a_polite_client_is_unaffected() {
-    let (gateway, received, addr) = start(twenty_a_second(OnExceed::Drop)).await;
+    let (gateway, received, addr, _) = start(twenty_a_second(OnExceed::Drop)).await;
     // Three seconds: the flood sends 3,000 messages, the polite client 30.
     let started = std::time::Instant::now();
     let flood = async {
@@ -153,7 +157,7 @@ async fn a_flood_is_cut_to_the_limit_and_a_polite_client_is_unaffected() {
 
     let received = received.lock().clone();
     let flooded = received.get("flood").copied().unwrap_or(0);
-    let stats = gateway.stats().websocket().snapshot();
+    let stats = gateway.websocket_stats().snapshot();
     // 20 at once (the burst), then 20 a second while the flood lasts (about 3 s, longer on
     // a busy machine; the last 300 ms are the wait before closing).
     let expected = 20.0 + 20.0 * flood_lasted.as_secs_f64();
@@ -182,7 +186,7 @@ async fn a_flood_is_cut_to_the_limit_and_a_polite_client_is_unaffected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_exceed_close_ends_the_connection_with_1008() {
-    let (gateway, received, addr) = start(twenty_a_second(OnExceed::Close)).await;
+    let (gateway, received, addr, _) = start(twenty_a_second(OnExceed::Close)).await;
     let code = send(addr, "flood", 200, Duration::from_millis(1)).await;
     assert_eq!(code, Some(1008));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -191,5 +195,30 @@ async fn on_exceed_close_ends_the_connection_with_1008() {
         Some(&20),
         "the burst went through"
     );
-    assert_eq!(gateway.stats().websocket().snapshot().closed_over_limit, 1);
+    assert_eq!(gateway.websocket_stats().snapshot().closed_over_limit, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_limits_connections_opened_after_it() {
+    let (gateway, received, addr, upstream) = start(WebSocketConfig::default()).await;
+    assert_eq!(
+        send(addr, "before", 200, Duration::from_millis(1)).await,
+        None
+    );
+    let reloaded = gateway
+        .reload(GatewayReload {
+            upstream: Some(upstream),
+            websocket: Some(twenty_a_second(OnExceed::Close)),
+            ..GatewayReload::default()
+        })
+        .unwrap();
+    assert!(!reloaded.upstream_changed && !reloaded.upstream_needs_restart);
+    assert_eq!(
+        send(addr, "after", 200, Duration::from_millis(1)).await,
+        Some(1008)
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let received = received.lock().clone();
+    assert_eq!(received.get("before"), Some(&200), "no limit before");
+    assert_eq!(received.get("after"), Some(&20), "the burst, then closed");
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
     ChangeSet, EngineError, Entry, JoinRequest, RoomSnapshot, RoomState, Session, SessionEnd,
     TickReport, TicketRef,
@@ -56,6 +57,10 @@ pub(crate) struct RoomSlot {
     pub(crate) state: RoomState,
     rng: StdRng,
     deleted: bool,
+    /// The origin's latest load signal. Kept in memory only, also by the embedded store: a
+    /// signal counts for 30 s and origins push one every few seconds, so a log sync per signal
+    /// would cost more than losing one in a restart (the next push brings it back).
+    load_signal: Option<LoadSignal>,
     /// The last write queued for this room: an answer that reports its effects (even from an
     /// operation that changed nothing itself) waits until it is durable.
     last_sequence: u64,
@@ -124,6 +129,7 @@ impl<P: Persister> EngineHost<P> {
             state,
             rng,
             deleted: false,
+            load_signal: None,
             last_sequence: 0,
         }
     }
@@ -270,6 +276,29 @@ impl<P: Persister> EngineHost<P> {
             slot.last_sequence = pending.sequence;
         }
         Ok((slot.state.snapshot(), pending))
+    }
+
+    pub(crate) fn put_load_signal(
+        &self,
+        room: &RoomId,
+        signal: LoadSignal,
+    ) -> Result<(), StoreError> {
+        let slot = self.slot(room)?;
+        let mut guard = slot.lock();
+        if guard.deleted {
+            return Err(StoreError::RoomNotFound(room.clone()));
+        }
+        guard.load_signal = Some(signal);
+        Ok(())
+    }
+
+    pub(crate) fn load_signal(&self, room: &RoomId) -> Result<Option<LoadSignal>, StoreError> {
+        let slot = self.slot(room)?;
+        let guard = slot.lock();
+        if guard.deleted {
+            return Err(StoreError::RoomNotFound(room.clone()));
+        }
+        Ok(guard.load_signal)
     }
 
     /// Changes whenever a room's configuration is created, replaced or deleted.
@@ -499,6 +528,19 @@ macro_rules! delegate_room_store {
             }
             fn config_version(&self) -> Option<u64> {
                 Some(self.host.config_version())
+            }
+            async fn put_load_signal(
+                &self,
+                room: &anteroom_core::RoomId,
+                signal: anteroom_core::adaptive::LoadSignal,
+            ) -> Result<(), $crate::StoreError> {
+                self.host.put_load_signal(room, signal)
+            }
+            async fn load_signal(
+                &self,
+                room: &anteroom_core::RoomId,
+            ) -> Result<Option<anteroom_core::adaptive::LoadSignal>, $crate::StoreError> {
+                self.host.load_signal(room)
             }
             async fn room(
                 &self,

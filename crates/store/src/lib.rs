@@ -27,6 +27,7 @@ mod persisted;
 mod redb_store;
 mod redis_store;
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
     EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, SessionState, TickReport,
     Ticket, TicketRef,
@@ -218,6 +219,12 @@ pub trait RoomStore: Send + Sync + 'static {
         let _ = (name, holder, ttl);
         Ok(true)
     }
+    /// Keeps `signal` as the room's latest load signal (SPEC §5.4), replacing the previous
+    /// one, so the adaptive controller of every node sharing the store reads it. A deleted
+    /// room's signal goes with it.
+    async fn put_load_signal(&self, room: &RoomId, signal: LoadSignal) -> Result<(), StoreError>;
+    /// The room's latest load signal, if an origin pushed one.
+    async fn load_signal(&self, room: &RoomId) -> Result<Option<LoadSignal>, StoreError>;
     /// One page of the room's sessions (admin listings): bounded whatever the room's size.
     async fn session_page(
         &self,

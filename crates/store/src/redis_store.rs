@@ -46,6 +46,7 @@ mod subscriber;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::clock::duration_millis;
 use anteroom_core::engine::{
     Entry, HISTORY_RETENTION, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot,
@@ -962,6 +963,25 @@ impl RoomStore for RedisStore {
             Ok(held == 1)
         })
         .await
+    }
+
+    async fn put_load_signal(&self, room: &RoomId, signal: LoadSignal) -> Result<(), StoreError> {
+        let record = records::encode_signal(&signal);
+        self.eval("put_signal", &SCRIPTS.put_signal, room, vec![record])
+            .await?
+            .expect("ok")
+            .map_err(|error| malformed("put_signal", error))
+    }
+
+    async fn load_signal(&self, room: &RoomId) -> Result<Option<LoadSignal>, StoreError> {
+        let mut answer = self
+            .eval("load_signal", &SCRIPTS.load_signal, room, Vec::new())
+            .await?;
+        let read = |answer: &mut Answer| {
+            answer.expect("ok")?;
+            records::decode_signal(&answer.text()?)
+        };
+        read(&mut answer).map_err(|error| malformed("load_signal", error))
     }
 
     fn notices(&self) -> Option<Notices> {

@@ -137,6 +137,13 @@ impl Site {
         Server::start(self, anteroom())
     }
 
+    /// [`Site::start`] with the log filtered by `filter` (`ANTEROOM_LOG`; `warn` otherwise).
+    pub(crate) fn start_with_log(&self, filter: &str) -> Server {
+        let mut command = anteroom();
+        command.env("ANTEROOM_LOG", filter);
+        Server::start(self, command)
+    }
+
     /// [`Site::start`] with the process allowed `open_files` descriptors at most (soft and
     /// hard limit, set by util-linux's `prlimit`, which then runs the binary in its place).
     pub(crate) fn start_limited(&self, open_files: u64) -> Server {

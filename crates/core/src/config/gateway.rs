@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ids::RoomId;
-use crate::ratelimit::rules::{PathGlob, RateLimitRule, RequestMatcher, default_burst};
+use crate::ratelimit::rules::{
+    MatcherError, PathGlob, RateLimitRule, RequestMatcher, default_burst,
+};
 use crate::ratelimit::{Algorithm, LimitParams};
 use crate::room::RoomConfig;
 
@@ -447,9 +449,26 @@ pub fn parse_size(text: &str) -> Option<u64> {
     amount.checked_mul(unit)
 }
 
-/// Reads every `[[route]]`, then adds one route per room with `routes = [...]` (after the
-/// explicit ones: the first matching route wins). Route-only rate limits that no route lists
-/// are reported, since they would never apply.
+/// The route of a room's `routes = [...]` shorthand (SPEC §7.1): the room's path globs, any
+/// host and method, needing only that room. `None` when the room lists no paths. The gateway
+/// puts these after every `[[route]]` (the first matching route wins), in room order.
+pub fn room_route(room: &RoomConfig) -> Result<Option<RouteConfig>, MatcherError> {
+    if room.routes.is_empty() {
+        return Ok(None);
+    }
+    let matcher = RequestMatcher::default().with_paths(room.routes.iter().map(String::as_str))?;
+    Ok(Some(RouteConfig {
+        name: format!("room-{}", room.id),
+        matcher,
+        rooms: vec![room.id.clone()],
+        rate_limits: Vec::new(),
+        bypass: false,
+        page: PageMode::Inline,
+    }))
+}
+
+/// Reads every `[[route]]`. Route-only rate limits that no route lists are reported, since
+/// they would never apply.
 pub(super) fn read_routes(
     root: &Table,
     rooms: &[RoomConfig],
@@ -486,27 +505,16 @@ pub(super) fn read_routes(
             ),
         }
     }
-    for room in rooms.iter().filter(|room| !room.routes.is_empty()) {
-        let origin = room_field_origin(root, room.id.as_str(), "routes");
-        let globs: Vec<&str> = room.routes.iter().map(String::as_str).collect();
-        match RequestMatcher::default().with_paths(globs) {
-            Ok(matcher) => routes.push(RouteConfig {
-                name: format!("room-{}", room.id),
-                matcher,
-                rooms: vec![room.id.clone()],
-                rate_limits: Vec::new(),
-                bypass: false,
-                page: PageMode::Inline,
-            }),
-            Err(error) => problems.add(
-                &origin,
-                format!("room {:?}: routes: {error}", room.id.as_str()),
-            ),
-        }
-    }
+    // A room's `routes` shorthand (checked with the room) becomes a route at run time, from
+    // the room as the store holds it: see [`room_route`].
+    let room_routes: Vec<RouteConfig> = rooms
+        .iter()
+        .filter_map(|room| room_route(room).ok().flatten())
+        .collect();
     for rule in rules.iter().filter(|rule| rule.route_only()) {
         let listed = routes
             .iter()
+            .chain(&room_routes)
             .any(|route| route.rate_limits.contains(&rule.name));
         if !listed {
             let origin = rule_origin(root, &rule.name);
@@ -520,11 +528,6 @@ pub(super) fn read_routes(
         }
     }
     routes
-}
-
-/// Where the `[[room]]` with `id` wrote `field` (its header when absent).
-fn room_field_origin(root: &Table, id: &str, field: &str) -> Origin {
-    find_named(root, "room", "id", id, field)
 }
 
 /// Where the `[[rate_limit]]` named `name` starts.

@@ -361,6 +361,13 @@ impl RawRoom {
                 );
             }
             room.routes = routes.clone();
+            // The globs are compiled here, so a room the admin API accepts always makes a
+            // route (the gateway builds it from the stored room at run time).
+            if routes.iter().all(|route| route.starts_with('/'))
+                && let Err(error) = super::gateway::room_route(&room)
+            {
+                report("routes", error.to_string());
+            }
         }
         room.max_active = self.max_active.unwrap_or(room.max_active);
         room.admit_per_minute = self.admit_per_minute.unwrap_or(room.admit_per_minute);

@@ -215,7 +215,17 @@ fn full_file_resolves_to_typed_values() {
             read_keys: vec![],
             service_keys: vec![hash(2)],
         },
-        routes: vec![RouteConfig {
+        routes: vec![],
+        rooms: vec![launch, checkout],
+        rate_limits: default_join_rule().into_iter().collect(),
+        websocket: None,
+        events: vec![],
+        verify: VerifyConfig::default(),
+    };
+    // The room's `routes` shorthand is a route built from the room.
+    assert_eq!(
+        super::room_route(&expected.rooms[0]).unwrap(),
+        Some(RouteConfig {
             name: "room-launch".to_owned(),
             matcher: RequestMatcher::default()
                 .with_paths(["/events/*/book/**", "/api/v1/reservations/**"])
@@ -224,13 +234,9 @@ fn full_file_resolves_to_typed_values() {
             rate_limits: vec![],
             bypass: false,
             page: PageMode::Inline,
-        }],
-        rooms: vec![launch, checkout],
-        rate_limits: default_join_rule().into_iter().collect(),
-        websocket: None,
-        events: vec![],
-        verify: VerifyConfig::default(),
-    };
+        })
+    );
+    assert_eq!(super::room_route(&expected.rooms[1]).unwrap(), None);
     check_config(&source, &[], &expected);
 }
 

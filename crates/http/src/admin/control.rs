@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use anteroom_core::RoomId;
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::duration::parse_duration;
 use anteroom_core::engine::{MAX_IDENTITY_LEN, RoomSnapshot};
 use anteroom_core::room::Mode;
@@ -419,9 +420,10 @@ pub(crate) struct SignalBody {
     params(("room" = String, Path, description = "Room id")),
     request_body(content = SignalBody, description = "The origin's load signal"),
     description = "The origin's load signal for adaptive admission (SPEC §5.4), for origins \
-        not behind the gateway. The room's controller uses the last signal this node received \
-        while it is at most 30 s old; without one for 30 s the rate drops to `min_per_minute`. \
-        With several nodes, send it to every node.",
+        not behind the gateway. The signal is kept in the store: the room's controller on every \
+        node sharing it uses the last signal any node received while it is at most 30 s old; \
+        without one for 30 s the rate drops to `min_per_minute`. Sending it to one node is \
+        enough.",
     responses(
         (status = 204, description = "Taken"),
         (status = 400, description = "A malformed or out-of-range body", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -472,15 +474,14 @@ pub(crate) async fn signal(
             "this room has no [room.adaptive]; add one to use load signals",
         ));
     }
-    admin.app().adaptive().push_signal(
-        id,
-        crate::adaptive::PushedSignal {
-            p95_ms: body.p95_ms,
-            error_rate,
-            in_flight: body.in_flight,
-            received_at: admin.now(),
-        },
-    );
+    // In the store, not this node: every node's controller reads it (SPEC §5.4).
+    let signal = LoadSignal {
+        p95_ms: body.p95_ms,
+        error_rate,
+        in_flight: body.in_flight,
+        received_at: admin.now(),
+    };
+    admin.app().store().put_load_signal(&id, signal).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

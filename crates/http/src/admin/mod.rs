@@ -28,7 +28,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post, put};
 
-use anteroom_core::config::{KeyHash, RouteConfig};
+use anteroom_core::config::KeyHash;
 use anteroom_core::engine::Session;
 use anteroom_core::{RoomId, Timestamp};
 use anteroom_token::{PassClaims, SigningAlgorithm};
@@ -75,9 +75,8 @@ struct AdminShared {
     outbox: std::sync::OnceLock<crate::sinks::Outbox>,
     /// This node's name for leases on a shared store (random per process).
     node: String,
-    /// The gateway's routes that need rooms, as (route name, rooms); set once.
-    route_rooms: std::sync::OnceLock<Vec<(String, Vec<RoomId>)>>,
-    /// The gateway whose upstream latency the history charts; set once, none without one.
+    /// The gateway: its routes may need rooms, and the sampler charts the upstream latency of
+    /// each room's routes (SPEC §8.3); set once, none without one.
     gateway: std::sync::OnceLock<crate::Gateway>,
 }
 
@@ -106,7 +105,6 @@ impl AdminState {
                 metrics,
                 outbox: std::sync::OnceLock::new(),
                 node: format!("{:016x}", rand::random::<u64>()),
-                route_rooms: std::sync::OnceLock::new(),
                 gateway: std::sync::OnceLock::new(),
             }),
         }
@@ -118,18 +116,8 @@ impl AdminState {
         let _ = self.inner.outbox.set(outbox);
     }
 
-    /// The gateway's routes: a room a route names cannot be deleted while the route needs it
-    /// (SPEC §14.3); set once.
-    pub fn set_routes(&self, routes: &[RouteConfig]) {
-        let named = routes
-            .iter()
-            .filter(|route| !route.bypass && !route.rooms.is_empty())
-            .map(|route| (route.name.clone(), route.rooms.clone()))
-            .collect();
-        let _ = self.inner.route_rooms.set(named);
-    }
-
-    /// The gateway of this node: the sampler charts the upstream latency of each room's
+    /// The gateway: a room one of its `[[route]]` entries names cannot be deleted while the
+    /// route needs it (SPEC §14.3), and the sampler charts the upstream latency of each room's
     /// routes (SPEC §8.3); set once.
     pub fn set_gateway(&self, gateway: crate::Gateway) {
         let _ = self.inner.gateway.set(gateway);
@@ -139,15 +127,13 @@ impl AdminState {
         self.inner.gateway.get()
     }
 
-    /// The names of the routes that need `room`.
-    pub(crate) fn routes_naming<'a>(&'a self, room: &'a RoomId) -> impl Iterator<Item = &'a str> {
+    /// The names of the gateway's routes that need `room`.
+    pub(crate) fn routes_naming(&self, room: &RoomId) -> Vec<String> {
         self.inner
-            .route_rooms
+            .gateway
             .get()
-            .into_iter()
-            .flatten()
-            .filter(move |(_, rooms)| rooms.contains(room))
-            .map(|(name, _)| name.as_str())
+            .map(|gateway| gateway.routes_needing(room))
+            .unwrap_or_default()
     }
 
     /// The public API's state this admin surface works on.

@@ -41,7 +41,8 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$")]
     pub(crate) id: Option<String>,
-    /// Path globs this room protects (shorthand for a `[[route]]`).
+    /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
+    /// a change is applied by every node's gateway within a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
@@ -596,6 +597,7 @@ pub(crate) async fn delete_room(
     // A route naming a missing room answers 503, and a room requiring it cannot be joined.
     let routes = admin
         .routes_naming(&id)
+        .into_iter()
         .map(|name| format!("route {name:?}"));
     let requiring = rooms
         .iter()

@@ -86,7 +86,8 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
-        let route = match self.gateway.route_of(&mut parts) {
+        let live = self.gateway.live();
+        let route = match self.gateway.route_of(&live, &mut parts) {
             Ok(route) => route.clone(),
             Err(refused) => {
                 let refused = refused.into_response();

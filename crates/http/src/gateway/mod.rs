@@ -7,7 +7,9 @@
 //! order in one place (plain functions awaited in one future, no boxed middleware); each step
 //! is in its own file:
 //! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
-//! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled);
+//! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled),
+//!   then the rooms' `routes` shorthands; the table, the upstream and the `[websocket]`
+//!   limits change while the gateway serves (`live.rs`: reloads and rooms changed anywhere);
 //! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
 //! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
 //!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
@@ -29,6 +31,7 @@ mod canonical;
 mod connection_cap;
 mod layer;
 mod limits;
+mod live;
 mod passes;
 mod protect;
 mod proxy;
@@ -39,6 +42,8 @@ mod verify;
 mod websocket;
 
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use std::convert::Infallible;
 
@@ -60,8 +65,9 @@ use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
+pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use protect::{asked_passes, wait_location};
-pub(crate) use proxy::{Forwarding, UpstreamClient};
+pub(crate) use proxy::{Forwarding, UpstreamPools};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
@@ -71,13 +77,16 @@ pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
 pub struct GatewayOptions {
     /// The protected site; `None` beside an existing proxy (only the verify endpoint works).
     pub upstream: Option<UpstreamConfig>,
-    /// The routes, the first match wins; requests no route matches go through unprotected.
+    /// The `[[route]]` entries, the first match wins, then the configured rooms' `routes`
+    /// shorthands; requests no route matches go through unprotected.
     pub routes: Vec<RouteConfig>,
     /// Per-connection WebSocket limits; `None`: no message limit.
     pub websocket: Option<WebSocketConfig>,
     /// Peers whose `X-Forwarded-For` / `Forwarded` are believed and appended to.
     pub trusted_proxies: Vec<Cidr>,
-    /// The configured rooms: what `on_store_error` says when the store cannot be read.
+    /// The configured rooms: their `routes` shorthands until the store's rooms are listed
+    /// ([`Gateway::follow_rooms`]), and what `on_store_error` says when the store cannot be
+    /// read.
     pub rooms: Vec<RoomConfig>,
     /// `[verify]`: the headers the verify endpoint reads the visitor's request from.
     pub verify: VerifyConfig,
@@ -94,89 +103,80 @@ pub struct Gateway {
 
 struct Shared {
     app: AppState,
-    routes: routes::RouteTable,
-    upstream: Option<proxy::Upstream>,
-    websocket: WebSocketConfig,
+    /// Routes, upstream and WebSocket limits: loaded once per request (`live.rs`).
+    live: ArcSwap<live::LiveSettings>,
+    /// What the route table is built from; held only while it is rebuilt.
+    route_sources: parking_lot::Mutex<live::RouteSources>,
     trusted_proxies: Vec<Cidr>,
     verify: VerifyConfig,
     http_engine: HttpEngine,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
-    stats: GatewayStats,
-}
-
-/// What the gateway measures, for metrics and adaptive admission.
-#[derive(Debug, Default)]
-pub struct GatewayStats {
-    routes: Vec<Arc<UpstreamStats>>,
-    websocket: WebSocketStats,
-}
-
-impl GatewayStats {
-    /// Each route's upstream measurements, in route order, then the requests no route matched
-    /// (named `default`).
-    pub fn routes(&self) -> &[Arc<UpstreamStats>] {
-        &self.routes
-    }
-
-    /// The proxied WebSocket connections and their messages.
-    pub fn websocket(&self) -> &WebSocketStats {
-        &self.websocket
-    }
+    websocket_stats: WebSocketStats,
 }
 
 impl Gateway {
     /// The gateway of `app`'s rooms with these routes and upstream.
     pub fn new(app: AppState, options: GatewayOptions) -> Gateway {
-        let routes = routes::RouteTable::new(options.routes);
-        let stats = GatewayStats {
-            routes: routes
-                .names()
-                .map(|name| Arc::new(UpstreamStats::new(name)))
-                .collect(),
-            ..GatewayStats::default()
+        let sources = live::RouteSources::new(options.routes, &options.rooms);
+        let upstream = options.upstream.and_then(|config| {
+            let url = config.url.clone();
+            let upstream = proxy::Upstream::new(config);
+            if upstream.is_none() {
+                tracing::error!(%url, "the upstream URL cannot be used; nothing is proxied");
+            }
+            upstream.map(Arc::new)
+        });
+        let live = live::LiveSettings {
+            routes: sources.table(None),
+            upstream,
+            websocket: options.websocket.unwrap_or_default(),
         };
         Gateway {
             inner: Arc::new(Shared {
-                upstream: options.upstream.and_then(|config| {
-                    let url = config.url.clone();
-                    let upstream = proxy::Upstream::new(config);
-                    if upstream.is_none() {
-                        tracing::error!(%url, "the upstream URL cannot be used; nothing is proxied");
-                    }
-                    upstream
-                }),
-                websocket: options.websocket.unwrap_or_default(),
+                live: ArcSwap::from_pointee(live),
+                route_sources: parking_lot::Mutex::new(sources),
                 trusted_proxies: options.trusted_proxies,
                 verify: options.verify,
                 http_engine: options.http_engine,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
-                routes,
-                stats,
+                websocket_stats: WebSocketStats::default(),
                 app,
             }),
         }
     }
 
-    /// What the gateway measured so far.
-    pub fn stats(&self) -> &GatewayStats {
-        &self.inner.stats
+    /// The routes, upstream and WebSocket limits in force now.
+    fn live(&self) -> Arc<live::LiveSettings> {
+        self.inner.live.load_full()
+    }
+
+    /// The proxied WebSocket connections and their messages.
+    pub fn websocket_stats(&self) -> &WebSocketStats {
+        &self.inner.websocket_stats
+    }
+
+    /// Each route's upstream measurements, in route order, then the requests no route matched
+    /// (named `default`).
+    pub fn route_stats(&self) -> Vec<Arc<UpstreamStats>> {
+        self.live().routes.stats()
     }
 
     /// The upstream measurements of the routes that name `room` (adaptive admission, §5.4).
     pub(crate) fn room_upstreams(&self, room: &RoomId) -> Vec<Arc<UpstreamStats>> {
-        self.inner
-            .routes
-            .indexes_naming(room)
-            .into_iter()
-            .filter_map(|index| self.inner.stats.routes.get(index).cloned())
-            .collect()
+        self.live().routes.stats_naming(room)
+    }
+
+    /// The names of the `[[route]]` entries in force that need `room` (a room's own
+    /// `routes` shorthand goes with the room, so it is not one of them).
+    pub(crate) fn routes_needing(&self, room: &RoomId) -> Vec<String> {
+        self.inner.route_sources.lock().configured_naming(room)
     }
 
     /// Whether an upstream is configured (otherwise only the verify endpoint is useful).
     pub fn has_upstream(&self) -> bool {
-        self.inner.upstream.is_some()
+        self.live().upstream.is_some()
     }
 
     /// `/_anteroom/verify` (SPEC §7.3), to merge into the public router: any method (Envoy
@@ -199,9 +199,10 @@ impl Gateway {
 
     /// New, empty upstream connection pools for one serving thread (see
     /// [`start_workers`](crate::start_workers)); `None` without an upstream.
-    pub(crate) fn upstream_client(&self) -> Option<proxy::UpstreamClient> {
-        let upstream = self.inner.upstream.as_ref()?;
-        Some(upstream.client(self.inner.http_engine))
+    pub(crate) fn upstream_client(&self) -> Option<UpstreamPools> {
+        let live = self.live();
+        let upstream = live.upstream.as_ref()?;
+        Some(UpstreamPools::new(upstream, self.inner.http_engine))
     }
 
     /// Which HTTP engine serves this gateway's listener.
@@ -210,7 +211,7 @@ impl Gateway {
     }
 
     /// [`site`](Self::site) through the pools `client` holds.
-    pub(crate) fn site_through(&self, client: Option<proxy::UpstreamClient>) -> Router {
+    pub(crate) fn site_through(&self, client: Option<UpstreamPools>) -> Router {
         let gateway = self.clone();
         let service = service_fn(move |request: Request<Body>| {
             let gateway = gateway.clone();
@@ -222,7 +223,7 @@ impl Gateway {
 
     /// The direct lane to the site for the engine's own connection loop (`h1/server.rs`),
     /// through the pools `client` holds (the same as the site's router).
-    pub(crate) fn site_lane(&self, client: proxy::UpstreamClient) -> SiteLane {
+    pub(crate) fn site_lane(&self, client: UpstreamPools) -> SiteLane {
         SiteLane {
             gateway: self.clone(),
             client,
@@ -232,14 +233,12 @@ impl Gateway {
 
     /// The request's way through the gateway, outermost step first: one future, no boxed
     /// middleware per step.
-    async fn handle(
-        &self,
-        client: Option<&proxy::UpstreamClient>,
-        request: Request<Body>,
-    ) -> Response {
+    async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+        // The routes, upstream and limits in force when the request started, to its end.
+        let live = self.live();
         let (mut parts, body) = request.into_parts();
         // The checks every protected request passes, shared with `WaitingRoomLayer`.
-        let route = match self.route_of(&mut parts) {
+        let route = match self.route_of(&live, &mut parts) {
             Ok(route) => route,
             Err(refused) => return refused.into_response(),
         };
@@ -248,7 +247,7 @@ impl Gateway {
             Err(held_back) => return held_back,
         };
         // Measure only what reaches the upstream, per route.
-        let measuring = upstream_stats::Measuring::start(self, route);
+        let measuring = upstream_stats::Measuring::start(route);
         // The reverse proxy (and WebSocket upgrades) at the bottom.
         let request = Request::from_parts(parts, body);
         let LetThrough {
@@ -256,22 +255,25 @@ impl Gateway {
             cookies,
             passes,
         } = let_through;
-        let mut response = proxy::proxy(self, client, request, passes).await;
-        if let Some(measuring) = measuring {
-            measuring.finish(&response);
-        }
+        let mut response = proxy::proxy(self, &live, client, request, passes).await;
+        measuring.finish(&response);
         protect::add_cookies(&mut response, cookies);
         crate::ratelimit::add_headers(&mut response, &limit_headers);
         response
     }
 
     /// The first steps, before anything waits: the request's path in its one spelling, then
-    /// its route, which every later step acts on.
-    pub(crate) fn route_of(&self, parts: &mut Parts) -> Result<&Arc<routes::Route>, ApiError> {
+    /// its route in `live` (the settings the request keeps to its end), which every later
+    /// step acts on.
+    pub(crate) fn route_of<'l>(
+        &self,
+        live: &'l live::LiveSettings,
+        parts: &mut Parts,
+    ) -> Result<&'l Arc<routes::Route>, ApiError> {
         // The path every step below matches is the one the upstream (or the layer's inner
         // service) receives; spellings that servers read differently never get further.
         canonical::canonicalize(&mut parts.uri)?;
-        Ok(routes::match_route(self, parts))
+        Ok(routes::match_route(&live.routes, parts))
     }
 
     /// The checks of a request on `route`: what goes with its answer when it may go on, or
@@ -319,7 +321,7 @@ pub(crate) struct LetThrough {
 #[derive(Clone)]
 pub(crate) struct SiteLane {
     gateway: Gateway,
-    client: proxy::UpstreamClient,
+    client: UpstreamPools,
     limits: Option<RateLimitLayer>,
 }
 

@@ -574,7 +574,6 @@ fn missing_room(gateway: &Gateway, route: &Route, room: RoomId) -> Verdict {
         .inner
         .rooms
         .configured(&room)
-        .cloned()
         .unwrap_or_else(|| RoomConfig::with_defaults(room.clone()));
     Verdict::Unavailable {
         room,

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::BoxError;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
@@ -45,6 +46,7 @@ use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
 use super::Gateway;
 use super::connection_cap::ConnectionCap;
+use super::live::LiveSettings;
 use super::protect::HeldPass;
 use super::websocket;
 
@@ -71,6 +73,49 @@ pub(crate) struct Upstream {
 pub(crate) struct UpstreamClient {
     hyper: Client<HttpsConnector<HttpConnector>, GuardedBody<Body>>,
     own: Option<Arc<UpstreamPool>>,
+}
+
+/// One serving thread's pools ([`UpstreamClient`]) for the upstream in force: when a reload
+/// replaces the upstream, the thread's next request makes new pools for the new one, and the
+/// old pools close with the last request still using them. Finding the pools is an atomic
+/// load and a pointer comparison.
+#[derive(Clone)]
+pub(crate) struct UpstreamPools {
+    engine: HttpEngine,
+    current: Arc<ArcSwap<PoolsFor>>,
+}
+
+/// Pools and the upstream they connect to.
+pub(crate) struct PoolsFor {
+    upstream: Arc<Upstream>,
+    client: UpstreamClient,
+}
+
+impl UpstreamPools {
+    /// New, empty pools for `upstream`.
+    pub(crate) fn new(upstream: &Arc<Upstream>, engine: HttpEngine) -> UpstreamPools {
+        UpstreamPools {
+            engine,
+            current: Arc::new(ArcSwap::from_pointee(PoolsFor {
+                upstream: upstream.clone(),
+                client: upstream.client(engine),
+            })),
+        }
+    }
+
+    /// The pools for `upstream`, made now if the thread's are for another one.
+    fn for_upstream(&self, upstream: &Arc<Upstream>) -> Arc<PoolsFor> {
+        let current = self.current.load_full();
+        if Arc::ptr_eq(&current.upstream, upstream) {
+            return current;
+        }
+        let fresh = Arc::new(PoolsFor {
+            upstream: upstream.clone(),
+            client: upstream.client(self.engine),
+        });
+        self.current.store(fresh.clone());
+        fresh
+    }
 }
 
 impl Upstream {
@@ -190,17 +235,19 @@ fn tls_settings(
 /// `passes` are those the request holds (an `Anteroom-Release` answer ends one).
 pub(crate) async fn proxy(
     gateway: &Gateway,
-    client: Option<&UpstreamClient>,
+    live: &LiveSettings,
+    pools: Option<&UpstreamPools>,
     request: Request<Body>,
     passes: Vec<HeldPass>,
 ) -> Response {
-    let (Some(upstream), Some(client)) = (&gateway.inner.upstream, client) else {
+    let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
         return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
     };
     if websocket::is_upgrade(&request) {
-        return websocket::proxy(gateway, upstream, request).await;
+        return websocket::proxy(gateway, upstream, &live.websocket, request).await;
     }
-    forward(gateway, upstream, client, request, passes).await
+    let pools = pools.for_upstream(upstream);
+    forward(gateway, upstream, &pools.client, request, passes).await
 }
 
 async fn forward(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 
 use anteroom_core::engine::RoomSnapshot;
@@ -70,7 +71,8 @@ pub(crate) struct RoomCache {
     /// a flood on a lost room's routes costs no store read per request.
     missing: RwLock<HashMap<RoomId, Timestamp>>,
     /// The rooms of the config file, for when the store cannot be read before the first copy.
-    configured: HashMap<RoomId, RoomConfig>,
+    /// Replaced whole by a reload ([`RoomCache::configure`]).
+    configured: ArcSwap<HashMap<RoomId, RoomConfig>>,
 }
 
 impl RoomCache {
@@ -78,10 +80,7 @@ impl RoomCache {
         RoomCache {
             rooms: RwLock::new(HashMap::new()),
             missing: RwLock::new(HashMap::new()),
-            configured: configured
-                .into_iter()
-                .map(|room| (room.id.clone(), room))
-                .collect(),
+            configured: ArcSwap::from_pointee(by_id(configured)),
         }
     }
 
@@ -142,7 +141,7 @@ impl RoomCache {
                 let config = cached
                     .as_ref()
                     .map(|info| info.config.clone())
-                    .or_else(|| self.configured.get(room).cloned())
+                    .or_else(|| self.configured.load().get(room).cloned())
                     .map(Box::new);
                 RoomLookup::StoreDown {
                     last: cached,
@@ -154,8 +153,13 @@ impl RoomCache {
     }
 
     /// The configuration of `room` in the config file, if it is there.
-    pub(crate) fn configured(&self, room: &RoomId) -> Option<&RoomConfig> {
-        self.configured.get(room)
+    pub(crate) fn configured(&self, room: &RoomId) -> Option<RoomConfig> {
+        self.configured.load().get(room).cloned()
+    }
+
+    /// The rooms of a reloaded config file.
+    pub(crate) fn configure(&self, configured: Vec<RoomConfig>) {
+        self.configured.store(Arc::new(by_id(configured)));
     }
 
     /// Forgets the copy of `room`, so the next request reads it again: this node just changed
@@ -170,12 +174,13 @@ impl RoomCache {
     /// `requires` (recursively) before the room, each room once.
     pub(crate) fn with_requirements(&self, rooms: &[RoomId]) -> Vec<RoomId> {
         let copies = self.rooms.read();
+        let configured = self.configured.load();
         let requires = |room: &RoomId| -> &[RoomId] {
             copies
                 .get(room)
                 .map(|info| info.config.requires.as_slice())
                 .or_else(|| {
-                    self.configured
+                    configured
                         .get(room)
                         .map(|config| config.requires.as_slice())
                 })
@@ -187,6 +192,13 @@ impl RoomCache {
         }
         ordered
     }
+}
+
+fn by_id(rooms: Vec<RoomConfig>) -> HashMap<RoomId, RoomConfig> {
+    rooms
+        .into_iter()
+        .map(|room| (room.id.clone(), room))
+        .collect()
 }
 
 fn add_with_requirements<'a>(

@@ -1,8 +1,12 @@
 //! Route matching (SPEC §7.1): the first `[[route]]` whose hosts, path globs and methods all
-//! select the request. Globs are compiled once, at start; a request is matched by walking the
-//! table with its normalised host and path, which for the tens of routes a site has costs less
-//! than one hash of the pass. Requests no route selects get the `default` route: no room, no
-//! route-only rate limit.
+//! select the request, then the rooms' `routes` shorthands. Globs are compiled when a table is
+//! built (at start, on a reload, when a room's routes change: see `live.rs`); a request is
+//! matched by walking the table with its normalised host and path, which for the tens of
+//! routes a site has costs less than one hash of the pass. Requests no route selects get the
+//! `default` route: no room, no route-only rate limit.
+//!
+//! Each route carries its upstream measurements; a new table takes them over from the one
+//! before by route name, so a reload does not reset them.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
@@ -15,13 +19,14 @@ use anteroom_core::RoomId;
 use anteroom_core::config::{PageMode, RouteConfig};
 use anteroom_core::ratelimit::rules::{LazyHost, RequestMatcher, RequestView, normalize_path};
 
-use super::Gateway;
+use super::UpstreamStats;
+
+/// The name of the route of requests no route selects.
+const DEFAULT_ROUTE: &str = "default";
 
 /// One compiled route.
 #[derive(Debug)]
 pub(crate) struct Route {
-    /// Its place in the table (the default route is last); indexes the upstream stats.
-    pub(crate) index: usize,
     pub(crate) name: String,
     matcher: RequestMatcher,
     /// The rooms the route names, in order (each room's own `requires` come before it).
@@ -29,6 +34,8 @@ pub(crate) struct Route {
     pub(crate) rate_limits: Vec<String>,
     pub(crate) bypass: bool,
     pub(crate) page: PageMode,
+    /// What reached the upstream on this route.
+    pub(crate) stats: Arc<UpstreamStats>,
 }
 
 /// The routes in order, and the default route.
@@ -38,13 +45,22 @@ pub(crate) struct RouteTable {
 }
 
 impl RouteTable {
-    pub(crate) fn new(configs: Vec<RouteConfig>) -> RouteTable {
+    /// The table of `configs`, in order, keeping the measurements `previous` has under the
+    /// same route names.
+    pub(crate) fn new(configs: Vec<RouteConfig>, previous: Option<&RouteTable>) -> RouteTable {
+        let stats_for = |name: &str| {
+            previous
+                .and_then(|table| table.all().find(|route| route.name == name))
+                .map_or_else(
+                    || Arc::new(UpstreamStats::new(name)),
+                    |route| route.stats.clone(),
+                )
+        };
         let routes: Vec<Arc<Route>> = configs
             .into_iter()
-            .enumerate()
-            .map(|(index, config)| {
+            .map(|config| {
                 Arc::new(Route {
-                    index,
+                    stats: stats_for(&config.name),
                     name: config.name,
                     matcher: config.matcher,
                     rooms: config.rooms,
@@ -55,32 +71,45 @@ impl RouteTable {
             })
             .collect();
         let default = Arc::new(Route {
-            index: routes.len(),
-            name: "default".to_owned(),
+            name: DEFAULT_ROUTE.to_owned(),
             matcher: RequestMatcher::default(),
             rooms: Vec::new(),
             rate_limits: Vec::new(),
             bypass: false,
             page: PageMode::Inline,
+            stats: stats_for(DEFAULT_ROUTE),
         });
         RouteTable { routes, default }
     }
 
-    /// Every route's name in index order, the default route last.
-    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
-        self.routes
-            .iter()
-            .chain(std::iter::once(&self.default))
-            .map(|route| route.name.as_str())
+    /// How many routes the table has (the default route not counted).
+    pub(crate) fn len(&self) -> usize {
+        self.routes.len()
     }
 
-    /// Indexes (into the upstream stats) of the routes that name `room`.
-    pub(crate) fn indexes_naming(&self, room: &RoomId) -> Vec<usize> {
+    /// Every route in order, the default route last.
+    fn all(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.iter().chain(std::iter::once(&self.default))
+    }
+
+    /// Every route's measurements in order, the default route's last.
+    pub(crate) fn stats(&self) -> Vec<Arc<UpstreamStats>> {
+        self.all().map(|route| route.stats.clone()).collect()
+    }
+
+    /// The measurements of the routes that name `room`.
+    pub(crate) fn stats_naming(&self, room: &RoomId) -> Vec<Arc<UpstreamStats>> {
         self.routes
             .iter()
             .filter(|route| !route.bypass && route.rooms.contains(room))
-            .map(|route| route.index)
+            .map(|route| route.stats.clone())
             .collect()
+    }
+
+    /// Every route's name in index order, the default route last.
+    #[cfg(test)]
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.all().map(|route| route.name.as_str())
     }
 
     /// The route of a request with this method, URI and `Host` header.
@@ -145,13 +174,13 @@ impl Route {
     }
 }
 
-/// The route of the request `parts` describe, which every later step acts on.
-pub(crate) fn match_route<'g>(gateway: &'g Gateway, parts: &Parts) -> &'g Arc<Route> {
+/// The route of the request `parts` describe in `table`, which every later step acts on.
+pub(crate) fn match_route<'t>(table: &'t RouteTable, parts: &Parts) -> &'t Arc<Route> {
     let host = parts
         .headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok());
-    gateway.inner.routes.find(&parts.method, &parts.uri, host)
+    table.find(&parts.method, &parts.uri, host)
 }
 
 #[cfg(test)]
@@ -186,11 +215,14 @@ mod tests {
 
     #[test]
     fn first_matching_route_wins() {
-        let table = RouteTable::new(vec![
-            route("health", &[], &["/healthz"], &[]),
-            route("shop-post", &["shop.example"], &["/buy/**"], &["POST"]),
-            route("buy", &[], &["/buy/**"], &[]),
-        ]);
+        let table = RouteTable::new(
+            vec![
+                route("health", &[], &["/healthz"], &[]),
+                route("shop-post", &["shop.example"], &["/buy/**"], &["POST"]),
+                route("buy", &[], &["/buy/**"], &[]),
+            ],
+            None,
+        );
         check(&table, "GET", "/healthz", None, "health");
         check(&table, "GET", "//healthz/", None, "health");
         check(
@@ -208,5 +240,31 @@ mod tests {
             table.names().collect::<Vec<_>>(),
             ["health", "shop-post", "buy", "default"]
         );
+    }
+
+    #[test]
+    fn a_new_table_keeps_the_measurements_of_routes_it_keeps() {
+        let first = RouteTable::new(
+            vec![
+                route("health", &[], &["/healthz"], &[]),
+                route("buy", &[], &["/buy/**"], &[]),
+            ],
+            None,
+        );
+        first.routes[1]
+            .stats
+            .record(std::time::Duration::from_millis(5), false);
+        let second = RouteTable::new(
+            vec![
+                route("sell", &[], &["/sell/**"], &[]),
+                route("buy", &[], &["/buy/**"], &[]),
+            ],
+            Some(&first),
+        );
+        assert!(Arc::ptr_eq(&first.routes[1].stats, &second.routes[1].stats));
+        assert_eq!(second.routes[1].stats.snapshot().responses, 1);
+        assert_eq!(second.routes[0].stats.snapshot().responses, 0);
+        assert!(Arc::ptr_eq(&first.default.stats, &second.default.stats));
+        check(&second, "GET", "/sell/1", None, "sell");
     }
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use axum::response::Response;
 
-use super::Gateway;
 use super::routes::Route;
 
 /// Upper bounds (inclusive, in milliseconds) of the latency buckets; a last bucket holds
@@ -175,14 +174,14 @@ pub(crate) struct Measuring<'a> {
 }
 
 impl<'a> Measuring<'a> {
-    /// Starts measuring a request on `route` (nothing for the default route).
-    pub(crate) fn start(gateway: &'a Gateway, route: &Route) -> Option<Measuring<'a>> {
-        let stats = gateway.inner.stats.routes.get(route.index)?;
+    /// Starts measuring a request on `route`.
+    pub(crate) fn start(route: &'a Route) -> Measuring<'a> {
+        let stats = &*route.stats;
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(Measuring {
+        Measuring {
             stats,
             started: Instant::now(),
-        })
+        }
     }
 
     /// Records the answer.

@@ -97,7 +97,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     let (mut visitor, _) = visitor.into_parts();
 
     let route = gateway
-        .inner
+        .live()
         .routes
         .find(
             &visitor.method,

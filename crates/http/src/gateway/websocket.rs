@@ -8,7 +8,8 @@
 //! messages in order, so the check is race-free and costs no store round trip. A message over
 //! the limit is dropped (and counted) or, with `on_exceed = "close"`, the connection is closed
 //! with 1008. Control frames are not limited. Messages larger than `max_message_size` are
-//! refused by both legs.
+//! refused by both legs. A connection keeps the `[websocket]` settings it was opened with; a
+//! reload applies to connections opened after it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,7 +24,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig as UpstreamWsConfig;
 use tokio_tungstenite::tungstenite::{self, Message as UpstreamMessage};
 
-use anteroom_core::config::OnExceed;
+use anteroom_core::config::{OnExceed, WebSocketConfig};
 use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
 
 use crate::error::ApiError;
@@ -95,6 +96,7 @@ const HANDSHAKE_HEADERS: [&str; 4] = [
 pub(crate) async fn proxy(
     gateway: &Gateway,
     upstream: &Upstream,
+    settings: &WebSocketConfig,
     request: Request<Body>,
 ) -> Response {
     let (mut parts, _body) = request.into_parts();
@@ -139,7 +141,6 @@ pub(crate) async fn proxy(
         handshake.headers_mut().insert(header::HOST, host);
     }
 
-    let settings = &gateway.inner.websocket;
     let mut leg_config = UpstreamWsConfig::default();
     leg_config.max_message_size = Some(settings.max_message_size);
     leg_config.max_frame_size = Some(settings.max_message_size);
@@ -197,7 +198,7 @@ pub(crate) async fn proxy(
     let on_exceed = settings.on_exceed;
     let gateway = gateway.clone();
     upgrade.on_upgrade(move |visitor| async move {
-        let stats = &gateway.inner.stats.websocket;
+        let stats = &gateway.inner.websocket_stats;
         stats.connections.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
         pump(visitor, site, limit, on_exceed, stats).await;

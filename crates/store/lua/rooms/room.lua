@@ -4,7 +4,8 @@
 --
 -- KEYS (all carry the hash tag {room}, so a room lives in one Cluster slot):
 --   1 meta        hash   configuration (as numbers), counters, admission bucket, measured
---                        admission rate (decayed admissions and seconds), totals
+--                        admission rate (decayed admissions and seconds), totals, and the
+--                        origin's latest load signal (`signal`, put_signal.lua)
 --   2 tickets     hash   ticket id -> ticket record, for tickets no longer waiting
 --   3 waiting     zset   waiting ticket ids by position (ZCOUNT gives `ahead` exactly)
 --   4 line        prefix of the waiting tickets' records: `<line>:<n>` is a hash from position

@@ -6,6 +6,7 @@
 //! paths, is written `=` + the text with `%` and `|` percent-escaped, or empty for none, so the
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
+use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
     AdmittedView, Draw, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd,
     SessionState, TickReport, Ticket, TicketEnd, TicketState, WaitingView,
@@ -413,6 +414,38 @@ pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, Malforme
     })
 }
 
+/// A load signal's record (`put_signal.lua`): `p95_ms|error_rate|in_flight|received_at`,
+/// `in_flight` empty when the origin did not say.
+pub(crate) fn encode_signal(signal: &LoadSignal) -> String {
+    let in_flight = signal
+        .in_flight
+        .map(|count| count.to_string())
+        .unwrap_or_default();
+    format!(
+        "{}|{}|{in_flight}|{}",
+        signal.p95_ms, signal.error_rate, signal.received_at.0
+    )
+}
+
+/// Reads a record written by [`encode_signal`]; `None` for the empty answer (no signal).
+pub(crate) fn decode_signal(record: &str) -> Result<Option<LoadSignal>, MalformedAnswer> {
+    if record.is_empty() {
+        return Ok(None);
+    }
+    let malformed = || MalformedAnswer(format!("signal record {record:?}"));
+    let fields: Vec<&str> = record.split('|').collect();
+    let [p95_ms, error_rate, in_flight, received_at] = fields.as_slice() else {
+        return Err(malformed());
+    };
+    let float = |text: &str| text.parse::<f64>().ok().filter(|value| value.is_finite());
+    Ok(Some(LoadSignal {
+        p95_ms: float(p95_ms).ok_or_else(malformed)?,
+        error_rate: float(error_rate).ok_or_else(malformed)?,
+        in_flight: optional_number(in_flight)?,
+        received_at: Timestamp(parse_number(received_at)?),
+    }))
+}
+
 fn parse_number(text: &str) -> Result<u64, MalformedAnswer> {
     text.parse()
         .map_err(|_| MalformedAnswer(format!("number {text:?}")))
@@ -524,5 +557,33 @@ mod tests {
             }
         );
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
+    }
+
+    #[test]
+    fn signal_records_round_trip_and_refuse_what_is_not_one() {
+        let signal = LoadSignal {
+            p95_ms: 0.1 + 0.2,
+            error_rate: 1.0 / 3.0,
+            in_flight: Some(u64::MAX),
+            received_at: Timestamp(1_700_000_000_123),
+        };
+        assert_eq!(
+            decode_signal(&encode_signal(&signal)).unwrap(),
+            Some(signal)
+        );
+        let without = LoadSignal {
+            in_flight: None,
+            ..signal
+        };
+        assert_eq!(
+            decode_signal(&encode_signal(&without)).unwrap(),
+            Some(without)
+        );
+        assert_eq!(decode_signal("").unwrap(), None);
+        for malformed in [
+            "1|2", "1|0||5|6", "NaN|0||5", "inf|0||5", "x|0||5", "1|0||-5",
+        ] {
+            assert!(decode_signal(malformed).is_err(), "{malformed}");
+        }
     }
 }

@@ -39,6 +39,8 @@ pub(crate) struct RoomScripts {
     pub(crate) reopen: Script,
     pub(crate) touch: Script,
     pub(crate) waiting_positions: Script,
+    pub(crate) put_signal: Script,
+    pub(crate) load_signal: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<RoomScripts> = LazyLock::new(|| RoomScripts {
@@ -61,4 +63,6 @@ pub(crate) static SCRIPTS: LazyLock<RoomScripts> = LazyLock::new(|| RoomScripts 
     reopen: room_script!("reopen.lua"),
     touch: room_script!("touch.lua"),
     waiting_positions: room_script!("waiting_positions.lua"),
+    put_signal: room_script!("put_signal.lua"),
+    load_signal: room_script!("load_signal.lua"),
 });

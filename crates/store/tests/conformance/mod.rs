@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $backend;
             rooms_are_created_replaced_listed_and_deleted,
             a_conditional_replace_writes_only_over_the_expected_configuration,
+            load_signals_are_kept_per_room_and_replaced,
             unknown_rooms_and_tickets_are_refused,
             first_visitor_enters_at_once_then_others_queue,
             a_resume_only_join_never_makes_a_ticket,
@@ -243,6 +244,57 @@ pub async fn a_conditional_replace_writes_only_over_the_expected_configuration(
         .await;
     assert!(matches!(missing, Err(StoreError::RoomNotFound(_))));
     assert!(store.room(&room_id("nobody")).await.is_err());
+}
+
+pub async fn load_signals_are_kept_per_room_and_replaced(backend: &dyn Backend) {
+    use anteroom_core::adaptive::LoadSignal;
+    let store = backend.open(clock());
+    let id = room_id("signalled");
+    let other = room_id("quiet");
+    let missing = room_id("missing");
+    store.put_room(room("signalled", |_| {})).await.unwrap();
+    store.put_room(room("quiet", |_| {})).await.unwrap();
+    assert_eq!(store.load_signal(&id).await.unwrap(), None);
+    let first = LoadSignal {
+        p95_ms: 312.25,
+        error_rate: 0.015,
+        in_flight: None,
+        received_at: Timestamp(1_700_000_000_123),
+    };
+    store.put_load_signal(&id, first).await.unwrap();
+    assert_eq!(store.load_signal(&id).await.unwrap(), Some(first));
+    // The newest signal replaces the last; other rooms keep none.
+    let second = LoadSignal {
+        p95_ms: 0.1,
+        error_rate: 1.0,
+        in_flight: Some(42),
+        received_at: Timestamp(1_700_000_004_000),
+    };
+    store.put_load_signal(&id, second).await.unwrap();
+    assert_eq!(store.load_signal(&id).await.unwrap(), Some(second));
+    assert_eq!(store.load_signal(&other).await.unwrap(), None);
+    // Replacing the room's configuration keeps its signal.
+    store
+        .put_room(room("signalled", |c| c.max_active = 3))
+        .await
+        .unwrap();
+    assert_eq!(store.load_signal(&id).await.unwrap(), Some(second));
+    // Unknown rooms are refused and keep nothing; a deleted room's signal goes with it.
+    assert!(matches!(
+        store.put_load_signal(&missing, first).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
+    assert!(matches!(
+        store.load_signal(&missing).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
+    assert!(store.delete_room(&id).await.unwrap());
+    assert!(matches!(
+        store.load_signal(&id).await,
+        Err(StoreError::RoomNotFound(_))
+    ));
+    store.put_room(room("signalled", |_| {})).await.unwrap();
+    assert_eq!(store.load_signal(&id).await.unwrap(), None);
 }
 
 pub async fn unknown_rooms_and_tickets_are_refused(backend: &dyn Backend) {
