@@ -64,6 +64,7 @@ mod rate_limit;
 mod room;
 mod room_oidc;
 mod sections;
+mod ticker_intervals;
 mod tls;
 mod tree;
 mod verify;
@@ -79,7 +80,7 @@ use std::time::Duration;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
-pub use connection_limits::{ConnectionLimits, MIN_DESCRIPTOR_RESERVE};
+pub use connection_limits::{ConnectionLimits, MAX_CONNECTION_TIMEOUT, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
@@ -94,6 +95,7 @@ pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
 pub use room_oidc::RawOidc;
+pub use ticker_intervals::{SSE_TOUCH_INTERVAL_BOUNDS, TICK_INTERVAL_BOUNDS, TickerIntervals};
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
 
@@ -174,6 +176,8 @@ pub struct ServerConfig {
     pub tls: Option<TlsConfig>,
     /// Timeouts and caps of the public listener's client connections.
     pub connections: ConnectionLimits,
+    /// How often the admission ticker runs and touches connected streams' tickets.
+    pub ticker: TickerIntervals,
 }
 
 /// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
@@ -248,6 +252,7 @@ impl Default for ServerConfig {
             http_engine: HttpEngine::Own,
             tls: None,
             connections: ConnectionLimits::default(),
+            ticker: TickerIntervals::default(),
         }
     }
 }

@@ -47,7 +47,9 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::{Cidr, ConnectionLimits, HttpEngine, KeyHash, SseLimits};
+use anteroom_core::config::{
+    Cidr, ConnectionLimits, HttpEngine, KeyHash, SseLimits, TickerIntervals,
+};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -84,7 +86,7 @@ pub use sinks::{
 };
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
-pub use ticker::{TICK_INTERVAL, run_ticker};
+pub use ticker::run_ticker;
 pub use tls::{
     CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,
     upstream_tls,
@@ -130,6 +132,8 @@ pub struct NodeOptions {
     /// The public listener speaks TLS itself (`[server.tls]`): cookies are `Secure` even when
     /// `public_url` says `http://`.
     pub tls: bool,
+    /// How often the admission ticker runs and touches connected streams' tickets.
+    pub ticker: TickerIntervals,
 }
 
 impl Default for NodeOptions {
@@ -142,6 +146,7 @@ impl Default for NodeOptions {
             key_dir: None,
             max_once_marks: DEFAULT_MAX_MARKS,
             tls: false,
+            ticker: TickerIntervals::default(),
         }
     }
 }
@@ -181,6 +186,7 @@ struct Shared {
     /// Set when the shutdown began: the node drains and is no longer ready.
     draining: std::sync::atomic::AtomicBool,
     adaptive: adaptive::AdaptiveState,
+    ticker: TickerIntervals,
 }
 
 impl AppState {
@@ -239,8 +245,14 @@ impl AppState {
                 expected_rooms: parking_lot::RwLock::new(Vec::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 adaptive: adaptive::AdaptiveState::default(),
+                ticker: options.ticker,
             }),
         }
+    }
+
+    /// How often this node's admission ticker runs ([`run_ticker`]).
+    pub fn ticker_intervals(&self) -> TickerIntervals {
+        self.inner.ticker
     }
 
     /// This node's SSE hub.
