@@ -95,7 +95,7 @@ pub use room::{
     FieldProblem, RawAdaptive, RawChallenge, RawEvent, RawPriority, RawRoom, format_time,
 };
 pub use room_oidc::RawOidc;
-pub use ticker_intervals::{SSE_TOUCH_INTERVAL_BOUNDS, TICK_INTERVAL_BOUNDS, TickerIntervals};
+pub use ticker_intervals::TickerIntervals;
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
 

@@ -33,12 +33,12 @@ impl Default for TickerIntervals {
 
 /// `tick_interval` may not exceed a second (§5.1: no room waits longer for a tick) nor go
 /// below 50 ms (each pass reads every room from the store).
-pub const TICK_INTERVAL_BOUNDS: RangeInclusive<Duration> =
+const TICK_INTERVAL_BOUNDS: RangeInclusive<Duration> =
     Duration::from_millis(50)..=Duration::from_secs(1);
 
 /// `sse_touch_interval`: a touch a second at most per room; five minutes at least, the
 /// default `ticket_idle_ttl` (a room's own `ticket_idle_ttl / 3` still applies below it).
-pub const SSE_TOUCH_INTERVAL_BOUNDS: RangeInclusive<Duration> =
+const SSE_TOUCH_INTERVAL_BOUNDS: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(300);
 
 /// Reads both periods from the `[server]` table, reporting a value out of its bounds.
