@@ -36,8 +36,9 @@ impl Default for TickerIntervals {
 const TICK_INTERVAL_BOUNDS: RangeInclusive<Duration> =
     Duration::from_millis(50)..=Duration::from_secs(1);
 
-/// `sse_touch_interval`: a touch a second at most per room; five minutes at least, the
-/// default `ticket_idle_ttl` (a room's own `ticket_idle_ttl / 3` still applies below it).
+/// `sse_touch_interval`: from a touch a second per room (a store call each) up to five
+/// minutes, the default `ticket_idle_ttl`; a room's own `ticket_idle_ttl / 3` applies below
+/// it anyway, so no connected ticket idles out whatever this is.
 const SSE_TOUCH_INTERVAL_BOUNDS: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(300);
 
