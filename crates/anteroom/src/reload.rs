@@ -211,6 +211,7 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         http_engine,
         tls,
         connections,
+        ticker,
     } = server;
     let new = &reloaded.server;
     let changes = [
@@ -234,6 +235,10 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         ),
         ("[server] http_engine", *http_engine != new.http_engine),
         ("[server] connections", *connections != new.connections),
+        (
+            "[server] tick_interval, sse_touch_interval",
+            *ticker != new.ticker,
+        ),
         ("[server.tls]", *tls != new.tls),
         ("[store]", *store != reloaded.store),
         ("[keys]", *keys != reloaded.keys),

@@ -117,6 +117,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         code_redemptions,
         key_source: Some(key_source.clone()),
         tls: config.server.tls.is_some(),
+        ticker: config.server.ticker,
     };
     let state = AppState::with_options(store.clone(), keys, clock, settings, options);
     state.know_rooms(config.rooms.iter().cloned());

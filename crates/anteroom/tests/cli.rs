@@ -90,6 +90,60 @@ fn check_config_names_every_problem_with_its_line() {
     );
 }
 
+/// The operator's bounds on `[server]`: the ticker's periods and the connection timeouts are
+/// refused out of range, each problem on its line; the same keys in range pass.
+#[test]
+fn check_config_refuses_server_bounds_out_of_range_with_their_lines() {
+    let site = Site::new();
+    let config = site.path().join("bounds.toml");
+    let text = "[server]\n\
+                tick_interval = \"5s\"\n\
+                sse_touch_interval = \"100ms\"\n\
+                drain_timeout = \"2h\"\n\
+                header_timeout = \"0s\"\n\
+                sse_max_streams = 0\n";
+    std::fs::write(&config, text).unwrap();
+    let output = run(&["check-config", "--config", path_arg(&config)]);
+    let errors = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_BAD_CONFIG),
+        "stderr: {errors}"
+    );
+    for (line, expected) in [
+        (2, "`tick_interval` must be between 50ms and 1s, found 5s"),
+        (
+            3,
+            "`sse_touch_interval` must be between 1s and 300s, found 100ms",
+        ),
+        (4, "`drain_timeout` must be at most 3600s, found 7200s"),
+        (5, "`header_timeout` must be longer than zero"),
+        (
+            6,
+            "`sse_max_streams` must be between 1 and 100000000, found 0",
+        ),
+    ] {
+        assert!(
+            errors
+                .lines()
+                .any(|text| text.contains(&format!("line {line}:")) && text.contains(expected)),
+            "line {line}: {expected}; stderr:\n{errors}"
+        );
+    }
+
+    let in_range = site.path().join("in-range.toml");
+    let text = "[server]\n\
+                tick_interval = \"1s\"\n\
+                sse_touch_interval = \"5m\"\n\
+                drain_timeout = \"1h\"\n\
+                header_timeout = \"10s\"\n\
+                sse_max_streams = 1\n\
+                [store]\nbackend = \"memory\"\n";
+    std::fs::write(&in_range, text).unwrap();
+    let output = run(&["check-config", "--config", path_arg(&in_range)]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+}
+
 #[test]
 fn check_config_refuses_a_missing_file() {
     let site = Site::new();

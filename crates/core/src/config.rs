@@ -59,6 +59,7 @@ mod room;
 mod room_identity;
 mod room_oidc;
 mod sections;
+mod ticker_intervals;
 mod tls;
 mod tree;
 mod verify;
@@ -74,7 +75,7 @@ use std::time::Duration;
 use toml::de::DeTable;
 
 pub use cidr::{Cidr, CidrError};
-pub use connection_limits::{ConnectionLimits, MIN_DESCRIPTOR_RESERVE};
+pub use connection_limits::{ConnectionLimits, MAX_CONNECTION_TIMEOUT, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
@@ -90,6 +91,7 @@ pub use room::{
 };
 pub use room_identity::RawIdentityJwt;
 pub use room_oidc::RawOidc;
+pub use ticker_intervals::TickerIntervals;
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
 
@@ -171,6 +173,8 @@ pub struct ServerConfig {
     pub tls: Option<TlsConfig>,
     /// Timeouts and caps of the public listener's client connections.
     pub connections: ConnectionLimits,
+    /// How often the admission ticker runs and touches connected streams' tickets.
+    pub ticker: TickerIntervals,
 }
 
 /// `[server] http_engine` (SPEC §14.4): the node's own HTTP/1 loop and upstream client for
@@ -245,6 +249,7 @@ impl Default for ServerConfig {
             http_engine: HttpEngine::Own,
             tls: None,
             connections: ConnectionLimits::default(),
+            ticker: TickerIntervals::default(),
         }
     }
 }

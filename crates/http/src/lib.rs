@@ -49,7 +49,9 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use anteroom_core::config::{Cidr, ConnectionLimits, HttpEngine, KeyHash, SseLimits};
+use anteroom_core::config::{
+    Cidr, ConnectionLimits, HttpEngine, KeyHash, SseLimits, TickerIntervals,
+};
 use anteroom_core::engine::TicketRef;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::room::{RoomConfig, StoreErrorPolicy};
@@ -88,7 +90,7 @@ pub use sinks::{
 pub use site_identity::{SecretFileError, read_secret_file};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
-pub use ticker::{TICK_INTERVAL, run_ticker};
+pub use ticker::run_ticker;
 pub use tls::{
     CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,
     upstream_tls,
@@ -134,6 +136,8 @@ pub struct NodeOptions {
     /// The public listener speaks TLS itself (`[server.tls]`): cookies are `Secure` even when
     /// `public_url` says `http://`.
     pub tls: bool,
+    /// How often the admission ticker runs and touches connected streams' tickets.
+    pub ticker: TickerIntervals,
 }
 
 impl Default for NodeOptions {
@@ -146,6 +150,7 @@ impl Default for NodeOptions {
             key_source: None,
             max_once_marks: DEFAULT_MAX_MARKS,
             tls: false,
+            ticker: TickerIntervals::default(),
         }
     }
 }
@@ -189,6 +194,7 @@ struct Shared {
     site_keys: site_identity::SiteKeyCache,
     /// The ticker's latest listing of every room in the store (`None` before the first).
     room_listing: tokio::sync::watch::Sender<Option<Arc<Vec<RoomConfig>>>>,
+    ticker: TickerIntervals,
 }
 
 impl AppState {
@@ -249,8 +255,14 @@ impl AppState {
                 adaptive: adaptive::AdaptiveState::default(),
                 site_keys: site_identity::SiteKeyCache::default(),
                 room_listing: tokio::sync::watch::Sender::new(None),
+                ticker: options.ticker,
             }),
         }
+    }
+
+    /// How often this node's admission ticker runs ([`run_ticker`]).
+    pub fn ticker_intervals(&self) -> TickerIntervals {
+        self.inner.ticker
     }
 
     /// This node's SSE hub.

@@ -1,5 +1,6 @@
-//! The admission ticker (SPEC §5.1): ticks every room at least once a second, then refreshes
-//! the room views this node's SSE streams share and keeps their tickets alive (§5.2, §6.2).
+//! The admission ticker (SPEC §5.1): ticks every room at least once a second (`[server]
+//! tick_interval`), then refreshes the room views this node's SSE streams share and keeps
+//! their tickets alive (§5.2, §6.2).
 //!
 //! Ending a session or leaving with an admitted ticket ticks the room inside the same store
 //! operation, so a freed slot is refilled at once; this loop covers everything time does
@@ -7,31 +8,27 @@
 //!
 //! The listing of every room it reads first also refreshes this node's copies of the room
 //! configurations, and is published ([`AppState::room_listings`]) for the gateway's route
-//! table (the rooms' `routes`). Failed calls are counted and logged at a bounded rate (store_failure.rs);
-//! the loop itself never stops, so a store that comes back is used again at the next pass.
-
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+//! table (the rooms' `routes`). Failed calls are counted and logged at a bounded rate
+//! (store_failure.rs); the loop itself never stops, so a store that comes back is used again
+//! at the next pass.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
 
 use anteroom_core::RoomId;
 use anteroom_core::room::RoomConfig;
 
 use crate::AppState;
 
-/// How often every room is ticked: twice a second, so no room waits longer than a second
-/// even when one pass runs late.
-pub const TICK_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Ticks every room every [`TICK_INTERVAL`] until `shutdown` resolves; refreshes the views of
-/// rooms with SSE listeners, and touches their connected tickets every `ticket_idle_ttl / 3`
-/// (10 s at most).
+/// Ticks every room every `[server] tick_interval` until `shutdown` resolves; refreshes the
+/// views of rooms with SSE listeners, and touches their connected tickets every
+/// `ticket_idle_ttl / 3`, `[server] sse_touch_interval` at most.
 pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     let store = app.store().clone();
     let hub = app.hub().clone();
-    let mut interval = tokio::time::interval(TICK_INTERVAL);
+    let intervals = app.ticker_intervals();
+    let mut interval = tokio::time::interval(intervals.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_touch: HashMap<RoomId, tokio::time::Instant> = HashMap::new();
     tokio::pin!(shutdown);
@@ -54,7 +51,7 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
                     let every = rooms
                         .iter()
                         .find(|config| config.id == room)
-                        .map_or(MAX_TOUCH_INTERVAL, |config| (config.ticket_idle_ttl / 3).min(MAX_TOUCH_INTERVAL));
+                        .map_or(intervals.touch, |config| (config.ticket_idle_ttl / 3).min(intervals.touch));
                     let due = last_touch.get(&room).is_none_or(|at| at.elapsed() >= every);
                     if due {
                         hub.touch_connected(&*store, &room).await;
@@ -66,9 +63,6 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
         }
     }
 }
-
-/// Connected tickets are touched at least this often.
-const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Ticks every room; the listing of the rooms, or `None` when the store could not list them.
 async fn tick_every_room(app: &AppState) -> Option<Vec<RoomConfig>> {

@@ -234,3 +234,56 @@ async fn one_address_cannot_hold_the_nodes_streams() {
     let (status, _stream) = open_stream(&addr, &ticket, Some("203.0.113.9")).await;
     assert_eq!(status, 200, "another address is not held back");
 }
+
+/// The operator lowers the node's stream cap (`[server] sse_max_streams`). Must hold: streams
+/// of different tickets and addresses fill it, the next is refused with the documented answer
+/// (503 `too_many_connections`, `Retry-After: 5`: the page falls back to polling), and a
+/// stream closed gives its place back. Before: the cap was a constant of 18,000.
+#[tokio::test]
+async fn the_configured_stream_cap_refuses_the_next_stream() {
+    let gate = gate_with_server(
+        "sse_max_streams = 2\ntrusted_proxies = [\"127.0.0.1/32\"]",
+        false,
+        ROOM,
+    )
+    .await;
+    let addr = gate.addr();
+    let mut open = Vec::new();
+    for (n, address) in ["198.51.100.1", "198.51.100.2"].into_iter().enumerate() {
+        let ticket = support::join(&support::client(), &gate.server.url(), "shop")
+            .await
+            .ticket;
+        let (status, stream) = open_stream(&addr, &ticket, Some(address)).await;
+        assert_eq!(status, 200, "stream {n}");
+        open.push(stream);
+    }
+    let ticket = support::join(&support::client(), &gate.server.url(), "shop")
+        .await
+        .ticket;
+    let refused = raw_exchange(
+        &addr,
+        format!(
+            "GET /_anteroom/v1/rooms/shop/events?ticket={ticket} HTTP/1.1\r\nHost: {addr}\r\nX-Forwarded-For: 198.51.100.3\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(raw_status(&refused), 503, "a third stream on the node");
+    assert!(refused.contains("too_many_connections"), "{refused}");
+    assert!(
+        refused.to_ascii_lowercase().contains("retry-after: 5"),
+        "{refused}"
+    );
+    drop(open.pop());
+    let mut reopened = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, stream) = open_stream(&addr, &ticket, Some("198.51.100.3")).await;
+        if status == 200 {
+            open.push(stream);
+            reopened = true;
+            break;
+        }
+    }
+    assert!(reopened, "a closed stream gives its place back");
+}

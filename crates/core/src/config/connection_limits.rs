@@ -73,14 +73,30 @@ impl ConnectionLimits {
     }
 }
 
+/// The longest any of the timeouts may be: a longer `header_timeout` or `idle_timeout` is no
+/// slow-loris bound at all, and a longer `drain_timeout` outlasts any orchestrator's grace
+/// period (the node would be killed mid-drain anyway).
+pub const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Reads the timeouts and caps from the `[server]` table.
 pub(super) fn read(table: &Table, problems: &mut Problems) -> ConnectionLimits {
     let defaults = ConnectionLimits::default();
     let duration = |key: &str, default: Duration, problems: &mut Problems| {
-        table
-            .get(key)
-            .and_then(|entry| read_positive_duration(entry, problems))
-            .unwrap_or(default)
+        let Some(entry) = table.get(key) else {
+            return default;
+        };
+        match read_positive_duration(entry, problems) {
+            Some(duration) if duration > MAX_CONNECTION_TIMEOUT => {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "`{key}` must be at most {MAX_CONNECTION_TIMEOUT:?}, found {duration:?}"
+                    ),
+                );
+                default
+            }
+            duration => duration.unwrap_or(default),
+        }
     };
     let count = |key: &str, problems: &mut Problems| {
         let entry = table.get(key)?;

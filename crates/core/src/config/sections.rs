@@ -33,6 +33,8 @@ const SERVER_KEYS: &[&str] = &[
     "drain_timeout",
     "max_connections",
     "max_connections_per_address",
+    "tick_interval",
+    "sse_touch_interval",
 ];
 const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
@@ -172,6 +174,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         .get("tls")
         .and_then(|entry| super::tls::read_tls(entry, problems));
     let connections = super::connection_limits::read(table, problems);
+    let ticker = super::ticker_intervals::read(table, problems);
     ServerConfig {
         listen,
         admin_listen,
@@ -185,6 +188,7 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         http_engine,
         tls,
         connections,
+        ticker,
     }
 }
 

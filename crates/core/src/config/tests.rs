@@ -1383,6 +1383,73 @@ max_connections_per_address = 64
 }
 
 #[test]
+fn connection_timeouts_longer_than_an_hour_are_refused() {
+    check_problems(
+        "[server]\ndrain_timeout = \"2h\"\nheader_timeout = \"3600s\"\nidle_timeout = \"61m\"\n",
+        &[],
+        &[
+            (
+                Some(2),
+                "`drain_timeout` must be at most 3600s, found 7200s",
+            ),
+            (Some(4), "`idle_timeout` must be at most 3600s, found 3660s"),
+        ],
+    );
+}
+
+#[test]
+fn ticker_intervals_are_read_from_server_within_their_bounds() {
+    let intervals = |text: &str| parse_config(text, &[]).unwrap().server.ticker;
+    assert_eq!(intervals(""), TickerIntervals::default());
+    assert_eq!(
+        TickerIntervals::default(),
+        TickerIntervals {
+            tick: Duration::from_millis(500),
+            touch: Duration::from_secs(10),
+        }
+    );
+    assert_eq!(
+        intervals("[server]\ntick_interval = \"250ms\"\nsse_touch_interval = \"30s\"\n"),
+        TickerIntervals {
+            tick: Duration::from_millis(250),
+            touch: Duration::from_secs(30),
+        }
+    );
+    assert_eq!(
+        intervals("[server]\ntick_interval = \"50ms\"\nsse_touch_interval = \"5m\"\n"),
+        TickerIntervals {
+            tick: Duration::from_millis(50),
+            touch: Duration::from_secs(300),
+        }
+    );
+    check_problems(
+        "[server]\ntick_interval = \"2s\"\nsse_touch_interval = \"500ms\"\n",
+        &[],
+        &[
+            (
+                Some(2),
+                "`tick_interval` must be between 50ms and 1s, found 2s",
+            ),
+            (
+                Some(3),
+                "`sse_touch_interval` must be between 1s and 300s, found 500ms",
+            ),
+        ],
+    );
+    check_problems(
+        "[server]\ntick_interval = \"10ms\"\nsse_touch_interval = \"0s\"\n",
+        &[],
+        &[
+            (
+                Some(2),
+                "`tick_interval` must be between 50ms and 1s, found 10ms",
+            ),
+            (Some(3), "`sse_touch_interval` must be longer than zero"),
+        ],
+    );
+}
+
+#[test]
 fn max_connections_leaves_a_reserve_of_descriptors_unless_set() {
     let defaults = ConnectionLimits::default();
     // A tenth of the limit, and at least MIN_DESCRIPTOR_RESERVE.
