@@ -11,8 +11,8 @@ use anteroom_core::config::Config;
 use anteroom_http::{AdminSettings, AdminState, Metrics};
 use anteroom_token::SigningAlgorithm;
 
-use anteroom_core::config::{EventSinkKind, SecretSource, StoreConfig};
-use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox, RedisOutbox};
+use anteroom_core::config::{EventSinkKind, SecretSource};
+use anteroom_store::OutboxLimits;
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
@@ -56,7 +56,7 @@ pub(crate) async fn start(
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
     admin.set_routes(&config.routes);
     if !config.events.is_empty() {
-        admin.set_outbox(event_sinks(config)?);
+        admin.set_outbox(event_sinks(config, runtime.state.store().as_ref())?);
     }
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -95,27 +95,17 @@ pub(crate) async fn start(
     Ok(Some(address))
 }
 
-/// Opens the event outbox beside the store and starts the `[[events.sink]]` delivery loops.
-/// The embedded store keeps events in `<store>.events.redb`, a Redis store in a Redis Stream
-/// shared by every node; both survive restarts. The memory store keeps them in memory.
-fn event_sinks(config: &Config) -> anyhow::Result<anteroom_http::Outbox> {
-    let store: std::sync::Arc<dyn EventOutbox> = match &config.store {
-        StoreConfig::Embedded { path, .. } => std::sync::Arc::new(
-            RedbOutbox::open(&path.with_extension("events.redb"), OutboxLimits::default())
-                .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
-        ),
-        StoreConfig::Memory => std::sync::Arc::new(MemoryOutbox::default()),
-        StoreConfig::Redis { urls, cluster } => {
-            let redis = if *cluster {
-                anteroom_store::RedisConfig::cluster(urls.iter().cloned())
-            } else {
-                anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
-            };
-            std::sync::Arc::new(RedisOutbox::new(&redis, OutboxLimits::default()).map_err(
-                |error| BadConfig(format!("[store] redis for the event outbox: {error}")),
-            )?)
-        }
-    };
+/// Switches the store's per-visitor events on and starts the `[[events.sink]]` delivery
+/// loops over its outbox: the embedded store keeps events in its own file and log, a Redis
+/// store in Redis Streams shared by every node (both survive restarts), the memory store in
+/// memory.
+fn event_sinks(
+    config: &Config,
+    room_store: &dyn anteroom_store::RoomStore,
+) -> anyhow::Result<anteroom_http::Outbox> {
+    let store = room_store
+        .event_outbox(OutboxLimits::default())
+        .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?;
     let mut sinks = Vec::with_capacity(config.events.len());
     for sink in &config.events {
         let secret = match &sink.kind {

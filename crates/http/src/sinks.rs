@@ -1,17 +1,20 @@
-//! Event sinks (SPEC §8.4): every event the admin surface records goes into the outbox
-//! (anteroom-store's `EventOutbox`) before the action that made it is answered; one delivery
-//! loop per sink reads what the sink has not acknowledged yet, delivers it, and acknowledges
-//! it only once delivered. A receiver that is down, or a restart, only delays delivery: the
-//! events wait in the outbox (at-least-once; receivers deduplicate on the event `id`).
+//! Event sinks (SPEC §8.4, §14.9): events wait in the store's outbox (anteroom-store's
+//! `EventOutbox`): ticket and session events written by the store with the change itself,
+//! and the node's own events (admin actions, `room.metrics`) appended before the action is
+//! answered. One delivery loop per sink reads what the sink has not acknowledged yet,
+//! delivers it, and acknowledges it only once delivered. A receiver that is down, or a
+//! restart, only delays delivery: the events wait in the outbox (at-least-once; receivers
+//! deduplicate on the event `id`). On a shared store every node runs the loops over the same
+//! outbox and progress.
 //!
 //! - **log**: one line per event on the `anteroom::events` log target (JSON with
 //!   `ANTEROOM_LOG_FORMAT=json`).
-//! - **webhook**: `POST` of `{"events": [{"id": <sequence>, "type", "room", "at", "data"}, …]}`,
-//!   at most `batch` events per request, with `Anteroom-Signature: t=<unix seconds>,v1=<hex>`,
-//!   the HMAC-SHA256 of `<t>.<body>` under the sink's secret (the timestamp lets receivers
-//!   refuse replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the
-//!   batch; anything else (or no answer within `timeout`) is retried after an exponential
-//!   backoff (0.5 s doubling up to 10 s, with jitter).
+//! - **webhook**: `POST` of `{"events": [{"id", "type", "room", "at", "data"}, …]}`, at most
+//!   `batch` events per request, with `Anteroom-Signature: t=<unix seconds>,v1=<hex>`, the
+//!   HMAC-SHA256 of `<t>.<body>` under the sink's secret (the timestamp lets receivers refuse
+//!   replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the batch;
+//!   anything else (or no answer within `timeout`) is retried after an exponential backoff
+//!   (0.5 s doubling up to 10 s, with jitter).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,13 +190,13 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
                 continue;
             }
         };
-        let Some(last) = entries.last().map(|entry| entry.sequence) else {
+        if entries.is_empty() {
             let _ = tokio::time::timeout(IDLE_POLL, woken).await;
             continue;
-        };
+        }
         let wanted: Vec<Value> = entries
             .iter()
-            .filter_map(|entry| event_with_id(entry, &sink.config.types))
+            .filter_map(|entry| wanted_event(entry, &sink.config.types))
             .collect();
         let delivered = if wanted.is_empty() {
             Ok(())
@@ -222,8 +225,10 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
         };
         match delivered {
             Ok(()) => {
-                if let Err(error) = outbox.store.acknowledge(&name, last).await {
-                    tracing::warn!(sink = %name, %error, "cannot record a delivery; it will be repeated");
+                for (partition, sequence) in delivered_through(&entries) {
+                    if let Err(error) = outbox.store.acknowledge(&name, partition, sequence).await {
+                        tracing::warn!(sink = %name, %error, "cannot record a delivery; it will be repeated");
+                    }
                 }
                 if let Some(since) = failing_since.take() {
                     tracing::info!(sink = %name, down_for = ?since.elapsed(), "event sink delivers again");
@@ -242,10 +247,10 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
     }
 }
 
-/// The stored event with its outbox sequence as `id`; `None` when the sink does not take its
-/// type (or it cannot be read).
-fn event_with_id(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
-    let mut event: Value = serde_json::from_slice(&entry.payload).ok()?;
+/// The stored event (it carries its own `id`); `None` when the sink does not take its type
+/// (or it cannot be read).
+fn wanted_event(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
+    let event: Value = serde_json::from_slice(&entry.payload).ok()?;
     let kind = event
         .get("type")
         .and_then(Value::as_str)
@@ -253,10 +258,17 @@ fn event_with_id(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
     if !types.is_empty() && !types.iter().any(|wanted| wanted == kind) {
         return None;
     }
-    event
-        .as_object_mut()?
-        .insert("id".to_owned(), Value::from(entry.sequence));
     Some(event)
+}
+
+/// The highest sequence read in each partition: what a delivery of `entries` acknowledges.
+fn delivered_through(entries: &[OutboxEntry]) -> std::collections::BTreeMap<&str, u64> {
+    let mut through = std::collections::BTreeMap::new();
+    for entry in entries {
+        let mark = through.entry(entry.partition.as_str()).or_insert(0);
+        *mark = entry.sequence.max(*mark);
+    }
+    through
 }
 
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
@@ -279,8 +291,8 @@ async fn post(
 ) -> Result<(), String> {
     let body = serde_json::to_vec(&serde_json::json!({ "events": events }))
         .map_err(|error| error.to_string())?;
-    let first = events.first().and_then(|e| e["id"].as_u64()).unwrap_or(0);
-    let last = events.last().and_then(|e| e["id"].as_u64()).unwrap_or(0);
+    let first = events.first().and_then(|e| e["id"].as_str()).unwrap_or("");
+    let last = events.last().and_then(|e| e["id"].as_str()).unwrap_or("");
     let request = http::Request::post(&webhook.url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::USER_AGENT, "anteroom")
@@ -318,14 +330,32 @@ mod tests {
         assert_ne!(one, signature(b"other", 1_700_000_000, b"{}"));
     }
 
+    fn entry(partition: &str, sequence: u64, kind: &str) -> OutboxEntry {
+        OutboxEntry {
+            partition: partition.to_owned(),
+            sequence,
+            payload: format!(r#"{{"id":"e{sequence}","type":"{kind}","at":"x","data":{{}}}}"#)
+                .into_bytes(),
+        }
+    }
+
     #[test]
-    fn events_carry_their_sequence_and_follow_the_type_filter() {
-        let entry = OutboxEntry {
-            sequence: 7,
-            payload: br#"{"type":"room.updated","at":"x","data":{}}"#.to_vec(),
-        };
-        assert_eq!(event_with_id(&entry, &[]).unwrap()["id"], 7);
-        assert!(event_with_id(&entry, &["ticket.admitted".to_owned()]).is_none());
-        assert!(event_with_id(&entry, &["room.updated".to_owned()]).is_some());
+    fn events_follow_the_type_filter() {
+        let entry = entry("", 7, "room.updated");
+        assert_eq!(wanted_event(&entry, &[]).unwrap()["id"], "e7");
+        assert!(wanted_event(&entry, &["ticket.admitted".to_owned()]).is_none());
+        assert!(wanted_event(&entry, &["room.updated".to_owned()]).is_some());
+    }
+
+    #[test]
+    fn a_delivery_acknowledges_each_partition_it_read() {
+        let entries = [
+            entry("", 3, "room.updated"),
+            entry("shop", 9, "ticket.joined"),
+            entry("shop", 10, "ticket.admitted"),
+            entry("", 4, "room.metrics"),
+        ];
+        let through: Vec<(&str, u64)> = delivered_through(&entries).into_iter().collect();
+        assert_eq!(through, [("", 4), ("shop", 10)]);
     }
 }
