@@ -23,8 +23,8 @@
 --  13 cancelled   zset   ids of joins the caller gave up on (cancel_join.lua) by the time they
 --                        may be forgotten: a join arriving later with one of them is refused
 --  14 outbox      stream the room's events for the sinks (SPEC §14.9), entry ids `<sequence>-1`,
---                        one field `e` (the event JSON); kept when the room is deleted, until
---                        the sinks have delivered it
+--                        one field `e` (the event JSON), at most the cap; kept when the room
+--                        is deleted, until the sinks have delivered it
 --  15 outbox_seq  string the last sequence of `outbox` (never reset)
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
@@ -658,8 +658,8 @@ local function plain_text(field)
 end
 
 -- Appends one event to the room's outbox, in this script, so with the change it reports. Its
--- id is the call's 24 hex digits and 8 counting the call's events; the stream is trimmed to
--- about the cap (MAXLEN ~, which Redis does cheaply a whole node at a time).
+-- id is the call's 24 hex digits and 8 counting the call's events; past the cap the oldest
+-- entry goes (one per append once full).
 local function emit(kind, ticket_id, session_id, position, generation, uid_field)
   if not EVENT_PREFIX then
     return
@@ -682,7 +682,7 @@ local function emit(kind, ticket_id, session_id, position, generation, uid_field
     .. '","type":"' .. kind .. '","room":"' .. EVENT_ROOM .. '","at":"' .. rfc3339(NOW)
     .. '","data":{' .. table.concat(data, ',') .. '}}'
   local sequence = redis.call('INCR', OUTBOX_SEQUENCE)
-  redis.call('XADD', OUTBOX, 'MAXLEN', '~', EVENT_CAP, int(sequence) .. '-1', 'e', event)
+  redis.call('XADD', OUTBOX, 'MAXLEN', EVENT_CAP, int(sequence) .. '-1', 'e', event)
 end
 
 local function emit_ticket(kind, ticket)

@@ -299,3 +299,37 @@ pub async fn unacknowledged_events_are_delivered_again(backend: &dyn Backend) {
     assert_eq!(after[3].1["type"], "ticket.joined");
     assert!(after[3].0.sequence > all[4].0.sequence);
 }
+
+pub async fn the_outbox_keeps_the_newest_events_up_to_its_cap(backend: &dyn Backend) {
+    let store = backend.open(clock());
+    let outbox = store
+        .event_outbox(OutboxLimits { max_entries: 10 })
+        .unwrap();
+    let id = room_id("r");
+    store
+        .put_room(room("r", |c| c.mode = Mode::QueueAll))
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        join(&*store, &id).await;
+    }
+    // A receiver gone for long: its sink never acknowledges. Some backends apply the cap as
+    // they write, the embedded store as it prunes (every 30 s under the sinks).
+    outbox.prune(&["hook"]).await.unwrap();
+    let kept = pending(&*outbox, "hook").await;
+    assert_eq!(kept.len(), 10, "the cap holds");
+    let sequences: Vec<u64> = kept.iter().map(|(entry, _)| entry.sequence).collect();
+    assert_eq!(
+        sequences,
+        (21..=30).collect::<Vec<_>>(),
+        "the oldest went first"
+    );
+    // Delivery goes on from the oldest event kept.
+    let (last, _) = kept.last().unwrap();
+    outbox
+        .acknowledge("hook", &last.partition, last.sequence)
+        .await
+        .unwrap();
+    join(&*store, &id).await;
+    assert_eq!(pending(&*outbox, "hook").await.len(), 1);
+}

@@ -16,7 +16,7 @@ pub mod schedule;
 
 pub use events::{
     event_ids_are_unique_and_each_ticket_in_order, events_are_written_with_each_change,
-    unacknowledged_events_are_delivered_again,
+    the_outbox_keeps_the_newest_events_up_to_its_cap, unacknowledged_events_are_delivered_again,
 };
 pub use priority::priority_codes_jump_the_line_within_the_limits;
 pub use schedule::{
@@ -74,6 +74,7 @@ macro_rules! conformance_suite {
             events_are_written_with_each_change,
             event_ids_are_unique_and_each_ticket_in_order,
             unacknowledged_events_are_delivered_again,
+            the_outbox_keeps_the_newest_events_up_to_its_cap,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
