@@ -1201,7 +1201,7 @@ async fn journey(
         .lock()
         .unwrap()
         .insert(ticket_id.clone(), body["position"].as_u64().unwrap());
-    if visitor % 5 == 0 {
+    if visitor.is_multiple_of(5) {
         let node = journeys.live_node(visitor + 1);
         let left = client
             .delete(format!(

@@ -15,7 +15,6 @@
 use anteroom_core::RoomId;
 use anteroom_core::engine::VisitorEvent;
 use rand::RngCore;
-use serde_json::{Map, Value, json};
 
 /// Hands out the ids of one operation's events.
 pub(crate) struct EventIds {
@@ -42,7 +41,17 @@ impl EventIds {
 pub(crate) fn random_prefix() -> String {
     let mut bytes = [0_u8; 12];
     rand::thread_rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    let mut prefix = String::with_capacity(24);
+    push_hex(&mut prefix, &bytes);
+    prefix
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
 }
 
 /// Every event of one operation in `room`, as outbox payloads.
@@ -54,27 +63,33 @@ pub(crate) fn encode_all(room: &RoomId, events: &[VisitorEvent]) -> Vec<Vec<u8>>
         .collect()
 }
 
+/// Written out field by field (joins are the hot path; this is a few appends to one buffer).
+/// Ids, room ids and type names need no escaping; the uid is escaped by serde_json.
 fn encode(room: &RoomId, id: &str, event: &VisitorEvent) -> Vec<u8> {
-    let mut data = Map::new();
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(256);
+    let _ = write!(
+        out,
+        r#"{{"id":"{id}","type":"{}","room":"{room}","at":"{}","data":{{"#,
+        event.kind.name(),
+        rfc3339_millis(event.at.as_millis()),
+    );
     if let Some(ticket) = event.ticket {
-        data.insert("ticket".to_owned(), Value::from(ticket.to_string()));
+        let _ = write!(out, r#""ticket":"{ticket}","#);
     }
     if let Some(session) = event.session {
-        data.insert("session".to_owned(), Value::from(session.to_string()));
+        let _ = write!(out, r#""session":"{session}","#);
     }
     if let Some(uid) = &event.uid {
-        data.insert("uid".to_owned(), Value::from(uid.as_str()));
+        let quoted = serde_json::to_string(uid).unwrap_or_else(|_| "null".to_owned());
+        let _ = write!(out, r#""uid":{quoted},"#);
     }
-    data.insert("position".to_owned(), Value::from(event.position));
-    data.insert("generation".to_owned(), Value::from(event.generation));
-    let object = json!({
-        "id": id,
-        "type": event.kind.name(),
-        "room": room.as_str(),
-        "at": rfc3339_millis(event.at.as_millis()),
-        "data": data,
-    });
-    serde_json::to_vec(&object).unwrap_or_default()
+    let _ = write!(
+        out,
+        r#""position":{},"generation":{}}}}}"#,
+        event.position, event.generation
+    );
+    out.into_bytes()
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch (the civil-from-days
@@ -108,7 +123,49 @@ pub(crate) fn rfc3339_millis(millis: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+    use anteroom_core::engine::{SessionEnd, VisitorEventKind};
+    use anteroom_core::{SessionId, TicketId, Timestamp};
+
+    #[test]
+    fn events_are_json_with_the_fields_that_exist() {
+        let room = RoomId::new("shop").unwrap();
+        let event = VisitorEvent {
+            kind: VisitorEventKind::SessionEnded(SessionEnd::Completed),
+            at: Timestamp(1_795_731_259_123),
+            ticket: Some(TicketId::from_bytes([1; 16])),
+            session: Some(SessionId::from_bytes([2; 16])),
+            position: 17,
+            generation: 3,
+            uid: Some("ann \"|\\ 50%".to_owned()),
+        };
+        let encoded: serde_json::Value =
+            serde_json::from_slice(&encode(&room, "ab", &event)).unwrap();
+        assert_eq!(
+            encoded,
+            serde_json::json!({
+                "id": "ab", "type": "session.completed", "room": "shop",
+                "at": "2026-11-26T22:14:19.123Z",
+                "data": {"ticket": TicketId::from_bytes([1; 16]).to_string(),
+                         "session": SessionId::from_bytes([2; 16]).to_string(),
+                         "uid": "ann \"|\\ 50%", "position": 17, "generation": 3}
+            })
+        );
+        let bare = VisitorEvent {
+            ticket: None,
+            session: None,
+            uid: None,
+            ..event
+        };
+        let encoded: serde_json::Value =
+            serde_json::from_slice(&encode(&room, "ab", &bare)).unwrap();
+        assert_eq!(
+            encoded["data"],
+            serde_json::json!({"position": 17, "generation": 3})
+        );
+    }
 
     #[test]
     fn times_are_rfc3339_with_milliseconds() {
