@@ -56,7 +56,7 @@ pub(crate) async fn start(
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
     admin.set_routes(&config.routes);
     if !config.events.is_empty() {
-        admin.set_outbox(event_sinks(config, runtime.state.store().as_ref())?);
+        admin.set_outbox(event_sinks(config, runtime.state.store().clone())?);
     }
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -101,7 +101,7 @@ pub(crate) async fn start(
 /// memory.
 fn event_sinks(
     config: &Config,
-    room_store: &dyn anteroom_store::RoomStore,
+    room_store: std::sync::Arc<dyn anteroom_store::RoomStore>,
 ) -> anyhow::Result<anteroom_http::Outbox> {
     let store = room_store
         .event_outbox(OutboxLimits::default())
@@ -155,6 +155,7 @@ fn event_sinks(
     tracing::info!(sinks = sinks.len(), "event sinks");
     Ok(anteroom_http::spawn_event_sinks(
         store,
+        room_store,
         sinks,
         std::sync::Arc::new(SystemClock),
     ))

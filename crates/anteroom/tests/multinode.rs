@@ -1104,31 +1104,41 @@ impl Journeys {
     }
 }
 
-/// What the receiver got: every event of every request, in arrival order, duplicates included.
-type Delivered = Arc<Mutex<Vec<serde_json::Value>>>;
+/// What the receiver got: every event of every request, in arrival order, duplicates
+/// included, each with the node that posted it (each node posts to its own path).
+type Delivered = Arc<Mutex<Vec<(usize, serde_json::Value)>>>;
 
 async fn receive_events(
     axum::extract::State(delivered): axum::extract::State<Delivered>,
+    axum::extract::Path(node): axum::extract::Path<usize>,
     body: axum::body::Bytes,
 ) -> axum::http::StatusCode {
     let batch: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    delivered
-        .lock()
-        .unwrap()
-        .extend(batch["events"].as_array().unwrap().iter().cloned());
+    delivered.lock().unwrap().extend(
+        batch["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| (node, event.clone())),
+    );
     axum::http::StatusCode::NO_CONTENT
+}
+
+/// The node that posted the latest delivery.
+fn delivering_node(delivered: &Delivered) -> Option<usize> {
+    delivered.lock().unwrap().last().map(|(node, _)| *node)
 }
 
 /// Each ticket's history rebuilt from the deliveries: duplicates removed by event id, order by
 /// first arrival (a sink delivers a room's events in order and moves on only once they were
 /// received, so first arrivals keep that order). Also answers how many duplicates came.
 fn rebuild_histories(
-    delivered: &[serde_json::Value],
+    delivered: &[(usize, serde_json::Value)],
 ) -> (BTreeMap<String, Vec<serde_json::Value>>, usize) {
     let mut seen = HashSet::new();
     let mut duplicates = 0;
     let mut histories: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
-    for event in delivered {
+    for (_, event) in delivered {
         let id = event["id"].as_str().unwrap().to_owned();
         if !seen.insert(id) {
             duplicates += 1;
@@ -1268,10 +1278,11 @@ async fn journey(
 }
 
 /// A webhook receiver rebuilds every ticket's history from the events of three nodes sharing
-/// Redis, one of them killed (SIGKILL) mid-run (SPEC §14.9): each change's event is written
-/// with the change by whichever node made it, delivered at least once by the nodes that are
-/// left, and deduplicated here by its id. Every acknowledged join, pass, completion and leave
-/// is in its ticket's history, and every history is a consistent path.
+/// Redis, the one delivering them killed (SIGKILL) mid-run (SPEC §14.9): each change's event
+/// is written with the change by whichever node made it, delivered at least once (another
+/// node takes the sink's lease over), and deduplicated here by its id. Every acknowledged
+/// join, pass, completion and leave is in its ticket's history, and every history is a
+/// consistent path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tickets_history_is_rebuilt_from_the_events_of_three_nodes_one_killed() {
     let redis = RedisServer::start();
@@ -1283,11 +1294,12 @@ async fn every_tickets_history_is_rebuilt_from_the_events_of_three_nodes_one_kil
         .unwrap();
     let receiver = listener.local_addr().unwrap();
     let app = axum::Router::new()
-        .route("/events", axum::routing::post(receive_events))
+        .route("/events/{node}", axum::routing::post(receive_events))
         .with_state(delivered.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let config = format!(
-        r#"
+    let config = |node: usize| {
+        format!(
+            r#"
 [[room]]
 id = "{JOURNEY_ROOM}"
 mode = "queue"
@@ -1301,12 +1313,24 @@ ticket_idle_ttl = "5m"
 [[events.sink]]
 kind = "webhook"
 name = "receiver"
-url = "http://{receiver}/events"
+url = "http://{receiver}/events/{node}"
 secret = "journeys-secret-0123456789"
 batch = 40
+timeout = "2s"
 "#
-    );
-    let (_sites, mut servers) = start_nodes(3, &redis, keys.path(), &config, &client).await;
+        )
+    };
+    let sites: Vec<Site> = (0..3).map(|_| Site::new()).collect();
+    for (node, site) in sites.iter().enumerate() {
+        write_node_config(site, &redis.url(), keys.path(), &config(node));
+    }
+    let mut servers: Vec<Server> = Vec::new();
+    for site in &sites {
+        let mut server = site.start();
+        // The first node creates the keys the others load.
+        server.wait_ready(&client).await;
+        servers.push(server);
+    }
     let bases: Arc<Vec<String>> = Arc::new(servers.iter().map(Server::url).collect());
     let journeys = Arc::new(Journeys::default());
     let next = Arc::new(AtomicUsize::new(0));
@@ -1329,12 +1353,18 @@ batch = 40
         }));
     }
     let started = Instant::now();
-    while journeys.joined.lock().unwrap().len() < JOURNEY_KILL_AFTER {
+    let killed = loop {
+        if journeys.joined.lock().unwrap().len() >= JOURNEY_KILL_AFTER
+            && let Some(node) = delivering_node(&delivered)
+        {
+            break node;
+        }
         assert!(started.elapsed() < Duration::from_secs(60), "joins go on");
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    journeys.dead[2].store(true, Ordering::SeqCst);
-    servers[2].kill();
+    };
+    journeys.dead[killed].store(true, Ordering::SeqCst);
+    servers[killed].kill();
+    let delivered_before_kill = delivered.lock().unwrap().len();
     for task in tasks {
         tokio::time::timeout(Duration::from_secs(120), task)
             .await
@@ -1412,10 +1442,25 @@ batch = 40
         claimed.len(),
         left.len()
     );
-    assert_no_panic(&servers[..2]);
+    let takers: HashSet<usize> = delivered.lock().unwrap()[delivered_before_kill..]
+        .iter()
+        .map(|(node, _)| *node)
+        .collect();
+    assert!(
+        !takers.is_empty() && !takers.contains(&killed),
+        "another node took the delivery over from node {killed}: {takers:?}"
+    );
+    let survivors: Vec<Server> = servers
+        .into_iter()
+        .enumerate()
+        .filter(|(node, _)| *node != killed)
+        .map(|(_, server)| server)
+        .collect();
+    assert_no_panic(&survivors);
     eprintln!(
-        "journeys: {} joins acknowledged, {} passes, {} completed, {} left, {} uncertain; \
-         {} histories rebuilt from {} deliveries ({duplicates} duplicates removed)",
+        "journeys: node {killed} killed while delivering; {} joins acknowledged, {} passes, \
+         {} completed, {} left, {} uncertain; {} histories rebuilt from {} deliveries \
+         ({duplicates} duplicates removed), taken over by {takers:?}",
         joined.len(),
         claimed.len(),
         completed.len(),

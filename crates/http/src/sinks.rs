@@ -5,7 +5,8 @@
 //! delivers it, and acknowledges it only once delivered. A receiver that is down, or a
 //! restart, only delays delivery: the events wait in the outbox (at-least-once; receivers
 //! deduplicate on the event `id`). On a shared store every node runs the loops over the same
-//! outbox and progress.
+//! outbox and progress, and the node holding a sink's lease in the store delivers it (another
+//! takes over once it stops renewing).
 //!
 //! - **log**: one line per event on the `anteroom::events` log target (JSON with
 //!   `ANTEROOM_LOG_FORMAT=json`).
@@ -28,7 +29,7 @@ use tokio::sync::Notify;
 
 use anteroom_core::Clock;
 use anteroom_core::config::{EventSinkConfig, EventSinkKind, WebhookConfig};
-use anteroom_store::{EventOutbox, OutboxEntry};
+use anteroom_store::{EventOutbox, OutboxEntry, RoomStore};
 
 use crate::admin::AdminEvent;
 
@@ -143,9 +144,12 @@ pub fn webhook_client(extra_roots_pem: Option<&[u8]>) -> Result<WebhookClient, W
 }
 
 /// Starts one delivery loop per sink over `store` (and a pruner); returns the [`Outbox`] the
-/// admin surface appends to ([`crate::AdminState::set_outbox`]).
+/// admin surface appends to ([`crate::AdminState::set_outbox`]). `rooms` is the store the
+/// outbox belongs to: on a shared store, the node holding its lease `event-sink:<name>`
+/// delivers that sink's events, so receivers do not get every batch once per node.
 pub fn spawn_event_sinks(
     store: Arc<dyn EventOutbox>,
+    rooms: Arc<dyn RoomStore>,
     sinks: Vec<Sink>,
     clock: Arc<dyn Clock>,
 ) -> Outbox {
@@ -154,8 +158,10 @@ pub fn spawn_event_sinks(
         appended: Arc::new(Notify::new()),
     };
     let names: Vec<String> = sinks.iter().map(|sink| sink.config.name.clone()).collect();
+    let holder = format!("{:016x}", rand::random::<u64>());
     for sink in sinks {
-        tokio::spawn(deliver_forever(outbox.clone(), sink, clock.clone()));
+        let lease = DeliveryLease::new(rooms.clone(), &holder, &sink.config);
+        tokio::spawn(deliver_forever(outbox.clone(), sink, lease, clock.clone()));
     }
     let store = outbox.store.clone();
     tokio::spawn(async move {
@@ -171,7 +177,47 @@ pub fn spawn_event_sinks(
     outbox
 }
 
-async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
+/// The right to deliver one sink's events among the nodes sharing a store.
+struct DeliveryLease {
+    store: Arc<dyn RoomStore>,
+    name: String,
+    holder: String,
+    ttl: Duration,
+}
+
+impl DeliveryLease {
+    fn new(store: Arc<dyn RoomStore>, holder: &str, sink: &EventSinkConfig) -> DeliveryLease {
+        // Renewed before every read: it must outlast one delivery attempt and the longest
+        // wait after a failure, or another node would deliver the same batch meanwhile.
+        let attempt = match &sink.kind {
+            EventSinkKind::Log => Duration::ZERO,
+            EventSinkKind::Webhook(webhook) => webhook.timeout,
+        };
+        DeliveryLease {
+            store,
+            name: format!("event-sink:{}", sink.name),
+            holder: holder.to_owned(),
+            ttl: attempt + MAX_BACKOFF * 2 + Duration::from_secs(5),
+        }
+    }
+
+    /// Takes or keeps the lease; `false` while another node holds it.
+    async fn hold(&self) -> bool {
+        match self
+            .store
+            .hold_lease(&self.name, &self.holder, self.ttl)
+            .await
+        {
+            Ok(held) => held,
+            Err(error) => {
+                tracing::warn!(lease = %self.name, %error, "cannot take the event sink's lease");
+                false
+            }
+        }
+    }
+}
+
+async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock: Arc<dyn Clock>) {
     let name = sink.config.name.clone();
     let batch = match &sink.config.kind {
         EventSinkKind::Log => LOG_BATCH,
@@ -182,6 +228,11 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
     let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
         let woken = outbox.appended.notified();
+        if !lease.hold().await {
+            // Another node delivers; take over if it stops renewing.
+            tokio::time::sleep(IDLE_POLL).await;
+            continue;
+        }
         let entries = match outbox.store.pending(&name, batch).await {
             Ok(entries) => entries,
             Err(error) => {
