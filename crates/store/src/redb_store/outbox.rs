@@ -3,8 +3,9 @@
 //! Events are records of the write-ahead log, in the frame of the change they report (or, for
 //! [`EventOutbox::append`], a frame of their own), numbered in log order. Once a frame is
 //! synced its events are readable from memory ([`super::RecentEvents`]); a checkpoint moves
-//! them into the `events` table. [`EventOutbox::pending`] reads memory first, then the table,
-//! so an event the checkpoint moves in between is found in one or the other.
+//! them into the `events` table. [`EventOutbox::pending`] reads memory first, then the table
+//! in a transaction begun after that, so an event the checkpoint moves in between is found in
+//! one or the other.
 //!
 //! Acknowledgements and pruning are redb transactions of their own (an acknowledgement lost
 //! in a crash only repeats a delivery). Pruning also enforces the cap: it drops what every
@@ -85,19 +86,22 @@ impl EventOutbox for RedbEventOutbox {
         let sink = sink.to_owned();
         let recent = self.recent.clone();
         self.blocking(move |database| {
-            let transaction = database.begin_read()?;
-            let after = transaction
+            let after = database
+                .begin_read()?
                 .open_table(EVENT_ACKS)?
                 .get(sink.as_str())?
                 .map_or(0, |value| value.value());
-            // Memory before the table: a checkpoint drops events from memory only after redb
-            // holds them, so none falls between the two reads.
+            // Memory first, then a read transaction begun after it: a checkpoint drops events
+            // from memory only once its commit holds them, so an event is in the copy taken
+            // here or in the table as the later transaction sees it (one begun earlier would
+            // not see that commit, and the event would be skipped).
             let mut found: BTreeMap<u64, Vec<u8>> = recent
                 .lock()
                 .range(after.saturating_add(1)..)
                 .take(limit)
                 .map(|(sequence, payload)| (*sequence, payload.clone()))
                 .collect();
+            let transaction = database.begin_read()?;
             let events = transaction.open_table(EVENTS)?;
             for item in events.range(after.saturating_add(1)..)?.take(limit) {
                 let (sequence, payload) = item?;
