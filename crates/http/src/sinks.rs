@@ -245,35 +245,7 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
             let _ = tokio::time::timeout(IDLE_POLL, woken).await;
             continue;
         }
-        let wanted: Vec<Value> = entries
-            .iter()
-            .filter_map(|entry| wanted_event(entry, &sink.config.types))
-            .collect();
-        let delivered = if wanted.is_empty() {
-            Ok(())
-        } else {
-            match &sink.config.kind {
-                EventSinkKind::Log => {
-                    for event in &wanted {
-                        tracing::info!(target: "anteroom::events", sink = %name, event = %event, "event");
-                    }
-                    Ok(())
-                }
-                EventSinkKind::Webhook(webhook) => match &client {
-                    Some(client) => {
-                        post(
-                            client,
-                            webhook,
-                            &sink.secret,
-                            &wanted,
-                            clock.now().as_secs(),
-                        )
-                        .await
-                    }
-                    None => Err("the webhook sink was built without a client".to_owned()),
-                },
-            }
-        };
+        let delivered = deliver(&sink, client.as_ref(), &entries, clock.as_ref()).await;
         match delivered {
             Ok(()) => {
                 for (partition, sequence) in delivered_through(&entries) {
@@ -295,6 +267,43 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+    }
+}
+
+/// Hands the events of `entries` the sink takes to it: log lines, or one webhook request.
+async fn deliver(
+    sink: &Sink,
+    client: Option<&WebhookClient>,
+    entries: &[OutboxEntry],
+    clock: &dyn Clock,
+) -> Result<(), String> {
+    let wanted: Vec<Value> = entries
+        .iter()
+        .filter_map(|entry| wanted_event(entry, &sink.config.types))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    match &sink.config.kind {
+        EventSinkKind::Log => {
+            for event in &wanted {
+                tracing::info!(target: "anteroom::events", sink = %sink.config.name, event = %event, "event");
+            }
+            Ok(())
+        }
+        EventSinkKind::Webhook(webhook) => match client {
+            Some(client) => {
+                post(
+                    client,
+                    webhook,
+                    &sink.secret,
+                    &wanted,
+                    clock.now().as_secs(),
+                )
+                .await
+            }
+            None => Err("the webhook sink was built without a client".to_owned()),
+        },
     }
 }
 
