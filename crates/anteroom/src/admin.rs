@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use anteroom_core::config::Config;
 use anteroom_http::{AdminSettings, AdminState, Metrics};
 
-use anteroom_core::config::{EventSinkKind, SecretSource, StoreConfig};
-use anteroom_store::{EventOutbox, MemoryOutbox, OutboxLimits, RedbOutbox, RedisOutbox};
+use anteroom_core::config::{EventSinkKind, SecretSource};
+use anteroom_store::OutboxLimits;
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
@@ -62,11 +62,7 @@ pub(crate) async fn start(
     let sinks = if config.events.is_empty() {
         None
     } else {
-        Some(start_event_sinks(
-            &admin,
-            config,
-            configured_sinks(config)?,
-        )?)
+        Some(start_event_sinks(&admin, configured_sinks(config)?)?)
     };
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -114,44 +110,27 @@ pub(crate) async fn start(
     })
 }
 
-/// Opens the event outbox beside the store, starts the delivery loops of `sinks` and has the
-/// admin surface record its events there.
+/// Switches the store's per-visitor events on, starts the delivery loops of `sinks` over its
+/// outbox and has the admin surface record its events there: the embedded store keeps events
+/// in its own file and log, a Redis store in Redis Streams shared by every node (both survive
+/// restarts), the memory store in memory.
 pub(crate) fn start_event_sinks(
     admin: &AdminState,
-    config: &Config,
     sinks: Vec<anteroom_http::Sink>,
 ) -> anyhow::Result<anteroom_http::EventSinks> {
+    let room_store = admin.app().store().clone();
+    let store = room_store
+        .event_outbox(OutboxLimits::default())
+        .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?;
     tracing::info!(sinks = sinks.len(), "event sinks");
     let running = anteroom_http::spawn_event_sinks(
-        open_outbox(config)?,
+        store,
+        room_store,
         sinks,
         std::sync::Arc::new(SystemClock),
     );
     admin.set_outbox(running.outbox());
     Ok(running)
-}
-
-/// The event outbox beside the store: the embedded store keeps events in
-/// `<store>.events.redb`, a Redis store in a Redis Stream shared by every node; both survive
-/// restarts. The memory store keeps them in memory.
-fn open_outbox(config: &Config) -> anyhow::Result<std::sync::Arc<dyn EventOutbox>> {
-    Ok(match &config.store {
-        StoreConfig::Embedded { path, .. } => std::sync::Arc::new(
-            RedbOutbox::open(&path.with_extension("events.redb"), OutboxLimits::default())
-                .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?,
-        ),
-        StoreConfig::Memory => std::sync::Arc::new(MemoryOutbox::default()),
-        StoreConfig::Redis { urls, cluster } => {
-            let redis = if *cluster {
-                anteroom_store::RedisConfig::cluster(urls.iter().cloned())
-            } else {
-                anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
-            };
-            std::sync::Arc::new(RedisOutbox::new(&redis, OutboxLimits::default()).map_err(
-                |error| BadConfig(format!("[store] redis for the event outbox: {error}")),
-            )?)
-        }
-    })
 }
 
 /// The config's `[[events.sink]]` entries with their secrets and certificate authorities

@@ -123,7 +123,7 @@ impl Reloadable {
         {
             tracing::error!(%error, "cannot apply the reloaded rate limits");
         }
-        self.apply_sinks(&config, sinks);
+        self.apply_sinks(sinks);
         let mut applied = 0;
         for room in &config.rooms {
             match self.store.put_room(room.clone()).await {
@@ -148,7 +148,7 @@ impl Reloadable {
         );
     }
 
-    fn apply_sinks(&mut self, config: &Config, sinks: Vec<Sink>) {
+    fn apply_sinks(&mut self, sinks: Vec<Sink>) {
         match &self.sinks {
             Some(running) => {
                 let (stopped, started) = running.replace(sinks);
@@ -157,7 +157,7 @@ impl Reloadable {
                 }
             }
             None if sinks.is_empty() => {}
-            None => match crate::admin::start_event_sinks(&self.admin, config, sinks) {
+            None => match crate::admin::start_event_sinks(&self.admin, sinks) {
                 Ok(running) => self.sinks = Some(running),
                 Err(error) => tracing::error!("cannot start the event sinks: {error:#}"),
             },

@@ -1,17 +1,21 @@
-//! Event sinks (SPEC §8.4): every event the admin surface records goes into the outbox
-//! (anteroom-store's `EventOutbox`) before the action that made it is answered; one delivery
-//! loop per sink reads what the sink has not acknowledged yet, delivers it, and acknowledges
-//! it only once delivered. A receiver that is down, or a restart, only delays delivery: the
-//! events wait in the outbox (at-least-once; receivers deduplicate on the event `id`).
+//! Event sinks (SPEC §8.4, §14.9): events wait in the store's outbox (anteroom-store's
+//! `EventOutbox`): ticket and session events written by the store with the change itself,
+//! and the node's own events (admin actions, `room.metrics`) appended before the action is
+//! answered. One delivery loop per sink reads what the sink has not acknowledged yet,
+//! delivers it, and acknowledges it only once delivered. A receiver that is down, or a
+//! restart, only delays delivery: the events wait in the outbox (at-least-once; receivers
+//! deduplicate on the event `id`). On a shared store every node runs the loops over the same
+//! outbox and progress, and the node holding a sink's lease in the store delivers it (another
+//! takes over once it stops renewing).
 //!
 //! - **log**: one line per event on the `anteroom::events` log target (JSON with
 //!   `ANTEROOM_LOG_FORMAT=json`).
-//! - **webhook**: `POST` of `{"events": [{"id": <sequence>, "type", "room", "at", "data"}, …]}`,
-//!   at most `batch` events per request, with `Anteroom-Signature: t=<unix seconds>,v1=<hex>`,
-//!   the HMAC-SHA256 of `<t>.<body>` under the sink's secret (the timestamp lets receivers
-//!   refuse replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the
-//!   batch; anything else (or no answer within `timeout`) is retried after an exponential
-//!   backoff (0.5 s doubling up to 10 s, with jitter).
+//! - **webhook**: `POST` of `{"events": [{"id", "type", "room", "at", "data"}, …]}`, at most
+//!   `batch` events per request, with `Anteroom-Signature: t=<unix seconds>,v1=<hex>`, the
+//!   HMAC-SHA256 of `<t>.<body>` under the sink's secret (the timestamp lets receivers refuse
+//!   replays), and `Anteroom-Delivery: <first id>-<last id>`. Any 2xx acknowledges the batch;
+//!   anything else (or no answer within `timeout`) is retried after an exponential backoff
+//!   (0.5 s doubling up to 10 s, with jitter).
 //!
 //! A reload ([`EventSinks::replace`]) stops the loops of sinks that were removed or changed
 //! and starts those of new or changed ones; an unchanged sink's loop runs on. A loop stopped
@@ -31,7 +35,7 @@ use tokio::sync::Notify;
 
 use anteroom_core::Clock;
 use anteroom_core::config::{EventSinkConfig, EventSinkKind, WebhookConfig};
-use anteroom_store::{EventOutbox, OutboxEntry};
+use anteroom_store::{EventOutbox, OutboxEntry, RoomStore};
 
 use crate::admin::AdminEvent;
 
@@ -149,6 +153,10 @@ pub fn webhook_client(extra_roots_pem: Option<&[u8]>) -> Result<WebhookClient, W
 #[derive(Clone)]
 pub struct EventSinks {
     outbox: Outbox,
+    /// The store the outbox belongs to, which holds the sinks' delivery leases.
+    rooms: Arc<dyn RoomStore>,
+    /// This node's name in those leases (random per process).
+    holder: String,
     clock: Arc<dyn Clock>,
     running: Arc<Mutex<Vec<Running>>>,
 }
@@ -167,9 +175,13 @@ impl Drop for Running {
 }
 
 /// Starts one delivery loop per sink over `store` (and a pruner); the [`Outbox`] the admin
-/// surface appends to ([`crate::AdminState::set_outbox`]) is [`EventSinks::outbox`].
+/// surface appends to ([`crate::AdminState::set_outbox`]) is [`EventSinks::outbox`]. `rooms`
+/// is the store the outbox belongs to: on a shared store, the node holding its lease
+/// `event-sink:<name>` delivers that sink's events, so receivers do not get every batch once
+/// per node.
 pub fn spawn_event_sinks(
     store: Arc<dyn EventOutbox>,
+    rooms: Arc<dyn RoomStore>,
     sinks: Vec<Sink>,
     clock: Arc<dyn Clock>,
 ) -> EventSinks {
@@ -179,6 +191,8 @@ pub fn spawn_event_sinks(
     };
     let running = EventSinks {
         outbox,
+        rooms,
+        holder: format!("{:016x}", rand::random::<u64>()),
         clock,
         running: Arc::new(Mutex::new(Vec::new())),
     };
@@ -234,9 +248,11 @@ impl EventSinks {
                 continue;
             }
             let (config, secret) = (sink.config.clone(), sink.secret.clone());
+            let lease = DeliveryLease::new(self.rooms.clone(), &self.holder, &sink.config);
             let task = tokio::spawn(deliver_forever(
                 self.outbox.clone(),
                 sink,
+                lease,
                 self.clock.clone(),
             ));
             running.push(Running {
@@ -250,7 +266,47 @@ impl EventSinks {
     }
 }
 
-async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
+/// The right to deliver one sink's events among the nodes sharing a store.
+struct DeliveryLease {
+    store: Arc<dyn RoomStore>,
+    name: String,
+    holder: String,
+    ttl: Duration,
+}
+
+impl DeliveryLease {
+    fn new(store: Arc<dyn RoomStore>, holder: &str, sink: &EventSinkConfig) -> DeliveryLease {
+        // Renewed before every read: it must outlast one delivery attempt and the longest
+        // wait after a failure, or another node would deliver the same batch meanwhile.
+        let attempt = match &sink.kind {
+            EventSinkKind::Log => Duration::ZERO,
+            EventSinkKind::Webhook(webhook) => webhook.timeout,
+        };
+        DeliveryLease {
+            store,
+            name: format!("event-sink:{}", sink.name),
+            holder: holder.to_owned(),
+            ttl: attempt + MAX_BACKOFF * 2 + Duration::from_secs(5),
+        }
+    }
+
+    /// Takes or keeps the lease; `false` while another node holds it.
+    async fn hold(&self) -> bool {
+        match self
+            .store
+            .hold_lease(&self.name, &self.holder, self.ttl)
+            .await
+        {
+            Ok(held) => held,
+            Err(error) => {
+                tracing::warn!(lease = %self.name, %error, "cannot take the event sink's lease");
+                false
+            }
+        }
+    }
+}
+
+async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock: Arc<dyn Clock>) {
     let name = sink.config.name.clone();
     let batch = match &sink.config.kind {
         EventSinkKind::Log => LOG_BATCH,
@@ -261,6 +317,11 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
     let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
         let woken = outbox.appended.notified();
+        if !lease.hold().await {
+            // Another node delivers; take over if it stops renewing.
+            tokio::time::sleep(IDLE_POLL).await;
+            continue;
+        }
         let entries = match outbox.store.pending(&name, batch).await {
             Ok(entries) => entries,
             Err(error) => {
@@ -269,43 +330,17 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
                 continue;
             }
         };
-        let Some(last) = entries.last().map(|entry| entry.sequence) else {
+        if entries.is_empty() {
             let _ = tokio::time::timeout(IDLE_POLL, woken).await;
             continue;
-        };
-        let wanted: Vec<Value> = entries
-            .iter()
-            .filter_map(|entry| event_with_id(entry, &sink.config.types))
-            .collect();
-        let delivered = if wanted.is_empty() {
-            Ok(())
-        } else {
-            match &sink.config.kind {
-                EventSinkKind::Log => {
-                    for event in &wanted {
-                        tracing::info!(target: "anteroom::events", sink = %name, event = %event, "event");
-                    }
-                    Ok(())
-                }
-                EventSinkKind::Webhook(webhook) => match &client {
-                    Some(client) => {
-                        post(
-                            client,
-                            webhook,
-                            &sink.secret,
-                            &wanted,
-                            clock.now().as_secs(),
-                        )
-                        .await
-                    }
-                    None => Err("the webhook sink was built without a client".to_owned()),
-                },
-            }
-        };
+        }
+        let delivered = deliver(&sink, client.as_ref(), &entries, clock.as_ref()).await;
         match delivered {
             Ok(()) => {
-                if let Err(error) = outbox.store.acknowledge(&name, last).await {
-                    tracing::warn!(sink = %name, %error, "cannot record a delivery; it will be repeated");
+                for (partition, sequence) in delivered_through(&entries) {
+                    if let Err(error) = outbox.store.acknowledge(&name, partition, sequence).await {
+                        tracing::warn!(sink = %name, %error, "cannot record a delivery; it will be repeated");
+                    }
                 }
                 if let Some(since) = failing_since.take() {
                     tracing::info!(sink = %name, down_for = ?since.elapsed(), "event sink delivers again");
@@ -324,10 +359,47 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, clock: Arc<dyn Clock>) {
     }
 }
 
-/// The stored event with its outbox sequence as `id`; `None` when the sink does not take its
-/// type (or it cannot be read).
-fn event_with_id(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
-    let mut event: Value = serde_json::from_slice(&entry.payload).ok()?;
+/// Hands the events of `entries` the sink takes to it: log lines, or one webhook request.
+async fn deliver(
+    sink: &Sink,
+    client: Option<&WebhookClient>,
+    entries: &[OutboxEntry],
+    clock: &dyn Clock,
+) -> Result<(), String> {
+    let wanted: Vec<Value> = entries
+        .iter()
+        .filter_map(|entry| wanted_event(entry, &sink.config.types))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    match &sink.config.kind {
+        EventSinkKind::Log => {
+            for event in &wanted {
+                tracing::info!(target: "anteroom::events", sink = %sink.config.name, event = %event, "event");
+            }
+            Ok(())
+        }
+        EventSinkKind::Webhook(webhook) => match client {
+            Some(client) => {
+                post(
+                    client,
+                    webhook,
+                    &sink.secret,
+                    &wanted,
+                    clock.now().as_secs(),
+                )
+                .await
+            }
+            None => Err("the webhook sink was built without a client".to_owned()),
+        },
+    }
+}
+
+/// The stored event (it carries its own `id`); `None` when the sink does not take its type
+/// (or it cannot be read).
+fn wanted_event(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
+    let event: Value = serde_json::from_slice(&entry.payload).ok()?;
     let kind = event
         .get("type")
         .and_then(Value::as_str)
@@ -335,10 +407,17 @@ fn event_with_id(entry: &OutboxEntry, types: &[String]) -> Option<Value> {
     if !types.is_empty() && !types.iter().any(|wanted| wanted == kind) {
         return None;
     }
-    event
-        .as_object_mut()?
-        .insert("id".to_owned(), Value::from(entry.sequence));
     Some(event)
+}
+
+/// The highest sequence read in each partition: what a delivery of `entries` acknowledges.
+fn delivered_through(entries: &[OutboxEntry]) -> std::collections::BTreeMap<&str, u64> {
+    let mut through = std::collections::BTreeMap::new();
+    for entry in entries {
+        let mark = through.entry(entry.partition.as_str()).or_insert(0);
+        *mark = entry.sequence.max(*mark);
+    }
+    through
 }
 
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
@@ -361,8 +440,8 @@ async fn post(
 ) -> Result<(), String> {
     let body = serde_json::to_vec(&serde_json::json!({ "events": events }))
         .map_err(|error| error.to_string())?;
-    let first = events.first().and_then(|e| e["id"].as_u64()).unwrap_or(0);
-    let last = events.last().and_then(|e| e["id"].as_u64()).unwrap_or(0);
+    let first = events.first().and_then(|e| e["id"].as_str()).unwrap_or("");
+    let last = events.last().and_then(|e| e["id"].as_str()).unwrap_or("");
     let request = http::Request::post(&webhook.url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::USER_AGENT, "anteroom")
@@ -400,14 +479,32 @@ mod tests {
         assert_ne!(one, signature(b"other", 1_700_000_000, b"{}"));
     }
 
+    fn entry(partition: &str, sequence: u64, kind: &str) -> OutboxEntry {
+        OutboxEntry {
+            partition: partition.to_owned(),
+            sequence,
+            payload: format!(r#"{{"id":"e{sequence}","type":"{kind}","at":"x","data":{{}}}}"#)
+                .into_bytes(),
+        }
+    }
+
     #[test]
-    fn events_carry_their_sequence_and_follow_the_type_filter() {
-        let entry = OutboxEntry {
-            sequence: 7,
-            payload: br#"{"type":"room.updated","at":"x","data":{}}"#.to_vec(),
-        };
-        assert_eq!(event_with_id(&entry, &[]).unwrap()["id"], 7);
-        assert!(event_with_id(&entry, &["ticket.admitted".to_owned()]).is_none());
-        assert!(event_with_id(&entry, &["room.updated".to_owned()]).is_some());
+    fn events_follow_the_type_filter() {
+        let entry = entry("", 7, "room.updated");
+        assert_eq!(wanted_event(&entry, &[]).unwrap()["id"], "e7");
+        assert!(wanted_event(&entry, &["ticket.admitted".to_owned()]).is_none());
+        assert!(wanted_event(&entry, &["room.updated".to_owned()]).is_some());
+    }
+
+    #[test]
+    fn a_delivery_acknowledges_each_partition_it_read() {
+        let entries = [
+            entry("", 3, "room.updated"),
+            entry("shop", 9, "ticket.joined"),
+            entry("shop", 10, "ticket.admitted"),
+            entry("", 4, "room.metrics"),
+        ];
+        let through: Vec<(&str, u64)> = delivered_through(&entries).into_iter().collect();
+        assert_eq!(through, [("", 4), ("shop", 10)]);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anteroom_core::adaptive::LoadSignal;
@@ -33,13 +33,16 @@ pub(crate) struct PendingWrite {
 
 /// What a backend does to make a room's changes durable.
 pub(crate) trait Persister: Send + Sync + 'static {
-    /// Queues the records named by `changes` (and the configuration when `config_changed`).
-    /// Called with the room's lock held. `None` means nothing needs waiting for.
+    /// Queues the records named by `changes` (and the configuration when `config_changed`),
+    /// with `events` (outbox payloads of the operation's visitor events, empty while events
+    /// are off) in the same write. Called with the room's lock held. `None` means nothing
+    /// needs waiting for.
     fn persist(
         &self,
         room: &RoomState,
         changes: &ChangeSet,
         config_changed: bool,
+        events: Vec<Vec<u8>>,
     ) -> Result<Option<PendingWrite>, StoreError>;
 
     /// Queues the deletion of a room and all its records.
@@ -75,6 +78,8 @@ pub(crate) struct EngineHost<P> {
     /// Bumped after every configuration change (creation, replacement, deletion), so callers
     /// may keep configurations until it moves.
     config_version: AtomicU64,
+    /// Whether visitor events are written (SPEC §14.9); off until a sink wants them.
+    record_events: AtomicBool,
 }
 
 impl<P: Persister> EngineHost<P> {
@@ -91,6 +96,7 @@ impl<P: Persister> EngineHost<P> {
             persister,
             seed,
             config_version: AtomicU64::new(0),
+            record_events: AtomicBool::new(false),
         };
         {
             let mut map = host.rooms.write();
@@ -104,6 +110,19 @@ impl<P: Persister> EngineHost<P> {
 
     pub(crate) fn persister(&self) -> &P {
         &self.persister
+    }
+
+    /// From now on every operation's visitor events are handed to the persister.
+    pub(crate) fn record_events(&self) {
+        self.record_events.store(true, Ordering::Release);
+    }
+
+    /// The outbox payloads of `changes`' events, none while events are off.
+    fn event_payloads(&self, room: &RoomState, changes: &ChangeSet) -> Vec<Vec<u8>> {
+        if changes.events.is_empty() || !self.record_events.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        crate::visitor_events::encode_all(&room.config().id, &changes.events)
     }
 
     async fn wait_durable(&self, pending: Option<PendingWrite>) -> Result<(), StoreError> {
@@ -188,7 +207,10 @@ impl<P: Persister> EngineHost<P> {
                 }
                 None
             } else {
-                let pending = self.persister.persist(&guard.state, &changes, false)?;
+                let events = self.event_payloads(&guard.state, &changes);
+                let pending = self
+                    .persister
+                    .persist(&guard.state, &changes, false, events)?;
                 if let Some(pending) = &pending {
                     guard.last_sequence = pending.sequence;
                 }
@@ -267,7 +289,8 @@ impl<P: Persister> EngineHost<P> {
         let mut changes = ChangeSet::default();
         slot.state
             .set_config(config, self.clock.now(), &mut changes);
-        let pending = self.persister.persist(&slot.state, &changes, true);
+        let events = self.event_payloads(&slot.state, &changes);
+        let pending = self.persister.persist(&slot.state, &changes, true, events);
         // After the change, never before: a reader that saw the old version and then
         // the new configuration keeps it under the old version and reads it again.
         self.config_version.fetch_add(1, Ordering::AcqRel);
@@ -542,6 +565,15 @@ macro_rules! delegate_room_store {
             ) -> Result<Option<anteroom_core::adaptive::LoadSignal>, $crate::StoreError> {
                 self.host.load_signal(room)
             }
+            fn event_outbox(
+                &self,
+                limits: $crate::OutboxLimits,
+            ) -> Result<std::sync::Arc<dyn $crate::EventOutbox>, $crate::StoreError> {
+                // The outbox exists before the first event is handed to it.
+                let outbox = self.open_event_outbox(limits)?;
+                self.host.record_events();
+                Ok(outbox)
+            }
             async fn room(
                 &self,
                 room: &anteroom_core::RoomId,
@@ -710,6 +742,7 @@ mod tests {
             _: &RoomState,
             _: &ChangeSet,
             _: bool,
+            _: Vec<Vec<u8>>,
         ) -> Result<Option<PendingWrite>, StoreError> {
             Ok(self.queue())
         }

@@ -26,6 +26,7 @@ mod outbox;
 mod persisted;
 mod redb_store;
 mod redis_store;
+mod visitor_events;
 
 use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
@@ -35,12 +36,13 @@ use anteroom_core::engine::{
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{RoomId, SessionId};
 use async_trait::async_trait;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
-pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits, RedbOutbox};
+pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits};
 pub use redb_store::{RedbOptions, RedbStore};
 pub use redis_store::{KeyEntries, RedisConfig, RedisKeyEntries, RedisOutbox, RedisStore};
 
@@ -231,6 +233,14 @@ pub trait RoomStore: Send + Sync + 'static {
         room: &RoomId,
         query: &SessionQuery,
     ) -> Result<SessionListing, StoreError>;
+
+    /// Switches on per-visitor events (SPEC §14.9) and answers the store's event outbox: from
+    /// now on every ticket and session event is written into it in the same durable write as
+    /// the change that made it, so an acknowledged change always has its events, even when
+    /// the node dies right after. The outbox also takes the node's own events
+    /// ([`EventOutbox::append`]). Every call answers the same outbox; the first call's
+    /// `limits` hold.
+    fn event_outbox(&self, limits: OutboxLimits) -> Result<Arc<dyn EventOutbox>, StoreError>;
 
     /// Change notices from every node sharing this store, or `None` for a backend only this
     /// process uses (it made every change itself).

@@ -16,6 +16,10 @@
 //! never acknowledged) and checkpoints them before loading the rooms; a clean stop
 //! checkpoints everything, so the redb file alone holds the store.
 //!
+//! Events for the sinks (SPEC §14.9) are records of the same log frame as the change they
+//! report, so an acknowledged change always has its events; the store's event outbox
+//! (`outbox.rs`) serves them from redb and, until their checkpoint, from memory.
+//!
 //! Liveness touches (a waiting ticket's last contact) are not written: after a restart every
 //! waiting ticket counts as seen at the restart, so a crash never abandons anybody.
 //!
@@ -25,15 +29,17 @@
 
 mod checkpoint;
 mod completion;
+mod outbox;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
 mod wal;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,6 +58,15 @@ const CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("room_configs
 const STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("room_states");
 const TICKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("tickets");
 const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
+/// Events for the sinks by sequence (`outbox.rs`).
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// Each sink's highest delivered event sequence.
+const EVENT_ACKS: TableDefinition<&str, u64> = TableDefinition::new("event_acks");
+
+/// Events that are durable in the log but not yet checkpointed into [`EVENTS`], by sequence:
+/// the log writer adds them once their frame is synced, the checkpoint thread drops them once
+/// redb holds them.
+type RecentEvents = Arc<parking_lot::Mutex<BTreeMap<u64, Vec<u8>>>>;
 
 /// The most operations one log frame takes; more wait for the next append.
 const MAX_BATCH: usize = 4096;
@@ -80,7 +95,10 @@ impl Default for RedbOptions {
 
 /// Rooms in a redb file with a write-ahead log beside it; durable, the default backend.
 pub struct RedbStore {
-    host: EngineHost<RedbWriter>,
+    host: Arc<EngineHost<RedbWriter>>,
+    database: Arc<Database>,
+    recent_events: RecentEvents,
+    outbox: OnceLock<Arc<outbox::RedbEventOutbox>>,
 }
 
 impl RedbStore {
@@ -118,11 +136,41 @@ impl RedbStore {
         create_tables(&database)?;
         let next_segment = recover(&database, path)?;
         let rooms = load_rooms(&database, clock.now())?;
+        let last_event = outbox::last_event_sequence(&database)?;
         tracing::info!(path = %path.display(), rooms = rooms.len(), "embedded store opened");
-        let writer = RedbWriter::start(database, path, next_segment, options.checkpoint_bytes)?;
+        let database = Arc::new(database);
+        let recent_events = RecentEvents::default();
+        let writer = RedbWriter::start(
+            WriterStart {
+                database: database.clone(),
+                recent_events: recent_events.clone(),
+                first_segment: next_segment,
+                last_event,
+                checkpoint_bytes: options.checkpoint_bytes,
+            },
+            path,
+        )?;
         Ok(RedbStore {
-            host: EngineHost::new(rooms, clock, writer, options.seed),
+            host: Arc::new(EngineHost::new(rooms, clock, writer, options.seed)),
+            database,
+            recent_events,
+            outbox: OnceLock::new(),
         })
+    }
+
+    fn open_event_outbox(
+        &self,
+        limits: crate::OutboxLimits,
+    ) -> Result<Arc<dyn crate::EventOutbox>, StoreError> {
+        let outbox = self.outbox.get_or_init(|| {
+            Arc::new(outbox::RedbEventOutbox {
+                host: self.host.clone(),
+                database: self.database.clone(),
+                recent: self.recent_events.clone(),
+                limits,
+            })
+        });
+        Ok(outbox.clone())
     }
 
     /// Operations acknowledged so far and the log appends (syncs) they took, for group-commit
@@ -160,11 +208,28 @@ struct CommitStats {
     checkpoints: AtomicU64,
 }
 
+/// The log writer's queue: sequences are handed out under one lock with the send, so
+/// sequence order is channel order (and so log order).
+struct Queue {
+    /// The last write's sequence.
+    last_write: u64,
+    /// The last event sequence handed out.
+    last_event: u64,
+    sender: Option<mpsc::Sender<Batch>>,
+}
+
+/// What the writer starts from.
+struct WriterStart {
+    database: Arc<Database>,
+    recent_events: RecentEvents,
+    first_segment: u64,
+    last_event: u64,
+    checkpoint_bytes: u64,
+}
+
 /// The handle on the log writer thread.
 pub(crate) struct RedbWriter {
-    /// The next sequence number and the channel, under one lock so sequence order is
-    /// channel order (and so log order).
-    queue: parking_lot::Mutex<(u64, Option<mpsc::Sender<Batch>>)>,
+    queue: parking_lot::Mutex<Queue>,
     /// How far the log is durable; wakes the operations waiting for it.
     durable: Arc<Completion>,
     thread: Option<JoinHandle<()>>,
@@ -172,12 +237,14 @@ pub(crate) struct RedbWriter {
 }
 
 impl RedbWriter {
-    fn start(
-        database: Database,
-        store: &Path,
-        first_segment: u64,
-        checkpoint_bytes: u64,
-    ) -> Result<RedbWriter, StoreError> {
+    fn start(start: WriterStart, store: &Path) -> Result<RedbWriter, StoreError> {
+        let WriterStart {
+            database,
+            recent_events,
+            first_segment,
+            last_event,
+            checkpoint_bytes,
+        } = start;
         let segment = Segment::create(store, first_segment)
             .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
         let (sender, receiver) = mpsc::channel();
@@ -188,10 +255,17 @@ impl RedbWriter {
         let checkpointer = {
             let store = store.to_owned();
             let stats = stats.clone();
+            let recent_events = recent_events.clone();
             std::thread::Builder::new()
                 .name("anteroom-redb-checkpoint".to_owned())
                 .spawn(move || {
-                    checkpoint_loop(&database, &store, &job_receiver, &result_sender, &stats);
+                    let checkpoints = Checkpoints {
+                        database: &database,
+                        store: &store,
+                        recent_events: &recent_events,
+                        stats: &stats,
+                    };
+                    checkpoints.run(&job_receiver, &result_sender);
                 })
                 .map_err(|e| StoreError::backend("cannot start the store's checkpoint thread", e))?
         };
@@ -206,6 +280,7 @@ impl RedbWriter {
             checkpoint_running: false,
             failure: None,
             frame: Vec::new(),
+            recent_events,
         };
         let thread_stats = stats.clone();
         let thread_durable = durable.clone();
@@ -214,22 +289,49 @@ impl RedbWriter {
             .spawn(move || logger.run(&receiver, &thread_durable, &thread_stats))
             .map_err(|e| StoreError::backend("cannot start the store's writer thread", e))?;
         Ok(RedbWriter {
-            queue: parking_lot::Mutex::new((0, Some(sender))),
+            queue: parking_lot::Mutex::new(Queue {
+                last_write: 0,
+                last_event,
+                sender: Some(sender),
+            }),
             durable,
             thread: Some(thread),
             stats,
         })
     }
 
-    fn submit(&self, writes: Vec<Write>) -> Result<Option<PendingWrite>, StoreError> {
+    /// Queues `writes` and `events` (numbered here, in log order) as one write.
+    fn submit(
+        &self,
+        writes: Vec<Write>,
+        events: Vec<Vec<u8>>,
+    ) -> Result<Option<PendingWrite>, StoreError> {
+        self.submit_numbered(writes, events)
+            .map(|(pending, _)| Some(pending))
+    }
+
+    /// [`submit`](Self::submit), also answering the last event sequence handed out.
+    fn submit_numbered(
+        &self,
+        mut writes: Vec<Write>,
+        events: Vec<Vec<u8>>,
+    ) -> Result<(PendingWrite, u64), StoreError> {
         let mut queue = self.queue.lock();
-        let sequence = queue.0 + 1;
-        let sender = queue.1.as_ref().ok_or_else(writer_gone)?;
+        let sequence = queue.last_write + 1;
+        let first_event = queue.last_event + 1;
+        let n_events = events.len() as u64;
+        writes.extend(
+            (first_event..)
+                .zip(events)
+                .map(|(sequence, payload)| Write::Event { sequence, payload }),
+        );
+        let sender = queue.sender.as_ref().ok_or_else(writer_gone)?;
         sender
             .send(Batch { sequence, writes })
             .map_err(|_| writer_gone())?;
-        queue.0 = sequence;
-        Ok(Some(PendingWrite { sequence }))
+        queue.last_write = sequence;
+        queue.last_event += n_events;
+        Ok((PendingWrite { sequence }, queue.last_event))
     }
 }
 
@@ -238,7 +340,7 @@ impl Drop for RedbWriter {
         // Closing the channel ends the writer after it has logged what is queued and
         // checkpointed the log into redb; joining it releases the database file, so the
         // store can be reopened at once.
-        self.queue.lock().1.take();
+        self.queue.lock().sender.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -251,9 +353,11 @@ impl Persister for RedbWriter {
         room: &RoomState,
         changes: &ChangeSet,
         config_changed: bool,
+        events: Vec<Vec<u8>>,
     ) -> Result<Option<PendingWrite>, StoreError> {
         let id = &room.config().id;
-        let mut writes = Vec::with_capacity(2 + changes.tickets.len() + changes.sessions.len());
+        let mut writes =
+            Vec::with_capacity(2 + changes.tickets.len() + changes.sessions.len() + events.len());
         if config_changed {
             writes.push(Write::Config {
                 room: id.clone(),
@@ -280,11 +384,11 @@ impl Persister for RedbWriter {
                 bytes,
             });
         }
-        self.submit(writes)
+        self.submit(writes, events)
     }
 
     fn persist_deletion(&self, room: &RoomId) -> Result<Option<PendingWrite>, StoreError> {
-        self.submit(vec![Write::DeleteRoom { room: room.clone() }])
+        self.submit(vec![Write::DeleteRoom { room: room.clone() }], Vec::new())
     }
 
     async fn wait_durable_until(&self, sequence: u64) -> Result<(), StoreError> {
@@ -341,6 +445,8 @@ struct Logger {
     failure: Option<String>,
     /// The frame being encoded (kept to reuse its allocation).
     frame: Vec<u8>,
+    /// Where events go once their frame is durable, until their checkpoint.
+    recent_events: RecentEvents,
 }
 
 impl Logger {
@@ -377,6 +483,7 @@ impl Logger {
                 .unwrap_or(0);
             match result {
                 Ok(()) => {
+                    self.publish_events(&batches);
                     durable.complete_through(through);
                     for write in batches.into_iter().flat_map(|batch| batch.writes) {
                         self.dirty.absorb(write);
@@ -401,6 +508,21 @@ impl Logger {
                 "embedded store log write failed ({error}); restart required"
             ))
         })
+    }
+
+    /// Makes the events of durable `batches` readable by the outbox.
+    fn publish_events(&self, batches: &[Batch]) {
+        let mut events = batches
+            .iter()
+            .flat_map(|batch| &batch.writes)
+            .filter_map(|write| match write {
+                Write::Event { sequence, payload } => Some((*sequence, payload.clone())),
+                _ => None,
+            })
+            .peekable();
+        if events.peek().is_some() {
+            self.recent_events.lock().extend(events);
+        }
     }
 
     /// Records a failure: nothing is acknowledged after it until the store is reopened (the
@@ -487,20 +609,34 @@ impl Logger {
     }
 }
 
-fn checkpoint_loop(
-    database: &Database,
-    store: &Path,
-    jobs: &mpsc::Receiver<CheckpointJob>,
-    results: &mpsc::Sender<Result<(), String>>,
-    stats: &CommitStats,
-) {
-    while let Ok(job) = jobs.recv() {
-        let result = checkpoint::checkpoint(database, store, &job.dirty, job.through);
-        if result.is_ok() {
-            stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-        }
-        if results.send(result).is_err() {
-            break;
+/// The checkpoint thread's view of the store.
+struct Checkpoints<'a> {
+    database: &'a Database,
+    store: &'a Path,
+    recent_events: &'a RecentEvents,
+    stats: &'a CommitStats,
+}
+
+impl Checkpoints<'_> {
+    fn run(
+        &self,
+        jobs: &mpsc::Receiver<CheckpointJob>,
+        results: &mpsc::Sender<Result<(), String>>,
+    ) {
+        while let Ok(job) = jobs.recv() {
+            let result = checkpoint::checkpoint(self.database, self.store, &job.dirty, job.through);
+            if result.is_ok() {
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                // redb holds them now; later events all have higher sequences.
+                if let Some(last) = job.dirty.last_event() {
+                    self.recent_events
+                        .lock()
+                        .retain(|sequence, _| *sequence > last);
+                }
+            }
+            if results.send(result).is_err() {
+                break;
+            }
         }
     }
 }
@@ -571,6 +707,10 @@ fn create_tables(database: &Database) -> Result<(), StoreError> {
         .map_err(|e| fail(e.into()))?;
     transaction
         .open_table(checkpoint::WAL_STATE)
+        .map_err(|e| fail(e.into()))?;
+    transaction.open_table(EVENTS).map_err(|e| fail(e.into()))?;
+    transaction
+        .open_table(EVENT_ACKS)
         .map_err(|e| fail(e.into()))?;
     transaction.commit().map_err(|e| fail(e.into()))
 }

@@ -103,7 +103,7 @@ return 0
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
 /// `line` is not a key itself but the prefix of the waiting records' buckets (`line:<n>`).
-const ROOM_KEY_PARTS: [&str; 13] = [
+const ROOM_KEY_PARTS: [&str; 15] = [
     "meta",
     "tickets",
     "waiting",
@@ -117,7 +117,19 @@ const ROOM_KEY_PARTS: [&str; 13] = [
     "priority",
     "session_ids",
     "cancelled",
+    "outbox",
+    "outbox_seq",
 ];
+
+/// The set of listed rooms.
+pub(crate) fn rooms_key(prefix: &str) -> String {
+    format!("{prefix}:rooms")
+}
+
+/// The set of rooms whose event partition may hold events (`outbox.rs`).
+pub(crate) fn outbox_rooms_key(prefix: &str) -> String {
+    format!("{prefix}:outbox-rooms")
+}
 
 /// How long a room remembers the ticket id of a join cancelled before it ran
 /// (`cancel_join.lua`): far longer than any call may wait in a queue or a socket.
@@ -195,6 +207,8 @@ pub struct RedisStore {
     urls: Vec<String>,
     notices: std::sync::OnceLock<Notices>,
     server_clock: server_clock::ServerClock,
+    /// Once events are on (SPEC §14.9): the outbox, whose cap the scripts trim to.
+    outbox: std::sync::OnceLock<Arc<RedisOutbox>>,
 }
 
 impl RedisStore {
@@ -220,6 +234,7 @@ impl RedisStore {
             urls: config.urls,
             notices: std::sync::OnceLock::new(),
             server_clock: server_clock::ServerClock::default(),
+            outbox: std::sync::OnceLock::new(),
         })
     }
 
@@ -302,7 +317,7 @@ impl RedisStore {
     }
 
     fn rooms_key(&self) -> String {
-        format!("{}:rooms", self.prefix)
+        rooms_key(&self.prefix)
     }
 
     fn room_key(&self, room: &RoomId, part: &str) -> String {
@@ -366,10 +381,20 @@ impl RedisStore {
             Some(clock) => clock.now().as_millis().to_string(),
             None => String::new(),
         };
+        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
+        let events = match self.outbox.get() {
+            Some(outbox) => format!(
+                "{}|{}|{room}",
+                outbox.limits().max_entries,
+                crate::visitor_events::random_prefix()
+            ),
+            None => String::new(),
+        };
         let mut all_args = vec![
             now,
             self.room_key(room, "events"),
             duration_millis(HISTORY_RETENTION).to_string(),
+            events,
         ];
         all_args.extend(args);
         RoomCall {
@@ -597,6 +622,15 @@ impl RoomStore for RedisStore {
             // data, which listings skip.
             let _: i64 = connection
                 .query(redis::cmd("SADD").arg(self.rooms_key()).arg(room.as_str()))
+                .await
+                .map_err(|error| StoreError::backend("cannot list the room in redis", error))?;
+            // Its event partition is read until delivered, even after the room is deleted.
+            let _: i64 = connection
+                .query(
+                    redis::cmd("SADD")
+                        .arg(outbox_rooms_key(&self.prefix))
+                        .arg(room.as_str()),
+                )
                 .await
                 .map_err(|error| StoreError::backend("cannot list the room in redis", error))?;
             Ok(())
@@ -982,6 +1016,23 @@ impl RoomStore for RedisStore {
             records::decode_signal(&answer.text()?)
         };
         read(&mut answer).map_err(|error| malformed("load_signal", error))
+    }
+
+    fn event_outbox(
+        &self,
+        limits: crate::OutboxLimits,
+    ) -> Result<Arc<dyn crate::EventOutbox>, StoreError> {
+        if let Some(outbox) = self.outbox.get() {
+            return Ok(outbox.clone());
+        }
+        let config = RedisConfig {
+            urls: self.urls.clone(),
+            cluster: matches!(self.client, Client::Cluster(_)),
+            timeout: self.timeout,
+            key_prefix: self.prefix.clone(),
+        };
+        let outbox = Arc::new(RedisOutbox::new(&config, limits)?);
+        Ok(self.outbox.get_or_init(|| outbox).clone())
     }
 
     fn notices(&self) -> Option<Notices> {

@@ -238,6 +238,88 @@ pub struct Draw {
     pub through_position: u64,
 }
 
+/// Something that happened to one ticket or session (SPEC §14.9), recorded by the operation
+/// that made it happen, so a backend writes it together with the change itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VisitorEvent {
+    /// What happened.
+    pub kind: VisitorEventKind,
+    /// When.
+    pub at: Timestamp,
+    /// The ticket, when there is one (not for passes issued by hand).
+    pub ticket: Option<TicketId>,
+    /// The session, once there is one.
+    pub session: Option<SessionId>,
+    /// The ticket's position at that moment (0 for passes issued by hand).
+    pub position: u64,
+    /// The room generation the ticket or session belongs to.
+    pub generation: u32,
+    /// The identity bound to the ticket or pass, when the room has one.
+    pub uid: Option<String>,
+}
+
+/// What happened to a ticket or session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisitorEventKind {
+    /// A new ticket took a place in line.
+    Joined,
+    /// The admitter let the ticket in.
+    Admitted,
+    /// The ticket ended before it claimed a pass (or was admitted).
+    TicketEnded(TicketEnd),
+    /// A pass was issued: a session started.
+    PassIssued,
+    /// An active session was renewed.
+    SessionRenewed,
+    /// A session ended.
+    SessionEnded(SessionEnd),
+}
+
+impl VisitorEventKind {
+    /// The event's stable type name, as sinks deliver it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VisitorEventKind::Joined => "ticket.joined",
+            VisitorEventKind::Admitted => "ticket.admitted",
+            VisitorEventKind::TicketEnded(TicketEnd::Left) => "ticket.left",
+            VisitorEventKind::TicketEnded(TicketEnd::Abandoned) => "ticket.abandoned",
+            VisitorEventKind::TicketEnded(TicketEnd::NoShow) => "ticket.no_show",
+            VisitorEventKind::TicketEnded(TicketEnd::Reset) => "ticket.reset",
+            VisitorEventKind::PassIssued => "pass.issued",
+            VisitorEventKind::SessionRenewed => "session.renewed",
+            VisitorEventKind::SessionEnded(SessionEnd::Completed) => "session.completed",
+            VisitorEventKind::SessionEnded(SessionEnd::Abandoned) => "session.abandoned",
+            VisitorEventKind::SessionEnded(SessionEnd::Expired) => "session.expired",
+            VisitorEventKind::SessionEnded(SessionEnd::Revoked) => "session.revoked",
+            VisitorEventKind::SessionEnded(SessionEnd::Reset) => "session.reset",
+        }
+    }
+
+    fn about_ticket(self, ticket: &Ticket, at: Timestamp) -> VisitorEvent {
+        VisitorEvent {
+            kind: self,
+            at,
+            ticket: Some(ticket.id),
+            session: None,
+            position: ticket.position,
+            generation: ticket.generation,
+            uid: ticket.identity.clone(),
+        }
+    }
+
+    fn about_session(self, session: &Session, at: Timestamp) -> VisitorEvent {
+        VisitorEvent {
+            kind: self,
+            at,
+            ticket: session.ticket,
+            session: Some(session.id),
+            position: session.position,
+            generation: session.generation,
+            uid: session.uid.clone(),
+        }
+    }
+}
+
 /// Which records an operation changed; a durable backend writes exactly these.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangeSet {
@@ -247,6 +329,8 @@ pub struct ChangeSet {
     pub tickets: BTreeSet<TicketId>,
     /// Sessions created, changed or deleted (absent means deleted).
     pub sessions: BTreeSet<SessionId>,
+    /// What happened to tickets and sessions, in order (SPEC §14.9).
+    pub events: Vec<VisitorEvent>,
 }
 
 impl ChangeSet {
@@ -681,6 +765,9 @@ impl RoomState {
         self.line_mut(ticket.priority)
             .insert(ticket.position, ticket_id);
         self.idle.insert((now, ticket_id));
+        changes
+            .events
+            .push(VisitorEventKind::Joined.about_ticket(&ticket, now));
         self.tickets.insert(ticket_id, ticket);
         changes.meta = true;
         changes.tickets.insert(ticket_id);
@@ -845,6 +932,9 @@ impl RoomState {
         found.renewed_at = now;
         found.expires_at = cap(now.after(ttl), found.hard_expires_at);
         changes.sessions.insert(session);
+        changes
+            .events
+            .push(VisitorEventKind::SessionRenewed.about_session(found, now));
         Ok((found.clone(), true))
     }
 
@@ -877,6 +967,9 @@ impl RoomState {
         };
         self.active += 1;
         self.meta.totals.passes += 1;
+        changes
+            .events
+            .push(VisitorEventKind::PassIssued.about_session(&session, now));
         self.sessions.insert(session.id, session.clone());
         changes.sessions.insert(session.id);
         changes.meta = true;
@@ -1119,6 +1212,9 @@ impl RoomState {
         self.claim_deadlines.insert((claim_deadline, ticket_id));
         self.admitted_unclaimed += 1;
         self.meta.totals.admitted += 1;
+        changes
+            .events
+            .push(VisitorEventKind::Admitted.about_ticket(ticket, now));
         changes.tickets.insert(ticket_id);
         changes.meta = true;
     }
@@ -1158,6 +1254,9 @@ impl RoomState {
             hard_expires_at,
             state: SessionState::Active,
         };
+        changes
+            .events
+            .push(VisitorEventKind::PassIssued.about_session(&session, now));
         self.sessions.insert(session_id, session);
         self.active += 1;
         self.meta.totals.passes += 1;
@@ -1210,6 +1309,9 @@ impl RoomState {
             self.identities.remove(identity);
         }
         ticket.state = TicketState::Ended { reason, at: now };
+        changes
+            .events
+            .push(VisitorEventKind::TicketEnded(reason).about_ticket(ticket, now));
         self.ended.push_back((now, ticket_id));
         changes.tickets.insert(ticket_id);
         changes.meta = true;
@@ -1229,6 +1331,9 @@ impl RoomState {
             return;
         }
         session.state = SessionState::Ended { reason, at: now };
+        changes
+            .events
+            .push(VisitorEventKind::SessionEnded(reason).about_session(session, now));
         self.active -= 1;
         let totals = &mut self.meta.totals;
         match reason {

@@ -596,3 +596,65 @@ fn the_draw_orders_the_cohort_by_its_seed_and_late_joiners_come_after() {
     h.tick();
     assert_eq!(h.room.meta().draw, Some(draw));
 }
+
+/// The events one operation recorded, as (kind, ticket, session).
+fn recorded(changes: &ChangeSet) -> Vec<(&'static str, Option<TicketId>, Option<SessionId>)> {
+    changes
+        .events
+        .iter()
+        .map(|event| (event.kind.name(), event.ticket, event.session))
+        .collect()
+}
+
+#[test]
+fn every_ticket_and_session_change_records_its_event() {
+    let mut h = Harness::new(|c| c.max_active = 1);
+    let mut changes = ChangeSet::default();
+    let first = h
+        .room
+        .join(JoinRequest::default(), h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    let Entry::Admitted(admitted) = &first else {
+        panic!("the first visitor enters at once");
+    };
+    let (ticket, session) = (Some(admitted.ticket), Some(admitted.session.id));
+    assert_eq!(
+        recorded(&changes),
+        [
+            ("ticket.joined", ticket, None),
+            ("ticket.admitted", ticket, None),
+            ("pass.issued", ticket, session),
+        ]
+    );
+    assert_eq!(changes.events[0].position, 1);
+    assert_eq!(changes.events[0].at, h.now);
+
+    // Asking again changes nothing and records nothing.
+    let mut changes = ChangeSet::default();
+    let reference = reference_of(&first, 1);
+    h.room
+        .status(reference, h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    assert!(changes.events.is_empty());
+
+    let second = h.join();
+    let mut changes = ChangeSet::default();
+    h.room
+        .leave(reference_of(&second, 1), h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    assert_eq!(
+        recorded(&changes),
+        [("ticket.left", Some(waiting(&second).ticket), None)]
+    );
+
+    let mut changes = ChangeSet::default();
+    h.room
+        .end_session(
+            admitted.session.id,
+            SessionEnd::Revoked,
+            h.now,
+            &mut changes,
+        )
+        .unwrap();
+    assert_eq!(recorded(&changes), [("session.revoked", ticket, session)]);
+}

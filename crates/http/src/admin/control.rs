@@ -380,14 +380,13 @@ pub(crate) async fn issue_pass(
     };
     let session = store.issue_session(&id, request.uid, ttl).await?;
     let pass = sign_pass(admin.app(), &id, &session)?;
-    admin
-        .record(AdminEvent::new(
-            "pass.issued",
-            Some(&id),
-            admin.now(),
-            serde_json::json!({"session": session.id.to_string(), "by_hand": true}),
-        ))
-        .await;
+    // The store wrote the sinks' `pass.issued` with the session; the live feed shows it too.
+    admin.record_locally(vec![AdminEvent::new(
+        "pass.issued",
+        Some(&id),
+        admin.now(),
+        serde_json::json!({"session": session.id.to_string(), "by_hand": true}),
+    )]);
     let body = IssuedPass {
         room: id.to_string(),
         session: session.id.to_string(),

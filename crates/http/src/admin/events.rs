@@ -2,16 +2,17 @@
 //! `/admin/v1/events` stream serves, fed by the admin handlers (room changes, advances,
 //! resets, passes by hand, key rotations) and by the sampler.
 //!
-//! The sampler reads every room's figures once a second: it fills the stats history (with the
-//! upstream latency this node's gateway measured on the room's routes that second), sets the
-//! Prometheus gauges and counters, and turns the change in each room's running totals into
-//! events (`ticket.joined`, `ticket.admitted`, … with a `count`), plus `room.metrics` once a
-//! minute. Totals live in the store, so on a shared store every node sees the admissions of
-//! every node: each node shows them on its own live feed, and the node holding the store's
-//! `event-sampler` lease (renewed every second, lost 3 s after its holder stops) alone hands
-//! them to the event sinks, so a receiver does not get every count once per node. When the
-//! lease moves, the counts of the seconds in between (at most 3) are not reported as events;
-//! the totals themselves (stats, metrics) stay exact.
+//! Ticket and session events (`ticket.joined`, `pass.issued`, …) are not made here: the
+//! store writes them, one per visitor, with the change itself (SPEC §14.9, anteroom-store's
+//! `visitor_events`), and the sinks deliver them from the store's outbox.
+//!
+//! The sampler reads every room's figures once a second: it fills the stats history (with the upstream latency this node's gateway measured
+//! on the room's routes that second) and sets
+//! the Prometheus gauges and counters, and makes `room.metrics`, the per-minute summary of
+//! each room. On a shared store every node sees every room: each node shows the summary on its
+//! own live feed, and the node holding the store's `event-sampler` lease (renewed every
+//! second, lost 3 s after its holder stops) alone hands it to the event sinks, so a receiver
+//! does not get it once per node.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -46,10 +47,10 @@ const METRICS_EVERY_SECS: u64 = 60;
 /// One live event.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct AdminEvent {
-    /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued`,
-    /// `keys.rotated`, `ticket.joined`, `ticket.admitted`, `ticket.abandoned`,
-    /// `session.completed`, `session.abandoned`, `session.expired`, `session.revoked`,
-    /// `room.metrics`.
+    /// Unique (32 hex digits): what a receiver deduplicates on.
+    pub id: String,
+    /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued` (by
+    /// hand), `keys.rotated`, `room.metrics`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The room, when the event is about one.
@@ -66,6 +67,7 @@ impl AdminEvent {
     /// An event of `kind` about `room` at `at`.
     pub fn new(kind: &str, room: Option<&RoomId>, at: Timestamp, data: Value) -> AdminEvent {
         AdminEvent {
+            id: format!("{:032x}", rand::random::<u128>()),
             kind: kind.to_owned(),
             room: room.map(ToString::to_string),
             at: format_time(at),
@@ -250,8 +252,7 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
     crate::metrics::sse_connections(admin.app().hub().connections());
 }
 
-/// Fills the room's history and metrics from one snapshot; answers the events its totals'
-/// changes make.
+/// Fills the room's history and metrics from one snapshot; answers `room.metrics` when due.
 fn sample_room(
     admin: &AdminState,
     room: &RoomId,
@@ -281,27 +282,6 @@ fn sample_room(
     };
     admin.history().record(room, sample);
     crate::metrics::room_figures(room, snapshot);
-    type Pick = fn(&RoomTotals) -> u64;
-    let changes: [(&str, Pick); 7] = [
-        ("ticket.joined", |t| t.joined),
-        ("ticket.admitted", |t| t.admitted),
-        ("ticket.abandoned", |t| t.abandoned),
-        ("pass.issued", |t| t.passes),
-        ("session.completed", |t| t.completed),
-        ("session.abandoned", |t| t.sessions_abandoned),
-        ("session.expired", |t| t.expired),
-    ];
-    for (kind, pick) in changes {
-        let count = delta(pick);
-        if count > 0 {
-            events.push(AdminEvent::new(
-                kind,
-                Some(room),
-                now,
-                json!({"count": count}),
-            ));
-        }
-    }
     if metrics_due {
         events.push(AdminEvent::new(
             "room.metrics",

@@ -13,10 +13,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use anteroom_core::SessionId;
-use anteroom_core::engine::{SessionEnd, SessionState};
+use anteroom_core::engine::SessionEnd;
 
 use super::auth::WriteAccess;
-use super::events::AdminEvent;
 use super::stats::SessionItem;
 use super::{AdminState, parse_room};
 use crate::error::ApiError;
@@ -58,19 +57,6 @@ pub(crate) async fn revoke_session(
         .end_session(&id, session, SessionEnd::Revoked)
         .await?;
     admin.app().revocations().record(session);
-    if let SessionState::Ended {
-        reason: SessionEnd::Revoked,
-        at,
-    } = ended.state
-    {
-        admin
-            .record(AdminEvent::new(
-                "session.revoked",
-                Some(&id),
-                at,
-                serde_json::json!({"session": session.to_string()}),
-            ))
-            .await;
-    }
+    // The store wrote the `session.revoked` event with the change (SPEC §14.9).
     Ok(Json(SessionItem::new(&ended)))
 }

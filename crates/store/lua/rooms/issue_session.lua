@@ -1,9 +1,9 @@
 -- issue_session: issues a session by hand (an operator's pass): no ticket, and it counts
 -- against capacity like any other session, so it is refused when every slot is taken (I2;
 -- RoomState::issue_session).
--- ARGV[4] session id
--- ARGV[5] uid ('' or '=' and the escaped uid)
--- ARGV[6] lifetime in milliseconds
+-- ARGV[5] session id
+-- ARGV[6] uid ('' or '=' and the escaped uid)
+-- ARGV[7] lifetime in milliseconds
 -- Returns: 'ok', session id, session record; or 'error' and why ('room_full').
 
 if not load_room() then
@@ -12,9 +12,9 @@ end
 if room.mode ~= 'passthrough' and free_slots() == 0 then
   return { 'error', 'room_full' }
 end
-local expires_at = NOW + tonumber(ARGV[6])
+local expires_at = NOW + tonumber(ARGV[7])
 local session = {
-  id = ARGV[4],
+  id = ARGV[5],
   state = 'a',
   ticket = '',
   position = 0,
@@ -25,12 +25,13 @@ local session = {
   hard_expires_at = expires_at,
   ended_at = nil,
   reason = '',
-  uid = ARGV[5],
+  uid = ARGV[6],
 }
 put_session(session)
 redis.call('ZADD', ACTIVE, int(expiry_score(session)), session.id)
 room.passes = room.passes + 1
 room.changed = true
+emit_session('pass.issued', session)
 save_room()
 notify('issue_session')
 return { 'ok', session.id, encode_session(session) }

@@ -1,16 +1,16 @@
 -- join: joins the queue, or resumes the visitor's live ticket by identity or by the ticket the
 -- visitor holds (RoomState::join). In a `queue` room where nobody else waits and limits allow,
 -- the visitor is admitted and claims a session at once; a `passthrough` room admits everybody.
--- ARGV[4] id for a new ticket
--- ARGV[5] id for a new session (used only if this join claims one)
--- ARGV[6] held ticket id or ''
--- ARGV[7] held ticket's generation or ''
--- ARGV[8] identity ('' or '=' and the escaped identity)
--- ARGV[9] return path ('' or '=' and the escaped path)
--- ARGV[10] seed for a pre-queue lottery due now (64 hex digits)
--- ARGV[11] SHA-256 (hex) of a priority access code presented, or ''
--- ARGV[12] '1': resume only (the join gate, SPEC §14.2): never make a new ticket
--- ARGV[13] the time (ms, the scripts' clock) after which the caller no longer awaits the
+-- ARGV[5] id for a new ticket
+-- ARGV[6] id for a new session (used only if this join claims one)
+-- ARGV[7] held ticket id or ''
+-- ARGV[8] held ticket's generation or ''
+-- ARGV[9] identity ('' or '=' and the escaped identity)
+-- ARGV[10] return path ('' or '=' and the escaped path)
+-- ARGV[11] seed for a pre-queue lottery due now (64 hex digits)
+-- ARGV[12] SHA-256 (hex) of a priority access code presented, or ''
+-- ARGV[13] '1': resume only (the join gate, SPEC §14.2): never make a new ticket
+-- ARGV[14] the time (ms, the scripts' clock) after which the caller no longer awaits the
 --          answer, or '': a join that runs later refuses, so it leaves no ticket nobody holds
 -- Returns: a status answer (see room.lua), or 'error' and why.
 
@@ -18,25 +18,25 @@ if not load_room() then
   return room_not_found()
 end
 -- The caller gave up on this join before it ran (cancel_join.lua): it must leave no ticket.
-if redis.call('ZSCORE', CANCELLED, ARGV[4]) then
+if redis.call('ZSCORE', CANCELLED, ARGV[5]) then
   return { 'error', 'join_cancelled' }
 end
 if room.mode == 'closed' then
   return { 'error', 'room_closed' }
 end
-DRAW_SEED = ARGV[10]
+DRAW_SEED = ARGV[11]
 settle()
 
-local new_ticket_id, session_id = ARGV[4], ARGV[5]
-local identity, return_to = ARGV[8], ARGV[9]
+local new_ticket_id, session_id = ARGV[5], ARGV[6]
+local identity, return_to = ARGV[9], ARGV[10]
 
 -- In an identity room the identity decides which ticket is resumed: a ticket presented by
 -- somebody else never hands over another user's place.
 local resumable = nil
 if identity ~= '' then
   resumable = redis.call('HGET', IDENTITIES, identity) or nil
-elseif ARGV[6] ~= '' and tonumber(ARGV[7]) == room.generation then
-  resumable = ARGV[6]
+elseif ARGV[7] ~= '' and tonumber(ARGV[8]) == room.generation then
+  resumable = ARGV[7]
 end
 if resumable then
   local answer = status(resumable, room.generation, session_id)
@@ -50,9 +50,9 @@ if resumable then
 end
 
 local refusal = nil
-if ARGV[12] == '1' then
+if ARGV[13] == '1' then
   refusal = 'nothing_to_resume'
-elseif ARGV[13] ~= '' and NOW > tonumber(ARGV[13]) then
+elseif ARGV[14] ~= '' and NOW > tonumber(ARGV[14]) then
   refusal = 'join_cancelled'
 end
 if refusal then
@@ -67,14 +67,14 @@ end
 -- A code is checked (and counted) only for a new ticket: resuming never spends one. Uses are
 -- counted in meta as `code_uses:<sha256 hex>` (RoomMeta::code_uses).
 local priority = false
-if ARGV[11] ~= '' then
+if ARGV[12] ~= '' then
   local codes = redis.call('HGET', META, 'priority_codes') or ''
-  local _, _, uses = string.find(',' .. codes, ',' .. ARGV[11] .. '=(%d+)', 1)
-  local used = tonumber(redis.call('HGET', META, 'code_uses:' .. ARGV[11]) or '0')
+  local _, _, uses = string.find(',' .. codes, ',' .. ARGV[12] .. '=(%d+)', 1)
+  local used = tonumber(redis.call('HGET', META, 'code_uses:' .. ARGV[12]) or '0')
   if uses == nil or used >= tonumber(uses) then
     return { 'error', 'invalid_priority_code' }
   end
-  redis.call('HINCRBY', META, 'code_uses:' .. ARGV[11], 1)
+  redis.call('HINCRBY', META, 'code_uses:' .. ARGV[12], 1)
   priority = true
 end
 
@@ -99,6 +99,7 @@ end
 redis.call('ZADD', line_of(ticket), int(ticket.position), new_ticket_id)
 put_ticket(ticket)
 room.changed = true
+emit_ticket('ticket.joined', ticket)
 
 local admit_at_once = false
 if room.mode == 'passthrough' then

@@ -1,23 +1,23 @@
 -- put_room: creates a room, or replaces its configuration keeping queue, sessions and counters
 -- (RoomState::new then RoomState::set_config).
--- ARGV[4] configuration (JSON, read only by the Rust side)
--- ARGV[5..14] mode, order, max_active, admit_per_minute, bucket capacity in units,
+-- ARGV[5] configuration (JSON, read only by the Rust side)
+-- ARGV[6..15] mode, order, max_active, admit_per_minute, bucket capacity in units,
 --   session_ttl, session_max ('' for none), claim_ttl, ticket_idle_ttl, renewal threshold
 --   (durations in milliseconds)
--- ARGV[15..17] schedule, before, after (see room.lua)
--- ARGV[18] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
--- ARGV[19] the configuration (as ARGV[4]) the room must still have, or '' to write whatever
+-- ARGV[16..18] schedule, before, after (see room.lua)
+-- ARGV[19] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
+-- ARGV[20] the configuration (as ARGV[5]) the room must still have, or '' to write whatever
 --   it has: a compare-and-swap for the admin API's conditional writes
--- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[19]
---   is not it (nothing written); a refusal 'room_not_found' when ARGV[19] names a configuration
+-- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[20]
+--   is not it (nothing written); a refusal 'room_not_found' when ARGV[20] names a configuration
 --   and there is no room.
 
-if ARGV[19] ~= '' then
+if ARGV[20] ~= '' then
   local stored = redis.call('HGET', META, 'config')
   if not stored then
     return { 'error', 'room_not_found' }
   end
-  if stored ~= ARGV[19] then
+  if stored ~= ARGV[20] then
     return { 'changed', stored }
   end
 end
@@ -25,19 +25,19 @@ end
 -- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
 -- would skip it.
 local function apply_config()
-  room.config_mode = ARGV[5]
-  room.order = ARGV[6]
-  room.base_max_active = tonumber(ARGV[7])
-  room.base_per_minute = tonumber(ARGV[8])
-  room.base_capacity = tonumber(ARGV[9])
-  room.events = parse_schedule(ARGV[15])
-  room.before = ARGV[16]
-  room.after = ARGV[17]
-  room.session_ttl = tonumber(ARGV[10])
-  room.session_max = optional_number(ARGV[11])
-  room.claim_ttl = tonumber(ARGV[12])
-  room.idle_ttl = tonumber(ARGV[13])
-  room.renew_after = tonumber(ARGV[14])
+  room.config_mode = ARGV[6]
+  room.order = ARGV[7]
+  room.base_max_active = tonumber(ARGV[8])
+  room.base_per_minute = tonumber(ARGV[9])
+  room.base_capacity = tonumber(ARGV[10])
+  room.events = parse_schedule(ARGV[16])
+  room.before = ARGV[17]
+  room.after = ARGV[18]
+  room.session_ttl = tonumber(ARGV[11])
+  room.session_max = optional_number(ARGV[12])
+  room.claim_ttl = tonumber(ARGV[13])
+  room.idle_ttl = tonumber(ARGV[14])
+  room.renew_after = tonumber(ARGV[15])
   apply_schedule()
 end
 
@@ -73,7 +73,7 @@ end
 
 redis.call('HSET', META,
   'layout', LAYOUT,
-  'config', ARGV[4],
+  'config', ARGV[5],
   'mode', room.config_mode,
   'order', room.order,
   'max_active', int(room.base_max_active),
@@ -84,10 +84,10 @@ redis.call('HSET', META,
   'claim_ttl', int(room.claim_ttl),
   'idle_ttl', int(room.idle_ttl),
   'renew_after', int(room.renew_after),
-  'schedule', ARGV[15],
-  'before', ARGV[16],
-  'after', ARGV[17],
-  'priority_codes', ARGV[18])
+  'schedule', ARGV[16],
+  'before', ARGV[17],
+  'after', ARGV[18],
+  'priority_codes', ARGV[19])
 save_room()
 room.changed = true
 notify('config')

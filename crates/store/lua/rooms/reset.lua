@@ -1,7 +1,7 @@
 -- reset: starts a new generation (RoomState::reset): every waiting and admitted ticket ends,
 -- every active session is revoked, serving jumps to the last position; with purge, the old
 -- generation's records are deleted. Positions go on increasing (I1 across generations).
--- ARGV[4] '1' to purge, '0' to keep the records
+-- ARGV[5] '1' to purge, '0' to keep the records
 -- Returns: 'ok' and the snapshot; or 'error' and why.
 
 if not load_room() then
@@ -22,7 +22,7 @@ end
 room.generation = room.generation + 1
 room.serving = room.last_position
 room.changed = true
-if ARGV[4] == '1' then
+if ARGV[5] == '1' then
   -- The line buckets emptied as their tickets ended.
   redis.call('DEL', TICKETS, WAITING, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
     PRIORITY, SESSION_IDS, CANCELLED)

@@ -23,10 +23,15 @@
 --                        bounded admin listings (ZRANGE BYLEX)
 --  13 cancelled   zset   ids of joins the caller gave up on (cancel_join.lua) by the time they
 --                        may be forgotten: a join arriving later with one of them is refused
+--  14 outbox      stream the room's events for the sinks (SPEC §14.9), entry ids `<sequence>-1`,
+--                        one field `e` (the event JSON), at most the cap; kept when the room
+--                        is deleted, until the sinks have delivered it
+--  15 outbox_seq  string the last sequence of `outbox` (never reset)
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
 -- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
--- ARGV[4...] the operation's own arguments
+-- ARGV[4] '' while events are off, or `<cap>|<24 hex digits>|<room id>` (see emit below)
+-- ARGV[5...] the operation's own arguments
 --
 -- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to[|p]
 --   (a tenth field `p` marks a ticket of the priority lane). This is the record of a ticket
@@ -59,6 +64,7 @@ local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], K
 local PRIORITY = KEYS[11]
 local SESSION_IDS = KEYS[12]
 local CANCELLED = KEYS[13]
+local OUTBOX, OUTBOX_SEQUENCE = KEYS[14], KEYS[15]
 local CHANNEL = ARGV[2]
 local RETENTION = tonumber(ARGV[3])
 
@@ -614,6 +620,80 @@ local function unbind_identity(identity, ticket_id)
   end
 end
 
+-- Events (SPEC §14.9; RoomState's VisitorEvent, written as visitor_events.rs writes them) ---
+
+local EVENT_CAP, EVENT_PREFIX, EVENT_ROOM = string.match(ARGV[4], '^(%d+)|(%x+)|([a-z0-9-]+)$')
+local events_emitted = 0
+
+-- `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil from days, as visitor_events.rs::rfc3339_millis).
+local function rfc3339(ms)
+  local seconds = math.floor(ms / 1000)
+  local days = math.floor(seconds / 86400)
+  local of_day = seconds - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local day_of_era = z - era * 146097
+  local year_of_era = math.floor((day_of_era - math.floor(day_of_era / 1460)
+    + math.floor(day_of_era / 36524) - math.floor(day_of_era / 146096)) / 365)
+  local day_of_year = day_of_era - (365 * year_of_era + math.floor(year_of_era / 4)
+    - math.floor(year_of_era / 100))
+  local shifted_month = math.floor((5 * day_of_year + 2) / 153)
+  local day = day_of_year - math.floor((153 * shifted_month + 2) / 5) + 1
+  local month = shifted_month < 10 and shifted_month + 3 or shifted_month - 9
+  local year = year_of_era + era * 400
+  if month <= 2 then
+    year = year + 1
+  end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
+    math.floor(of_day / 3600), math.floor(of_day % 3600 / 60), of_day % 60, ms % 1000)
+end
+
+-- The text of an escaped field ('' or '=' and the text with '%' and '|' percent-escaped).
+local function plain_text(field)
+  if field == nil or field == '' then
+    return nil
+  end
+  return (string.gsub(string.sub(field, 2), '%%(%x%x)', function(hex)
+    return string.char(tonumber(hex, 16))
+  end))
+end
+
+-- Appends one event to the room's outbox, in this script, so with the change it reports. Its
+-- id is the call's 24 hex digits and 8 counting the call's events; past the cap the oldest
+-- entry goes (one per append once full).
+local function emit(kind, ticket_id, session_id, position, generation, uid_field)
+  if not EVENT_PREFIX then
+    return
+  end
+  events_emitted = events_emitted + 1
+  local data = {}
+  if ticket_id and ticket_id ~= '' then
+    data[#data + 1] = '"ticket":"' .. ticket_id .. '"'
+  end
+  if session_id and session_id ~= '' then
+    data[#data + 1] = '"session":"' .. session_id .. '"'
+  end
+  local uid = plain_text(uid_field)
+  if uid then
+    data[#data + 1] = '"uid":' .. cjson.encode(uid)
+  end
+  data[#data + 1] = '"position":' .. int(position)
+  data[#data + 1] = '"generation":' .. int(generation)
+  local event = '{"id":"' .. EVENT_PREFIX .. string.format('%08x', events_emitted)
+    .. '","type":"' .. kind .. '","room":"' .. EVENT_ROOM .. '","at":"' .. rfc3339(NOW)
+    .. '","data":{' .. table.concat(data, ',') .. '}}'
+  local sequence = redis.call('INCR', OUTBOX_SEQUENCE)
+  redis.call('XADD', OUTBOX, 'MAXLEN', EVENT_CAP, int(sequence) .. '-1', 'e', event)
+end
+
+local function emit_ticket(kind, ticket)
+  emit(kind, ticket.id, nil, ticket.position, ticket.generation, ticket.identity)
+end
+
+local function emit_session(kind, session)
+  emit(kind, session.ticket, session.id, session.position, session.generation, session.uid)
+end
+
 -- State changes (RoomState's private methods) -----------------------------------------------
 
 local function admit(ticket)
@@ -629,6 +709,7 @@ local function admit(ticket)
   redis.call('ZADD', ADMITTED, int(claim_deadline), ticket.id)
   room.admitted = room.admitted + 1
   room.changed = true
+  emit_ticket('ticket.admitted', ticket)
 end
 
 -- Turns an admitted ticket into a session; the capacity slot moves from admitted to active.
@@ -663,6 +744,7 @@ local function claim(ticket, session_id)
   redis.call('ZADD', ACTIVE, int(expiry_score(session)), session_id)
   room.passes = room.passes + 1
   room.changed = true
+  emit_session('pass.issued', session)
   return session
 end
 
@@ -679,6 +761,7 @@ local function end_ticket(ticket, reason)
   put_ticket(ticket)
   redis.call('ZADD', ENDED, int(NOW), ticket.id)
   room.changed = true
+  emit_ticket('ticket.' .. reason, ticket)
 end
 
 local function finish_session(session, reason)
@@ -703,6 +786,7 @@ local function finish_session(session, reason)
   end
   redis.call('ZADD', FORGET, int(math.max(NOW + RETENTION, session.expires_at)), session.id)
   room.changed = true
+  emit_session('session.' .. reason, session)
 end
 
 local function forget_history()

@@ -1,9 +1,9 @@
 -- session_page: one page of the room's sessions in the order of their ids. Changes nothing but
 -- the id index, which it builds once for a room whose sessions predate it.
--- ARGV[4] list ids greater than this ('' from the start)
--- ARGV[5] the filter: '' every session, 'a' active ones, else an end reason ('expired', …)
--- ARGV[6] at most this many sessions
--- ARGV[7] examine at most this many sessions
+-- ARGV[5] list ids greater than this ('' from the start)
+-- ARGV[6] the filter: '' every session, 'a' active ones, else an end reason ('expired', …)
+-- ARGV[7] at most this many sessions
+-- ARGV[8] examine at most this many sessions
 -- Returns: 'ok', where the next page starts ('' when there is none), then each listed
 -- session's id and record.
 
@@ -16,8 +16,8 @@ if redis.call('EXISTS', SESSION_IDS) == 0 then
   end
 end
 
-local after, filter = ARGV[4], ARGV[5]
-local limit, budget = tonumber(ARGV[6]), tonumber(ARGV[7])
+local after, filter = ARGV[5], ARGV[6]
+local limit, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 -- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
 -- hard_expires_at|ended_at|reason|uid

@@ -12,15 +12,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anteroom_core::RoomId;
-use redb::{Database, TableDefinition, WriteTransaction};
+use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::wal::{self, Write};
-use super::{CONFIGS, SESSIONS, STATES, TICKETS, room_range};
+use super::{CONFIGS, EVENTS, SESSIONS, STATES, TICKETS, room_range};
 
 /// The log's own table: how far redb holds the log.
 pub(crate) const WAL_STATE: TableDefinition<&str, u64> = TableDefinition::new("wal");
 /// Key in [`WAL_STATE`]: every segment up to this number is in redb.
 pub(crate) const CHECKPOINTED_THROUGH: &str = "checkpointed_through_segment";
+/// Key in [`WAL_STATE`]: the highest event sequence handed out, kept even when every event
+/// has been delivered and pruned, so sequences never start over.
+pub(crate) const LAST_EVENT_SEQUENCE: &str = "last_event_sequence";
 
 /// The latest version of every record changed since the last checkpoint.
 #[derive(Debug, Default)]
@@ -31,6 +34,8 @@ pub(crate) struct Dirty {
     states: BTreeMap<RoomId, Vec<u8>>,
     tickets: HashMap<Vec<u8>, Option<Vec<u8>>>,
     sessions: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Events for the sinks by sequence (never overwritten: each is logged once).
+    events: BTreeMap<u64, Vec<u8>>,
 }
 
 impl Dirty {
@@ -49,6 +54,9 @@ impl Dirty {
             Write::Session { key, bytes } => {
                 self.sessions.insert(key, bytes);
             }
+            Write::Event { sequence, payload } => {
+                self.events.insert(sequence, payload);
+            }
             Write::DeleteRoom { room } => {
                 self.configs.remove(&room);
                 self.states.remove(&room);
@@ -61,12 +69,28 @@ impl Dirty {
         }
     }
 
+    /// The highest event sequence among the records.
+    pub(crate) fn last_event(&self) -> Option<u64> {
+        self.events.last_key_value().map(|(sequence, _)| *sequence)
+    }
+
     /// Writes everything into `transaction` (records in key order, which redb inserts fastest).
     pub(crate) fn apply(&self, transaction: &WriteTransaction) -> Result<(), redb::Error> {
         let mut configs = transaction.open_table(CONFIGS)?;
         let mut states = transaction.open_table(STATES)?;
         let mut tickets = transaction.open_table(TICKETS)?;
         let mut sessions = transaction.open_table(SESSIONS)?;
+        if let Some((&last, _)) = self.events.last_key_value() {
+            let mut events = transaction.open_table(EVENTS)?;
+            for (sequence, payload) in &self.events {
+                events.insert(*sequence, payload.as_slice())?;
+            }
+            let mut wal_state = transaction.open_table(WAL_STATE)?;
+            let recorded = wal_state
+                .get(LAST_EVENT_SEQUENCE)?
+                .map_or(0, |value| value.value());
+            wal_state.insert(LAST_EVENT_SEQUENCE, recorded.max(last))?;
+        }
         for room in &self.deleted_rooms {
             configs.remove(room.as_str())?;
             states.remove(room.as_str())?;

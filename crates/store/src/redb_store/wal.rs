@@ -34,6 +34,7 @@ const TAG_TICKET_DELETE: u8 = 4;
 const TAG_SESSION_PUT: u8 = 5;
 const TAG_SESSION_DELETE: u8 = 6;
 const TAG_DELETE_ROOM: u8 = 7;
+const TAG_EVENT: u8 = 8;
 
 /// One changed record, as the log and the checkpoints carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub(crate) enum Write {
     },
     /// A room and every record of it deleted.
     DeleteRoom { room: RoomId },
+    /// An event for the sinks (SPEC §14.9), keyed by its outbox sequence (8 bytes,
+    /// little-endian), logged in the frame of the change it reports.
+    Event { sequence: u64, payload: Vec<u8> },
 }
 
 /// Why the log could not be read.
@@ -215,6 +219,9 @@ pub(crate) fn encode_frame<'a>(writes: impl Iterator<Item = &'a Write> + Clone, 
             Write::DeleteRoom { room } => {
                 delete(out, TAG_DELETE_ROOM, room.as_str().as_bytes());
             }
+            Write::Event { sequence, payload } => {
+                put(out, TAG_EVENT, &sequence.to_le_bytes(), payload);
+            }
         }
     }
     let body_len = out.len() - FRAME_HEADER_LEN;
@@ -338,7 +345,9 @@ fn decode_body(mut body: &[u8]) -> Result<Vec<Write>, String> {
         body = rest;
         let key = take(&mut body, 2)?;
         let value = match tag {
-            TAG_CONFIG | TAG_STATE | TAG_TICKET_PUT | TAG_SESSION_PUT => Some(take(&mut body, 4)?),
+            TAG_CONFIG | TAG_STATE | TAG_TICKET_PUT | TAG_SESSION_PUT | TAG_EVENT => {
+                Some(take(&mut body, 4)?)
+            }
             TAG_TICKET_DELETE | TAG_SESSION_DELETE | TAG_DELETE_ROOM => None,
             other => return Err(format!("an unknown record tag {other}")),
         };
@@ -365,6 +374,13 @@ fn decode_body(mut body: &[u8]) -> Result<Vec<Write>, String> {
             (TAG_SESSION_PUT | TAG_SESSION_DELETE, bytes) => Write::Session {
                 key: key.to_vec(),
                 bytes,
+            },
+            (TAG_EVENT, Some(payload)) => Write::Event {
+                sequence: u64::from_le_bytes(
+                    key.try_into()
+                        .map_err(|_| "an event key that is not 8 bytes".to_owned())?,
+                ),
+                payload,
             },
             _ => Write::DeleteRoom { room: room()? },
         });

@@ -1,17 +1,24 @@
-//! [`RedisOutbox`]: the event outbox as a Redis Stream, shared by every node (SPEC §8.4: the
-//! Redis Stream of events in Redis mode, capped).
+//! [`RedisOutbox`]: the event outbox as Redis Streams, shared by every node (SPEC §8.4: the
+//! Redis Stream of events in Redis mode, capped; §14.9).
 //!
-//! Keys carry the hash tag `{events}`, so they live in one Cluster slot:
-//! - `<prefix>:{events}:stream`: a stream whose entry ids are `<sequence>-1`, one field `e`
-//!   holding the event JSON; trimmed to the cap on every append (other consumers may read it
-//!   with XREAD);
-//! - `<prefix>:{events}:seq`: the last sequence handed out;
-//! - `<prefix>:{events}:acked`: a hash of each sink's highest delivered sequence.
+//! Partitions, each a stream whose entry ids are `<sequence>-1` with one field `e` holding the
+//! event JSON (other consumers may read them with XREAD), a counter and a hash of each sink's
+//! highest delivered sequence:
+//! - `""`, the node's own events ([`EventOutbox::append`]): `<prefix>:{events}:stream`,
+//!   `:seq`, `:acked` (hash tag `{events}`, one Cluster slot);
+//! - one per room, the room's ticket and session events, written by the room's scripts in the
+//!   same script as the change (`room.lua`, `emit`): `<prefix>:{<room>}:outbox`,
+//!   `:outbox_seq`, `:outbox_acked`, in the room's slot. The room partitions are the rooms of
+//!   `<prefix>:rooms` and `<prefix>:outbox-rooms` (rooms ever created by this version; a
+//!   deleted room's partition is read until it is delivered, then forgotten).
 //!
-//! Appending is one script (sequence and entries together); acknowledging is one script (the
-//! mark never moves back). The sinks of every node share their progress, so a delivery made by
-//! one node is not repeated by another unless it failed midway (at-least-once).
+//! Streams are trimmed to about the cap on every append. Reading a partition is one script
+//! (its sink's mark and the entries after it); acknowledging is one script (the mark never
+//! moves back). The sinks of every node share their progress, so a delivery made by one node
+//! is not repeated by another unless it failed midway or two nodes read at once
+//! (at-least-once; receivers deduplicate on the event id).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,7 +26,7 @@ use redis::Script;
 use tokio::sync::OnceCell;
 
 use super::connection::{Client, Connection};
-use super::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
+use super::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, outbox_rooms_key, rooms_key};
 use crate::outbox::{EventOutbox, OutboxEntry, OutboxLimits};
 use crate::{RedisConfig, StoreError};
 
@@ -35,6 +42,13 @@ if count > 0 and cap > 0 then
   redis.call('XTRIM', KEYS[1], 'MAXLEN', cap)
 end
 return last
+";
+
+/// KEYS[1] stream, KEYS[2] acked; ARGV[1] sink, ARGV[2] count: the entries after the
+/// sink's mark.
+const PENDING: &str = r"
+local after = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+return redis.call('XRANGE', KEYS[1], '(' .. after .. '-1', '+', 'COUNT', ARGV[2])
 ";
 
 const ACKNOWLEDGE: &str = r"
@@ -54,7 +68,19 @@ pub struct RedisOutbox {
     prefix: String,
     limits: OutboxLimits,
     append: Script,
+    pending: Script,
     acknowledge: Script,
+    /// Where the next read starts among the partitions.
+    next_start: AtomicUsize,
+}
+
+/// A stream entry as XRANGE answers it: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// One partition's keys.
+struct PartitionKeys {
+    stream: String,
+    acked: String,
 }
 
 impl RedisOutbox {
@@ -80,12 +106,133 @@ impl RedisOutbox {
             prefix,
             limits,
             append: Script::new(APPEND),
+            pending: Script::new(PENDING),
             acknowledge: Script::new(ACKNOWLEDGE),
+            next_start: AtomicUsize::new(0),
         })
+    }
+
+    /// How much each partition keeps.
+    pub(crate) fn limits(&self) -> OutboxLimits {
+        self.limits
     }
 
     fn key(&self, part: &str) -> String {
         format!("{}:{{events}}:{part}", self.prefix)
+    }
+
+    fn partition_keys(&self, partition: &str) -> PartitionKeys {
+        if partition.is_empty() {
+            return PartitionKeys {
+                stream: self.key("stream"),
+                acked: self.key("acked"),
+            };
+        }
+        PartitionKeys {
+            stream: format!("{}:{{{partition}}}:outbox", self.prefix),
+            acked: format!("{}:{{{partition}}}:outbox_acked", self.prefix),
+        }
+    }
+
+    /// Every partition: `""`, then the rooms, in order.
+    async fn partitions(&self, connection: &Connection) -> Result<Vec<String>, StoreError> {
+        let mut rooms = std::collections::BTreeSet::new();
+        for set in [rooms_key(&self.prefix), outbox_rooms_key(&self.prefix)] {
+            let members: Vec<String> = connection
+                .query(redis::cmd("SMEMBERS").arg(set))
+                .await
+                .map_err(failed("read"))?;
+            rooms.extend(members);
+        }
+        Ok(std::iter::once(String::new()).chain(rooms).collect())
+    }
+
+    async fn pending_in(
+        &self,
+        connection: &Connection,
+        partition: &str,
+        sink: &str,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let keys = self.partition_keys(partition);
+        let mut invocation = self.pending.prepare_invoke();
+        invocation
+            .key(&keys.stream)
+            .key(&keys.acked)
+            .arg(sink)
+            .arg(limit);
+        let entries: Vec<StreamEntry> =
+            connection.eval(&invocation).await.map_err(failed("read"))?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|(id, fields)| {
+                let sequence = id.split_once('-')?.0.parse().ok()?;
+                let payload = fields.into_iter().find(|(name, _)| name == "e")?.1;
+                Some(OutboxEntry {
+                    partition: partition.to_owned(),
+                    sequence,
+                    payload,
+                })
+            })
+            .collect())
+    }
+
+    /// Drops what every sink delivered from one partition; forgets the partition of a deleted
+    /// room once it is empty.
+    async fn prune_partition(
+        &self,
+        connection: &Connection,
+        partition: &str,
+        sinks: &[&str],
+    ) -> Result<u64, StoreError> {
+        let keys = self.partition_keys(partition);
+        let marks: Vec<Option<u64>> = connection
+            .query(redis::cmd("HMGET").arg(&keys.acked).arg(sinks))
+            .await
+            .map_err(failed("prune"))?;
+        let through = marks
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .min()
+            .unwrap_or(0);
+        let pruned: u64 = if through == 0 {
+            0
+        } else {
+            connection
+                .query(
+                    redis::cmd("XTRIM")
+                        .arg(&keys.stream)
+                        .arg("MINID")
+                        .arg(format!("{}-0", through + 1)),
+                )
+                .await
+                .map_err(failed("prune"))?
+        };
+        if !partition.is_empty() {
+            let listed: bool = connection
+                .query(
+                    redis::cmd("SISMEMBER")
+                        .arg(rooms_key(&self.prefix))
+                        .arg(partition),
+                )
+                .await
+                .map_err(failed("prune"))?;
+            let left: u64 = connection
+                .query(redis::cmd("XLEN").arg(&keys.stream))
+                .await
+                .map_err(failed("prune"))?;
+            if !listed && left == 0 {
+                let _: i64 = connection
+                    .query(
+                        redis::cmd("SREM")
+                            .arg(outbox_rooms_key(&self.prefix))
+                            .arg(partition),
+                    )
+                    .await
+                    .map_err(failed("prune"))?;
+            }
+        }
+        Ok(pruned)
     }
 
     async fn connection(&self) -> Result<Connection, StoreError> {
@@ -143,38 +290,40 @@ impl EventOutbox for RedisOutbox {
     async fn pending(&self, sink: &str, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         self.bounded("read", async {
             let connection = self.connection().await?;
-            let after: Option<u64> = connection
-                .query(redis::cmd("HGET").arg(self.key("acked")).arg(sink))
-                .await
-                .map_err(failed("read"))?;
-            let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = connection
-                .query(
-                    redis::cmd("XRANGE")
-                        .arg(self.key("stream"))
-                        .arg(format!("({}-1", after.unwrap_or(0)))
-                        .arg("+")
-                        .arg("COUNT")
-                        .arg(limit),
-                )
-                .await
-                .map_err(failed("read"))?;
-            Ok(entries
-                .into_iter()
-                .filter_map(|(id, fields)| {
-                    let sequence = id.split_once('-')?.0.parse().ok()?;
-                    let payload = fields.into_iter().find(|(name, _)| name == "e")?.1;
-                    Some(OutboxEntry { sequence, payload })
-                })
-                .collect())
+            let mut partitions = self.partitions(&connection).await?;
+            // Each read starts at another partition, so one busy room cannot hold the
+            // others' events back.
+            let start = self.next_start.fetch_add(1, Ordering::Relaxed) % partitions.len();
+            partitions.rotate_left(start);
+            let mut found = Vec::new();
+            for partition in partitions {
+                let wanted = limit.saturating_sub(found.len());
+                if wanted == 0 {
+                    break;
+                }
+                found.extend(
+                    self.pending_in(&connection, &partition, sink, wanted)
+                        .await?,
+                );
+            }
+            Ok(found)
         })
         .await
     }
 
-    async fn acknowledge(&self, sink: &str, sequence: u64) -> Result<(), StoreError> {
+    async fn acknowledge(
+        &self,
+        sink: &str,
+        partition: &str,
+        sequence: u64,
+    ) -> Result<(), StoreError> {
         self.bounded("acknowledge", async {
             let connection = self.connection().await?;
             let mut invocation = self.acknowledge.prepare_invoke();
-            invocation.key(self.key("acked")).arg(sink).arg(sequence);
+            invocation
+                .key(self.partition_keys(partition).acked)
+                .arg(sink)
+                .arg(sequence);
             let _: i64 = connection
                 .eval(&invocation)
                 .await
@@ -190,27 +339,11 @@ impl EventOutbox for RedisOutbox {
         }
         self.bounded("prune", async {
             let connection = self.connection().await?;
-            let marks: Vec<Option<u64>> = connection
-                .query(redis::cmd("HMGET").arg(self.key("acked")).arg(sinks))
-                .await
-                .map_err(failed("prune"))?;
-            let through = marks
-                .into_iter()
-                .map(Option::unwrap_or_default)
-                .min()
-                .unwrap_or(0);
-            if through == 0 {
-                return Ok(0);
+            let mut pruned = 0;
+            for partition in self.partitions(&connection).await? {
+                pruned += self.prune_partition(&connection, &partition, sinks).await?;
             }
-            connection
-                .query(
-                    redis::cmd("XTRIM")
-                        .arg(self.key("stream"))
-                        .arg("MINID")
-                        .arg(format!("{}-0", through + 1)),
-                )
-                .await
-                .map_err(failed("prune"))
+            Ok(pruned)
         })
         .await
     }

@@ -8,11 +8,16 @@
 
 #![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
 
+pub mod events;
 pub mod model;
 pub mod priority;
 pub mod properties;
 pub mod schedule;
 
+pub use events::{
+    event_ids_are_unique_and_each_ticket_in_order, events_are_written_with_each_change,
+    the_outbox_keeps_the_newest_events_up_to_its_cap, unacknowledged_events_are_delivered_again,
+};
 pub use priority::priority_codes_jump_the_line_within_the_limits;
 pub use schedule::{
     schedules_pass_through_or_close_outside_their_events,
@@ -68,6 +73,10 @@ macro_rules! conformance_suite {
             the_prequeue_admits_nobody_before_opens_at,
             the_lottery_is_reproducible_from_its_recorded_seed,
             priority_codes_jump_the_line_within_the_limits,
+            events_are_written_with_each_change,
+            event_ids_are_unique_and_each_ticket_in_order,
+            unacknowledged_events_are_delivered_again,
+            the_outbox_keeps_the_newest_events_up_to_its_cap,
         );
         #[test]
         fn invariants_hold_under_random_operations() {
