@@ -83,3 +83,79 @@ impl Connection {
         }
     }
 }
+
+/// A Redis of a [`RedisConfig`](crate::RedisConfig) connected on first use, with its key
+/// prefix and the time limit every call is held to: what the event outbox and the shared key
+/// set each keep beside the store.
+pub(crate) struct LazyRedis {
+    client: Client,
+    connection: tokio::sync::OnceCell<Connection>,
+    timeout: Duration,
+    prefix: String,
+    /// What the calls are for, in errors: "the event outbox", "the shared key set".
+    subject: &'static str,
+}
+
+impl LazyRedis {
+    /// Checks `config`'s URLs; connects later, on the first call.
+    pub(crate) fn new(
+        config: &crate::RedisConfig,
+        subject: &'static str,
+    ) -> Result<LazyRedis, crate::StoreError> {
+        let client =
+            Client::new(&config.urls, config.cluster, config.timeout).map_err(|error| {
+                crate::StoreError::backend(format!("invalid redis configuration: {error}"), error)
+            })?;
+        Ok(LazyRedis {
+            client,
+            connection: tokio::sync::OnceCell::new(),
+            timeout: if config.timeout.is_zero() {
+                super::DEFAULT_TIMEOUT
+            } else {
+                config.timeout
+            },
+            prefix: if config.key_prefix.is_empty() {
+                super::DEFAULT_KEY_PREFIX.to_owned()
+            } else {
+                config.key_prefix.clone()
+            },
+            subject,
+        })
+    }
+
+    /// The key prefix (`anteroom` unless configured).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The connection, made by the first call that needs it.
+    pub(crate) async fn connection(&self) -> Result<Connection, crate::StoreError> {
+        self.connection
+            .get_or_try_init(|| async {
+                self.client
+                    .connect(self.timeout)
+                    .await
+                    .map_err(|error| crate::StoreError::backend("cannot connect to redis", error))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Runs `operation` (the `what` of the subject) within the time limit.
+    pub(crate) async fn bounded<T>(
+        &self,
+        what: &str,
+        operation: impl std::future::Future<Output = Result<T, crate::StoreError>>,
+    ) -> Result<T, crate::StoreError> {
+        match tokio::time::timeout(self.timeout, operation).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(crate::StoreError::backend(
+                format!(
+                    "redis did not complete {}'s {what} within {:?}",
+                    self.subject, self.timeout
+                ),
+                elapsed,
+            )),
+        }
+    }
+}

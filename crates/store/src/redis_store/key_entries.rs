@@ -13,13 +13,10 @@
 //! reads again and redoes its work.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use redis::Script;
-use tokio::sync::OnceCell;
 
-use super::connection::{Client, Connection};
-use super::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
+use super::connection::LazyRedis;
 use crate::{RedisConfig, StoreError};
 
 /// Reads the version and every entry at one instant.
@@ -55,10 +52,7 @@ pub struct KeyEntries {
 
 /// The shared key set's entries in Redis (standalone or Cluster).
 pub struct RedisKeyEntries {
-    client: Client,
-    connection: OnceCell<Connection>,
-    timeout: Duration,
-    prefix: String,
+    redis: LazyRedis,
     load: Script,
     apply: Script,
 }
@@ -66,24 +60,8 @@ pub struct RedisKeyEntries {
 impl RedisKeyEntries {
     /// The entries on the Redis of `config` (under its key prefix); connects on first use.
     pub fn new(config: &RedisConfig) -> Result<RedisKeyEntries, StoreError> {
-        let client =
-            Client::new(&config.urls, config.cluster, config.timeout).map_err(|error| {
-                StoreError::backend(format!("invalid redis configuration: {error}"), error)
-            })?;
-        let prefix = if config.key_prefix.is_empty() {
-            DEFAULT_KEY_PREFIX.to_owned()
-        } else {
-            config.key_prefix.clone()
-        };
         Ok(RedisKeyEntries {
-            client,
-            connection: OnceCell::new(),
-            timeout: if config.timeout.is_zero() {
-                DEFAULT_TIMEOUT
-            } else {
-                config.timeout
-            },
-            prefix,
+            redis: LazyRedis::new(config, "the shared key set")?,
             load: Script::new(LOAD),
             apply: Script::new(APPLY),
         })
@@ -96,37 +74,41 @@ impl RedisKeyEntries {
 
     /// The current version: it changes whenever an entry does.
     pub async fn version(&self) -> Result<u64, StoreError> {
-        self.bounded("version read", async {
-            let connection = self.connection().await?;
-            let version: Option<u64> = connection
-                .query(redis::cmd("GET").arg(self.key("version")))
-                .await
-                .map_err(failed("version read"))?;
-            Ok(version.unwrap_or(0))
-        })
-        .await
+        self.redis
+            .bounded("version read", async {
+                let connection = self.redis.connection().await?;
+                let version: Option<u64> = connection
+                    .query(redis::cmd("GET").arg(self.key("version")))
+                    .await
+                    .map_err(failed("version read"))?;
+                Ok(version.unwrap_or(0))
+            })
+            .await
     }
 
     /// Every entry and the version they are at.
     pub async fn load(&self) -> Result<KeyEntries, StoreError> {
-        self.bounded("read", async {
-            let connection = self.connection().await?;
-            let mut invocation = self.load.prepare_invoke();
-            invocation.key(self.key("entries")).key(self.key("version"));
-            let (version, pairs): (String, Vec<(String, String)>) =
-                connection.eval(&invocation).await.map_err(failed("read"))?;
-            let version = version.parse().map_err(|error| {
-                StoreError::backend(
-                    format!("the shared key set's version in redis is not a number: {version:?}"),
-                    error,
-                )
-            })?;
-            Ok(KeyEntries {
-                version,
-                entries: pairs.into_iter().collect(),
+        self.redis
+            .bounded("read", async {
+                let connection = self.redis.connection().await?;
+                let mut invocation = self.load.prepare_invoke();
+                invocation.key(self.key("entries")).key(self.key("version"));
+                let (version, pairs): (String, Vec<(String, String)>) =
+                    connection.eval(&invocation).await.map_err(failed("read"))?;
+                let version = version.parse().map_err(|error| {
+                    StoreError::backend(
+                        format!(
+                            "the shared key set's version in redis is not a number: {version:?}"
+                        ),
+                        error,
+                    )
+                })?;
+                Ok(KeyEntries {
+                    version,
+                    entries: pairs.into_iter().collect(),
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Writes `changes` (name → new text, or `None` to remove) if the entries are still at
@@ -136,59 +118,31 @@ impl RedisKeyEntries {
         version: u64,
         changes: &BTreeMap<String, Option<String>>,
     ) -> Result<bool, StoreError> {
-        self.bounded("write", async {
-            let connection = self.connection().await?;
-            let mut invocation = self.apply.prepare_invoke();
-            invocation
-                .key(self.key("entries"))
-                .key(self.key("version"))
-                .arg(version);
-            for (name, text) in changes {
-                match text {
-                    Some(text) => invocation.arg("set").arg(name).arg(text),
-                    None => invocation.arg("del").arg(name).arg(""),
-                };
-            }
-            let applied: u8 = connection
-                .eval(&invocation)
-                .await
-                .map_err(failed("write"))?;
-            Ok(applied == 1)
-        })
-        .await
+        self.redis
+            .bounded("write", async {
+                let connection = self.redis.connection().await?;
+                let mut invocation = self.apply.prepare_invoke();
+                invocation
+                    .key(self.key("entries"))
+                    .key(self.key("version"))
+                    .arg(version);
+                for (name, text) in changes {
+                    match text {
+                        Some(text) => invocation.arg("set").arg(name).arg(text),
+                        None => invocation.arg("del").arg(name).arg(""),
+                    };
+                }
+                let applied: u8 = connection
+                    .eval(&invocation)
+                    .await
+                    .map_err(failed("write"))?;
+                Ok(applied == 1)
+            })
+            .await
     }
 
     fn key(&self, part: &str) -> String {
-        format!("{}:{{keys}}:{part}", self.prefix)
-    }
-
-    async fn connection(&self) -> Result<Connection, StoreError> {
-        self.connection
-            .get_or_try_init(|| async {
-                self.client
-                    .connect(self.timeout)
-                    .await
-                    .map_err(|error| StoreError::backend("cannot connect to redis", error))
-            })
-            .await
-            .cloned()
-    }
-
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        operation: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
-            Err(elapsed) => Err(StoreError::backend(
-                format!(
-                    "redis did not complete the shared key set's {what} within {:?}",
-                    self.timeout
-                ),
-                elapsed,
-            )),
-        }
+        format!("{}:{{keys}}:{part}", self.redis.prefix())
     }
 }
 

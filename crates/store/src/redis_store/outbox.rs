@@ -19,14 +19,12 @@
 //! (at-least-once; receivers deduplicate on the event id).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use tokio::sync::OnceCell;
 
-use super::connection::{Client, Connection};
-use super::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, outbox_rooms_key, rooms_key};
+use super::connection::{Connection, LazyRedis};
+use super::{outbox_rooms_key, rooms_key};
 use crate::outbox::{EventOutbox, OutboxEntry, OutboxLimits};
 use crate::{RedisConfig, StoreError};
 
@@ -62,10 +60,7 @@ return 1
 
 /// The event outbox in Redis (standalone or Cluster).
 pub struct RedisOutbox {
-    client: Client,
-    connection: OnceCell<Connection>,
-    timeout: Duration,
-    prefix: String,
+    redis: LazyRedis,
     limits: OutboxLimits,
     append: Script,
     pending: Script,
@@ -86,24 +81,8 @@ struct PartitionKeys {
 impl RedisOutbox {
     /// An outbox on the Redis of `config` (under its key prefix); connects on first use.
     pub fn new(config: &RedisConfig, limits: OutboxLimits) -> Result<RedisOutbox, StoreError> {
-        let client =
-            Client::new(&config.urls, config.cluster, config.timeout).map_err(|error| {
-                StoreError::backend(format!("invalid redis configuration: {error}"), error)
-            })?;
-        let prefix = if config.key_prefix.is_empty() {
-            DEFAULT_KEY_PREFIX.to_owned()
-        } else {
-            config.key_prefix.clone()
-        };
         Ok(RedisOutbox {
-            client,
-            connection: OnceCell::new(),
-            timeout: if config.timeout.is_zero() {
-                DEFAULT_TIMEOUT
-            } else {
-                config.timeout
-            },
-            prefix,
+            redis: LazyRedis::new(config, "the event outbox")?,
             limits,
             append: Script::new(APPEND),
             pending: Script::new(PENDING),
@@ -118,7 +97,7 @@ impl RedisOutbox {
     }
 
     fn key(&self, part: &str) -> String {
-        format!("{}:{{events}}:{part}", self.prefix)
+        format!("{}:{{events}}:{part}", self.redis.prefix())
     }
 
     fn partition_keys(&self, partition: &str) -> PartitionKeys {
@@ -129,15 +108,18 @@ impl RedisOutbox {
             };
         }
         PartitionKeys {
-            stream: format!("{}:{{{partition}}}:outbox", self.prefix),
-            acked: format!("{}:{{{partition}}}:outbox_acked", self.prefix),
+            stream: format!("{}:{{{partition}}}:outbox", self.redis.prefix()),
+            acked: format!("{}:{{{partition}}}:outbox_acked", self.redis.prefix()),
         }
     }
 
     /// Every partition: `""`, then the rooms, in order.
     async fn partitions(&self, connection: &Connection) -> Result<Vec<String>, StoreError> {
         let mut rooms = std::collections::BTreeSet::new();
-        for set in [rooms_key(&self.prefix), outbox_rooms_key(&self.prefix)] {
+        for set in [
+            rooms_key(self.redis.prefix()),
+            outbox_rooms_key(self.redis.prefix()),
+        ] {
             let members: Vec<String> = connection
                 .query(redis::cmd("SMEMBERS").arg(set))
                 .await
@@ -212,7 +194,7 @@ impl RedisOutbox {
             let listed: bool = connection
                 .query(
                     redis::cmd("SISMEMBER")
-                        .arg(rooms_key(&self.prefix))
+                        .arg(rooms_key(self.redis.prefix()))
                         .arg(partition),
                 )
                 .await
@@ -225,7 +207,7 @@ impl RedisOutbox {
                 let _: i64 = connection
                     .query(
                         redis::cmd("SREM")
-                            .arg(outbox_rooms_key(&self.prefix))
+                            .arg(outbox_rooms_key(self.redis.prefix()))
                             .arg(partition),
                     )
                     .await
@@ -233,35 +215,6 @@ impl RedisOutbox {
             }
         }
         Ok(pruned)
-    }
-
-    async fn connection(&self) -> Result<Connection, StoreError> {
-        self.connection
-            .get_or_try_init(|| async {
-                self.client
-                    .connect(self.timeout)
-                    .await
-                    .map_err(|error| StoreError::backend("cannot connect to redis", error))
-            })
-            .await
-            .cloned()
-    }
-
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        operation: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
-            Err(elapsed) => Err(StoreError::backend(
-                format!(
-                    "redis did not complete the outbox's {what} within {:?}",
-                    self.timeout
-                ),
-                elapsed,
-            )),
-        }
     }
 }
 
@@ -272,43 +225,45 @@ fn failed(what: &str) -> impl FnOnce(redis::RedisError) -> StoreError + '_ {
 #[async_trait]
 impl EventOutbox for RedisOutbox {
     async fn append(&self, payloads: Vec<Vec<u8>>) -> Result<u64, StoreError> {
-        self.bounded("append", async {
-            let connection = self.connection().await?;
-            let mut invocation = self.append.prepare_invoke();
-            invocation
-                .key(self.key("stream"))
-                .key(self.key("seq"))
-                .arg(self.limits.max_entries);
-            for payload in &payloads {
-                invocation.arg(payload.as_slice());
-            }
-            connection.eval(&invocation).await.map_err(failed("append"))
-        })
-        .await
+        self.redis
+            .bounded("append", async {
+                let connection = self.redis.connection().await?;
+                let mut invocation = self.append.prepare_invoke();
+                invocation
+                    .key(self.key("stream"))
+                    .key(self.key("seq"))
+                    .arg(self.limits.max_entries);
+                for payload in &payloads {
+                    invocation.arg(payload.as_slice());
+                }
+                connection.eval(&invocation).await.map_err(failed("append"))
+            })
+            .await
     }
 
     async fn pending(&self, sink: &str, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        self.bounded("read", async {
-            let connection = self.connection().await?;
-            let mut partitions = self.partitions(&connection).await?;
-            // Each read starts at another partition, so one busy room cannot hold the
-            // others' events back.
-            let start = self.next_start.fetch_add(1, Ordering::Relaxed) % partitions.len();
-            partitions.rotate_left(start);
-            let mut found = Vec::new();
-            for partition in partitions {
-                let wanted = limit.saturating_sub(found.len());
-                if wanted == 0 {
-                    break;
+        self.redis
+            .bounded("read", async {
+                let connection = self.redis.connection().await?;
+                let mut partitions = self.partitions(&connection).await?;
+                // Each read starts at another partition, so one busy room cannot hold the
+                // others' events back.
+                let start = self.next_start.fetch_add(1, Ordering::Relaxed) % partitions.len();
+                partitions.rotate_left(start);
+                let mut found = Vec::new();
+                for partition in partitions {
+                    let wanted = limit.saturating_sub(found.len());
+                    if wanted == 0 {
+                        break;
+                    }
+                    found.extend(
+                        self.pending_in(&connection, &partition, sink, wanted)
+                            .await?,
+                    );
                 }
-                found.extend(
-                    self.pending_in(&connection, &partition, sink, wanted)
-                        .await?,
-                );
-            }
-            Ok(found)
-        })
-        .await
+                Ok(found)
+            })
+            .await
     }
 
     async fn acknowledge(
@@ -317,34 +272,36 @@ impl EventOutbox for RedisOutbox {
         partition: &str,
         sequence: u64,
     ) -> Result<(), StoreError> {
-        self.bounded("acknowledge", async {
-            let connection = self.connection().await?;
-            let mut invocation = self.acknowledge.prepare_invoke();
-            invocation
-                .key(self.partition_keys(partition).acked)
-                .arg(sink)
-                .arg(sequence);
-            let _: i64 = connection
-                .eval(&invocation)
-                .await
-                .map_err(failed("acknowledge"))?;
-            Ok(())
-        })
-        .await
+        self.redis
+            .bounded("acknowledge", async {
+                let connection = self.redis.connection().await?;
+                let mut invocation = self.acknowledge.prepare_invoke();
+                invocation
+                    .key(self.partition_keys(partition).acked)
+                    .arg(sink)
+                    .arg(sequence);
+                let _: i64 = connection
+                    .eval(&invocation)
+                    .await
+                    .map_err(failed("acknowledge"))?;
+                Ok(())
+            })
+            .await
     }
 
     async fn prune(&self, sinks: &[&str]) -> Result<u64, StoreError> {
         if sinks.is_empty() {
             return Ok(0);
         }
-        self.bounded("prune", async {
-            let connection = self.connection().await?;
-            let mut pruned = 0;
-            for partition in self.partitions(&connection).await? {
-                pruned += self.prune_partition(&connection, &partition, sinks).await?;
-            }
-            Ok(pruned)
-        })
-        .await
+        self.redis
+            .bounded("prune", async {
+                let connection = self.redis.connection().await?;
+                let mut pruned = 0;
+                for partition in self.partitions(&connection).await? {
+                    pruned += self.prune_partition(&connection, &partition, sinks).await?;
+                }
+                Ok(pruned)
+            })
+            .await
     }
 }
