@@ -136,7 +136,11 @@ async fn write_response(
     );
     let mut head = Vec::with_capacity(256);
     framing.write_head(&mut head, parts.status, &parts.headers, false, version);
+    // The head's buffer and the answer's fields (a header map of several hundred bytes) are
+    // not kept for the stream's life.
+    drop(parts);
     stream.write_all(&head).await?;
+    drop(head);
     if framing.bodiless {
         return Ok(());
     }
