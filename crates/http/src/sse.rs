@@ -526,7 +526,9 @@ impl StreamState {
 type EventKey = (u64, u64, u64, Option<u64>, Mode);
 
 fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallible>> {
-    stream::unfold(Some(state), |state| async move {
+    // Boxed: each step's future holds the state it was given and the binding it is moved
+    // into, and the stream lives as long as its visitor waits (a box is one copy, on the heap).
+    stream::unfold(Some(Box::new(state)), |state| async move {
         let mut state = state?;
         let step = match state.first.take() {
             Some(first) => first,

@@ -198,20 +198,21 @@ async fn serve_connection(stream: server::Client, accepted: Accepted) {
         Ok(Ok(0) | Err(_)) | Err(_) => {}
         Ok(Ok(read)) if stream::is_event_stream_request(&start[..read]) => {
             let (_, peer, app, stop) = accepted.split();
-            // Boxed, here and below: the task holding this connection is as large as its
-            // largest branch, and an event stream lives for hours on the smallest one.
-            Box::pin(stream::serve(
+            // A task of its own, and this one ends: a task is as large as its future's
+            // largest state, and an event stream lives for hours without needing any of this
+            // one's (the peek, the other branches, what `accepted` held).
+            tokio::spawn(stream::serve(
                 stream,
                 peer,
                 app.router,
                 timeouts.header_timeout,
                 stop,
-            ))
-            .await;
+            ));
         }
         Ok(Ok(read)) if is_http2_preface(&start[..read]) => with_hyper(stream, accepted),
         Ok(Ok(_)) => {
             let (hand_over, peer, app, stop) = accepted.split();
+            // Boxed: this task would otherwise be as large as the loop's future while it peeks.
             Box::pin(server::serve(stream, peer, app, hand_over, stop)).await;
         }
     }
