@@ -348,6 +348,8 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
                 backoff = FIRST_BACKOFF;
             }
             Err(reason) => {
+                metrics::counter!("anteroom_event_delivery_failures_total", "sink" => name.clone())
+                    .increment(1);
                 if failing_since.is_none() {
                     failing_since = Some(tokio::time::Instant::now());
                     tracing::warn!(sink = %name, %reason, "event delivery failed; retrying with backoff");

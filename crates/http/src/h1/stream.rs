@@ -33,6 +33,7 @@ use tower::Service as _;
 use anteroom_h1::{AnswerFraming, BadHead, push_chunk, take_head};
 
 use super::server::{Client, refuse};
+use crate::metrics::RequestMetrics;
 
 /// How much the head buffer grows by at a time: small, as the stream keeps its connection for
 /// long.
@@ -73,7 +74,7 @@ pub(crate) fn is_event_stream_request(start: &[u8]) -> bool {
 pub(crate) async fn serve(
     mut stream: Client,
     peer: SocketAddr,
-    mut router: Router,
+    (mut router, requests): (Router, &'static RequestMetrics),
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -87,12 +88,14 @@ pub(crate) async fn serve(
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return,
     };
+    let started = std::time::Instant::now();
     let version = request.version();
     request.extensions_mut().insert(ConnectInfo(peer));
     let response = match router.call(request).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
+    requests.answered(response.status(), started);
     if let Err(error) = write_response(&mut stream, response, version, &mut stop).await {
         tracing::debug!(%peer, %error, "event stream ended with an error");
         return;
