@@ -477,6 +477,14 @@ fn describe() {
             "anteroom_store_errors_total",
             "Store operations that failed."
         );
+        describe_counter!(
+            "anteroom_store_failure_let_through_total",
+            "Requests let through without a decision while the store failed (on_store_error = open)."
+        );
+        describe_counter!(
+            "anteroom_store_failure_refused_total",
+            "Requests refused while the store failed (on_store_error = closed)."
+        );
     });
 }
 
