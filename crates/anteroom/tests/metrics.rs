@@ -7,6 +7,8 @@
 //! rules pass `promtool check rules` and their unit tests (`promtool test rules`).
 #![allow(clippy::unwrap_used)]
 
+// This test uses the admin client only to wait for the listener.
+#[allow(dead_code)]
 #[path = "support/admin.rs"]
 mod admin_support;
 mod support;
