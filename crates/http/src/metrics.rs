@@ -1,27 +1,14 @@
 //! Prometheus metrics (SPEC §8.4) through the `metrics` facade, rendered by
 //! `metrics-exporter-prometheus` at the admin listener's `/metrics`.
 //!
-//! Series (all prefixed `anteroom_`):
+//! The series, their labels and meaning are listed in docs/operating.md ("Metrics"); names
+//! are in base units, and the old names it lists as deprecated are set beside their
+//! replacements for one release. Besides the facade's series, a scrape renders
+//! `anteroom_build_info`, the gateway's own counts and the process series
+//! (`process_metrics.rs`) as text, and sets `anteroom_ready` from the readiness check.
 //!
-//! | series | kind | labels |
-//! |---|---|---|
-//! | `room_waiting`, `room_active`, `room_serving`, `room_admitted_unclaimed`, `room_admission_rate_per_minute` | gauge | `room` |
-//! | `room_joins_total`, `room_admissions_total`, `room_no_shows_total`, `room_abandons_total`, `room_left_total`, `room_passes_total`, `room_completions_total`, `room_sessions_abandoned_total`, `room_sessions_expired_total` | counter | `room` |
-//! | `sse_connections` | gauge | |
-//! | `rate_limit_decisions_total` | counter | `rule`, `result` (`allowed`, `delayed`, `rejected`, `shadow_rejected`) |
-//! | `rate_limit_store_errors_total` | counter | `rule` |
-//! | `rate_limit_keys`, `rate_limit_max_keys`, `rate_limit_keys_full_total` | gauge, gauge, counter | `rule` (keys in the local store, its budget, new keys met full) |
-//! | `once_marks`, `once_marks_max`, `once_marks_full_total` | gauge, gauge, counter | (this node's own one-time marks; absent with a Redis store) |
-//! | `store_operation_seconds` | histogram | `operation` (the admin sampler's calls) |
-//! | `store_errors_total` | counter | `operation` (every failed store call of this node) |
-//! | `store_failure_let_through_total`, `store_failure_refused_total` | counter | |
-//! | `upstream_latency_seconds` | histogram | `route` (gateway mode) |
-//! | `upstream_responses_total`, `upstream_server_errors_total`, `upstream_in_flight` | counter, gauge | `route` |
-//! | `adaptive_rate_per_minute`, `adaptive_p95_ms`, `adaptive_error_rate`, `adaptive_in_flight` | gauge | `room` (set by `adaptive.rs`) |
-//! | `adaptive_decisions_total` | counter | `room`, `decision` |
-//! | `challenges_issued_total`, `challenges_solved_total` | counter | `room` (counted by `challenge.rs`) |
-//! | `challenges_failed_total` | counter | `room`, `reason` |
-//! | `websocket_connections_total`, `websocket_open`, `websocket_messages_forwarded_total`, `websocket_messages_dropped_total`, `websocket_closed_over_limit_total` | counter, gauge | |
+//! Requests are counted by [`RequestMetrics`], whose handles are resolved once per listener:
+//! the HTTP engine calls [`RequestMetrics::answered`] where each answer's head is ready.
 //!
 //! Room figures come from the admin sampler, once a second. Room totals live in the store,
 //! so on a shared store every node reports the same totals: aggregate with `max`, not `sum`.
@@ -369,7 +356,7 @@ fn describe() {
         describe_gauge!("anteroom_sse_connections", "Open SSE streams on this node.");
         describe_gauge!(
             "anteroom_sse_max_connections",
-            "The most SSE streams this node holds ([server] max_sse_connections)."
+            "The most SSE streams this node holds ([server] sse_max_streams)."
         );
         describe_counter!(
             "anteroom_sse_refused_total",
