@@ -351,6 +351,11 @@ async fn a_live_scrape_follows_the_conventions_and_holds_what_the_rules_and_dash
         assert!(text.contains(sample), "{sample} in\n{text}");
     }
     assert!(text.contains("anteroom_sse_connections 1"), "{text}");
+    // Store latency is timed on the request path (the joins), not only by the sampler.
+    for operation in ["join", "tick", "snapshot"] {
+        let sample = format!("anteroom_store_operation_seconds_count{{operation=\"{operation}\"}}");
+        assert!(text.contains(&sample), "{sample} in\n{text}");
+    }
 
     let exported: BTreeSet<&String> = scraped.keys().collect();
     let rules = rule_expressions();

@@ -35,6 +35,7 @@ mod site_identity;
 mod sse;
 mod status_json;
 mod store_failure;
+mod store_timing;
 mod ticker;
 mod tls;
 mod waiting_room;
@@ -91,6 +92,7 @@ pub use sinks::{
 pub use site_identity::{SecretFileError, read_secret_file};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
+pub use store_timing::TimedStore;
 pub use ticker::run_ticker;
 pub use tls::{
     CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,

@@ -82,6 +82,7 @@ impl Metrics {
             .clone()
             .map_err(MetricsError)?;
         describe();
+        crate::store_timing::resolve_timers();
         Ok(Metrics {
             handle,
             rate_limiter,
@@ -458,7 +459,7 @@ fn describe() {
         describe_histogram!(
             "anteroom_store_operation_seconds",
             metrics::Unit::Seconds,
-            "Store operations timed by this node (the admin sampler's and the ticker's)."
+            "Store operations timed by this node, by operation (the request path's, the ticker's and the admin sampler's)."
         );
         describe_counter!(
             "anteroom_store_errors_total",
