@@ -46,6 +46,7 @@ const REQUIRED: &[&str] = &[
     "anteroom_store_errors_total",
     "anteroom_ticker_lag_seconds",
     "anteroom_event_delivery_failures_total",
+    "anteroom_event_sink_pending_events",
     "anteroom_sse_connections",
     "anteroom_sse_max_connections",
     "anteroom_upstream_server_errors_total",

@@ -376,6 +376,10 @@ fn describe() {
             "anteroom_ticker_lag_seconds",
             "How late the ticker's last round finished after its scheduled start."
         );
+        describe_gauge!(
+            "anteroom_event_sink_pending_events",
+            "Events the sink's last outbox read found waiting, up to one batch (0: caught up)."
+        );
         describe_counter!(
             "anteroom_event_delivery_failures_total",
             "Event deliveries (log or webhook batches) that failed, by sink."

@@ -330,6 +330,10 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
                 continue;
             }
         };
+        // The outbox has no cheap count: what this read found, up to one batch, says whether
+        // the sink keeps up (0) or falls behind (a full batch, read after read).
+        metrics::gauge!("anteroom_event_sink_pending_events", "sink" => name.clone())
+            .set(entries.len() as f64);
         if entries.is_empty() {
             let _ = tokio::time::timeout(IDLE_POLL, woken).await;
             continue;
