@@ -205,7 +205,8 @@ async fn serve_connection(stream: server::Client, accepted: Accepted) {
             Box::pin(stream::serve(
                 stream,
                 peer,
-                (app.router, RequestMetrics::of(app.listener)),
+                app.router,
+                RequestMetrics::of(app.listener),
                 timeouts.header_timeout,
                 stop,
             ))

@@ -69,12 +69,13 @@ pub(crate) fn is_event_stream_request(start: &[u8]) -> bool {
 }
 
 /// Serves one event stream request on `stream` (whose first bytes passed
-/// [`is_event_stream_request`]), then closes the connection. `stop` turning `true` ends the
-/// stream cleanly (the server is shutting down).
+/// [`is_event_stream_request`]), then closes the connection; its answer counts in
+/// `requests`. `stop` turning `true` ends the stream cleanly (the server is shutting down).
 pub(crate) async fn serve(
     mut stream: Client,
     peer: SocketAddr,
-    (mut router, requests): (Router, &'static RequestMetrics),
+    mut router: Router,
+    requests: &'static RequestMetrics,
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
