@@ -94,7 +94,8 @@ pub(crate) async fn start(
     let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin.clone()))
         .with_limits(anteroom_http::ServerLimits::uncapped(
             config.server.connections,
-        ));
+        ))
+        .counted_as(anteroom_http::Listener::Admin);
     tokio::spawn(async move {
         let served = anteroom_http::serve(listener, app, shutdown).await;
         let _ = stop.send(true);

@@ -81,6 +81,8 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
             redis
         }
     };
+    // Request-path store calls are timed (anteroom_store_operation_seconds).
+    let store = anteroom_http::TimedStore::wrap(store);
     let key_source = crate::keys::key_source(config)?;
     let keys = crate::keys::load_or_generate(&key_source, config, clock.now().as_secs()).await?;
     let algorithm = crate::keys::algorithm(config)?;

@@ -85,10 +85,15 @@ impl AdaptiveState {
 
     fn record(&self, room: &RoomId, status: AdaptiveStatus) {
         let label = room.to_string();
+        let p95_ms = status.p95_ms.unwrap_or(0.0);
+        gauge!("anteroom_adaptive_rate_per_second", "room" => label.clone())
+            .set(status.rate_per_minute as f64 / 60.0);
+        gauge!("anteroom_adaptive_p95_seconds", "room" => label.clone()).set(p95_ms / 1000.0);
+        gauge!("anteroom_adaptive_error_ratio", "room" => label.clone()).set(status.error_rate);
+        // Deprecated aliases in the old units, removed in the next release.
         gauge!("anteroom_adaptive_rate_per_minute", "room" => label.clone())
             .set(status.rate_per_minute as f64);
-        gauge!("anteroom_adaptive_p95_ms", "room" => label.clone())
-            .set(status.p95_ms.unwrap_or(0.0));
+        gauge!("anteroom_adaptive_p95_ms", "room" => label.clone()).set(p95_ms);
         gauge!("anteroom_adaptive_error_rate", "room" => label.clone()).set(status.error_rate);
         gauge!("anteroom_adaptive_in_flight", "room" => label.clone()).set(status.in_flight as f64);
         counter!("anteroom_adaptive_decisions_total", "room" => label, "decision" => status.decision)

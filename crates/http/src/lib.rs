@@ -26,6 +26,7 @@ mod notices;
 mod oidc;
 mod openapi;
 mod page;
+mod process_metrics;
 mod ratelimit;
 mod readiness;
 mod room_cache;
@@ -34,6 +35,7 @@ mod site_identity;
 mod sse;
 mod status_json;
 mod store_failure;
+mod store_timing;
 mod ticker;
 mod tls;
 mod waiting_room;
@@ -74,7 +76,7 @@ pub use h1::limits::ServerLimits;
 pub use h1::serve;
 pub use key_reload::{KEY_DIR_CHECK_INTERVAL, KEY_PRUNE_INTERVAL, follow_key_dir};
 pub use key_source::{KeySource, KeySourceError, key_retention_secs};
-pub use metrics::{Metrics, MetricsError};
+pub use metrics::{Listener, Metrics, MetricsError};
 pub use notices::{COALESCE as NOTICE_COALESCE, Revocations, follow_notices};
 pub use openapi::document_json as openapi_json;
 pub use page::{PageError, PageRenderer, store_unavailable_page};
@@ -90,6 +92,7 @@ pub use sinks::{
 pub use site_identity::{SecretFileError, read_secret_file};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
+pub use store_timing::TimedStore;
 pub use ticker::run_ticker;
 pub use tls::{
     CERTIFICATE_CHECK_INTERVAL, TlsServer, TlsSetupError, UpstreamTls, follow_certificate_files,
@@ -694,6 +697,7 @@ pub fn gateway_app(state: AppState, gateway: &Gateway) -> PublicApp {
         site,
         engine,
         limits: ServerLimits::uncapped(ConnectionLimits::default()),
+        listener: Listener::Public,
         tls: None,
     }
 }
@@ -706,6 +710,8 @@ pub struct PublicApp {
     site: Option<gateway::SiteLane>,
     engine: HttpEngine,
     limits: ServerLimits,
+    /// Which listener's request series count its answers.
+    listener: Listener,
     /// TLS on the listener (`[server.tls]`); `None`: plain HTTP.
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -735,6 +741,13 @@ impl PublicApp {
         self.limits = limits;
         self
     }
+
+    /// The same app counted as `listener`'s requests (`anteroom_http_requests_total`); an
+    /// app counts as the public listener's until told otherwise.
+    pub fn counted_as(mut self, listener: Listener) -> PublicApp {
+        self.listener = listener;
+        self
+    }
 }
 
 impl From<Router> for PublicApp {
@@ -744,6 +757,7 @@ impl From<Router> for PublicApp {
             site: None,
             engine: HttpEngine::Own,
             limits: ServerLimits::uncapped(ConnectionLimits::default()),
+            listener: Listener::Public,
             tls: None,
         }
     }

@@ -1,27 +1,14 @@
 //! Prometheus metrics (SPEC §8.4) through the `metrics` facade, rendered by
 //! `metrics-exporter-prometheus` at the admin listener's `/metrics`.
 //!
-//! Series (all prefixed `anteroom_`):
+//! The series, their labels and meaning are listed in docs/operating.md ("Metrics"); names
+//! are in base units, and the old names it lists as deprecated are set beside their
+//! replacements for one release. Besides the facade's series, a scrape renders
+//! `anteroom_build_info`, the gateway's own counts and the process series
+//! (`process_metrics.rs`) as text, and sets `anteroom_ready` from the readiness check.
 //!
-//! | series | kind | labels |
-//! |---|---|---|
-//! | `room_waiting`, `room_active`, `room_serving`, `room_admitted_unclaimed`, `room_admission_rate_per_minute` | gauge | `room` |
-//! | `room_joins_total`, `room_admissions_total`, `room_no_shows_total`, `room_abandons_total`, `room_left_total`, `room_passes_total`, `room_completions_total`, `room_sessions_abandoned_total`, `room_sessions_expired_total` | counter | `room` |
-//! | `sse_connections` | gauge | |
-//! | `rate_limit_decisions_total` | counter | `rule`, `result` (`allowed`, `delayed`, `rejected`, `shadow_rejected`) |
-//! | `rate_limit_store_errors_total` | counter | `rule` |
-//! | `rate_limit_keys`, `rate_limit_max_keys`, `rate_limit_keys_full_total` | gauge, gauge, counter | `rule` (keys in the local store, its budget, new keys met full) |
-//! | `once_marks`, `once_marks_max`, `once_marks_full_total` | gauge, gauge, counter | (this node's own one-time marks; absent with a Redis store) |
-//! | `store_operation_seconds` | histogram | `operation` (the admin sampler's calls) |
-//! | `store_errors_total` | counter | `operation` (every failed store call of this node) |
-//! | `store_failure_let_through_total`, `store_failure_refused_total` | counter | |
-//! | `upstream_latency_seconds` | histogram | `route` (gateway mode) |
-//! | `upstream_responses_total`, `upstream_server_errors_total`, `upstream_in_flight` | counter, gauge | `route` |
-//! | `adaptive_rate_per_minute`, `adaptive_p95_ms`, `adaptive_error_rate`, `adaptive_in_flight` | gauge | `room` (set by `adaptive.rs`) |
-//! | `adaptive_decisions_total` | counter | `room`, `decision` |
-//! | `challenges_issued_total`, `challenges_solved_total` | counter | `room` (counted by `challenge.rs`) |
-//! | `challenges_failed_total` | counter | `room`, `reason` |
-//! | `websocket_connections_total`, `websocket_open`, `websocket_messages_forwarded_total`, `websocket_messages_dropped_total`, `websocket_closed_over_limit_total` | counter, gauge | |
+//! Requests are counted by [`RequestMetrics`], whose handles are resolved once per listener:
+//! the HTTP engine calls [`RequestMetrics::answered`] where each answer's head is ready.
 //!
 //! Room figures come from the admin sampler, once a second. Room totals live in the store,
 //! so on a shared store every node reports the same totals: aggregate with `max`, not `sum`.
@@ -36,7 +23,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use anteroom_core::RoomId;
@@ -95,6 +82,7 @@ impl Metrics {
             .clone()
             .map_err(MetricsError)?;
         describe();
+        crate::store_timing::resolve_timers();
         Ok(Metrics {
             handle,
             rate_limiter,
@@ -124,7 +112,11 @@ impl Metrics {
     /// The exposition text (Prometheus text format 0.0.4) of this node.
     pub fn render(&self, app: &AppState) -> String {
         sse_connections(app.hub().connections());
+        gauge!("anteroom_sse_max_connections").set(app.hub().max_streams() as f64);
         let failures = app.store_failures().counts();
+        // Initialised at zero (the ticker's `rooms` call runs on every node), so the family is
+        // there for `rate()` before the first error.
+        counter!("anteroom_store_errors_total", "operation" => "rooms").increment(0);
         for (operation, count) in &failures.by_operation {
             counter!("anteroom_store_errors_total", "operation" => *operation).absolute(*count);
         }
@@ -164,6 +156,8 @@ impl Metrics {
         if let Some(gateway) = self.gateway.get() {
             render_gateway(gateway, &mut text);
         }
+        render_build_info(&mut text);
+        crate::process_metrics::render(&mut text);
         text
     }
 }
@@ -284,6 +278,24 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
     }
 }
 
+/// `anteroom_build_info`: always 1, the version in a label (a dashboard joins on it).
+fn render_build_info(text: &mut String) {
+    use std::fmt::Write as _;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let _ = writeln!(
+        text,
+        "# HELP anteroom_build_info The running build: always 1, its version in a label."
+    );
+    let _ = writeln!(text, "# TYPE anteroom_build_info gauge");
+    let _ = writeln!(
+        text,
+        "anteroom_build_info{{version=\"{}\"}} 1",
+        escape_label(env!("CARGO_PKG_VERSION"))
+    );
+}
+
 /// A label value in the text format: backslash, quote and newline escaped.
 fn escape_label(value: &str) -> String {
     value
@@ -304,8 +316,12 @@ fn describe() {
             "Admitted tickets that have not claimed their pass."
         );
         describe_gauge!(
+            "anteroom_room_admission_rate_per_second",
+            "Measured admissions per second."
+        );
+        describe_gauge!(
             "anteroom_room_admission_rate_per_minute",
-            "Measured admissions per minute."
+            "Deprecated (removed in the next release): anteroom_room_admission_rate_per_second * 60."
         );
         describe_counter!("anteroom_room_joins_total", "Tickets created.");
         describe_counter!("anteroom_room_admissions_total", "Tickets admitted.");
@@ -334,18 +350,63 @@ fn describe() {
             "anteroom_room_sessions_expired_total",
             "Sessions that ran out of time."
         );
+        describe_gauge!(
+            "anteroom_ready",
+            "1 when /_anteroom/readyz would answer 200 at this scrape, else 0."
+        );
         describe_gauge!("anteroom_sse_connections", "Open SSE streams on this node.");
         describe_gauge!(
+            "anteroom_sse_max_connections",
+            "The most SSE streams this node holds ([server] sse_max_streams)."
+        );
+        describe_counter!(
+            "anteroom_sse_refused_total",
+            "SSE streams refused, by the bound that was full."
+        );
+        describe_counter!(
+            "anteroom_http_requests_total",
+            "Requests answered, by listener and status class."
+        );
+        describe_histogram!(
+            "anteroom_http_request_duration_seconds",
+            metrics::Unit::Seconds,
+            "Time from a request's head to its answer's head, by listener."
+        );
+        describe_gauge!(
+            "anteroom_ticker_lag_seconds",
+            "How late the ticker's last round finished after its scheduled start."
+        );
+        describe_gauge!(
+            "anteroom_event_sink_pending_events",
+            "Events the sink's last outbox read found waiting, up to one batch (0: caught up)."
+        );
+        describe_counter!(
+            "anteroom_event_delivery_failures_total",
+            "Event deliveries (log or webhook batches) that failed, by sink."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_rate_per_second",
+            "The adaptive room's admission rate (admit_per_minute / 60) after this node's last controller run."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_p95_seconds",
+            "The upstream p95 latency the controller last saw."
+        );
+        describe_gauge!(
+            "anteroom_adaptive_error_ratio",
+            "The upstream 5xx share (0 to 1) the controller last saw."
+        );
+        describe_gauge!(
             "anteroom_adaptive_rate_per_minute",
-            "The adaptive room's admit_per_minute after this node's last controller run."
+            "Deprecated (removed in the next release): anteroom_adaptive_rate_per_second * 60."
         );
         describe_gauge!(
             "anteroom_adaptive_p95_ms",
-            "The upstream p95 latency the controller last saw, in milliseconds."
+            "Deprecated (removed in the next release): anteroom_adaptive_p95_seconds * 1000."
         );
         describe_gauge!(
             "anteroom_adaptive_error_rate",
-            "The upstream 5xx share the controller last saw."
+            "Deprecated (removed in the next release): anteroom_adaptive_error_ratio."
         );
         describe_gauge!(
             "anteroom_adaptive_in_flight",
@@ -402,11 +463,19 @@ fn describe() {
         describe_histogram!(
             "anteroom_store_operation_seconds",
             metrics::Unit::Seconds,
-            "Store operations timed by this node."
+            "Store operations timed by this node, by operation (the request path's, the ticker's and the admin sampler's)."
         );
         describe_counter!(
             "anteroom_store_errors_total",
             "Store operations that failed."
+        );
+        describe_counter!(
+            "anteroom_store_failure_let_through_total",
+            "Requests let through without a decision while the store failed (on_store_error = open)."
+        );
+        describe_counter!(
+            "anteroom_store_failure_refused_total",
+            "Requests refused while the store failed (on_store_error = closed)."
         );
     });
 }
@@ -419,8 +488,11 @@ pub(crate) fn room_figures(room: &RoomId, snapshot: &RoomSnapshot) {
     gauge!("anteroom_room_serving", "room" => label.clone()).set(snapshot.serving as f64);
     gauge!("anteroom_room_admitted_unclaimed", "room" => label.clone())
         .set(snapshot.admitted_unclaimed as f64);
+    let per_second = snapshot.admission_rate.unwrap_or(0.0);
+    gauge!("anteroom_room_admission_rate_per_second", "room" => label.clone()).set(per_second);
+    // Deprecated alias, removed in the next release.
     gauge!("anteroom_room_admission_rate_per_minute", "room" => label.clone())
-        .set(snapshot.admission_rate.unwrap_or(0.0) * 60.0);
+        .set(per_second * 60.0);
     let totals = snapshot.totals;
     let counters = [
         ("anteroom_room_joins_total", totals.joined),
@@ -452,6 +524,51 @@ pub(crate) fn store_latency(operation: &'static str, elapsed: Duration) {
         .record(elapsed.as_secs_f64());
 }
 
+/// Which listener answered a request: the `listener` label of the request series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The public listener (`[server] listen`).
+    Public,
+    /// The admin listener (`[server] admin_listen`).
+    Admin,
+}
+
+/// The request series of one listener, resolved once: counting a request is an atomic add
+/// and a histogram record, no name lookup.
+pub(crate) struct RequestMetrics {
+    /// Answers by status class, `1xx` to `5xx`.
+    by_class: [Counter; 5],
+    duration: Histogram,
+}
+
+impl RequestMetrics {
+    /// The series of `listener`, resolved on first use (after the recorder is installed).
+    pub(crate) fn of(listener: Listener) -> &'static RequestMetrics {
+        static PUBLIC: OnceLock<RequestMetrics> = OnceLock::new();
+        static ADMIN: OnceLock<RequestMetrics> = OnceLock::new();
+        let (cell, label) = match listener {
+            Listener::Public => (&PUBLIC, "public"),
+            Listener::Admin => (&ADMIN, "admin"),
+        };
+        cell.get_or_init(|| {
+            RequestMetrics {
+            by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
+                counter!("anteroom_http_requests_total", "listener" => label, "class" => class)
+            }),
+            duration: histogram!("anteroom_http_request_duration_seconds", "listener" => label),
+        }
+        })
+    }
+
+    /// Counts one answer with `status`, its head ready `since` the request's head was read.
+    pub(crate) fn answered(&self, status: axum::http::StatusCode, since: std::time::Instant) {
+        // A status is 100..=999; anything past 5xx counts as 5xx.
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.by_class[class].increment(1);
+        self.duration.record(since.elapsed().as_secs_f64());
+    }
+}
+
 /// `GET /metrics`
 pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
     let Some(metrics) = admin.metrics() else {
@@ -462,6 +579,10 @@ pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
         )
         .into_response();
     };
+    let ready = crate::readiness::not_ready_because(admin.app())
+        .await
+        .is_empty();
+    gauge!("anteroom_ready").set(if ready { 1.0 } else { 0.0 });
     let mut response = metrics.render(admin.app()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -42,7 +42,7 @@ pub(crate) async fn ready(State(app): State<AppState>) -> Response {
 }
 
 /// Why the node should not get traffic now; empty when it should.
-async fn not_ready_because(app: &AppState) -> Vec<String> {
+pub(crate) async fn not_ready_because(app: &AppState) -> Vec<String> {
     let mut reasons = Vec::new();
     if app.is_draining() {
         reasons.push("draining for a shutdown".to_owned());

@@ -330,6 +330,10 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
                 continue;
             }
         };
+        // The outbox has no cheap count: what this read found, up to one batch, says whether
+        // the sink keeps up (0) or falls behind (a full batch, read after read).
+        metrics::gauge!("anteroom_event_sink_pending_events", "sink" => name.clone())
+            .set(entries.len() as f64);
         if entries.is_empty() {
             let _ = tokio::time::timeout(IDLE_POLL, woken).await;
             continue;
@@ -348,6 +352,8 @@ async fn deliver_forever(outbox: Outbox, sink: Sink, lease: DeliveryLease, clock
                 backoff = FIRST_BACKOFF;
             }
             Err(reason) => {
+                metrics::counter!("anteroom_event_delivery_failures_total", "sink" => name.clone())
+                    .increment(1);
                 if failing_since.is_none() {
                     failing_since = Some(tokio::time::Instant::now());
                     tracing::warn!(sink = %name, %reason, "event delivery failed; retrying with backoff");

@@ -210,6 +210,11 @@ impl SseHub {
         }
     }
 
+    /// The most streams this node holds (`max_streams`).
+    pub fn max_streams(&self) -> usize {
+        self.limits.max_streams
+    }
+
     /// Open streams on this node.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::Relaxed)

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anteroom_core::RoomId;
 use anteroom_core::room::RoomConfig;
+use metrics::gauge;
 
 use crate::AppState;
 
@@ -34,7 +35,7 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            _ = interval.tick() => {
+            scheduled = interval.tick() => {
                 // A listing that failed is not published: it says nothing about the rooms.
                 let rooms = match tick_every_room(&app).await {
                     Some(rooms) => {
@@ -58,6 +59,8 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
                         last_touch.insert(room, tokio::time::Instant::now());
                     }
                 }
+                // A round that ends long after its start means admissions run late.
+                gauge!("anteroom_ticker_lag_seconds").set(scheduled.elapsed().as_secs_f64());
             }
             () = &mut shutdown => return,
         }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use anteroom_core::config::HttpEngine;
 
 use crate::PublicApp;
+use crate::metrics::RequestMetrics;
 use client_io::ClientIo;
 
 /// How the visitor reached the node: a request extension the engine sets on requests that
@@ -172,6 +173,7 @@ impl Accepted {
             builder: self.builder,
             watcher: self.watcher,
             limits: self.app.limits.clone(),
+            requests: RequestMetrics::of(self.app.listener),
         };
         (hand_over, self.peer, self.app, self.stop)
     }
@@ -205,6 +207,7 @@ async fn serve_connection(stream: server::Client, accepted: Accepted) {
                 stream,
                 peer,
                 app.router,
+                RequestMetrics::of(app.listener),
                 timeouts.header_timeout,
                 stop,
             ));

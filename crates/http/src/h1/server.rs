@@ -65,6 +65,7 @@ use super::sentry::Sentry;
 use crate::PublicApp;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
+use crate::metrics::RequestMetrics;
 use crate::ratelimit::resolve_client_ip;
 
 /// A client connection as the own loop holds it: plain TCP, or TLS over it.
@@ -116,6 +117,8 @@ pub(crate) struct HandOver {
     pub(crate) builder: Arc<Builder<hyper_util::rt::TokioExecutor>>,
     pub(crate) watcher: Watcher,
     pub(crate) limits: ServerLimits,
+    /// The listener's request series.
+    pub(crate) requests: &'static RequestMetrics,
 }
 
 /// The answer to a request hyper parsed but [`check_request`] refuses: 400 problem+json, and
@@ -188,6 +191,7 @@ pub(crate) async fn serve<S: Transport>(
             Ok(head) => head,
             Err(bad) => return refuse(&bad, &mut stream).await,
         };
+        let started = std::time::Instant::now();
         let mut request = request.map(|()| Body::empty());
         let length = match framing {
             Framing::Length(length) => length,
@@ -249,6 +253,7 @@ pub(crate) async fn serve<S: Transport>(
                 (response, permit)
             }
         };
+        hand_over.requests.answered(response.status(), started);
         output.clear();
         match write_response(
             &mut stream,
@@ -371,9 +376,11 @@ pub(crate) fn serve_with_hyper<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = hand_over.limits.clone();
+    let counted = hand_over.requests;
     let requests_watched = requests.clone();
     let service =
         hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+            let started = std::time::Instant::now();
             let in_flight = requests.start();
             let requests = requests.clone();
             let checked: Result<_, Response<Body>> =
@@ -389,7 +396,10 @@ pub(crate) fn serve_with_hyper<I>(
             async move {
                 let permit = match checked {
                     Ok(permit) => permit,
-                    Err(refused) => return Ok(refused),
+                    Err(refused) => {
+                        counted.answered(refused.status(), started);
+                        return Ok(refused);
+                    }
                 };
                 let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
@@ -397,6 +407,7 @@ pub(crate) fn serve_with_hyper<I>(
                     request.extensions_mut().insert(scheme);
                 }
                 let response = router.call(request).await?;
+                counted.answered(response.status(), started);
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
                 }

@@ -33,6 +33,7 @@ use tower::Service as _;
 use anteroom_h1::{AnswerFraming, BadHead, push_chunk, take_head};
 
 use super::server::{Client, refuse};
+use crate::metrics::RequestMetrics;
 
 /// How much the head buffer grows by at a time: small, as the stream keeps its connection for
 /// long.
@@ -68,18 +69,27 @@ pub(crate) fn is_event_stream_request(start: &[u8]) -> bool {
 }
 
 /// Serves one event stream request on `stream` (whose first bytes passed
-/// [`is_event_stream_request`]), then closes the connection. `stop` turning `true` ends the
-/// stream cleanly (the server is shutting down).
+/// [`is_event_stream_request`]), then closes the connection; its answer counts in
+/// `requests`. `stop` turning `true` ends the stream cleanly (the server is shutting down).
 pub(crate) async fn serve(
     mut stream: Client,
     peer: SocketAddr,
     router: Router,
+    requests: &'static RequestMetrics,
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     // Boxed, and gone once answered: a task is as large as its future's largest state, and the
     // stream lives for hours without the request's.
-    let answer = Box::pin(answer(&mut stream, peer, router, header_timeout, &mut stop)).await;
+    let answer = Box::pin(answer(
+        &mut stream,
+        peer,
+        router,
+        requests,
+        header_timeout,
+        &mut stop,
+    ))
+    .await;
     let Some((response, version)) = answer else {
         return;
     };
@@ -97,6 +107,7 @@ async fn answer(
     stream: &mut Client,
     peer: SocketAddr,
     mut router: Router,
+    requests: &'static RequestMetrics,
     header_timeout: Duration,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<(Response<Body>, Version)> {
@@ -113,12 +124,14 @@ async fn answer(
         // A client that sends no whole head within the limit (slow-loris) is closed.
         Err(_elapsed) => return None,
     };
+    let started = std::time::Instant::now();
     let version = request.version();
     request.extensions_mut().insert(ConnectInfo(peer));
     let response = match router.call(request).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
+    requests.answered(response.status(), started);
     Some((response, version))
 }
 
@@ -241,7 +254,15 @@ mod tests {
         let (accepted, peer) = listener.accept().await.unwrap();
         let stream = Client::new(accepted, None, Duration::from_secs(1));
         let (_stop, stop) = watch::channel(false);
-        let serving = serve(stream, peer, Router::new(), Duration::from_secs(1), stop);
+        let requests = RequestMetrics::of(crate::metrics::Listener::Public);
+        let serving = serve(
+            stream,
+            peer,
+            Router::new(),
+            requests,
+            Duration::from_secs(1),
+            stop,
+        );
         // 1,240 B in a release build, 1,776 B while it held the request's state.
         let size = std::mem::size_of_val(&serving);
         assert!(size <= 1_400, "the stream's future grew to {size} B");
