@@ -29,6 +29,7 @@
 
 mod canonical;
 mod connection_cap;
+mod correlation;
 mod layer;
 mod limits;
 mod live;
@@ -231,9 +232,28 @@ impl Gateway {
         }
     }
 
-    /// The request's way through the gateway, outermost step first: one future, no boxed
-    /// middleware per step.
+    /// The request's way through the gateway: its correlation ids first (sent upstream and
+    /// returned to the visitor), then [`steps`](Self::steps).
     async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+        let (mut parts, body) = request.into_parts();
+        let trusted = crate::ratelimit::peer_address(&parts.extensions).is_some_and(|peer| {
+            let peer = peer.to_canonical();
+            self.inner
+                .trusted_proxies
+                .iter()
+                .any(|proxy| proxy.contains(peer))
+        });
+        let correlation = correlation::Correlation::take(&mut parts.headers, trusted);
+        correlation.insert_into(&mut parts.headers);
+        let mut response = self.steps(client, Request::from_parts(parts, body)).await;
+        response
+            .headers_mut()
+            .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        response
+    }
+
+    /// The request's steps, outermost first: one future, no boxed middleware per step.
+    async fn steps(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
         // The routes, upstream and limits in force when the request started, to its end.
         let live = self.live();
         let (mut parts, body) = request.into_parts();
