@@ -415,6 +415,7 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
             rooms: config.rooms.clone(),
             verify: config.verify.clone(),
             http_engine: config.server.http_engine,
+            access_log: anteroom_http::AccessLog::start(config.log.access),
         },
     )
 }

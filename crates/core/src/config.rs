@@ -54,6 +54,7 @@ mod env;
 mod events;
 mod gateway;
 mod key_hash;
+mod log;
 mod rate_limit;
 mod room;
 mod room_identity;
@@ -83,6 +84,7 @@ pub use gateway::{
 };
 pub use key_hash::{KeyHash, KeyHashError};
 
+pub use log::{AccessLogFormat, LogConfig};
 pub use rate_limit::{
     JOIN_RULE_BURST, JOIN_RULE_LIMIT, JOIN_RULE_NAME, JOIN_RULE_PERIOD, default_join_rule,
 };
@@ -126,6 +128,8 @@ pub struct Config {
     pub events: Vec<EventSinkConfig>,
     /// `[verify]`: which proxy calls the verify endpoint, and the headers it reads.
     pub verify: VerifyConfig,
+    /// `[log]`: the access log.
+    pub log: LogConfig,
 }
 
 /// `[verify]` (SPEC §14.1): the one set of headers the verify endpoint reads the visitor's
@@ -387,6 +391,7 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     "websocket",
     "events",
     "verify",
+    "log",
 ];
 /// Top-level sections of later versions, with how they are written.
 const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
@@ -403,6 +408,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "websocket",
     "events",
     "verify",
+    "log",
 ];
 const ROOM_SECTION: &str = "room";
 const RATE_LIMIT_SECTION: &str = "rate_limit";
@@ -513,5 +519,6 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         websocket: gateway::read_websocket(root.get("websocket"), problems),
         events: events::read_events(root.get("events"), problems),
         verify: verify::read_verify(root.get("verify"), problems),
+        log: log::read_log(root.get("log"), problems),
     }
 }

@@ -9,6 +9,7 @@
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
 
+mod access_log;
 mod adaptive;
 mod admin;
 mod api;
@@ -61,6 +62,7 @@ use anteroom_store::marks::{DEFAULT_MAX_MARKS, LocalMarks, Marked};
 use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
+pub use access_log::AccessLog;
 pub use adaptive::run_adaptive;
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};

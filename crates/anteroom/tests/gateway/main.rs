@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod correlation;
 mod nginx;
 mod streaming;

@@ -221,6 +221,7 @@ fn full_file_resolves_to_typed_values() {
         websocket: None,
         events: vec![],
         verify: VerifyConfig::default(),
+        log: LogConfig::default(),
     };
     // The room's `routes` shorthand is a route built from the room.
     assert_eq!(
@@ -271,6 +272,7 @@ fn absent_sections_take_defaults() {
         websocket: None,
         events: vec![],
         verify: VerifyConfig::default(),
+        log: LogConfig::default(),
     };
     // `Config::default()` is every section's default; the file adds the built-in join rule.
     let with_join_rule = Config {
@@ -1556,5 +1558,49 @@ fn regression_every_syntax_error_has_a_line_and_a_broken_line_reports_once() {
     assert!(
         errors.0.iter().all(|problem| problem.line.is_some()),
         "{errors}"
+    );
+}
+
+#[test]
+fn log_access_is_json_combined_or_off_by_default() {
+    let access = |source: &str| parse_config(source, &[]).map(|config| config.log.access);
+    assert_eq!(access("").unwrap(), AccessLogFormat::Off);
+    assert_eq!(
+        access("[log]\naccess = \"json\"\n").unwrap(),
+        AccessLogFormat::Json
+    );
+    assert_eq!(
+        access("[log]\naccess = \"combined\"\n").unwrap(),
+        AccessLogFormat::Combined
+    );
+    assert_eq!(
+        access("[log]\naccess = \"off\"\n").unwrap(),
+        AccessLogFormat::Off
+    );
+    let errors = access("[log]\naccess = \"xml\"\n").unwrap_err().to_string();
+    assert!(
+        errors.contains("line 2") && errors.contains("\"xml\""),
+        "{errors}"
+    );
+    let errors = access("[log]\nformat = \"json\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(errors.contains("format"), "{errors}");
+    // The log filter's variables are the program's, not overrides of `[log]`.
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect()
+    };
+    let program = env(&[("ANTEROOM_LOG", "warn"), ("ANTEROOM_LOG_FORMAT", "json")]);
+    assert_eq!(
+        parse_config("", &program).unwrap().log.access,
+        AccessLogFormat::Off
+    );
+    let set = env(&[("ANTEROOM_LOG__ACCESS", "combined")]);
+    assert_eq!(
+        parse_config("", &set).unwrap().log.access,
+        AccessLogFormat::Combined
     );
 }

@@ -156,6 +156,7 @@ fn lower_hex(field: &str, length: usize) -> Option<&str> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -27,6 +27,7 @@
 //! looked up in the store at most once a second. Room configurations and figures are cached
 //! the same way (`rooms.rs`).
 
+mod access;
 mod canonical;
 mod connection_cap;
 mod correlation;
@@ -43,6 +44,7 @@ mod verify;
 mod websocket;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -51,7 +53,7 @@ use std::convert::Infallible;
 use axum::Router;
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
@@ -62,6 +64,7 @@ use anteroom_core::config::{
 };
 use anteroom_core::room::RoomConfig;
 
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
 use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
@@ -94,6 +97,8 @@ pub struct GatewayOptions {
     /// `[server] http_engine`: whether the engine's own upstream client and direct lane serve
     /// what they can, or hyper everything.
     pub http_engine: HttpEngine,
+    /// `[log] access`: where the site's requests are logged; `None`: not logged.
+    pub access_log: Option<AccessLog>,
 }
 
 /// The gateway: routes, rooms, passes and the upstream; cheap to clone.
@@ -111,6 +116,7 @@ struct Shared {
     trusted_proxies: Vec<Cidr>,
     verify: VerifyConfig,
     http_engine: HttpEngine,
+    access_log: Option<AccessLog>,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
     websocket_stats: WebSocketStats,
@@ -140,6 +146,7 @@ impl Gateway {
                 trusted_proxies: options.trusted_proxies,
                 verify: options.verify,
                 http_engine: options.http_engine,
+                access_log: options.access_log,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
                 websocket_stats: WebSocketStats::default(),
@@ -236,7 +243,8 @@ impl Gateway {
     /// returned to the visitor), then [`steps`](Self::steps).
     async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
         let (mut parts, body) = request.into_parts();
-        let trusted = crate::ratelimit::peer_address(&parts.extensions).is_some_and(|peer| {
+        let peer = crate::ratelimit::peer_address(&parts.extensions);
+        let trusted = peer.is_some_and(|peer| {
             let peer = peer.to_canonical();
             self.inner
                 .trusted_proxies
@@ -245,7 +253,21 @@ impl Gateway {
         });
         let correlation = correlation::Correlation::take(&mut parts.headers, trusted);
         correlation.insert_into(&mut parts.headers);
+        // Only with an access log is anything about the request kept for after it.
+        let asked = self.inner.access_log.as_ref().map(|log| {
+            let client = peer.map_or(crate::ratelimit::UNKNOWN_PEER, |peer| {
+                crate::ratelimit::resolve_client_ip(
+                    &parts.headers,
+                    peer,
+                    &self.inner.trusted_proxies,
+                )
+            });
+            (log, access::Asked::of(&parts, client, self.app().now()))
+        });
         let mut response = self.steps(client, Request::from_parts(parts, body)).await;
+        if let Some((log, asked)) = asked {
+            asked.log(log, &correlation, &response);
+        }
         response
             .headers_mut()
             .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
@@ -274,9 +296,19 @@ impl Gateway {
             limit_headers,
             cookies,
             passes,
+            decided,
         } = let_through;
+        let sent = Instant::now();
         let mut response = proxy::proxy(self, &live, client, request, passes).await;
         measuring.finish(&response);
+        if self.inner.access_log.is_some() {
+            let upstream = UpstreamPart {
+                status: response.status().as_u16(),
+                took: sent.elapsed(),
+            };
+            response.extensions_mut().insert(upstream);
+            response.extensions_mut().insert(decided);
+        }
         protect::add_cookies(&mut response, cookies);
         crate::ratelimit::add_headers(&mut response, &limit_headers);
         response
@@ -305,7 +337,18 @@ impl Gateway {
     ) -> Result<LetThrough, Response> {
         // The route's own rate limits before anything costs store work or the upstream's
         // time; rules with a `match` already ran in the public router's outer layer.
-        let limit_headers = limits::route_rate_limits(self, route, parts).await?;
+        let limit_headers = limits::route_rate_limits(self, route, parts)
+            .await
+            .map_err(|mut refused| {
+                let decision = if refused.status() == StatusCode::TOO_MANY_REQUESTS {
+                    Decision::Limited
+                } else {
+                    Decision::Refused
+                };
+                let room = route.rooms.first().cloned();
+                refused.extensions_mut().insert(Decided { decision, room });
+                refused
+            })?;
         // Rooms and passes: a request held back never reaches the upstream.
         let asked = protect::Asked {
             method: &parts.method,
@@ -313,11 +356,12 @@ impl Gateway {
             extensions: &parts.extensions,
             uri: &parts.uri,
         };
-        let (cookies, passes) = protect::protect(self, route, &asked).await?;
+        let (cookies, passes, decided) = protect::protect(self, route, &asked).await?;
         Ok(LetThrough {
             limit_headers,
             cookies,
             passes,
+            decided,
         })
     }
 
@@ -334,6 +378,8 @@ pub(crate) struct LetThrough {
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
     pub(crate) passes: Vec<protect::HeldPass>,
+    /// What the rooms decided, for the access log.
+    pub(crate) decided: Decided,
 }
 
 /// The site as the connection loop serves it without the public router: the public router's
