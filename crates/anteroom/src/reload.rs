@@ -191,6 +191,7 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         auth,
         verify,
         log,
+        tracing,
         // Reloaded (adding or removing `[upstream]` is reported by the gateway's reload).
         upstream: _,
         rooms: _,
@@ -246,6 +247,7 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         ("[auth]", *auth != reloaded.auth),
         ("[verify]", *verify != reloaded.verify),
         ("[log]", *log != reloaded.log),
+        ("[tracing]", *tracing != reloaded.tracing),
     ];
     changes
         .into_iter()

@@ -60,6 +60,7 @@ mod room;
 mod room_identity;
 mod room_oidc;
 mod sections;
+mod span_export;
 mod ticker_intervals;
 mod tls;
 mod tree;
@@ -93,6 +94,7 @@ pub use room::{
 };
 pub use room_identity::RawIdentityJwt;
 pub use room_oidc::RawOidc;
+pub use span_export::TracingConfig;
 pub use ticker_intervals::TickerIntervals;
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
@@ -130,6 +132,8 @@ pub struct Config {
     pub verify: VerifyConfig,
     /// `[log]`: the access log.
     pub log: LogConfig,
+    /// `[tracing]`: span export.
+    pub tracing: TracingConfig,
 }
 
 /// `[verify]` (SPEC §14.1): the one set of headers the verify endpoint reads the visitor's
@@ -392,6 +396,7 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     "events",
     "verify",
     "log",
+    "tracing",
 ];
 /// Top-level sections of later versions, with how they are written.
 const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
@@ -409,6 +414,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "events",
     "verify",
     "log",
+    "tracing",
 ];
 const ROOM_SECTION: &str = "room";
 const RATE_LIMIT_SECTION: &str = "rate_limit";
@@ -520,5 +526,6 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         events: events::read_events(root.get("events"), problems),
         verify: verify::read_verify(root.get("verify"), problems),
         log: log::read_log(root.get("log"), problems),
+        tracing: span_export::read_tracing(root.get("tracing"), problems),
     }
 }

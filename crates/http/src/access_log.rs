@@ -49,7 +49,7 @@ pub(crate) enum Decision {
 }
 
 impl Decision {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Decision::Passed => "passed",
             Decision::Admitted => "admitted",

@@ -32,6 +32,7 @@ mod readiness;
 mod room_cache;
 mod sinks;
 mod site_identity;
+mod span_export;
 mod sse;
 mod status_json;
 mod store_failure;
@@ -90,6 +91,7 @@ pub use sinks::{
     spawn_event_sinks, webhook_client,
 };
 pub use site_identity::{SecretFileError, read_secret_file};
+pub use span_export::{SpanExport, SpanExportError};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use ticker::run_ticker;

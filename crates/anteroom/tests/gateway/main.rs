@@ -8,6 +8,7 @@ mod support;
 mod access_log;
 mod correlation;
 mod nginx;
+mod spans;
 mod streaming;
 mod upstream;
 

@@ -222,6 +222,7 @@ fn full_file_resolves_to_typed_values() {
         events: vec![],
         verify: VerifyConfig::default(),
         log: LogConfig::default(),
+        tracing: TracingConfig::default(),
     };
     // The room's `routes` shorthand is a route built from the room.
     assert_eq!(
@@ -273,6 +274,7 @@ fn absent_sections_take_defaults() {
         events: vec![],
         verify: VerifyConfig::default(),
         log: LogConfig::default(),
+        tracing: TracingConfig::default(),
     };
     // `Config::default()` is every section's default; the file adds the built-in join rule.
     let with_join_rule = Config {
@@ -1603,4 +1605,28 @@ fn log_access_is_json_combined_or_off_by_default() {
         parse_config("", &set).unwrap().log.access,
         AccessLogFormat::Combined
     );
+}
+
+#[test]
+fn tracing_otlp_endpoint_is_an_http_url() {
+    let endpoint =
+        |source: &str| parse_config(source, &[]).map(|config| config.tracing.otlp_endpoint);
+    assert_eq!(endpoint("").unwrap(), None);
+    assert_eq!(
+        endpoint("[tracing]\notlp_endpoint = \"http://collector:4318/v1/traces\"\n").unwrap(),
+        Some("http://collector:4318/v1/traces".to_owned())
+    );
+    for bad in [
+        "collector:4318",
+        "https://collector/v1/traces",
+        "http:///v1/traces",
+    ] {
+        let errors = endpoint(&format!("[tracing]\notlp_endpoint = \"{bad}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            errors.contains("line 2") && errors.contains("otlp_endpoint"),
+            "{errors}"
+        );
+    }
 }

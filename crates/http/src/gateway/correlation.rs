@@ -27,7 +27,10 @@ const MAX_TRACESTATE: usize = 512;
 pub(crate) struct Correlation {
     /// The request id: a trusted proxy's, else a new random one.
     pub(crate) request_id: HeaderValue,
-    /// The trace the request belongs to: the client's, else a new one.
+    /// The client's valid trace context, if any.
+    pub(crate) received: Option<TraceParent>,
+    /// The trace context the upstream gets: the client's, the node's span in its trace
+    /// (with span export), or a new trace.
     pub(crate) trace: TraceParent,
     /// The client's `tracestate`, kept only with its valid `traceparent`.
     tracestate: Option<HeaderValue>,
@@ -58,6 +61,7 @@ impl Correlation {
         };
         Correlation {
             request_id,
+            received: parsed,
             trace,
             tracestate,
         }

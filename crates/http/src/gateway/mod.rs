@@ -65,9 +65,11 @@ use anteroom_core::config::{
 use anteroom_core::room::RoomConfig;
 
 use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
+use crate::span_export::SpanExport;
 use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
+pub(crate) use correlation::TraceParent;
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
 pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use protect::{asked_passes, wait_location};
@@ -99,6 +101,8 @@ pub struct GatewayOptions {
     pub http_engine: HttpEngine,
     /// `[log] access`: where the site's requests are logged; `None`: not logged.
     pub access_log: Option<AccessLog>,
+    /// `[tracing] otlp_endpoint`: where the site's requests' spans go; `None`: no spans.
+    pub spans: Option<SpanExport>,
 }
 
 /// The gateway: routes, rooms, passes and the upstream; cheap to clone.
@@ -117,6 +121,7 @@ struct Shared {
     verify: VerifyConfig,
     http_engine: HttpEngine,
     access_log: Option<AccessLog>,
+    spans: Option<SpanExport>,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
     websocket_stats: WebSocketStats,
@@ -147,6 +152,7 @@ impl Gateway {
                 verify: options.verify,
                 http_engine: options.http_engine,
                 access_log: options.access_log,
+                spans: options.spans,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
                 websocket_stats: WebSocketStats::default(),
@@ -251,7 +257,16 @@ impl Gateway {
                 .iter()
                 .any(|proxy| proxy.contains(peer))
         });
-        let correlation = correlation::Correlation::take(&mut parts.headers, trusted);
+        let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
+        let span = self.inner.spans.as_ref().map(|spans| {
+            let span = spans.request_span(
+                correlation.received.as_ref(),
+                parts.method.as_str(),
+                parts.uri.path(),
+            );
+            correlation.trace = span.trace_parent();
+            span
+        });
         correlation.insert_into(&mut parts.headers);
         // Only with an access log is anything about the request kept for after it.
         let asked = self.inner.access_log.as_ref().map(|log| {
@@ -267,6 +282,11 @@ impl Gateway {
         let mut response = self.steps(client, Request::from_parts(parts, body)).await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
+        }
+        if let Some(span) = span {
+            let request_id = correlation.request_id.to_str().unwrap_or("-");
+            let decided = response.extensions().get::<Decided>();
+            span.finish(request_id, response.status().as_u16(), decided);
         }
         response
             .headers_mut()
@@ -301,7 +321,7 @@ impl Gateway {
         let sent = Instant::now();
         let mut response = proxy::proxy(self, &live, client, request, passes).await;
         measuring.finish(&response);
-        if self.inner.access_log.is_some() {
+        if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
                 status: response.status().as_u16(),
                 took: sent.elapsed(),
