@@ -190,6 +190,8 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         keys,
         auth,
         verify,
+        log,
+        tracing,
         // Reloaded (adding or removing `[upstream]` is reported by the gateway's reload).
         upstream: _,
         rooms: _,
@@ -244,6 +246,8 @@ pub(crate) fn needs_restart(started: &Config, reloaded: &Config) -> Vec<&'static
         ("[keys]", *keys != reloaded.keys),
         ("[auth]", *auth != reloaded.auth),
         ("[verify]", *verify != reloaded.verify),
+        ("[log]", *log != reloaded.log),
+        ("[tracing]", *tracing != reloaded.tracing),
     ];
     changes
         .into_iter()

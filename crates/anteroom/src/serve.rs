@@ -327,7 +327,8 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         workers = listeners.workers(),
         "anteroom is serving"
     );
-    let gateway = gateway(&config, &runtime);
+    let spans = span_export(&config).await?;
+    let gateway = gateway(&config, &runtime, spans.clone());
     let admin = crate::admin::start(
         &runtime,
         &config,
@@ -349,7 +350,7 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let state = runtime.state.clone();
     let site = gateway.clone();
     let limits = server_limits(&config);
-    run_until_shutdown(
+    let served = run_until_shutdown(
         runtime,
         listeners,
         move || {
@@ -360,7 +361,25 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         Some(gateway),
         crate::shutdown_signal(),
     )
-    .await
+    .await;
+    if let Some(spans) = spans {
+        // The last batch goes out before the process ends; the exporter's client blocks.
+        let _ = tokio::task::spawn_blocking(move || spans.shutdown()).await;
+    }
+    served
+}
+
+/// The span exporter of `[tracing] otlp_endpoint`, if set. Built off the runtime's threads:
+/// its HTTP client is a blocking one, which must not be made or dropped on them.
+async fn span_export(config: &Config) -> anyhow::Result<Option<anteroom_http::SpanExport>> {
+    let Some(endpoint) = config.tracing.otlp_endpoint.clone() else {
+        return Ok(None);
+    };
+    let spans = tokio::task::spawn_blocking(move || anteroom_http::SpanExport::start(&endpoint))
+        .await
+        .context("starting the span exporter")??;
+    tracing::info!(endpoint = ?config.tracing.otlp_endpoint, "spans are exported over OTLP");
+    Ok(Some(spans))
 }
 
 /// The public listener's timeouts and caps, one set for every serving thread: `max_connections`
@@ -403,7 +422,11 @@ pub(crate) fn bind_public(
 
 /// The gateway of the config's routes: the verify endpoint always, and the reverse proxy for
 /// every path outside `/_anteroom/` when `[upstream]` is set.
-pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gateway {
+pub(crate) fn gateway(
+    config: &Config,
+    runtime: &Runtime,
+    spans: Option<anteroom_http::SpanExport>,
+) -> anteroom_http::Gateway {
     if let Some(upstream) = &config.upstream {
         tracing::info!(upstream = %upstream.url, routes = config.routes.len(), "gateway mode");
     }
@@ -417,6 +440,8 @@ pub(crate) fn gateway(config: &Config, runtime: &Runtime) -> anteroom_http::Gate
             rooms: config.rooms.clone(),
             verify: config.verify.clone(),
             http_engine: config.server.http_engine,
+            access_log: anteroom_http::AccessLog::start(config.log.access),
+            spans,
         },
     )
 }

@@ -718,3 +718,54 @@ async fn health_exits_zero_only_when_the_url_answers_2xx() {
     assert_eq!(down.status.code(), Some(1));
     assert!(stderr(&down).contains("connecting to"), "{}", stderr(&down));
 }
+
+/// `readyz` says 503 to a request still in flight when the shutdown starts (SPEC §14.6): the
+/// request's head is in, its one-byte body comes after SIGTERM, and only then is it answered.
+/// The own engine reads such a body before it calls the handler (hyper calls it at once), so
+/// this test runs it whatever `ANTEROOM_TEST_HTTP_ENGINE` says; the drain itself is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_503_while_the_node_drains() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let site = Site::new();
+    let path = site.write_config("EdDSA", OPEN_ROOM);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("http_engine = \"hyper\"", "http_engine = \"own\""),
+    )
+    .unwrap();
+    let client = support::client();
+    let mut server = site.start();
+    server.wait_ready(&client).await;
+    let ready = client
+        .get(format!("{}/_anteroom/readyz", server.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200, "ready before the shutdown");
+
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /_anteroom/readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kill = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream.write_all(b"x").await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer));
+    read.await.expect("answered within the drain").unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("draining"), "{answer}");
+    let exit = server.wait_exit(Duration::from_secs(10));
+    assert!(exit.is_some_and(|exit| exit.success()), "{}", server.log());
+}

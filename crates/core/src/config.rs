@@ -54,11 +54,13 @@ mod env;
 mod events;
 mod gateway;
 mod key_hash;
+mod log;
 mod rate_limit;
 mod room;
 mod room_identity;
 mod room_oidc;
 mod sections;
+mod span_export;
 mod ticker_intervals;
 mod tls;
 mod tree;
@@ -83,6 +85,7 @@ pub use gateway::{
 };
 pub use key_hash::{KeyHash, KeyHashError};
 
+pub use log::{AccessLogFormat, LogConfig};
 pub use rate_limit::{
     JOIN_RULE_BURST, JOIN_RULE_LIMIT, JOIN_RULE_NAME, JOIN_RULE_PERIOD, default_join_rule,
 };
@@ -91,6 +94,7 @@ pub use room::{
 };
 pub use room_identity::RawIdentityJwt;
 pub use room_oidc::RawOidc;
+pub use span_export::TracingConfig;
 pub use ticker_intervals::TickerIntervals;
 pub use tls::{CertificateFiles, TlsConfig, TlsVersion};
 pub use verify::{OriginalUri, VerifyProxy};
@@ -126,6 +130,10 @@ pub struct Config {
     pub events: Vec<EventSinkConfig>,
     /// `[verify]`: which proxy calls the verify endpoint, and the headers it reads.
     pub verify: VerifyConfig,
+    /// `[log]`: the access log.
+    pub log: LogConfig,
+    /// `[tracing]`: span export.
+    pub tracing: TracingConfig,
 }
 
 /// `[verify]` (SPEC §14.1): the one set of headers the verify endpoint reads the visitor's
@@ -387,6 +395,8 @@ const SUPPORTED_SECTIONS: &[&str] = &[
     "websocket",
     "events",
     "verify",
+    "log",
+    "tracing",
 ];
 /// Top-level sections of later versions, with how they are written.
 const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
@@ -403,6 +413,8 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "websocket",
     "events",
     "verify",
+    "log",
+    "tracing",
 ];
 const ROOM_SECTION: &str = "room";
 const RATE_LIMIT_SECTION: &str = "rate_limit";
@@ -513,5 +525,7 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
         websocket: gateway::read_websocket(root.get("websocket"), problems),
         events: events::read_events(root.get("events"), problems),
         verify: verify::read_verify(root.get("verify"), problems),
+        log: log::read_log(root.get("log"), problems),
+        tracing: span_export::read_tracing(root.get("tracing"), problems),
     }
 }

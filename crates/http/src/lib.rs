@@ -9,6 +9,7 @@
 //! This crate may depend on core, store and token; nothing depends on it but the binary and
 //! the benchmarks.
 
+mod access_log;
 mod adaptive;
 mod admin;
 mod api;
@@ -32,6 +33,7 @@ mod readiness;
 mod room_cache;
 mod sinks;
 mod site_identity;
+mod span_export;
 mod sse;
 mod status_json;
 mod store_failure;
@@ -63,6 +65,7 @@ use anteroom_store::marks::{DEFAULT_MAX_MARKS, LocalMarks, Marked};
 use anteroom_store::{CodeRedemptions, MemoryCodeRedemptions, RoomStore, StoreError};
 use anteroom_token::KeySet;
 
+pub use access_log::AccessLog;
 pub use adaptive::run_adaptive;
 pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
 pub use cookies::{CookiePolicy, pass_cookie_name, read_cookie, ticket_cookie_name};
@@ -90,6 +93,7 @@ pub use sinks::{
     spawn_event_sinks, webhook_client,
 };
 pub use site_identity::{SecretFileError, read_secret_file};
+pub use span_export::{SpanExport, SpanExportError};
 pub use sse::{RoomView, SseHub};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use store_timing::TimedStore;

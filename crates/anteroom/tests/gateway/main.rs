@@ -5,7 +5,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
+mod correlation;
 mod nginx;
+mod spans;
 mod streaming;
 mod upstream;
 

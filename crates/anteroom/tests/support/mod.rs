@@ -202,17 +202,21 @@ pub(crate) struct Server {
     /// The public listener's port.
     pub(crate) port: u16,
     log: PathBuf,
+    /// Where its standard output (the access log) goes.
+    stdout: PathBuf,
 }
 
 impl Server {
     fn start(site: &Site, mut command: Command) -> Server {
         let log = site.path().join(format!("server-{}.log", unique_suffix()));
         let log_file = std::fs::File::create(&log).expect("create the server log");
+        let stdout = log.with_extension("out");
+        let stdout_file = std::fs::File::create(&stdout).expect("create the server's output");
         let child = command
             .arg("serve")
             .arg("--config")
             .arg(site.config_path())
-            .stdout(Stdio::null())
+            .stdout(stdout_file)
             .stderr(log_file)
             .spawn()
             .expect("start anteroom serve");
@@ -220,6 +224,7 @@ impl Server {
             child,
             port: site.port,
             log,
+            stdout,
         }
     }
 
@@ -236,6 +241,11 @@ impl Server {
     /// What the server wrote to stderr so far.
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// What the server wrote to stdout so far (the access log).
+    pub(crate) fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
     }
 
     /// Polls `/_anteroom/healthz` until it answers 200; panics with the server's log if the

@@ -8,12 +8,22 @@ use super::{RATE_LIMIT_SECTION, ROOM_SECTION, TOP_LEVEL_KEYS};
 
 const PREFIX: &str = "ANTEROOM_";
 
+/// `ANTEROOM_LOG` (the log filter) and `ANTEROOM_LOG_FORMAT` belong to the program, although
+/// they look like the `[log]` section: they are never config overrides.
+const PROGRAM_VARIABLES: &[&str] = &["LOG", "LOG_FORMAT"];
+
 /// Applies every `ANTEROOM_…` override of `env` to `root`, reporting malformed ones.
 pub(super) fn apply_overrides(root: &mut Table, env: &[(String, String)], problems: &mut Problems) {
     for (name, text) in env {
         let Some(rest) = strip_prefix(name) else {
             continue;
         };
+        if PROGRAM_VARIABLES
+            .iter()
+            .any(|variable| rest.eq_ignore_ascii_case(variable))
+        {
+            continue;
+        }
         let origin = Origin::Env(name.clone());
         let levels: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
         let malformed = |level: &String| level.is_empty() || level.starts_with('_');

@@ -221,6 +221,8 @@ fn full_file_resolves_to_typed_values() {
         websocket: None,
         events: vec![],
         verify: VerifyConfig::default(),
+        log: LogConfig::default(),
+        tracing: TracingConfig::default(),
     };
     // The room's `routes` shorthand is a route built from the room.
     assert_eq!(
@@ -271,6 +273,8 @@ fn absent_sections_take_defaults() {
         websocket: None,
         events: vec![],
         verify: VerifyConfig::default(),
+        log: LogConfig::default(),
+        tracing: TracingConfig::default(),
     };
     // `Config::default()` is every section's default; the file adds the built-in join rule.
     let with_join_rule = Config {
@@ -1557,4 +1561,72 @@ fn regression_every_syntax_error_has_a_line_and_a_broken_line_reports_once() {
         errors.0.iter().all(|problem| problem.line.is_some()),
         "{errors}"
     );
+}
+
+#[test]
+fn log_access_is_json_combined_or_off_by_default() {
+    let access = |source: &str| parse_config(source, &[]).map(|config| config.log.access);
+    assert_eq!(access("").unwrap(), AccessLogFormat::Off);
+    assert_eq!(
+        access("[log]\naccess = \"json\"\n").unwrap(),
+        AccessLogFormat::Json
+    );
+    assert_eq!(
+        access("[log]\naccess = \"combined\"\n").unwrap(),
+        AccessLogFormat::Combined
+    );
+    assert_eq!(
+        access("[log]\naccess = \"off\"\n").unwrap(),
+        AccessLogFormat::Off
+    );
+    let errors = access("[log]\naccess = \"xml\"\n").unwrap_err().to_string();
+    assert!(
+        errors.contains("line 2") && errors.contains("\"xml\""),
+        "{errors}"
+    );
+    let errors = access("[log]\nformat = \"json\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(errors.contains("format"), "{errors}");
+    // The log filter's variables are the program's, not overrides of `[log]`.
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect()
+    };
+    let program = env(&[("ANTEROOM_LOG", "warn"), ("ANTEROOM_LOG_FORMAT", "json")]);
+    assert_eq!(
+        parse_config("", &program).unwrap().log.access,
+        AccessLogFormat::Off
+    );
+    let set = env(&[("ANTEROOM_LOG__ACCESS", "combined")]);
+    assert_eq!(
+        parse_config("", &set).unwrap().log.access,
+        AccessLogFormat::Combined
+    );
+}
+
+#[test]
+fn tracing_otlp_endpoint_is_an_http_url() {
+    let endpoint =
+        |source: &str| parse_config(source, &[]).map(|config| config.tracing.otlp_endpoint);
+    assert_eq!(endpoint("").unwrap(), None);
+    assert_eq!(
+        endpoint("[tracing]\notlp_endpoint = \"http://collector:4318/v1/traces\"\n").unwrap(),
+        Some("http://collector:4318/v1/traces".to_owned())
+    );
+    for bad in [
+        "collector:4318",
+        "https://collector/v1/traces",
+        "http:///v1/traces",
+    ] {
+        let errors = endpoint(&format!("[tracing]\notlp_endpoint = \"{bad}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            errors.contains("line 2") && errors.contains("otlp_endpoint"),
+            "{errors}"
+        );
+    }
 }

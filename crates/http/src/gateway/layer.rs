@@ -109,6 +109,7 @@ where
                 limit_headers,
                 cookies,
                 passes,
+                ..
             } = match gateway.check(&route, &mut parts).await {
                 Ok(let_through) => let_through,
                 Err(held_back) => return Ok(held_back),

@@ -27,8 +27,10 @@
 //! looked up in the store at most once a second. Room configurations and figures are cached
 //! the same way (`rooms.rs`).
 
+mod access;
 mod canonical;
 mod connection_cap;
+mod correlation;
 mod layer;
 mod limits;
 mod live;
@@ -42,6 +44,7 @@ mod verify;
 mod websocket;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -50,7 +53,7 @@ use std::convert::Infallible;
 use axum::Router;
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
@@ -61,9 +64,12 @@ use anteroom_core::config::{
 };
 use anteroom_core::room::RoomConfig;
 
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
+use crate::span_export::SpanExport;
 use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
 
 pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
+pub(crate) use correlation::TraceParent;
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
 pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use protect::{asked_passes, wait_location};
@@ -93,6 +99,10 @@ pub struct GatewayOptions {
     /// `[server] http_engine`: whether the engine's own upstream client and direct lane serve
     /// what they can, or hyper everything.
     pub http_engine: HttpEngine,
+    /// `[log] access`: where the site's requests are logged; `None`: not logged.
+    pub access_log: Option<AccessLog>,
+    /// `[tracing] otlp_endpoint`: where the site's requests' spans go; `None`: no spans.
+    pub spans: Option<SpanExport>,
 }
 
 /// The gateway: routes, rooms, passes and the upstream; cheap to clone.
@@ -110,6 +120,8 @@ struct Shared {
     trusted_proxies: Vec<Cidr>,
     verify: VerifyConfig,
     http_engine: HttpEngine,
+    access_log: Option<AccessLog>,
+    spans: Option<SpanExport>,
     rooms: rooms::RoomCache,
     passes: passes::PassCache,
     websocket_stats: WebSocketStats,
@@ -139,6 +151,8 @@ impl Gateway {
                 trusted_proxies: options.trusted_proxies,
                 verify: options.verify,
                 http_engine: options.http_engine,
+                access_log: options.access_log,
+                spans: options.spans,
                 rooms: rooms::RoomCache::new(options.rooms),
                 passes: passes::PassCache::default(),
                 websocket_stats: WebSocketStats::default(),
@@ -231,9 +245,57 @@ impl Gateway {
         }
     }
 
-    /// The request's way through the gateway, outermost step first: one future, no boxed
-    /// middleware per step.
+    /// The request's way through the gateway: its correlation ids first (sent upstream and
+    /// returned to the visitor), then [`steps`](Self::steps).
     async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+        let (mut parts, body) = request.into_parts();
+        let peer = crate::ratelimit::peer_address(&parts.extensions);
+        let trusted = peer.is_some_and(|peer| {
+            let peer = peer.to_canonical();
+            self.inner
+                .trusted_proxies
+                .iter()
+                .any(|proxy| proxy.contains(peer))
+        });
+        let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
+        let span = self.inner.spans.as_ref().map(|spans| {
+            let span = spans.request_span(
+                correlation.received.as_ref(),
+                parts.method.as_str(),
+                parts.uri.path(),
+            );
+            correlation.trace = span.trace_parent();
+            span
+        });
+        correlation.insert_into(&mut parts.headers);
+        // Only with an access log is anything about the request kept for after it.
+        let asked = self.inner.access_log.as_ref().map(|log| {
+            let client = peer.map_or(crate::ratelimit::UNKNOWN_PEER, |peer| {
+                crate::ratelimit::resolve_client_ip(
+                    &parts.headers,
+                    peer,
+                    &self.inner.trusted_proxies,
+                )
+            });
+            (log, access::Asked::of(&parts, client, self.app().now()))
+        });
+        let mut response = self.steps(client, Request::from_parts(parts, body)).await;
+        if let Some((log, asked)) = asked {
+            asked.log(log, &correlation, &response);
+        }
+        if let Some(span) = span {
+            let request_id = correlation.request_id.to_str().unwrap_or("-");
+            let decided = response.extensions().get::<Decided>();
+            span.finish(request_id, response.status().as_u16(), decided);
+        }
+        response
+            .headers_mut()
+            .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        response
+    }
+
+    /// The request's steps, outermost first: one future, no boxed middleware per step.
+    async fn steps(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
         // The routes, upstream and limits in force when the request started, to its end.
         let live = self.live();
         let (mut parts, body) = request.into_parts();
@@ -254,9 +316,19 @@ impl Gateway {
             limit_headers,
             cookies,
             passes,
+            decided,
         } = let_through;
+        let sent = Instant::now();
         let mut response = proxy::proxy(self, &live, client, request, passes).await;
         measuring.finish(&response);
+        if self.inner.access_log.is_some() || self.inner.spans.is_some() {
+            let upstream = UpstreamPart {
+                status: response.status().as_u16(),
+                took: sent.elapsed(),
+            };
+            response.extensions_mut().insert(upstream);
+            response.extensions_mut().insert(decided);
+        }
         protect::add_cookies(&mut response, cookies);
         crate::ratelimit::add_headers(&mut response, &limit_headers);
         response
@@ -285,7 +357,18 @@ impl Gateway {
     ) -> Result<LetThrough, Response> {
         // The route's own rate limits before anything costs store work or the upstream's
         // time; rules with a `match` already ran in the public router's outer layer.
-        let limit_headers = limits::route_rate_limits(self, route, parts).await?;
+        let limit_headers = limits::route_rate_limits(self, route, parts)
+            .await
+            .map_err(|mut refused| {
+                let decision = if refused.status() == StatusCode::TOO_MANY_REQUESTS {
+                    Decision::Limited
+                } else {
+                    Decision::Refused
+                };
+                let room = route.rooms.first().cloned();
+                refused.extensions_mut().insert(Decided { decision, room });
+                refused
+            })?;
         // Rooms and passes: a request held back never reaches the upstream.
         let asked = protect::Asked {
             method: &parts.method,
@@ -293,11 +376,12 @@ impl Gateway {
             extensions: &parts.extensions,
             uri: &parts.uri,
         };
-        let (cookies, passes) = protect::protect(self, route, &asked).await?;
+        let (cookies, passes, decided) = protect::protect(self, route, &asked).await?;
         Ok(LetThrough {
             limit_headers,
             cookies,
             passes,
+            decided,
         })
     }
 
@@ -314,6 +398,8 @@ pub(crate) struct LetThrough {
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
     pub(crate) passes: Vec<protect::HeldPass>,
+    /// What the rooms decided, for the access log.
+    pub(crate) decided: Decided,
 }
 
 /// The site as the connection loop serves it without the public router: the public router's

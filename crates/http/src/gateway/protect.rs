@@ -35,6 +35,7 @@ use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
+use crate::access_log::{Decided, Decision};
 use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
@@ -79,6 +80,8 @@ pub(crate) enum Verdict {
     Allow {
         cookies: Vec<HeaderValue>,
         passes: Vec<HeldPass>,
+        /// A pass was issued with this request (not only shown).
+        admitted: bool,
     },
     /// Held back by this room.
     Wait(Box<Waiting>),
@@ -120,6 +123,7 @@ pub(crate) async fn decide(
     let now = app.now();
     let mut cookies = Vec::new();
     let mut passes = Vec::new();
+    let mut admitted = false;
     for room in gateway.inner.rooms.with_requirements(&route.rooms) {
         let info = match gateway
             .inner
@@ -204,6 +208,7 @@ pub(crate) async fn decide(
                 if let Some((token, _)) = &answer.pass {
                     let pass = remember_issued(gateway, &room, &info, token, &session, now);
                     passes.push(HeldPass { room, pass });
+                    admitted = true;
                 }
             }
             Ok(entry @ Entry::Waiting(_)) => {
@@ -242,7 +247,11 @@ pub(crate) async fn decide(
             Err(JoinRefusal::Failed(error)) => return Verdict::Refuse(error),
         }
     }
-    Verdict::Allow { cookies, passes }
+    Verdict::Allow {
+        cookies,
+        passes,
+        admitted,
+    }
 }
 
 /// `Retry-After` when nothing better is known.
@@ -638,9 +647,14 @@ pub(crate) async fn protect(
     gateway: &Gateway,
     route: &Route,
     asked: &Asked<'_>,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Response> {
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decided), Response> {
+    let first_room = route.rooms.first().cloned();
     if route.bypass || route.rooms.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+        let decided = Decided {
+            decision: Decision::Bypass,
+            room: None,
+        };
+        return Ok((Vec::new(), Vec::new(), decided));
     }
     let navigation = is_navigation(asked.method, asked.headers);
     let join = if navigation && route.page == PageMode::Inline {
@@ -655,8 +669,11 @@ pub(crate) async fn protect(
         _ => return_path(asked.uri),
     };
     let app = gateway.app();
-    Err(match verdict {
-        Verdict::Allow { cookies, passes } => return Ok((cookies, passes)),
+    let decided = decided(&verdict, first_room);
+    let mut response = match verdict {
+        Verdict::Allow {
+            cookies, passes, ..
+        } => return Ok((cookies, passes, decided)),
         Verdict::Wait(waiting) => held_back(
             gateway,
             route,
@@ -696,7 +713,24 @@ pub(crate) async fn protect(
         }
         Verdict::Refuse(error) => error.into_response(),
         Verdict::Limited(response) => response,
-    })
+    };
+    response.extensions_mut().insert(decided);
+    Err(response)
+}
+
+/// What the access log says of `verdict` on a route whose first room is `first_room`.
+fn decided(verdict: &Verdict, first_room: Option<RoomId>) -> Decided {
+    let (decision, room) = match verdict {
+        Verdict::Allow { admitted: true, .. } => (Decision::Admitted, first_room),
+        Verdict::Allow { .. } => (Decision::Passed, first_room),
+        Verdict::Wait(waiting) => (Decision::Queued, Some(waiting.room.clone())),
+        Verdict::Closed { room, .. } | Verdict::Unavailable { room, .. } => {
+            (Decision::Refused, Some(room.clone()))
+        }
+        Verdict::Refuse(_) => (Decision::Refused, first_room),
+        Verdict::Limited(_) => (Decision::Limited, first_room),
+    };
+    Decided { decision, room }
 }
 
 /// Sends the cookies [`protect`] gave (passes issued or renewed) with the response to the

@@ -132,6 +132,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         Verdict::Allow {
             cookies: Vec::new(),
             passes: Vec::new(),
+            admitted: false,
         }
     } else {
         protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await

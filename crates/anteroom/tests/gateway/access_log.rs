@@ -1,0 +1,116 @@
+//! The access log through the real binary (SPEC §14.6): one JSON line per request to the site,
+//! with the request id, client, room, decision, upstream status, durations and bytes.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::{Gate, HTML, JSON, Jar};
+
+const LOGGED_SITE: &str = r#"
+[log]
+access = "json"
+
+[upstream]
+url = "{upstream}"
+
+[[room]]
+id = "shop"
+max_active = 1
+session_ttl = "10m"
+
+[[rate_limit]]
+name = "search"
+key = ["ip"]
+limit = 1
+period = "1m"
+
+[[route]]
+paths = ["/search/**"]
+rate_limits = ["search"]
+
+[[route]]
+paths = ["/**"]
+rooms = ["shop"]
+"#;
+
+/// The access log line of the request that got `request_id`, once it is written.
+async fn line_of(gate: &Gate, request_id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let found = gate
+            .server
+            .stdout()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+            .find(|line| line["request_id"] == request_id);
+        if let Some(line) = found {
+            return line;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no line for {request_id}:\n{}",
+            gate.server.stdout()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends a GET of `path`; its status and the line logged for it.
+async fn logged(gate: &Gate, path: &str, jar: &mut Jar, accept: &str) -> (StatusCode, Value) {
+    let response = gate
+        .send(reqwest::Method::GET, path, jar, accept, &[])
+        .await;
+    let status = response.status();
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let line = line_of(gate, &request_id).await;
+    assert_eq!(line["status"], status.as_u16(), "{line}");
+    assert_eq!(line["client"], "127.0.0.1", "{line}");
+    assert_eq!(line["method"], "GET", "{line}");
+    assert_eq!(line["trace_id"].as_str().unwrap().len(), 32, "{line}");
+    assert!(line["duration_ms"].as_f64().unwrap() >= 0.0, "{line}");
+    assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    (status, line)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_line_per_request_with_its_decision() {
+    let gate = Gate::start(LOGGED_SITE).await;
+
+    // Admitted on the spot, then passed with the pass; the query string is not logged.
+    let mut first = Jar::default();
+    let (status, admitted) = logged(&gate, "/products?token=secret", &mut first, HTML).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(admitted["path"], "/products", "{admitted}");
+    assert_eq!(admitted["decision"], "admitted", "{admitted}");
+    assert_eq!(admitted["room"], "shop");
+    assert_eq!(admitted["upstream_status"], 200);
+    assert!(admitted["upstream_duration_ms"].as_f64().unwrap() > 0.0);
+    assert!(admitted["bytes"].as_u64().unwrap() > 0, "{admitted}");
+    let (_, passed) = logged(&gate, "/products", &mut first, HTML).await;
+    assert_eq!(passed["decision"], "passed", "{passed}");
+    assert_eq!(passed["room"], "shop");
+    assert_eq!(passed["upstream_status"], 200);
+
+    // The room is full: the next visitor is queued and nothing reaches the upstream.
+    let mut second = Jar::default();
+    let (_, queued) = logged(&gate, "/products", &mut second, HTML).await;
+    assert_eq!(queued["decision"], "queued", "{queued}");
+    assert_eq!(queued["room"], "shop");
+    assert_eq!(queued["upstream_status"], Value::Null);
+    assert_eq!(queued["upstream_duration_ms"], Value::Null);
+
+    // The route's rate limit: the first search goes through, the second is limited.
+    let mut searcher = Jar::default();
+    let (_, bypass) = logged(&gate, "/search/a", &mut searcher, JSON).await;
+    assert_eq!(bypass["decision"], "bypass", "{bypass}");
+    assert_eq!(bypass["upstream_status"], 200);
+    let (status, limited) = logged(&gate, "/search/b", &mut searcher, JSON).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited["decision"], "limited", "{limited}");
+    assert_eq!(limited["upstream_status"], Value::Null);
+}

@@ -1,0 +1,236 @@
+//! The ids that tie a request's lines together across systems (SPEC §14.6): `X-Request-Id`
+//! and the W3C trace context (`traceparent`, `tracestate`).
+//!
+//! Every header here may be forged. A request id is believed only from a trusted proxy (which
+//! made it or passed on its own client's) and only when it is short printable text, so it can
+//! go into log lines and the upstream's headers as it is; otherwise the node makes one. A
+//! `traceparent` is believed from anybody (it only groups spans, it grants nothing) when it
+//! is a well-formed version-00 value with non-zero ids; an invalid one is dropped and a new
+//! trace is started, and `tracestate` goes on only beside a valid `traceparent`.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+/// `X-Request-Id`.
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The longest request id taken from a trusted proxy.
+const MAX_REQUEST_ID: usize = 128;
+
+/// A `tracestate` longer than this is dropped (the W3C limit is 32 members of at most 256
+/// bytes; a longer one is not worth forwarding).
+const MAX_TRACESTATE: usize = 512;
+
+/// A request's correlation ids, as the upstream and the visitor get them.
+#[derive(Debug, Clone)]
+pub(crate) struct Correlation {
+    /// The request id: a trusted proxy's, else a new random one.
+    pub(crate) request_id: HeaderValue,
+    /// The client's valid trace context, if any.
+    pub(crate) received: Option<TraceParent>,
+    /// The trace context the upstream gets: the client's, the node's span in its trace
+    /// (with span export), or a new trace.
+    pub(crate) trace: TraceParent,
+    /// The client's `tracestate`, kept only with its valid `traceparent`.
+    tracestate: Option<HeaderValue>,
+}
+
+impl Correlation {
+    /// The ids of a request with `headers` from a peer that is (`trusted`) or is not a trusted
+    /// proxy; the incoming headers are removed (see [`insert_into`](Self::insert_into)).
+    pub(crate) fn take(headers: &mut HeaderMap, trusted: bool) -> Correlation {
+        let sent_id = headers.remove(&X_REQUEST_ID);
+        let request_id = sent_id
+            .filter(|value| trusted && is_sane_request_id(value.as_bytes()))
+            .unwrap_or_else(new_request_id);
+        // Several `traceparent` lines are invalid (W3C trace context §3.2.2).
+        let mut sent = headers.get_all(&TRACEPARENT).iter();
+        let parsed = match (sent.next(), sent.next()) {
+            (Some(value), None) => TraceParent::parse(value.as_bytes()),
+            _ => None,
+        };
+        headers.remove(&TRACEPARENT);
+        let tracestate = headers.remove(&TRACESTATE);
+        let (trace, tracestate) = match parsed {
+            Some(trace) => (
+                trace,
+                tracestate.filter(|value| value.len() <= MAX_TRACESTATE),
+            ),
+            None => (TraceParent::new(), None),
+        };
+        Correlation {
+            request_id,
+            received: parsed,
+            trace,
+            tracestate,
+        }
+    }
+
+    /// Puts the ids into the headers of the request to the upstream.
+    pub(crate) fn insert_into(&self, headers: &mut HeaderMap) {
+        headers.insert(X_REQUEST_ID.clone(), self.request_id.clone());
+        headers.insert(TRACEPARENT.clone(), self.trace.header_value());
+        if let Some(tracestate) = &self.tracestate {
+            headers.insert(TRACESTATE.clone(), tracestate.clone());
+        }
+    }
+}
+
+/// Short printable text without spaces or separators that could split a log line.
+fn is_sane_request_id(value: &[u8]) -> bool {
+    (1..=MAX_REQUEST_ID).contains(&value.len())
+        && value
+            .iter()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"-_.:+/=@".contains(byte))
+}
+
+/// A new request id: 128 random bits in hex.
+fn new_request_id() -> HeaderValue {
+    let id = format!("{:032x}", rand::random::<u128>());
+    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// A W3C `traceparent` of version 00: the trace, the parent span and the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TraceParent {
+    /// The trace id (never zero).
+    pub(crate) trace_id: u128,
+    /// The caller's span id (never zero).
+    pub(crate) parent_id: u64,
+    /// The trace flags (bit 0: sampled).
+    pub(crate) flags: u8,
+}
+
+impl TraceParent {
+    /// A new trace, not sampled by anyone before this node.
+    fn new() -> TraceParent {
+        TraceParent {
+            trace_id: rand::random::<u128>().max(1),
+            parent_id: rand::random::<u64>().max(1),
+            flags: 0,
+        }
+    }
+
+    /// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lowercase, with non-zero ids;
+    /// anything else is `None`.
+    fn parse(value: &[u8]) -> Option<TraceParent> {
+        let value = std::str::from_utf8(value).ok()?;
+        let mut fields = value.split('-');
+        let (version, trace, parent, flags) = (
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        );
+        if fields.next().is_some() || version != "00" {
+            return None;
+        }
+        let trace_id = lower_hex(trace, 32).and_then(|hex| u128::from_str_radix(hex, 16).ok())?;
+        let parent_id = lower_hex(parent, 16).and_then(|hex| u64::from_str_radix(hex, 16).ok())?;
+        let flags = lower_hex(flags, 2).and_then(|hex| u8::from_str_radix(hex, 16).ok())?;
+        (trace_id != 0 && parent_id != 0).then_some(TraceParent {
+            trace_id,
+            parent_id,
+            flags,
+        })
+    }
+
+    /// The trace id as the W3C spells it.
+    pub(crate) fn trace_id_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+
+    fn header_value(&self) -> HeaderValue {
+        let value = format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id, self.parent_id, self.flags
+        );
+        HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+}
+
+/// `field` when it is exactly `length` lowercase hex digits.
+fn lower_hex(field: &str, length: usize) -> Option<&str> {
+    (field.len() == length
+        && field
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)))
+    .then_some(field)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn headers(lines: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in lines {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn a_valid_traceparent_and_its_tracestate_go_on() {
+        let mut sent = headers(&[("traceparent", VALID), ("tracestate", "vendor=1")]);
+        let correlation = Correlation::take(&mut sent, false);
+        let mut out = HeaderMap::new();
+        correlation.insert_into(&mut out);
+        assert_eq!(out["traceparent"], VALID);
+        assert_eq!(out["tracestate"], "vendor=1");
+    }
+
+    #[test]
+    fn an_invalid_traceparent_is_replaced_and_its_tracestate_dropped() {
+        for invalid in [
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "garbage",
+        ] {
+            let mut sent = HeaderMap::new();
+            sent.insert("traceparent", HeaderValue::from_static(invalid));
+            sent.insert("tracestate", HeaderValue::from_static("vendor=1"));
+            let correlation = Correlation::take(&mut sent, true);
+            let mut out = HeaderMap::new();
+            correlation.insert_into(&mut out);
+            let replaced = out["traceparent"].to_str().unwrap();
+            assert_ne!(replaced, invalid);
+            assert!(
+                TraceParent::parse(replaced.as_bytes()).is_some(),
+                "{replaced}"
+            );
+            assert!(!out.contains_key("tracestate"), "{invalid}");
+        }
+    }
+
+    #[test]
+    fn two_traceparent_lines_are_invalid() {
+        let mut sent = headers(&[("traceparent", VALID), ("traceparent", VALID)]);
+        let correlation = Correlation::take(&mut sent, false);
+        assert_ne!(correlation.trace.trace_id_hex(), VALID[3..35]);
+    }
+
+    #[test]
+    fn a_request_id_is_kept_only_from_a_trusted_proxy_and_only_when_sane() {
+        let kept = Correlation::take(&mut headers(&[("x-request-id", "abc-123")]), true);
+        assert_eq!(kept.request_id, "abc-123");
+        let untrusted = Correlation::take(&mut headers(&[("x-request-id", "abc-123")]), false);
+        assert_ne!(untrusted.request_id, "abc-123");
+        assert_eq!(untrusted.request_id.len(), 32);
+        let odd = Correlation::take(&mut headers(&[("x-request-id", "a b\"c")]), true);
+        assert_ne!(odd.request_id, "a b\"c");
+        let long = "x".repeat(MAX_REQUEST_ID + 1);
+        let mut sent = HeaderMap::new();
+        sent.insert("x-request-id", HeaderValue::from_str(&long).unwrap());
+        assert_ne!(Correlation::take(&mut sent, true).request_id, long.as_str());
+    }
+}
