@@ -75,9 +75,10 @@ async fn record(State(seen): State<Arc<Mutex<Vec<Seen>>>>, request: Request) -> 
         .headers
         .iter()
         .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
             (
                 name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                fresh_id_shape(name.as_str(), value),
             )
         })
         .collect();
@@ -90,6 +91,24 @@ async fn record(State(seen): State<Arc<Mutex<Vec<Seen>>>>, request: Request) -> 
         body: body.to_vec(),
     });
     format!("seen {}", seen.len())
+}
+
+/// The request id and trace context each node makes afresh per request, by their shape: the
+/// engines must agree on what reaches the origin, not on random numbers.
+fn fresh_id_shape(name: &str, value: String) -> String {
+    let hex = |text: &str, length: usize| {
+        text.len() == length && text.bytes().all(|byte| byte.is_ascii_hexdigit())
+    };
+    match name {
+        "x-request-id" if hex(&value, 32) => "<32 hex digits>".to_owned(),
+        "traceparent" => match value.split('-').collect::<Vec<_>>()[..] {
+            ["00", trace, parent, flags] if hex(trace, 32) && hex(parent, 16) => {
+                format!("00-<trace id>-<parent id>-{flags}")
+            }
+            _ => value,
+        },
+        _ => value,
+    }
 }
 
 /// A node in front of `origin`, served by `engine`.
