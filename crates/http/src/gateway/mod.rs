@@ -251,11 +251,7 @@ impl Gateway {
         let (mut parts, body) = request.into_parts();
         let peer = crate::ratelimit::peer_address(&parts.extensions);
         let trusted = peer.is_some_and(|peer| {
-            let peer = peer.to_canonical();
-            self.inner
-                .trusted_proxies
-                .iter()
-                .any(|proxy| proxy.contains(peer))
+            anteroom_core::ratelimit::client_ip::is_trusted(peer, &self.inner.trusted_proxies)
         });
         let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
         let span = self.inner.spans.as_ref().map(|spans| {
