@@ -13,6 +13,7 @@ pub mod adaptive;
 pub mod challenge;
 pub mod clock;
 pub mod config;
+pub mod counters;
 pub mod duration;
 pub mod engine;
 pub mod eta;

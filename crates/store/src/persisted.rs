@@ -12,6 +12,7 @@
 //! rewritten in version 2 as they change.
 
 use anteroom_core::config::RawRoom;
+use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
     AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
     TicketEnd, TicketState,
@@ -55,7 +56,8 @@ struct StateV1 {
     rate_admissions: f64,
     rate_seconds: f64,
     rate_measured_until: Option<u64>,
-    totals: TotalsV1,
+    /// Each of [`RoomTotals`] by its field name.
+    totals: BTreeMap<String, u64>,
     /// Absent in records written before schedules existed.
     #[serde(default)]
     draw: Option<DrawV1>,
@@ -72,19 +74,6 @@ struct DrawV1 {
     seed: String,
     cohort: u64,
     through_position: u64,
-}
-
-#[derive(Deserialize)]
-struct TotalsV1 {
-    joined: u64,
-    admitted: u64,
-    no_show: u64,
-    abandoned: u64,
-    left: u64,
-    passes: u64,
-    completed: u64,
-    sessions_abandoned: u64,
-    expired: u64,
 }
 
 #[derive(Deserialize)]
@@ -164,7 +153,13 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
 fn decode_state_json(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
     let state: StateV1 = serde_json::from_slice(bytes)?;
     check_json_version(state.v)?;
-    let totals = state.totals;
+    let totals = RoomTotals::try_from_fields(|field| {
+        state
+            .totals
+            .get(field.name)
+            .copied()
+            .ok_or_else(|| DecodeError::Invalid(format!("total {:?} missing", field.name)))
+    })?;
     let draw = match state.draw {
         None => None,
         Some(draw) => Some(Draw {
@@ -198,17 +193,7 @@ fn decode_state_json(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, Decod
             seconds: state.rate_seconds,
             measured_until: state.rate_measured_until.map(Timestamp),
         },
-        totals: RoomTotals {
-            joined: totals.joined,
-            admitted: totals.admitted,
-            no_show: totals.no_show,
-            abandoned: totals.abandoned,
-            left: totals.left,
-            passes: totals.passes,
-            completed: totals.completed,
-            sessions_abandoned: totals.sessions_abandoned,
-            expired: totals.expired,
-        },
+        totals,
     })
 }
 
@@ -510,6 +495,45 @@ mod tests {
             (1_000_000, 3, None)
         );
         assert_eq!(decoded.rate.admissions, 0.5);
+    }
+
+    /// Totals with a different value in every field, so a field a format drops or swaps shows.
+    fn distinct_totals() -> RoomTotals {
+        RoomTotals::try_from_fields(|field| {
+            let index = RoomTotals::FIELDS
+                .iter()
+                .position(|other| other.name == field.name)
+                .unwrap();
+            Ok::<u64, ()>(1_000 * (index as u64 + 1) + index as u64)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_total_survives_the_binary_record() {
+        let mut meta = meta();
+        meta.totals = distinct_totals();
+        let decoded = decode_state(config(), &encode_state(&meta)).unwrap();
+        assert_eq!(decoded.totals, meta.totals);
+    }
+
+    #[test]
+    fn every_total_is_read_from_a_version_1_record() {
+        let totals: Vec<String> = distinct_totals()
+            .fields()
+            .map(|(name, value)| format!("{name:?}:{value}"))
+            .collect();
+        let state = format!(
+            r#"{{"v":1,"generation":1,"last_position":0,"serving":0,"bucket_units":0,"bucket_updated_at":0,"rate_admissions":0.0,"rate_seconds":0.0,"rate_measured_until":null,"totals":{{{}}}}}"#,
+            totals.join(",")
+        );
+        let decoded = decode_state(config(), state.as_bytes()).unwrap();
+        assert_eq!(decoded.totals, distinct_totals());
+        let expired = format!(r#","expired":{}"#, distinct_totals().expired);
+        let without_expired = state.replace(&expired, "");
+        assert_ne!(without_expired, state);
+        let error = decode_state(config(), without_expired.as_bytes()).unwrap_err();
+        assert!(error.to_string().contains("expired"), "{error}");
     }
 
     #[test]

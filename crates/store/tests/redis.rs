@@ -12,7 +12,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketEnd, TicketRef, TicketState};
+use anteroom_core::counters::CounterRecord;
+use anteroom_core::engine::{
+    Entry, JoinRequest, RoomTotals, SessionEnd, TicketEnd, TicketRef, TicketState,
+};
 use anteroom_core::room::{Mode, Order, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
@@ -795,4 +798,36 @@ async fn rooms_written_in_the_first_layout_are_migrated() {
     assert!(refused.contains(&key("meta")), "{refused}");
     assert!(refused.contains("layout 9"), "{refused}");
     server.cli(&["HSET", &key("meta"), "layout", "2"]);
+}
+
+#[tokio::test]
+async fn every_room_total_is_read_and_kept_by_the_scripts() {
+    // The scripts name the totals from RoomTotals' field list: each one stored in the meta hash
+    // comes back in the snapshot, and an operation writes each one back.
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, Some(clock)).unwrap();
+    let id = room_id("totals");
+    full_room(&store, &id, Duration::from_secs(60)).await;
+    let server = shared_server();
+    let meta = format!("{prefix}:{{{id}}}:meta");
+    let mut stored = RoomTotals::default();
+    for (index, field) in RoomTotals::FIELDS.iter().enumerate() {
+        let value = 1_000 * (index as u64 + 1) + index as u64;
+        *(field.slot)(&mut stored) = value;
+        server.cli(&["HSET", &meta, field.name, &value.to_string()]);
+    }
+    assert_eq!(store.snapshot(&id).await.unwrap().totals, stored);
+
+    store.join(&id, JoinRequest::default()).await.unwrap();
+    let totals = store.snapshot(&id).await.unwrap().totals;
+    assert_eq!(totals.joined, stored.joined + 1);
+    for (name, value) in totals.fields() {
+        assert_eq!(server.cli(&["HGET", &meta, name]).trim(), value.to_string());
+    }
+
+    // A total the room was written without (a field added since) starts at zero.
+    server.cli(&["HDEL", &meta, "expired"]);
+    assert_eq!(store.snapshot(&id).await.unwrap().totals.expired, 0);
 }

@@ -177,27 +177,30 @@ impl SessionEnd {
     }
 }
 
-/// Running totals of a room, kept across restarts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RoomTotals {
-    /// Tickets created.
-    pub joined: u64,
-    /// Tickets admitted.
-    pub admitted: u64,
-    /// Admitted tickets that never claimed their pass.
-    pub no_show: u64,
-    /// Waiting tickets dropped for lack of contact.
-    pub abandoned: u64,
-    /// Tickets that left on their own.
-    pub left: u64,
-    /// Passes issued (sessions opened).
-    pub passes: u64,
-    /// Sessions completed by the site.
-    pub completed: u64,
-    /// Sessions abandoned or revoked.
-    pub sessions_abandoned: u64,
-    /// Sessions that ran out of time.
-    pub expired: u64,
+crate::counter_record! {
+    /// Running totals of a room, kept across restarts. Every stored form of them is derived
+    /// from this one list (`CounterRecord::FIELDS`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct RoomTotals {
+        /// Tickets created.
+        joined,
+        /// Tickets admitted.
+        admitted,
+        /// Admitted tickets that never claimed their pass.
+        no_show,
+        /// Waiting tickets dropped for lack of contact.
+        abandoned,
+        /// Tickets that left on their own.
+        left,
+        /// Passes issued (sessions opened).
+        passes,
+        /// Sessions completed by the site.
+        completed,
+        /// Sessions abandoned or revoked.
+        sessions_abandoned,
+        /// Sessions that ran out of time.
+        expired,
+    }
 }
 
 /// The persistent scalar state of a room (everything but its tickets and sessions).

@@ -131,10 +131,8 @@ local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
   'rate_seconds', 'rate_at',
 }
-local TOTAL_FIELDS = {
-  'joined', 'admitted', 'no_show', 'abandoned', 'left', 'passes', 'completed',
-  'sessions_abandoned', 'expired',
-}
+-- TOTAL_FIELDS, the room's totals (meta fields, and their order in snapshot_reply), is
+-- defined in front of this prelude by the store from RoomTotals' field list (scripts.rs).
 
 local room = nil
 
@@ -261,8 +259,9 @@ local function load_room()
   room.rate_admissions = tonumber(loaded.rate_admissions)
   room.rate_seconds = tonumber(loaded.rate_seconds)
   room.rate_at = optional_number(loaded.rate_at)
+  -- A total added since the room was written starts at zero.
   for _, name in ipairs(TOTAL_FIELDS) do
-    room[name] = tonumber(loaded[name])
+    room[name] = tonumber(loaded[name] or '0')
   end
   apply_schedule()
   return true

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
     AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
     TicketEnd, TicketState,
@@ -33,18 +34,8 @@ pub(super) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
     out.f64(meta.rate.admissions);
     out.f64(meta.rate.seconds);
     out.option(meta.rate.measured_until, Out::time);
-    let totals = &meta.totals;
-    for count in [
-        totals.joined,
-        totals.admitted,
-        totals.no_show,
-        totals.abandoned,
-        totals.left,
-        totals.passes,
-        totals.completed,
-        totals.sessions_abandoned,
-        totals.expired,
-    ] {
+    // In the field list's order: a new total needs a new record version, as any new field.
+    for (_, count) in meta.totals.fields() {
         out.u64(count);
     }
     out.option(meta.draw.as_ref(), |out, draw| {
@@ -77,17 +68,7 @@ pub(super) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
         seconds: input.f64()?,
         measured_until: input.option(In::time)?,
     };
-    let totals = RoomTotals {
-        joined: input.u64()?,
-        admitted: input.u64()?,
-        no_show: input.u64()?,
-        abandoned: input.u64()?,
-        left: input.u64()?,
-        passes: input.u64()?,
-        completed: input.u64()?,
-        sessions_abandoned: input.u64()?,
-        expired: input.u64()?,
-    };
+    let totals = RoomTotals::try_from_fields(|_| input.u64())?;
     let draw = input.option(|input| {
         Ok(Draw {
             opens_at: input.time()?,

@@ -7,6 +7,7 @@
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
 use anteroom_core::adaptive::LoadSignal;
+use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
     AdmittedView, Draw, EngineError, Entry, RoomSnapshot, RoomTotals, Session, SessionEnd,
     SessionState, TickReport, Ticket, TicketEnd, TicketState, WaitingView,
@@ -201,17 +202,8 @@ impl Answer {
         let active = self.number()?;
         let admitted_unclaimed = self.number()?;
         let rate = self.rate()?;
-        let totals = RoomTotals {
-            joined: self.number()?,
-            admitted: self.number()?,
-            no_show: self.number()?,
-            abandoned: self.number()?,
-            left: self.number()?,
-            passes: self.number()?,
-            completed: self.number()?,
-            sessions_abandoned: self.number()?,
-            expired: self.number()?,
-        };
+        // `snapshot_reply` sends the totals in the field list's order (`TOTAL_FIELDS`).
+        let totals = RoomTotals::try_from_fields(|_| self.number())?;
         let draw = decode_draw(&self.text()?)?;
         Ok(RoomSnapshot {
             draw,

@@ -1,21 +1,38 @@
 //! The room scripts (`lua/rooms/*.lua`), each one Lua script run with EVALSHA.
 //!
-//! Every script is the shared prelude `room.lua` (keys, record formats and the engine's
-//! state changes) followed by the operation's own file, so each operation stays one atomic
-//! script while the engine logic is written once.
+//! Every script is the record field lists (written here from the Rust records), the shared
+//! prelude `room.lua` (keys, record formats and the engine's state changes) and the
+//! operation's own file, so each operation stays one atomic script while the engine logic is
+//! written once and the scripts name exactly the fields the Rust records have.
 
 use std::sync::LazyLock;
 
+use anteroom_core::counters::CounterRecord;
+use anteroom_core::engine::RoomTotals;
 use redis::Script;
 
 macro_rules! room_script {
     ($file:literal) => {
-        Script::new(concat!(
-            include_str!("../../lua/rooms/room.lua"),
-            "\n",
-            include_str!(concat!("../../lua/rooms/", $file)),
-        ))
+        room_script(include_str!(concat!("../../lua/rooms/", $file)))
     };
+}
+
+const ROOM_PRELUDE: &str = include_str!("../../lua/rooms/room.lua");
+
+fn room_script(operation: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{ROOM_PRELUDE}\n{operation}",
+        record_fields_lua()
+    ))
+}
+
+/// The Lua declaration of the field lists the scripts share with the Rust records.
+fn record_fields_lua() -> String {
+    let totals: Vec<String> = RoomTotals::FIELDS
+        .iter()
+        .map(|field| format!("'{}'", field.name))
+        .collect();
+    format!("local TOTAL_FIELDS = {{ {} }}", totals.join(", "))
 }
 
 /// Every room script, compiled (hashed) once per process.
