@@ -1,6 +1,7 @@
-//! Tidy checks that keep the architecture honest (DESIGN.md conventions 3, 13, 14):
-//! the core stays free of I/O, async and clocks, every Rust file opens with a `//!` doc, and no
-//! test hides behind `#[ignore]` or `#[should_panic]`.
+//! Tidy checks that keep the architecture honest (DESIGN.md conventions 3, 8, 13, 14):
+//! the core stays free of I/O, async and clocks, derives `Serialize` only for the raw room
+//! configuration, every Rust file opens with a `//!` doc, and no test hides behind `#[ignore]`
+//! or `#[should_panic]`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -91,6 +92,54 @@ fn core_reads_no_clock_environment_or_os_randomness() {
                 !text.contains(needle),
                 "{} uses {needle}: the core does no I/O and reads no clock",
                 file.display()
+            );
+        }
+    }
+}
+
+/// The one exception to "core types do not derive `Serialize`": a room's configuration as
+/// written (`RawRoom` and the `Raw*` parts it holds). SPEC §3 makes that one form the config
+/// file's `[[room]]`, the admin API's body and the stored configuration; a wire or stored copy
+/// elsewhere would be a second field list of the same record (DESIGN.md convention 22).
+const SERIALIZED_RAW_ROOM_PARTS: [&str; 7] = [
+    "RawRoom",
+    "RawAdaptive",
+    "RawChallenge",
+    "RawPriority",
+    "RawEvent",
+    "RawIdentityJwt",
+    "RawOidc",
+];
+
+#[test]
+fn only_the_raw_room_configuration_derives_serialize_in_core() {
+    let mut files = Vec::new();
+    rust_files(&workspace_root().join("crates/core/src"), &mut files);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (index, line) in lines.iter().enumerate() {
+            let serializes = line.replace("Deserialize", "").contains("Serialize");
+            if !serializes || line.starts_with("use serde::") {
+                continue;
+            }
+            let declared = lines[index..]
+                .iter()
+                .find_map(|line| {
+                    let line = line.trim_start();
+                    let rest = line
+                        .strip_prefix("pub struct ")
+                        .or_else(|| line.strip_prefix("pub enum "))?;
+                    rest.split([' ', '{', '<', '(']).next()
+                })
+                .unwrap_or_default();
+            let is_derive = line.trim_start().starts_with("#[derive(");
+            assert!(
+                is_derive && SERIALIZED_RAW_ROOM_PARTS.contains(&declared),
+                "{}:{}: only the raw room configuration derives Serialize in the core \
+                 (wire types live in anteroom-http, persisted formats in anteroom-store)",
+                file.display(),
+                index + 1
             );
         }
     }

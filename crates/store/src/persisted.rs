@@ -3,7 +3,7 @@
 //! Core types do not derive `Serialize` (serialization is a boundary): the formats here are
 //! the on-disk shape, each record tagged with its version so later formats read older files.
 //! Room configurations are stored as JSON in their §3 raw form ([`RawRoom`]), the same shape
-//! the admin API speaks.
+//! the admin API speaks: the one core type that derives `Serialize` (see the core's tidy test).
 //!
 //! A room's state, tickets and sessions are written in version 2, a compact binary form
 //! ([`binary`]): every join writes a ticket and the room's state, so their size and encoding
