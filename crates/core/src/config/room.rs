@@ -349,26 +349,44 @@ impl RawRoom {
         };
         // Start from the defaults and overwrite each field that is present and valid.
         let mut room = RoomConfig::with_defaults(placeholder_id());
-
         let id = RoomId::new(&self.id)
             .map_err(|error| report("id", error.to_string()))
             .ok();
-        if let Some(routes) = &self.routes {
-            for route in routes.iter().filter(|route| !route.starts_with('/')) {
-                report(
-                    "routes",
-                    format!("route {route:?} must be a path starting with '/'"),
-                );
-            }
-            room.routes = routes.clone();
-            // The globs are compiled here, so a room the admin API accepts always makes a
-            // route (the gateway builds it from the stored room at run time).
-            if routes.iter().all(|route| route.starts_with('/'))
-                && let Err(error) = super::gateway::room_route(&room)
-            {
-                report("routes", error.to_string());
-            }
+        self.resolve_routes(&mut room, &mut report);
+        self.resolve_admission(&mut room, &mut report);
+        self.resolve_durations(&mut room, &mut report);
+        self.resolve_choices(&mut room, &mut report);
+        self.resolve_requires(&mut room, &mut report);
+        self.resolve_extensions(&mut room, &mut report);
+        self.resolve_schedule(&mut room, &mut report);
+        self.resolve_priority(&mut room, &mut report);
+        match id {
+            Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
+            _ => Err(problems),
         }
+    }
+
+    fn resolve_routes(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
+        let Some(routes) = &self.routes else {
+            return;
+        };
+        for route in routes.iter().filter(|route| !route.starts_with('/')) {
+            report(
+                "routes",
+                format!("route {route:?} must be a path starting with '/'"),
+            );
+        }
+        room.routes = routes.clone();
+        // The globs are compiled here, so a room the admin API accepts always makes a
+        // route (the gateway builds it from the stored room at run time).
+        if routes.iter().all(|route| route.starts_with('/'))
+            && let Err(error) = super::gateway::room_route(room)
+        {
+            report("routes", error.to_string());
+        }
+    }
+
+    fn resolve_admission(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         room.max_active = self.max_active.unwrap_or(room.max_active);
         room.admit_per_minute = self.admit_per_minute.unwrap_or(room.admit_per_minute);
         room.admit_burst = self
@@ -377,7 +395,9 @@ impl RawRoom {
         if room.admit_burst == 0 {
             report("admit_burst", "must be at least 1".to_owned());
         }
+    }
 
+    fn resolve_durations(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         let mut duration = |field: &str, text: &Option<String>| {
             let text = text.as_deref()?;
             match parse_duration(text) {
@@ -412,41 +432,34 @@ impl RawRoom {
                 format!("must be at least session_ttl ({ttl}), found {max:?}"),
             );
         }
+    }
 
+    /// The fields spelled as one of a fixed set of words, and the identity.
+    fn resolve_choices(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         let mode_choices = &["queue", "queue_all", "passthrough", "closed"];
-        if let Some(mode) = parse_choice(&mut report, "mode", &self.mode, Mode::parse, mode_choices)
-        {
+        if let Some(mode) = parse_choice(report, "mode", &self.mode, Mode::parse, mode_choices) {
             room.mode = mode;
         }
         let order_choices = &["fifo", "random"];
-        if let Some(order) = parse_choice(
-            &mut report,
-            "order",
-            &self.order,
-            Order::parse,
-            order_choices,
-        ) {
+        if let Some(order) = parse_choice(report, "order", &self.order, Order::parse, order_choices)
+        {
             room.order = order;
         }
         let policy_choices = &["open", "closed"];
         let field = "on_store_error";
         let parse = StoreErrorPolicy::parse;
-        if let Some(policy) = parse_choice(
-            &mut report,
-            field,
-            &self.on_store_error,
-            parse,
-            policy_choices,
-        ) {
+        if let Some(policy) =
+            parse_choice(report, field, &self.on_store_error, parse, policy_choices)
+        {
             room.on_store_error = policy;
         }
         let identity_jwt = self.identity_jwt.as_ref();
-        if let Some(identity) =
-            resolve_identity(self.identity.as_deref(), identity_jwt, &mut report)
-        {
+        if let Some(identity) = resolve_identity(self.identity.as_deref(), identity_jwt, report) {
             room.identity = identity;
         }
+    }
 
+    fn resolve_requires(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         for required in self.requires.iter().flatten() {
             match RoomId::new(required) {
                 Err(error) => report("requires", error.to_string()),
@@ -459,9 +472,15 @@ impl RawRoom {
                 Ok(required_id) => room.requires.push(required_id),
             }
         }
-        room.page_template = self.page_template.clone().unwrap_or(room.page_template);
+    }
+
+    /// The page template and the optional tables: OIDC, adaptive pacing, the challenge.
+    fn resolve_extensions(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
+        if let Some(template) = &self.page_template {
+            room.page_template = template.clone();
+        }
         if let Some(oidc) = &self.oidc {
-            room.oidc = oidc.resolve(&mut report);
+            room.oidc = oidc.resolve(report);
         }
         if let Some(adaptive) = &self.adaptive {
             match adaptive.resolve() {
@@ -475,29 +494,20 @@ impl RawRoom {
                 Err(messages) => messages.into_iter().for_each(|m| report("challenge", m)),
             }
         }
+    }
 
+    fn resolve_schedule(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         let idle_choices = &["passthrough", "closed"];
-        if let Some(before) = parse_choice(
-            &mut report,
-            "before",
-            &self.before,
-            IdleMode::parse,
-            idle_choices,
-        ) {
+        let parse = IdleMode::parse;
+        if let Some(before) = parse_choice(report, "before", &self.before, parse, idle_choices) {
             room.schedule.before = before;
         }
-        if let Some(after) = parse_choice(
-            &mut report,
-            "after",
-            &self.after,
-            IdleMode::parse,
-            idle_choices,
-        ) {
+        if let Some(after) = parse_choice(report, "after", &self.after, parse, idle_choices) {
             room.schedule.after = after;
         }
         let mut previous_close: Option<Timestamp> = None;
         for (index, raw) in self.schedule.iter().flatten().enumerate() {
-            let Some(event) = resolve_event(raw, index, &mut report) else {
+            let Some(event) = resolve_event(raw, index, report) else {
                 continue;
             };
             if let Some(close) = previous_close
@@ -511,6 +521,9 @@ impl RawRoom {
             previous_close = Some(event.closes_at);
             room.schedule.events.push(event);
         }
+    }
+
+    fn resolve_priority(&self, room: &mut RoomConfig, report: &mut impl FnMut(&str, String)) {
         for (index, raw) in self.priority.iter().flatten().enumerate() {
             let field = |key: &str| format!("priority[{index}].{key}");
             let mut hashes = Vec::new();
@@ -528,11 +541,6 @@ impl RawRoom {
                 report(&field("uses"), "must be at least 1".to_owned());
             }
             room.priority.push(PriorityCodes { hashes, uses });
-        }
-
-        match id {
-            Some(id) if problems.is_empty() => Ok(RoomConfig { id, ..room }),
-            _ => Err(problems),
         }
     }
 
@@ -851,48 +859,13 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
             continue;
         };
         origins.insert(field.to_owned(), entry.key_origin.clone());
-        let strings = |problems: &mut Problems| {
-            entry
-                .strings(problems)
-                .map(|list| list.into_iter().map(|(text, _)| text).collect())
-        };
-        match field {
-            "id" => {
-                if let Some(id) = entry.string(problems) {
-                    raw.id = id;
-                    has_id = true;
-                }
+        if field == "id" {
+            if let Some(id) = entry.string(problems) {
+                raw.id = id;
+                has_id = true;
             }
-            "routes" => raw.routes = strings(problems),
-            "max_active" => raw.max_active = entry.unsigned(problems),
-            "admit_per_minute" => raw.admit_per_minute = entry.unsigned(problems),
-            "admit_burst" => raw.admit_burst = entry.unsigned(problems),
-            "session_ttl" => raw.session_ttl = entry.duration_text(problems),
-            "session_max" => raw.session_max = entry.duration_text(problems),
-            "claim_ttl" => raw.claim_ttl = entry.duration_text(problems),
-            "ticket_idle_ttl" => raw.ticket_idle_ttl = entry.duration_text(problems),
-            "mode" => raw.mode = entry.string(problems),
-            "order" => raw.order = entry.string(problems),
-            "identity" => raw.identity = entry.string(problems),
-            "requires" => raw.requires = strings(problems),
-            "page_template" => raw.page_template = entry.string(problems),
-            "identity_jwt" => {
-                raw.identity_jwt = entry
-                    .table(problems)
-                    .map(|table| read_identity_jwt(table, &mut origins, problems));
-            }
-            "oidc" => {
-                raw.oidc = entry
-                    .table(problems)
-                    .map(|table| read_oidc(table, &mut origins, problems));
-            }
-            "adaptive" => raw.adaptive = read_adaptive(entry, problems),
-            "challenge" => raw.challenge = read_challenge(entry, problems),
-            "on_store_error" => raw.on_store_error = entry.string(problems),
-            "before" => raw.before = entry.string(problems),
-            "after" => raw.after = entry.string(problems),
-            "priority" => raw.priority = read_priority(entry, &mut origins, problems),
-            _ => raw.schedule = read_events(entry, &mut origins, problems),
+        } else {
+            read_room_field(&mut raw, field, entry, &mut origins, problems);
         }
     }
     if !has_id && table.get("id").is_none() {
@@ -903,6 +876,53 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
         header: header.clone(),
         origins,
         has_id,
+    }
+}
+
+/// Reads one known `[[room]]` key other than `id` into `raw`, by the key's type.
+fn read_room_field(
+    raw: &mut RawRoom,
+    field: &str,
+    entry: &Entry,
+    origins: &mut HashMap<String, Origin>,
+    problems: &mut Problems,
+) {
+    let strings = |problems: &mut Problems| {
+        entry
+            .strings(problems)
+            .map(|list| list.into_iter().map(|(text, _)| text).collect())
+    };
+    match field {
+        "routes" => raw.routes = strings(problems),
+        "max_active" => raw.max_active = entry.unsigned(problems),
+        "admit_per_minute" => raw.admit_per_minute = entry.unsigned(problems),
+        "admit_burst" => raw.admit_burst = entry.unsigned(problems),
+        "session_ttl" => raw.session_ttl = entry.duration_text(problems),
+        "session_max" => raw.session_max = entry.duration_text(problems),
+        "claim_ttl" => raw.claim_ttl = entry.duration_text(problems),
+        "ticket_idle_ttl" => raw.ticket_idle_ttl = entry.duration_text(problems),
+        "mode" => raw.mode = entry.string(problems),
+        "order" => raw.order = entry.string(problems),
+        "identity" => raw.identity = entry.string(problems),
+        "requires" => raw.requires = strings(problems),
+        "page_template" => raw.page_template = entry.string(problems),
+        "identity_jwt" => {
+            raw.identity_jwt = entry
+                .table(problems)
+                .map(|table| read_identity_jwt(table, origins, problems));
+        }
+        "oidc" => {
+            raw.oidc = entry
+                .table(problems)
+                .map(|table| read_oidc(table, origins, problems));
+        }
+        "adaptive" => raw.adaptive = read_adaptive(entry, problems),
+        "challenge" => raw.challenge = read_challenge(entry, problems),
+        "on_store_error" => raw.on_store_error = entry.string(problems),
+        "before" => raw.before = entry.string(problems),
+        "after" => raw.after = entry.string(problems),
+        "priority" => raw.priority = read_priority(entry, origins, problems),
+        _ => raw.schedule = read_events(entry, origins, problems),
     }
 }
 
