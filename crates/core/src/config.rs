@@ -56,6 +56,7 @@ mod gateway;
 mod key_hash;
 mod log;
 mod rate_limit;
+mod raw_keys;
 mod room;
 mod room_identity;
 mod room_oidc;

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::KeyHash;
+use super::raw_keys::raw_keys;
 use super::room_identity::{RawIdentityJwt, read_identity_jwt, resolve_identity};
 use super::room_oidc::{RawOidc, read_oidc};
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
@@ -256,9 +257,6 @@ pub struct RawPriority {
     pub uses: Option<u64>,
 }
 
-/// The keys of a `[[room.priority]]` entry.
-const PRIORITY_FIELDS: &[&str] = &["codes", "uses"];
-
 /// One `[[room.schedule]]` entry in raw form: times as RFC 3339 text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -286,17 +284,6 @@ pub struct RawEvent {
     pub admit_burst: Option<u64>,
 }
 
-/// The keys of a `[[room.schedule]]` entry.
-const EVENT_FIELDS: &[&str] = &[
-    "prequeue_at",
-    "opens_at",
-    "closes_at",
-    "shuffle",
-    "max_active",
-    "admit_per_minute",
-    "admit_burst",
-];
-
 /// A problem with one field of a [`RawRoom`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -306,33 +293,6 @@ pub struct FieldProblem {
     /// What is wrong with it.
     pub message: String,
 }
-
-/// The fields of a room, in SPEC §3 order.
-pub(super) const ROOM_FIELDS: &[&str] = &[
-    "id",
-    "routes",
-    "max_active",
-    "admit_per_minute",
-    "admit_burst",
-    "session_ttl",
-    "session_max",
-    "claim_ttl",
-    "ticket_idle_ttl",
-    "mode",
-    "order",
-    "identity",
-    "identity_jwt",
-    "requires",
-    "page_template",
-    "on_store_error",
-    "oidc",
-    "adaptive",
-    "challenge",
-    "schedule",
-    "before",
-    "after",
-    "priority",
-];
 
 impl RawRoom {
     /// Validates every field, collecting every problem as (field name, message).
@@ -845,14 +805,11 @@ fn read_room(table: &Table, header: &Origin, problems: &mut Problems) -> RoomSou
     let mut origins = HashMap::new();
     let mut raw = RawRoom::default();
     let mut has_id = false;
+    let room_keys = raw_keys::<RawRoom>();
     for entry in &table.entries {
-        let Some(field) = ROOM_FIELDS
-            .iter()
-            .copied()
-            .find(|field| *field == entry.key)
-        else {
+        let Some(field) = room_keys.iter().copied().find(|field| *field == entry.key) else {
             let mut message = format!("unknown key `{}` in [[room]]", entry.key);
-            if let Some(suggestion) = closest(&entry.key, ROOM_FIELDS.iter().copied()) {
+            if let Some(suggestion) = closest(&entry.key, room_keys.iter().copied()) {
                 message.push_str(&format!("; did you mean `{suggestion}`?"));
             }
             problems.add(&entry.key_origin, message);
@@ -929,14 +886,7 @@ fn read_room_field(
 /// `[room.adaptive]`: its keys read by type; their values are checked by `resolve`.
 fn read_adaptive(entry: &Entry, problems: &mut Problems) -> Option<RawAdaptive> {
     let table = entry.table(problems)?;
-    let known = [
-        "target_p95_ms",
-        "max_error_rate",
-        "min_per_minute",
-        "max_per_minute",
-        "interval",
-    ];
-    problems.unknown_keys(table, &known, "[room.adaptive]");
+    problems.unknown_keys(table, raw_keys::<RawAdaptive>(), "[room.adaptive]");
     let mut raw = RawAdaptive::default();
     for key in &table.entries {
         match key.key.as_str() {
@@ -954,7 +904,7 @@ fn read_adaptive(entry: &Entry, problems: &mut Problems) -> Option<RawAdaptive> 
 /// `challenge = { kind = "pow", difficulty = 18 }`.
 fn read_challenge(entry: &Entry, problems: &mut Problems) -> Option<RawChallenge> {
     let table = entry.table(problems)?;
-    problems.unknown_keys(table, &["kind", "difficulty"], "`challenge`");
+    problems.unknown_keys(table, raw_keys::<RawChallenge>(), "`challenge`");
     let mut raw = RawChallenge::default();
     for key in &table.entries {
         match key.key.as_str() {
@@ -1021,7 +971,7 @@ fn read_events(
     read_entries(
         entry,
         "schedule",
-        EVENT_FIELDS,
+        raw_keys::<RawEvent>(),
         origins,
         problems,
         |event: &mut RawEvent, key_entry, problems| match key_entry.key.as_str() {
@@ -1046,7 +996,7 @@ fn read_priority(
     read_entries(
         entry,
         "priority",
-        PRIORITY_FIELDS,
+        raw_keys::<RawPriority>(),
         origins,
         problems,
         |lane: &mut RawPriority, key_entry, problems| match key_entry.key.as_str() {

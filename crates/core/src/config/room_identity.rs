@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::raw_keys::raw_keys;
 use super::room::is_header_name;
 use super::tree::{Origin, Problems, Table};
 use crate::room::{Identity, SiteJwt, SiteKeys, TokenLocation};
@@ -40,17 +41,6 @@ pub struct RawIdentityJwt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
 }
-
-/// The keys of `[room.identity_jwt]`.
-const IDENTITY_JWT_FIELDS: &[&str] = &[
-    "cookie",
-    "header",
-    "jwks_url",
-    "hs256_secret_file",
-    "issuer",
-    "audience",
-    "required",
-];
 
 /// The longest claim name, URL, issuer or audience accepted.
 const MAX_TEXT_LEN: usize = 2048;
@@ -273,10 +263,11 @@ pub(super) fn read_identity_jwt(
     origins: &mut HashMap<String, Origin>,
     problems: &mut Problems,
 ) -> RawIdentityJwt {
-    problems.unknown_keys(table, IDENTITY_JWT_FIELDS, "[room.identity_jwt]");
+    let keys = raw_keys::<RawIdentityJwt>();
+    problems.unknown_keys(table, keys, "[room.identity_jwt]");
     let mut raw = RawIdentityJwt::default();
     for entry in &table.entries {
-        let Some(key) = IDENTITY_JWT_FIELDS.iter().find(|key| **key == entry.key) else {
+        let Some(key) = keys.iter().find(|key| **key == entry.key) else {
             continue;
         };
         origins.insert(format!("identity_jwt.{key}"), entry.key_origin.clone());

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::KeyHash;
+use super::raw_keys::raw_keys;
 use super::tree::{Origin, Problems, Table};
 use crate::duration::{format_duration, parse_duration};
 use crate::room::{MAX_CODE_TTL, OidcClient};
@@ -23,9 +24,6 @@ pub struct RawOidc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_ttl: Option<String>,
 }
-
-/// The keys of `[room.oidc]`.
-pub(super) const OIDC_FIELDS: &[&str] = &["client_secret", "redirect_uris", "code_ttl"];
 
 /// The longest redirect URI accepted.
 const MAX_REDIRECT_URI_LEN: usize = 1024;
@@ -126,7 +124,7 @@ pub(super) fn read_oidc(
     origins: &mut HashMap<String, Origin>,
     problems: &mut Problems,
 ) -> RawOidc {
-    problems.unknown_keys(table, OIDC_FIELDS, "[room.oidc]");
+    problems.unknown_keys(table, raw_keys::<RawOidc>(), "[room.oidc]");
     let mut raw = RawOidc::default();
     for entry in &table.entries {
         match entry.key.as_str() {
