@@ -53,123 +53,30 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         return defaults;
     };
     problems.unknown_keys(table, SERVER_KEYS, "[server]");
-    let socket_address = |key: &str, default: SocketAddr, problems: &mut Problems| {
-        let Some(entry) = table.get(key) else {
-            return default;
-        };
-        let Some(text) = entry.string(problems) else {
-            return default;
-        };
-        text.trim().parse().unwrap_or_else(|_| {
-            let message = format!(
-                "invalid socket address {text:?} for `{key}`: expected an IP address and port, such as \"0.0.0.0:8080\" or \"[::]:8080\""
-            );
-            problems.add(&entry.key_origin, message);
-            default
-        })
-    };
-    let listen = socket_address("listen", defaults.listen, problems);
-    let admin_listen = socket_address("admin_listen", defaults.admin_listen, problems);
-
-    let public_url = match table.get("public_url") {
-        None => defaults.public_url,
-        Some(entry) => match entry.string(problems) {
-            None => defaults.public_url,
-            Some(text) => match check_http_url(&text) {
-                Ok(()) => text.trim_end_matches('/').to_owned(),
-                Err(reason) => {
-                    problems.add(&entry.key_origin, format!("`public_url` {reason}"));
-                    defaults.public_url
-                }
-            },
-        },
-    };
-    let issuer = match table.get("issuer") {
-        None => public_url.clone(),
-        Some(entry) => match entry.string(problems) {
-            Some(text) if text.trim().is_empty() => {
-                problems.add(&entry.key_origin, "`issuer` must not be empty");
-                public_url.clone()
-            }
-            Some(text) => text,
-            None => public_url.clone(),
-        },
-    };
-    let trusted_proxies = table
-        .get("trusted_proxies")
-        .and_then(|entry| entry.strings(problems))
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(text, origin)| {
-            text.trim()
-                .parse::<Cidr>()
-                .map_err(|error| problems.add(&origin, error))
-                .ok()
-        })
-        .collect();
-    let workers = table.get("workers").and_then(|entry| {
-        let count = entry.unsigned(problems)?;
-        if (1..=MAX_WORKERS).contains(&count) {
-            usize::try_from(count).ok()
-        } else {
-            problems.add(
-                &entry.key_origin,
-                format!("`workers` must be between 1 and {MAX_WORKERS}, found {count}"),
-            );
-            None
-        }
-    });
-    let templates_dir = table
-        .get("templates_dir")
-        .and_then(|entry| match entry.string(problems) {
-            Some(text) if text.trim().is_empty() => {
-                problems.add(&entry.key_origin, "`templates_dir` must not be empty");
-                None
-            }
-            text => text.map(PathBuf::from),
-        });
-    let count = |key: &str, default: usize, problems: &mut Problems| {
-        let Some(entry) = table.get(key) else {
-            return default;
-        };
-        match entry.unsigned(problems) {
-            Some(count) if (1..=MAX_COUNT).contains(&count) => {
-                usize::try_from(count).unwrap_or(default)
-            }
-            Some(count) => {
-                problems.add(
-                    &entry.key_origin,
-                    format!("`{key}` must be between 1 and {MAX_COUNT}, found {count}"),
-                );
-                default
-            }
-            None => default,
-        }
-    };
+    let listen = read_socket_address(table, "listen", defaults.listen, problems);
+    let admin_listen = read_socket_address(table, "admin_listen", defaults.admin_listen, problems);
+    let public_url = read_public_url(table, defaults.public_url, problems);
+    let issuer = read_issuer(table, &public_url, problems);
+    let trusted_proxies = read_trusted_proxies(table, problems);
+    let workers = read_workers(table, problems);
+    let templates_dir = read_templates_dir(table, problems);
     let sse = SseLimits {
-        max_streams: count("sse_max_streams", defaults.sse.max_streams, problems),
-        per_ticket: count(
+        max_streams: read_count(table, "sse_max_streams", defaults.sse.max_streams, problems),
+        per_ticket: read_count(
+            table,
             "sse_max_streams_per_ticket",
             defaults.sse.per_ticket,
             problems,
         ),
-        per_ip: count("sse_max_streams_per_ip", defaults.sse.per_ip, problems),
+        per_ip: read_count(
+            table,
+            "sse_max_streams_per_ip",
+            defaults.sse.per_ip,
+            problems,
+        ),
     };
-    let max_once_marks = count("max_once_marks", defaults.max_once_marks, problems);
-    let http_engine = table
-        .get("http_engine")
-        .and_then(|entry| {
-            let text = entry.string(problems)?;
-            let engine = HttpEngine::parse(&text);
-            if engine.is_none() {
-                problems.add(
-                    &entry.key_origin,
-                    format!("unknown `http_engine` {text:?}: expected \"own\" or \"hyper\""),
-                );
-            }
-            engine
-        })
-        .unwrap_or_default();
+    let max_once_marks = read_count(table, "max_once_marks", defaults.max_once_marks, problems);
+    let http_engine = read_http_engine(table, problems);
     let tls = table
         .get("tls")
         .and_then(|entry| super::tls::read_tls(entry, problems));
@@ -190,6 +97,135 @@ pub(super) fn read_server(section: Option<&Entry>, problems: &mut Problems) -> S
         connections,
         ticker,
     }
+}
+
+fn read_socket_address(
+    table: &Table,
+    key: &str,
+    default: SocketAddr,
+    problems: &mut Problems,
+) -> SocketAddr {
+    let Some(entry) = table.get(key) else {
+        return default;
+    };
+    let Some(text) = entry.string(problems) else {
+        return default;
+    };
+    text.trim().parse().unwrap_or_else(|_| {
+        let message = format!(
+            "invalid socket address {text:?} for `{key}`: expected an IP address and port, such as \"0.0.0.0:8080\" or \"[::]:8080\""
+        );
+        problems.add(&entry.key_origin, message);
+        default
+    })
+}
+
+fn read_public_url(table: &Table, default: String, problems: &mut Problems) -> String {
+    let Some(entry) = table.get("public_url") else {
+        return default;
+    };
+    let Some(text) = entry.string(problems) else {
+        return default;
+    };
+    match check_http_url(&text) {
+        Ok(()) => text.trim_end_matches('/').to_owned(),
+        Err(reason) => {
+            problems.add(&entry.key_origin, format!("`public_url` {reason}"));
+            default
+        }
+    }
+}
+
+/// `issuer`, the public URL unless set.
+fn read_issuer(table: &Table, public_url: &str, problems: &mut Problems) -> String {
+    let Some(entry) = table.get("issuer") else {
+        return public_url.to_owned();
+    };
+    match entry.string(problems) {
+        Some(text) if text.trim().is_empty() => {
+            problems.add(&entry.key_origin, "`issuer` must not be empty");
+            public_url.to_owned()
+        }
+        Some(text) => text,
+        None => public_url.to_owned(),
+    }
+}
+
+fn read_trusted_proxies(table: &Table, problems: &mut Problems) -> Vec<Cidr> {
+    table
+        .get("trusted_proxies")
+        .and_then(|entry| entry.strings(problems))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(text, origin)| {
+            text.trim()
+                .parse::<Cidr>()
+                .map_err(|error| problems.add(&origin, error))
+                .ok()
+        })
+        .collect()
+}
+
+fn read_workers(table: &Table, problems: &mut Problems) -> Option<usize> {
+    let entry = table.get("workers")?;
+    let count = entry.unsigned(problems)?;
+    if (1..=MAX_WORKERS).contains(&count) {
+        usize::try_from(count).ok()
+    } else {
+        problems.add(
+            &entry.key_origin,
+            format!("`workers` must be between 1 and {MAX_WORKERS}, found {count}"),
+        );
+        None
+    }
+}
+
+fn read_templates_dir(table: &Table, problems: &mut Problems) -> Option<PathBuf> {
+    let entry = table.get("templates_dir")?;
+    match entry.string(problems) {
+        Some(text) if text.trim().is_empty() => {
+            problems.add(&entry.key_origin, "`templates_dir` must not be empty");
+            None
+        }
+        text => text.map(PathBuf::from),
+    }
+}
+
+/// A bound of `[server]`: from 1 to [`MAX_COUNT`].
+fn read_count(table: &Table, key: &str, default: usize, problems: &mut Problems) -> usize {
+    let Some(entry) = table.get(key) else {
+        return default;
+    };
+    match entry.unsigned(problems) {
+        Some(count) if (1..=MAX_COUNT).contains(&count) => {
+            usize::try_from(count).unwrap_or(default)
+        }
+        Some(count) => {
+            problems.add(
+                &entry.key_origin,
+                format!("`{key}` must be between 1 and {MAX_COUNT}, found {count}"),
+            );
+            default
+        }
+        None => default,
+    }
+}
+
+fn read_http_engine(table: &Table, problems: &mut Problems) -> HttpEngine {
+    table
+        .get("http_engine")
+        .and_then(|entry| {
+            let text = entry.string(problems)?;
+            let engine = HttpEngine::parse(&text);
+            if engine.is_none() {
+                problems.add(
+                    &entry.key_origin,
+                    format!("unknown `http_engine` {text:?}: expected \"own\" or \"hyper\""),
+                );
+            }
+            engine
+        })
+        .unwrap_or_default()
 }
 
 /// The largest count a `[server]` bound may ask for.
@@ -234,91 +270,101 @@ pub(super) fn read_store(section: Option<&Entry>, problems: &mut Problems) -> St
         return defaults;
     };
     problems.unknown_keys(table, STORE_KEYS, "[store]");
-    let backend_entry = table.get("backend");
-    let backend = match backend_entry {
-        None => Some("embedded".to_owned()),
-        Some(entry) => entry.string(problems).filter(|backend| {
-            let known = STORE_BACKENDS.contains(&backend.as_str());
-            if !known {
-                let mut message = format!(
-                    "unknown store backend {backend:?}: expected one of {}",
-                    STORE_BACKENDS.join(", ")
-                );
-                if let Some(suggestion) = closest(backend, STORE_BACKENDS.iter().copied()) {
-                    message.push_str(&format!("; did you mean {suggestion:?}?"));
-                }
-                problems.add(&entry.key_origin, message);
-            }
-            known
-        }),
-    };
-    let Some(backend) = backend else {
+    let Some(backend) = read_backend(table, problems) else {
         return defaults;
     };
+    refuse_other_backends_keys(table, &backend, problems);
+    match backend.as_str() {
+        "memory" => StoreConfig::Memory,
+        "redis" => read_redis(table, section, problems).unwrap_or(defaults),
+        _ => read_embedded(table, defaults, problems),
+    }
+}
 
-    // Keys of another backend are a mistake in a file, but not when the environment switched
-    // the backend (a file for production, ANTEROOM_STORE__BACKEND=memory for a test run).
-    let backend_from_env = backend_entry.is_some_and(|entry| entry.item.origin.is_env());
-    let used_keys: &[&str] = match backend.as_str() {
+/// `backend`, `embedded` unless set; `None` for one this version does not know.
+fn read_backend(table: &Table, problems: &mut Problems) -> Option<String> {
+    let Some(entry) = table.get("backend") else {
+        return Some("embedded".to_owned());
+    };
+    entry.string(problems).filter(|backend| {
+        let known = STORE_BACKENDS.contains(&backend.as_str());
+        if !known {
+            let mut message = format!(
+                "unknown store backend {backend:?}: expected one of {}",
+                STORE_BACKENDS.join(", ")
+            );
+            if let Some(suggestion) = closest(backend, STORE_BACKENDS.iter().copied()) {
+                message.push_str(&format!("; did you mean {suggestion:?}?"));
+            }
+            problems.add(&entry.key_origin, message);
+        }
+        known
+    })
+}
+
+/// Keys of another backend are a mistake in a file, but not when the environment switched
+/// the backend (a file for production, ANTEROOM_STORE__BACKEND=memory for a test run).
+fn refuse_other_backends_keys(table: &Table, backend: &str, problems: &mut Problems) {
+    let backend_from_env = table
+        .get("backend")
+        .is_some_and(|entry| entry.item.origin.is_env());
+    if backend_from_env {
+        return;
+    }
+    let used_keys: &[&str] = match backend {
         "embedded" => &["path", "checkpoint_bytes"],
         "redis" => &["url", "cluster"],
         _ => &[],
     };
-    if !backend_from_env {
-        for key in ["path", "checkpoint_bytes", "url", "cluster"]
-            .into_iter()
-            .filter(|key| !used_keys.contains(key))
-        {
-            if let Some(entry) = table.get(key) {
-                let message = format!("`{key}` does not apply to the {backend:?} store backend");
-                problems.add(&entry.key_origin, message);
-            }
+    for key in ["path", "checkpoint_bytes", "url", "cluster"]
+        .into_iter()
+        .filter(|key| !used_keys.contains(key))
+    {
+        if let Some(entry) = table.get(key) {
+            let message = format!("`{key}` does not apply to the {backend:?} store backend");
+            problems.add(&entry.key_origin, message);
         }
     }
+}
 
-    match backend.as_str() {
-        "memory" => StoreConfig::Memory,
-        "redis" => read_redis(table, section, problems).unwrap_or(defaults),
-        _ => {
-            let StoreConfig::Embedded {
-                path: default_path,
-                checkpoint_bytes: default_checkpoint_bytes,
-            } = defaults
-            else {
-                return defaults;
-            };
-            let path = match table
-                .get("path")
-                .map(|entry| (entry, entry.string(problems)))
-            {
-                None | Some((_, None)) => default_path,
-                Some((entry, Some(path))) if path.is_empty() => {
-                    problems.add(&entry.key_origin, "`path` must not be empty");
-                    default_path
-                }
-                Some((_, Some(path))) => PathBuf::from(path),
-            };
-            let checkpoint_bytes = match table
-                .get("checkpoint_bytes")
-                .map(|entry| (entry, entry.unsigned(problems)))
-            {
-                None | Some((_, None)) => default_checkpoint_bytes,
-                Some((entry, Some(bytes))) if bytes < MIN_CHECKPOINT_BYTES => {
-                    problems.add(
-                        &entry.key_origin,
-                        format!(
-                            "`checkpoint_bytes` must be at least {MIN_CHECKPOINT_BYTES}, found {bytes}"
-                        ),
-                    );
-                    default_checkpoint_bytes
-                }
-                Some((_, Some(bytes))) => bytes,
-            };
-            StoreConfig::Embedded {
-                path,
-                checkpoint_bytes,
-            }
+fn read_embedded(table: &Table, defaults: StoreConfig, problems: &mut Problems) -> StoreConfig {
+    let StoreConfig::Embedded {
+        path: default_path,
+        checkpoint_bytes: default_checkpoint_bytes,
+    } = defaults
+    else {
+        return defaults;
+    };
+    let path = match table
+        .get("path")
+        .map(|entry| (entry, entry.string(problems)))
+    {
+        None | Some((_, None)) => default_path,
+        Some((entry, Some(path))) if path.is_empty() => {
+            problems.add(&entry.key_origin, "`path` must not be empty");
+            default_path
         }
+        Some((_, Some(path))) => PathBuf::from(path),
+    };
+    let checkpoint_bytes = match table
+        .get("checkpoint_bytes")
+        .map(|entry| (entry, entry.unsigned(problems)))
+    {
+        None | Some((_, None)) => default_checkpoint_bytes,
+        Some((entry, Some(bytes))) if bytes < MIN_CHECKPOINT_BYTES => {
+            problems.add(
+                &entry.key_origin,
+                format!(
+                    "`checkpoint_bytes` must be at least {MIN_CHECKPOINT_BYTES}, found {bytes}"
+                ),
+            );
+            default_checkpoint_bytes
+        }
+        Some((_, Some(bytes))) => bytes,
+    };
+    StoreConfig::Embedded {
+        path,
+        checkpoint_bytes,
     }
 }
 
