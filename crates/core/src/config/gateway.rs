@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::rate_limit::parse_algorithm;
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ids::RoomId;
@@ -567,23 +568,46 @@ impl RouteReader<'_> {
     fn read(&self, number: usize, problems: &mut Problems) -> Option<RouteConfig> {
         problems.unknown_keys(self.table, ROUTE_KEYS, "[[route]]");
         let before = problems.list.len();
-        let name = match self.table.get("name") {
-            None => format!("route-{number}"),
-            Some(entry) => match entry.string(problems) {
-                Some(name) if crate::ratelimit::rules::is_valid_rule_name(&name) => name,
-                Some(name) => {
-                    problems.add(
-                        &entry.key_origin,
-                        format!(
-                            "invalid route name {name:?}: use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"
-                        ),
-                    );
-                    String::new()
-                }
-                None => String::new(),
-            },
-        };
+        let name = self.read_name(number, problems);
         let label = format!("route {name:?}");
+        let mut matcher = self.read_matcher(&label, problems);
+        self.read_case(&mut matcher, &label, problems);
+        let rooms = self.read_rooms(&label, problems);
+        let rate_limits = self.read_rate_limits(&label, problems);
+        let bypass = self.read_bypass(&label, problems);
+        let page = self.read_page(&label, problems);
+        (problems.list.len() == before).then_some(RouteConfig {
+            name,
+            matcher,
+            rooms,
+            rate_limits,
+            bypass,
+            page,
+        })
+    }
+
+    /// `name`, `route-<number>` if absent; empty when wrong (reported).
+    fn read_name(&self, number: usize, problems: &mut Problems) -> String {
+        let Some(entry) = self.table.get("name") else {
+            return format!("route-{number}");
+        };
+        match entry.string(problems) {
+            Some(name) if crate::ratelimit::rules::is_valid_rule_name(&name) => name,
+            Some(name) => {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "invalid route name {name:?}: use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+                    ),
+                );
+                String::new()
+            }
+            None => String::new(),
+        }
+    }
+
+    /// `hosts`, `paths` and `methods`.
+    fn read_matcher(&self, label: &str, problems: &mut Problems) -> RequestMatcher {
         let mut matcher = RequestMatcher::default();
         for field in ["hosts", "paths", "methods"] {
             let Some(entry) = self.table.get(field) else {
@@ -606,57 +630,70 @@ impl RouteReader<'_> {
                 }
             }
         }
-        self.read_case(&mut matcher, &label, problems);
+        matcher
+    }
+
+    fn read_rooms(&self, label: &str, problems: &mut Problems) -> Vec<RoomId> {
         let mut rooms = Vec::new();
-        let rooms_entry = self.table.get("rooms");
-        if let Some(entry) = rooms_entry {
-            for (text, origin) in entry.strings(problems).unwrap_or_default() {
-                match RoomId::new(&text) {
-                    Err(error) => problems.add(&origin, format!("{label}: rooms: {error}")),
-                    Ok(id) if rooms.contains(&id) => problems.add(
-                        &origin,
-                        format!("{label}: rooms: lists {text:?} more than once"),
-                    ),
-                    Ok(id) if !self.rooms.iter().any(|room| room.id == id) => {
-                        let mut message = format!("{label}: rooms: unknown room {text:?}");
-                        let ids = self.rooms.iter().map(|room| room.id.as_str());
-                        if let Some(suggestion) = closest(&text, ids) {
-                            message.push_str(&format!("; did you mean {suggestion:?}?"));
-                        }
-                        problems.add(&origin, message);
+        let Some(entry) = self.table.get("rooms") else {
+            return rooms;
+        };
+        for (text, origin) in entry.strings(problems).unwrap_or_default() {
+            match RoomId::new(&text) {
+                Err(error) => problems.add(&origin, format!("{label}: rooms: {error}")),
+                Ok(id) if rooms.contains(&id) => problems.add(
+                    &origin,
+                    format!("{label}: rooms: lists {text:?} more than once"),
+                ),
+                Ok(id) if !self.rooms.iter().any(|room| room.id == id) => {
+                    let mut message = format!("{label}: rooms: unknown room {text:?}");
+                    let ids = self.rooms.iter().map(|room| room.id.as_str());
+                    if let Some(suggestion) = closest(&text, ids) {
+                        message.push_str(&format!("; did you mean {suggestion:?}?"));
                     }
-                    Ok(id) => rooms.push(id),
+                    problems.add(&origin, message);
                 }
+                Ok(id) => rooms.push(id),
             }
         }
+        rooms
+    }
+
+    fn read_rate_limits(&self, label: &str, problems: &mut Problems) -> Vec<String> {
         let mut rate_limits = Vec::new();
-        let limits_entry = self.table.get("rate_limits");
-        if let Some(entry) = limits_entry {
-            for (text, origin) in entry.strings(problems).unwrap_or_default() {
-                match self.rules.iter().find(|rule| rule.name == text) {
-                    None => {
-                        let mut message =
-                            format!("{label}: rate_limits: unknown rate limit {text:?}");
-                        let names = self.rules.iter().map(|rule| rule.name.as_str());
-                        if let Some(suggestion) = closest(&text, names) {
-                            message.push_str(&format!("; did you mean {suggestion:?}?"));
-                        }
-                        problems.add(&origin, message);
+        let Some(entry) = self.table.get("rate_limits") else {
+            return rate_limits;
+        };
+        for (text, origin) in entry.strings(problems).unwrap_or_default() {
+            match self.rules.iter().find(|rule| rule.name == text) {
+                None => {
+                    let mut message = format!("{label}: rate_limits: unknown rate limit {text:?}");
+                    let names = self.rules.iter().map(|rule| rule.name.as_str());
+                    if let Some(suggestion) = closest(&text, names) {
+                        message.push_str(&format!("; did you mean {suggestion:?}?"));
                     }
-                    Some(_) if rate_limits.contains(&text) => problems.add(
-                        &origin,
-                        format!("{label}: rate_limits: lists {text:?} more than once"),
-                    ),
-                    Some(_) => rate_limits.push(text),
+                    problems.add(&origin, message);
                 }
+                Some(_) if rate_limits.contains(&text) => problems.add(
+                    &origin,
+                    format!("{label}: rate_limits: lists {text:?} more than once"),
+                ),
+                Some(_) => rate_limits.push(text),
             }
         }
+        rate_limits
+    }
+
+    /// `bypass`, and whether the route does anything: a route bypasses, or names rooms or
+    /// rate limits, not both.
+    fn read_bypass(&self, label: &str, problems: &mut Problems) -> bool {
         let bypass_entry = self.table.get("bypass");
         let bypass = bypass_entry
             .and_then(|entry| entry.boolean(problems))
             .unwrap_or(false);
+        let guards = self.table.get("rooms").is_some() || self.table.get("rate_limits").is_some();
         if let Some(entry) = bypass_entry.filter(|_| bypass) {
-            if rooms_entry.is_some() || limits_entry.is_some() {
+            if guards {
                 problems.add(
                     &entry.key_origin,
                     format!(
@@ -664,38 +701,33 @@ impl RouteReader<'_> {
                     ),
                 );
             }
-        } else if rooms_entry.is_none() && limits_entry.is_none() {
+        } else if !guards {
             problems.add(
                 self.header,
                 format!("{label}: needs `rooms`, `rate_limits` or `bypass = true`"),
             );
         }
-        let page = match self.table.get("page") {
-            None => PageMode::Inline,
-            Some(entry) => match entry.string(problems).as_deref() {
-                Some("inline") => PageMode::Inline,
-                Some("redirect") => PageMode::Redirect,
-                Some(other) => {
-                    let mut message = format!(
-                        "{label}: page: unknown page {other:?}: expected one of inline, redirect"
-                    );
-                    if let Some(suggestion) = closest(other, ["inline", "redirect"].into_iter()) {
-                        message.push_str(&format!("; did you mean {suggestion:?}?"));
-                    }
-                    problems.add(&entry.key_origin, message);
-                    PageMode::Inline
-                }
-                None => PageMode::Inline,
-            },
+        bypass
+    }
+
+    fn read_page(&self, label: &str, problems: &mut Problems) -> PageMode {
+        let Some(entry) = self.table.get("page") else {
+            return PageMode::Inline;
         };
-        (problems.list.len() == before).then_some(RouteConfig {
-            name,
-            matcher,
-            rooms,
-            rate_limits,
-            bypass,
-            page,
-        })
+        match entry.string(problems).as_deref() {
+            Some("inline") | None => PageMode::Inline,
+            Some("redirect") => PageMode::Redirect,
+            Some(other) => {
+                let mut message = format!(
+                    "{label}: page: unknown page {other:?}: expected one of inline, redirect"
+                );
+                if let Some(suggestion) = closest(other, ["inline", "redirect"].into_iter()) {
+                    message.push_str(&format!("; did you mean {suggestion:?}?"));
+                }
+                problems.add(&entry.key_origin, message);
+                PageMode::Inline
+            }
+        }
     }
 }
 
@@ -794,48 +826,12 @@ fn read_message_limit(
         None => Algorithm::TokenBucket,
         Some(entry) => {
             let text = entry.string(problems)?;
-            match Algorithm::parse(&text) {
-                Some(algorithm) => algorithm,
-                None => {
-                    let names = Algorithm::ALL.map(Algorithm::as_str);
-                    let mut message = format!(
-                        "unknown algorithm {text:?}: expected one of {}",
-                        names.join(", ")
-                    );
-                    if let Some(suggestion) = closest(&text, names.into_iter()) {
-                        message.push_str(&format!("; did you mean {suggestion:?}?"));
-                    }
-                    problems.add(&entry.key_origin, message);
-                    return None;
-                }
-            }
+            parse_algorithm(&text)
+                .map_err(|message| problems.add(&entry.key_origin, message))
+                .ok()?
         }
     };
-    let burst = match table.get("burst") {
-        None => default_burst(algorithm, limit),
-        Some(entry) => {
-            let burst = entry.unsigned(problems)?;
-            let window = matches!(
-                algorithm,
-                Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow
-            );
-            if window {
-                problems.add(
-                    &entry.key_origin,
-                    format!(
-                        "`burst` does not apply to the {} algorithm, which allows `limit` per `period`; remove it",
-                        algorithm.as_str()
-                    ),
-                );
-                return None;
-            }
-            if burst == 0 && algorithm != Algorithm::LeakyBucket {
-                problems.add(&entry.key_origin, "`burst` must be at least 1");
-                return None;
-            }
-            burst
-        }
-    };
+    let burst = read_message_burst(table, algorithm, limit, problems)?;
     let params = LimitParams {
         algorithm,
         limit,
@@ -852,4 +848,36 @@ fn read_message_limit(
             None
         }
     }
+}
+
+/// `burst` of `[websocket]`: only for the bucket algorithms, at least 1 but for the leaky one.
+fn read_message_burst(
+    table: &Table,
+    algorithm: Algorithm,
+    limit: u64,
+    problems: &mut Problems,
+) -> Option<u64> {
+    let Some(entry) = table.get("burst") else {
+        return Some(default_burst(algorithm, limit));
+    };
+    let burst = entry.unsigned(problems)?;
+    let window = matches!(
+        algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow
+    );
+    if window {
+        problems.add(
+            &entry.key_origin,
+            format!(
+                "`burst` does not apply to the {} algorithm, which allows `limit` per `period`; remove it",
+                algorithm.as_str()
+            ),
+        );
+        return None;
+    }
+    if burst == 0 && algorithm != Algorithm::LeakyBucket {
+        problems.add(&entry.key_origin, "`burst` must be at least 1");
+        return None;
+    }
+    Some(burst)
 }

@@ -83,14 +83,21 @@ const MAX_MAX_KEYS: usize = 100_000_000;
 /// The fields of a rule's `match`.
 const MATCH_FIELDS: &[&str] = &["hosts", "paths", "methods", "headers"];
 
-const ALGORITHM_CHOICES: &[&str] = &[
-    "token_bucket",
-    "leaky_bucket",
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-    "gcra",
-];
+/// Reads an algorithm's name (`[[rate_limit]]`, `[websocket]`); the error names them all, and
+/// the likely one.
+pub(super) fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    Algorithm::parse(text).ok_or_else(|| {
+        let names = Algorithm::ALL.map(Algorithm::as_str);
+        let mut message = format!(
+            "unknown algorithm {text:?}: expected one of {}",
+            names.join(", ")
+        );
+        if let Some(suggestion) = closest(text, names.into_iter()) {
+            message.push_str(&format!("; did you mean {suggestion:?}?"));
+        }
+        message
+    })
+}
 
 /// Whether `[store]` names a redis (one server or a Cluster: rules with `store = "redis"` can
 /// use either; on a Cluster a request's limits are reserved then refunded across slots).
@@ -180,23 +187,7 @@ impl<'a> RuleReader<'a> {
             .unknown_keys(self.table, RATE_LIMIT_FIELDS, "[[rate_limit]]");
         let name = self.read_name(names);
 
-        let algorithm = match self.get("algorithm") {
-            None => Some(Algorithm::TokenBucket),
-            Some(entry) => entry.string(self.problems).and_then(|text| {
-                let parsed = Algorithm::parse(&text);
-                if parsed.is_none() {
-                    let mut message = format!(
-                        "unknown algorithm {text:?}: expected one of {}",
-                        ALGORITHM_CHOICES.join(", ")
-                    );
-                    if let Some(suggestion) = closest(&text, ALGORITHM_CHOICES.iter().copied()) {
-                        message.push_str(&format!("; did you mean {suggestion:?}?"));
-                    }
-                    self.report(entry, message);
-                }
-                parsed
-            }),
-        };
+        let algorithm = self.read_algorithm();
         let limit = self.read_limit();
         let period = self.read_period();
         let cost = self.read_positive("cost").unwrap_or(Some(1));
@@ -247,6 +238,16 @@ impl<'a> RuleReader<'a> {
             max_keys: max_keys?,
             on_keys_full: on_keys_full?.unwrap_or(OnKeysFull::Reject),
         })
+    }
+
+    fn read_algorithm(&mut self) -> Option<Algorithm> {
+        let Some(entry) = self.get("algorithm") else {
+            return Some(Algorithm::TokenBucket);
+        };
+        let text = entry.string(self.problems)?;
+        parse_algorithm(&text)
+            .map_err(|message| self.report(entry, message))
+            .ok()
     }
 
     fn read_name(&mut self, names: &mut HashMap<String, Origin>) -> Option<String> {
@@ -314,71 +315,94 @@ impl<'a> RuleReader<'a> {
         period: Duration,
         cost: Option<u64>,
     ) -> Option<LimitParams> {
-        let name = algorithm.as_str();
-        let leaky = algorithm == Algorithm::LeakyBucket;
-        let bucket = matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra);
-        let mut valid = true;
-
-        let burst = match self.get("burst") {
-            None => Some(default_burst(algorithm, limit)),
-            Some(entry) => match entry.unsigned(self.problems) {
-                None => None,
-                Some(_) if !leaky && !bucket => {
-                    let message = format!(
-                        "does not apply to the {name} algorithm, which allows `limit` per `period`; remove it"
-                    );
-                    self.report(entry, message);
-                    None
-                }
-                Some(0) if bucket => {
-                    self.report(entry, "must be at least 1");
-                    None
-                }
-                Some(burst) => Some(burst),
-            },
-        };
-        let delay = match self.get("delay") {
-            None => Some(0),
-            Some(entry) => match entry.unsigned(self.problems) {
-                Some(delay) if delay > 0 && !leaky => {
-                    let message = format!(
-                        "applies only to the leaky_bucket algorithm, not {name}; remove it"
-                    );
-                    self.report(entry, message);
-                    None
-                }
-                other => other,
-            },
-        };
-        let nodelay = match self.get("nodelay") {
-            None => Some(false),
-            Some(entry) => match entry.boolean(self.problems) {
-                Some(true) if !leaky => {
-                    let message = format!(
-                        "applies only to the leaky_bucket algorithm, not {name}; remove it"
-                    );
-                    self.report(entry, message);
-                    None
-                }
-                Some(true) if delay.is_some_and(|delay| delay > 0) => {
-                    self.report(
-                        entry,
-                        "`nodelay = true` lets the whole burst through at once, so it cannot be combined with `delay`",
-                    );
-                    None
-                }
-                other => other,
-            },
-        };
+        let burst = self.read_burst(algorithm, limit);
+        let delay = self.read_delay(algorithm);
+        let nodelay = self.read_nodelay(algorithm, delay);
         let (Some(burst), Some(delay), Some(nodelay)) = (burst, delay, nodelay) else {
             return None;
         };
+        let params = LimitParams {
+            algorithm,
+            limit,
+            period,
+            burst,
+            delay,
+            nodelay,
+        };
+        self.cost_can_pass(&params, cost).then_some(params)
+    }
 
-        // A request costing more than the limit can ever hold would never pass.
-        let capacity = match algorithm {
-            Algorithm::TokenBucket | Algorithm::Gcra => Some(("burst", burst)),
+    fn read_burst(&mut self, algorithm: Algorithm, limit: u64) -> Option<u64> {
+        let leaky = algorithm == Algorithm::LeakyBucket;
+        let bucket = matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra);
+        let Some(entry) = self.get("burst") else {
+            return Some(default_burst(algorithm, limit));
+        };
+        match entry.unsigned(self.problems) {
+            None => None,
+            Some(_) if !leaky && !bucket => {
+                let message = format!(
+                    "does not apply to the {} algorithm, which allows `limit` per `period`; remove it",
+                    algorithm.as_str()
+                );
+                self.report(entry, message);
+                None
+            }
+            Some(0) if bucket => {
+                self.report(entry, "must be at least 1");
+                None
+            }
+            Some(burst) => Some(burst),
+        }
+    }
+
+    fn read_delay(&mut self, algorithm: Algorithm) -> Option<u64> {
+        let Some(entry) = self.get("delay") else {
+            return Some(0);
+        };
+        match entry.unsigned(self.problems) {
+            Some(delay) if delay > 0 && algorithm != Algorithm::LeakyBucket => {
+                let message = format!(
+                    "applies only to the leaky_bucket algorithm, not {}; remove it",
+                    algorithm.as_str()
+                );
+                self.report(entry, message);
+                None
+            }
+            other => other,
+        }
+    }
+
+    fn read_nodelay(&mut self, algorithm: Algorithm, delay: Option<u64>) -> Option<bool> {
+        let Some(entry) = self.get("nodelay") else {
+            return Some(false);
+        };
+        match entry.boolean(self.problems) {
+            Some(true) if algorithm != Algorithm::LeakyBucket => {
+                let message = format!(
+                    "applies only to the leaky_bucket algorithm, not {}; remove it",
+                    algorithm.as_str()
+                );
+                self.report(entry, message);
+                None
+            }
+            Some(true) if delay.is_some_and(|delay| delay > 0) => {
+                self.report(
+                    entry,
+                    "`nodelay = true` lets the whole burst through at once, so it cannot be combined with `delay`",
+                );
+                None
+            }
+            other => other,
+        }
+    }
+
+    /// A request costing more than the limit can ever hold would never pass.
+    fn cost_can_pass(&mut self, params: &LimitParams, cost: Option<u64>) -> bool {
+        let capacity = match params.algorithm {
+            Algorithm::TokenBucket | Algorithm::Gcra => Some(("burst", params.burst)),
             Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
-                Some(("limit", limit))
+                Some(("limit", params.limit))
             }
             Algorithm::LeakyBucket => None,
         };
@@ -390,16 +414,9 @@ impl<'a> RuleReader<'a> {
                 "{cost} is more than the rule's {field} ({capacity}), so no request could ever pass"
             );
             self.report(entry, message);
-            valid = false;
+            return false;
         }
-        valid.then_some(LimitParams {
-            algorithm,
-            limit,
-            period,
-            burst,
-            delay,
-            nodelay,
-        })
+        true
     }
 
     /// `None`: the field is absent. `Some(None)`: present but wrong (reported).
