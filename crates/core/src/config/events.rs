@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::tree::{Entry, Problems, Value, closest};
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 
 /// One event sink.
@@ -119,101 +119,126 @@ pub(super) fn read_events(
             );
             continue;
         };
-        problems.unknown_keys(sink, SINK_KEYS, "[[events.sink]]");
-        let kind_text = match sink.get("kind") {
-            Some(entry) => entry.string(problems),
-            None => {
-                problems.add(
-                    &element.origin,
-                    "[[events.sink]] needs a `kind`: \"log\" or \"webhook\"",
-                );
-                None
-            }
+        let Some(config) = read_sink(sink, &element.origin, problems) else {
+            continue;
         };
-        let Some(kind_text) = kind_text else { continue };
-        let name = sink
-            .get("name")
-            .and_then(|entry| entry.string(problems))
-            .unwrap_or_else(|| kind_text.clone());
-        let types = sink
-            .get("types")
-            .and_then(|entry| entry.strings(problems))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(text, _)| text)
-            .collect();
-        let kind = match kind_text.as_str() {
-            "log" => Some(EventSinkKind::Log),
-            "webhook" => read_webhook(sink, &element.origin, problems).map(EventSinkKind::Webhook),
-            other => {
-                let mut message =
-                    format!("unknown sink kind {other:?}: expected \"log\" or \"webhook\"");
-                if let Some(suggestion) = closest(other, KINDS.iter().copied()) {
-                    message.push_str(&format!("; did you mean {suggestion:?}?"));
-                }
-                let origin = sink.get("kind").map_or(&element.origin, |e| &e.key_origin);
-                problems.add(origin, message);
-                None
-            }
-        };
-        let Some(kind) = kind else { continue };
-        if configs.iter().any(|existing| existing.name == name) {
+        if configs.iter().any(|existing| existing.name == config.name) {
             let origin = sink.get("name").map_or(&element.origin, |e| &e.key_origin);
             problems.add(
                 origin,
-                format!("two sinks are named {name:?}; give each a unique `name`"),
+                format!(
+                    "two sinks are named {:?}; give each a unique `name`",
+                    config.name
+                ),
             );
             continue;
         }
-        configs.push(EventSinkConfig { name, types, kind });
+        configs.push(config);
     }
     configs
 }
 
-fn read_webhook(
-    sink: &super::tree::Table,
-    origin: &super::tree::Origin,
+/// One `[[events.sink]]` table, written at `origin`.
+fn read_sink(sink: &Table, origin: &Origin, problems: &mut Problems) -> Option<EventSinkConfig> {
+    problems.unknown_keys(sink, SINK_KEYS, "[[events.sink]]");
+    let Some(kind_entry) = sink.get("kind") else {
+        problems.add(
+            origin,
+            "[[events.sink]] needs a `kind`: \"log\" or \"webhook\"",
+        );
+        return None;
+    };
+    let kind_text = kind_entry.string(problems)?;
+    let name = sink
+        .get("name")
+        .and_then(|entry| entry.string(problems))
+        .unwrap_or_else(|| kind_text.clone());
+    let types = sink
+        .get("types")
+        .and_then(|entry| entry.strings(problems))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect();
+    let kind = match kind_text.as_str() {
+        "log" => EventSinkKind::Log,
+        "webhook" => EventSinkKind::Webhook(read_webhook(sink, origin, problems)?),
+        other => {
+            let mut message =
+                format!("unknown sink kind {other:?}: expected \"log\" or \"webhook\"");
+            if let Some(suggestion) = closest(other, KINDS.iter().copied()) {
+                message.push_str(&format!("; did you mean {suggestion:?}?"));
+            }
+            problems.add(&kind_entry.key_origin, message);
+            return None;
+        }
+    };
+    Some(EventSinkConfig { name, types, kind })
+}
+
+fn read_webhook(sink: &Table, origin: &Origin, problems: &mut Problems) -> Option<WebhookConfig> {
+    let url = read_webhook_url(sink, origin, problems);
+    let ca_file = read_ca_file(sink, url.as_deref(), problems);
+    let secret = read_secret(sink, origin, problems);
+    let batch = read_batch(sink, problems);
+    let timeout = read_timeout(sink, problems);
+    Some(WebhookConfig {
+        url: url?,
+        ca_file: ca_file?,
+        secret: secret?,
+        batch: batch?,
+        timeout: timeout?,
+    })
+}
+
+fn read_webhook_url(sink: &Table, origin: &Origin, problems: &mut Problems) -> Option<String> {
+    let Some(entry) = sink.get("url") else {
+        problems.add(origin, "a webhook sink needs a `url`");
+        return None;
+    };
+    let url = entry.string(problems)?;
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    if rest.is_some_and(|rest| !rest.is_empty()) {
+        Some(url)
+    } else {
+        problems.add(
+            &entry.key_origin,
+            format!("`url` must be an https:// or http:// URL, found {url:?}"),
+        );
+        None
+    }
+}
+
+/// `Some(None)`: absent. `None`: present but wrong (reported).
+fn read_ca_file(
+    sink: &Table,
+    url: Option<&str>,
     problems: &mut Problems,
-) -> Option<WebhookConfig> {
-    let url = match sink.get("url") {
-        None => {
-            problems.add(origin, "a webhook sink needs a `url`");
+) -> Option<Option<PathBuf>> {
+    let Some(entry) = sink.get("ca_file") else {
+        return Some(None);
+    };
+    match entry.string(problems) {
+        Some(path) if url.is_some_and(|url| url.starts_with("http://")) => {
+            problems.add(
+                &entry.key_origin,
+                format!("`ca_file` needs an https:// `url` (found {path:?} for plain http)"),
+            );
             None
         }
-        Some(entry) => entry.string(problems).and_then(|url| {
-            let rest = url
-                .strip_prefix("https://")
-                .or_else(|| url.strip_prefix("http://"));
-            if rest.is_some_and(|rest| !rest.is_empty()) {
-                Some(url)
-            } else {
-                problems.add(
-                    &entry.key_origin,
-                    format!("`url` must be an https:// or http:// URL, found {url:?}"),
-                );
-                None
-            }
-        }),
-    };
-    let ca_file = match sink.get("ca_file") {
-        None => Some(None),
-        Some(entry) => match entry.string(problems) {
-            Some(path) if url.as_deref().is_some_and(|url| url.starts_with("http://")) => {
-                problems.add(
-                    &entry.key_origin,
-                    format!("`ca_file` needs an https:// `url` (found {path:?} for plain http)"),
-                );
-                None
-            }
-            Some(path) if !path.is_empty() => Some(Some(PathBuf::from(path))),
-            Some(_) => {
-                problems.add(&entry.key_origin, "`ca_file` must name a file");
-                None
-            }
-            None => None,
-        },
-    };
-    let secret = match (sink.get("secret"), sink.get("secret_file")) {
+        Some(path) if !path.is_empty() => Some(Some(PathBuf::from(path))),
+        Some(_) => {
+            problems.add(&entry.key_origin, "`ca_file` must name a file");
+            None
+        }
+        None => None,
+    }
+}
+
+fn read_secret(sink: &Table, origin: &Origin, problems: &mut Problems) -> Option<SecretSource> {
+    match (sink.get("secret"), sink.get("secret_file")) {
         (Some(entry), None) => entry.string(problems).and_then(|secret| {
             if secret.len() < 16 {
                 problems.add(&entry.key_origin, "`secret` must be at least 16 characters");
@@ -239,44 +264,41 @@ fn read_webhook(
             );
             None
         }
+    }
+}
+
+fn read_batch(sink: &Table, problems: &mut Problems) -> Option<usize> {
+    let Some(entry) = sink.get("batch") else {
+        return Some(DEFAULT_BATCH);
     };
-    let batch = match sink.get("batch") {
-        None => Some(DEFAULT_BATCH),
-        Some(entry) => entry.unsigned(problems).and_then(|batch| {
-            if (1..=MAX_BATCH).contains(&batch) {
-                usize::try_from(batch).ok()
-            } else {
-                problems.add(
-                    &entry.key_origin,
-                    format!("`batch` must be 1 to {MAX_BATCH}, found {batch}"),
-                );
-                None
-            }
-        }),
+    let batch = entry.unsigned(problems)?;
+    if (1..=MAX_BATCH).contains(&batch) {
+        usize::try_from(batch).ok()
+    } else {
+        problems.add(
+            &entry.key_origin,
+            format!("`batch` must be 1 to {MAX_BATCH}, found {batch}"),
+        );
+        None
+    }
+}
+
+fn read_timeout(sink: &Table, problems: &mut Problems) -> Option<Duration> {
+    let Some(entry) = sink.get("timeout") else {
+        return Some(DEFAULT_TIMEOUT);
     };
-    let timeout = match sink.get("timeout") {
-        None => Some(DEFAULT_TIMEOUT),
-        Some(entry) => entry
-            .duration_text(problems)
-            .and_then(|text| match parse_duration(&text) {
-                Ok(timeout) if !timeout.is_zero() => Some(timeout),
-                Ok(_) => {
-                    problems.add(&entry.key_origin, "`timeout` must be longer than zero");
-                    None
-                }
-                Err(error) => {
-                    problems.add(&entry.key_origin, format!("`timeout`: {error}"));
-                    None
-                }
-            }),
-    };
-    Some(WebhookConfig {
-        url: url?,
-        ca_file: ca_file?,
-        secret: secret?,
-        batch: batch?,
-        timeout: timeout?,
-    })
+    let text = entry.duration_text(problems)?;
+    match parse_duration(&text) {
+        Ok(timeout) if !timeout.is_zero() => Some(timeout),
+        Ok(_) => {
+            problems.add(&entry.key_origin, "`timeout` must be longer than zero");
+            None
+        }
+        Err(error) => {
+            problems.add(&entry.key_origin, format!("`timeout`: {error}"));
+            None
+        }
+    }
 }
 
 #[cfg(test)]
