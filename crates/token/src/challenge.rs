@@ -13,7 +13,7 @@ use std::fmt;
 
 use hmac::Mac as _;
 
-use crate::ticket_secrets::{self, MacKeys, TicketSecrets, Versions, push_mac_text};
+use crate::ticket_secrets::{self, MacKeys, TicketSecrets, Versions};
 
 /// The version tags of challenges: of the original ticket secret, and naming a rotated one.
 const VERSIONS: Versions = Versions {
@@ -96,9 +96,7 @@ impl ChallengeSigner {
             "{}.{}.{}.{}",
             claims.room, claims.nonce, claims.expires_at, claims.difficulty
         ));
-        let mac = key.mac(challenge.as_bytes());
-        challenge.push('.');
-        push_mac_text(&mut challenge, &mac);
+        key.push_mac(&mut challenge);
         challenge
     }
 
@@ -113,17 +111,10 @@ impl ChallengeSigner {
         if challenge.len() > MAX_CHALLENGE_LEN {
             return Err(ChallengeError::Invalid);
         }
-        let (signed, mac) = challenge.rsplit_once('.').ok_or(ChallengeError::Invalid)?;
-        let (secret, fields) = VERSIONS
-            .split_prefix(signed)
-            .ok_or(ChallengeError::Invalid)?;
-        let key = self
+        let fields = self
             .keys
-            .verifying(secret, now_secs)
+            .open(&VERSIONS, challenge, now_secs)
             .ok_or(ChallengeError::Invalid)?;
-        if !key.verifies(signed.as_bytes(), mac) {
-            return Err(ChallengeError::Invalid);
-        }
         let claims = parse_fields(fields).ok_or(ChallengeError::Invalid)?;
         if claims.room != room {
             return Err(ChallengeError::WrongRoom);
@@ -152,19 +143,7 @@ fn derive_key(secret: [u8; 32]) -> [u8; 32] {
 
 /// Reads `<room>.<nonce>.<expires>.<difficulty>`.
 fn parse_fields(fields: &str) -> Option<ChallengeClaims> {
-    let mut fields = fields.split('.');
-    let (Some(room), Some(nonce), Some(expires), Some(difficulty), None) = (
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-    ) else {
-        return None;
-    };
-    if room.is_empty() || nonce.is_empty() {
-        return None;
-    }
+    let [room, nonce, expires, difficulty] = ticket_secrets::four_fields(fields)?;
     Some(ChallengeClaims {
         room: room.to_owned(),
         nonce: nonce.to_owned(),

@@ -138,6 +138,13 @@ impl MacKey {
         mac.finalize().into_bytes().into()
     }
 
+    /// Ends a token: appends `.` and the MAC of everything written before it.
+    pub(crate) fn push_mac(&self, token: &mut String) {
+        let mac = self.mac(token.as_bytes());
+        token.push('.');
+        push_mac_text(token, &mac);
+    }
+
     /// Whether `mac_text` is the unpadded base64url MAC of `message`, compared in constant time.
     pub(crate) fn verifies(&self, message: &[u8], mac_text: &str) -> bool {
         // A MAC of 32 bytes is exactly 43 characters; anything else cannot match. The decoder
@@ -164,6 +171,22 @@ pub(crate) fn push_mac_text(out: &mut String, mac: &[u8; 32]) {
     {
         out.push_str(text);
     }
+}
+
+/// The four `.`-separated fields of a ticket token or a challenge, the first two (a room and
+/// an id) not empty; `None` for any other count.
+pub(crate) fn four_fields(fields: &str) -> Option<[&str; 4]> {
+    let mut fields = fields.split('.');
+    let (Some(room), Some(id), Some(third), Some(fourth), None) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return None;
+    };
+    (!room.is_empty() && !id.is_empty()).then_some([room, id, third, fourth])
 }
 
 /// Every ticket secret keyed for one use, the signing one first.
@@ -195,6 +218,21 @@ impl MacKeys {
     pub(crate) fn signing(&self) -> &MacKey {
         // `new` always puts the signing key first.
         &self.keys[0]
+    }
+
+    /// The fields of `token`, written `<version>[.<secret>].<fields>.<mac>` by
+    /// [`MacKey::push_mac`], if the secret it names still verifies at `now_secs` and the MAC
+    /// is genuine (compared in constant time); `None` for anything else.
+    pub(crate) fn open<'t>(
+        &self,
+        versions: &Versions,
+        token: &'t str,
+        now_secs: u64,
+    ) -> Option<&'t str> {
+        let (signed, mac) = token.rsplit_once('.')?;
+        let (secret, fields) = versions.split_prefix(signed)?;
+        let key = self.verifying(secret, now_secs)?;
+        key.verifies(signed.as_bytes(), mac).then_some(fields)
     }
 
     /// The key of the secret `name` names (`None`: the original), if it still verifies at
