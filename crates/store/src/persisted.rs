@@ -14,10 +14,8 @@
 use anteroom_core::config::RawRoom;
 use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
-    AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
-    TicketEnd, TicketState,
+    RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd, TicketState,
 };
-use anteroom_core::eta::AdmissionRate;
 use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
@@ -26,6 +24,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 mod binary;
+pub(crate) mod fields;
 
 /// Why a stored record could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -44,37 +43,6 @@ pub(crate) enum DecodeError {
 const JSON_VERSION: u8 = 1;
 /// The binary record version, the first byte of every record written now.
 const BINARY_VERSION: u8 = 2;
-
-#[derive(Deserialize)]
-struct StateV1 {
-    v: u8,
-    generation: u32,
-    last_position: u64,
-    serving: u64,
-    bucket_units: u64,
-    bucket_updated_at: u64,
-    rate_admissions: f64,
-    rate_seconds: f64,
-    rate_measured_until: Option<u64>,
-    /// Each of [`RoomTotals`] by its field name.
-    totals: BTreeMap<String, u64>,
-    /// Absent in records written before schedules existed.
-    #[serde(default)]
-    draw: Option<DrawV1>,
-    /// Joins made with each priority code, by the code's SHA-256 in hex.
-    #[serde(default)]
-    code_uses: BTreeMap<String, u64>,
-}
-
-#[derive(Deserialize)]
-struct DrawV1 {
-    opens_at: u64,
-    drawn_at: u64,
-    /// 64 hex digits.
-    seed: String,
-    cohort: u64,
-    through_position: u64,
-}
 
 #[derive(Deserialize)]
 struct TicketV1 {
@@ -150,51 +118,96 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
     }
 }
 
+/// Reads a version 1 state record: a JSON object with each field of [`fields::STATE_FIELDS`]
+/// under its name (`draw` and `code_uses` absent in records written before they existed).
 fn decode_state_json(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
-    let state: StateV1 = serde_json::from_slice(bytes)?;
-    check_json_version(state.v)?;
-    let totals = RoomTotals::try_from_fields(|field| {
-        state
-            .totals
-            .get(field.name)
-            .copied()
-            .ok_or_else(|| DecodeError::Invalid(format!("total {:?} missing", field.name)))
-    })?;
-    let draw = match state.draw {
-        None => None,
-        Some(draw) => Some(Draw {
-            opens_at: Timestamp(draw.opens_at),
-            drawn_at: Timestamp(draw.drawn_at),
-            seed: seed_from_hex(&draw.seed)
-                .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {:?}", draw.seed)))?,
-            cohort: draw.cohort,
-            through_position: draw.through_position,
-        }),
-    };
-    let mut code_uses = BTreeMap::new();
-    for (hash, uses) in state.code_uses {
-        let hash = seed_from_hex(&hash)
-            .ok_or_else(|| DecodeError::Invalid(format!("priority code hash {hash:?}")))?;
-        code_uses.insert(hash, uses);
+    let object: JsonObject = serde_json::from_slice(bytes)?;
+    let version = object.get("v").and_then(serde_json::Value::as_u64);
+    check_json_version(version.and_then(|v| u8::try_from(v).ok()).unwrap_or(0))?;
+    let mut meta = fields::blank_state(config);
+    read_json_fields(&object, &mut meta, fields::STATE_FIELDS)?;
+    Ok(meta)
+}
+
+type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+/// Reads `record`'s fields from a version 1 JSON object, each under its name.
+fn read_json_fields<R>(
+    object: &JsonObject,
+    record: &mut R,
+    fields: &fields::Fields<R>,
+) -> Result<(), DecodeError> {
+    use fields::Field;
+    for (name, field) in fields {
+        let value = object.get(*name).filter(|value| !value.is_null());
+        let invalid = || DecodeError::Invalid(format!("state field {name:?}"));
+        let number = || {
+            value
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(invalid)
+        };
+        match field {
+            Field::U32(_, slot) => {
+                *slot(record) = u32::try_from(number()?).map_err(|_| invalid())?;
+            }
+            Field::U64(_, slot) => *slot(record) = number()?,
+            Field::F64(_, slot) => {
+                *slot(record) = value
+                    .and_then(serde_json::Value::as_f64)
+                    .ok_or_else(invalid)?;
+            }
+            Field::Time(_, slot) => *slot(record) = Timestamp(number()?),
+            Field::OptionalTime(_, slot) => {
+                *slot(record) = value.map(|_| number().map(Timestamp)).transpose()?;
+            }
+            Field::Seed(_, slot) => {
+                let text = value.and_then(serde_json::Value::as_str).unwrap_or("");
+                *slot(record) = seed_from_hex(text)
+                    .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {text:?}")))?;
+            }
+            Field::Totals(_, slot) => *slot(record) = read_json_totals(value)?,
+            Field::Draw(_, slot) => {
+                *slot(record) = match value {
+                    None => None,
+                    Some(draw) => {
+                        let object = draw.as_object().ok_or_else(invalid)?;
+                        let mut draw = fields::blank_draw();
+                        read_json_fields(object, &mut draw, fields::DRAW_FIELDS)?;
+                        Some(draw)
+                    }
+                };
+            }
+            Field::CodeUses(_, slot) => *slot(record) = read_json_code_uses(value)?,
+        }
     }
-    Ok(RoomMeta {
-        draw,
-        code_uses,
-        config,
-        generation: state.generation,
-        last_position: state.last_position,
-        serving: state.serving,
-        bucket: AdmissionBucket {
-            units: state.bucket_units,
-            updated_at: Timestamp(state.bucket_updated_at),
-        },
-        rate: AdmissionRate {
-            admissions: state.rate_admissions,
-            seconds: state.rate_seconds,
-            measured_until: state.rate_measured_until.map(Timestamp),
-        },
-        totals,
+    Ok(())
+}
+
+fn read_json_totals(value: Option<&serde_json::Value>) -> Result<RoomTotals, DecodeError> {
+    let totals = value.and_then(serde_json::Value::as_object);
+    RoomTotals::try_from_fields(|field| {
+        totals
+            .and_then(|totals| totals.get(field.name))
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| DecodeError::Invalid(format!("total {:?} missing", field.name)))
     })
+}
+
+/// Joins made with each priority code, by the code's SHA-256 in hex.
+fn read_json_code_uses(
+    value: Option<&serde_json::Value>,
+) -> Result<BTreeMap<[u8; 32], u64>, DecodeError> {
+    let mut code_uses = BTreeMap::new();
+    let Some(value) = value else {
+        return Ok(code_uses);
+    };
+    let invalid = || DecodeError::Invalid("state field \"code_uses\"".to_owned());
+    for (hash, uses) in value.as_object().ok_or_else(invalid)? {
+        let hash = seed_from_hex(hash)
+            .ok_or_else(|| DecodeError::Invalid(format!("priority code hash {hash:?}")))?;
+        code_uses.insert(hash, uses.as_u64().ok_or_else(invalid)?);
+    }
+    Ok(code_uses)
 }
 
 /// A ticket as a record.
@@ -347,7 +360,7 @@ fn parse_session_end(text: &str) -> Result<SessionEnd, DecodeError> {
 mod tests {
     use super::*;
     use anteroom_core::RoomId;
-    use anteroom_core::engine::RoomState;
+    use anteroom_core::engine::{Draw, RoomState};
 
     fn config() -> RoomConfig {
         RoomConfig::with_defaults(RoomId::new("shop").unwrap())
@@ -495,6 +508,33 @@ mod tests {
             (1_000_000, 3, None)
         );
         assert_eq!(decoded.rate.admissions, 0.5);
+    }
+
+    #[test]
+    fn the_state_record_is_byte_for_byte_what_version_2_wrote() {
+        // Written by the version 2 encoder before its fields were listed in `fields.rs`: stores
+        // on disk hold these bytes.
+        let written = "020400000040420f0000000000e70300000000000040e2010000000000e803000000000000343333333333d33f59f3f8c21f6ea501014d0000000000000040420f0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000003000000000000000164000000000000006500000000000000abababababababababababababababababababababababababababababababab11000000000000001200000000000000020000000303030303030303030303030303030303030303030303030303030303030303020000000000000004040404040404040404040404040404040404040404040404040404040404040900000000000000";
+        let encoded: String = encode_state(&meta())
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(encoded, written);
+    }
+
+    #[test]
+    fn every_state_field_is_read_from_a_version_1_record() {
+        let seed = "ab".repeat(32);
+        let code = "03".repeat(32);
+        let state = format!(
+            r#"{{"v":1,"generation":4,"last_position":1000000,"serving":999,"bucket_units":123456,"bucket_updated_at":1000,"rate_admissions":0.30000000000000004,"rate_seconds":1e-300,"rate_measured_until":77,"totals":{{"joined":1000000,"admitted":0,"no_show":0,"abandoned":0,"left":0,"passes":0,"completed":0,"sessions_abandoned":0,"expired":3}},"draw":{{"opens_at":100,"drawn_at":101,"seed":"{seed}","cohort":17,"through_position":18}},"code_uses":{{"{code}":2,"{}":9}}}}"#,
+            "04".repeat(32)
+        );
+        let decoded = decode_state(config(), state.as_bytes()).unwrap();
+        assert_eq!(decoded, meta());
+        let without = state.replace(r#""serving":999,"#, "");
+        let error = decode_state(config(), without.as_bytes()).unwrap_err();
+        assert!(error.to_string().contains("serving"), "{error}");
     }
 
     /// Totals with a different value in every field, so a field a format drops or swaps shows.

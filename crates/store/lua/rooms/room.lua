@@ -930,6 +930,8 @@ local function settle()
     end
     redis.call('ZADD', WAITING, unpack(scores))
   end
+  -- The fields in the store's DRAW_FIELDS order: opens_at, drawn_at, seed, cohort,
+  -- through_position (records.rs reads them so).
   room.draw = table.concat({
     int(event.opens_at), int(NOW), DRAW_SEED, int(n), int(room.last_position),
   }, '|')

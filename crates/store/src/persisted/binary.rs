@@ -6,17 +6,14 @@
 //! A ticket takes about 60 bytes this way, against about 200 as JSON, and encodes without
 //! formatting numbers or base64 ids.
 
-use std::collections::BTreeMap;
-
 use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
-    AdmissionBucket, Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket,
-    TicketEnd, TicketState,
+    RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd, TicketState,
 };
-use anteroom_core::eta::AdmissionRate;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
+use super::fields::{DRAW_FIELDS, Field, Fields, STATE_FIELDS, blank_draw, blank_state};
 use super::{BINARY_VERSION, DecodeError};
 
 const TICKET_WAITING: u8 = 0;
@@ -26,75 +23,16 @@ const TICKET_ENDED: u8 = 3;
 
 pub(super) fn encode_state(meta: &RoomMeta) -> Vec<u8> {
     let mut out = Out::with_capacity(160 + 40 * meta.code_uses.len());
-    out.u32(meta.generation);
-    out.u64(meta.last_position);
-    out.u64(meta.serving);
-    out.u64(meta.bucket.units);
-    out.time(meta.bucket.updated_at);
-    out.f64(meta.rate.admissions);
-    out.f64(meta.rate.seconds);
-    out.option(meta.rate.measured_until, Out::time);
-    // In the field list's order: a new total needs a new record version, as any new field.
-    for (_, count) in meta.totals.fields() {
-        out.u64(count);
-    }
-    out.option(meta.draw.as_ref(), |out, draw| {
-        out.time(draw.opens_at);
-        out.time(draw.drawn_at);
-        out.bytes(&draw.seed);
-        out.u64(draw.cohort);
-        out.u64(draw.through_position);
-    });
-    // A room has a handful of priority codes at most.
-    out.u32(u32::try_from(meta.code_uses.len()).unwrap_or(u32::MAX));
-    for (hash, uses) in &meta.code_uses {
-        out.bytes(hash);
-        out.u64(*uses);
-    }
+    out.fields(meta, STATE_FIELDS);
     out.0
 }
 
 pub(super) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
     let mut input = In::new(bytes)?;
-    let generation = input.u32()?;
-    let last_position = input.u64()?;
-    let serving = input.u64()?;
-    let bucket = AdmissionBucket {
-        units: input.u64()?,
-        updated_at: input.time()?,
-    };
-    let rate = AdmissionRate {
-        admissions: input.f64()?,
-        seconds: input.f64()?,
-        measured_until: input.option(In::time)?,
-    };
-    let totals = RoomTotals::try_from_fields(|_| input.u64())?;
-    let draw = input.option(|input| {
-        Ok(Draw {
-            opens_at: input.time()?,
-            drawn_at: input.time()?,
-            seed: input.array()?,
-            cohort: input.u64()?,
-            through_position: input.u64()?,
-        })
-    })?;
-    let mut code_uses = BTreeMap::new();
-    for _ in 0..input.u32()? {
-        let hash = input.array()?;
-        code_uses.insert(hash, input.u64()?);
-    }
+    let mut meta = blank_state(config);
+    input.fields(&mut meta, STATE_FIELDS)?;
     input.end()?;
-    Ok(RoomMeta {
-        config,
-        generation,
-        last_position,
-        serving,
-        bucket,
-        rate,
-        totals,
-        draw,
-        code_uses,
-    })
+    Ok(meta)
 }
 
 pub(super) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
@@ -317,6 +255,41 @@ impl Out {
     }
 }
 
+impl Out {
+    /// Writes `record`'s fields in list order.
+    fn fields<R>(&mut self, record: &R, fields: &Fields<R>) {
+        for (_, field) in fields {
+            match field {
+                Field::U32(read, _) => self.u32(*read(record)),
+                Field::U64(read, _) => self.u64(*read(record)),
+                Field::F64(read, _) => self.f64(*read(record)),
+                Field::Time(read, _) => self.time(*read(record)),
+                Field::OptionalTime(read, _) => self.option(*read(record), Out::time),
+                Field::Seed(read, _) => self.bytes(read(record)),
+                Field::Totals(read, _) => {
+                    for (_, count) in read(record).fields() {
+                        self.u64(count);
+                    }
+                }
+                Field::Draw(read, _) => {
+                    self.option(read(record).as_ref(), |out, draw| {
+                        out.fields(draw, DRAW_FIELDS);
+                    });
+                }
+                Field::CodeUses(read, _) => {
+                    let code_uses = read(record);
+                    // A room has a handful of priority codes at most.
+                    self.u32(u32::try_from(code_uses.len()).unwrap_or(u32::MAX));
+                    for (hash, uses) in code_uses {
+                        self.bytes(hash);
+                        self.u64(*uses);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A record being read, after its version byte.
 struct In<'a>(&'a [u8]);
 
@@ -387,6 +360,38 @@ impl<'a> In<'a> {
         } else {
             Ok(None)
         }
+    }
+
+    /// Reads `record`'s fields in list order.
+    fn fields<R>(&mut self, record: &mut R, fields: &Fields<R>) -> Result<(), DecodeError> {
+        for (_, field) in fields {
+            match field {
+                Field::U32(_, slot) => *slot(record) = self.u32()?,
+                Field::U64(_, slot) => *slot(record) = self.u64()?,
+                Field::F64(_, slot) => *slot(record) = self.f64()?,
+                Field::Time(_, slot) => *slot(record) = self.time()?,
+                Field::OptionalTime(_, slot) => *slot(record) = self.option(In::time)?,
+                Field::Seed(_, slot) => *slot(record) = self.array()?,
+                Field::Totals(_, slot) => {
+                    *slot(record) = RoomTotals::try_from_fields(|_| self.u64())?;
+                }
+                Field::Draw(_, slot) => {
+                    *slot(record) = self.option(|input| {
+                        let mut draw = blank_draw();
+                        input.fields(&mut draw, DRAW_FIELDS)?;
+                        Ok(draw)
+                    })?;
+                }
+                Field::CodeUses(_, slot) => {
+                    let code_uses = slot(record);
+                    for _ in 0..self.u32()? {
+                        let hash = self.array()?;
+                        code_uses.insert(hash, self.u64()?);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn end(&self) -> Result<(), DecodeError> {

@@ -17,6 +17,8 @@ use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
+use crate::persisted::fields::{DRAW_FIELDS, Field, blank_draw};
+
 /// Why a script's answer could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("malformed answer from a room script: {0}")]
@@ -88,23 +90,28 @@ pub(crate) fn decode_text(field: &str) -> Result<Option<String>, MalformedAnswer
     Ok(Some(text))
 }
 
-/// Reads the meta's `draw` field: `opens_at|drawn_at|seed|cohort|through`, or empty for none.
+/// Reads the meta's `draw` field: the draw's fields in `DRAW_FIELDS` order joined by `|`
+/// (`opens_at|drawn_at|seed|cohort|through_position`, the seed in hex), or empty for none.
 fn decode_draw(field: &str) -> Result<Option<Draw>, MalformedAnswer> {
     if field.is_empty() {
         return Ok(None);
     }
     let malformed = || MalformedAnswer(format!("draw {field:?}"));
     let parts: Vec<&str> = field.split('|').collect();
-    let [opens_at, drawn_at, seed, cohort, through] = parts.as_slice() else {
+    if parts.len() != DRAW_FIELDS.len() {
         return Err(malformed());
-    };
-    Ok(Some(Draw {
-        opens_at: Timestamp(parse_number(opens_at)?),
-        drawn_at: Timestamp(parse_number(drawn_at)?),
-        seed: seed_from_hex(seed).ok_or_else(malformed)?,
-        cohort: parse_number(cohort)?,
-        through_position: parse_number(through)?,
-    }))
+    }
+    let mut draw = blank_draw();
+    for ((_, place), text) in DRAW_FIELDS.iter().zip(parts) {
+        match place {
+            Field::Time(_, slot) => *slot(&mut draw) = timestamp(text)?,
+            Field::U64(_, slot) => *slot(&mut draw) = parse_number(text)?,
+            Field::Seed(_, slot) => *slot(&mut draw) = seed_from_hex(text).ok_or_else(malformed)?,
+            // A draw has no field of another kind.
+            _ => return Err(malformed()),
+        }
+    }
+    Ok(Some(draw))
 }
 
 /// A script's answer: a flat list of text fields, read front to back.
@@ -549,6 +556,30 @@ mod tests {
             }
         );
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
+    }
+
+    #[test]
+    fn every_draw_field_is_read_from_its_place() {
+        let seed = "ab".repeat(32);
+        let draw = decode_draw(&format!("100|101|{seed}|17|18")).unwrap();
+        assert_eq!(
+            draw,
+            Some(Draw {
+                opens_at: Timestamp(100),
+                drawn_at: Timestamp(101),
+                seed: [0xab; 32],
+                cohort: 17,
+                through_position: 18,
+            })
+        );
+        assert_eq!(decode_draw("").unwrap(), None);
+        for malformed in [
+            format!("100|101|{seed}|17"),
+            format!("100|101|{seed}|17|18|19"),
+            "100|101|zz|17|18".to_owned(),
+        ] {
+            assert!(decode_draw(&malformed).is_err(), "{malformed}");
+        }
     }
 
     #[test]
