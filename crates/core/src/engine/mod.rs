@@ -421,17 +421,19 @@ pub struct AdmittedView {
     pub return_to: Option<String>,
 }
 
-/// What one `tick` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TickReport {
-    /// Tickets admitted.
-    pub admitted: u64,
-    /// Sessions that expired.
-    pub expired: u64,
-    /// Admitted tickets that lost their slot unclaimed.
-    pub no_shows: u64,
-    /// Waiting tickets abandoned for lack of contact.
-    pub abandoned: u64,
+crate::counter_record! {
+    /// What one `tick` did.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct TickReport {
+        /// Tickets admitted.
+        admitted,
+        /// Sessions that expired.
+        expired,
+        /// Admitted tickets that lost their slot unclaimed.
+        no_shows,
+        /// Waiting tickets abandoned for lack of contact.
+        abandoned,
+    }
 }
 
 /// A consistent summary of a room at one instant.

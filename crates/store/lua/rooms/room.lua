@@ -131,8 +131,9 @@ local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
   'rate_seconds', 'rate_at',
 }
--- TOTAL_FIELDS, the room's totals (meta fields, and their order in snapshot_reply), is
--- defined in front of this prelude by the store from RoomTotals' field list (scripts.rs).
+-- TOTAL_FIELDS, the room's totals (meta fields, and their order in snapshot_reply), and
+-- TICK_REPORT_FIELDS, what a tick did (tick.lua's answer), are defined in front of this prelude
+-- by the store from the Rust records' field lists (scripts.rs).
 
 local room = nil
 
@@ -1017,7 +1018,10 @@ end
 
 -- The admitter (SPEC §5.1, RoomState::tick). `seed` drives random-order picks.
 local function tick(seed)
-  local report = { admitted = 0, expired = 0, no_shows = 0, abandoned = 0 }
+  local report = {}
+  for _, name in ipairs(TICK_REPORT_FIELDS) do
+    report[name] = 0
+  end
   local had_demand = n_waiting() > 0
 
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', ACTIVE, '-inf', int(NOW))) do

@@ -3,7 +3,7 @@
 -- or at random), advance serving, and forget history older than the retention.
 -- ARGV[5] seed for random-order admissions
 -- ARGV[6] seed for a pre-queue lottery due now (64 hex digits)
--- Returns: 'ok', admitted, expired, no-shows, abandoned; or 'error' and why.
+-- Returns: 'ok' and the report's counts in TICK_REPORT_FIELDS order; or 'error' and why.
 
 if not load_room() then
   return room_not_found()
@@ -13,6 +13,8 @@ settle()
 local report = tick(tonumber(ARGV[5]))
 save_room()
 notify('tick')
-return {
-  'ok', int(report.admitted), int(report.expired), int(report.no_shows), int(report.abandoned),
-}
+local reply = { 'ok' }
+for _, name in ipairs(TICK_REPORT_FIELDS) do
+  reply[#reply + 1] = int(report[name])
+end
+return reply

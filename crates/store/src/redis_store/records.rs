@@ -275,15 +275,10 @@ impl Answer {
         decode_session(&self.text()?, &self.text()?)
     }
 
-    /// `ok`, admitted, expired, no-shows, abandoned.
+    /// `ok`, then the report's counts in its field list's order (`tick.lua`).
     pub(crate) fn tick_report(&mut self) -> Result<TickReport, MalformedAnswer> {
         self.expect("ok")?;
-        Ok(TickReport {
-            admitted: self.number()?,
-            expired: self.number()?,
-            no_shows: self.number()?,
-            abandoned: self.number()?,
-        })
+        TickReport::try_from_fields(|_| self.number())
     }
 
     /// `ok`, then counted tickets and sessions (each an id and a record).

@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 
 use anteroom_core::counters::CounterRecord;
-use anteroom_core::engine::RoomTotals;
+use anteroom_core::engine::{RoomTotals, TickReport};
 use redis::Script;
 
 macro_rules! room_script {
@@ -28,11 +28,20 @@ fn room_script(operation: &str) -> Script {
 
 /// The Lua declaration of the field lists the scripts share with the Rust records.
 fn record_fields_lua() -> String {
-    let totals: Vec<String> = RoomTotals::FIELDS
+    format!(
+        "local TOTAL_FIELDS = {}\nlocal TICK_REPORT_FIELDS = {}",
+        lua_names::<RoomTotals>(),
+        lua_names::<TickReport>()
+    )
+}
+
+/// A record's field names as a Lua list: `{ 'a', 'b' }`.
+fn lua_names<R: CounterRecord>() -> String {
+    let names: Vec<String> = R::FIELDS
         .iter()
         .map(|field| format!("'{}'", field.name))
         .collect();
-    format!("local TOTAL_FIELDS = {{ {} }}", totals.join(", "))
+    format!("{{ {} }}", names.join(", "))
 }
 
 /// Every room script, compiled (hashed) once per process.
