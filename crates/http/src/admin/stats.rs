@@ -386,3 +386,26 @@ pub(crate) async fn sessions(
 fn bad_query(rejection: QueryRejection) -> ApiError {
     ApiError::bad_request("invalid_query", rejection.body_text())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use anteroom_core::counters::CounterRecord;
+    use anteroom_core::engine::RoomTotals;
+
+    use super::Totals;
+
+    #[test]
+    fn the_stats_answer_carries_every_room_total_under_its_name() {
+        let mut totals = RoomTotals::default();
+        for (index, field) in RoomTotals::FIELDS.iter().enumerate() {
+            *(field.slot)(&mut totals) = index as u64 + 1;
+        }
+        let json = serde_json::to_value(Totals::from(totals)).unwrap();
+        let expected: serde_json::Map<String, serde_json::Value> = totals
+            .fields()
+            .map(|(name, value)| (name.to_owned(), value.into()))
+            .collect();
+        assert_eq!(json, serde_json::Value::Object(expected));
+    }
+}
