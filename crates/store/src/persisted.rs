@@ -331,28 +331,11 @@ fn parse_session_id(text: &str) -> Result<SessionId, DecodeError> {
 }
 
 fn parse_ticket_end(text: &str) -> Result<TicketEnd, DecodeError> {
-    [
-        TicketEnd::Left,
-        TicketEnd::Abandoned,
-        TicketEnd::NoShow,
-        TicketEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| end.as_str() == text)
-    .ok_or_else(|| DecodeError::Invalid(format!("ticket end {text:?}")))
+    TicketEnd::parse(text).ok_or_else(|| DecodeError::Invalid(format!("ticket end {text:?}")))
 }
 
 fn parse_session_end(text: &str) -> Result<SessionEnd, DecodeError> {
-    [
-        SessionEnd::Completed,
-        SessionEnd::Abandoned,
-        SessionEnd::Expired,
-        SessionEnd::Revoked,
-        SessionEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| end.as_str() == text)
-    .ok_or_else(|| DecodeError::Invalid(format!("session end {text:?}")))
+    SessionEnd::parse(text).ok_or_else(|| DecodeError::Invalid(format!("session end {text:?}")))
 }
 
 #[cfg(test)]
@@ -428,13 +411,7 @@ mod tests {
                 ..base.clone()
             },
         ];
-        for reason in [
-            SessionEnd::Completed,
-            SessionEnd::Abandoned,
-            SessionEnd::Expired,
-            SessionEnd::Revoked,
-            SessionEnd::Reset,
-        ] {
+        for reason in SessionEnd::ALL {
             all.push(Session {
                 state: SessionState::Ended {
                     reason,

@@ -99,6 +99,19 @@ pub enum TicketEnd {
 }
 
 impl TicketEnd {
+    /// Every way a ticket ends.
+    pub const ALL: [TicketEnd; 4] = [
+        TicketEnd::Left,
+        TicketEnd::Abandoned,
+        TicketEnd::NoShow,
+        TicketEnd::Reset,
+    ];
+
+    /// The end named `text` by [`as_str`](Self::as_str).
+    pub fn parse(text: &str) -> Option<TicketEnd> {
+        TicketEnd::ALL.into_iter().find(|end| end.as_str() == text)
+    }
+
     /// Stable lowercase name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -165,6 +178,20 @@ pub enum SessionEnd {
 }
 
 impl SessionEnd {
+    /// Every way a session ends.
+    pub const ALL: [SessionEnd; 5] = [
+        SessionEnd::Completed,
+        SessionEnd::Abandoned,
+        SessionEnd::Expired,
+        SessionEnd::Revoked,
+        SessionEnd::Reset,
+    ];
+
+    /// The end named `text` by [`as_str`](Self::as_str).
+    pub fn parse(text: &str) -> Option<SessionEnd> {
+        SessionEnd::ALL.into_iter().find(|end| end.as_str() == text)
+    }
+
     /// Stable lowercase name.
     pub fn as_str(self) -> &'static str {
         match self {

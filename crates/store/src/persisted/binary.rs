@@ -169,15 +169,10 @@ fn ticket_end_code(end: TicketEnd) -> u8 {
 }
 
 fn ticket_end(code: u8) -> Result<TicketEnd, DecodeError> {
-    [
-        TicketEnd::Left,
-        TicketEnd::Abandoned,
-        TicketEnd::NoShow,
-        TicketEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| ticket_end_code(*end) == code)
-    .ok_or(DecodeError::Binary("an unknown ticket end"))
+    TicketEnd::ALL
+        .into_iter()
+        .find(|end| ticket_end_code(*end) == code)
+        .ok_or(DecodeError::Binary("an unknown ticket end"))
 }
 
 /// Stable codes: these bytes are on disk, never renumber them.
@@ -192,16 +187,10 @@ fn session_end_code(end: SessionEnd) -> u8 {
 }
 
 fn session_end(code: u8) -> Result<SessionEnd, DecodeError> {
-    [
-        SessionEnd::Completed,
-        SessionEnd::Abandoned,
-        SessionEnd::Expired,
-        SessionEnd::Revoked,
-        SessionEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| session_end_code(*end) == code)
-    .ok_or(DecodeError::Binary("an unknown session end"))
+    SessionEnd::ALL
+        .into_iter()
+        .find(|end| session_end_code(*end) == code)
+        .ok_or(DecodeError::Binary("an unknown session end"))
 }
 
 /// A record being written, its version byte first.

@@ -468,28 +468,11 @@ fn parse_session_id(text: &str) -> Result<SessionId, MalformedAnswer> {
 }
 
 fn parse_ticket_end(text: &str) -> Result<TicketEnd, MalformedAnswer> {
-    [
-        TicketEnd::Left,
-        TicketEnd::Abandoned,
-        TicketEnd::NoShow,
-        TicketEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| end.as_str() == text)
-    .ok_or_else(|| MalformedAnswer(format!("ticket end {text:?}")))
+    TicketEnd::parse(text).ok_or_else(|| MalformedAnswer(format!("ticket end {text:?}")))
 }
 
 fn parse_session_end(text: &str) -> Result<SessionEnd, MalformedAnswer> {
-    [
-        SessionEnd::Completed,
-        SessionEnd::Abandoned,
-        SessionEnd::Expired,
-        SessionEnd::Revoked,
-        SessionEnd::Reset,
-    ]
-    .into_iter()
-    .find(|end| end.as_str() == text)
-    .ok_or_else(|| MalformedAnswer(format!("session end {text:?}")))
+    SessionEnd::parse(text).ok_or_else(|| MalformedAnswer(format!("session end {text:?}")))
 }
 
 #[cfg(test)]
