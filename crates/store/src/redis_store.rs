@@ -569,35 +569,61 @@ fn schedule_arg(schedule: &Schedule) -> String {
     events.join(";")
 }
 
-/// The configuration as the scripts read it (`put_room.lua`).
-fn config_args(config: &RoomConfig) -> Vec<String> {
-    vec![
+/// `put_room.lua`'s arguments: the configuration's JSON, the JSON the room must still have
+/// (`""` for any), then [`config_fields`] as name, value pairs.
+fn config_args(config: &RoomConfig, expected: String) -> Vec<String> {
+    let mut args = vec![
         String::from_utf8_lossy(&encode_config(config)).into_owned(),
-        config.mode.as_str().to_owned(),
-        config.order.as_str().to_owned(),
-        safe_number(config.max_active),
-        safe_number(config.admit_per_minute),
-        safe_number(config.admit_burst.max(1).saturating_mul(UNITS_PER_TOKEN)),
-        millis(config.session_ttl),
-        config.session_max.map(millis).unwrap_or_default(),
-        millis(config.claim_ttl),
-        millis(config.ticket_idle_ttl),
+        expected,
+    ];
+    for (name, value) in config_fields(config) {
+        args.push(name.to_owned());
+        args.push(value);
+    }
+    args
+}
+
+/// The configuration as the scripts read it: each meta field by its name, in one list, so
+/// `put_room.lua` writes what it is given and reads each value by name, never by position.
+fn config_fields(config: &RoomConfig) -> [(&'static str, String); 14] {
+    [
+        ("mode", config.mode.as_str().to_owned()),
+        ("order", config.order.as_str().to_owned()),
+        ("max_active", safe_number(config.max_active)),
+        ("per_minute", safe_number(config.admit_per_minute)),
+        // The bucket's capacity, in units.
+        (
+            "capacity",
+            safe_number(config.admit_burst.max(1).saturating_mul(UNITS_PER_TOKEN)),
+        ),
+        ("session_ttl", millis(config.session_ttl)),
+        (
+            "session_max",
+            config.session_max.map(millis).unwrap_or_default(),
+        ),
+        ("claim_ttl", millis(config.claim_ttl)),
+        ("idle_ttl", millis(config.ticket_idle_ttl)),
         // Renewal happens once more than half the ttl has passed (RoomState::renew_session).
-        millis(config.session_ttl / 2),
-        schedule_arg(&config.schedule),
-        config.schedule.before.as_str().to_owned(),
-        config.schedule.after.as_str().to_owned(),
-        config
-            .priority
-            .iter()
-            .flat_map(|lane| {
-                lane.hashes
-                    .iter()
-                    .map(move |hash| format!("{}={}", seed_to_hex(hash), safe_number(lane.uses)))
-            })
-            .collect::<Vec<_>>()
-            .join(","),
+        ("renew_after", millis(config.session_ttl / 2)),
+        ("schedule", schedule_arg(&config.schedule)),
+        ("before", config.schedule.before.as_str().to_owned()),
+        ("after", config.schedule.after.as_str().to_owned()),
+        ("priority_codes", priority_codes_arg(config)),
     ]
+}
+
+/// The priority codes: `<sha256 hex>=<uses>` joined by `,` (`""` for none).
+fn priority_codes_arg(config: &RoomConfig) -> String {
+    config
+        .priority
+        .iter()
+        .flat_map(|lane| {
+            lane.hashes
+                .iter()
+                .map(move |hash| format!("{}={}", seed_to_hex(hash), safe_number(lane.uses)))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Cuts `text` to at most `max_len` bytes on a character boundary (as the engine does).
@@ -636,8 +662,7 @@ impl RoomStore for RedisStore {
             Ok(())
         })
         .await?;
-        let mut args = config_args(&config);
-        args.push(String::new());
+        let args = config_args(&config, String::new());
         self.eval("put_room", &SCRIPTS.put_room, &room, args)
             .await?
             .snapshot()
@@ -655,8 +680,7 @@ impl RoomStore for RedisStore {
         // the same configuration differently: then the comparison is made once more against
         // that very text, still inside the script, so the check stays atomic.
         for _ in 0..2 {
-            let mut args = config_args(&config);
-            args.push(expected_text.clone());
+            let args = config_args(&config, expected_text.clone());
             let mut answer = self
                 .eval("put_room", &SCRIPTS.put_room, &room, args)
                 .await?;

@@ -831,3 +831,55 @@ async fn every_room_total_is_read_and_kept_by_the_scripts() {
     server.cli(&["HDEL", &meta, "expired"]);
     assert_eq!(store.snapshot(&id).await.unwrap().totals.expired, 0);
 }
+
+#[tokio::test]
+async fn the_room_configuration_is_stored_in_meta_field_by_field() {
+    // put_room takes the fields by name and stores them as given; load_room reads them back.
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("fields");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 7;
+    config.admit_per_minute = 30;
+    config.admit_burst = 4;
+    config.session_ttl = Duration::from_secs(600);
+    config.session_max = Some(Duration::from_secs(3_600));
+    config.claim_ttl = Duration::from_secs(45);
+    config.ticket_idle_ttl = Duration::from_secs(90);
+    config.mode = Mode::QueueAll;
+    config.order = Order::Random;
+    config.priority = vec![anteroom_core::room::PriorityCodes {
+        hashes: vec![[0xab; 32]],
+        uses: 3,
+    }];
+    store.put_room(config.clone()).await.unwrap();
+    let meta = format!("{prefix}:{{{id}}}:meta");
+    let field = |name: &str| {
+        shared_server()
+            .cli(&["HGET", &meta, name])
+            .trim()
+            .to_owned()
+    };
+    let expected = [
+        ("mode", "queue_all".to_owned()),
+        ("order", "random".to_owned()),
+        ("max_active", "7".to_owned()),
+        ("per_minute", "30".to_owned()),
+        ("capacity", "240000".to_owned()),
+        ("session_ttl", "600000".to_owned()),
+        ("session_max", "3600000".to_owned()),
+        ("claim_ttl", "45000".to_owned()),
+        ("idle_ttl", "90000".to_owned()),
+        ("renew_after", "300000".to_owned()),
+        ("before", "passthrough".to_owned()),
+        ("after", "passthrough".to_owned()),
+        ("priority_codes", format!("{}=3", "ab".repeat(32))),
+    ];
+    for (name, value) in expected {
+        assert_eq!(field(name), value, "{name}");
+    }
+    assert_eq!(store.room(&id).await.unwrap(), config);
+    let snapshot = store.snapshot(&id).await.unwrap();
+    assert_eq!(snapshot.mode, Mode::QueueAll);
+}

@@ -1,43 +1,48 @@
 -- put_room: creates a room, or replaces its configuration keeping queue, sessions and counters
 -- (RoomState::new then RoomState::set_config).
 -- ARGV[5] configuration (JSON, read only by the Rust side)
--- ARGV[6..15] mode, order, max_active, admit_per_minute, bucket capacity in units,
---   session_ttl, session_max ('' for none), claim_ttl, ticket_idle_ttl, renewal threshold
---   (durations in milliseconds)
--- ARGV[16..18] schedule, before, after (see room.lua)
--- ARGV[19] priority access codes: `<sha256 hex>=<uses>` joined by ',' ('' for none)
--- ARGV[20] the configuration (as ARGV[5]) the room must still have, or '' to write whatever
+-- ARGV[6] the configuration (as ARGV[5]) the room must still have, or '' to write whatever
 --   it has: a compare-and-swap for the admin API's conditional writes
--- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[20]
---   is not it (nothing written); a refusal 'room_not_found' when ARGV[20] names a configuration
+-- ARGV[7...] the meta fields the scripts read, as name, value pairs (config_fields in
+--   redis_store.rs): mode, order, max_active, per_minute, capacity (bucket capacity in units),
+--   session_ttl, session_max ('' for none), claim_ttl, idle_ttl, renew_after (durations in
+--   milliseconds), schedule, before, after (see room.lua), priority_codes
+--   (`<sha256 hex>=<uses>` joined by ',', '' for none)
+-- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[6]
+--   is not it (nothing written); a refusal 'room_not_found' when ARGV[6] names a configuration
 --   and there is no room.
 
-if ARGV[20] ~= '' then
+if ARGV[6] ~= '' then
   local stored = redis.call('HGET', META, 'config')
   if not stored then
     return { 'error', 'room_not_found' }
   end
-  if stored ~= ARGV[20] then
+  if stored ~= ARGV[6] then
     return { 'changed', stored }
   end
+end
+
+local given = {}
+for i = 7, #ARGV, 2 do
+  given[ARGV[i]] = ARGV[i + 1]
 end
 
 -- Every field is assigned by name: a nil session_max must replace an old value, and pairs()
 -- would skip it.
 local function apply_config()
-  room.config_mode = ARGV[6]
-  room.order = ARGV[7]
-  room.base_max_active = tonumber(ARGV[8])
-  room.base_per_minute = tonumber(ARGV[9])
-  room.base_capacity = tonumber(ARGV[10])
-  room.events = parse_schedule(ARGV[16])
-  room.before = ARGV[17]
-  room.after = ARGV[18]
-  room.session_ttl = tonumber(ARGV[11])
-  room.session_max = optional_number(ARGV[12])
-  room.claim_ttl = tonumber(ARGV[13])
-  room.idle_ttl = tonumber(ARGV[14])
-  room.renew_after = tonumber(ARGV[15])
+  room.config_mode = given.mode
+  room.order = given.order
+  room.base_max_active = tonumber(given.max_active)
+  room.base_per_minute = tonumber(given.per_minute)
+  room.base_capacity = tonumber(given.capacity)
+  room.events = parse_schedule(given.schedule)
+  room.before = given.before
+  room.after = given.after
+  room.session_ttl = tonumber(given.session_ttl)
+  room.session_max = optional_number(given.session_max)
+  room.claim_ttl = tonumber(given.claim_ttl)
+  room.idle_ttl = tonumber(given.idle_ttl)
+  room.renew_after = tonumber(given.renew_after)
   apply_schedule()
 end
 
@@ -71,23 +76,8 @@ else
   room.units_at = NOW
 end
 
-redis.call('HSET', META,
-  'layout', LAYOUT,
-  'config', ARGV[5],
-  'mode', room.config_mode,
-  'order', room.order,
-  'max_active', int(room.base_max_active),
-  'per_minute', int(room.base_per_minute),
-  'capacity', int(room.base_capacity),
-  'session_ttl', int(room.session_ttl),
-  'session_max', optional_int(room.session_max),
-  'claim_ttl', int(room.claim_ttl),
-  'idle_ttl', int(room.idle_ttl),
-  'renew_after', int(room.renew_after),
-  'schedule', ARGV[16],
-  'before', ARGV[17],
-  'after', ARGV[18],
-  'priority_codes', ARGV[19])
+-- The configuration's fields as given: each is already the text load_room reads back.
+redis.call('HSET', META, 'layout', LAYOUT, 'config', ARGV[5], unpack(ARGV, 7))
 save_room()
 room.changed = true
 notify('config')

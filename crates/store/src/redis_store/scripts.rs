@@ -92,3 +92,48 @@ pub(crate) static SCRIPTS: LazyLock<RoomScripts> = LazyLock::new(|| RoomScripts 
     put_signal: room_script!("put_signal.lua"),
     load_signal: room_script!("load_signal.lua"),
 });
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use anteroom_core::RoomId;
+    use anteroom_core::room::RoomConfig;
+
+    /// The names `text` reads as `<prefix><name>`.
+    fn names_after<'t>(text: &'t str, prefix: &str) -> BTreeSet<&'t str> {
+        text.split(prefix)
+            .skip(1)
+            .map(|rest| {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn put_room_reads_by_name_every_configuration_field_the_store_sends() {
+        let config = RoomConfig::with_defaults(RoomId::new("shop").expect("a valid id"));
+        let sent: BTreeSet<&str> = super::super::config_fields(&config)
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        let put_room = include_str!("../../lua/rooms/put_room.lua");
+        let mut read = names_after(put_room, "given.");
+        // Only stored by put_room: join.lua reads it from the meta hash.
+        let join = include_str!("../../lua/rooms/join.lua");
+        assert!(join.contains("HGET', META, 'priority_codes'"));
+        read.insert("priority_codes");
+        assert_eq!(read, sent);
+        // load_room reads back every field put_room stored from them.
+        let prelude = super::ROOM_PRELUDE;
+        for name in sent.iter().filter(|name| **name != "priority_codes") {
+            assert!(
+                prelude.contains(&format!("'{name}'")),
+                "room.lua never reads {name}"
+            );
+        }
+    }
+}
