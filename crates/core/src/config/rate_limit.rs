@@ -199,16 +199,7 @@ impl<'a> RuleReader<'a> {
         };
 
         let action = self.read_choice("action", Action::parse, &["reject", "delay", "shadow"]);
-        let store = self.read_choice("store", LimitBackend::parse, &["local", "redis"]);
-        if let (Some(Some(LimitBackend::Redis)), Some(entry)) = (store, self.get("store")) {
-            match redis_store {
-                RedisStore::Redis => {}
-                RedisStore::None => self.report(
-                    entry,
-                    "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
-                ),
-            }
-        }
+        let store = self.read_store(redis_store);
         let on_store_error =
             self.read_choice("on_store_error", OnStoreError::parse, &["allow", "deny"]);
         let on_keys_full =
@@ -238,6 +229,21 @@ impl<'a> RuleReader<'a> {
             max_keys: max_keys?,
             on_keys_full: on_keys_full?.unwrap_or(OnKeysFull::Reject),
         })
+    }
+
+    /// `store`: `redis` only where `[store]` is a redis.
+    fn read_store(&mut self, redis_store: RedisStore) -> Option<Option<LimitBackend>> {
+        let store = self.read_choice("store", LimitBackend::parse, &["local", "redis"]);
+        if let (Some(Some(LimitBackend::Redis)), Some(entry)) = (store, self.get("store")) {
+            match redis_store {
+                RedisStore::Redis => {}
+                RedisStore::None => self.report(
+                    entry,
+                    "store = \"redis\" needs the redis store: set [store] backend = \"redis\", or use store = \"local\"",
+                ),
+            }
+        }
+        store
     }
 
     fn read_algorithm(&mut self) -> Option<Algorithm> {
