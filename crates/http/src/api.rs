@@ -23,7 +23,7 @@ use anteroom_token::{PassClaims, TicketClaims};
 use crate::AppState;
 use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
 use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, JoinAsk};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk};
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
@@ -35,7 +35,8 @@ const MAX_RETURN_LEN: usize = 2048;
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct StatusBody {
     pub(crate) room: String,
-    pub(crate) state: &'static str,
+    #[schema(inline)]
+    pub(crate) state: TicketState,
     pub(crate) ticket: String,
     pub(crate) position: u64,
     /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
@@ -58,6 +59,31 @@ pub(crate) struct StatusBody {
     pub(crate) pass_expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redirect: Option<String>,
+}
+
+/// Where a ticket stands: the status JSON's `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TicketState {
+    /// In line, admissions running.
+    Waiting,
+    /// In line, admissions paused (mode `queue_all`).
+    Paused,
+    /// In a scheduled pre-queue, before the draw (SPEC §5.3).
+    Prequeue,
+    /// Admitted: the pass is in the answer.
+    Admitted,
+}
+
+impl TicketState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TicketState::Waiting => "waiting",
+            TicketState::Paused => "paused",
+            TicketState::Prequeue => "prequeue",
+            TicketState::Admitted => "admitted",
+        }
+    }
 }
 
 /// `eta_basis` on the wire.
@@ -399,32 +425,20 @@ pub(crate) fn held_ticket<'a>(
         })
 }
 
-pub(crate) fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
-    headers
+pub(crate) fn identity_from_header(
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<String, IdentityRefusal> {
+    let value = headers
         .get(name)
         .and_then(|value| value.to_str().ok())
         .map(str::trim)
         .filter(|value| !value.is_empty())
-        .map(|value| {
-            if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
-                Err(ApiError::bad_request(
-                    "identity_invalid",
-                    format!(
-                        "the {name} header is longer than {} bytes",
-                        anteroom_core::engine::MAX_IDENTITY_LEN
-                    ),
-                ))
-            } else {
-                Ok(value.to_owned())
-            }
-        })
-        .transpose()?
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "identity_required",
-                format!("this room needs the {name} header"),
-            )
-        })
+        .ok_or_else(|| IdentityRefusal::HeaderMissing(name.to_owned()))?;
+    if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
+        return Err(IdentityRefusal::HeaderTooLong(name.to_owned()));
+    }
+    Ok(value.to_owned())
 }
 
 /// Accepts only same-origin relative paths, so admission can never redirect off-site.
@@ -480,17 +494,17 @@ pub(crate) fn entry_answer(
     match entry {
         Entry::Waiting(view) => {
             let state = if view.opens_at.is_some() {
-                "prequeue"
+                TicketState::Prequeue
             } else if view.paused || terms.mode == Mode::QueueAll {
-                "paused"
+                TicketState::Paused
             } else {
-                "waiting"
+                TicketState::Waiting
             };
             // Before the draw the order is unknown: no `ahead`, no estimate.
             let ahead = view.opens_at.is_none().then_some(view.ahead);
             // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
             let estimate = ahead
-                .filter(|_| state != "paused")
+                .filter(|_| state != TicketState::Paused)
                 .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
             let (eta_seconds, eta_basis) = eta_fields(estimate);
             let body = StatusBody {
@@ -516,7 +530,7 @@ pub(crate) fn entry_answer(
             let pass = sign_pass(app, room, session)?;
             let body = StatusBody {
                 room: room.to_string(),
-                state: "admitted",
+                state: TicketState::Admitted,
                 ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
                 position: view.position,
                 ahead: Some(0),

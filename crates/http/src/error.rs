@@ -9,8 +9,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use anteroom_core::engine::EngineError;
+use anteroom_core::RoomId;
+use anteroom_core::engine::{EngineError, MAX_IDENTITY_LEN};
 use anteroom_store::StoreError;
+
+use crate::join_gate::{IdentityRefusal, JoinRefusal};
+use crate::site_identity::{REFETCH_COOLDOWN, SiteTokenError};
 
 /// An error answered as problem+json.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +151,29 @@ impl ApiError {
         )
         .retry_after(STORE_RETRY_AFTER_SECS)
     }
+
+    /// 503 for a closed room.
+    pub(crate) fn room_closed() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_closed",
+            "this room is closed",
+        )
+    }
+
+    /// 403 `pass_required`: join `required` first.
+    pub(crate) fn pass_required(required: &RoomId) -> ApiError {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "pass_required",
+            format!(
+                "this room needs a pass of room {:?} first: join it at \
+                 /_anteroom/v1/rooms/{}/join",
+                required.as_str(),
+                required.as_str()
+            ),
+        )
+    }
 }
 
 /// What `Retry-After` says while the store cannot be reached.
@@ -155,11 +182,7 @@ const STORE_RETRY_AFTER_SECS: u64 = 5;
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> ApiError {
         match error {
-            EngineError::RoomClosed => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "room_closed",
-                "this room is closed",
-            ),
+            EngineError::RoomClosed => ApiError::room_closed(),
             EngineError::TicketUnknown | EngineError::TicketExpired => ApiError::new(
                 StatusCode::GONE,
                 "ticket_expired",
@@ -203,6 +226,82 @@ impl From<StoreError> for ApiError {
                 tracing::debug!(%error, "store operation failed");
                 ApiError::store_unavailable()
             }
+        }
+    }
+}
+
+/// A refused join as the API answers it: the limiter's own 429, or problem+json.
+impl IntoResponse for JoinRefusal {
+    fn into_response(self) -> Response {
+        let error = match self {
+            JoinRefusal::Limited(response) => return response,
+            JoinRefusal::ChallengeNeeded(error)
+            | JoinRefusal::StoreUnavailable(error)
+            | JoinRefusal::Failed(error) => error,
+            JoinRefusal::PassRequired(required) => ApiError::pass_required(&required),
+            JoinRefusal::Closed => ApiError::room_closed(),
+            JoinRefusal::InvalidPriorityCode => EngineError::InvalidPriorityCode.into(),
+            JoinRefusal::Identity(refusal) => refusal.into(),
+        };
+        error.into_response()
+    }
+}
+
+impl From<IdentityRefusal> for ApiError {
+    fn from(refusal: IdentityRefusal) -> ApiError {
+        match refusal {
+            IdentityRefusal::UntrustedProxy(name) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "untrusted_proxy",
+                format!(
+                    "this room takes the visitor's identity from the {name} header, which is \
+                     believed only from a proxy listed in [server] trusted_proxies"
+                ),
+            ),
+            IdentityRefusal::HeaderMissing(name) => ApiError::bad_request(
+                "identity_required",
+                format!("this room needs the {name} header"),
+            ),
+            IdentityRefusal::HeaderTooLong(name) => ApiError::bad_request(
+                "identity_invalid",
+                format!("the {name} header is longer than {MAX_IDENTITY_LEN} bytes"),
+            ),
+            IdentityRefusal::SiteToken(error) => error.into(),
+            IdentityRefusal::Mismatch(room) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "identity_mismatch",
+                format!(
+                    "the pass of room {:?} belongs to another user",
+                    room.as_str()
+                ),
+            ),
+        }
+    }
+}
+
+/// 401 for the visitor's token, 503 when the site's keys cannot be had.
+impl From<SiteTokenError> for ApiError {
+    fn from(error: SiteTokenError) -> ApiError {
+        match error {
+            SiteTokenError::Missing => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "identity_required",
+                "this room needs you to be signed in to the site: its token was not sent",
+            ),
+            SiteTokenError::KeysUnavailable(_) => {
+                tracing::warn!(%error, "cannot verify site tokens");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "identity_unavailable",
+                    "the site's sign-in keys cannot be checked just now; try again shortly",
+                )
+                .retry_after(REFETCH_COOLDOWN.as_secs())
+            }
+            other => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "identity_invalid",
+                other.to_string(),
+            ),
         }
     }
 }

@@ -45,11 +45,11 @@ use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
 use crate::AppState;
-use crate::api;
+use crate::api::{self, TicketState};
 use crate::challenge;
 use crate::error::ApiError;
 use crate::gateway::wait_location as gateway_wait_location;
-use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal, SignIn};
 
 mod lang;
 mod texts;
@@ -525,61 +525,62 @@ impl Refused<'_> {
                 }
                 page
             }
-            JoinRefusal::Failed(error) => {
-                failed_join(app, room, config, lang, wants_json, return_path, error)
+            JoinRefusal::Closed if !wants_json => {
+                let context = PageContext::build(
+                    room.as_str(),
+                    lang,
+                    PageState::Closed,
+                    &no_figures(),
+                    return_path.unwrap_or("/"),
+                );
+                html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+            }
+            JoinRefusal::StoreUnavailable(error) => {
+                store_failed(app, room, lang, wants_json, return_path, error)
+            }
+            JoinRefusal::InvalidPriorityCode if !wants_json => error_page(
+                StatusCode::FORBIDDEN,
+                "That access code is not valid for this waiting room, or has been used up.",
+            ),
+            JoinRefusal::Identity(refusal) if !wants_json => match refusal.sign_in() {
+                Some(sign_in) => sign_in_page(refusal, sign_in),
+                None => failed_page(app, room, config, lang, ApiError::from(refusal)),
+            },
+            JoinRefusal::Failed(error) if !wants_json => {
+                failed_page(app, room, config, lang, error)
             }
             other => other.into_response(),
         }
     }
 }
 
-/// The page for a join that failed in the store or the room.
-fn failed_join(
+/// The page for a join refused for another reason: the unavailable page for a 503, else a
+/// plain error page.
+fn failed_page(
     app: &AppState,
     room: &RoomId,
     config: &RoomConfig,
     lang: Lang,
-    wants_json: bool,
-    return_path: Option<&str>,
     error: ApiError,
 ) -> Response {
-    match error.code() {
-        "room_closed" if !wants_json => {
-            let context = PageContext::build(
-                room.as_str(),
-                lang,
-                PageState::Closed,
-                &no_figures(),
-                return_path.unwrap_or("/"),
-            );
-            html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
-        }
-        "store_unavailable" => store_failed(app, room, lang, wants_json, return_path, error),
-        "invalid_priority_code" if !wants_json => error_page(
-            StatusCode::FORBIDDEN,
-            "That access code is not valid for this waiting room, or has been used up.",
-        ),
-        "identity_required" | "identity_invalid" if !wants_json => sign_in_page(&error),
-        _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
-            unavailable(app, Some(config), room, lang, wants_json, error)
-        }
-        _ if wants_json => error.into_response(),
-        _ => error_page(error.status(), "Your request could not be handled."),
+    if error.status() == StatusCode::SERVICE_UNAVAILABLE {
+        return unavailable(app, Some(config), room, lang, false, error);
     }
+    error_page(error.status(), "Your request could not be handled.")
 }
 
-/// The page for a visitor refused for the site's token (`identity = "jwt:<claim>"`, required):
-/// sign in first, or again.
-pub(crate) fn sign_in_page(error: &ApiError) -> Response {
-    let message = match error.code() {
-        "identity_required" => {
+/// The page for a visitor refused for their identity (the site's token, or the identity
+/// header): sign in first, or again.
+pub(crate) fn sign_in_page(refusal: IdentityRefusal, sign_in: SignIn) -> Response {
+    let message = match sign_in {
+        SignIn::First => {
             "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
         }
-        _ => {
+        SignIn::Again => {
             "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back."
         }
     };
-    error_page(error.status(), message)
+    error_page(ApiError::from(refusal).status(), message)
 }
 
 /// The page of a room that asks for a proof of work, for a visitor without a ticket: its
@@ -689,16 +690,16 @@ fn entry_page(
     };
     let mut cookies = HeaderMap::new();
     api::set_entry_cookies(app, room, &answer, &mut cookies);
-    if answer.body.state == "admitted" {
+    if answer.body.state == TicketState::Admitted {
         let target = return_path
             .or(answer.body.redirect.clone())
             .unwrap_or_else(|| "/".to_owned());
         return (cookies, Redirect::to(&target)).into_response();
     }
     let state = match answer.body.state {
-        "paused" => PageState::Paused,
-        "prequeue" => PageState::Prequeue,
-        _ => PageState::Waiting,
+        TicketState::Paused => PageState::Paused,
+        TicketState::Prequeue => PageState::Prequeue,
+        TicketState::Waiting | TicketState::Admitted => PageState::Waiting,
     };
     let opens_in = match &entry_opens_at {
         Some(at) => answer

@@ -38,7 +38,7 @@ use anteroom_token::{PassError, PassExpectations};
 use crate::access_log::{Decided, Decision};
 use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
 use crate::page::{self, HeldBack};
 use crate::site_identity::SiteTokenError;
 use crate::{AppState, api};
@@ -95,8 +95,8 @@ pub(crate) enum Verdict {
         room: RoomId,
         config: Box<RoomConfig>,
     },
-    /// Refused outright (403 identity mismatch, 400 missing identity, …).
-    Refuse(ApiError),
+    /// Refused outright: by the join gate, or for the pass's identity (403 mismatch, …).
+    Refuse(JoinRefusal),
     /// Over the join limit (the limiter's 429, with its headers).
     Limited(Response),
 }
@@ -165,8 +165,8 @@ pub(crate) async fn decide(
             };
         }
         if let Some(pass) = valid_pass(gateway, &room, &info, asked.headers, now).await {
-            if let Err(error) = check_identity(app, &info.config, asked, &pass).await {
-                return Verdict::Refuse(error);
+            if let Err(refusal) = check_identity(app, &info.config, asked, &pass).await {
+                return Verdict::Refuse(JoinRefusal::Identity(refusal));
             }
             if let Some(cookie) = renew(gateway, &room, &info, &pass, now).await {
                 cookies.push(cookie);
@@ -200,7 +200,7 @@ pub(crate) async fn decide(
                     Entry::Admitted(view),
                 ) {
                     Ok(answer) => answer,
-                    Err(error) => return Verdict::Refuse(error),
+                    Err(error) => return Verdict::Refuse(JoinRefusal::Failed(error)),
                 };
                 let mut set = HeaderMap::new();
                 api::set_entry_cookies(app, &room, &answer, &mut set);
@@ -232,19 +232,19 @@ pub(crate) async fn decide(
                 return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
             }
             Err(JoinRefusal::Limited(response)) => return Verdict::Limited(response),
-            Err(JoinRefusal::Failed(error)) if error.code() == "room_closed" => {
+            Err(JoinRefusal::Closed) => {
                 return Verdict::Closed {
                     room,
                     config: Box::new(info.config.clone()),
                 };
             }
-            Err(JoinRefusal::Failed(error)) if error.code() == "store_unavailable" => {
+            Err(JoinRefusal::StoreUnavailable(_)) => {
                 match store_down(gateway, room, Some(info.config.clone())) {
                     None => continue,
                     Some(verdict) => return verdict,
                 }
             }
-            Err(JoinRefusal::Failed(error)) => return Verdict::Refuse(error),
+            Err(refusal) => return Verdict::Refuse(refusal),
         }
     }
     Verdict::Allow {
@@ -445,7 +445,7 @@ async fn check_identity(
     config: &RoomConfig,
     asked: &Asked<'_>,
     pass: &CachedPass,
-) -> Result<(), ApiError> {
+) -> Result<(), IdentityRefusal> {
     let mutating = matches!(
         *asked.method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -453,16 +453,7 @@ async fn check_identity(
     if !mutating {
         return Ok(());
     }
-    let mismatch = || {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            "identity_mismatch",
-            format!(
-                "the pass of room {:?} belongs to another user",
-                config.id.as_str()
-            ),
-        )
-    };
+    let mismatch = || IdentityRefusal::Mismatch(config.id.clone());
     match &config.identity {
         Identity::Anonymous => Ok(()),
         Identity::Header(name) => {
@@ -487,8 +478,8 @@ async fn check_identity(
                 // An anonymous pass (the room does not require the site's token) stays
                 // anonymous: it binds nobody, whatever token comes with it.
                 (None, _) if !site.required => Ok(()),
-                (Some(_), Ok(None)) => Err(SiteTokenError::Missing.to_api_error()),
-                (Some(_), Err(error)) => Err(error.to_api_error()),
+                (Some(_), Ok(None)) => Err(IdentityRefusal::SiteToken(SiteTokenError::Missing)),
+                (Some(_), Err(error)) => Err(IdentityRefusal::SiteToken(error)),
                 _ => Err(mismatch()),
             }
         }
@@ -690,12 +681,7 @@ pub(crate) async fn protect(
             &return_to,
             asked.headers,
         ),
-        Verdict::Closed { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "room_closed",
-            "this room is closed",
-        )
-        .into_response(),
+        Verdict::Closed { .. } => ApiError::room_closed().into_response(),
         Verdict::Unavailable { room, config } if navigation => page::held_back_page(
             app,
             &room,
@@ -706,12 +692,12 @@ pub(crate) async fn protect(
         ),
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         // A browser refused for its sign-in is told so in a page, not in JSON.
-        Verdict::Refuse(error)
-            if navigation && matches!(error.code(), "identity_required" | "identity_invalid") =>
+        Verdict::Refuse(JoinRefusal::Identity(refusal))
+            if navigation && let Some(sign_in) = refusal.sign_in() =>
         {
-            page::sign_in_page(&error)
+            page::sign_in_page(refusal, sign_in)
         }
-        Verdict::Refuse(error) => error.into_response(),
+        Verdict::Refuse(refusal) => refusal.into_response(),
         Verdict::Limited(response) => response,
     };
     response.extensions_mut().insert(decided);
