@@ -139,15 +139,23 @@ pub(crate) fn eta_fields(estimate: Option<Estimate>) -> (Option<u64>, Option<Eta
     }
 }
 
-/// Optional body of a join.
-#[derive(Debug, Default, Deserialize)]
+/// The optional body of a join.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct JoinBody {
+pub(crate) struct JoinBody {
+    /// Where to go once admitted: a same-origin path starting with a single `/`.
     #[serde(rename = "return")]
+    #[schema(max_length = 2048)]
     return_to: Option<String>,
-    /// A priority access code (SPEC §12): a new ticket joins the room's priority lane.
+    /// A priority access code (`[[room.priority]]`): a new ticket joins the priority lane,
+    /// admitted before the regular line. A wrong or used-up code is refused with 403
+    /// `invalid_priority_code` and changes nothing; resuming a held ticket never spends one.
+    #[schema(max_length = 256)]
     priority_code: Option<String>,
-    /// The solved proof of work of a room with `challenge` (§12), checked by `challenge.rs`.
+    /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
+    // Kept as JSON here: `challenge.rs` reads it, and refuses a malformed one as a failed
+    // challenge rather than a bad body.
+    #[schema(value_type = Option<crate::challenge::Solution>)]
     challenge: Option<serde_json::Value>,
 }
 
@@ -177,16 +185,25 @@ pub(crate) struct SessionBody {
     state: &'static str,
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/join`
-///
-/// Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
-/// place (the extractor copies them), and a request without a body is not collected.
+/// Joins the queue, or resumes the caller's ticket (idempotent with a valid ticket or
+/// identity). Sets the ticket cookie; in a room that can admit at once, answers `admitted`
+/// with the pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/join", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "A ticket token held (EventSource clients)")),
+    request_body(content = Option<JoinBody>, description = "Optional"),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::openapi::JoinProblems,
+    ))]
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    // Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
+    // place (the extractor copies them), and a request without a body is not collected.
     let room = parse_room(&room)?;
     let query = ticket_query(query)?;
     let (mut parts, body) = request.into_parts();
@@ -235,15 +252,22 @@ pub(crate) async fn join(
     }
 }
 
-/// `GET /_anteroom/v1/rooms/{room}/status`
-///
-/// Reads the headers in place from the request (a `HeaderMap` extractor copies them).
+/// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
+/// the pass and sets the pass cookie.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::openapi::HeldTicket, crate::openapi::TicketGone, crate::openapi::StoreUnreachable,
+    ))]
 pub(crate) async fn status(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    // Reads the headers in place from the request (a `HeaderMap` extractor copies them).
     let room = parse_room(&room)?;
     let query = ticket_query(query)?;
     let token = held_ticket(request.headers(), &query, &room)
@@ -258,7 +282,14 @@ pub(crate) async fn status(
     Ok(entry_response(&app, &room, &config, entry))
 }
 
-/// `DELETE /_anteroom/v1/rooms/{room}/ticket`
+/// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
+#[utoipa::path(delete, path = "/_anteroom/v1/rooms/{room}/ticket", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::openapi::HeldTicket,
+    ))]
 pub(crate) async fn leave(
     State(app): State<AppState>,
     Path(room): Path<String>,
@@ -285,7 +316,30 @@ pub(crate) async fn leave(
     Ok(response)
 }
 
-/// `GET /_anteroom/v1/rooms/{room}`
+/// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/leave", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::openapi::HeldTicket,
+    ))]
+pub(crate) async fn leave_beacon(
+    state: State<AppState>,
+    room: Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    leave(state, room, query, headers).await
+}
+
+/// The room's public summary, cacheable for a second.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "The summary", body = RoomSummary),
+        crate::openapi::RoomNotFound, crate::openapi::StoreUnreachable,
+    ))]
 pub(crate) async fn summary(
     State(app): State<AppState>,
     Path(room): Path<String>,
@@ -314,7 +368,9 @@ pub(crate) async fn summary(
     Ok(response)
 }
 
-/// `GET /.well-known/jwks.json`
+/// The public keys that verify passes.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "public",
+    responses((status = 200, description = "A JWK set", body = Object)))]
 pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
     let mut response = Json(app.keys().jwks()).into_response();
     response.headers_mut().insert(
@@ -324,7 +380,14 @@ pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
     response
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/complete`
+/// The backend ends a session early (completed), freeing its slot and revoking its pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/complete", tag = "public",
+    security(("service_key" = [])),
+    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+    responses(
+        (status = 200, description = "The session after", body = SessionBody),
+        crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
+    ))]
 pub(crate) async fn complete_session(
     state: State<AppState>,
     path: Path<(String, String)>,
@@ -333,7 +396,14 @@ pub(crate) async fn complete_session(
     end_session(state, path, headers, SessionEnd::Completed).await
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/abandon`
+/// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon", tag = "public",
+    security(("service_key" = [])),
+    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+    responses(
+        (status = 200, description = "The session after", body = SessionBody),
+        crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
+    ))]
 pub(crate) async fn abandon_session(
     state: State<AppState>,
     path: Path<(String, String)>,
@@ -388,7 +458,9 @@ pub(crate) async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// `GET /_anteroom/healthz`
+/// Liveness.
+#[utoipa::path(get, path = "/_anteroom/healthz", tag = "public",
+    responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
 pub(crate) async fn health() -> &'static str {
     "ok"
 }

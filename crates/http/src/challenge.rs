@@ -73,7 +73,16 @@ pub(crate) struct Solution {
     counter: u64,
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/challenge`
+/// A proof-of-work challenge for a room with `challenge` (SPEC §12): find a counter such that
+/// SHA-256 of the challenge followed by the counter in decimal has `difficulty` leading zero
+/// bits, then join with `{"challenge": {"token": <challenge>, "counter": <counter>}}`. Each
+/// challenge is good for one join, for five minutes.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/challenge", tag = "public", operation_id = "challenge",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "A challenge", body = crate::challenge::ChallengeBody),
+        crate::openapi::ChallengeProblems,
+    ))]
 pub(crate) async fn issue(
     State(app): State<AppState>,
     Path(room): Path<String>,

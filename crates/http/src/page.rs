@@ -413,7 +413,28 @@ struct Figures {
     opens_in: Option<(String, u64)>,
 }
 
-/// `GET /_anteroom/wait/{room}?return=/path&lang=ko`
+/// The waiting page: joins (or resumes) server-side and shows position, people ahead and ETA;
+/// `Accept: application/json` gets the status JSON instead.
+#[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
+        ("lang" = Option<String>, Query, description = "`en` or `ko`"),
+        ("code" = Option<String>, Query, description = "A priority access code, for a new ticket in the priority lane")),
+    responses(
+        (status = 200, description = "The page (or the status JSON)", content(
+            (String = "text/html"), (crate::api::StatusBody = "application/json"))),
+        (status = 400, description = "A query the page cannot take", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 303, description = "The room requires another room's pass first: that room's page, which returns here once admitted"),
+        (status = 403, description = "A priority access code that is wrong or used up; or the room's identity header came from a peer outside `trusted_proxies`; or (JSON) another room's pass is required first", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 404, description = "No such room, or an unknown query parameter", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 429, description = "Over the per-IP join limit, or too many priority code attempts from this address", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 503, description = "Closed, or the store cannot be reached", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+    ))]
 pub(crate) async fn waiting_page(
     State(app): State<AppState>,
     Path(room): Path<String>,

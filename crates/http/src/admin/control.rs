@@ -130,12 +130,7 @@ pub(crate) struct IssuedPass {
     description = "Stops admission; everyone queues and keeps their place (mode queue_all).",
     responses(
         (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::ConditionalControl,
     ))]
 pub(crate) async fn pause(
     _: WriteAccess,
@@ -153,12 +148,7 @@ pub(crate) async fn pause(
     description = "Starts admission again (mode queue).",
     responses(
         (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::ConditionalControl,
     ))]
 pub(crate) async fn resume(
     _: WriteAccess,
@@ -176,12 +166,7 @@ pub(crate) async fn resume(
     description = "Closes the room: joins are refused and protected routes answer 503.",
     responses(
         (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::ConditionalControl,
     ))]
 pub(crate) async fn close(
     _: WriteAccess,
@@ -199,12 +184,7 @@ pub(crate) async fn close(
     description = "Opens a closed room again (mode queue).",
     responses(
         (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::ConditionalControl,
     ))]
 pub(crate) async fn open(
     _: WriteAccess,
@@ -253,10 +233,7 @@ async fn set_mode(
         rate and a pause do not hold it back.",
     responses(
         (status = 200, description = "What was admitted and the room after", body = Advanced),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn advance(
     _: WriteAccess,
@@ -301,10 +278,7 @@ pub(crate) async fn advance(
         active session is revoked; tickets and passes of older generations are refused.",
     responses(
         (status = 200, description = "The room after", body = RoomFigures),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn reset(
     _: WriteAccess,
@@ -336,11 +310,7 @@ pub(crate) async fn reset(
         signed JWT.",
     responses(
         (status = 201, description = "The pass", body = IssuedPass),
-        (status = 409, description = "Every slot is taken (max_active)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::RoomFull, crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn issue_pass(
     _: WriteAccess,
@@ -425,12 +395,7 @@ pub(crate) struct SignalBody {
         enough.",
     responses(
         (status = 204, description = "Taken"),
-        (status = 400, description = "A malformed or out-of-range body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The room has no `[room.adaptive]`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadSignalBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::NotAdaptive, crate::openapi::StoreUnreachable,
     ))]
 pub(crate) async fn signal(
     _: WriteAccess,

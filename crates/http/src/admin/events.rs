@@ -100,7 +100,7 @@ impl AdminEvent {
         saw.",
     responses(
         (status = 200, description = "The event stream", content_type = "text/event-stream", body = AdminEvent),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey,
     ))]
 pub(crate) async fn feed(_: ReadAccess, State(admin): State<AdminState>) -> Response {
     let receiver = admin.subscribe();

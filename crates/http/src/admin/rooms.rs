@@ -425,8 +425,7 @@ impl RoomBody {
     security(("admin_key" = [])),
     responses(
         (status = 200, description = "Every room, ordered by id", body = RoomList),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey, crate::openapi::StoreUnreachable,
     ))]
 pub(crate) async fn list(
     _: ReadAccess,
@@ -445,8 +444,7 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The room", body = RoomBody, headers(
             ("ETag" = String, description = "The room's version: send it as `If-Match` to change the room only if nobody changed it since"))),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn get_room(
     _: ReadAccess,
@@ -474,10 +472,7 @@ fn room_response(status: StatusCode, config: &RoomConfig) -> Response {
     responses(
         (status = 200, description = "Replaced", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
         (status = 201, description = "Created", body = RoomBody, headers(("ETag" = String, description = "The room's version"))),
-        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version (or does not exist); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::PutVersionMismatch,
     ))]
 pub(crate) async fn put_room(
     _: WriteAccess,
@@ -538,12 +533,7 @@ pub(crate) async fn put_room(
         version, else 412.",
     responses(
         (status = 200, description = "The room after the change", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing under the patch; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::PatchKeptChanging, crate::openapi::VersionMismatch,
     ))]
 pub(crate) async fn patch_room(
     _: WriteAccess,
@@ -582,10 +572,7 @@ pub(crate) async fn patch_room(
     params(("room" = String, Path, description = "Room id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A route or another room still needs this one", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::RoomInUse,
     ))]
 pub(crate) async fn delete_room(
     _: WriteAccess,
