@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
 
 use crate::error::{FieldError, Problem};
 use crate::{admin, api, challenge, page, readiness, sse};
@@ -197,4 +198,44 @@ problem_answers! {
     };
     /// A node that should not get traffic now.
     NotReady { 503 => "Not ready (`not_ready`)" };
+}
+
+/// Declares texts the wire types hold as plain strings, for their schemas only:
+/// `Name { "description", pattern, example }`. The types are never built: wire types name them
+/// with `#[schema(value_type = …)]`.
+macro_rules! text_schemas {
+    ($($name:ident { $description:literal, pattern = $pattern:literal $(, example = $example:literal)? };)+) => {
+        $(
+            #[doc = $description]
+            pub(crate) enum $name {}
+
+            impl PartialSchema for $name {
+                // `example` (not 3.1's `examples`), as utoipa's derive writes it for the other
+                // wire types of the document.
+                #[allow(deprecated)]
+                fn schema() -> RefOr<Schema> {
+                    let example: Option<&str> = None $(.or(Some($example)))?;
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .description(Some($description))
+                        .example(example.map(Into::into))
+                        .pattern(Some($pattern))
+                        .into()
+                }
+            }
+
+            impl ToSchema for $name {}
+        )+
+    };
+}
+
+text_schemas! {
+    RoutePath { "A path glob a room protects, starting with `/`.", pattern = "^/", example = "/events/*/book/**" };
+    RedirectUri {
+        "An absolute http(s) URI without user information or fragment.",
+        pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
+        example = "https://app.example/oauth2/callback"
+    };
+    RoomIdText { "A room id.", pattern = "^[a-z0-9][a-z0-9-]{0,63}$", example = "tier1" };
+    CodeDigest { "The SHA-256 digest of a priority access code.", pattern = "^sha256:[0-9a-fA-F]{64}$" };
 }

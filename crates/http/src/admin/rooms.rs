@@ -44,7 +44,7 @@ pub(crate) struct RoomBody {
     /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
     /// a change is applied by every node's gateway within a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RoutePath>>)]
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,7 +94,7 @@ pub(crate) struct RoomBody {
     pub(crate) identity_jwt: Option<IdentityJwtBody>,
     /// Rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RoomIdText>>)]
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RoomIdText>>)]
     pub(crate) requires: Option<Vec<String>>,
     /// A custom waiting page template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,7 +196,7 @@ pub(crate) struct OidcBody {
     pub(crate) client_secret: Option<String>,
     /// The redirect URIs a request may name, matched exactly (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RedirectUri>>, min_items = 1,
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RedirectUri>>, min_items = 1,
         example = json!(["https://app.example/oauth2/callback"]))]
     pub(crate) redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, 1s to 60s.
@@ -273,19 +273,13 @@ impl From<AdaptiveBody> for RawAdaptive {
 #[serde(deny_unknown_fields)]
 pub(crate) struct PriorityBody {
     /// Each code's SHA-256, `sha256:<64 hex digits>`.
-    #[schema(inline, value_type = Vec<CodeDigest>)]
+    #[schema(inline, value_type = Vec<crate::openapi::CodeDigest>)]
     pub(crate) codes: Vec<String>,
     /// Joins each code admits to the priority lane (1 if absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub(crate) uses: Option<u64>,
 }
-
-/// The SHA-256 digest of a priority access code.
-#[derive(ToSchema)]
-#[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
-#[allow(dead_code)]
-pub(crate) struct CodeDigest(String);
 
 /// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -343,27 +337,6 @@ impl EventBody {
         }
     }
 }
-
-/// A path glob a room protects, starting with `/`.
-#[derive(ToSchema)]
-#[schema(pattern = "^/", example = "/events/*/book/**")]
-#[allow(dead_code)]
-pub(crate) struct RoutePath(String);
-
-/// An absolute http(s) URI without user information or fragment.
-#[derive(ToSchema)]
-#[schema(
-    pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
-    example = "https://app.example/oauth2/callback"
-)]
-#[allow(dead_code)]
-pub(crate) struct RedirectUri(String);
-
-/// A room id.
-#[derive(ToSchema)]
-#[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$", example = "tier1")]
-#[allow(dead_code)]
-pub(crate) struct RoomIdText(String);
 
 /// `GET /admin/v1/rooms`
 #[derive(Debug, Serialize, ToSchema)]
