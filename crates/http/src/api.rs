@@ -204,8 +204,7 @@ pub(crate) async fn join(
 ) -> Result<Response, ApiError> {
     // Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
     // place (the extractor copies them), and a request without a body is not collected.
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
     let (extensions, body) = if body.is_end_stream() {
@@ -268,8 +267,7 @@ pub(crate) async fn status(
     request: Request,
 ) -> Result<Response, ApiError> {
     // Reads the headers in place from the request (a `HeaderMap` extractor copies them).
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -296,8 +294,7 @@ pub(crate) async fn leave(
     query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -380,37 +377,40 @@ pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
     response
 }
 
-/// The backend ends a session early (completed), freeing its slot and revoking its pass.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/complete", tag = "public",
-    security(("service_key" = [])),
-    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
-    responses(
-        (status = 200, description = "The session after", body = SessionBody),
-        crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
-    ))]
-pub(crate) async fn complete_session(
-    state: State<AppState>,
-    path: Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    end_session(state, path, headers, SessionEnd::Completed).await
+/// A backend's session endpoint: the handler `$name` ends the session with `$reason`.
+macro_rules! session_end {
+    ($(#[$doc:meta])* $name:ident, $path:tt, $reason:expr) => {
+        $(#[$doc])*
+        #[utoipa::path(post, path = $path, tag = "public",
+            security(("service_key" = [])),
+            params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+            responses(
+                (status = 200, description = "The session after", body = SessionBody),
+                crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
+            ))]
+        pub(crate) async fn $name(
+            state: State<AppState>,
+            path: Path<(String, String)>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            end_session(state, path, headers, $reason).await
+        }
+    };
 }
 
-/// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon", tag = "public",
-    security(("service_key" = [])),
-    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
-    responses(
-        (status = 200, description = "The session after", body = SessionBody),
-        crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
-    ))]
-pub(crate) async fn abandon_session(
-    state: State<AppState>,
-    path: Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    end_session(state, path, headers, SessionEnd::Abandoned).await
-}
+session_end!(
+    /// The backend ends a session early (completed), freeing its slot and revoking its pass.
+    complete_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/complete",
+    SessionEnd::Completed
+);
+
+session_end!(
+    /// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
+    abandon_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon",
+    SessionEnd::Abandoned
+);
 
 async fn end_session(
     State(app): State<AppState>,
@@ -471,6 +471,14 @@ pub(crate) fn ticket_query(
     query
         .map(|Query(query)| query)
         .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+}
+
+/// The room of the path and the `?ticket=` of a ticket's request.
+fn room_and_ticket_query(
+    room: &str,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<(RoomId, TicketQuery), ApiError> {
+    Ok((parse_room(room)?, ticket_query(query)?))
 }
 
 pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
