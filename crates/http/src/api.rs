@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
-use anteroom_core::engine::{Entry, Session, SessionEnd, TicketRef};
+use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, TicketRef, WaitingView};
 use anteroom_core::eta::{
     ConfiguredPace, Estimate, EtaBasis, next_poll_ms, with_configured_fallback,
 };
@@ -570,70 +570,84 @@ pub(crate) fn entry_answer(
     terms: StatusTerms,
     entry: Entry,
 ) -> Result<EntryAnswer, ApiError> {
-    let mut rng = rand::thread_rng();
     match entry {
-        Entry::Waiting(view) => {
-            let state = if view.opens_at.is_some() {
-                TicketState::Prequeue
-            } else if view.paused || terms.mode == Mode::QueueAll {
-                TicketState::Paused
-            } else {
-                TicketState::Waiting
-            };
-            // Before the draw the order is unknown: no `ahead`, no estimate.
-            let ahead = view.opens_at.is_none().then_some(view.ahead);
-            // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
-            let estimate = ahead
-                .filter(|_| state != TicketState::Paused)
-                .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
-            let (eta_seconds, eta_basis) = eta_fields(estimate);
-            let body = StatusBody {
-                room: room.to_string(),
-                state,
-                ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
-                position: view.position,
-                ahead,
-                serving: view.serving,
-                waiting: view.waiting,
-                eta_seconds,
-                eta_basis,
-                next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
-                opens_at: view.opens_at.map(format_time),
-                pass: None,
-                pass_expires_at: None,
-                redirect: None,
-            };
-            Ok(EntryAnswer { body, pass: None })
-        }
-        Entry::Admitted(view) => {
-            let session = &view.session;
-            let pass = sign_pass(app, room, session)?;
-            let body = StatusBody {
-                room: room.to_string(),
-                state: TicketState::Admitted,
-                ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
-                position: view.position,
-                ahead: Some(0),
-                serving: view.serving,
-                waiting: view.waiting,
-                eta_seconds: Some(0),
-                eta_basis: Some(EtaBasisName::Measured),
-                next_poll_ms: next_poll_ms(0, &mut rng),
-                opens_at: None,
-                pass: Some(pass.clone()),
-                pass_expires_at: Some(format_time(session.expires_at)),
-                redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
-            };
-            let max_age = session
-                .expires_at
-                .as_secs()
-                .saturating_sub(app.now().as_secs());
-            Ok(EntryAnswer {
-                body,
-                pass: Some((pass, max_age)),
-            })
-        }
+        Entry::Waiting(view) => Ok(waiting_answer(app, room, terms, &view)),
+        Entry::Admitted(view) => admitted_answer(app, room, &view),
     }
+}
+
+/// The status JSON of a waiting ticket.
+fn waiting_answer(
+    app: &AppState,
+    room: &RoomId,
+    terms: StatusTerms,
+    view: &WaitingView,
+) -> EntryAnswer {
+    let state = if view.opens_at.is_some() {
+        TicketState::Prequeue
+    } else if view.paused || terms.mode == Mode::QueueAll {
+        TicketState::Paused
+    } else {
+        TicketState::Waiting
+    };
+    // Before the draw the order is unknown: no `ahead`, no estimate.
+    let ahead = view.opens_at.is_none().then_some(view.ahead);
+    // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
+    let estimate = ahead
+        .filter(|_| state != TicketState::Paused)
+        .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
+    let (eta_seconds, eta_basis) = eta_fields(estimate);
+    let body = StatusBody {
+        room: room.to_string(),
+        state,
+        ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
+        position: view.position,
+        ahead,
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds,
+        eta_basis,
+        next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rand::thread_rng()),
+        opens_at: view.opens_at.map(format_time),
+        pass: None,
+        pass_expires_at: None,
+        redirect: None,
+    };
+    EntryAnswer { body, pass: None }
+}
+
+/// The status JSON of an admitted ticket, with its pass signed.
+fn admitted_answer(
+    app: &AppState,
+    room: &RoomId,
+    view: &AdmittedView,
+) -> Result<EntryAnswer, ApiError> {
+    let session = &view.session;
+    let pass = sign_pass(app, room, session)?;
+    let body = StatusBody {
+        room: room.to_string(),
+        state: TicketState::Admitted,
+        ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
+        position: view.position,
+        ahead: Some(0),
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds: Some(0),
+        eta_basis: Some(EtaBasisName::Measured),
+        next_poll_ms: next_poll_ms(0, &mut rand::thread_rng()),
+        opens_at: None,
+        pass: Some(pass.clone()),
+        pass_expires_at: Some(format_time(session.expires_at)),
+        redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
+    };
+    let max_age = session
+        .expires_at
+        .as_secs()
+        .saturating_sub(app.now().as_secs());
+    Ok(EntryAnswer {
+        body,
+        pass: Some((pass, max_age)),
+    })
 }
 
 /// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.

@@ -312,7 +312,6 @@ impl PageContext {
     ) -> PageContext {
         let text = texts(lang);
         let progress = progress_percent(figures.ahead, figures.waiting);
-        let base = format!("/_anteroom/v1/rooms/{room}");
         let waiting_like = matches!(
             state,
             PageState::Waiting | PageState::Paused | PageState::Prequeue
@@ -325,23 +324,7 @@ impl PageContext {
             // Without JavaScript there is nothing to wait for: the page says so.
             PageState::Challenge => None,
         };
-        let config = serde_json::json!({
-            "room": room,
-            "lang": lang.code(),
-            "state": state,
-            "position": figures.position,
-            "ahead": figures.ahead,
-            "waiting": figures.waiting,
-            "etaSeconds": figures.eta_seconds,
-            "nextPollMs": figures.next_poll_ms,
-            "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
-            "returnPath": return_path,
-            "statusUrl": format!("{base}/status"),
-            "joinUrl": format!("{base}/join"),
-            "eventsUrl": format!("{base}/events"),
-            "leaveUrl": format!("{base}/leave"),
-            "text": text,
-        });
+        let config = script_config(room, lang, state, figures, return_path, text);
         PageContext {
             room: room.to_owned(),
             lang: lang.code(),
@@ -369,18 +352,53 @@ impl PageContext {
             updated_at: String::new(),
             return_path: return_path.to_owned(),
             next_room: next_room(return_path),
-            languages: Lang::ALL
-                .iter()
-                .map(|other| LanguageLink {
-                    code: other.code(),
-                    name: other.native_name(),
-                    current: *other == lang,
-                })
-                .collect(),
+            languages: language_links(lang),
             t: text,
             config,
         }
     }
+}
+
+/// What the page's script needs (`config`, for `tojson`): the figures, the texts and where
+/// to follow the room.
+fn script_config(
+    room: &str,
+    lang: Lang,
+    state: PageState,
+    figures: &Figures,
+    return_path: &str,
+    text: &Texts,
+) -> serde_json::Value {
+    let base = format!("/_anteroom/v1/rooms/{room}");
+    serde_json::json!({
+        "room": room,
+        "lang": lang.code(),
+        "state": state,
+        "position": figures.position,
+        "ahead": figures.ahead,
+        "waiting": figures.waiting,
+        "etaSeconds": figures.eta_seconds,
+        "nextPollMs": figures.next_poll_ms,
+        "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
+        "returnPath": return_path,
+        "statusUrl": format!("{base}/status"),
+        "joinUrl": format!("{base}/join"),
+        "eventsUrl": format!("{base}/events"),
+        "leaveUrl": format!("{base}/leave"),
+        "text": text,
+    })
+}
+
+/// A link to the page in each language, `lang` marked current.
+fn language_links(lang: Lang) -> Vec<LanguageLink> {
+    Lang::ALL
+        .iter()
+        .map(|other| LanguageLink {
+            code: other.code(),
+            name: other.native_name(),
+            current: *other == lang,
+        })
+        .collect()
 }
 
 /// The room of a return path that is another room's waiting page, as a tier-2 page sends its
@@ -449,31 +467,16 @@ pub(crate) async fn waiting_page(
     let Ok(room) = RoomId::new(&room) else {
         return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
     };
-    let return_path = match query.return_to.as_deref() {
-        None | Some("") => None,
-        Some(path) => match api::validate_return(path) {
-            Ok(path) => Some(path),
-            Err(_) => {
-                return error_page(
-                    StatusCode::BAD_REQUEST,
-                    "That return address is not allowed: it must be a path on this site.",
-                );
-            }
-        },
+    let return_path = match page_return_path(query.return_to.as_deref()) {
+        Ok(path) => path,
+        Err(page) => return page,
     };
     let wants_json = accepts_json(&headers);
     let config = match app.room_config(&room).await {
         Ok(config) => config,
-        Err(StoreError::RoomNotFound(_)) => {
-            return if wants_json {
-                ApiError::room_not_found(room.as_str()).into_response()
-            } else {
-                error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
-            };
-        }
         Err(error) => {
-            let error = app.store_error(&room, "room", error);
-            return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
+            let return_path = return_path.as_deref();
+            return no_room_config(&app, &room, lang, wants_json, return_path, error);
         }
     };
     let caller = Caller::new(&headers, &extensions);
@@ -500,6 +503,40 @@ pub(crate) async fn waiting_page(
         return api::entry_response(&app, &room, &config, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// The page's `return` path: none, or a path on this site (else the error page).
+fn page_return_path(asked: Option<&str>) -> Result<Option<String>, Response> {
+    match asked {
+        None | Some("") => Ok(None),
+        Some(path) => api::validate_return(path).map(Some).map_err(|_| {
+            error_page(
+                StatusCode::BAD_REQUEST,
+                "That return address is not allowed: it must be a path on this site.",
+            )
+        }),
+    }
+}
+
+/// The answer when the room's configuration cannot be had: no such room, or the store
+/// cannot be reached.
+fn no_room_config(
+    app: &AppState,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: StoreError,
+) -> Response {
+    if let StoreError::RoomNotFound(_) = error {
+        return if wants_json {
+            ApiError::room_not_found(room.as_str()).into_response()
+        } else {
+            error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
+        };
+    }
+    let error = app.store_error(room, "room", error);
+    store_failed(app, room, lang, wants_json, return_path, error)
 }
 
 /// A join the gate refused, and what the page needs to say so.
