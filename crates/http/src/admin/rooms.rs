@@ -656,70 +656,78 @@ fn apply_fields(
             "mode" => set(&mut raw.mode, value, "text", &mut problem),
             "order" => set(&mut raw.order, value, "text", &mut problem),
             "identity" => set(&mut raw.identity, value, "text", &mut problem),
-            "identity_jwt" => {
-                let mut body: Option<IdentityJwtBody> = None;
-                set(&mut body, value, IDENTITY_JWT, &mut problem);
-                raw.identity_jwt = body.map(RawIdentityJwt::from);
-            }
             "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
             "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
-            "oidc" => set(
-                &mut raw.oidc,
-                value,
-                "an object with client_secret, redirect_uris and code_ttl",
-                &mut problem,
-            ),
-            "adaptive" => {
-                let mut body: Option<AdaptiveBody> = None;
-                set(&mut body, value, ADAPTIVE, &mut problem);
-                raw.adaptive = body.map(RawAdaptive::from);
-            }
-            "challenge" => {
-                let mut body: Option<ChallengeBody> = None;
-                set(&mut body, value, CHALLENGE, &mut problem);
-                raw.challenge = body.map(|body| RawChallenge {
-                    kind: body.kind,
-                    difficulty: body.difficulty,
-                });
-            }
             "before" => set(&mut raw.before, value, "text", &mut problem),
             "after" => set(&mut raw.after, value, "text", &mut problem),
-            "priority" => {
-                let mut lanes: Option<Vec<PriorityBody>> = None;
-                set(
-                    &mut lanes,
-                    value,
-                    "a list of {\"codes\": [...], \"uses\": n}",
-                    &mut problem,
-                );
-                if value.is_null() || lanes.is_some() {
-                    raw.priority = lanes.map(|lanes| {
-                        lanes
-                            .into_iter()
-                            .map(|lane| RawPriority {
-                                codes: lane.codes,
-                                uses: lane.uses,
-                            })
-                            .collect()
-                    });
-                }
-            }
-            "schedule" => {
-                let mut events: Option<Vec<EventBody>> = None;
-                set(
-                    &mut events,
-                    value,
-                    "a list of events with opens_at and closes_at",
-                    &mut problem,
-                );
-                if value.is_null() || events.is_some() {
-                    raw.schedule =
-                        events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
-                }
-            }
-            _ => problem("unknown field".to_owned()),
+            _ => apply_section(raw, name, value, &mut problem),
         }
+    }
+}
+
+/// Applies one of the room's sections (objects and lists of objects) of a `PATCH`, or says
+/// the field is unknown.
+fn apply_section(raw: &mut RawRoom, name: &str, value: &Value, problem: &mut impl FnMut(String)) {
+    match name {
+        "identity_jwt" => {
+            let mut body: Option<IdentityJwtBody> = None;
+            set(&mut body, value, IDENTITY_JWT, problem);
+            raw.identity_jwt = body.map(RawIdentityJwt::from);
+        }
+        "oidc" => set(
+            &mut raw.oidc,
+            value,
+            "an object with client_secret, redirect_uris and code_ttl",
+            problem,
+        ),
+        "adaptive" => {
+            let mut body: Option<AdaptiveBody> = None;
+            set(&mut body, value, ADAPTIVE, problem);
+            raw.adaptive = body.map(RawAdaptive::from);
+        }
+        "challenge" => {
+            let mut body: Option<ChallengeBody> = None;
+            set(&mut body, value, CHALLENGE, problem);
+            raw.challenge = body.map(|body| RawChallenge {
+                kind: body.kind,
+                difficulty: body.difficulty,
+            });
+        }
+        "priority" => {
+            let mut lanes: Option<Vec<PriorityBody>> = None;
+            set(
+                &mut lanes,
+                value,
+                "a list of {\"codes\": [...], \"uses\": n}",
+                problem,
+            );
+            if value.is_null() || lanes.is_some() {
+                raw.priority = lanes.map(|lanes| {
+                    lanes
+                        .into_iter()
+                        .map(|lane| RawPriority {
+                            codes: lane.codes,
+                            uses: lane.uses,
+                        })
+                        .collect()
+                });
+            }
+        }
+        "schedule" => {
+            let mut events: Option<Vec<EventBody>> = None;
+            set(
+                &mut events,
+                value,
+                "a list of events with opens_at and closes_at",
+                problem,
+            );
+            if value.is_null() || events.is_some() {
+                raw.schedule =
+                    events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
+            }
+        }
+        _ => problem("unknown field".to_owned()),
     }
 }
 
