@@ -467,9 +467,12 @@ pub(crate) async fn waiting_page(
     let Ok(room) = RoomId::new(&room) else {
         return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
     };
-    let return_path = match page_return_path(query.return_to.as_deref()) {
-        Ok(path) => path,
-        Err(page) => return page,
+    let asked_return = query.return_to.as_deref().filter(|path| !path.is_empty());
+    let Ok(return_path) = asked_return.map(api::validate_return).transpose() else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "That return address is not allowed: it must be a path on this site.",
+        );
     };
     let wants_json = accepts_json(&headers);
     let config = match app.room_config(&room).await {
@@ -503,19 +506,6 @@ pub(crate) async fn waiting_page(
         return api::entry_response(&app, &room, &config, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
-}
-
-/// The page's `return` path: none, or a path on this site (else the error page).
-fn page_return_path(asked: Option<&str>) -> Result<Option<String>, Response> {
-    match asked {
-        None | Some("") => Ok(None),
-        Some(path) => api::validate_return(path).map(Some).map_err(|_| {
-            error_page(
-                StatusCode::BAD_REQUEST,
-                "That return address is not allowed: it must be a path on this site.",
-            )
-        }),
-    }
 }
 
 /// The answer when the room's configuration cannot be had: no such room, or the store

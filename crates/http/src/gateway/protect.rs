@@ -732,7 +732,8 @@ pub(crate) async fn protect(
     let decided = decided(&verdict, first_room);
     match answer(gateway, route, asked, navigation, verdict) {
         Ok((cookies, passes)) => Ok((cookies, passes, decided)),
-        Err(mut response) => {
+        Err(response) => {
+            let mut response = *response;
             response.extensions_mut().insert(decided);
             Err(response)
         }
@@ -747,14 +748,14 @@ fn answer(
     asked: &Asked<'_>,
     navigation: bool,
     verdict: Verdict,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Response> {
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Box<Response>> {
     let app = gateway.app();
     // Only a request held back is told where it was going.
     let return_to = || return_path(asked.uri);
     let page = |room: &RoomId, config: &RoomConfig, held: HeldBack| {
         page::held_back_page(app, room, config, held, &return_to(), asked.headers)
     };
-    Err(match verdict {
+    Err(Box::new(match verdict {
         Verdict::Allow {
             cookies, passes, ..
         } => return Ok((cookies, passes)),
@@ -780,7 +781,7 @@ fn answer(
         }
         Verdict::Refuse(refusal) => refusal.into_response(),
         Verdict::Limited(response) => response,
-    })
+    }))
 }
 
 /// What the access log says of `verdict` on a route whose first room is `first_room`.
