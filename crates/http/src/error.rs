@@ -352,3 +352,80 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::join_gate::SignIn;
+
+    fn check(refusal: IdentityRefusal, sign_in: Option<SignIn>, status: StatusCode, code: &str) {
+        assert_eq!(refusal.sign_in(), sign_in, "{refusal:?}");
+        let error = ApiError::from(refusal);
+        assert_eq!((error.status(), error.code()), (status, code));
+    }
+
+    #[test]
+    fn identity_refusals_say_whether_signing_in_helps_and_render_their_problem() {
+        let header = || "X-User".to_owned();
+        let room = RoomId::new("r").unwrap();
+        use IdentityRefusal as R;
+        use StatusCode as S;
+        check(
+            R::UntrustedProxy(header()),
+            None,
+            S::FORBIDDEN,
+            "untrusted_proxy",
+        );
+        check(
+            R::HeaderMissing(header()),
+            Some(SignIn::First),
+            S::BAD_REQUEST,
+            "identity_required",
+        );
+        check(
+            R::HeaderTooLong(header()),
+            Some(SignIn::Again),
+            S::BAD_REQUEST,
+            "identity_invalid",
+        );
+        let missing = R::SiteToken(SiteTokenError::Missing);
+        check(
+            missing,
+            Some(SignIn::First),
+            S::UNAUTHORIZED,
+            "identity_required",
+        );
+        let expired = R::SiteToken(SiteTokenError::Expired);
+        check(
+            expired,
+            Some(SignIn::Again),
+            S::UNAUTHORIZED,
+            "identity_invalid",
+        );
+        let keys = R::SiteToken(SiteTokenError::KeysUnavailable("down".to_owned()));
+        check(keys, None, S::SERVICE_UNAVAILABLE, "identity_unavailable");
+        check(R::Mismatch(room), None, S::FORBIDDEN, "identity_mismatch");
+    }
+
+    #[test]
+    fn join_refusals_render_their_problem_status() {
+        let room = RoomId::new("tier1").unwrap();
+        for (refusal, status) in [
+            (JoinRefusal::Closed, StatusCode::SERVICE_UNAVAILABLE),
+            (JoinRefusal::InvalidPriorityCode, StatusCode::FORBIDDEN),
+            (JoinRefusal::PassRequired(room), StatusCode::FORBIDDEN),
+            (
+                JoinRefusal::StoreUnavailable(ApiError::store_unavailable()),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ] {
+            let response = refusal.into_response();
+            assert_eq!(response.status(), status);
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+        }
+    }
+}
