@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
-use anteroom_core::engine::{Entry, Session, SessionEnd, TicketRef};
+use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, TicketRef, WaitingView};
 use anteroom_core::eta::{
     ConfiguredPace, Estimate, EtaBasis, next_poll_ms, with_configured_fallback,
 };
@@ -23,7 +23,7 @@ use anteroom_token::{PassClaims, TicketClaims};
 use crate::AppState;
 use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
 use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, JoinAsk};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk};
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
@@ -35,7 +35,8 @@ const MAX_RETURN_LEN: usize = 2048;
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct StatusBody {
     pub(crate) room: String,
-    pub(crate) state: &'static str,
+    #[schema(inline)]
+    pub(crate) state: TicketState,
     pub(crate) ticket: String,
     pub(crate) position: u64,
     /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
@@ -58,6 +59,31 @@ pub(crate) struct StatusBody {
     pub(crate) pass_expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redirect: Option<String>,
+}
+
+/// Where a ticket stands: the status JSON's `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TicketState {
+    /// In line, admissions running.
+    Waiting,
+    /// In line, admissions paused (mode `queue_all`).
+    Paused,
+    /// In a scheduled pre-queue, before the draw (SPEC §5.3).
+    Prequeue,
+    /// Admitted: the pass is in the answer.
+    Admitted,
+}
+
+impl TicketState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TicketState::Waiting => "waiting",
+            TicketState::Paused => "paused",
+            TicketState::Prequeue => "prequeue",
+            TicketState::Admitted => "admitted",
+        }
+    }
 }
 
 /// `eta_basis` on the wire.
@@ -113,15 +139,23 @@ pub(crate) fn eta_fields(estimate: Option<Estimate>) -> (Option<u64>, Option<Eta
     }
 }
 
-/// Optional body of a join.
-#[derive(Debug, Default, Deserialize)]
+/// The optional body of a join.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct JoinBody {
+pub(crate) struct JoinBody {
+    /// Where to go once admitted: a same-origin path starting with a single `/`.
     #[serde(rename = "return")]
+    #[schema(max_length = 2048)]
     return_to: Option<String>,
-    /// A priority access code (SPEC §12): a new ticket joins the room's priority lane.
+    /// A priority access code (`[[room.priority]]`): a new ticket joins the priority lane,
+    /// admitted before the regular line. A wrong or used-up code is refused with 403
+    /// `invalid_priority_code` and changes nothing; resuming a held ticket never spends one.
+    #[schema(max_length = 256)]
     priority_code: Option<String>,
-    /// The solved proof of work of a room with `challenge` (§12), checked by `challenge.rs`.
+    /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
+    // Kept as JSON here: `challenge.rs` reads it, and refuses a malformed one as a failed
+    // challenge rather than a bad body.
+    #[schema(value_type = Option<crate::challenge::Solution>)]
     challenge: Option<serde_json::Value>,
 }
 
@@ -151,18 +185,26 @@ pub(crate) struct SessionBody {
     state: &'static str,
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/join`
-///
-/// Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
-/// place (the extractor copies them), and a request without a body is not collected.
+/// Joins the queue, or resumes the caller's ticket (idempotent with a valid ticket or
+/// identity). Sets the ticket cookie; in a room that can admit at once, answers `admitted`
+/// with the pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/join", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "A ticket token held (EventSource clients)")),
+    request_body(content = Option<JoinBody>, description = "Optional"),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::openapi::JoinProblems,
+    ))]
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    // Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
+    // place (the extractor copies them), and a request without a body is not collected.
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
     let (extensions, body) = if body.is_end_stream() {
@@ -209,17 +251,23 @@ pub(crate) async fn join(
     }
 }
 
-/// `GET /_anteroom/v1/rooms/{room}/status`
-///
-/// Reads the headers in place from the request (a `HeaderMap` extractor copies them).
+/// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
+/// the pass and sets the pass cookie.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::openapi::HeldTicket, crate::openapi::TicketGone, crate::openapi::StoreUnreachable,
+    ))]
 pub(crate) async fn status(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    // Reads the headers in place from the request (a `HeaderMap` extractor copies them).
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -232,15 +280,21 @@ pub(crate) async fn status(
     Ok(entry_response(&app, &room, &config, entry))
 }
 
-/// `DELETE /_anteroom/v1/rooms/{room}/ticket`
+/// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
+#[utoipa::path(delete, path = "/_anteroom/v1/rooms/{room}/ticket", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::openapi::HeldTicket,
+    ))]
 pub(crate) async fn leave(
     State(app): State<AppState>,
     Path(room): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let room = parse_room(&room)?;
-    let query = ticket_query(query)?;
+    let (room, query) = room_and_ticket_query(&room, query)?;
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
     let reference = app.verify_ticket(&room, token)?;
@@ -259,7 +313,30 @@ pub(crate) async fn leave(
     Ok(response)
 }
 
-/// `GET /_anteroom/v1/rooms/{room}`
+/// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/leave", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::openapi::HeldTicket,
+    ))]
+pub(crate) async fn leave_beacon(
+    state: State<AppState>,
+    room: Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    leave(state, room, query, headers).await
+}
+
+/// The room's public summary, cacheable for a second.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "The summary", body = RoomSummary),
+        crate::openapi::RoomNotFound, crate::openapi::StoreUnreachable,
+    ))]
 pub(crate) async fn summary(
     State(app): State<AppState>,
     Path(room): Path<String>,
@@ -288,7 +365,9 @@ pub(crate) async fn summary(
     Ok(response)
 }
 
-/// `GET /.well-known/jwks.json`
+/// The public keys that verify passes.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "public",
+    responses((status = 200, description = "A JWK set", body = Object)))]
 pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
     let mut response = Json(app.keys().jwks()).into_response();
     response.headers_mut().insert(
@@ -298,23 +377,40 @@ pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
     response
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/complete`
-pub(crate) async fn complete_session(
-    state: State<AppState>,
-    path: Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    end_session(state, path, headers, SessionEnd::Completed).await
+/// A backend's session endpoint: the handler `$name` ends the session with `$reason`.
+macro_rules! session_end {
+    ($(#[$doc:meta])* $name:ident, $path:tt, $reason:expr) => {
+        $(#[$doc])*
+        #[utoipa::path(post, path = $path, tag = "public",
+            security(("service_key" = [])),
+            params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+            responses(
+                (status = 200, description = "The session after", body = SessionBody),
+                crate::openapi::NoValidServiceKey, crate::openapi::RoomOrSessionNotFound,
+            ))]
+        pub(crate) async fn $name(
+            state: State<AppState>,
+            path: Path<(String, String)>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            end_session(state, path, headers, $reason).await
+        }
+    };
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/sessions/{sid}/abandon`
-pub(crate) async fn abandon_session(
-    state: State<AppState>,
-    path: Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    end_session(state, path, headers, SessionEnd::Abandoned).await
-}
+session_end!(
+    /// The backend ends a session early (completed), freeing its slot and revoking its pass.
+    complete_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/complete",
+    SessionEnd::Completed
+);
+
+session_end!(
+    /// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
+    abandon_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon",
+    SessionEnd::Abandoned
+);
 
 async fn end_session(
     State(app): State<AppState>,
@@ -362,7 +458,9 @@ pub(crate) async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// `GET /_anteroom/healthz`
+/// Liveness.
+#[utoipa::path(get, path = "/_anteroom/healthz", tag = "public",
+    responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
 pub(crate) async fn health() -> &'static str {
     "ok"
 }
@@ -373,6 +471,14 @@ pub(crate) fn ticket_query(
     query
         .map(|Query(query)| query)
         .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+}
+
+/// The room of the path and the `?ticket=` of a ticket's request.
+fn room_and_ticket_query(
+    room: &str,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<(RoomId, TicketQuery), ApiError> {
+    Ok((parse_room(room)?, ticket_query(query)?))
 }
 
 pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
@@ -399,32 +505,20 @@ pub(crate) fn held_ticket<'a>(
         })
 }
 
-pub(crate) fn identity_from_header(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
-    headers
+pub(crate) fn identity_from_header(
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<String, IdentityRefusal> {
+    let value = headers
         .get(name)
         .and_then(|value| value.to_str().ok())
         .map(str::trim)
         .filter(|value| !value.is_empty())
-        .map(|value| {
-            if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
-                Err(ApiError::bad_request(
-                    "identity_invalid",
-                    format!(
-                        "the {name} header is longer than {} bytes",
-                        anteroom_core::engine::MAX_IDENTITY_LEN
-                    ),
-                ))
-            } else {
-                Ok(value.to_owned())
-            }
-        })
-        .transpose()?
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "identity_required",
-                format!("this room needs the {name} header"),
-            )
-        })
+        .ok_or_else(|| IdentityRefusal::HeaderMissing(name.to_owned()))?;
+    if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
+        return Err(IdentityRefusal::HeaderTooLong(name.to_owned()));
+    }
+    Ok(value.to_owned())
 }
 
 /// Accepts only same-origin relative paths, so admission can never redirect off-site.
@@ -476,70 +570,84 @@ pub(crate) fn entry_answer(
     terms: StatusTerms,
     entry: Entry,
 ) -> Result<EntryAnswer, ApiError> {
-    let mut rng = rand::thread_rng();
     match entry {
-        Entry::Waiting(view) => {
-            let state = if view.opens_at.is_some() {
-                "prequeue"
-            } else if view.paused || terms.mode == Mode::QueueAll {
-                "paused"
-            } else {
-                "waiting"
-            };
-            // Before the draw the order is unknown: no `ahead`, no estimate.
-            let ahead = view.opens_at.is_none().then_some(view.ahead);
-            // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
-            let estimate = ahead
-                .filter(|_| state != "paused")
-                .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
-            let (eta_seconds, eta_basis) = eta_fields(estimate);
-            let body = StatusBody {
-                room: room.to_string(),
-                state,
-                ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
-                position: view.position,
-                ahead,
-                serving: view.serving,
-                waiting: view.waiting,
-                eta_seconds,
-                eta_basis,
-                next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rng),
-                opens_at: view.opens_at.map(format_time),
-                pass: None,
-                pass_expires_at: None,
-                redirect: None,
-            };
-            Ok(EntryAnswer { body, pass: None })
-        }
-        Entry::Admitted(view) => {
-            let session = &view.session;
-            let pass = sign_pass(app, room, session)?;
-            let body = StatusBody {
-                room: room.to_string(),
-                state: "admitted",
-                ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
-                position: view.position,
-                ahead: Some(0),
-                serving: view.serving,
-                waiting: view.waiting,
-                eta_seconds: Some(0),
-                eta_basis: Some(EtaBasisName::Measured),
-                next_poll_ms: next_poll_ms(0, &mut rng),
-                opens_at: None,
-                pass: Some(pass.clone()),
-                pass_expires_at: Some(format_time(session.expires_at)),
-                redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
-            };
-            let max_age = session
-                .expires_at
-                .as_secs()
-                .saturating_sub(app.now().as_secs());
-            Ok(EntryAnswer {
-                body,
-                pass: Some((pass, max_age)),
-            })
-        }
+        Entry::Waiting(view) => Ok(waiting_answer(app, room, terms, &view)),
+        Entry::Admitted(view) => admitted_answer(app, room, &view),
     }
+}
+
+/// The status JSON of a waiting ticket.
+fn waiting_answer(
+    app: &AppState,
+    room: &RoomId,
+    terms: StatusTerms,
+    view: &WaitingView,
+) -> EntryAnswer {
+    let state = if view.opens_at.is_some() {
+        TicketState::Prequeue
+    } else if view.paused || terms.mode == Mode::QueueAll {
+        TicketState::Paused
+    } else {
+        TicketState::Waiting
+    };
+    // Before the draw the order is unknown: no `ahead`, no estimate.
+    let ahead = view.opens_at.is_none().then_some(view.ahead);
+    // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
+    let estimate = ahead
+        .filter(|_| state != TicketState::Paused)
+        .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
+    let (eta_seconds, eta_basis) = eta_fields(estimate);
+    let body = StatusBody {
+        room: room.to_string(),
+        state,
+        ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
+        position: view.position,
+        ahead,
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds,
+        eta_basis,
+        next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rand::thread_rng()),
+        opens_at: view.opens_at.map(format_time),
+        pass: None,
+        pass_expires_at: None,
+        redirect: None,
+    };
+    EntryAnswer { body, pass: None }
+}
+
+/// The status JSON of an admitted ticket, with its pass signed.
+fn admitted_answer(
+    app: &AppState,
+    room: &RoomId,
+    view: &AdmittedView,
+) -> Result<EntryAnswer, ApiError> {
+    let session = &view.session;
+    let pass = sign_pass(app, room, session)?;
+    let body = StatusBody {
+        room: room.to_string(),
+        state: TicketState::Admitted,
+        ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
+        position: view.position,
+        ahead: Some(0),
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds: Some(0),
+        eta_basis: Some(EtaBasisName::Measured),
+        next_poll_ms: next_poll_ms(0, &mut rand::thread_rng()),
+        opens_at: None,
+        pass: Some(pass.clone()),
+        pass_expires_at: Some(format_time(session.expires_at)),
+        redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
+    };
+    let max_age = session
+        .expires_at
+        .as_secs()
+        .saturating_sub(app.now().as_secs());
+    Ok(EntryAnswer {
+        body,
+        pass: Some((pass, max_age)),
+    })
 }
 
 /// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.

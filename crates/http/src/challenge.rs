@@ -73,7 +73,16 @@ pub(crate) struct Solution {
     counter: u64,
 }
 
-/// `POST /_anteroom/v1/rooms/{room}/challenge`
+/// A proof-of-work challenge for a room with `challenge` (SPEC §12): find a counter such that
+/// SHA-256 of the challenge followed by the counter in decimal has `difficulty` leading zero
+/// bits, then join with `{"challenge": {"token": <challenge>, "counter": <counter>}}`. Each
+/// challenge is good for one join, for five minutes.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/challenge", tag = "public", operation_id = "challenge",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "A challenge", body = crate::challenge::ChallengeBody),
+        crate::openapi::ChallengeProblems,
+    ))]
 pub(crate) async fn issue(
     State(app): State<AppState>,
     Path(room): Path<String>,
@@ -136,6 +145,20 @@ pub(crate) async fn check_solution(
             format!("the challenge member is not valid: {error}"),
         )
     })?;
+    let nonce = verify_solution(app, room, pow, &solution)?;
+    spend_solution(app, room, &nonce).await?;
+    counter!("anteroom_challenges_solved_total", "room" => room.to_string()).increment(1);
+    Ok(())
+}
+
+/// Checks that `solution` solves a challenge issued for `room`, unexpired and as hard as the
+/// room asks now; the challenge's nonce when it does.
+fn verify_solution(
+    app: &AppState,
+    room: &RoomId,
+    pow: ProofOfWork,
+    solution: &Solution,
+) -> Result<String, ApiError> {
     let signer = app.keys().challenge_signer().clone();
     let claims = match signer.verify(&solution.token, room.as_str(), app.now().as_secs()) {
         Ok(claims) => claims,
@@ -172,34 +195,35 @@ pub(crate) async fn check_solution(
             "the counter does not solve the challenge",
         ));
     }
-    let key = format!("challenge|{}|{}", room, claims.nonce);
+    Ok(claims.nonce)
+}
+
+/// Marks the challenge of `nonce` used, refusing it when it already was (a replay).
+async fn spend_solution(app: &AppState, room: &RoomId, nonce: &str) -> Result<(), ApiError> {
+    let key = format!("challenge|{room}|{nonce}");
     match app.mark_once(&key, CHALLENGE_TTL).await {
-        Ok(Marked::First) => {}
+        Ok(Marked::First) => Ok(()),
         Ok(Marked::Full) => {
             counter!("anteroom_challenges_failed_total", "room" => room.to_string(), "reason" => "marks_full")
                 .increment(1);
-            return Err(ApiError::new(
+            Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "challenge_unavailable",
                 "this node cannot record more solved challenges right now; try again shortly",
             )
-            .retry_after(MARKS_FULL_RETRY_AFTER_SECS));
+            .retry_after(MARKS_FULL_RETRY_AFTER_SECS))
         }
-        Ok(Marked::Seen) => {
-            return Err(refuse(
-                room,
-                "replayed",
-                "challenge_used",
-                "this challenge was already used for a join; get a new one",
-            ));
-        }
+        Ok(Marked::Seen) => Err(refuse(
+            room,
+            "replayed",
+            "challenge_used",
+            "this challenge was already used for a join; get a new one",
+        )),
         Err(error) => {
             tracing::warn!(%room, %error, "cannot record a used challenge");
-            return Err(ApiError::store_unavailable());
+            Err(ApiError::store_unavailable())
         }
     }
-    counter!("anteroom_challenges_solved_total", "room" => room.to_string()).increment(1);
-    Ok(())
 }
 
 /// Where to get a challenge for `room`.

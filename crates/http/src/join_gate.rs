@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Extensions, HeaderMap, Method, Request, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
 use anteroom_core::room::{Identity, Mode, RoomConfig, SiteJwt};
@@ -94,7 +94,8 @@ pub(crate) struct JoinAsk {
     pub(crate) solution: Option<serde_json::Value>,
 }
 
-/// Why a join was refused.
+/// Why a join was refused: what each door (API, page, gateway) decides its answer on. The
+/// problem+json of each is made in `error.rs` (`From<JoinRefusal> for ApiError`).
 pub(crate) enum JoinRefusal {
     /// Over a join limit: the limiter's answer, with its rate-limit headers.
     Limited(Response),
@@ -102,39 +103,74 @@ pub(crate) enum JoinRefusal {
     ChallengeNeeded(ApiError),
     /// This room requires a pass of another room first.
     PassRequired(RoomId),
-    /// Anything else (closed room, store failure, bad identity, …).
+    /// The room is closed.
+    Closed,
+    /// The store cannot be reached (the failure is recorded); the answer for API clients,
+    /// which says whether the room lets visitors through meanwhile.
+    StoreUnavailable(ApiError),
+    /// The priority access code is wrong or used up.
+    InvalidPriorityCode,
+    /// The caller's identity is missing, not believed or not valid.
+    Identity(IdentityRefusal),
+    /// Anything else (a bad request, an unknown ticket, …).
     Failed(ApiError),
 }
 
-impl From<ApiError> for JoinRefusal {
-    fn from(error: ApiError) -> JoinRefusal {
-        JoinRefusal::Failed(error)
-    }
+/// Why the caller's identity was refused (SPEC §3, §14.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum IdentityRefusal {
+    /// The room takes identity from this header, and the peer is not a trusted proxy.
+    UntrustedProxy(String),
+    /// The room takes identity from this header, and it is absent or blank.
+    HeaderMissing(String),
+    /// The identity header is longer than the engine keeps.
+    HeaderTooLong(String),
+    /// The site's token gives no identity in a room that requires one.
+    SiteToken(SiteTokenError),
+    /// A mutating request whose pass of this room belongs to another user.
+    Mismatch(RoomId),
 }
 
-impl IntoResponse for JoinRefusal {
-    fn into_response(self) -> Response {
+/// What a visitor refused for their identity can do about it in a browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SignIn {
+    /// Nothing was sent: sign in to the site first.
+    First,
+    /// What was sent is not valid (expired, forged, too long): sign in again.
+    Again,
+}
+
+impl IdentityRefusal {
+    /// Whether signing in to the site is the way on (`None`: it would not help).
+    pub(crate) fn sign_in(&self) -> Option<SignIn> {
         match self {
-            JoinRefusal::Limited(response) => response,
-            JoinRefusal::ChallengeNeeded(error) | JoinRefusal::Failed(error) => {
-                error.into_response()
+            IdentityRefusal::HeaderMissing(_)
+            | IdentityRefusal::SiteToken(SiteTokenError::Missing) => Some(SignIn::First),
+            IdentityRefusal::SiteToken(SiteTokenError::KeysUnavailable(_)) => None,
+            IdentityRefusal::HeaderTooLong(_) | IdentityRefusal::SiteToken(_) => {
+                Some(SignIn::Again)
             }
-            JoinRefusal::PassRequired(room) => pass_required(&room).into_response(),
+            IdentityRefusal::UntrustedProxy(_) | IdentityRefusal::Mismatch(_) => None,
         }
     }
 }
 
-/// 403 `pass_required`: join `required` first.
-pub(crate) fn pass_required(required: &RoomId) -> ApiError {
-    ApiError::new(
-        StatusCode::FORBIDDEN,
-        "pass_required",
-        format!(
-            "this room needs a pass of room {:?} first: join it at /_anteroom/v1/rooms/{}/join",
-            required.as_str(),
-            required.as_str()
-        ),
-    )
+/// The refusal for a store failure during a join: a closed room and a spent priority code are
+/// the room's answers; an unreachable store is recorded and told apart.
+fn store_refusal(
+    app: &AppState,
+    room: &RoomId,
+    operation: &'static str,
+    error: StoreError,
+) -> JoinRefusal {
+    match error {
+        StoreError::Engine(EngineError::RoomClosed) => JoinRefusal::Closed,
+        StoreError::Engine(EngineError::InvalidPriorityCode) => JoinRefusal::InvalidPriorityCode,
+        StoreError::Backend { .. } => {
+            JoinRefusal::StoreUnavailable(app.store_error(room, operation, error))
+        }
+        other => JoinRefusal::Failed(other.into()),
+    }
 }
 
 /// Joins `room` or resumes the caller's place, through the gate.
@@ -146,7 +182,9 @@ pub(crate) async fn join(
     door: Door,
     ask: JoinAsk,
 ) -> Result<Entry, JoinRefusal> {
-    let identity = identity_of(app, config, caller).await?;
+    let identity = identity_of(app, config, caller)
+        .await
+        .map_err(JoinRefusal::Identity)?;
     let no_query = TicketQuery::default();
     let held = api::held_ticket(caller.headers, caller.query.unwrap_or(&no_query), room)
         .and_then(|token| app.verify_ticket(room, token).ok());
@@ -154,12 +192,12 @@ pub(crate) async fn join(
         match resume(app, room, held, identity.clone()).await {
             Ok(entry) => return Ok(entry),
             Err(StoreError::Engine(EngineError::NothingToResume)) => {}
-            Err(error) => return Err(app.store_error(room, "join", error).into()),
+            Err(error) => return Err(store_refusal(app, room, "join", error)),
         }
     }
     // A closed room takes nobody: say so before asking for a pass or a proof of work.
     if config.mode_at(app.now()) == Mode::Closed {
-        return Err(ApiError::from(EngineError::RoomClosed).into());
+        return Err(JoinRefusal::Closed);
     }
     check_requirements(app, config, caller).await?;
     if door != Door::Api {
@@ -185,7 +223,7 @@ pub(crate) async fn join(
             },
         )
         .await
-        .map_err(|error| app.store_error(room, "join", error).into())
+        .map_err(|error| store_refusal(app, room, "join", error))
 }
 
 async fn resume(
@@ -212,19 +250,12 @@ async fn identity_of(
     app: &AppState,
     config: &RoomConfig,
     caller: &Caller<'_>,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, IdentityRefusal> {
     match &config.identity {
         Identity::Anonymous => Ok(None),
         Identity::Header(name) => {
             if !app.is_trusted_peer(caller.extensions) {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "untrusted_proxy",
-                    format!(
-                        "this room takes the visitor's identity from the {name} header, which \
-                         is believed only from a proxy listed in [server] trusted_proxies"
-                    ),
-                ));
+                return Err(IdentityRefusal::UntrustedProxy(name.clone()));
             }
             api::identity_from_header(caller.headers, name).map(Some)
         }
@@ -239,16 +270,16 @@ async fn site_identity(
     config: &RoomConfig,
     site: &SiteJwt,
     headers: &HeaderMap,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, IdentityRefusal> {
     let found = app
         .site_keys()
         .identify(site, headers, app.now().as_millis())
         .await;
     match found {
         Ok(Some(identity)) => Ok(Some(identity)),
-        Ok(None) if site.required => Err(SiteTokenError::Missing.to_api_error()),
+        Ok(None) if site.required => Err(IdentityRefusal::SiteToken(SiteTokenError::Missing)),
         Ok(None) => Ok(None),
-        Err(error) if site.required => Err(error.to_api_error()),
+        Err(error) if site.required => Err(IdentityRefusal::SiteToken(error)),
         Err(error) => {
             tracing::debug!(room = %config.id, %error, "site token refused; joining as anonymous");
             Ok(None)
@@ -275,7 +306,11 @@ async fn check_requirements(
 
 /// Whether `headers` present a pass of `room` that verifies for its current generation and
 /// whose session this node has not seen revoked.
-async fn holds_pass(app: &AppState, room: &RoomId, headers: &HeaderMap) -> Result<bool, ApiError> {
+async fn holds_pass(
+    app: &AppState,
+    room: &RoomId,
+    headers: &HeaderMap,
+) -> Result<bool, JoinRefusal> {
     let mut tokens = crate::gateway::asked_passes(headers, room).peekable();
     if tokens.peek().is_none() {
         return Ok(false);
@@ -284,7 +319,7 @@ async fn holds_pass(app: &AppState, room: &RoomId, headers: &HeaderMap) -> Resul
         .store()
         .snapshot(room)
         .await
-        .map_err(|error| app.store_error(room, "snapshot", error))?
+        .map_err(|error| store_refusal(app, room, "snapshot", error))?
         .generation;
     let keys = app.keys();
     let expect = PassExpectations {
@@ -359,7 +394,7 @@ async fn check_code_attempts(
         Err(error) => {
             // Failing closed: an unreachable limit store must not open code guessing.
             tracing::warn!(%room, %error, "cannot count priority code attempts");
-            Err(JoinRefusal::Failed(ApiError::store_unavailable()))
+            Err(JoinRefusal::StoreUnavailable(ApiError::store_unavailable()))
         }
     }
 }

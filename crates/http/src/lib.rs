@@ -634,7 +634,7 @@ fn reserved_routes(state: AppState) -> Router {
             axum::routing::delete(api::leave),
         )
         // `navigator.sendBeacon` can only POST: the page's leave beacon uses this alias.
-        .route("/_anteroom/v1/rooms/{room}/leave", post(api::leave))
+        .route("/_anteroom/v1/rooms/{room}/leave", post(api::leave_beacon))
         .route("/_anteroom/v1/rooms/{room}/events", get(sse::events))
         .route("/_anteroom/v1/rooms/{room}", get(api::summary))
         .route(

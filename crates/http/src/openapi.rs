@@ -3,19 +3,20 @@
 //! `/admin/v1/openapi.json` and checked into `docs/openapi.json` (a test fails when the two
 //! differ; `ANTEROOM_WRITE_OPENAPI=1 cargo test -p anteroom-http --test openapi` rewrites it).
 //!
-//! The admin handlers carry their own `#[utoipa::path]`. The public API's routes are
-//! described here, next to each other, with the wire types of `api.rs`; every error is an RFC
-//! 9457 problem ([`crate::error::Problem`]).
+//! Every handler carries its own `#[utoipa::path]`; this module assembles them and holds the
+//! problem answers they name: each answer (a status and what it means) is declared once in
+//! [`problem_answers!`] and is an RFC 9457 problem ([`crate::error::Problem`]).
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use serde::Deserialize;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
 
-use crate::admin;
-use crate::api;
 use crate::error::{FieldError, Problem};
+use crate::{admin, api, challenge, page, readiness, sse};
 
 /// The document as pretty JSON, built once.
 pub fn document_json() -> String {
@@ -40,8 +41,9 @@ pub fn document_json() -> String {
         license(name = "Apache-2.0")
     ),
     paths(
-        join, challenge, status, events, leave, leave_beacon, summary, complete_session,
-        abandon_session, waiting_page, jwks, health, ready,
+        api::join, challenge::issue, api::status, sse::events, api::leave, api::leave_beacon,
+        api::summary, api::complete_session, api::abandon_session, page::waiting_page,
+        api::jwks, api::health, readiness::ready,
         admin::rooms::list, admin::rooms::get_room, admin::rooms::put_room,
         admin::rooms::patch_room, admin::rooms::delete_room,
         admin::control::pause, admin::control::resume, admin::control::close,
@@ -50,7 +52,7 @@ pub fn document_json() -> String {
         admin::keys::prune_keys, admin::stats::stats, admin::stats::sessions,
         admin::revoke::revoke_session, admin::events::feed,
     ),
-    components(schemas(Problem, FieldError, JoinBody, admin::stats::SessionFilter)),
+    components(schemas(Problem, FieldError, api::JoinBody, admin::stats::SessionFilter)),
     modifiers(&SecuritySchemes),
     tags(
         (name = "public", description = "Visitors and the protected site (public listener)"),
@@ -83,193 +85,157 @@ impl Modify for SecuritySchemes {
     }
 }
 
-/// The optional body of a join.
-#[derive(Debug, Deserialize, ToSchema)]
-#[allow(dead_code)]
-struct JoinBody {
-    /// Where to go once admitted: a same-origin path starting with a single `/`.
-    #[serde(rename = "return")]
-    #[schema(max_length = 2048)]
-    return_to: Option<String>,
-    /// A priority access code (`[[room.priority]]`): a new ticket joins the priority lane,
-    /// admitted before the regular line. A wrong or used-up code is refused with 403
-    /// `invalid_priority_code` and changes nothing; resuming a held ticket never spends one.
-    #[schema(max_length = 256)]
-    priority_code: Option<String>,
-    /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
-    challenge: Option<crate::challenge::Solution>,
+/// The problem answers of `statuses`: each a problem+json [`Problem`] with its description.
+fn problems(statuses: &[(u16, &str)]) -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+    statuses
+        .iter()
+        .map(|(status, description)| {
+            let problem = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(Problem::name())))
+                .build();
+            let response = ResponseBuilder::new()
+                .description(*description)
+                .content("application/problem+json", problem)
+                .build();
+            (status.to_string(), RefOr::T(response))
+        })
+        .collect()
 }
 
-// The public routes (`lib.rs: reserved_routes`), described where the document is assembled.
+/// Declares problem answers for `responses(...)` of `#[utoipa::path]`: a type per answer
+/// (`Name { status => "description" }`), or per group of answers (`Name = [A, B]`). The
+/// types are never built: they only name their answers.
+macro_rules! problem_answers {
+    ($($(#[$doc:meta])* $name:ident $({ $($status:literal => $description:literal),+ $(,)? })? $(= [$($part:ident),+ $(,)?])?;)+) => {
+        $(
+            $(#[$doc])*
+            pub(crate) enum $name {}
 
-/// Joins the queue, or resumes the caller's ticket (idempotent with a valid ticket or
-/// identity). Sets the ticket cookie; in a room that can admit at once, answers `admitted`
-/// with the pass.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/join", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "A ticket token held (EventSource clients)")),
-    request_body(content = Option<JoinBody>, description = "Optional"),
-    responses(
-        (status = 200, description = "The ticket's status", body = api::StatusBody),
-        (status = 400, description = "A bad body, return path or identity", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "The room takes its identity from the site's token (`identity = \"jwt:<claim>\"`, `required = true`): none sent (`identity_required`), or one that does not verify, is expired or is for another issuer or audience (`identity_invalid`, the detail says which)", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one; or the room `requires` another room's pass first (`pass_required`); or its identity header came from a peer outside `trusted_proxies` (`untrusted_proxy`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Over the per-IP join limit (`rate_limited`, with the rate-limit headers), or too many joins with a priority code from this address (`code_attempts_exceeded`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The room is closed, or the store cannot be reached, or this node cannot record more solved challenges right now (`challenge_unavailable`, with `Retry-After`), or the site's keys cannot be had to check its token (`identity_unavailable`, with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn join() {}
+            impl IntoResponses for $name {
+                fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+                    let own = problems(&[$($(($status, $description)),+)?]);
+                    let parts: Vec<BTreeMap<String, RefOr<utoipa::openapi::Response>>> =
+                        vec![$($($part::responses()),+)?];
+                    parts.into_iter().fold(own, |mut answers, part| {
+                        answers.extend(part);
+                        answers
+                    })
+                }
+            }
+        )+
+    };
+}
 
-/// A proof-of-work challenge for a room with `challenge` (SPEC §12): find a counter such that
-/// SHA-256 of the challenge followed by the counter in decimal has `difficulty` leading zero
-/// bits, then join with `{"challenge": {"token": <challenge>, "counter": <counter>}}`. Each
-/// challenge is good for one join, for five minutes.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/challenge", tag = "public",
-    params(("room" = String, Path, description = "Room id")),
-    responses(
-        (status = 200, description = "A challenge", body = crate::challenge::ChallengeBody),
-        (status = 404, description = "No such room, or the room asks for no proof of work (`challenge_not_used`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn challenge() {}
+problem_answers! {
+    /// The admin API without a valid key.
+    NoValidKey { 401 => "No valid key" };
+    /// A write with a read-only key.
+    ReadOnlyKey { 403 => "A read-only key" };
+    /// A write to the admin API refused for its key.
+    WriteRefused = [NoValidKey, ReadOnlyKey];
+    /// A room that does not exist.
+    RoomNotFound { 404 => "No such room" };
+    /// A room or session that does not exist.
+    RoomOrSessionNotFound { 404 => "No such room or session" };
+    /// The store cannot be reached.
+    StoreUnreachable { 503 => "The store cannot be reached" };
+    /// A body that does not parse or holds values out of range.
+    BadBody { 400 => "A bad body" };
+    /// A query that does not parse.
+    BadQuery { 400 => "A bad query" };
+    /// A control of a room's mode through a conditional write (`conditional.rs`).
+    ConditionalControl = [BadIfMatch, WriteRefused, RoomNotFound, RoomKeptChanging, VersionMismatch];
+    /// An `If-Match` that is not an entity tag.
+    BadIfMatch { 400 => "A malformed `If-Match`" };
+    /// A write without `If-Match` that kept losing to other writes.
+    RoomKeptChanging { 409 => "Without `If-Match`: the room kept changing; nothing changed, try again" };
+    /// A write whose `If-Match` is not the room's version.
+    VersionMismatch { 412 => "`If-Match` given and the room is not that version; nothing changed" };
+    /// A room body with problems.
+    BadRoomBody { 400 => "Every problem with the body (or a malformed `If-Match`); nothing changed" };
+    /// `PUT` of a room whose `If-Match` is not its version.
+    PutVersionMismatch { 412 => "`If-Match` given and the room is not that version (or does not exist); nothing changed" };
+    /// `PATCH` without `If-Match` that kept losing to other writes.
+    PatchKeptChanging { 409 => "Without `If-Match`: the room kept changing under the patch; nothing changed, try again" };
+    /// A room that others still need.
+    RoomInUse { 409 => "A route or another room still needs this one" };
+    /// A pass by hand when every slot is taken.
+    RoomFull { 409 => "Every slot is taken (max_active)" };
+    /// A load signal that is not one.
+    BadSignalBody { 400 => "A malformed or out-of-range body" };
+    /// A load signal for a room without adaptive admission.
+    NotAdaptive { 409 => "The room has no `[room.adaptive]`" };
+    /// The store did not answer a key pruning.
+    StoreDidNotAnswer { 503 => "The store did not answer" };
+    /// The backend's session endpoints without a valid service key.
+    NoValidServiceKey { 401 => "No valid service key" };
+    /// A request that names a ticket without holding a good one.
+    TicketUnusable { 400 => "No ticket, or one that does not verify" };
+    /// A ticket request in a room that does not exist.
+    HeldTicket = [TicketUnusable, RoomNotFound];
+    /// A ticket that is no longer live.
+    TicketGone { 410 => "The ticket expired, left or belongs to an older generation" };
+    /// The refusals of a join.
+    JoinProblems {
+        400 => "A bad body, return path or identity",
+        401 => "The room takes its identity from the site's token (`identity = \"jwt:<claim>\"`, `required = true`): none sent (`identity_required`), or one that does not verify, is expired or is for another issuer or audience (`identity_invalid`, the detail says which)",
+        403 => "A priority access code that is wrong or used up (`invalid_priority_code`); or the room asks for a proof of work: none sent (`challenge_required`), a wrong, expired or forged one (`challenge_failed`), or one already used (`challenge_used`); `challenge_url` says where to get one; or the room `requires` another room's pass first (`pass_required`); or its identity header came from a peer outside `trusted_proxies` (`untrusted_proxy`)",
+        404 => "No such room",
+        413 => "The body is too large",
+        429 => "Over the per-IP join limit (`rate_limited`, with the rate-limit headers), or too many joins with a priority code from this address (`code_attempts_exceeded`)",
+        503 => "The room is closed, or the store cannot be reached, or this node cannot record more solved challenges right now (`challenge_unavailable`, with `Retry-After`), or the site's keys cannot be had to check its token (`identity_unavailable`, with `Retry-After`)",
+    };
+    /// The refusals of a challenge.
+    ChallengeProblems {
+        404 => "No such room, or the room asks for no proof of work (`challenge_not_used`)",
+        503 => "The store cannot be reached",
+    };
+    /// The refusals of an event stream.
+    EventStreamProblems {
+        410 => "The ticket expired",
+        429 => "The ticket, or the client address, has as many streams open as it may (`too_many_streams`, with `Retry-After`): poll instead",
+        503 => "This node holds as many streams as it can: poll instead",
+    };
+    /// A node that should not get traffic now.
+    NotReady { 503 => "Not ready (`not_ready`)" };
+}
 
-/// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
-/// the pass and sets the pass cookie.
-#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
-    responses(
-        (status = 200, description = "The ticket's status", body = api::StatusBody),
-        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "The ticket expired, left or belongs to an older generation", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn status() {}
+/// Declares texts the wire types hold as plain strings, for their schemas only:
+/// `Name { "description", pattern, example }`. The types are never built: wire types name them
+/// with `#[schema(value_type = …)]`.
+macro_rules! text_schemas {
+    ($($name:ident { $description:literal, pattern = $pattern:literal $(, example = $example:literal)? };)+) => {
+        $(
+            #[doc = $description]
+            pub(crate) enum $name {}
 
-/// Server-Sent Events for one ticket: `status` (the status JSON, at most once a second),
-/// `admitted` (then the stream ends), `closed`; a keep-alive comment every 15 s.
-#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/events", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "The ticket token (EventSource cannot send headers)")),
-    responses(
-        (status = 200, description = "The event stream; each event's data is the status JSON", content_type = "text/event-stream", body = api::StatusBody),
-        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "The ticket expired", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The ticket, or the client address, has as many streams open as it may (`too_many_streams`, with `Retry-After`): poll instead", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "This node holds as many streams as it can: poll instead", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn events() {}
+            impl PartialSchema for $name {
+                // `example` (not 3.1's `examples`), as utoipa's derive writes it for the other
+                // wire types of the document.
+                #[allow(deprecated)]
+                fn schema() -> RefOr<Schema> {
+                    let example: Option<&str> = None $(.or(Some($example)))?;
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .description(Some($description))
+                        .example(example.map(Into::into))
+                        .pattern(Some($pattern))
+                        .into()
+                }
+            }
 
-/// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
-#[utoipa::path(delete, path = "/_anteroom/v1/rooms/{room}/ticket", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "The ticket token")),
-    responses(
-        (status = 204, description = "Left"),
-        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn leave() {}
+            impl ToSchema for $name {}
+        )+
+    };
+}
 
-/// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/leave", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "The ticket token")),
-    responses(
-        (status = 204, description = "Left"),
-        (status = 400, description = "No ticket, or one that does not verify", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn leave_beacon() {}
-
-/// The room's public summary, cacheable for a second.
-#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}", tag = "public",
-    params(("room" = String, Path, description = "Room id")),
-    responses(
-        (status = 200, description = "The summary", body = api::RoomSummary),
-        (status = 404, description = "No such room", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn summary() {}
-
-/// The backend ends a session early (completed), freeing its slot and revoking its pass.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/complete", tag = "public",
-    security(("service_key" = [])),
-    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
-    responses(
-        (status = 200, description = "The session after", body = api::SessionBody),
-        (status = 401, description = "No valid service key", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room or session", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn complete_session() {}
-
-/// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
-#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon", tag = "public",
-    security(("service_key" = [])),
-    params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
-    responses(
-        (status = 200, description = "The session after", body = api::SessionBody),
-        (status = 401, description = "No valid service key", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room or session", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn abandon_session() {}
-
-/// The waiting page: joins (or resumes) server-side and shows position, people ahead and ETA;
-/// `Accept: application/json` gets the status JSON instead.
-#[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
-    params(("room" = String, Path, description = "Room id"),
-        ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
-        ("lang" = Option<String>, Query, description = "`en` or `ko`"),
-        ("code" = Option<String>, Query, description = "A priority access code, for a new ticket in the priority lane")),
-    responses(
-        (status = 200, description = "The page (or the status JSON)", content(
-            (String = "text/html"), (api::StatusBody = "application/json"))),
-        (status = 400, description = "A query the page cannot take", content(
-            (String = "text/html"), (Problem = "application/problem+json"))),
-        (status = 303, description = "The room requires another room's pass first: that room's page, which returns here once admitted"),
-        (status = 403, description = "A priority access code that is wrong or used up; or the room's identity header came from a peer outside `trusted_proxies`; or (JSON) another room's pass is required first", content(
-            (String = "text/html"), (Problem = "application/problem+json"))),
-        (status = 404, description = "No such room, or an unknown query parameter", content(
-            (String = "text/html"), (Problem = "application/problem+json"))),
-        (status = 429, description = "Over the per-IP join limit, or too many priority code attempts from this address", content(
-            (String = "text/html"), (Problem = "application/problem+json"))),
-        (status = 503, description = "Closed, or the store cannot be reached", content(
-            (String = "text/html"), (Problem = "application/problem+json"))),
-    ))]
-#[allow(dead_code)]
-fn waiting_page() {}
-
-/// The public keys that verify passes.
-#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "public",
-    responses((status = 200, description = "A JWK set", body = Object)))]
-#[allow(dead_code)]
-fn jwks() {}
-
-/// Liveness.
-#[utoipa::path(get, path = "/_anteroom/healthz", tag = "public",
-    responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
-#[allow(dead_code)]
-fn health() {}
-
-/// Readiness (SPEC §14.6): 200 only when the store answers, the signing keys are loaded and
-/// every room of the config file is installed; 503 `not_ready` (naming why) otherwise and
-/// while the node drains for a shutdown.
-#[utoipa::path(get, path = "/_anteroom/readyz", tag = "public",
-    responses(
-        (status = 200, description = "Ready", body = crate::readiness::Ready),
-        (status = 503, description = "Not ready (`not_ready`)", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[allow(dead_code)]
-fn ready() {}
+text_schemas! {
+    RoutePath { "A path glob a room protects, starting with `/`.", pattern = "^/", example = "/events/*/book/**" };
+    RedirectUri {
+        "An absolute http(s) URI without user information or fragment.",
+        pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
+        example = "https://app.example/oauth2/callback"
+    };
+    RoomIdText { "A room id.", pattern = "^[a-z0-9][a-z0-9-]{0,63}$", example = "tier1" };
+    CodeDigest { "The SHA-256 digest of a priority access code.", pattern = "^sha256:[0-9a-fA-F]{64}$" };
+}

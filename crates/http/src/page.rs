@@ -45,11 +45,11 @@ use anteroom_core::room::RoomConfig;
 use anteroom_store::StoreError;
 
 use crate::AppState;
-use crate::api;
+use crate::api::{self, TicketState};
 use crate::challenge;
 use crate::error::ApiError;
 use crate::gateway::wait_location as gateway_wait_location;
-use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal, SignIn};
 
 mod lang;
 mod texts;
@@ -312,7 +312,6 @@ impl PageContext {
     ) -> PageContext {
         let text = texts(lang);
         let progress = progress_percent(figures.ahead, figures.waiting);
-        let base = format!("/_anteroom/v1/rooms/{room}");
         let waiting_like = matches!(
             state,
             PageState::Waiting | PageState::Paused | PageState::Prequeue
@@ -325,23 +324,7 @@ impl PageContext {
             // Without JavaScript there is nothing to wait for: the page says so.
             PageState::Challenge => None,
         };
-        let config = serde_json::json!({
-            "room": room,
-            "lang": lang.code(),
-            "state": state,
-            "position": figures.position,
-            "ahead": figures.ahead,
-            "waiting": figures.waiting,
-            "etaSeconds": figures.eta_seconds,
-            "nextPollMs": figures.next_poll_ms,
-            "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
-            "returnPath": return_path,
-            "statusUrl": format!("{base}/status"),
-            "joinUrl": format!("{base}/join"),
-            "eventsUrl": format!("{base}/events"),
-            "leaveUrl": format!("{base}/leave"),
-            "text": text,
-        });
+        let config = script_config(room, lang, state, figures, return_path, text);
         PageContext {
             room: room.to_owned(),
             lang: lang.code(),
@@ -369,18 +352,53 @@ impl PageContext {
             updated_at: String::new(),
             return_path: return_path.to_owned(),
             next_room: next_room(return_path),
-            languages: Lang::ALL
-                .iter()
-                .map(|other| LanguageLink {
-                    code: other.code(),
-                    name: other.native_name(),
-                    current: *other == lang,
-                })
-                .collect(),
+            languages: language_links(lang),
             t: text,
             config,
         }
     }
+}
+
+/// What the page's script needs (`config`, for `tojson`): the figures, the texts and where
+/// to follow the room.
+fn script_config(
+    room: &str,
+    lang: Lang,
+    state: PageState,
+    figures: &Figures,
+    return_path: &str,
+    text: &Texts,
+) -> serde_json::Value {
+    let base = format!("/_anteroom/v1/rooms/{room}");
+    serde_json::json!({
+        "room": room,
+        "lang": lang.code(),
+        "state": state,
+        "position": figures.position,
+        "ahead": figures.ahead,
+        "waiting": figures.waiting,
+        "etaSeconds": figures.eta_seconds,
+        "nextPollMs": figures.next_poll_ms,
+        "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
+        "returnPath": return_path,
+        "statusUrl": format!("{base}/status"),
+        "joinUrl": format!("{base}/join"),
+        "eventsUrl": format!("{base}/events"),
+        "leaveUrl": format!("{base}/leave"),
+        "text": text,
+    })
+}
+
+/// A link to the page in each language, `lang` marked current.
+fn language_links(lang: Lang) -> Vec<LanguageLink> {
+    Lang::ALL
+        .iter()
+        .map(|other| LanguageLink {
+            code: other.code(),
+            name: other.native_name(),
+            current: *other == lang,
+        })
+        .collect()
 }
 
 /// The room of a return path that is another room's waiting page, as a tier-2 page sends its
@@ -413,7 +431,28 @@ struct Figures {
     opens_in: Option<(String, u64)>,
 }
 
-/// `GET /_anteroom/wait/{room}?return=/path&lang=ko`
+/// The waiting page: joins (or resumes) server-side and shows position, people ahead and ETA;
+/// `Accept: application/json` gets the status JSON instead.
+#[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
+        ("lang" = Option<String>, Query, description = "`en` or `ko`"),
+        ("code" = Option<String>, Query, description = "A priority access code, for a new ticket in the priority lane")),
+    responses(
+        (status = 200, description = "The page (or the status JSON)", content(
+            (String = "text/html"), (crate::api::StatusBody = "application/json"))),
+        (status = 400, description = "A query the page cannot take", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 303, description = "The room requires another room's pass first: that room's page, which returns here once admitted"),
+        (status = 403, description = "A priority access code that is wrong or used up; or the room's identity header came from a peer outside `trusted_proxies`; or (JSON) another room's pass is required first", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 404, description = "No such room, or an unknown query parameter", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 429, description = "Over the per-IP join limit, or too many priority code attempts from this address", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 503, description = "Closed, or the store cannot be reached", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+    ))]
 pub(crate) async fn waiting_page(
     State(app): State<AppState>,
     Path(room): Path<String>,
@@ -428,31 +467,19 @@ pub(crate) async fn waiting_page(
     let Ok(room) = RoomId::new(&room) else {
         return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
     };
-    let return_path = match query.return_to.as_deref() {
-        None | Some("") => None,
-        Some(path) => match api::validate_return(path) {
-            Ok(path) => Some(path),
-            Err(_) => {
-                return error_page(
-                    StatusCode::BAD_REQUEST,
-                    "That return address is not allowed: it must be a path on this site.",
-                );
-            }
-        },
+    let asked_return = query.return_to.as_deref().filter(|path| !path.is_empty());
+    let Ok(return_path) = asked_return.map(api::validate_return).transpose() else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "That return address is not allowed: it must be a path on this site.",
+        );
     };
     let wants_json = accepts_json(&headers);
     let config = match app.room_config(&room).await {
         Ok(config) => config,
-        Err(StoreError::RoomNotFound(_)) => {
-            return if wants_json {
-                ApiError::room_not_found(room.as_str()).into_response()
-            } else {
-                error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
-            };
-        }
         Err(error) => {
-            let error = app.store_error(&room, "room", error);
-            return store_failed(&app, &room, lang, wants_json, return_path.as_deref(), error);
+            let return_path = return_path.as_deref();
+            return no_room_config(&app, &room, lang, wants_json, return_path, error);
         }
     };
     let caller = Caller::new(&headers, &extensions);
@@ -479,6 +506,27 @@ pub(crate) async fn waiting_page(
         return api::entry_response(&app, &room, &config, entry);
     }
     entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// The answer when the room's configuration cannot be had: no such room, or the store
+/// cannot be reached.
+fn no_room_config(
+    app: &AppState,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: StoreError,
+) -> Response {
+    if let StoreError::RoomNotFound(_) = error {
+        return if wants_json {
+            ApiError::room_not_found(room.as_str()).into_response()
+        } else {
+            error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
+        };
+    }
+    let error = app.store_error(room, "room", error);
+    store_failed(app, room, lang, wants_json, return_path, error)
 }
 
 /// A join the gate refused, and what the page needs to say so.
@@ -525,61 +573,62 @@ impl Refused<'_> {
                 }
                 page
             }
-            JoinRefusal::Failed(error) => {
-                failed_join(app, room, config, lang, wants_json, return_path, error)
+            JoinRefusal::Closed if !wants_json => {
+                let context = PageContext::build(
+                    room.as_str(),
+                    lang,
+                    PageState::Closed,
+                    &no_figures(),
+                    return_path.unwrap_or("/"),
+                );
+                html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+            }
+            JoinRefusal::StoreUnavailable(error) => {
+                store_failed(app, room, lang, wants_json, return_path, error)
+            }
+            JoinRefusal::InvalidPriorityCode if !wants_json => error_page(
+                StatusCode::FORBIDDEN,
+                "That access code is not valid for this waiting room, or has been used up.",
+            ),
+            JoinRefusal::Identity(refusal) if !wants_json => match refusal.sign_in() {
+                Some(sign_in) => sign_in_page(refusal, sign_in),
+                None => failed_page(app, room, config, lang, ApiError::from(refusal)),
+            },
+            JoinRefusal::Failed(error) if !wants_json => {
+                failed_page(app, room, config, lang, error)
             }
             other => other.into_response(),
         }
     }
 }
 
-/// The page for a join that failed in the store or the room.
-fn failed_join(
+/// The page for a join refused for another reason: the unavailable page for a 503, else a
+/// plain error page.
+fn failed_page(
     app: &AppState,
     room: &RoomId,
     config: &RoomConfig,
     lang: Lang,
-    wants_json: bool,
-    return_path: Option<&str>,
     error: ApiError,
 ) -> Response {
-    match error.code() {
-        "room_closed" if !wants_json => {
-            let context = PageContext::build(
-                room.as_str(),
-                lang,
-                PageState::Closed,
-                &no_figures(),
-                return_path.unwrap_or("/"),
-            );
-            html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
-        }
-        "store_unavailable" => store_failed(app, room, lang, wants_json, return_path, error),
-        "invalid_priority_code" if !wants_json => error_page(
-            StatusCode::FORBIDDEN,
-            "That access code is not valid for this waiting room, or has been used up.",
-        ),
-        "identity_required" | "identity_invalid" if !wants_json => sign_in_page(&error),
-        _ if error.status() == StatusCode::SERVICE_UNAVAILABLE && !wants_json => {
-            unavailable(app, Some(config), room, lang, wants_json, error)
-        }
-        _ if wants_json => error.into_response(),
-        _ => error_page(error.status(), "Your request could not be handled."),
+    if error.status() == StatusCode::SERVICE_UNAVAILABLE {
+        return unavailable(app, Some(config), room, lang, false, error);
     }
+    error_page(error.status(), "Your request could not be handled.")
 }
 
-/// The page for a visitor refused for the site's token (`identity = "jwt:<claim>"`, required):
-/// sign in first, or again.
-pub(crate) fn sign_in_page(error: &ApiError) -> Response {
-    let message = match error.code() {
-        "identity_required" => {
+/// The page for a visitor refused for their identity (the site's token, or the identity
+/// header): sign in first, or again.
+pub(crate) fn sign_in_page(refusal: IdentityRefusal, sign_in: SignIn) -> Response {
+    let message = match sign_in {
+        SignIn::First => {
             "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
         }
-        _ => {
+        SignIn::Again => {
             "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back."
         }
     };
-    error_page(error.status(), message)
+    error_page(ApiError::from(refusal).status(), message)
 }
 
 /// The page of a room that asks for a proof of work, for a visitor without a ticket: its
@@ -689,16 +738,16 @@ fn entry_page(
     };
     let mut cookies = HeaderMap::new();
     api::set_entry_cookies(app, room, &answer, &mut cookies);
-    if answer.body.state == "admitted" {
+    if answer.body.state == TicketState::Admitted {
         let target = return_path
             .or(answer.body.redirect.clone())
             .unwrap_or_else(|| "/".to_owned());
         return (cookies, Redirect::to(&target)).into_response();
     }
     let state = match answer.body.state {
-        "paused" => PageState::Paused,
-        "prequeue" => PageState::Prequeue,
-        _ => PageState::Waiting,
+        TicketState::Paused => PageState::Paused,
+        TicketState::Prequeue => PageState::Prequeue,
+        TicketState::Waiting | TicketState::Admitted => PageState::Waiting,
     };
     let opens_in = match &entry_opens_at {
         Some(at) => answer

@@ -22,7 +22,14 @@ pub(crate) struct Ready {
     status: &'static str,
 }
 
-/// `GET /_anteroom/readyz`
+/// Readiness (SPEC §14.6): 200 only when the store answers, the signing keys are loaded and
+/// every room of the config file is installed; 503 `not_ready` (naming why) otherwise and
+/// while the node drains for a shutdown.
+#[utoipa::path(get, path = "/_anteroom/readyz", tag = "public",
+    responses(
+        (status = 200, description = "Ready", body = crate::readiness::Ready),
+        crate::openapi::NotReady,
+    ))]
 pub(crate) async fn ready(State(app): State<AppState>) -> Response {
     let reasons = not_ready_because(&app).await;
     let mut response = if reasons.is_empty() {

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use jsonwebtoken::jwk::{AlgorithmParameters, Jwk};
@@ -33,11 +33,10 @@ use anteroom_core::engine::MAX_IDENTITY_LEN;
 use anteroom_core::room::{SiteJwt, SiteKeys, TokenLocation};
 
 use crate::cookies::read_cookie;
-use crate::error::ApiError;
 use crate::sinks::{WebhookClient, webhook_client};
 
 /// A key set is fetched again at most this often, whatever tokens ask for.
-const REFETCH_COOLDOWN: Duration = Duration::from_secs(5);
+pub(crate) const REFETCH_COOLDOWN: Duration = Duration::from_secs(5);
 /// Known keys are refreshed when a token arrives this long after the last fetch.
 const MAX_KEY_AGE: Duration = Duration::from_secs(600);
 /// How long a key set fetch may take.
@@ -89,33 +88,6 @@ pub(crate) enum SiteTokenError {
     /// The keys could not be had (the key set cannot be fetched, the secret file read).
     #[error("the site's keys are unavailable: {0}")]
     KeysUnavailable(String),
-}
-
-impl SiteTokenError {
-    /// The problem+json answer: 401 for the visitor's token, 503 when the keys are missing.
-    pub(crate) fn to_api_error(&self) -> ApiError {
-        match self {
-            SiteTokenError::Missing => ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "identity_required",
-                "this room needs you to be signed in to the site: its token was not sent",
-            ),
-            SiteTokenError::KeysUnavailable(_) => {
-                tracing::warn!(error = %self, "cannot verify site tokens");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "identity_unavailable",
-                    "the site's sign-in keys cannot be checked just now; try again shortly",
-                )
-                .retry_after(REFETCH_COOLDOWN.as_secs())
-            }
-            _ => ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "identity_invalid",
-                self.to_string(),
-            ),
-        }
-    }
 }
 
 /// Why a secret file cannot be used.

@@ -409,7 +409,15 @@ fn stream_address(extensions: &Extensions) -> IpAddr {
     }
 }
 
-/// `GET /_anteroom/v1/rooms/{room}/events`
+/// Server-Sent Events for one ticket: `status` (the status JSON, at most once a second),
+/// `admitted` (then the stream ends), `closed`; a keep-alive comment every 15 s.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/events", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token (EventSource cannot send headers)")),
+    responses(
+        (status = 200, description = "The event stream; each event's data is the status JSON", content_type = "text/event-stream", body = crate::api::StatusBody),
+        crate::openapi::HeldTicket, crate::openapi::EventStreamProblems,
+    ))]
 pub(crate) async fn events(
     State(app): State<AppState>,
     Path(room): Path<String>,

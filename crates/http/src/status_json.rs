@@ -77,7 +77,7 @@ fn write(out: &mut impl Sink, body: &StatusBody) {
     out.put(b"{\"room\":");
     out.string(&body.room);
     out.put(b",\"state\":");
-    out.string(body.state);
+    out.string(body.state.as_str());
     out.put(b",\"ticket\":");
     out.string(&body.ticket);
     out.put(b",\"position\":");
@@ -187,7 +187,7 @@ mod tests {
     fn waiting() -> StatusBody {
         StatusBody {
             room: "launch".to_owned(),
-            state: "waiting",
+            state: crate::api::TicketState::Waiting,
             ticket: "t1.launch.Ab-_0123456789abcdefgh.1234.2.mac".to_owned(),
             position: 1234,
             ahead: Some(57),
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn a_prequeue_answer_has_nulls_and_its_opening() {
         assert_as_serde(&StatusBody {
-            state: "prequeue",
+            state: crate::api::TicketState::Prequeue,
             ahead: None,
             eta_seconds: None,
             eta_basis: None,
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn an_admitted_answer_carries_its_pass_and_redirect() {
         assert_as_serde(&StatusBody {
-            state: "admitted",
+            state: crate::api::TicketState::Admitted,
             ahead: Some(0),
             eta_seconds: Some(0),
             eta_basis: Some(EtaBasisName::Configured),

@@ -20,6 +20,9 @@
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
+use utoipa::openapi::Required;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
 use anteroom_core::RoomId;
 use anteroom_core::engine::RoomSnapshot;
@@ -64,20 +67,29 @@ impl RoomTag {
     }
 }
 
-/// The `If-Match` header of the room writes, as the OpenAPI document lists it.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)]
-pub(crate) struct IfMatchHeader {
-    /// The `ETag` of the room as read: the write happens only if the room is still that
-    /// version, else 412 and nothing changes. `*` matches any existing room. Optional: without
-    /// it the change is applied atomically to the version in force.
-    #[param(
-        rename = "If-Match",
-        pattern = r#"^(\*|(W/)?"[!#-~]*"( *, *(W/)?"[!#-~]*")*)$"#,
-        example = "\"5d41402abc4b2a76b9719d911017c592\""
-    )]
-    if_match: Option<String>,
+/// The `If-Match` header of the room writes, as the OpenAPI document lists it. Never built:
+/// `#[utoipa::path]` names it in `params(...)`.
+pub(crate) enum IfMatchHeader {}
+
+impl utoipa::IntoParams for IfMatchHeader {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let schema = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .pattern(Some(r#"^(\*|(W/)?"[!#-~]*"( *, *(W/)?"[!#-~]*")*)$"#));
+        let header = ParameterBuilder::new()
+            .name("If-Match")
+            .parameter_in(ParameterIn::Header)
+            .description(Some(
+                "The `ETag` of the room as read: the write happens only if the room is still that\n\
+                 version, else 412 and nothing changes. `*` matches any existing room. Optional: without\n\
+                 it the change is applied atomically to the version in force.",
+            ))
+            .required(Required::False)
+            .schema(Some(schema))
+            .example(Some("\"5d41402abc4b2a76b9719d911017c592\"".into()))
+            .build();
+        vec![header]
+    }
 }
 
 /// What a request's `If-Match` asks for.

@@ -123,97 +123,61 @@ pub(crate) struct IssuedPass {
     pub(crate) expires_at: String,
 }
 
-/// `POST /admin/v1/rooms/{room}/pause`: Stops admission; everyone queues and keeps their place (mode queue_all).
-#[utoipa::path(post, path = "/admin/v1/rooms/{room}/pause", tag = "admin",
-    security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
-    description = "Stops admission; everyone queues and keeps their place (mode queue_all).",
-    responses(
-        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-    ))]
-pub(crate) async fn pause(
-    _: WriteAccess,
-    State(admin): State<AdminState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_mode(&admin, &room, &headers, Mode::QueueAll, "pause").await
+/// A control that sets the room's mode through a conditional write: the handler `$name` for
+/// `POST /admin/v1/rooms/{room}/$name`, recorded as `$name` in the event log.
+macro_rules! mode_control {
+    ($(#[$doc:meta])* $name:ident, $path:tt, $mode:expr, $description:tt) => {
+        $(#[$doc])*
+        #[utoipa::path(post, path = $path, tag = "admin",
+            security(("admin_key" = [])),
+            params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
+            description = $description,
+            responses(
+                (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
+                crate::openapi::ConditionalControl,
+            ))]
+        pub(crate) async fn $name(
+            _: WriteAccess,
+            State(admin): State<AdminState>,
+            Path(room): Path<String>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            set_mode(&admin, &room, &headers, $mode, stringify!($name)).await
+        }
+    };
 }
 
-/// `POST /admin/v1/rooms/{room}/resume`: Starts admission again (mode queue).
-#[utoipa::path(post, path = "/admin/v1/rooms/{room}/resume", tag = "admin",
-    security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
-    description = "Starts admission again (mode queue).",
-    responses(
-        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-    ))]
-pub(crate) async fn resume(
-    _: WriteAccess,
-    State(admin): State<AdminState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_mode(&admin, &room, &headers, Mode::Queue, "resume").await
-}
+mode_control!(
+    /// `POST /admin/v1/rooms/{room}/pause`: Stops admission; everyone queues and keeps their place (mode queue_all).
+    pause,
+    "/admin/v1/rooms/{room}/pause",
+    Mode::QueueAll,
+    "Stops admission; everyone queues and keeps their place (mode queue_all)."
+);
 
-/// `POST /admin/v1/rooms/{room}/close`: Closes the room: joins are refused and protected routes answer 503.
-#[utoipa::path(post, path = "/admin/v1/rooms/{room}/close", tag = "admin",
-    security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
-    description = "Closes the room: joins are refused and protected routes answer 503.",
-    responses(
-        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-    ))]
-pub(crate) async fn close(
-    _: WriteAccess,
-    State(admin): State<AdminState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_mode(&admin, &room, &headers, Mode::Closed, "close").await
-}
+mode_control!(
+    /// `POST /admin/v1/rooms/{room}/resume`: Starts admission again (mode queue).
+    resume,
+    "/admin/v1/rooms/{room}/resume",
+    Mode::Queue,
+    "Starts admission again (mode queue)."
+);
 
-/// `POST /admin/v1/rooms/{room}/open`: Opens a closed room again (mode queue).
-#[utoipa::path(post, path = "/admin/v1/rooms/{room}/open", tag = "admin",
-    security(("admin_key" = [])),
-    params(("room" = String, Path, description = "Room id"), super::conditional::IfMatchHeader),
-    description = "Opens a closed room again (mode queue).",
-    responses(
-        (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "A malformed `If-Match`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-    ))]
-pub(crate) async fn open(
-    _: WriteAccess,
-    State(admin): State<AdminState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_mode(&admin, &room, &headers, Mode::Queue, "open").await
-}
+mode_control!(
+    /// `POST /admin/v1/rooms/{room}/close`: Closes the room: joins are refused and protected routes answer 503.
+    close,
+    "/admin/v1/rooms/{room}/close",
+    Mode::Closed,
+    "Closes the room: joins are refused and protected routes answer 503."
+);
+
+mode_control!(
+    /// `POST /admin/v1/rooms/{room}/open`: Opens a closed room again (mode queue).
+    open,
+    "/admin/v1/rooms/{room}/open",
+    Mode::Queue,
+    "Opens a closed room again (mode queue)."
+);
 
 /// Sets the room's mode through a conditional write (see `conditional.rs`).
 async fn set_mode(
@@ -253,10 +217,7 @@ async fn set_mode(
         rate and a pause do not hold it back.",
     responses(
         (status = 200, description = "What was admitted and the room after", body = Advanced),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn advance(
     _: WriteAccess,
@@ -301,10 +262,7 @@ pub(crate) async fn advance(
         active session is revoked; tickets and passes of older generations are refused.",
     responses(
         (status = 200, description = "The room after", body = RoomFigures),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn reset(
     _: WriteAccess,
@@ -336,11 +294,7 @@ pub(crate) async fn reset(
         signed JWT.",
     responses(
         (status = 201, description = "The pass", body = IssuedPass),
-        (status = 409, description = "Every slot is taken (max_active)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::RoomFull, crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn issue_pass(
     _: WriteAccess,
@@ -425,12 +379,7 @@ pub(crate) struct SignalBody {
         enough.",
     responses(
         (status = 204, description = "Taken"),
-        (status = 400, description = "A malformed or out-of-range body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The room has no `[room.adaptive]`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadSignalBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::NotAdaptive, crate::openapi::StoreUnreachable,
     ))]
 pub(crate) async fn signal(
     _: WriteAccess,

@@ -100,7 +100,7 @@ impl AdminEvent {
         saw.",
     responses(
         (status = 200, description = "The event stream", content_type = "text/event-stream", body = AdminEvent),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey,
     ))]
 pub(crate) async fn feed(_: ReadAccess, State(admin): State<AdminState>) -> Response {
     let receiver = admin.subscribe();
@@ -184,53 +184,10 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
     let mut seen = Vec::with_capacity(rooms.len());
     let mut events = Vec::new();
     for config in &rooms {
-        let started = std::time::Instant::now();
-        let snapshot = match store.snapshot(&config.id).await {
-            Ok(snapshot) => snapshot,
-            Err(error) => {
-                admin
-                    .app()
-                    .store_failures()
-                    .record(Some(&config.id), "snapshot", &error);
-                continue;
-            }
-        };
-        crate::metrics::store_latency("snapshot", started.elapsed());
-        seen.push(config.id.clone());
-        let minute = now.as_secs() / METRICS_EVERY_SECS;
-        let upstream: Vec<UpstreamStatsSnapshot> = admin
-            .gateway()
-            .map(|gateway| gateway.room_upstreams(&config.id))
-            .unwrap_or_default()
-            .iter()
-            .map(|stats| stats.snapshot())
-            .collect();
-        let before = previous.insert(
-            config.id.clone(),
-            Previous {
-                totals: snapshot.totals,
-                upstream: upstream.clone(),
-                metrics_minute: minute,
-            },
-        );
-        // A room seen for the first time has no "before": its first second shows no latency.
-        let latency = before
-            .as_ref()
-            .map(|before| Interval::between(&before.upstream, &upstream))
-            .unwrap_or_default();
-        // Once a minute, even when a second of the sampler is skipped; not at the first sample.
-        let metrics_due = before
-            .as_ref()
-            .is_some_and(|before| before.metrics_minute != minute);
-        events.extend(sample_room(
-            admin,
-            &config.id,
-            &snapshot,
-            &latency,
-            before.map(|before| before.totals),
-            now,
-            metrics_due,
-        ));
+        if let Some(room_events) = sample_one(admin, &config.id, previous, now).await {
+            seen.push(config.id.clone());
+            events.extend(room_events);
+        }
     }
     let reports = match store
         .hold_lease(SAMPLER_LEASE, admin.node(), SAMPLER_LEASE_TTL)
@@ -250,6 +207,62 @@ async fn sample_once(admin: &AdminState, previous: &mut HashMap<RoomId, Previous
     previous.retain(|room, _| seen.contains(room));
     admin.history().retain(|room| seen.contains(room));
     crate::metrics::sse_connections(admin.app().hub().connections());
+}
+
+/// Samples one room against its previous sample (kept in `previous`): its events, or `None`
+/// when the store cannot say (the room is then not counted as seen).
+async fn sample_one(
+    admin: &AdminState,
+    room: &RoomId,
+    previous: &mut HashMap<RoomId, Previous>,
+    now: Timestamp,
+) -> Option<Vec<AdminEvent>> {
+    let started = std::time::Instant::now();
+    let snapshot = match admin.app().store().snapshot(room).await {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            admin
+                .app()
+                .store_failures()
+                .record(Some(room), "snapshot", &error);
+            return None;
+        }
+    };
+    crate::metrics::store_latency("snapshot", started.elapsed());
+    let minute = now.as_secs() / METRICS_EVERY_SECS;
+    let upstream: Vec<UpstreamStatsSnapshot> = admin
+        .gateway()
+        .map(|gateway| gateway.room_upstreams(room))
+        .unwrap_or_default()
+        .iter()
+        .map(|stats| stats.snapshot())
+        .collect();
+    let before = previous.insert(
+        room.clone(),
+        Previous {
+            totals: snapshot.totals,
+            upstream: upstream.clone(),
+            metrics_minute: minute,
+        },
+    );
+    // A room seen for the first time has no "before": its first second shows no latency.
+    let latency = before
+        .as_ref()
+        .map(|before| Interval::between(&before.upstream, &upstream))
+        .unwrap_or_default();
+    // Once a minute, even when a second of the sampler is skipped; not at the first sample.
+    let metrics_due = before
+        .as_ref()
+        .is_some_and(|before| before.metrics_minute != minute);
+    Some(sample_room(
+        admin,
+        room,
+        &snapshot,
+        &latency,
+        before.map(|before| before.totals),
+        now,
+        metrics_due,
+    ))
 }
 
 /// Fills the room's history and metrics from one snapshot; answers `room.metrics` when due.

@@ -88,9 +88,7 @@ pub(crate) enum KeptReason {
         sharing the keys (directory or Redis) follow within a second.",
     responses(
         (status = 200, description = "The key set after", body = RotatedKeys),
-        (status = 400, description = "A bad body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadBody, crate::openapi::WriteRefused,
     ))]
 pub(crate) async fn rotate_keys(
     _: WriteAccess,
@@ -137,9 +135,7 @@ pub(crate) async fn rotate_keys(
         every node within a second. Nodes also prune by themselves every ten minutes.",
     responses(
         (status = 200, description = "Which keys were removed, and which were kept and why", body = PrunedKeys),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::WriteRefused, crate::openapi::StoreDidNotAnswer,
     ))]
 pub(crate) async fn prune_keys(
     _: WriteAccess,

@@ -32,10 +32,7 @@ use crate::error::ApiError;
         is (the answer shows how it ended).",
     responses(
         (status = 200, description = "The session after", body = SessionItem),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room or session", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::WriteRefused, crate::openapi::RoomOrSessionNotFound, crate::openapi::StoreUnreachable,
     ))]
 pub(crate) async fn revoke_session(
     _: WriteAccess,

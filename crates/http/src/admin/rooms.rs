@@ -44,7 +44,7 @@ pub(crate) struct RoomBody {
     /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
     /// a change is applied by every node's gateway within a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RoutePath>>)]
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,7 +94,7 @@ pub(crate) struct RoomBody {
     pub(crate) identity_jwt: Option<IdentityJwtBody>,
     /// Rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RoomIdText>>)]
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RoomIdText>>)]
     pub(crate) requires: Option<Vec<String>>,
     /// A custom waiting page template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,7 +196,7 @@ pub(crate) struct OidcBody {
     pub(crate) client_secret: Option<String>,
     /// The redirect URIs a request may name, matched exactly (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<RedirectUri>>, min_items = 1,
+    #[schema(inline, value_type = Option<Vec<crate::openapi::RedirectUri>>, min_items = 1,
         example = json!(["https://app.example/oauth2/callback"]))]
     pub(crate) redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, 1s to 60s.
@@ -273,19 +273,13 @@ impl From<AdaptiveBody> for RawAdaptive {
 #[serde(deny_unknown_fields)]
 pub(crate) struct PriorityBody {
     /// Each code's SHA-256, `sha256:<64 hex digits>`.
-    #[schema(inline, value_type = Vec<CodeDigest>)]
+    #[schema(inline, value_type = Vec<crate::openapi::CodeDigest>)]
     pub(crate) codes: Vec<String>,
     /// Joins each code admits to the priority lane (1 if absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub(crate) uses: Option<u64>,
 }
-
-/// The SHA-256 digest of a priority access code.
-#[derive(ToSchema)]
-#[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
-#[allow(dead_code)]
-pub(crate) struct CodeDigest(String);
 
 /// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -343,27 +337,6 @@ impl EventBody {
         }
     }
 }
-
-/// A path glob a room protects, starting with `/`.
-#[derive(ToSchema)]
-#[schema(pattern = "^/", example = "/events/*/book/**")]
-#[allow(dead_code)]
-pub(crate) struct RoutePath(String);
-
-/// An absolute http(s) URI without user information or fragment.
-#[derive(ToSchema)]
-#[schema(
-    pattern = "^https?://[^/?#@\\s]+[^#\\s]*$",
-    example = "https://app.example/oauth2/callback"
-)]
-#[allow(dead_code)]
-pub(crate) struct RedirectUri(String);
-
-/// A room id.
-#[derive(ToSchema)]
-#[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$", example = "tier1")]
-#[allow(dead_code)]
-pub(crate) struct RoomIdText(String);
 
 /// `GET /admin/v1/rooms`
 #[derive(Debug, Serialize, ToSchema)]
@@ -425,8 +398,7 @@ impl RoomBody {
     security(("admin_key" = [])),
     responses(
         (status = 200, description = "Every room, ordered by id", body = RoomList),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store cannot be reached", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey, crate::openapi::StoreUnreachable,
     ))]
 pub(crate) async fn list(
     _: ReadAccess,
@@ -445,8 +417,7 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The room", body = RoomBody, headers(
             ("ETag" = String, description = "The room's version: send it as `If-Match` to change the room only if nobody changed it since"))),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn get_room(
     _: ReadAccess,
@@ -474,10 +445,7 @@ fn room_response(status: StatusCode, config: &RoomConfig) -> Response {
     responses(
         (status = 200, description = "Replaced", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
         (status = 201, description = "Created", body = RoomBody, headers(("ETag" = String, description = "The room's version"))),
-        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version (or does not exist); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::PutVersionMismatch,
     ))]
 pub(crate) async fn put_room(
     _: WriteAccess,
@@ -538,12 +506,7 @@ pub(crate) async fn put_room(
         version, else 412.",
     responses(
         (status = 200, description = "The room after the change", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
-        (status = 400, description = "Every problem with the body (or a malformed `If-Match`); nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Without `If-Match`: the room kept changing under the patch; nothing changed, try again", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` given and the room is not that version; nothing changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::PatchKeptChanging, crate::openapi::VersionMismatch,
     ))]
 pub(crate) async fn patch_room(
     _: WriteAccess,
@@ -582,10 +545,7 @@ pub(crate) async fn patch_room(
     params(("room" = String, Path, description = "Room id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A route or another room still needs this one", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::RoomInUse,
     ))]
 pub(crate) async fn delete_room(
     _: WriteAccess,
@@ -696,70 +656,78 @@ fn apply_fields(
             "mode" => set(&mut raw.mode, value, "text", &mut problem),
             "order" => set(&mut raw.order, value, "text", &mut problem),
             "identity" => set(&mut raw.identity, value, "text", &mut problem),
-            "identity_jwt" => {
-                let mut body: Option<IdentityJwtBody> = None;
-                set(&mut body, value, IDENTITY_JWT, &mut problem);
-                raw.identity_jwt = body.map(RawIdentityJwt::from);
-            }
             "requires" => set(&mut raw.requires, value, "a list of room ids", &mut problem),
             "page_template" => set(&mut raw.page_template, value, "text", &mut problem),
             "on_store_error" => set(&mut raw.on_store_error, value, "text", &mut problem),
-            "oidc" => set(
-                &mut raw.oidc,
-                value,
-                "an object with client_secret, redirect_uris and code_ttl",
-                &mut problem,
-            ),
-            "adaptive" => {
-                let mut body: Option<AdaptiveBody> = None;
-                set(&mut body, value, ADAPTIVE, &mut problem);
-                raw.adaptive = body.map(RawAdaptive::from);
-            }
-            "challenge" => {
-                let mut body: Option<ChallengeBody> = None;
-                set(&mut body, value, CHALLENGE, &mut problem);
-                raw.challenge = body.map(|body| RawChallenge {
-                    kind: body.kind,
-                    difficulty: body.difficulty,
-                });
-            }
             "before" => set(&mut raw.before, value, "text", &mut problem),
             "after" => set(&mut raw.after, value, "text", &mut problem),
-            "priority" => {
-                let mut lanes: Option<Vec<PriorityBody>> = None;
-                set(
-                    &mut lanes,
-                    value,
-                    "a list of {\"codes\": [...], \"uses\": n}",
-                    &mut problem,
-                );
-                if value.is_null() || lanes.is_some() {
-                    raw.priority = lanes.map(|lanes| {
-                        lanes
-                            .into_iter()
-                            .map(|lane| RawPriority {
-                                codes: lane.codes,
-                                uses: lane.uses,
-                            })
-                            .collect()
-                    });
-                }
-            }
-            "schedule" => {
-                let mut events: Option<Vec<EventBody>> = None;
-                set(
-                    &mut events,
-                    value,
-                    "a list of events with opens_at and closes_at",
-                    &mut problem,
-                );
-                if value.is_null() || events.is_some() {
-                    raw.schedule =
-                        events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
-                }
-            }
-            _ => problem("unknown field".to_owned()),
+            _ => apply_section(raw, name, value, &mut problem),
         }
+    }
+}
+
+/// Applies one of the room's sections (objects and lists of objects) of a `PATCH`, or says
+/// the field is unknown.
+fn apply_section(raw: &mut RawRoom, name: &str, value: &Value, problem: &mut impl FnMut(String)) {
+    match name {
+        "identity_jwt" => {
+            let mut body: Option<IdentityJwtBody> = None;
+            set(&mut body, value, IDENTITY_JWT, problem);
+            raw.identity_jwt = body.map(RawIdentityJwt::from);
+        }
+        "oidc" => set(
+            &mut raw.oidc,
+            value,
+            "an object with client_secret, redirect_uris and code_ttl",
+            problem,
+        ),
+        "adaptive" => {
+            let mut body: Option<AdaptiveBody> = None;
+            set(&mut body, value, ADAPTIVE, problem);
+            raw.adaptive = body.map(RawAdaptive::from);
+        }
+        "challenge" => {
+            let mut body: Option<ChallengeBody> = None;
+            set(&mut body, value, CHALLENGE, problem);
+            raw.challenge = body.map(|body| RawChallenge {
+                kind: body.kind,
+                difficulty: body.difficulty,
+            });
+        }
+        "priority" => {
+            let mut lanes: Option<Vec<PriorityBody>> = None;
+            set(
+                &mut lanes,
+                value,
+                "a list of {\"codes\": [...], \"uses\": n}",
+                problem,
+            );
+            if value.is_null() || lanes.is_some() {
+                raw.priority = lanes.map(|lanes| {
+                    lanes
+                        .into_iter()
+                        .map(|lane| RawPriority {
+                            codes: lane.codes,
+                            uses: lane.uses,
+                        })
+                        .collect()
+                });
+            }
+        }
+        "schedule" => {
+            let mut events: Option<Vec<EventBody>> = None;
+            set(
+                &mut events,
+                value,
+                "a list of events with opens_at and closes_at",
+                problem,
+            );
+            if value.is_null() || events.is_some() {
+                raw.schedule =
+                    events.map(|events| events.into_iter().map(EventBody::into_raw).collect());
+            }
+        }
+        _ => problem("unknown field".to_owned()),
     }
 }
 

@@ -168,9 +168,7 @@ pub(crate) struct HistoryBody {
     params(("room" = String, Path, description = "Room id"), StatsQuery),
     responses(
         (status = 200, description = "The room's stats", body = Stats),
-        (status = 400, description = "A bad query", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadQuery, crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn stats(
     _: ReadAccess,
@@ -331,9 +329,7 @@ impl SessionItem {
     params(("room" = String, Path, description = "Room id"), SessionsQuery),
     responses(
         (status = 200, description = "One page of sessions", body = SessionPage),
-        (status = 400, description = "A bad query", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid key", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such room", body = crate::error::Problem, content_type = "application/problem+json"),
+        crate::openapi::BadQuery, crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
     ))]
 pub(crate) async fn sessions(
     _: ReadAccess,

@@ -29,7 +29,7 @@ use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, StatusC
 use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::PageMode;
-use anteroom_core::engine::{Entry, SessionState};
+use anteroom_core::engine::{AdmittedView, Entry, SessionState};
 use anteroom_core::room::{Identity, RoomConfig, StoreErrorPolicy};
 use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
@@ -38,7 +38,7 @@ use anteroom_token::{PassError, PassExpectations};
 use crate::access_log::{Decided, Decision};
 use crate::cookies::{PASS_COOKIE_PREFIX, pass_cookie_name, read_room_cookie};
 use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, JoinAsk, JoinRefusal};
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
 use crate::page::{self, HeldBack};
 use crate::site_identity::SiteTokenError;
 use crate::{AppState, api};
@@ -95,8 +95,8 @@ pub(crate) enum Verdict {
         room: RoomId,
         config: Box<RoomConfig>,
     },
-    /// Refused outright (403 identity mismatch, 400 missing identity, …).
-    Refuse(ApiError),
+    /// Refused outright: by the join gate, or for the pass's identity (403 mismatch, …).
+    Refuse(JoinRefusal),
     /// Over the join limit (the limiter's 429, with its headers).
     Limited(Response),
 }
@@ -112,146 +112,221 @@ pub(crate) struct Waiting {
     pub(crate) retry_after_secs: u64,
 }
 
-/// Decides a request on `route`.
+/// What the rooms before have given a request: cookies to send (passes issued or renewed,
+/// tickets), the passes it holds, and whether a pass was issued with it.
+#[derive(Default)]
+struct Gathered {
+    cookies: Vec<HeaderValue>,
+    passes: Vec<HeldPass>,
+    admitted: bool,
+}
+
+/// Decides a request on `route`, room by room: each room lets it on, or answers.
 pub(crate) async fn decide(
     gateway: &Gateway,
     route: &Route,
     asked: &Asked<'_>,
     join: JoinWhen,
 ) -> Verdict {
-    let app = gateway.app();
-    let now = app.now();
-    let mut cookies = Vec::new();
-    let mut passes = Vec::new();
-    let mut admitted = false;
+    let now = gateway.app().now();
+    let mut gathered = Gathered::default();
     for room in gateway.inner.rooms.with_requirements(&route.rooms) {
-        let info = match gateway
-            .inner
-            .rooms
-            .get(app.store().as_ref(), &room, now)
-            .await
-        {
-            RoomLookup::Found(info) => info,
-            RoomLookup::Missing => return missing_room(gateway, route, room),
-            RoomLookup::StoreDown {
-                last,
-                config,
-                error,
-            } => {
-                let mut pass = None;
-                if let Some(info) = last.as_ref() {
-                    for token in asked_passes(asked.headers, &room) {
-                        pass = cached_or_verified(gateway, &room, info, token, now).await;
-                        if pass.is_some() {
-                            break;
-                        }
-                    }
-                }
-                if let Some(pass) = pass {
-                    passes.push(HeldPass { room, pass });
-                    continue;
-                }
-                app.store_failures().record(Some(&room), "room", &error);
-                match store_down(gateway, room, config.map(|config| *config)) {
-                    None => continue,
-                    Some(verdict) => return verdict,
-                }
-            }
+        let info = match look_up(gateway, route, asked, &room, now, &mut gathered).await {
+            Looked::Found(info) => info,
+            Looked::GoOn => continue,
+            Looked::Answer(verdict) => return verdict,
         };
-        if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
-            return Verdict::Closed {
-                room,
-                config: Box::new(info.config.clone()),
-            };
-        }
-        if let Some(pass) = valid_pass(gateway, &room, &info, asked.headers, now).await {
-            if let Err(error) = check_identity(app, &info.config, asked, &pass).await {
-                return Verdict::Refuse(error);
-            }
-            if let Some(cookie) = renew(gateway, &room, &info, &pass, now).await {
-                cookies.push(cookie);
-            }
-            passes.push(HeldPass { room, pass });
-            continue;
-        }
-        if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
-            return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
-        }
-        // Every way into the line passes the same gate (SPEC §14.2); a room asking for a
-        // proof of work takes no new ticket here: the waiting page solves it first.
-        let proven: Vec<RoomId> = passes.iter().map(|held| held.room.clone()).collect();
-        let caller = Caller {
-            proven_passes: &proven,
-            ..Caller::new(asked.headers, asked.extensions)
-        };
-        let ask = JoinAsk {
-            return_to: Some(return_path(asked.uri)),
-            ..JoinAsk::default()
-        };
-        let joined = join_gate::join(app, &room, &info.config, &caller, Door::Gateway, ask).await;
-        gateway.inner.rooms.invalidate(&room);
-        match joined {
-            Ok(Entry::Admitted(view)) => {
-                let session = view.session.clone();
-                let answer = match api::entry_answer(
-                    app,
-                    &room,
-                    api::StatusTerms::of(&info.config),
-                    Entry::Admitted(view),
-                ) {
-                    Ok(answer) => answer,
-                    Err(error) => return Verdict::Refuse(error),
-                };
-                let mut set = HeaderMap::new();
-                api::set_entry_cookies(app, &room, &answer, &mut set);
-                cookies.extend(set.get_all(header::SET_COOKIE).iter().cloned());
-                if let Some((token, _)) = &answer.pass {
-                    let pass = remember_issued(gateway, &room, &info, token, &session, now);
-                    passes.push(HeldPass { room, pass });
-                    admitted = true;
-                }
-            }
-            Ok(entry @ Entry::Waiting(_)) => {
-                // The visitor polls at the page's pace (§5.5); so should a client.
-                let retry_after_secs = match &entry {
-                    Entry::Waiting(view) => clamp_retry_after(
-                        anteroom_core::eta::next_poll_ms(view.ahead, &mut rand::thread_rng())
-                            .div_ceil(1000),
-                    ),
-                    Entry::Admitted(_) => DEFAULT_RETRY_AFTER_SECS,
-                };
-                return Verdict::Wait(Box::new(Waiting {
-                    room,
-                    config: info.config.clone(),
-                    entry: Some(entry),
-                    cookies,
-                    retry_after_secs,
-                }));
-            }
-            Err(JoinRefusal::ChallengeNeeded(_) | JoinRefusal::PassRequired(_)) => {
-                return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
-            }
-            Err(JoinRefusal::Limited(response)) => return Verdict::Limited(response),
-            Err(JoinRefusal::Failed(error)) if error.code() == "room_closed" => {
-                return Verdict::Closed {
-                    room,
-                    config: Box::new(info.config.clone()),
-                };
-            }
-            Err(JoinRefusal::Failed(error)) if error.code() == "store_unavailable" => {
-                match store_down(gateway, room, Some(info.config.clone())) {
-                    None => continue,
-                    Some(verdict) => return verdict,
-                }
-            }
-            Err(JoinRefusal::Failed(error)) => return Verdict::Refuse(error),
+        let verdict = decide_room(gateway, asked, join, room, &info, now, &mut gathered).await;
+        if let Some(verdict) = verdict {
+            return verdict;
         }
     }
     Verdict::Allow {
-        cookies,
-        passes,
-        admitted,
+        cookies: gathered.cookies,
+        passes: gathered.passes,
+        admitted: gathered.admitted,
     }
+}
+
+/// A room looked up for a request.
+enum Looked {
+    Found(Arc<RoomInfo>),
+    /// The store cannot be reached and the request goes on (with a pass, or the room's
+    /// `on_store_error = "open"`).
+    GoOn,
+    Answer(Verdict),
+}
+
+/// Looks `room` up; when the store cannot be reached, a pass that verifies against the last
+/// known figures goes on, and otherwise the room's `on_store_error` decides.
+async fn look_up(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+    room: &RoomId,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Looked {
+    let app = gateway.app();
+    let lookup = gateway
+        .inner
+        .rooms
+        .get(app.store().as_ref(), room, now)
+        .await;
+    let (last, config, error) = match lookup {
+        RoomLookup::Found(info) => return Looked::Found(info),
+        RoomLookup::Missing => return Looked::Answer(missing_room(gateway, route, room.clone())),
+        RoomLookup::StoreDown {
+            last,
+            config,
+            error,
+        } => (last, config, error),
+    };
+    if let Some(info) = last.as_ref() {
+        for token in asked_passes(asked.headers, room) {
+            if let Some(pass) = cached_or_verified(gateway, room, info, token, now).await {
+                gathered.passes.push(HeldPass {
+                    room: room.clone(),
+                    pass,
+                });
+                return Looked::GoOn;
+            }
+        }
+    }
+    app.store_failures().record(Some(room), "room", &error);
+    match store_down(gateway, room.clone(), config.map(|config| *config)) {
+        None => Looked::GoOn,
+        Some(verdict) => Looked::Answer(verdict),
+    }
+}
+
+/// What one room the store knows says of the request: `None` to go on to the next room.
+async fn decide_room(
+    gateway: &Gateway,
+    asked: &Asked<'_>,
+    join: JoinWhen,
+    room: RoomId,
+    info: &RoomInfo,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
+        return Some(Verdict::Closed {
+            room,
+            config: Box::new(info.config.clone()),
+        });
+    }
+    if let Some(pass) = valid_pass(gateway, &room, info, asked.headers, now).await {
+        if let Err(refusal) = check_identity(app, &info.config, asked, &pass).await {
+            return Some(Verdict::Refuse(JoinRefusal::Identity(refusal)));
+        }
+        if let Some(cookie) = renew(gateway, &room, info, &pass, now).await {
+            gathered.cookies.push(cookie);
+        }
+        gathered.passes.push(HeldPass { room, pass });
+        return None;
+    }
+    if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
+        let cookies = std::mem::take(&mut gathered.cookies);
+        return Some(Verdict::Wait(Box::new(waiting_without_entry(
+            room, info, cookies,
+        ))));
+    }
+    join_room(gateway, asked, room, info, now, gathered).await
+}
+
+/// Joins a visitor without a pass to `room` through the join gate: admitted at once (the
+/// pass goes with the request), or held back with the place, or refused.
+async fn join_room(
+    gateway: &Gateway,
+    asked: &Asked<'_>,
+    room: RoomId,
+    info: &RoomInfo,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    // Every way into the line passes the same gate (SPEC §14.2); a room asking for a
+    // proof of work takes no new ticket here: the waiting page solves it first.
+    let proven: Vec<RoomId> = gathered
+        .passes
+        .iter()
+        .map(|held| held.room.clone())
+        .collect();
+    let caller = Caller {
+        proven_passes: &proven,
+        ..Caller::new(asked.headers, asked.extensions)
+    };
+    let ask = JoinAsk {
+        return_to: Some(return_path(asked.uri)),
+        ..JoinAsk::default()
+    };
+    let joined = join_gate::join(app, &room, &info.config, &caller, Door::Gateway, ask).await;
+    gateway.inner.rooms.invalidate(&room);
+    match joined {
+        Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
+        Ok(Entry::Waiting(view)) => {
+            // The visitor polls at the page's pace (§5.5); so should a client.
+            let retry_after_secs = clamp_retry_after(
+                anteroom_core::eta::next_poll_ms(view.ahead, &mut rand::thread_rng())
+                    .div_ceil(1000),
+            );
+            Some(Verdict::Wait(Box::new(Waiting {
+                room,
+                config: info.config.clone(),
+                entry: Some(Entry::Waiting(view)),
+                cookies: std::mem::take(&mut gathered.cookies),
+                retry_after_secs,
+            })))
+        }
+        Err(JoinRefusal::ChallengeNeeded(_) | JoinRefusal::PassRequired(_)) => {
+            Some(Verdict::Wait(Box::new(waiting_without_entry(
+                room,
+                info,
+                std::mem::take(&mut gathered.cookies),
+            ))))
+        }
+        Err(JoinRefusal::Limited(response)) => Some(Verdict::Limited(response)),
+        Err(JoinRefusal::Closed) => Some(Verdict::Closed {
+            room,
+            config: Box::new(info.config.clone()),
+        }),
+        Err(JoinRefusal::StoreUnavailable(_)) => {
+            store_down(gateway, room, Some(info.config.clone()))
+        }
+        Err(refusal) => Some(Verdict::Refuse(refusal)),
+    }
+}
+
+/// A visitor the gate admitted at once: the ticket and pass cookies go out, and the pass
+/// (cached as just issued) goes on with the request.
+fn admit(
+    gateway: &Gateway,
+    room: RoomId,
+    info: &RoomInfo,
+    view: AdmittedView,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    let session = view.session.clone();
+    let terms = api::StatusTerms::of(&info.config);
+    let answer = match api::entry_answer(app, &room, terms, Entry::Admitted(view)) {
+        Ok(answer) => answer,
+        Err(error) => return Some(Verdict::Refuse(JoinRefusal::Failed(error))),
+    };
+    let mut set = HeaderMap::new();
+    api::set_entry_cookies(app, &room, &answer, &mut set);
+    gathered
+        .cookies
+        .extend(set.get_all(header::SET_COOKIE).iter().cloned());
+    if let Some((token, _)) = &answer.pass {
+        let pass = remember_issued(gateway, &room, info, token, &session, now);
+        gathered.passes.push(HeldPass { room, pass });
+        gathered.admitted = true;
+    }
+    None
 }
 
 /// `Retry-After` when nothing better is known.
@@ -445,7 +520,7 @@ async fn check_identity(
     config: &RoomConfig,
     asked: &Asked<'_>,
     pass: &CachedPass,
-) -> Result<(), ApiError> {
+) -> Result<(), IdentityRefusal> {
     let mutating = matches!(
         *asked.method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -453,16 +528,7 @@ async fn check_identity(
     if !mutating {
         return Ok(());
     }
-    let mismatch = || {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            "identity_mismatch",
-            format!(
-                "the pass of room {:?} belongs to another user",
-                config.id.as_str()
-            ),
-        )
-    };
+    let mismatch = || IdentityRefusal::Mismatch(config.id.clone());
     match &config.identity {
         Identity::Anonymous => Ok(()),
         Identity::Header(name) => {
@@ -487,8 +553,8 @@ async fn check_identity(
                 // An anonymous pass (the room does not require the site's token) stays
                 // anonymous: it binds nobody, whatever token comes with it.
                 (None, _) if !site.required => Ok(()),
-                (Some(_), Ok(None)) => Err(SiteTokenError::Missing.to_api_error()),
-                (Some(_), Err(error)) => Err(error.to_api_error()),
+                (Some(_), Ok(None)) => Err(IdentityRefusal::SiteToken(SiteTokenError::Missing)),
+                (Some(_), Err(error)) => Err(IdentityRefusal::SiteToken(error)),
                 _ => Err(mismatch()),
             }
         }
@@ -663,59 +729,59 @@ pub(crate) async fn protect(
         JoinWhen::AdmitsAtOnce
     };
     let verdict = decide(gateway, route, asked, join).await;
-    // Only a request held back is told where it was going.
-    let return_to = match verdict {
-        Verdict::Allow { .. } => String::new(),
-        _ => return_path(asked.uri),
-    };
-    let app = gateway.app();
     let decided = decided(&verdict, first_room);
-    let mut response = match verdict {
+    match answer(gateway, route, asked, navigation, verdict) {
+        Ok((cookies, passes)) => Ok((cookies, passes, decided)),
+        Err(response) => {
+            let mut response = *response;
+            response.extensions_mut().insert(decided);
+            Err(response)
+        }
+    }
+}
+
+/// The cookies and passes of a request let through, or the answer to one held back: a page
+/// for a navigation, else problem+json (or the limiter's 429).
+fn answer(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+    navigation: bool,
+    verdict: Verdict,
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Box<Response>> {
+    let app = gateway.app();
+    // Only a request held back is told where it was going.
+    let return_to = || return_path(asked.uri);
+    let page = |room: &RoomId, config: &RoomConfig, held: HeldBack| {
+        page::held_back_page(app, room, config, held, &return_to(), asked.headers)
+    };
+    Err(Box::new(match verdict {
         Verdict::Allow {
             cookies, passes, ..
-        } => return Ok((cookies, passes, decided)),
+        } => return Ok((cookies, passes)),
         Verdict::Wait(waiting) => held_back(
             gateway,
             route,
             navigation,
             waiting,
-            &return_to,
+            &return_to(),
             asked.headers,
         ),
-        Verdict::Closed { room, config } if navigation => page::held_back_page(
-            app,
-            &room,
-            &config,
-            HeldBack::Closed,
-            &return_to,
-            asked.headers,
-        ),
-        Verdict::Closed { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "room_closed",
-            "this room is closed",
-        )
-        .into_response(),
-        Verdict::Unavailable { room, config } if navigation => page::held_back_page(
-            app,
-            &room,
-            &config,
-            HeldBack::Unavailable,
-            &return_to,
-            asked.headers,
-        ),
+        Verdict::Closed { room, config } if navigation => page(&room, &config, HeldBack::Closed),
+        Verdict::Closed { .. } => ApiError::room_closed().into_response(),
+        Verdict::Unavailable { room, config } if navigation => {
+            page(&room, &config, HeldBack::Unavailable)
+        }
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         // A browser refused for its sign-in is told so in a page, not in JSON.
-        Verdict::Refuse(error)
-            if navigation && matches!(error.code(), "identity_required" | "identity_invalid") =>
+        Verdict::Refuse(JoinRefusal::Identity(refusal))
+            if navigation && let Some(sign_in) = refusal.sign_in() =>
         {
-            page::sign_in_page(&error)
+            page::sign_in_page(refusal, sign_in)
         }
-        Verdict::Refuse(error) => error.into_response(),
+        Verdict::Refuse(refusal) => refusal.into_response(),
         Verdict::Limited(response) => response,
-    };
-    response.extensions_mut().insert(decided);
-    Err(response)
+    }))
 }
 
 /// What the access log says of `verdict` on a route whose first room is `first_room`.

@@ -113,42 +113,62 @@ impl RoomCache {
             Ok::<_, StoreError>((config, snapshot))
         };
         match read.await {
-            Ok((config, snapshot)) => {
-                if self.missing.write().remove(room).is_some() {
-                    tracing::info!(%room, "the room exists again; its routes are served");
-                }
-                let info = Arc::new(RoomInfo {
-                    config,
-                    snapshot,
-                    read_at: now,
-                    refreshing: AtomicBool::new(false),
-                });
-                self.rooms.write().insert(room.clone(), info.clone());
-                RoomLookup::Found(info)
-            }
-            Err(StoreError::RoomNotFound(_)) => {
-                self.rooms.write().remove(room);
-                let first = self.missing.write().insert(room.clone(), now).is_none();
-                if first {
-                    tracing::warn!(%room, "a route names a room the store does not have; its routes answer 503 until it exists again");
-                }
-                RoomLookup::Missing
-            }
-            Err(error) => {
-                if let Some(info) = &cached {
-                    info.refreshing.store(false, Ordering::Release);
-                }
-                let config = cached
-                    .as_ref()
-                    .map(|info| info.config.clone())
-                    .or_else(|| self.configured.load().get(room).cloned())
-                    .map(Box::new);
-                RoomLookup::StoreDown {
-                    last: cached,
-                    config,
-                    error,
-                }
-            }
+            Ok((config, snapshot)) => self.read(room, config, snapshot, now),
+            Err(StoreError::RoomNotFound(_)) => self.went_missing(room, now),
+            Err(error) => self.store_down(room, cached, error),
+        }
+    }
+
+    /// Keeps a room just read from the store.
+    fn read(
+        &self,
+        room: &RoomId,
+        config: RoomConfig,
+        snapshot: RoomSnapshot,
+        now: Timestamp,
+    ) -> RoomLookup {
+        if self.missing.write().remove(room).is_some() {
+            tracing::info!(%room, "the room exists again; its routes are served");
+        }
+        let info = Arc::new(RoomInfo {
+            config,
+            snapshot,
+            read_at: now,
+            refreshing: AtomicBool::new(false),
+        });
+        self.rooms.write().insert(room.clone(), info.clone());
+        RoomLookup::Found(info)
+    }
+
+    /// Remembers that the store does not have `room` (said once, when it goes missing).
+    fn went_missing(&self, room: &RoomId, now: Timestamp) -> RoomLookup {
+        self.rooms.write().remove(room);
+        let first = self.missing.write().insert(room.clone(), now).is_none();
+        if first {
+            tracing::warn!(%room, "a route names a room the store does not have; its routes answer 503 until it exists again");
+        }
+        RoomLookup::Missing
+    }
+
+    /// The store cannot be reached: the last known figures and configuration, if any.
+    fn store_down(
+        &self,
+        room: &RoomId,
+        cached: Option<Arc<RoomInfo>>,
+        error: StoreError,
+    ) -> RoomLookup {
+        if let Some(info) = &cached {
+            info.refreshing.store(false, Ordering::Release);
+        }
+        let config = cached
+            .as_ref()
+            .map(|info| info.config.clone())
+            .or_else(|| self.configured.load().get(room).cloned())
+            .map(Box::new);
+        RoomLookup::StoreDown {
+            last: cached,
+            config,
+            error,
         }
     }
 
