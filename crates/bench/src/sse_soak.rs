@@ -190,7 +190,7 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
         let expected = shared.open_now().saturating_sub(1);
         let cpu_before = process.cpu_seconds()?;
         let changed_at = Instant::now();
-        shared.begin_change(next.position, SystemTime::now());
+        shared.begin_change(next.position, wall_clock());
         control
             .complete(&args.room, &session, &args.service_key)
             .await?;
@@ -320,7 +320,6 @@ impl Shared {
         delays.sort();
         delays
     }
-
 }
 
 impl StreamEvents for Shared {
@@ -358,6 +357,13 @@ impl StreamEvents for Shared {
             *self.admitted_delay.lock() = Some(at.duration_since(changed_at).unwrap_or_default());
         }
     }
+}
+
+/// The system clock: the coordinator and the follower processes measure a change's delay
+/// across processes, and it is the clock they share.
+fn wall_clock() -> SystemTime {
+    #[allow(clippy::disallowed_methods)]
+    SystemTime::now()
 }
 
 /// One stream to open: where, from which source address, for which ticket.
@@ -414,7 +420,7 @@ pub(crate) async fn follow_stream<E: StreamEvents>(request: StreamRequest, share
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let at = SystemTime::now();
+        let at = wall_clock();
         buffer.extend_from_slice(&data);
         while let Some(end) = find(&buffer, b"\n\n") {
             let event: Vec<u8> = buffer.drain(..end + 2).collect();

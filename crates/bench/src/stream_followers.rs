@@ -157,7 +157,9 @@ fn from_micros(micros: u64) -> SystemTime {
 }
 
 fn micros(at: SystemTime) -> u128 {
-    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros()
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros()
 }
 
 /// A follower's reports, written to standard output one line at a time.
