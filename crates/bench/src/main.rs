@@ -14,6 +14,7 @@
 
 mod crowd;
 mod sse_soak;
+mod stream_followers;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -46,6 +47,9 @@ enum Command {
     },
     /// Holds many SSE waiters on one anteroom and measures update delay, memory and CPU.
     SseSoak(sse_soak::SseSoakArgs),
+    /// One process holding a share of `sse-soak`'s streams (started by it).
+    #[command(hide = true)]
+    SseSoakStreams(stream_followers::FollowerArgs),
     /// Runs a flash crowd of virtual visitors from a scenario file and writes a report.
     Crowd(crowd::CrowdArgs),
     /// One worker process of `crowd` (started by it).
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::SseSoak(args) => sse_soak::run(args).map(|()| ExitCode::SUCCESS),
+        Command::SseSoakStreams(args) => stream_followers::run(args).map(|()| ExitCode::SUCCESS),
         Command::Crowd(args) => crowd::run(args),
         Command::CrowdWorker(args) => crowd::run_worker(args),
     }

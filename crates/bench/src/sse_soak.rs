@@ -2,19 +2,22 @@
 //!
 //! The client joins `--connections` visitors to a room that admits one at a time, opens one
 //! event stream per visitor (one task per stream, at a bounded rate, spreading source addresses
-//! over `127.0.0.x` so local ports do not run short), then moves the line a few times by
+//! over `127.0.0.x` so local ports do not run short, the streams held by a few follower
+//! processes of their own: `stream_followers.rs`), then moves the line a few times by
 //! completing the admitted visitor's session with the service key: the server admits the next
 //! visitor and every waiting stream must show the new serving counter. For every stream it
 //! measures the delay from the change to the `status` event that shows it; for the server
 //! process it reads resident memory before and after the streams opened and CPU time around each
-//! change (from `/proc/<pid>/`). It stops by itself after each phase's time limit.
+//! change (from `/proc/<pid>/`). It stops by itself after each phase's time limit, and fails
+//! when a stream could not be opened, missed a change, or the memory per stream passed
+//! `--max-kib-per-stream`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
@@ -27,6 +30,8 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpSocket;
+
+use crate::stream_followers::{FollowerPlan, Followers};
 
 /// Options of `anteroom-bench sse-soak`.
 #[derive(Debug, Args)]
@@ -44,6 +49,12 @@ pub(crate) struct SseSoakArgs {
     /// Concurrent event streams (one waiting visitor each).
     #[arg(long, default_value_t = 15_000)]
     connections: usize,
+    /// Processes the streams are spread over (each needs a descriptor per stream).
+    #[arg(long, default_value_t = 4)]
+    stream_processes: usize,
+    /// Fail when the server's resident memory grew by more than this per open stream (KiB).
+    #[arg(long)]
+    max_kib_per_stream: Option<f64>,
     /// A key of `[auth] service_keys`, to complete sessions.
     #[arg(long)]
     service_key: String,
@@ -107,7 +118,7 @@ pub(crate) fn run(args: SseSoakArgs) -> anyhow::Result<()> {
 }
 
 async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
-    let target = Target::from_args(&args)?;
+    let target = Target::parse(&args.target, args.ca_file.as_deref())?;
     let process = Process::new(args.pid)?;
     let started = Instant::now();
     let rss_at_start = process.rss_kib()?;
@@ -138,35 +149,29 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
 
     let shared = Arc::new(Shared::default());
     let opened_at = Instant::now();
-    let mut streams = Vec::with_capacity(tickets.len());
-    let batch = (args.ramp / 100).max(1) as usize;
-    let mut ticks = tokio::time::interval(Duration::from_millis(10));
-    for (index, ticket) in tickets.iter().enumerate() {
-        if index % batch == 0 {
-            ticks.tick().await;
-        }
-        let source = source_address(index, args.source_addresses);
-        let request = StreamRequest {
-            target: target.clone(),
-            source,
-            room: args.room.clone(),
-            ticket: ticket.token.clone(),
-            position: ticket.position,
-        };
-        streams.push(tokio::spawn(follow_stream(request, shared.clone())));
-    }
-    let connect_limit = Instant::now() + Duration::from_secs(60);
-    while shared.connected.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed)
-        < tickets.len()
-        && Instant::now() < connect_limit
-    {
+    let plan = FollowerPlan {
+        target: &args.target,
+        ca_file: args.ca_file.as_deref(),
+        room: &args.room,
+        ramp: args.ramp,
+        source_addresses: args.source_addresses,
+    };
+    let shares: Vec<(u64, String)> = tickets
+        .iter()
+        .map(|ticket| (ticket.position, ticket.token.clone()))
+        .collect();
+    let followers = Followers::start(args.stream_processes, &plan, &shares, &shared)?;
+    // The ramp's own time, and a minute for the stragglers.
+    let ramp_time = Duration::from_secs_f64(tickets.len() as f64 / f64::from(args.ramp.max(1)));
+    let connect_limit = Instant::now() + ramp_time + Duration::from_secs(60);
+    while shared.connected() + shared.failed() < tickets.len() && Instant::now() < connect_limit {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let open_seconds = opened_at.elapsed().as_secs_f64();
-    let connected = shared.connected.load(Ordering::Relaxed);
+    let connected = shared.connected();
     eprintln!(
         "{connected} streams open after {open_seconds:.1} s, {} failed",
-        shared.failed.load(Ordering::Relaxed)
+        shared.failed()
     );
     if connected == 0 {
         bail!("no stream opened: {:?}", shared.errors.lock());
@@ -182,10 +187,10 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
         tokio::time::sleep(args.cpu_window).await;
         let idle_cpu = process.cpu_seconds()? - idle_before;
 
-        let expected = shared.open.load(Ordering::Relaxed).saturating_sub(1);
+        let expected = shared.open_now().saturating_sub(1);
         let cpu_before = process.cpu_seconds()?;
         let changed_at = Instant::now();
-        *shared.change.lock() = Some((next.position, changed_at));
+        shared.begin_change(next.position, wall_clock());
         control
             .complete(&args.room, &session, &args.service_key)
             .await?;
@@ -223,7 +228,7 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let report = Report {
         connections: tickets.len(),
         connected,
-        failed: shared.failed.load(Ordering::Relaxed),
+        failed: shared.failed(),
         errors: shared.errors.lock().clone(),
         join_seconds,
         open_seconds,
@@ -238,16 +243,29 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
         ramp: args.ramp,
         cpu_window: args.cpu_window,
     };
+    drop(followers);
     report.print();
-    for stream in &streams {
-        stream.abort();
-    }
-    Ok(())
+    report.verdict(args.max_kib_per_stream)
 }
 
-/// What the stream tasks report to the coordinator.
+/// What a stream reports as it goes (to the coordinator's [`Shared`], through a follower
+/// process's output).
+pub(crate) trait StreamEvents: Send + Sync + 'static {
+    /// The stream answered 200 and sent its first status.
+    fn opened(&self);
+    /// An opened stream ended.
+    fn closed(&self);
+    /// The stream could not be opened, for `reason`.
+    fn fail(&self, reason: String);
+    /// The stream showed the serving counter `serving`, higher than before, at `at`.
+    fn observe(&self, serving: u64, at: SystemTime);
+    /// The stream said its visitor was admitted, at `at`.
+    fn observe_admitted(&self, at: SystemTime);
+}
+
+/// What the streams report to the coordinator.
 #[derive(Default)]
-struct Shared {
+pub(crate) struct Shared {
     /// Streams that answered 200 and sent their first status.
     connected: AtomicUsize,
     /// Streams open now.
@@ -256,8 +274,9 @@ struct Shared {
     failed: AtomicUsize,
     /// Why streams failed, counted by reason.
     errors: Mutex<HashMap<String, usize>>,
-    /// The change being measured: the serving counter it leads to, and when it was made.
-    change: Mutex<Option<(u64, Instant)>>,
+    /// The change being measured: the serving counter it leads to, and when it was made
+    /// (wall-clock time, which the follower processes share).
+    change: Mutex<Option<(u64, SystemTime)>>,
     /// For each serving value, when each stream first showed it (delay from the change).
     first_seen: Mutex<HashMap<u64, Vec<Duration>>>,
     /// How long the admitted visitor's stream took to say `admitted`, for the latest change.
@@ -267,16 +286,31 @@ struct Shared {
 }
 
 impl Shared {
-    fn fail(&self, reason: String) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
-        *self.errors.lock().entry(reason).or_default() += 1;
+    /// From now, streams showing `serving` or more count towards the change made `at`.
+    pub(crate) fn begin_change(&self, serving: u64, at: SystemTime) {
+        *self.change.lock() = Some((serving, at));
+    }
+
+    /// Streams that opened so far.
+    pub(crate) fn connected(&self) -> usize {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Streams open now.
+    pub(crate) fn open_now(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Streams that could not be opened.
+    pub(crate) fn failed(&self) -> usize {
+        self.failed.load(Ordering::Relaxed)
     }
 
     fn seen(&self, serving: u64) -> usize {
         self.first_seen.lock().get(&serving).map_or(0, Vec::len)
     }
 
-    fn delays(&self, serving: u64) -> Vec<Duration> {
+    pub(crate) fn delays(&self, serving: u64) -> Vec<Duration> {
         let mut delays = self
             .first_seen
             .lock()
@@ -286,9 +320,25 @@ impl Shared {
         delays.sort();
         delays
     }
+}
 
-    /// A stream showed `serving`: record the delay if it is the change being measured.
-    fn observe(&self, serving: u64, at: Instant) {
+impl StreamEvents for Shared {
+    fn opened(&self) {
+        self.connected.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn closed(&self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn fail(&self, reason: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        *self.errors.lock().entry(reason).or_default() += 1;
+    }
+
+    /// Records the delay if `serving` is that of the change being measured (or later).
+    fn observe(&self, serving: u64, at: SystemTime) {
         self.events.fetch_add(1, Ordering::Relaxed);
         let Some((target, changed_at)) = *self.change.lock() else {
             return;
@@ -298,27 +348,35 @@ impl Shared {
                 .lock()
                 .entry(target)
                 .or_default()
-                .push(at.saturating_duration_since(changed_at));
+                .push(at.duration_since(changed_at).unwrap_or_default());
         }
     }
 
-    fn observe_admitted(&self, at: Instant) {
+    fn observe_admitted(&self, at: SystemTime) {
         if let Some((_, changed_at)) = *self.change.lock() {
-            *self.admitted_delay.lock() = Some(at.saturating_duration_since(changed_at));
+            *self.admitted_delay.lock() = Some(at.duration_since(changed_at).unwrap_or_default());
         }
     }
 }
 
-struct StreamRequest {
-    target: Target,
-    source: Option<IpAddr>,
-    room: String,
-    ticket: String,
-    position: u64,
+/// The system clock: the coordinator and the follower processes measure a change's delay
+/// across processes, and it is the clock they share.
+fn wall_clock() -> SystemTime {
+    #[allow(clippy::disallowed_methods)]
+    SystemTime::now()
+}
+
+/// One stream to open: where, from which source address, for which ticket.
+pub(crate) struct StreamRequest {
+    pub(crate) target: Target,
+    pub(crate) source: Option<IpAddr>,
+    pub(crate) room: String,
+    pub(crate) ticket: String,
+    pub(crate) position: u64,
 }
 
 /// One visitor's event stream: open it, then report every new serving counter it shows.
-async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
+pub(crate) async fn follow_stream<E: StreamEvents>(request: StreamRequest, shared: Arc<E>) {
     let stream = match connect(&request.target, request.source).await {
         Ok(stream) => stream,
         Err(error) => return shared.fail(format!("connect: {}", error.kind())),
@@ -362,7 +420,7 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let at = Instant::now();
+        let at = wall_clock();
         buffer.extend_from_slice(&data);
         while let Some(end) = find(&buffer, b"\n\n") {
             let event: Vec<u8> = buffer.drain(..end + 2).collect();
@@ -370,8 +428,7 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
                 Some(EventKind::Status) => {
                     if !connected {
                         connected = true;
-                        shared.connected.fetch_add(1, Ordering::Relaxed);
-                        shared.open.fetch_add(1, Ordering::Relaxed);
+                        shared.opened();
                     }
                     if let Some(serving) = number_field(&event, b"\"serving\":")
                         && serving > last_serving
@@ -386,7 +443,7 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
         }
     }
     if connected {
-        shared.open.fetch_sub(1, Ordering::Relaxed);
+        shared.closed();
     } else {
         shared.fail(format!(
             "stream of {} ended before its first status",
@@ -456,17 +513,18 @@ async fn connect(target: &Target, source: Option<IpAddr>) -> std::io::Result<Box
 
 /// Where the joins and streams go: the listener's address, and TLS for an `https://` target.
 #[derive(Clone)]
-struct Target {
+pub(crate) struct Target {
     address: SocketAddr,
     tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Target {
-    fn from_args(args: &SseSoakArgs) -> anyhow::Result<Target> {
-        let (rest, https) = match args.target.strip_prefix("https://") {
+    /// `target` (`http(s)://IP:PORT`), an `https://` one checked against `ca_file`.
+    pub(crate) fn parse(target: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Target> {
+        let (rest, https) = match target.strip_prefix("https://") {
             Some(rest) => (rest, true),
             None => (
-                args.target
+                target
                     .strip_prefix("http://")
                     .ok_or_else(|| anyhow!("--target must be http(s)://IP:PORT"))?,
                 false,
@@ -475,8 +533,8 @@ impl Target {
         let address = rest
             .trim_end_matches('/')
             .parse()
-            .with_context(|| format!("--target {}: expected http(s)://IP:PORT", args.target))?;
-        let tls = match (https, &args.ca_file) {
+            .with_context(|| format!("--target {target}: expected http(s)://IP:PORT"))?;
+        let tls = match (https, ca_file) {
             (false, _) => None,
             (true, None) => bail!("an https:// --target needs --ca-file"),
             (true, Some(path)) => Some(tls_connector(path)?),
@@ -502,7 +560,7 @@ fn tls_connector(path: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConn
 }
 
 /// `127.0.0.1 … 127.0.0.N` in turn; `None` (any) when N is 1 or less.
-fn source_address(index: usize, addresses: u8) -> Option<IpAddr> {
+pub(crate) fn source_address(index: usize, addresses: u8) -> Option<IpAddr> {
     if addresses <= 1 {
         return None;
     }
@@ -746,10 +804,46 @@ struct Report {
 }
 
 impl Report {
+    /// The server's resident memory grown per open stream, KiB.
+    fn kib_per_stream(&self) -> f64 {
+        (self.rss_after.saturating_sub(self.rss_before)) as f64 / self.connected.max(1) as f64
+    }
+
+    /// An error naming what failed: streams not opened, changes missed, memory per stream
+    /// past `max_kib_per_stream`.
+    fn verdict(&self, max_kib_per_stream: Option<f64>) -> anyhow::Result<()> {
+        let mut problems = Vec::new();
+        if self.connected < self.connections {
+            problems.push(format!(
+                "{} of {} streams did not open",
+                self.connections - self.connected,
+                self.connections
+            ));
+        }
+        for change in &self.changes {
+            let missing = change.expected.saturating_sub(change.delays.len());
+            if missing > 0 {
+                problems.push(format!("{missing} streams missed change {}", change.number));
+            }
+        }
+        let per_stream = self.kib_per_stream();
+        if let Some(max) = max_kib_per_stream
+            && per_stream > max
+        {
+            problems.push(format!(
+                "{per_stream:.1} KiB of server memory per stream, over the limit of {max} KiB"
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", problems.join("; "))
+        }
+    }
+
     #[allow(clippy::print_stdout)]
     fn print(&self) {
-        let per_connection =
-            (self.rss_after.saturating_sub(self.rss_before)) as f64 / self.connected.max(1) as f64;
+        let per_connection = self.kib_per_stream();
         println!();
         println!("| figure | value |");
         println!("|---|---|");

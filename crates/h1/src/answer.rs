@@ -1,6 +1,8 @@
 //! Answer heads both ways: the heads the node writes to visitors, and the heads it reads from
 //! the origin, with how the origin's body ends (RFC 9112 §6.3).
 
+use std::mem::MaybeUninit;
+
 use bytes::BytesMut;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
@@ -155,9 +157,16 @@ pub fn parse_answer_head(
     buffer: &mut BytesMut,
     spare: usize,
 ) -> Result<Option<AnswerHead>, MalformedAnswer> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_HEADERS];
-    let mut parsed = httparse::Response::new(&mut fields);
-    let length = match parsed.parse(buffer) {
+    // Left uninitialised: httparse writes the fields it finds (filling 100 empty ones first
+    // cost more than parsing a small head).
+    let mut fields = [const { MaybeUninit::uninit() }; MAX_ANSWER_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let parsing = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut parsed,
+        buffer,
+        &mut fields,
+    );
+    let length = match parsing {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) if buffer.len() < MAX_ANSWER_HEAD_BYTES => return Ok(None),
         Ok(httparse::Status::Partial) | Err(_) => return Err(MalformedAnswer),

@@ -1,6 +1,8 @@
 //! Request heads as a visitor sends them: parsed without copying, checked, and told how their
 //! body is framed.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, Method, Request, Uri, Version};
@@ -13,6 +15,10 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// The most header fields a request head may have (hyper's default is 100; browsers send 15).
 pub const MAX_HEADERS: usize = 64;
+
+/// Fields a proxy adds to a request after it is parsed (`X-Request-Id`, `traceparent`): the
+/// header map is made with room for them.
+const ADDED_FIELDS: usize = 2;
 
 /// Request bodies up to this size are read whole before the request is served; larger ones
 /// are streamed.
@@ -122,9 +128,11 @@ pub enum Framing {
 /// values are slices of them (no copy). A head that parses but could be read more than one
 /// way is refused ([`check_request`]).
 pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut fields);
-    let length = match parsed.parse(buffer) {
+    // Left uninitialised: httparse writes the fields it finds (filling 64 empty ones first
+    // cost more than parsing a small head).
+    let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let length = match parsed.parse_with_uninit_headers(buffer, &mut fields) {
         Ok(httparse::Status::Partial) => {
             return if buffer.len() >= MAX_HEAD_BYTES {
                 Err(BadHead::TooLarge)
@@ -153,9 +161,10 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
     }
     let head = buffer.split_to(length).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
-    // Nothing is added on the way: the gateway writes the forwarding fields into the upstream
-    // request itself.
-    let headers = header_map(&head, fields, 0).ok_or(BadHead::Malformed)?;
+    // The gateway writes the forwarding fields into the upstream request itself; the map
+    // keeps room for the correlation fields it sets (`X-Request-Id`, `traceparent`), so
+    // setting them does not grow it.
+    let headers = header_map(&head, fields, ADDED_FIELDS).ok_or(BadHead::Malformed)?;
     check_request(version, &headers)?;
     let framing = framing(&method, &headers);
     let mut request = Request::new(());

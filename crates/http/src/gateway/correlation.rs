@@ -87,8 +87,24 @@ fn is_sane_request_id(value: &[u8]) -> bool {
 
 /// A new request id: 128 random bits in hex.
 fn new_request_id() -> HeaderValue {
-    let id = format!("{:032x}", rand::random::<u128>());
-    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    let mut id = [0; 32];
+    write_hex(&mut id, rand::random::<u128>());
+    header_value(&id)
+}
+
+/// `value`'s lowest `4 × out.len()` bits as lowercase hex digits, filling `out` (what
+/// `format!("{value:0width$x}")` writes, without the formatting machinery and its string).
+fn write_hex(out: &mut [u8], mut value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for digit in out.iter_mut().rev() {
+        *digit = DIGITS[(value & 0xf) as usize];
+        value >>= 4;
+    }
+}
+
+/// A header value of hex digits and dashes (always valid).
+fn header_value(text: &[u8]) -> HeaderValue {
+    HeaderValue::from_bytes(text).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// A W3C `traceparent` of version 00: the trace, the parent span and the flags.
@@ -142,11 +158,12 @@ impl TraceParent {
     }
 
     fn header_value(&self) -> HeaderValue {
-        let value = format!(
-            "00-{:032x}-{:016x}-{:02x}",
-            self.trace_id, self.parent_id, self.flags
-        );
-        HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+        // `00-<32 hex>-<16 hex>-<2 hex>`
+        let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        write_hex(&mut value[3..35], self.trace_id);
+        write_hex(&mut value[36..52], u128::from(self.parent_id));
+        write_hex(&mut value[53..55], u128::from(self.flags));
+        header_value(&value)
     }
 }
 
@@ -210,6 +227,22 @@ mod tests {
             );
             assert!(!out.contains_key("tracestate"), "{invalid}");
         }
+    }
+
+    #[test]
+    fn ids_are_written_as_format_writes_them() {
+        for value in [0, 1, 0xabc, u128::from(u64::MAX) << 7, u128::MAX] {
+            let mut hex = [0; 32];
+            write_hex(&mut hex, value);
+            assert_eq!(std::str::from_utf8(&hex).unwrap(), format!("{value:032x}"));
+        }
+        let trace = TraceParent {
+            trace_id: 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736,
+            parent_id: 0x00f0_67aa_0ba9_02b7,
+            flags: 1,
+        };
+        assert_eq!(trace.header_value(), VALID);
+        assert_eq!(new_request_id().len(), 32);
     }
 
     #[test]

@@ -41,9 +41,21 @@ impl UpstreamStream {
 
     /// Whether the origin has neither closed the connection nor sent anything on it since its
     /// last answer, checked without waiting (before an idle pooled connection is reused).
+    ///
+    /// The runtime's I/O driver is asked first: a connection it has not seen readable since
+    /// its last read came up short (which is how an answer's last read usually ends) has
+    /// neither bytes nor an end waiting, as far as the event loop knows, and is taken without
+    /// a system call, as hyper's pool and nginx's upstream keep-alive take theirs. Only a
+    /// connection the driver saw readable is probed with a `peek`. (A close still in flight
+    /// is a race either way: a request that then fails before its answer is retried when
+    /// idempotent.)
     pub(crate) fn is_quiet(&mut self) -> bool {
         match self {
             UpstreamStream::Plain(tcp) => {
+                let mut context = Context::from_waker(Waker::noop());
+                if tcp.poll_read_ready(&mut context).is_pending() {
+                    return true;
+                }
                 let mut probe = [MaybeUninit::<u8>::uninit(); 1];
                 matches!(
                     SockRef::from(&*tcp).peek(&mut probe),
