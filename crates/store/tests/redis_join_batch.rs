@@ -196,7 +196,12 @@ async fn a_batch_into_a_closed_or_missing_room_is_refused_for_every_join() {
     let before = redis.snapshot(&closed).await.unwrap();
 
     let calls_before = script_calls(&server);
-    let answers = join_all(mixed_joins().into_iter().map(|join| redis.join(&closed, join))).await;
+    let answers = join_all(
+        mixed_joins()
+            .into_iter()
+            .map(|join| redis.join(&closed, join)),
+    )
+    .await;
     assert_eq!(script_calls(&server) - calls_before, 1);
     for answer in &answers {
         assert_eq!(
@@ -207,7 +212,12 @@ async fn a_batch_into_a_closed_or_missing_room_is_refused_for_every_join() {
     assert_eq!(redis.snapshot(&closed).await.unwrap(), before);
 
     let missing = room_id("missing");
-    let answers = join_all(mixed_joins().into_iter().map(|join| redis.join(&missing, join))).await;
+    let answers = join_all(
+        mixed_joins()
+            .into_iter()
+            .map(|join| redis.join(&missing, join)),
+    )
+    .await;
     for answer in &answers {
         assert!(
             matches!(answer, Err(StoreError::RoomNotFound(room)) if *room == missing),
