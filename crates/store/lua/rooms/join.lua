@@ -55,7 +55,8 @@ local function spend_priority_code(digest)
   return true
 end
 
--- A new waiting ticket for `join`, admitted at once when nobody waits and limits allow.
+-- A new waiting ticket for `join`, admitted at once when nobody waits and limits allow; the
+-- ticket.
 local function new_ticket(join, priority)
   room.last_position = room.last_position + 1
   room.joined = room.joined + 1
@@ -91,6 +92,7 @@ local function new_ticket(join, priority)
     spend(1)
     admit(ticket)
   end
+  return ticket
 end
 
 -- One join; true as its second result when it made a new ticket.
@@ -122,7 +124,11 @@ local function join_one(join)
     end
     priority = true
   end
-  new_ticket(join, priority)
+  local ticket = new_ticket(join, priority)
+  if ticket.state == 'w' then
+    -- Its record is as written, seen now; positions only grow, so it is its lane's last.
+    return waiting_reply(ticket, redis.call('ZCARD', line_of(ticket)) - 1), true
+  end
   return status(join.ticket_id, room.generation, join.session_id), true
 end
 
