@@ -27,6 +27,9 @@
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
 //!   their own. A call that timed out may still have happened; for a join, whose ticket nobody
 //!   would hold, the store then cancels it (`cancel_join.lua`).
+//! - **Joins** into one room are group-committed (`join_batch.rs`): while a node's join call
+//!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
+//!   runs them in order and answers each.
 //! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
 //!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
 //!   Rooms written in layout 1 are migrated by the first script that touches them.
