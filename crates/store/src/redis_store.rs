@@ -27,6 +27,9 @@
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
 //!   their own. A call that timed out may still have happened; for a join, whose ticket nobody
 //!   would hold, the store then cancels it (`cancel_join.lua`).
+//! - **Joins** into one room are group-committed (`join_batch.rs`): while a node's join call
+//!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
+//!   runs them in order and answers each.
 //! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
 //!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
 //!   Rooms written in layout 1 are migrated by the first script that touches them.
@@ -36,6 +39,7 @@
 
 mod codes;
 pub(crate) mod connection;
+mod join_batch;
 mod key_entries;
 mod outbox;
 mod records;
@@ -209,6 +213,8 @@ pub struct RedisStore {
     server_clock: server_clock::ServerClock,
     /// Once events are on (SPEC §14.9): the outbox, whose cap the scripts trim to.
     outbox: std::sync::OnceLock<Arc<RedisOutbox>>,
+    /// Joins waiting for their room's next call (`join_batch.rs`).
+    joins: join_batch::JoinQueues,
 }
 
 impl RedisStore {
@@ -235,6 +241,7 @@ impl RedisStore {
             notices: std::sync::OnceLock::new(),
             server_clock: server_clock::ServerClock::default(),
             outbox: std::sync::OnceLock::new(),
+            joins: join_batch::JoinQueues::default(),
         })
     }
 
@@ -377,34 +384,20 @@ impl RedisStore {
         room: &RoomId,
         args: Vec<String>,
     ) -> RoomCall {
-        let now = match &self.clock {
-            Some(clock) => clock.now().as_millis().to_string(),
-            None => String::new(),
-        };
-        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
-        let events = match self.outbox.get() {
-            Some(outbox) => format!(
-                "{}|{}|{room}",
-                outbox.limits().max_entries,
-                crate::visitor_events::random_prefix()
-            ),
-            None => String::new(),
-        };
-        let mut all_args = vec![
-            now,
-            self.room_key(room, "events"),
-            duration_millis(HISTORY_RETENTION).to_string(),
-            events,
-        ];
-        all_args.extend(args);
-        RoomCall {
-            name,
-            script,
+        self.room_prelude(room).call(name, script, args)
+    }
+
+    /// What every script call on `room` carries besides its own arguments.
+    fn room_prelude(&self, room: &RoomId) -> RoomPrelude {
+        RoomPrelude {
+            room: room.clone(),
             keys: ROOM_KEY_PARTS
                 .iter()
                 .map(|part| self.room_key(room, part))
                 .collect(),
-            args: all_args,
+            channel: self.room_key(room, "events"),
+            clock: self.clock.clone(),
+            outbox: self.outbox.get().cloned(),
         }
     }
 
@@ -422,10 +415,12 @@ impl RedisStore {
     }
 
     /// Takes back, from a task of its own and best effort, the ticket a join named when the
-    /// join's call failed after it was sent: the script may have run (late, or with its answer
+    /// join failed after it was queued: the script may have run (late, or with its answer
     /// lost) although the visitor was answered an error (`cancel_join.lua`). Tried up to
     /// [`CANCEL_ATTEMPTS`] times; the connection keeps calls in order, so a join still queued
-    /// in Redis runs before its cancellation.
+    /// in Redis runs before its cancellation, and one still in the node's queue is either
+    /// left out of its batch (its caller is gone) or refused by the script (its id is
+    /// remembered as cancelled).
     fn cancel_join(&self, room: &RoomId, ticket: String) {
         let Some(connection) = self.connection.get().cloned() else {
             return;
@@ -493,6 +488,50 @@ impl RedisStore {
     }
 }
 
+/// A room's keys and the prelude's arguments (`room.lua`), owned, so that a task of its own
+/// (a join batch, `join_batch.rs`) can make the room's calls.
+#[derive(Clone)]
+struct RoomPrelude {
+    room: RoomId,
+    keys: Vec<String>,
+    channel: String,
+    clock: Option<Arc<dyn Clock>>,
+    outbox: Option<Arc<RedisOutbox>>,
+}
+
+impl RoomPrelude {
+    /// A call of `script` with the prelude's arguments (the time taken now), then `args`.
+    fn call(&self, name: &'static str, script: &'static Script, args: Vec<String>) -> RoomCall {
+        let now = match &self.clock {
+            Some(clock) => clock.now().as_millis().to_string(),
+            None => String::new(),
+        };
+        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
+        let events = match &self.outbox {
+            Some(outbox) => format!(
+                "{}|{}|{}",
+                outbox.limits().max_entries,
+                crate::visitor_events::random_prefix(),
+                self.room
+            ),
+            None => String::new(),
+        };
+        let mut all_args = vec![
+            now,
+            self.channel.clone(),
+            duration_millis(HISTORY_RETENTION).to_string(),
+            events,
+        ];
+        all_args.extend(args);
+        RoomCall {
+            name,
+            script,
+            keys: self.keys.clone(),
+            args: all_args,
+        }
+    }
+}
+
 /// One room script's call, owned, so that it can also run from a task of its own.
 struct RoomCall {
     name: &'static str,
@@ -503,6 +542,15 @@ struct RoomCall {
 
 impl RoomCall {
     async fn run(&self, connection: &Connection) -> Result<Result<Answer, Refusal>, StoreError> {
+        let fields: Vec<String> = self.reply(connection).await?;
+        Answer::new(fields).map_err(|error| malformed(self.name, error))
+    }
+
+    /// Runs the script and reads its reply as a `T`.
+    async fn reply<T: redis::FromRedisValue>(
+        &self,
+        connection: &Connection,
+    ) -> Result<T, StoreError> {
         let mut invocation = self.script.prepare_invoke();
         for key in &self.keys {
             invocation.key(key);
@@ -510,10 +558,9 @@ impl RoomCall {
         for arg in &self.args {
             invocation.arg(arg);
         }
-        let fields: Vec<String> = connection.eval(&invocation).await.map_err(|error| {
+        connection.eval(&invocation).await.map_err(|error| {
             StoreError::backend(format!("redis script {} failed", self.name), error)
-        })?;
-        Answer::new(fields).map_err(|error| malformed(self.name, error))
+        })
     }
 }
 
@@ -778,15 +825,22 @@ impl RoomStore for RedisStore {
                 .unwrap_or_default(),
             if request.resume_only { "1" } else { "" }.to_owned(),
         ];
-        let mut sent = false;
+        let mut queued = false;
         let outcome = self
             .bounded("join", async {
                 let connection = self.connection().await?;
                 let mut args = args;
                 args.push(self.join_deadline(&connection));
-                let call = self.room_call("join", &SCRIPTS.join, room, args);
-                sent = true;
-                call.run(&connection).await
+                let answer = self.joins.enqueue(room, args, || join_batch::Sender {
+                    prelude: self.room_prelude(room),
+                    connection,
+                    timeout: self.timeout,
+                });
+                queued = true;
+                answer.await.map_err(|_| StoreError::Backend {
+                    message: format!("the join into {room} was dropped unsent"),
+                    source: None,
+                })?
             })
             .await;
         let answer = match outcome {
@@ -794,7 +848,7 @@ impl RoomStore for RedisStore {
             Err(error) => {
                 // The node bounds every call (SPEC §9.4): a join that outlives the bound, or
                 // whose answer is lost, may still make a ticket nobody holds.
-                if sent {
+                if queued {
                     self.cancel_join(room, ticket);
                 }
                 return Err(error);

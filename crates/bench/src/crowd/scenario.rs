@@ -114,6 +114,10 @@ pub(crate) enum Order {
 pub(crate) struct Behaviour {
     /// Follow the line over SSE (as the waiting page does); poll when refused or off.
     pub(crate) sse: bool,
+    /// With `sse`, only this many visitors follow over SSE, an even sample (every k-th
+    /// visitor); the others poll by `next_poll_ms`. Each stream holds an open file in a
+    /// worker and in a node: a crowd larger than the open-file limit polls. None: everybody.
+    pub(crate) sse_visitors: Option<usize>,
     /// Share of visitors who give up while waiting.
     pub(crate) abandon_probability: f64,
     /// When such a visitor gives up, drawn uniformly in this range after joining.
@@ -136,6 +140,7 @@ impl Default for Behaviour {
     fn default() -> Behaviour {
         Behaviour {
             sse: true,
+            sse_visitors: None,
             abandon_probability: 0.0,
             abandon_after: [Duration::from_secs(10), Duration::from_secs(60)],
             leave_probability: 0.5,
@@ -198,6 +203,8 @@ pub(crate) struct Plan {
     /// The target (node) this visitor talks to: round-robin.
     pub(crate) node: usize,
     pub(crate) arrival: Duration,
+    /// Follows the line over SSE (else polls).
+    pub(crate) follows_stream: bool,
     /// Gives up this long after joining, if still waiting.
     pub(crate) abandon_after: Option<Duration>,
     /// Says so when giving up.
@@ -267,6 +274,17 @@ impl Scenario {
         Ok(())
     }
 
+    /// Whether visitor `id` follows the line over SSE: all of them, or every k-th for a sample
+    /// of `sse_visitors`.
+    fn follows_stream(&self, id: usize) -> bool {
+        match self.behaviour.sse_visitors {
+            _ if !self.behaviour.sse => false,
+            None => true,
+            Some(0) => false,
+            Some(sample) => id.is_multiple_of(self.visitors.div_ceil(sample).max(1)),
+        }
+    }
+
     /// How many worker processes the visitors need.
     pub(crate) fn workers(&self) -> usize {
         self.visitors.div_ceil(self.visitors_per_worker)
@@ -298,6 +316,7 @@ impl Scenario {
             id,
             node: id % nodes.max(1),
             arrival: Duration::from_secs_f64(arrival),
+            follows_stream: self.follows_stream(id),
             abandon_after: abandons.then_some(abandon_after),
             leaves,
             session,
@@ -397,5 +416,31 @@ mod tests {
         assert_eq!(first.node, 0);
         assert_eq!(scenario.plan(4, 3).node, 1);
         assert!(first.arrival <= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_sample_of_visitors_follows_over_sse_spread_over_the_nodes() {
+        let scenario: Scenario = toml::from_str(
+            "name = \"t\"\nvisitors = 200\n[arrival]\nshape = \"spike\"\nover = \"10s\"\n\
+             [room]\nid = \"r\"\n[behaviour]\nsse_visitors = 10\n",
+        )
+        .expect("valid scenario");
+        let following: Vec<Plan> = (0..200)
+            .map(|id| scenario.plan(id, 3))
+            .filter(|plan| plan.follows_stream)
+            .collect();
+        assert_eq!(following.len(), 10);
+        for node in 0..3 {
+            assert!(
+                following.iter().any(|plan| plan.node == node),
+                "node {node}"
+            );
+        }
+        let polling_only: Scenario = toml::from_str(
+            "name = \"t\"\nvisitors = 5\n[arrival]\nshape = \"spike\"\nover = \"1s\"\n\
+             [room]\nid = \"r\"\n[behaviour]\nsse = false\nsse_visitors = 5\n",
+        )
+        .expect("valid scenario");
+        assert!((0..5).all(|id| !polling_only.plan(id, 1).follows_stream));
     }
 }

@@ -115,7 +115,7 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
                 .abandon_after
                 .map(|after| context.start + Duration::from_secs_f64(received) + after);
             let ticket = status.ticket.clone();
-            match wait(context, target, status, give_up_at, record).await {
+            match wait(context, target, plan, status, give_up_at, record).await {
                 Waited::Pass(pass) => pass,
                 Waited::Stopped => {
                     // Stopped without a failure: the visitor gave up.
@@ -134,6 +134,7 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
 async fn wait(
     context: &Context,
     target: &str,
+    plan: &Plan,
     mut status: Status,
     give_up_at: Option<Instant>,
     record: &mut VisitorRecord,
@@ -146,7 +147,7 @@ async fn wait(
         }
     };
     tokio::pin!(give_up);
-    if context.behaviour.sse {
+    if plan.follows_stream {
         tokio::select! {
             outcome = follow_stream(context, target, &ticket, record) => match outcome {
                 Stream::Admitted(pass) => return Waited::Pass(pass),

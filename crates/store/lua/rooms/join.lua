@@ -1,119 +1,157 @@
--- join: joins the queue, or resumes the visitor's live ticket by identity or by the ticket the
--- visitor holds (RoomState::join). In a `queue` room where nobody else waits and limits allow,
+-- join: a batch of joins into one room, run one after the other in the order given, each as
+-- RoomState::join would: it joins the queue, or resumes the visitor's live ticket by identity or
+-- by the ticket the visitor holds. In a `queue` room where nobody else waits and limits allow,
 -- the visitor is admitted and claims a session at once; a `passthrough` room admits everybody.
--- ARGV[5] id for a new ticket
--- ARGV[6] id for a new session (used only if this join claims one)
--- ARGV[7] held ticket id or ''
--- ARGV[8] held ticket's generation or ''
--- ARGV[9] identity ('' or '=' and the escaped identity)
--- ARGV[10] return path ('' or '=' and the escaped path)
--- ARGV[11] seed for a pre-queue lottery due now (64 hex digits)
--- ARGV[12] SHA-256 (hex) of a priority access code presented, or ''
--- ARGV[13] '1': resume only (the join gate, SPEC §14.2): never make a new ticket
--- ARGV[14] the time (ms, the scripts' clock) after which the caller no longer awaits the
---          answer, or '': a join that runs later refuses, so it leaves no ticket nobody holds
--- Returns: a status answer (see room.lua), or 'error' and why.
+-- A node sends the joins that gathered for a room while its previous call ran (see
+-- redis_store/join_batch.rs): the room's meta is read and written once per call, and one change
+-- notice tells of them all, while each join sees the room as the joins before it left it.
+-- ARGV[5] the number of joins, n (at least 1); then JOIN_ARGS arguments per join, the i-th
+-- join's k-th argument at ARGV[5 + (i - 1) * JOIN_ARGS + k]:
+--   1 id for a new ticket
+--   2 id for a new session (used only if this join claims one)
+--   3 held ticket id or ''
+--   4 held ticket's generation or ''
+--   5 identity ('' or '=' and the escaped identity)
+--   6 return path ('' or '=' and the escaped path)
+--   7 seed for a pre-queue lottery due now (64 hex digits)
+--   8 SHA-256 (hex) of a priority access code presented, or ''
+--   9 '1': resume only (the join gate, SPEC §14.2): never make a new ticket
+--  10 the time (ms, the scripts' clock) after which the caller no longer awaits the answer,
+--     or '': a join that runs later refuses, so it leaves no ticket nobody holds
+-- Returns: one answer per join, in order, each a status answer (see room.lua) or 'error' and
+-- why; or, for the whole batch, 'error' and why when the room is missing or closed.
+
+local JOIN_ARGS = 10
 
 if not load_room() then
   return room_not_found()
 end
--- The caller gave up on this join before it ran (cancel_join.lua): it must leave no ticket.
-if redis.call('ZSCORE', CANCELLED, ARGV[5]) then
-  return { 'error', 'join_cancelled' }
-end
 if room.mode == 'closed' then
   return { 'error', 'room_closed' }
 end
-DRAW_SEED = ARGV[11]
-settle()
-
-local new_ticket_id, session_id = ARGV[5], ARGV[6]
-local identity, return_to = ARGV[9], ARGV[10]
 
 -- In an identity room the identity decides which ticket is resumed: a ticket presented by
 -- somebody else never hands over another user's place.
-local resumable = nil
-if identity ~= '' then
-  resumable = redis.call('HGET', IDENTITIES, identity) or nil
-elseif ARGV[7] ~= '' and tonumber(ARGV[8]) == room.generation then
-  resumable = ARGV[7]
-end
-if resumable then
-  local answer = status(resumable, room.generation, session_id)
-  if answer[1] ~= 'error' then
-    if room.changed then
-      save_room()
-      notify('status')
-    end
-    return answer
+local function resumable_ticket(join)
+  if join.identity ~= '' then
+    return redis.call('HGET', IDENTITIES, join.identity) or nil
+  elseif join.held ~= '' and tonumber(join.held_generation) == room.generation then
+    return join.held
   end
-end
-
-local refusal = nil
-if ARGV[13] == '1' then
-  refusal = 'nothing_to_resume'
-elseif ARGV[14] ~= '' and NOW > tonumber(ARGV[14]) then
-  refusal = 'join_cancelled'
-end
-if refusal then
-  -- What the failed resume settled (an expiry it found due) stays, as in the engine.
-  if room.changed then
-    save_room()
-    notify('status')
-  end
-  return { 'error', refusal }
+  return nil
 end
 
 -- A code is checked (and counted) only for a new ticket: resuming never spends one. Uses are
--- counted in meta as `code_uses:<sha256 hex>` (RoomMeta::code_uses).
-local priority = false
-if ARGV[12] ~= '' then
+-- counted in meta as `code_uses:<sha256 hex>` (RoomMeta::code_uses). False when the code is
+-- unknown or used up.
+local function spend_priority_code(digest)
   local codes = redis.call('HGET', META, 'priority_codes') or ''
-  local _, _, uses = string.find(',' .. codes, ',' .. ARGV[12] .. '=(%d+)', 1)
-  local used = tonumber(redis.call('HGET', META, 'code_uses:' .. ARGV[12]) or '0')
+  local _, _, uses = string.find(',' .. codes, ',' .. digest .. '=(%d+)', 1)
+  local used = tonumber(redis.call('HGET', META, 'code_uses:' .. digest) or '0')
   if uses == nil or used >= tonumber(uses) then
-    return { 'error', 'invalid_priority_code' }
+    return false
   end
-  redis.call('HINCRBY', META, 'code_uses:' .. ARGV[12], 1)
-  priority = true
+  redis.call('HINCRBY', META, 'code_uses:' .. digest, 1)
+  return true
 end
 
-room.last_position = room.last_position + 1
-room.joined = room.joined + 1
-local ticket = {
-  id = new_ticket_id,
-  state = 'w',
-  position = room.last_position,
-  generation = room.generation,
-  joined_at = NOW,
-  last_seen = NOW,
-  x = '',
-  y = '',
-  identity = identity,
-  return_to = return_to,
-  priority = priority,
-}
-if identity ~= '' then
-  redis.call('HSET', IDENTITIES, identity, new_ticket_id)
-end
-redis.call('ZADD', line_of(ticket), int(ticket.position), new_ticket_id)
-put_ticket(ticket)
-room.changed = true
-emit_ticket('ticket.joined', ticket)
+-- A new waiting ticket for `join`, admitted at once when nobody waits and limits allow; the
+-- ticket.
+local function new_ticket(join, priority)
+  room.last_position = room.last_position + 1
+  room.joined = room.joined + 1
+  local ticket = {
+    id = join.ticket_id,
+    state = 'w',
+    position = room.last_position,
+    generation = room.generation,
+    joined_at = NOW,
+    last_seen = NOW,
+    x = '',
+    y = '',
+    identity = join.identity,
+    return_to = join.return_to,
+    priority = priority,
+  }
+  if join.identity ~= '' then
+    redis.call('HSET', IDENTITIES, join.identity, join.ticket_id)
+  end
+  redis.call('ZADD', line_of(ticket), int(ticket.position), join.ticket_id)
+  put_ticket(ticket)
+  room.changed = true
+  emit_ticket('ticket.joined', ticket)
 
-local admit_at_once = false
-if room.mode == 'passthrough' then
-  admit_at_once = true
-elseif room.mode == 'queue' then
-  refill()
-  admit_at_once = n_waiting() == 1 and free_slots() >= 1 and available() >= 1
-end
-if admit_at_once then
-  spend(1)
-  admit(ticket)
+  local admit_at_once = false
+  if room.mode == 'passthrough' then
+    admit_at_once = true
+  elseif room.mode == 'queue' then
+    refill()
+    admit_at_once = n_waiting() == 1 and free_slots() >= 1 and available() >= 1
+  end
+  if admit_at_once then
+    spend(1)
+    admit(ticket)
+  end
+  return ticket
 end
 
-local answer = status(new_ticket_id, room.generation, session_id)
-save_room()
-notify('join')
-return answer
+-- One join; true as its second result when it made a new ticket.
+local function join_one(join)
+  -- The caller gave up on this join before it ran (cancel_join.lua): it must leave no ticket.
+  if redis.call('ZSCORE', CANCELLED, join.ticket_id) then
+    return { 'error', 'join_cancelled' }, false
+  end
+  DRAW_SEED = join.draw_seed
+  settle()
+
+  local resumable = resumable_ticket(join)
+  if resumable then
+    local answer = status(resumable, room.generation, join.session_id)
+    if answer[1] ~= 'error' then
+      return answer, false
+    end
+  end
+  -- What a failed resume settled (an expiry it found due) stays, as in the engine.
+  if join.resume_only == '1' then
+    return { 'error', 'nothing_to_resume' }, false
+  elseif join.deadline ~= '' and NOW > tonumber(join.deadline) then
+    return { 'error', 'join_cancelled' }, false
+  end
+  local priority = false
+  if join.code_digest ~= '' then
+    if not spend_priority_code(join.code_digest) then
+      return { 'error', 'invalid_priority_code' }, false
+    end
+    priority = true
+  end
+  local ticket = new_ticket(join, priority)
+  if ticket.state == 'w' then
+    -- Its record is as written, seen now; positions only grow, so it is its lane's last.
+    return waiting_reply(ticket, redis.call('ZCARD', line_of(ticket)) - 1), true
+  end
+  return status(join.ticket_id, room.generation, join.session_id), true
+end
+
+local answers, joined = {}, false
+for i = 1, tonumber(ARGV[5]) do
+  local base = 5 + (i - 1) * JOIN_ARGS
+  local answer, made = join_one({
+    ticket_id = ARGV[base + 1],
+    session_id = ARGV[base + 2],
+    held = ARGV[base + 3],
+    held_generation = ARGV[base + 4],
+    identity = ARGV[base + 5],
+    return_to = ARGV[base + 6],
+    draw_seed = ARGV[base + 7],
+    code_digest = ARGV[base + 8],
+    resume_only = ARGV[base + 9],
+    deadline = ARGV[base + 10],
+  })
+  answers[i] = answer
+  joined = joined or made
+end
+if room.changed then
+  save_room()
+  notify(joined and 'join' or 'status')
+end
+return answers

@@ -1130,9 +1130,11 @@ end
 
 -- Answers ------------------------------------------------------------------------------------
 
-local function waiting_reply(ticket)
+-- `ahead`, when the caller knows it (a ticket that just joined its lane is its last), saves
+-- counting it.
+local function waiting_reply(ticket, ahead)
   -- Each lane counts its own (RoomState::waiting_view).
-  local ahead = redis.call('ZCOUNT', line_of(ticket), '-inf', '(' .. int(ticket.position))
+  ahead = ahead or redis.call('ZCOUNT', line_of(ticket), '-inf', '(' .. int(ticket.position))
   return {
     'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
     float(room.rate_admissions), float(room.rate_seconds), room.config_mode,

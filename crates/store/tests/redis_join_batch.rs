@@ -1,0 +1,257 @@
+//! Joins that reach Redis together go as one call of `join.lua` (the store's group commit),
+//! and each is answered as if it had run alone: a batch mixing new visitors, one identity
+//! joining twice, priority codes used up within the batch, wrong codes, resumes that find
+//! nothing and resumes that find a ticket made earlier in the same batch is held to the
+//! in-memory engine doing the same joins one at a time; a batch into a closed or missing room
+//! is refused for every join and changes nothing.
+//!
+//! The tests run on a current-thread runtime: every join is queued before the store's sending
+//! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
+//! its own, so `INFO commandstats` counts only its calls.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+
+use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
+use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
+use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
+use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
+use futures_util::future::join_all;
+use support::redis::RedisServer;
+
+fn room_id(name: &str) -> RoomId {
+    RoomId::new(name).unwrap()
+}
+
+/// One slot, taken by the first visitor; an identity per visitor; one priority code with
+/// a single use.
+fn mixed_room(name: &str) -> RoomConfig {
+    let mut config = RoomConfig::with_defaults(room_id(name));
+    config.max_active = 1;
+    config.admit_per_minute = 60;
+    config.identity = Identity::Header("X-User".to_owned());
+    config.priority = vec![PriorityCodes {
+        hashes: vec![priority_code_hash("vip")],
+        uses: 1,
+    }];
+    config
+}
+
+fn visitor(name: &str) -> JoinRequest {
+    JoinRequest {
+        identity: Some(name.to_owned()),
+        ..JoinRequest::default()
+    }
+}
+
+/// The joins of one batch, in order; see the module docs.
+fn mixed_joins() -> Vec<JoinRequest> {
+    vec![
+        visitor("alice"),
+        visitor("bob"),
+        // The same user again: resumes alice's ticket, no second place (I1).
+        visitor("alice"),
+        JoinRequest {
+            priority_code: Some("vip".to_owned()),
+            ..visitor("carol")
+        },
+        // The code's only use went to carol, in this same batch.
+        JoinRequest {
+            priority_code: Some("vip".to_owned()),
+            ..visitor("dave")
+        },
+        JoinRequest {
+            priority_code: Some("not-a-code".to_owned()),
+            ..visitor("dave")
+        },
+        // Nothing to resume for erin; bob's ticket, made above, is found.
+        JoinRequest {
+            resume_only: true,
+            ..visitor("erin")
+        },
+        JoinRequest {
+            resume_only: true,
+            ..visitor("bob")
+        },
+        // A held ticket nobody has: a new place.
+        JoinRequest {
+            resume: Some(TicketRef {
+                id: TicketId::from_bytes([7; 16]),
+                generation: 1,
+            }),
+            ..JoinRequest::default()
+        },
+        visitor("dave"),
+        visitor("alice"),
+    ]
+}
+
+/// What a join's answer says, without the ids each store draws for itself.
+fn shape(answer: &Result<Entry, StoreError>) -> String {
+    match answer {
+        Ok(Entry::Waiting(view)) => format!(
+            "waiting at {} with {} ahead of {} (generation {})",
+            view.position, view.ahead, view.waiting, view.generation
+        ),
+        Ok(Entry::Admitted(view)) => format!("admitted at {}", view.position),
+        Err(StoreError::Engine(error)) => format!("refused: {error:?}"),
+        Err(error) => format!("failed: {error}"),
+    }
+}
+
+fn ticket(answer: &Result<Entry, StoreError>) -> TicketId {
+    match answer {
+        Ok(Entry::Waiting(view)) => view.ticket,
+        Ok(Entry::Admitted(view)) => view.ticket,
+        Err(error) => panic!("no ticket: {error}"),
+    }
+}
+
+/// How many times the server ran EVALSHA and EVAL so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            let calls = line.split("calls=").nth(1)?;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+fn stores(server: &RedisServer) -> (Arc<ManualClock>, RedisStore, MemoryStore) {
+    let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let shared: Arc<dyn Clock> = clock.clone();
+    let redis = RedisStore::new(RedisConfig::standalone(server.url()), Some(shared.clone()))
+        .expect("redis store");
+    (clock, redis, MemoryStore::new(shared))
+}
+
+/// Loads the join script and opens the connection, so the calls counted are the batch's.
+async fn warm_up(store: &RedisStore) {
+    store.put_room(mixed_room("warm-up")).await.unwrap();
+    store
+        .join(&room_id("warm-up"), JoinRequest::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_answers_each_join_as_one_at_a_time() {
+    let server = RedisServer::start();
+    let (_clock, redis, memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("mixed");
+    redis.put_room(mixed_room("mixed")).await.unwrap();
+    memory.put_room(mixed_room("mixed")).await.unwrap();
+
+    let calls_before = script_calls(&server);
+    let batched = join_all(mixed_joins().into_iter().map(|join| redis.join(&id, join))).await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        1,
+        "the joins went as one call"
+    );
+    let mut one_at_a_time = Vec::new();
+    for join in mixed_joins() {
+        one_at_a_time.push(memory.join(&id, join).await);
+    }
+
+    let batched_shapes: Vec<String> = batched.iter().map(shape).collect();
+    let reference: Vec<String> = one_at_a_time.iter().map(shape).collect();
+    assert_eq!(batched_shapes, reference);
+    // The refusals the batch had to get right from what earlier joins of it did.
+    assert_eq!(
+        batched_shapes[4],
+        format!("refused: {:?}", EngineError::InvalidPriorityCode)
+    );
+    assert_eq!(
+        batched_shapes[6],
+        format!("refused: {:?}", EngineError::NothingToResume)
+    );
+    // One place per user: alice's three joins and bob's two name one ticket each.
+    assert_eq!(ticket(&batched[0]), ticket(&batched[2]));
+    assert_eq!(ticket(&batched[0]), ticket(&batched[10]));
+    assert_eq!(ticket(&batched[1]), ticket(&batched[7]));
+    assert_eq!(
+        redis.snapshot(&id).await.unwrap(),
+        memory.snapshot(&id).await.unwrap(),
+        "the room after the batch"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_into_a_closed_or_missing_room_is_refused_for_every_join() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let closed = room_id("closed");
+    let mut config = mixed_room("closed");
+    config.mode = Mode::Closed;
+    redis.put_room(config).await.unwrap();
+    let before = redis.snapshot(&closed).await.unwrap();
+
+    let calls_before = script_calls(&server);
+    let answers = join_all(
+        mixed_joins()
+            .into_iter()
+            .map(|join| redis.join(&closed, join)),
+    )
+    .await;
+    assert_eq!(script_calls(&server) - calls_before, 1);
+    for answer in &answers {
+        assert_eq!(
+            shape(answer),
+            format!("refused: {:?}", EngineError::RoomClosed)
+        );
+    }
+    assert_eq!(redis.snapshot(&closed).await.unwrap(), before);
+
+    let missing = room_id("missing");
+    let answers = join_all(
+        mixed_joins()
+            .into_iter()
+            .map(|join| redis.join(&missing, join)),
+    )
+    .await;
+    for answer in &answers {
+        assert!(
+            matches!(answer, Err(StoreError::RoomNotFound(room)) if *room == missing),
+            "{answer:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn joins_queued_behind_a_call_in_flight_go_together() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("crowd");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    redis.put_room(config).await.unwrap();
+
+    let calls_before = script_calls(&server);
+    let answers = join_all((0..300).map(|_| redis.join(&id, JoinRequest::default()))).await;
+    let calls = script_calls(&server) - calls_before;
+    // At most 128 joins per call: 300 joins queued at once take three calls.
+    assert_eq!(calls, 3, "script calls for 300 joins");
+    let mut positions: Vec<u64> = answers
+        .iter()
+        .map(|answer| match answer {
+            Ok(Entry::Waiting(view)) => view.position,
+            Ok(Entry::Admitted(view)) => view.position,
+            Err(error) => panic!("{error}"),
+        })
+        .collect();
+    // In the order they were queued, each its own place.
+    assert!(positions.windows(2).all(|pair| pair[0] < pair[1]));
+    positions.dedup();
+    assert_eq!(positions.len(), 300);
+    assert_eq!(redis.snapshot(&id).await.unwrap().waiting, 299);
+}
