@@ -111,26 +111,10 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let process = Process::new(args.pid)?;
     let started = Instant::now();
     let rss_at_start = process.rss_kib()?;
-
-    // The first visitor takes the room's one slot; everybody after waits.
     let mut control = HttpConnection::open(target.clone(), None).await?;
-    let first = control.join(&args.room).await?;
-    if first.state != "admitted" {
-        bail!(
-            "the first visitor was not admitted ({}): the room must be empty with max_active = 1",
-            first.state
-        );
-    }
-    let mut session = first.session()?;
+    let session = admit_first(&mut control, &args.room).await?;
 
-    let joined_at = Instant::now();
-    let tickets = join_all(&target, &args).await?;
-    let join_seconds = joined_at.elapsed().as_secs_f64();
-    eprintln!(
-        "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
-        tickets.len(),
-        tickets.len() as f64 / join_seconds
-    );
+    let (tickets, join_seconds) = join_visitors(&target, &args).await?;
     // Let the joins' writes and the ticker settle before the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = process.rss_kib()?;
@@ -138,32 +122,9 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
 
     let shared = Arc::new(Shared::default());
     let opened_at = Instant::now();
-    let mut streams = Vec::with_capacity(tickets.len());
-    let batch = (args.ramp / 100).max(1) as usize;
-    let mut ticks = tokio::time::interval(Duration::from_millis(10));
-    for (index, ticket) in tickets.iter().enumerate() {
-        if index % batch == 0 {
-            ticks.tick().await;
-        }
-        let source = source_address(index, args.source_addresses);
-        let request = StreamRequest {
-            target: target.clone(),
-            source,
-            room: args.room.clone(),
-            ticket: ticket.token.clone(),
-            position: ticket.position,
-        };
-        streams.push(tokio::spawn(follow_stream(request, shared.clone())));
-    }
-    let connect_limit = Instant::now() + Duration::from_secs(60);
-    while shared.connected.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed)
-        < tickets.len()
-        && Instant::now() < connect_limit
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let streams = open_streams(&target, &args, &tickets, &shared).await;
+    let connected = wait_connected(&shared, tickets.len()).await;
     let open_seconds = opened_at.elapsed().as_secs_f64();
-    let connected = shared.connected.load(Ordering::Relaxed);
     eprintln!(
         "{connected} streams open after {open_seconds:.1} s, {} failed",
         shared.failed.load(Ordering::Relaxed)
@@ -176,49 +137,8 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let rss_after = process.rss_kib()?;
     let fds_after = process.open_files();
 
-    let mut changes = Vec::new();
-    for (index, next) in tickets.iter().take(args.changes).enumerate() {
-        let idle_before = process.cpu_seconds()?;
-        tokio::time::sleep(args.cpu_window).await;
-        let idle_cpu = process.cpu_seconds()? - idle_before;
-
-        let expected = shared.open.load(Ordering::Relaxed).saturating_sub(1);
-        let cpu_before = process.cpu_seconds()?;
-        let changed_at = Instant::now();
-        *shared.change.lock() = Some((next.position, changed_at));
-        control
-            .complete(&args.room, &session, &args.service_key)
-            .await?;
-        let wait_limit = changed_at + args.change_timeout;
-        while shared.seen(next.position) < expected && Instant::now() < wait_limit {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let cpu_window_end = changed_at + args.cpu_window;
-        tokio::time::sleep_until(cpu_window_end.max(Instant::now()).into()).await;
-        let change_cpu = process.cpu_seconds()? - cpu_before;
-
-        let delays = shared.delays(next.position);
-        let admitted_delay = *shared.admitted_delay.lock();
-        changes.push(ChangeReport {
-            number: index + 1,
-            serving: next.position,
-            expected,
-            delays,
-            admitted_delay,
-            change_cpu,
-            idle_cpu,
-        });
-        eprintln!("change {} measured", index + 1);
-        // The admitted visitor claims the pass; its session is the next one to complete.
-        let admitted = control.status(&args.room, &next.token).await?;
-        if admitted.state != "admitted" {
-            bail!(
-                "visitor {} was not admitted after the change",
-                next.position
-            );
-        }
-        session = admitted.session()?;
-    }
+    let changes =
+        measure_changes(&process, &shared, &mut control, &args, &tickets, session).await?;
 
     let report = Report {
         connections: tickets.len(),
@@ -243,6 +163,151 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
         stream.abort();
     }
     Ok(())
+}
+
+/// Joins every visitor after the first; their tickets and how long the joins took (s).
+async fn join_visitors(target: &Target, args: &SseSoakArgs) -> anyhow::Result<(Vec<Ticket>, f64)> {
+    let joined_at = Instant::now();
+    let tickets = join_all(target, args).await?;
+    let join_seconds = joined_at.elapsed().as_secs_f64();
+    eprintln!(
+        "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
+        tickets.len(),
+        tickets.len() as f64 / join_seconds
+    );
+    Ok((tickets, join_seconds))
+}
+
+/// Makes `args.changes` changes one after the other, each admitting the next visitor in line
+/// by completing the session `session` and then the one it admitted.
+async fn measure_changes(
+    process: &Process,
+    shared: &Shared,
+    control: &mut HttpConnection,
+    args: &SseSoakArgs,
+    tickets: &[Ticket],
+    mut session: String,
+) -> anyhow::Result<Vec<ChangeReport>> {
+    let mut changes = Vec::new();
+    for (index, next) in tickets.iter().take(args.changes).enumerate() {
+        let change = Change {
+            number: index + 1,
+            next,
+            session: &session,
+        };
+        let (report, next_session) = measure_change(process, shared, control, args, change).await?;
+        changes.push(report);
+        session = next_session;
+    }
+    Ok(changes)
+}
+
+/// Joins the first visitor, who takes the room's one slot (everybody after waits); its
+/// session is the first to complete.
+async fn admit_first(control: &mut HttpConnection, room: &str) -> anyhow::Result<String> {
+    let first = control.join(room).await?;
+    if first.state != "admitted" {
+        bail!(
+            "the first visitor was not admitted ({}): the room must be empty with max_active = 1",
+            first.state
+        );
+    }
+    first.session()
+}
+
+/// Opens one event stream per ticket, `args.ramp` a second, each in its own task.
+async fn open_streams(
+    target: &Target,
+    args: &SseSoakArgs,
+    tickets: &[Ticket],
+    shared: &Arc<Shared>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut streams = Vec::with_capacity(tickets.len());
+    let batch = (args.ramp / 100).max(1) as usize;
+    let mut ticks = tokio::time::interval(Duration::from_millis(10));
+    for (index, ticket) in tickets.iter().enumerate() {
+        if index % batch == 0 {
+            ticks.tick().await;
+        }
+        let request = StreamRequest {
+            target: target.clone(),
+            source: source_address(index, args.source_addresses),
+            room: args.room.clone(),
+            ticket: ticket.token.clone(),
+            position: ticket.position,
+        };
+        streams.push(tokio::spawn(follow_stream(request, shared.clone())));
+    }
+    streams
+}
+
+/// Waits (a minute at most) until each of `count` streams opened or failed; how many opened.
+async fn wait_connected(shared: &Shared, count: usize) -> usize {
+    let connect_limit = Instant::now() + Duration::from_secs(60);
+    while shared.connected.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed) < count
+        && Instant::now() < connect_limit
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shared.connected.load(Ordering::Relaxed)
+}
+
+/// One change to measure: its number, the visitor it admits and the session it completes.
+struct Change<'a> {
+    number: usize,
+    next: &'a Ticket,
+    session: &'a str,
+}
+
+/// Completes the session so that `change.next` is admitted, measures how quickly the open
+/// streams show it and what it costs the server in CPU (against an idle window of the same
+/// length just before); hands back the admitted visitor's session, the next to complete.
+async fn measure_change(
+    process: &Process,
+    shared: &Shared,
+    control: &mut HttpConnection,
+    args: &SseSoakArgs,
+    change: Change<'_>,
+) -> anyhow::Result<(ChangeReport, String)> {
+    let next = change.next;
+    let idle_before = process.cpu_seconds()?;
+    tokio::time::sleep(args.cpu_window).await;
+    let idle_cpu = process.cpu_seconds()? - idle_before;
+
+    let expected = shared.open.load(Ordering::Relaxed).saturating_sub(1);
+    let cpu_before = process.cpu_seconds()?;
+    let changed_at = Instant::now();
+    *shared.change.lock() = Some((next.position, changed_at));
+    control
+        .complete(&args.room, change.session, &args.service_key)
+        .await?;
+    let wait_limit = changed_at + args.change_timeout;
+    while shared.seen(next.position) < expected && Instant::now() < wait_limit {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu_window_end = changed_at + args.cpu_window;
+    tokio::time::sleep_until(cpu_window_end.max(Instant::now()).into()).await;
+    let change_cpu = process.cpu_seconds()? - cpu_before;
+
+    let report = ChangeReport {
+        number: change.number,
+        serving: next.position,
+        expected,
+        delays: shared.delays(next.position),
+        admitted_delay: *shared.admitted_delay.lock(),
+        change_cpu,
+        idle_cpu,
+    };
+    eprintln!("change {} measured", change.number);
+    // The admitted visitor claims the pass; its session is the next one to complete.
+    let admitted = control.status(&args.room, &next.token).await?;
+    if admitted.state != "admitted" {
+        bail!(
+            "visitor {} was not admitted after the change",
+            next.position
+        );
+    }
+    Ok((report, admitted.session()?))
 }
 
 /// What the stream tasks report to the coordinator.
@@ -349,7 +414,24 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
     if response.status() != hyper::StatusCode::OK {
         return shared.fail(format!("status {}", response.status().as_u16()));
     }
-    let mut body = response.into_body();
+    let connected = read_events(response.into_body(), connection, &shared).await;
+    if connected {
+        shared.open.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        shared.fail(format!(
+            "stream of {} ended before its first status",
+            request.position
+        ));
+    }
+}
+
+/// Reads a stream's events until it ends, reporting each new serving counter and the
+/// `admitted` event; whether it ever sent a status (then it counted as connected and open).
+async fn read_events(
+    mut body: hyper::body::Incoming,
+    mut connection: std::pin::Pin<&mut impl Future<Output = hyper::Result<()>>>,
+    shared: &Shared,
+) -> bool {
     let mut buffer = Vec::new();
     let mut last_serving = 0;
     let mut connected = false;
@@ -385,14 +467,7 @@ async fn follow_stream(request: StreamRequest, shared: Arc<Shared>) {
             }
         }
     }
-    if connected {
-        shared.open.fetch_sub(1, Ordering::Relaxed);
-    } else {
-        shared.fail(format!(
-            "stream of {} ended before its first status",
-            request.position
-        ));
-    }
+    connected
 }
 
 enum EventKind {
@@ -746,8 +821,25 @@ struct Report {
 }
 
 impl Report {
+    /// Prints the figures, then one row per change, as Markdown tables.
     #[allow(clippy::print_stdout)]
     fn print(&self) {
+        self.print_figures();
+        println!();
+        println!(
+            "| change | serving | streams expected | shown | p50 | p99 | max | over 2 s | missing | `admitted` event | server CPU, {:.1} s from the change | same length just before (idle) | CPU of the broadcast |",
+            self.cpu_window.as_secs_f64()
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for change in &self.changes {
+            change.print_row();
+        }
+        println!();
+        println!("run took {:.0} s", self.elapsed.as_secs_f64());
+    }
+
+    #[allow(clippy::print_stdout)]
+    fn print_figures(&self) {
         let per_connection =
             (self.rss_after.saturating_sub(self.rss_before)) as f64 / self.connected.max(1) as f64;
         println!();
@@ -782,38 +874,34 @@ impl Report {
             self.rss_at_start, self.rss_before, self.rss_after
         );
         println!("| **RSS per stream** | **{per_connection:.1} KiB** |");
-        println!();
+    }
+}
+
+impl ChangeReport {
+    #[allow(clippy::print_stdout)]
+    fn print_row(&self) {
+        let shown = self.delays.len();
+        let over = self
+            .delays
+            .iter()
+            .filter(|delay| **delay > Duration::from_secs(2))
+            .count();
         println!(
-            "| change | serving | streams expected | shown | p50 | p99 | max | over 2 s | missing | `admitted` event | server CPU, {:.1} s from the change | same length just before (idle) | CPU of the broadcast |",
-            self.cpu_window.as_secs_f64()
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
+            self.number,
+            self.serving,
+            self.expected,
+            shown,
+            millis(percentile(&self.delays, 0.50)),
+            millis(percentile(&self.delays, 0.99)),
+            millis(self.delays.last().copied()),
+            over,
+            self.expected.saturating_sub(shown),
+            millis(self.admitted_delay),
+            self.change_cpu * 1000.0,
+            self.idle_cpu * 1000.0,
+            (self.change_cpu - self.idle_cpu).max(0.0) * 1000.0,
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for change in &self.changes {
-            let shown = change.delays.len();
-            let over = change
-                .delays
-                .iter()
-                .filter(|delay| **delay > Duration::from_secs(2))
-                .count();
-            println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
-                change.number,
-                change.serving,
-                change.expected,
-                shown,
-                millis(percentile(&change.delays, 0.50)),
-                millis(percentile(&change.delays, 0.99)),
-                millis(change.delays.last().copied()),
-                over,
-                change.expected.saturating_sub(shown),
-                millis(change.admitted_delay),
-                change.change_cpu * 1000.0,
-                change.idle_cpu * 1000.0,
-                (change.change_cpu - change.idle_cpu).max(0.0) * 1000.0,
-            );
-        }
-        println!();
-        println!("run took {:.0} s", self.elapsed.as_secs_f64());
     }
 }
 
