@@ -42,19 +42,7 @@ pub(crate) async fn start(
         algorithm: crate::keys::algorithm(config)?,
         ticket_secret_retention: config.keys.ticket_secret_retention,
     };
-    let metrics = match Metrics::install(runtime.state.rate_limiter().cloned()) {
-        Ok(metrics) => {
-            metrics.spawn_upkeep();
-            if let Some(gateway) = gateway {
-                metrics.watch_gateway(gateway.clone());
-            }
-            Some(metrics)
-        }
-        Err(error) => {
-            tracing::error!(%error, "metrics are off");
-            None
-        }
-    };
+    let metrics = install_metrics(runtime, gateway);
     let admin = AdminState::new(runtime.state.clone(), settings, metrics);
     if let Some(gateway) = gateway {
         admin.set_gateway(gateway.clone());
@@ -88,6 +76,41 @@ pub(crate) async fn start(
             });
         }
     };
+    let address = serve_admin(listener, &admin, config, shutdown, stop)?;
+    Ok(Admin {
+        address: Some(address),
+        state: admin,
+        sinks,
+    })
+}
+
+/// The metrics recorder with its upkeep (and the gateway's measurements); `None`, logged,
+/// when it cannot be installed.
+fn install_metrics(runtime: &Runtime, gateway: Option<&anteroom_http::Gateway>) -> Option<Metrics> {
+    match Metrics::install(runtime.state.rate_limiter().cloned()) {
+        Ok(metrics) => {
+            metrics.spawn_upkeep();
+            if let Some(gateway) = gateway {
+                metrics.watch_gateway(gateway.clone());
+            }
+            Some(metrics)
+        }
+        Err(error) => {
+            tracing::error!(%error, "metrics are off");
+            None
+        }
+    }
+}
+
+/// Serves the admin router on `listener` until `shutdown`, then stops the sampler (`stop`);
+/// the address it listens on.
+fn serve_admin(
+    listener: tokio::net::TcpListener,
+    admin: &AdminState,
+    config: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: tokio::sync::watch::Sender<bool>,
+) -> anyhow::Result<SocketAddr> {
     let address = listener.local_addr()?;
     // The public listener's timeouts, none of its caps: the admin listener is what the
     // descriptors kept out of `max_connections` are for.
@@ -104,11 +127,7 @@ pub(crate) async fn start(
         }
     });
     tracing::info!(admin_listen = %address, "admin API, control panel and metrics listening");
-    Ok(Admin {
-        address: Some(address),
-        state: admin,
-        sinks,
-    })
+    Ok(address)
 }
 
 /// Switches the store's per-visitor events on, starts the delivery loops of `sinks` over its

@@ -47,38 +47,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let public_url = format!("http://{}", args.listen);
     // A fresh admin key each run, printed once: only its hash goes into the config.
     let admin_key = random_admin_key();
-    let source = format!(
-        r#"
-[server]
-listen = "{listen}"
-admin_listen = "{admin_listen}"
-public_url = "{public_url}"
-
-[auth]
-admin_keys = ["{admin_key_hash}"]
-
-[store]
-backend = "embedded"
-path = "{store}"
-
-[keys]
-dir = "{keys}"
-
-[[room]]
-id = "{DEMO_ROOM}"
-max_active = 3
-admit_per_minute = 12
-admit_burst = 2
-session_ttl = "2m"
-claim_ttl = "1m"
-ticket_idle_ttl = "2m"
-"#,
-        listen = args.listen,
-        admin_listen = args.admin_listen,
-        admin_key_hash = key_hash(&admin_key),
-        store = toml_path(&args.data_dir.join("anteroom.redb")),
-        keys = toml_path(&args.data_dir.join("keys")),
-    );
+    let source = demo_config(&args, &public_url, &admin_key);
     let config =
         parse_config(&source, &[]).map_err(|errors| anyhow::anyhow!("demo config: {errors}"))?;
     let runtime = serve::prepare(&config).await?;
@@ -114,6 +83,43 @@ ticket_idle_ttl = "2m"
         crate::shutdown_signal(),
     )
     .await
+}
+
+/// The demo's config file: its listeners, the admin key's hash, a store and keys under
+/// `--data-dir`, and the small demo room.
+fn demo_config(args: &DemoArgs, public_url: &str, admin_key: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "{listen}"
+admin_listen = "{admin_listen}"
+public_url = "{public_url}"
+
+[auth]
+admin_keys = ["{admin_key_hash}"]
+
+[store]
+backend = "embedded"
+path = "{store}"
+
+[keys]
+dir = "{keys}"
+
+[[room]]
+id = "{DEMO_ROOM}"
+max_active = 3
+admit_per_minute = 12
+admit_burst = 2
+session_ttl = "2m"
+claim_ttl = "1m"
+ticket_idle_ttl = "2m"
+"#,
+        listen = args.listen,
+        admin_listen = args.admin_listen,
+        admin_key_hash = key_hash(admin_key),
+        store = toml_path(&args.data_dir.join("anteroom.redb")),
+        keys = toml_path(&args.data_dir.join("keys")),
+    )
 }
 
 fn toml_path(path: &std::path::Path) -> String {

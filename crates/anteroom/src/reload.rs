@@ -91,6 +91,33 @@ impl Reloadable {
         } = prepared;
         // The gateway first: its upstream is the one step that can still fail (checked while
         // preparing, so only a file that changed since), and then nothing has changed yet.
+        if !self.reload_gateway(&config) {
+            return;
+        }
+        for (file, secret) in site_secrets {
+            self.admin.app().preload_site_secret(file, secret);
+        }
+        let rate_limits = config.rate_limits.len();
+        if let Some(limiter) = &self.limiter
+            && let Err(error) = limiter.replace_rules(config.rate_limits.clone())
+        {
+            tracing::error!(%error, "cannot apply the reloaded rate limits");
+        }
+        self.apply_sinks(sinks);
+        let applied = self.apply_rooms(&config).await;
+        tracing::info!(
+            path = %self.path.display(),
+            rooms = applied,
+            rate_limits,
+            routes = config.routes.len(),
+            sinks = config.events.len(),
+            "configuration reloaded"
+        );
+    }
+
+    /// Hands the gateway its new upstream, routes and rooms; `false` (logged) when the
+    /// upstream cannot be used, and then nothing changed.
+    fn reload_gateway(&self, config: &Config) -> bool {
         let gateway = self.gateway.reload(GatewayReload {
             upstream: config.upstream.clone(),
             routes: config.routes.clone(),
@@ -108,22 +135,17 @@ impl Reloadable {
                         "added or removed; needs a restart to take effect"
                     );
                 }
+                true
             }
             Err(error) => {
                 tracing::error!(path = %self.path.display(), %error, "configuration not reloaded, nothing changed");
-                return;
+                false
             }
         }
-        for (file, secret) in site_secrets {
-            self.admin.app().preload_site_secret(file, secret);
-        }
-        let rate_limits = config.rate_limits.len();
-        if let Some(limiter) = &self.limiter
-            && let Err(error) = limiter.replace_rules(config.rate_limits.clone())
-        {
-            tracing::error!(%error, "cannot apply the reloaded rate limits");
-        }
-        self.apply_sinks(sinks);
+    }
+
+    /// Puts the file's rooms into the store; how many went in.
+    async fn apply_rooms(&self, config: &Config) -> usize {
         let mut applied = 0;
         for room in &config.rooms {
             match self.store.put_room(room.clone()).await {
@@ -138,14 +160,7 @@ impl Reloadable {
         if let Ok(rooms) = self.store.rooms().await {
             self.gateway.follow_rooms(&rooms);
         }
-        tracing::info!(
-            path = %self.path.display(),
-            rooms = applied,
-            rate_limits,
-            routes = config.routes.len(),
-            sinks = config.events.len(),
-            "configuration reloaded"
-        );
+        applied
     }
 
     fn apply_sinks(&mut self, sinks: Vec<Sink>) {

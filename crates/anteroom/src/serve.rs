@@ -47,62 +47,16 @@ pub(crate) struct Runtime {
 /// Opens the store and keys and installs the configured rooms.
 pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    // A shared store also records redeemed OIDC codes, so every node sees them (SPEC §11);
-    // a store of one process leaves that to the node's memory.
-    let mut code_redemptions: Option<Arc<dyn CodeRedemptions>> = None;
-    let store: Arc<dyn RoomStore> = match &config.store {
-        StoreConfig::Embedded {
-            path,
-            checkpoint_bytes,
-        } => Arc::new(
-            RedbStore::open_with(
-                path,
-                clock.clone(),
-                RedbOptions {
-                    seed: None,
-                    checkpoint_bytes: *checkpoint_bytes,
-                },
-            )
-            .with_context(|| format!("opening the store at {}", path.display()))?,
-        ),
-        StoreConfig::Memory => {
-            tracing::warn!("memory store: every queue and session is lost when the process stops");
-            Arc::new(MemoryStore::new(clock.clone()))
-        }
-        StoreConfig::Redis { urls, cluster } => {
-            // Scripts read the server's TIME (no clock passed): every node shares one clock.
-            let redis = redis_config(urls, *cluster);
-            tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
-            let redis = Arc::new(
-                anteroom_store::RedisStore::new(redis, None)
-                    .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
-            );
-            code_redemptions = Some(redis.clone());
-            redis
-        }
-    };
+    let OpenedStore {
+        store,
+        code_redemptions,
+    } = open_store(config, &clock)?;
     // Request-path store calls are timed (anteroom_store_operation_seconds).
     let store = anteroom_http::TimedStore::wrap(store);
     let key_source = crate::keys::key_source(config)?;
-    let keys = crate::keys::load_or_generate(&key_source, config, clock.now().as_secs()).await?;
-    let algorithm = crate::keys::algorithm(config)?;
-    if keys.algorithm() != algorithm {
-        tracing::warn!(
-            configured = algorithm.as_str(),
-            active = keys.algorithm().as_str(),
-            "the active signing key uses another algorithm; rotate (`anteroom keys generate` or POST /admin/v1/keys/rotate) to change it"
-        );
-    }
+    let keys = load_keys(config, &key_source, &*clock).await?;
     warn_about_oidc(config, &keys);
-    if let Err((room, error)) = install_rooms(&*store, &config.rooms).await {
-        // A shared store may be down for a while: the node serves anyway (each room follows
-        // its on_store_error) and installs the rooms once the store answers.
-        if !matches!(config.store, StoreConfig::Redis { .. }) {
-            return Err(error).with_context(|| format!("installing room {room}"));
-        }
-        tracing::error!(%room, %error, "cannot install the configured rooms yet; serving meanwhile and retrying in the background");
-        tokio::spawn(install_in_background(store.clone(), config.rooms.clone()));
-    }
+    install_configured_rooms(config, &store).await?;
     let settings = PublicSettings {
         public_url: config.server.public_url.clone(),
         issuer: config.server.issuer.clone(),
@@ -131,6 +85,91 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         store,
         key_source,
     })
+}
+
+/// The configured store, opened.
+struct OpenedStore {
+    store: Arc<dyn RoomStore>,
+    /// A shared store also records redeemed OIDC codes, so every node sees them (SPEC §11); a
+    /// store of one process leaves that to the node's memory (`None`).
+    code_redemptions: Option<Arc<dyn CodeRedemptions>>,
+}
+
+/// Opens the configured store.
+fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Result<OpenedStore> {
+    let (store, code_redemptions): (Arc<dyn RoomStore>, _) = match &config.store {
+        StoreConfig::Embedded {
+            path,
+            checkpoint_bytes,
+        } => {
+            let options = RedbOptions {
+                seed: None,
+                checkpoint_bytes: *checkpoint_bytes,
+            };
+            let store: Arc<dyn RoomStore> = Arc::new(
+                RedbStore::open_with(path, clock.clone(), options)
+                    .with_context(|| format!("opening the store at {}", path.display()))?,
+            );
+            (store, None)
+        }
+        StoreConfig::Memory => {
+            tracing::warn!("memory store: every queue and session is lost when the process stops");
+            let store: Arc<dyn RoomStore> = Arc::new(MemoryStore::new(clock.clone()));
+            (store, None)
+        }
+        StoreConfig::Redis { urls, cluster } => {
+            // Scripts read the server's TIME (no clock passed): every node shares one clock.
+            let redis = redis_config(urls, *cluster);
+            tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
+            let redis = Arc::new(
+                anteroom_store::RedisStore::new(redis, None)
+                    .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
+            );
+            let codes: Arc<dyn CodeRedemptions> = redis.clone();
+            (redis, Some(codes))
+        }
+    };
+    Ok(OpenedStore {
+        store,
+        code_redemptions,
+    })
+}
+
+/// The signing keys from `key_source` (generated when there are none), with a warning when
+/// the active key's algorithm is not the configured one.
+async fn load_keys(
+    config: &Config,
+    key_source: &anteroom_http::KeySource,
+    clock: &dyn Clock,
+) -> anyhow::Result<KeySet> {
+    let keys = crate::keys::load_or_generate(key_source, config, clock.now().as_secs()).await?;
+    let algorithm = crate::keys::algorithm(config)?;
+    if keys.algorithm() != algorithm {
+        tracing::warn!(
+            configured = algorithm.as_str(),
+            active = keys.algorithm().as_str(),
+            "the active signing key uses another algorithm; rotate (`anteroom keys generate` or POST /admin/v1/keys/rotate) to change it"
+        );
+    }
+    Ok(keys)
+}
+
+/// Installs the configured rooms. A shared store may be down for a while: then the node
+/// serves anyway (each room follows its on_store_error) and installs the rooms once the store
+/// answers; any other store's failure stops the start.
+async fn install_configured_rooms(
+    config: &Config,
+    store: &Arc<dyn RoomStore>,
+) -> anyhow::Result<()> {
+    let Err((room, error)) = install_rooms(&**store, &config.rooms).await else {
+        return Ok(());
+    };
+    if !matches!(config.store, StoreConfig::Redis { .. }) {
+        return Err(error).with_context(|| format!("installing room {room}"));
+    }
+    tracing::error!(%room, %error, "cannot install the configured rooms yet; serving meanwhile and retrying in the background");
+    tokio::spawn(install_in_background(store.clone(), config.rooms.clone()));
+    Ok(())
 }
 
 /// The page renderer of `[server] templates_dir`, with every configured room's custom page

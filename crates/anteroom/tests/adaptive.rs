@@ -11,8 +11,6 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::fmt::Write as _;
@@ -26,7 +24,8 @@ use axum::routing::get;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use admin_support::{AdminClient, AdminSite};
+use admin_support::{AdminClient, AdminSite, start_redis_nodes};
+use anteroom_test_support::redis::RedisServer;
 
 /// The origin's latency: `BASE_MS + PER_REQUEST_MS` for each request it is working on.
 const BASE_MS: u64 = 20;
@@ -357,7 +356,7 @@ async fn an_origin_outside_the_gateway_pushes_its_signal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_on_one_redis_apply_one_decision_per_interval() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let redis = redis_server::RedisServer::start();
+    let redis = RedisServer::start();
     let keys = tempfile::tempdir().unwrap();
     // Steps of 100 a minute (5 % of 60..2060), a decision every half second.
     let rooms = "[[room]]\n\
@@ -417,7 +416,7 @@ async fn two_nodes_on_one_redis_apply_one_decision_per_interval() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_sent_to_one_node_reaches_every_node_s_controller_within_a_second() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let redis = redis_server::RedisServer::start();
+    let redis = RedisServer::start();
     let keys = tempfile::tempdir().unwrap();
     let rooms = "[[room]]\n\
                  id = \"api\"\n\
@@ -467,44 +466,6 @@ async fn a_signal_sent_to_one_node_reaches_every_node_s_controller_within_a_seco
         ["decrease", "floor", "other_node"].contains(&adaptive["decision"].as_str().unwrap()),
         "{stats}"
     );
-}
-
-/// Starts `count` nodes with their admin listeners on one Redis store and one key directory.
-async fn start_redis_nodes(
-    count: usize,
-    redis: &redis_server::RedisServer,
-    keys: &std::path::Path,
-    rooms: &str,
-    client: &reqwest::Client,
-) -> Vec<(AdminSite, support::Server, AdminClient)> {
-    let mut nodes = Vec::new();
-    for index in 0..count {
-        let site = AdminSite::new(rooms);
-        let path = site.site.config_path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let embedded = format!(
-            "backend = \"embedded\"\npath = {}\n",
-            support::toml_string(&site.site.store_path())
-        );
-        let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
-        let text = text.replacen(&embedded, &shared, 1).replacen(
-            &support::toml_string(&site.site.keys_dir()),
-            &support::toml_string(keys),
-            1,
-        );
-        assert!(text.contains("backend = \"redis\""), "{text}");
-        std::fs::write(&path, text).unwrap();
-        let mut server = site.site.start();
-        server.wait_ready(client).await;
-        let admin = AdminClient::new(&site.admin_url());
-        admin.wait_ready().await;
-        nodes.push((site, server, admin));
-        if index == 0 {
-            // The second node loads the keys the first one made.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    nodes
 }
 
 /// The rate (left axis) and the visitors' p95 latency per second (right axis) over time, as

@@ -8,8 +8,6 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -20,7 +18,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use admin_support::{ADMIN_KEY, AdminClient, AdminSite, READ_KEY};
-use redis_server::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_created_at_run_time_survives_a_restart() {

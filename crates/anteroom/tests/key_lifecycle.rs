@@ -7,8 +7,6 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::path::Path;
@@ -16,8 +14,8 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use admin_support::{ADMIN_KEY, AdminClient, AdminSite, READ_KEY};
+use anteroom_test_support::redis::RedisServer;
 use anteroom_token::KeyEncryptionKey;
-use redis_server::RedisServer;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::{Site, free_port, key_hash, printed_kid, run, toml_string};

@@ -10,8 +10,6 @@
 
 #[path = "support/admin.rs"]
 mod admin_support;
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -21,7 +19,8 @@ use axum::routing::any;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use admin_support::{AdminClient, AdminSite};
+use admin_support::{AdminClient, AdminSite, start_redis_nodes};
+use anteroom_test_support::redis::RedisServer;
 use support::{Server, Site};
 
 /// A room whose line never moves: every request that needs it is held back (429 for an API
@@ -228,52 +227,13 @@ async fn sighup_sends_the_next_requests_to_a_new_upstream() {
     );
 }
 
-/// Starts `count` gateway nodes in front of `origin` on one Redis store and one key directory,
-/// each with its admin listener.
-async fn start_nodes(
-    count: usize,
-    redis: &redis_server::RedisServer,
-    keys: &std::path::Path,
-    rooms: &str,
-    client: &reqwest::Client,
-) -> Vec<(AdminSite, Server, AdminClient)> {
-    let mut nodes = Vec::new();
-    for index in 0..count {
-        let site = AdminSite::new(rooms);
-        let path = site.site.config_path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let embedded = format!(
-            "backend = \"embedded\"\npath = {}\n",
-            support::toml_string(&site.site.store_path())
-        );
-        let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
-        let text = text.replacen(&embedded, &shared, 1).replacen(
-            &support::toml_string(&site.site.keys_dir()),
-            &support::toml_string(keys),
-            1,
-        );
-        assert!(text.contains("backend = \"redis\""), "{text}");
-        std::fs::write(&path, text).unwrap();
-        let mut server = site.site.start();
-        server.wait_ready(client).await;
-        let admin = AdminClient::new(&site.admin_url());
-        admin.wait_ready().await;
-        nodes.push((site, server, admin));
-        if index == 0 {
-            // The next node loads the keys the first one made.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    nodes
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rooms_routes_changed_on_one_node_protect_the_path_on_another_within_a_second() {
     let origin = Origin::start("origin").await;
-    let redis = redis_server::RedisServer::start();
+    let redis = RedisServer::start();
     let keys = tempfile::tempdir().unwrap();
     let client = support::client();
-    let nodes = start_nodes(
+    let nodes = start_redis_nodes(
         2,
         &redis,
         keys.path(),

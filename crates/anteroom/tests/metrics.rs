@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 // This test uses the admin client only to wait for the listener.
-#[allow(dead_code)]
 #[path = "support/admin.rs"]
 mod admin_support;
 mod support;

@@ -10,8 +10,6 @@
 //!   nodes, one killed mid-run (SPEC §14.9).
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,8 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anteroom_test_support::redis::RedisServer;
 use rand::Rng;
-use redis_server::RedisServer;
 use support::{SERVICE_KEY, Server, Site, jwt_claims, key_hash, ticket_id_of, toml_string};
 
 /// Writes a node's config: the shared redis store and key directory, and `rooms`.

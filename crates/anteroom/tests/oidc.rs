@@ -13,15 +13,13 @@
 //! cargo target directory the first time it runs (pip needs the package index then).
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use redis_server::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 use support::{SERVICE_KEY, Server, Site, client, key_hash, toml_string};
 
 const CALLBACK: &str = "https://app.example/oauth2/callback";

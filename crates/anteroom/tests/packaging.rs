@@ -7,13 +7,12 @@
 //! checked against the Kubernetes API schemas: no validator runs offline.
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use anteroom_test_support::redis::RedisServer;
 use serde_json::Value;
 use support::Site;
 
@@ -724,7 +723,7 @@ async fn kubernetes_probes_answer_on_a_live_node() {
         let redis = workload
             .config_text
             .contains("backend = \"redis\"")
-            .then(redis_server::RedisServer::start);
+            .then(RedisServer::start);
         if let Some(redis) = &redis {
             environment.push(("ANTEROOM_STORE__URL".into(), redis.url()));
         }

@@ -5,13 +5,11 @@
 //! by one rule consuming nothing from the others (redis or local).
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../store/tests/support/redis.rs"]
-mod cluster_harness;
 mod support;
 
 use std::time::{Duration, Instant};
 
+use anteroom_test_support::redis::RedisCluster;
 use support::{Site, client, key_hash, toml_string};
 
 /// A config with one room, `trusted_proxies`, and a per-IP join limit of `limit` a minute.
@@ -246,7 +244,7 @@ async fn passed(client: &reqwest::Client, bases: &[String], paths: &[&str]) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_on_a_redis_cluster_share_limits_and_refusals_consume_nothing() {
-    let cluster = cluster_harness::RedisCluster::start();
+    let cluster = RedisCluster::start();
     let client = client();
     let sites = [Site::new(), Site::new()];
     for site in &sites {

@@ -5,15 +5,13 @@
 //! back by itself once Redis does, with every ticket and pass it had.
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/redis.rs"]
-mod redis_server;
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_server::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 use support::{SERVICE_KEY, Server, Site, key_hash, toml_string};
 
 /// Every store call is bounded by the redis store's timeout (2 s by default), and a request
@@ -426,7 +424,7 @@ async fn rooms_follow_on_store_error_while_redis_is_stopped_and_recover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_redis_killed_and_restarted_loses_nothing() {
     let data = tempfile::tempdir().unwrap();
-    let port = redis_server::free_port();
+    let port = support::free_port();
     let redis = RedisServer::start_durable(port, data.path());
     let site = Site::new();
     write_config(&site, port);
@@ -462,7 +460,7 @@ async fn a_durable_redis_killed_and_restarted_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_starts_while_redis_is_down_and_installs_its_rooms_later() {
-    let port = redis_server::free_port();
+    let port = support::free_port();
     let site = Site::new();
     write_config(&site, port);
     let client = client();

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anteroom_test_support::ports::free_port;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -188,13 +189,6 @@ async fn protected(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Respons
             .into_response(),
         Err(_) => StatusCode::BAD_GATEWAY.into_response(),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,11 +35,8 @@ use anteroom_http::{
 };
 use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};
 use anteroom_store::{RedbStore, RedisConfig, RedisStore, RoomStore};
+use anteroom_test_support::redis::{RedisServer, shared_server, unique_prefix};
 use anteroom_token::{KeySet, SigningAlgorithm};
-
-#[allow(dead_code, unreachable_pub, clippy::unwrap_used)]
-#[path = "../../store/tests/support/redis.rs"]
-mod redis_harness;
 
 /// Where every test's clock starts.
 const START: Timestamp = Timestamp(1_700_000_000_000);
@@ -153,9 +150,9 @@ fn open_store(
             Arc::new(RedbStore::open(&dir.path().join("rooms.redb"), clock).unwrap())
         }
         Backend::Redis => {
-            let url = redis_url.unwrap_or_else(|| redis_harness::shared_server().url());
+            let url = redis_url.unwrap_or_else(|| shared_server().url());
             let config = RedisConfig::standalone(url)
-                .with_key_prefix(redis_harness::unique_prefix())
+                .with_key_prefix(unique_prefix())
                 .with_timeout(Duration::from_millis(500));
             Arc::new(RedisStore::new(config, Some(clock)).unwrap())
         }
@@ -536,7 +533,7 @@ on_every_store!(
 /// room's `on_store_error` (SPEC §9.4): `open` lets them through, `closed` answers 503.
 #[tokio::test]
 async fn an_unreachable_store_follows_on_store_error() {
-    let server = redis_harness::RedisServer::start();
+    let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(START));
     let store = open_store(Backend::Redis, &dir, clock.clone(), Some(server.url()));

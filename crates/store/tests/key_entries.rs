@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use anteroom_store::{KeyEntries, RedisConfig, RedisKeyEntries};
-use support::redis::{shared_server, unique_prefix};
+use anteroom_test_support::redis::{shared_server, unique_prefix};
 
 fn entries(prefix: &str) -> RedisKeyEntries {
     let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix);

@@ -6,12 +6,12 @@
 mod limit_redis_suite;
 mod limit_support;
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use anteroom_store::limit::RedisLimitConfig;
+use anteroom_test_support::ports::free_port;
+use anteroom_test_support::redis::RedisServer;
 use limit_redis_suite::Target;
-use limit_support::RedisServer;
 use redis::FromRedisValue;
 
 /// A fresh server of its own.
@@ -25,6 +25,14 @@ impl Standalone {
             server: RedisServer::start(),
         }
     }
+
+    /// A plain synchronous connection, for looking at what the store wrote.
+    fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
 }
 
 impl Target for Standalone {
@@ -36,7 +44,7 @@ impl Target for Standalone {
     }
 
     fn query<V: FromRedisValue>(&self, command: &redis::Cmd) -> V {
-        command.query(&mut self.server.connection()).unwrap()
+        command.query(&mut self.connection()).unwrap()
     }
 
     fn on_every_node(&self, command: &redis::Cmd) {
@@ -53,15 +61,6 @@ impl Target for Standalone {
     fn unreachable(&self) -> RedisLimitConfig {
         RedisLimitConfig::new(format!("redis://127.0.0.1:{}", free_port()))
     }
-}
-
-/// A loopback port nobody listens on.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 limit_redis_suite!(Standalone::start());

@@ -7,9 +7,7 @@
 
 mod limit_redis_suite;
 mod limit_support;
-mod support;
 
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,10 +15,11 @@ use std::time::Duration;
 use anteroom_core::ratelimit::{Algorithm, LimitParams};
 use anteroom_core::{ManualClock, Timestamp};
 use anteroom_store::limit::{LimitRequest, LimitStore, RedisLimitConfig, RedisLimitStore};
+use anteroom_test_support::ports::free_port;
+use anteroom_test_support::redis::{shared_cluster, unique_prefix};
 use limit_redis_suite::{Target, runtime, wait_out_a_window_boundary};
 use limit_support::params;
 use redis::FromRedisValue;
-use support::redis::{shared_cluster, unique_prefix};
 
 /// The shared cluster, under a key prefix of its own.
 struct Cluster {
@@ -77,12 +76,7 @@ impl Target for Cluster {
     }
 
     fn unreachable(&self) -> RedisLimitConfig {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        RedisLimitConfig::cluster([format!("redis://127.0.0.1:{port}")])
+        RedisLimitConfig::cluster([format!("redis://127.0.0.1:{}", free_port())])
     }
 }
 

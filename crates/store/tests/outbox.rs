@@ -4,15 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::sync::Arc;
 
 use anteroom_core::ManualClock;
 use anteroom_store::{
     EventOutbox, MemoryOutbox, OutboxLimits, RedbStore, RedisConfig, RedisOutbox, RoomStore,
 };
-use support::redis::{shared_server, unique_prefix};
+use anteroom_test_support::redis::{shared_server, unique_prefix};
 
 fn payloads(range: std::ops::RangeInclusive<u32>) -> Vec<Vec<u8>> {
     range

@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
-mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -19,8 +18,8 @@ use anteroom_core::engine::{
 use anteroom_core::room::{Mode, Order, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_test_support::redis::{RedisServer, shared_server, unique_prefix};
 use conformance::Backend;
-use support::redis::{RedisServer, shared_server, unique_prefix};
 
 /// Stores under a key prefix of their own on the shared server; reopening sees the same keys.
 struct Redis {
@@ -116,7 +115,7 @@ async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
     let gone = store.snapshot(&id).await;
     assert!(matches!(gone, Err(StoreError::Backend { .. })), "{gone:?}");
     assert!(started.elapsed() < timeout * 3, "{:?}", started.elapsed());
-    let _server = RedisServer::restart_on(port);
+    let _server = RedisServer::start_on(port);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         // The restarted server is empty: the room has to be put again.
@@ -335,7 +334,7 @@ async fn notices_come_back_after_the_server_restarts() {
     subscribed(&mut receiver).await;
 
     drop(server);
-    let server = RedisServer::restart_on(port);
+    let server = RedisServer::start_on(port);
     // The subscriber notices the loss, subscribes again and says something may be missed.
     subscribed(&mut receiver).await;
     let started = Instant::now();

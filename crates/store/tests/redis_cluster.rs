@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
-mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,8 +13,8 @@ use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketEnd, TicketSta
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_test_support::redis::{RedisCluster as Cluster, shared_cluster, unique_prefix};
 use conformance::Backend;
-use support::redis::{RedisCluster as Cluster, shared_cluster, unique_prefix};
 
 /// Stores under a key prefix of their own on the shared cluster.
 struct RedisCluster {

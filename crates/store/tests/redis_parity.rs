@@ -8,8 +8,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +19,9 @@ use anteroom_core::engine::{
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId, SessionId, Timestamp};
 use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_test_support::redis::{shared_server, unique_prefix};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use support::redis::{shared_server, unique_prefix};
 
 const CASES: u32 = 48;
 const STEPS: usize = 120;

@@ -11,7 +11,7 @@ use reqwest::header::ACCEPT;
 use serde_json::Value;
 
 use super::Gate;
-use super::redis_server::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 
 const HTML: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8";
 

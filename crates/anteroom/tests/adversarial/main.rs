@@ -19,8 +19,6 @@ mod limits;
 mod origins;
 mod pages;
 mod paths;
-#[path = "../support/redis.rs"]
-mod redis_server;
 mod secrets;
 
 use std::time::Duration;

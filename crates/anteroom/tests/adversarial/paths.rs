@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use super::redis_server::RedisServer;
 use super::{Gate, raw_exchange, raw_status};
+use anteroom_test_support::redis::RedisServer;
 
 const ADMIN_KEY: &str = "paths-admin-key-0123456789abcdef";
 

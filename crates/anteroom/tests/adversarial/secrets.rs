@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::{self, SERVICE_KEY, Server, Site, free_port, key_hash, toml_string};
 use crate::{Gate, raw_exchange, raw_status};
 
-use super::redis_server::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 
 /// The admin key of the nodes that open an admin listener.
 const ADMIN_KEY: &str = "secrets-admin-key-0123456789abcdef";

@@ -1,10 +1,18 @@
 //! What the admin tests share: a site whose config opens the admin listener on a free port
-//! with an admin key and a read-only key, and an admin API client.
+//! with an admin key and a read-only key, an admin API client, and nodes with their admin
+//! listeners on one Redis store.
+//!
+//! Every test file that compiles this module uses only part of it.
+#![allow(dead_code)]
 
+use std::path::Path;
+use std::time::Duration;
+
+use anteroom_test_support::redis::RedisServer;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::support::{Site, client, free_port, key_hash};
+use crate::support::{Server, Site, client, free_port, key_hash, toml_string};
 
 /// The admin key the sites accept.
 pub(crate) const ADMIN_KEY: &str = "test-admin-key-0123456789abcdef";
@@ -113,4 +121,49 @@ impl AdminClient {
     ) -> (StatusCode, Value) {
         self.call(method, path, Some(ADMIN_KEY), body).await
     }
+}
+
+/// Starts `count` nodes with their admin listeners on one Redis store and one key directory
+/// (`keys`); `rooms` are `[[room]]` tables.
+pub(crate) async fn start_redis_nodes(
+    count: usize,
+    redis: &RedisServer,
+    keys: &Path,
+    rooms: &str,
+    client: &reqwest::Client,
+) -> Vec<(AdminSite, Server, AdminClient)> {
+    let mut nodes = Vec::new();
+    for index in 0..count {
+        let site = AdminSite::new(rooms);
+        share_store_and_keys(&site, redis, keys);
+        let mut server = site.site.start();
+        server.wait_ready(client).await;
+        let admin = AdminClient::new(&site.admin_url());
+        admin.wait_ready().await;
+        nodes.push((site, server, admin));
+        if index == 0 {
+            // The next node loads the keys the first one made.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    nodes
+}
+
+/// Rewrites `site`'s config to use `redis` and the key directory `keys` in place of its own
+/// embedded store and keys.
+fn share_store_and_keys(site: &AdminSite, redis: &RedisServer, keys: &Path) {
+    let path = site.site.config_path();
+    let text = std::fs::read_to_string(&path).expect("read the config back");
+    let embedded = format!(
+        "backend = \"embedded\"\npath = {}\n",
+        toml_string(&site.site.store_path())
+    );
+    let shared = format!("backend = \"redis\"\nurl = \"{}\"\n", redis.url());
+    let text = text.replacen(&embedded, &shared, 1).replacen(
+        &toml_string(&site.site.keys_dir()),
+        &toml_string(keys),
+        1,
+    );
+    assert!(text.contains("backend = \"redis\""), "{text}");
+    std::fs::write(&path, text).expect("write the config");
 }

@@ -192,7 +192,59 @@ pub(crate) fn analyse(
     records: &[VisitorRecord],
     origin: Option<&OriginLog>,
 ) -> (Summary, Series) {
-    let fifo = scenario.room.order == Order::Fifo;
+    let (outcomes, errors) = tally(records);
+    let joined: Vec<&VisitorRecord> = records.iter().filter(|r| r.join.is_some()).collect();
+    let queue_start = joined
+        .iter()
+        .filter(|r| r.waited)
+        .filter_map(|r| r.join.as_ref().map(|join| join.received))
+        .min_by(f64::total_cmp);
+    let (ahead_increases, ahead_increase_count) = ahead_increases(&joined);
+    let (eta, eta_points) = eta_errors(&joined, queue_start.unwrap_or(0.0));
+    let duration = run_duration(records);
+    let series = Series {
+        queue: queue_series(&joined, duration),
+        admissions: admission_series(&joined, duration),
+        active: origin
+            .map(|log| active_series(log, duration))
+            .unwrap_or_default(),
+        eta: eta_points,
+    };
+    let mut summary = Summary {
+        scenario: scenario.name.clone(),
+        description: scenario.description.clone(),
+        settings: scenario.clone(),
+        visitors: records.len(),
+        nodes,
+        workers: scenario.workers(),
+        max_active: scenario.room.max_active,
+        admit_per_minute: scenario.room.admit_per_minute,
+        fifo: scenario.room.order == Order::Fifo,
+        duration,
+        outcomes,
+        joined: joined.len(),
+        queued: joined.iter().filter(|r| r.waited).count(),
+        admitted: joined.iter().filter(|r| r.admitted.is_some()).count(),
+        followed_sse: joined.iter().filter(|r| r.sse).count(),
+        sse_refused: joined.iter().filter(|r| r.sse_refused).count(),
+        observations: joined.iter().map(|r| r.observations.len()).sum(),
+        join_latency_ms: join_latency(&joined),
+        queue_seconds: queue_times(&joined),
+        admission: admission_rate(scenario.room.admit_per_minute, &joined),
+        order: order_check(&joined),
+        ahead_increases,
+        ahead_increase_count,
+        eta,
+        origin: origin.map(origin_figures).unwrap_or_default(),
+        errors,
+        checks: Vec::new(),
+    };
+    summary.checks = checks(&summary);
+    (summary, series)
+}
+
+/// How many visitors ended in each outcome, and how often each error was seen.
+fn tally(records: &[VisitorRecord]) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
     let mut outcomes = BTreeMap::new();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for record in records {
@@ -203,32 +255,34 @@ pub(crate) fn analyse(
             *errors.entry(error.clone()).or_default() += 1;
         }
     }
-    let joined: Vec<&VisitorRecord> = records.iter().filter(|r| r.join.is_some()).collect();
-    let join_latency_ms = percentiles(
+    (outcomes, errors)
+}
+
+/// The joins' latencies, in milliseconds.
+fn join_latency(joined: &[&VisitorRecord]) -> Percentiles {
+    percentiles(
         joined
             .iter()
             .filter_map(|r| r.join.as_ref())
             .map(|join| (join.received - join.sent) * 1000.0)
             .collect(),
-    );
-    let queue_seconds = percentiles(
+    )
+}
+
+/// How long queued visitors waited from their join's answer to their admission, in seconds.
+fn queue_times(joined: &[&VisitorRecord]) -> Percentiles {
+    percentiles(
         joined
             .iter()
             .filter(|r| r.waited)
             .filter_map(|r| Some(r.admitted? - r.join.as_ref()?.received))
             .collect(),
-    );
-    let queue_start = joined
-        .iter()
-        .filter(|r| r.waited)
-        .filter_map(|r| r.join.as_ref().map(|join| join.received))
-        .min_by(f64::total_cmp);
-    let admission = admission_rate(scenario.room.admit_per_minute, &joined);
-    let order = order_check(&joined);
-    let (ahead_increases, ahead_increase_count) = ahead_increases(&joined);
-    let (eta, eta_points) = eta_errors(&joined, queue_start.unwrap_or(0.0));
-    let origin_figures = origin.map(origin_figures).unwrap_or_default();
-    let duration = records
+    )
+}
+
+/// Seconds from the start to the last thing any visitor recorded.
+fn run_duration(records: &[VisitorRecord]) -> f64 {
+    records
         .iter()
         .flat_map(|r| {
             [
@@ -240,11 +294,35 @@ pub(crate) fn analyse(
             ]
         })
         .flatten()
-        .fold(0.0, f64::max);
+        .fold(0.0, f64::max)
+}
 
+/// What the run is judged on: the invariants, then the targets (SPEC's figures).
+fn checks(summary: &Summary) -> Vec<Check> {
     let mut checks = Vec::new();
-    if fifo {
-        checks.push(Check {
+    if summary.fifo {
+        checks.extend(fifo_checks(&summary.order));
+    }
+    checks.push(Check {
+        name: "`ahead` never increases".to_owned(),
+        invariant: true,
+        met: summary.ahead_increase_count == 0,
+        detail: format!("{} increases", summary.ahead_increase_count),
+    });
+    if summary.origin.enabled && summary.max_active > 0 {
+        checks.push(origin_check(&summary.origin, summary.max_active));
+    }
+    if summary.admit_per_minute > 0 {
+        checks.push(rate_check(&summary.admission, summary.admit_per_minute));
+    }
+    checks.push(eta_check(&summary.eta));
+    checks
+}
+
+/// A FIFO room admits in the order of positions and never shows a passed visitor waiting.
+fn fifo_checks(order: &OrderCheck) -> [Check; 2] {
+    [
+        Check {
             name: "FIFO: Kendall tau between position and admission = 1".to_owned(),
             invariant: true,
             met: order.discordant == 0,
@@ -257,52 +335,54 @@ pub(crate) fn analyse(
                 order.discordant,
                 order.ties
             ),
-        });
-        checks.push(Check {
+        },
+        Check {
             name: "FIFO: nobody shown waiting once serving reached them".to_owned(),
             invariant: true,
             met: order.passed_over == 0,
             detail: format!("{} such statuses", order.passed_over),
-        });
-    }
-    checks.push(Check {
-        name: "`ahead` never increases".to_owned(),
+        },
+    ]
+}
+
+/// The origin never had more sessions open at once than the room's cap.
+fn origin_check(origin: &OriginFigures, max_active: u64) -> Check {
+    Check {
+        name: "origin concurrency <= max_active".to_owned(),
         invariant: true,
-        met: ahead_increase_count == 0,
-        detail: format!("{ahead_increase_count} increases"),
-    });
-    if origin_figures.enabled && scenario.room.max_active > 0 {
-        checks.push(Check {
-            name: "origin concurrency <= max_active".to_owned(),
-            invariant: true,
-            met: origin_figures.max_active as u64 <= scenario.room.max_active,
-            detail: format!(
-                "at most {} sessions open at the origin ({} with a request in flight), max_active {}",
-                origin_figures.max_active, origin_figures.max_in_flight, scenario.room.max_active
-            ),
-        });
+        met: origin.max_active as u64 <= max_active,
+        detail: format!(
+            "at most {} sessions open at the origin ({} with a request in flight), max_active {}",
+            origin.max_active, origin.max_in_flight, max_active
+        ),
     }
-    if scenario.room.admit_per_minute > 0 {
-        checks.push(Check {
-            name: format!(
-                "admission rate within {:.0} % of admit_per_minute while people wait",
-                RATE_TOLERANCE * 100.0
+}
+
+/// The measured admission rate is near the configured one while people wait.
+fn rate_check(admission: &AdmissionRate, admit_per_minute: u64) -> Check {
+    Check {
+        name: format!(
+            "admission rate within {:.0} % of admit_per_minute while people wait",
+            RATE_TOLERANCE * 100.0
+        ),
+        invariant: false,
+        met: admission
+            .deviation
+            .is_some_and(|deviation| deviation.abs() <= RATE_TOLERANCE),
+        detail: match (admission.measured_per_minute, admission.deviation) {
+            (Some(rate), Some(deviation)) => format!(
+                "{rate:.0}/min measured, {} configured ({:+.1} %)",
+                admit_per_minute,
+                deviation * 100.0
             ),
-            invariant: false,
-            met: admission
-                .deviation
-                .is_some_and(|deviation| deviation.abs() <= RATE_TOLERANCE),
-            detail: match (admission.measured_per_minute, admission.deviation) {
-                (Some(rate), Some(deviation)) => format!(
-                    "{rate:.0}/min measured, {} configured ({:+.1} %)",
-                    scenario.room.admit_per_minute,
-                    deviation * 100.0
-                ),
-                _ => "too few queued admissions to measure".to_owned(),
-            },
-        });
+            _ => "too few queued admissions to measure".to_owned(),
+        },
     }
-    checks.push(Check {
+}
+
+/// The ETAs shown after the first minute are near the actual waits.
+fn eta_check(eta: &EtaErrors) -> Check {
+    Check {
         name: format!(
             "median ETA error <= {:.0} % after the first minute",
             ETA_TOLERANCE * 100.0
@@ -320,46 +400,7 @@ pub(crate) fn analyse(
             ),
             None => "no status after the first minute".to_owned(),
         },
-    });
-
-    let series = Series {
-        queue: queue_series(&joined, duration),
-        admissions: admission_series(&joined, duration),
-        active: origin
-            .map(|log| active_series(log, duration))
-            .unwrap_or_default(),
-        eta: eta_points,
-    };
-    let summary = Summary {
-        scenario: scenario.name.clone(),
-        description: scenario.description.clone(),
-        settings: scenario.clone(),
-        visitors: records.len(),
-        nodes,
-        workers: scenario.workers(),
-        max_active: scenario.room.max_active,
-        admit_per_minute: scenario.room.admit_per_minute,
-        fifo,
-        duration,
-        outcomes,
-        joined: joined.len(),
-        queued: joined.iter().filter(|r| r.waited).count(),
-        admitted: joined.iter().filter(|r| r.admitted.is_some()).count(),
-        followed_sse: joined.iter().filter(|r| r.sse).count(),
-        sse_refused: joined.iter().filter(|r| r.sse_refused).count(),
-        observations: joined.iter().map(|r| r.observations.len()).sum(),
-        join_latency_ms,
-        queue_seconds,
-        admission,
-        order,
-        ahead_increases,
-        ahead_increase_count,
-        eta,
-        origin: origin_figures,
-        errors,
-        checks,
-    };
-    (summary, series)
+    }
 }
 
 impl Summary {

@@ -22,8 +22,8 @@ mod visitor;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::process::{ChildStdout, Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use clap::Args;
 use tokio::time::Instant;
 
 use self::origin::Origin;
-use self::record::{VisitorRecord, WorkerOutput};
+use self::record::{OriginLog, VisitorRecord, WorkerOutput};
 use self::scenario::Scenario;
 use self::visitor::Context;
 
@@ -88,54 +88,11 @@ async fn coordinate(
     scenario: Scenario,
     targets: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let origin = if scenario.origin.enabled {
-        let listen = args
-            .origin
-            .or(scenario.origin.listen)
-            .context("the origin needs an address: --origin or [origin] listen")?;
-        if !listen.ip().is_loopback() {
-            bail!("the origin must listen on a loopback address, not {listen}");
-        }
-        Some(
-            Origin::start(listen, scenario.origin.latency)
-                .await
-                .with_context(|| format!("starting the origin on {listen}"))?,
-        )
-    } else {
-        None
-    };
-
+    let origin = start_origin(args.origin, &scenario).await?;
     let workers = scenario.workers();
-    let program = std::env::current_exe().context("finding this program to start workers")?;
     let mut children = Vec::with_capacity(workers);
     for worker in 0..workers {
-        let mut command = Command::new(&program);
-        command
-            .arg("crowd-worker")
-            .arg("--scenario")
-            .arg(&args.scenario)
-            .args(["--worker", &worker.to_string()])
-            .args(["--workers", &workers.to_string()]);
-        for target in &targets {
-            command.args(["--target", target]);
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting a worker")?;
-        let mut stdout = BufReader::new(child.stdout.take().context("a worker's output")?);
-        let ready = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            stdout.read_line(&mut line).map(|_| (line, stdout))
-        })
-        .await??;
-        if ready.0.trim() != "ready" {
-            let _ = child.kill();
-            bail!("worker {worker} did not start: {:?}", ready.0);
-        }
-        children.push((child, ready.1));
+        children.push(start_worker(&args.scenario, worker, workers, &targets).await?);
     }
     eprintln!(
         "crowd: {} visitors, {workers} worker(s), {} node(s): go",
@@ -159,8 +116,77 @@ async fn coordinate(
             read_output(stdout).map(|output| (output, child))
         }));
     }
-    let mut records: Vec<VisitorRecord> = Vec::with_capacity(scenario.visitors);
     let wait_limit = start + scenario.time_limit + WORKER_GRACE;
+    let records = collect_records(readers, scenario.visitors, wait_limit).await?;
+    let origin_log = origin.map(Origin::finish);
+    conclude(&args.out, &scenario, targets.len(), &records, origin_log)
+}
+
+/// The origin the scenario asks for, started on a loopback address (`--origin` first).
+async fn start_origin(
+    listen: Option<SocketAddr>,
+    scenario: &Scenario,
+) -> anyhow::Result<Option<Origin>> {
+    if !scenario.origin.enabled {
+        return Ok(None);
+    }
+    let listen = listen
+        .or(scenario.origin.listen)
+        .context("the origin needs an address: --origin or [origin] listen")?;
+    if !listen.ip().is_loopback() {
+        bail!("the origin must listen on a loopback address, not {listen}");
+    }
+    let origin = Origin::start(listen, scenario.origin.latency)
+        .await
+        .with_context(|| format!("starting the origin on {listen}"))?;
+    Ok(Some(origin))
+}
+
+/// Starts worker process `worker` of `workers` (this program, `crowd-worker`) and waits for
+/// it to say it is ready; hands back the process and its output.
+async fn start_worker(
+    scenario: &Path,
+    worker: usize,
+    workers: usize,
+    targets: &[String],
+) -> anyhow::Result<(Child, BufReader<ChildStdout>)> {
+    let program = std::env::current_exe().context("finding this program to start workers")?;
+    let mut command = Command::new(&program);
+    command
+        .arg("crowd-worker")
+        .arg("--scenario")
+        .arg(scenario)
+        .args(["--worker", &worker.to_string()])
+        .args(["--workers", &workers.to_string()]);
+    for target in targets {
+        command.args(["--target", target]);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting a worker")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("a worker's output")?);
+    let (line, stdout) = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).map(|_| (line, stdout))
+    })
+    .await??;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        bail!("worker {worker} did not start: {line:?}");
+    }
+    Ok((child, stdout))
+}
+
+/// Every worker's records once it exits (successfully, by `wait_limit`), ordered by visitor.
+async fn collect_records(
+    readers: Vec<tokio::task::JoinHandle<anyhow::Result<(WorkerOutput, Child)>>>,
+    visitors: usize,
+    wait_limit: Instant,
+) -> anyhow::Result<Vec<VisitorRecord>> {
+    let mut records: Vec<VisitorRecord> = Vec::with_capacity(visitors);
     for (worker, reader) in readers.into_iter().enumerate() {
         let (output, mut child) = tokio::time::timeout_at(wait_limit, reader)
             .await
@@ -172,7 +198,6 @@ async fn coordinate(
         records.extend(output.records);
     }
     records.sort_by_key(|record| record.id);
-    let origin_log = origin.map(Origin::finish);
     if records.iter().all(|record| record.join.is_none()) {
         bail!(
             "no visitor could join (first errors: {:?})",
@@ -183,13 +208,24 @@ async fn coordinate(
                 .collect::<Vec<_>>()
         );
     }
-    let (summary, series) =
-        analysis::analyse(&scenario, targets.len(), &records, origin_log.as_ref());
+    Ok(records)
+}
+
+/// Analyses the run, writes the report to `out` and says how each check went; the exit
+/// status says whether every invariant held.
+fn conclude(
+    out: &Path,
+    scenario: &Scenario,
+    nodes: usize,
+    records: &[VisitorRecord],
+    origin_log: Option<OriginLog>,
+) -> anyhow::Result<ExitCode> {
+    let (summary, series) = analysis::analyse(scenario, nodes, records, origin_log.as_ref());
     let command = std::iter::once("anteroom-bench".to_owned())
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
-    report::write(&args.out, &summary, &series, &command)?;
+    report::write(out, &summary, &series, &command)?;
     for check in &summary.checks {
         eprintln!(
             "{} {}: {}",
@@ -198,7 +234,7 @@ async fn coordinate(
             check.detail
         );
     }
-    eprintln!("report: {}", args.out.join("report.md").display());
+    eprintln!("report: {}", out.join("report.md").display());
     Ok(if summary.invariants_held() {
         ExitCode::SUCCESS
     } else {
@@ -281,26 +317,7 @@ async fn work(
         .filter(|id| id % args.workers.max(1) == args.worker)
         .map(|id| scenario.plan(id, targets.len()))
         .collect();
-    {
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(b"ready\n")?;
-        stdout.flush()?;
-    }
-    let mut line = String::new();
-    let line = tokio::task::spawn_blocking(move || {
-        std::io::stdin().lock().read_line(&mut line).map(|_| line)
-    })
-    .await??;
-    let start_wall: u128 = line
-        .trim()
-        .strip_prefix("go ")
-        .and_then(|nanos| nanos.parse().ok())
-        .context("the coordinator did not say go")?;
-    let since_start = Duration::from_nanos(
-        u64::try_from(wall_clock_nanos()?.saturating_sub(start_wall)).unwrap_or(u64::MAX),
-    );
-    let now = Instant::now();
-    let start = now.checked_sub(since_start).unwrap_or(now);
+    let start = wait_for_go().await?;
     let deadline = start + scenario.time_limit;
     let context = Arc::new(Context {
         client,
@@ -332,4 +349,29 @@ async fn work(
         records.push(task.await?);
     }
     Ok(WorkerOutput { records })
+}
+
+/// Says `ready` to the coordinator, waits for its `go <wall-clock nanos>` and places that
+/// start on this process's monotonic clock.
+async fn wait_for_go() -> anyhow::Result<Instant> {
+    {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(b"ready\n")?;
+        stdout.flush()?;
+    }
+    let mut line = String::new();
+    let line = tokio::task::spawn_blocking(move || {
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let start_wall: u128 = line
+        .trim()
+        .strip_prefix("go ")
+        .and_then(|nanos| nanos.parse().ok())
+        .context("the coordinator did not say go")?;
+    let since_start = Duration::from_nanos(
+        u64::try_from(wall_clock_nanos()?.saturating_sub(start_wall)).unwrap_or(u64::MAX),
+    );
+    let now = Instant::now();
+    Ok(now.checked_sub(since_start).unwrap_or(now))
 }

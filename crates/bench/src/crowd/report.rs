@@ -170,8 +170,25 @@ fn draw_error(error: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing a chart: {error}")
 }
 
+/// The report: the run's setting and verdict, then one section per measure.
 fn markdown(summary: &Summary, command: &str) -> String {
     let mut md = String::new();
+    write_heading(&mut md, summary, command);
+    write_verdict(&mut md, summary);
+    write_charts(&mut md, summary);
+    write_visitors(&mut md, summary);
+    write_latency(&mut md, summary);
+    write_admission_rate(&mut md, summary);
+    write_order(&mut md, summary);
+    write_ahead_increases(&mut md, summary);
+    write_eta(&mut md, summary);
+    write_origin(&mut md, summary);
+    write_errors(&mut md, summary);
+    md
+}
+
+/// The title, the verdict in one word, the command and the room's settings.
+fn write_heading(md: &mut String, summary: &Summary, command: &str) {
     let held = summary.invariants_held();
     let _ = writeln!(md, "# Crowd run: {}\n", summary.scenario);
     if !summary.description.is_empty() {
@@ -228,7 +245,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
             other_settings.join(", ")
         );
     }
+}
 
+/// Every check, invariant or target, met or not.
+fn write_verdict(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Verdict\n");
     let _ = writeln!(
         md,
@@ -249,7 +269,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
         );
     }
     let _ = writeln!(md);
+}
 
+/// Links to the charts written next to the report.
+fn write_charts(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Charts\n");
     let _ = writeln!(md, "![waiting](queue.svg)\n");
     let _ = writeln!(md, "![admissions](admissions.svg)\n");
@@ -257,7 +280,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
         let _ = writeln!(md, "![active vs cap](active.svg)\n");
     }
     let _ = writeln!(md, "![ETA](eta.svg)\n");
+}
 
+/// How many visitors did what, and the statuses seen while waiting.
+fn write_visitors(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Visitors\n");
     let _ = writeln!(md, "| | visitors |\n|---|---:|");
     let _ = writeln!(md, "| joined | {} |", summary.joined);
@@ -285,16 +311,22 @@ fn markdown(summary: &Summary, command: &str) -> String {
         "\nStatuses seen while waiting: {}.\n",
         summary.observations
     );
+}
 
+/// Join latency and time in queue, as percentiles.
+fn write_latency(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Latency and waiting\n");
     let _ = writeln!(
         md,
         "| | count | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|"
     );
-    percentile_row(&mut md, "join latency (ms)", &summary.join_latency_ms, 1);
-    percentile_row(&mut md, "time in queue (s)", &summary.queue_seconds, 1);
+    percentile_row(md, "join latency (ms)", &summary.join_latency_ms, 1);
+    percentile_row(md, "time in queue (s)", &summary.queue_seconds, 1);
     let _ = writeln!(md);
+}
 
+/// The admission rate measured while the line was not empty, against the configured one.
+fn write_admission_rate(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Admission rate\n");
     let admission = &summary.admission;
     match (admission.window, admission.measured_per_minute) {
@@ -316,7 +348,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
             let _ = writeln!(md, "Too few queued admissions to measure a rate.\n");
         }
     }
+}
 
+/// Whether visitors were admitted in the order of their positions, and each inversion.
+fn write_order(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Order\n");
     let order = &summary.order;
     let _ = writeln!(
@@ -353,6 +388,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
         }
         let _ = writeln!(md);
     }
+}
+
+/// The times a visitor saw more visitors ahead than before (the first 20 listed).
+fn write_ahead_increases(md: &mut String, summary: &Summary) {
     let _ = writeln!(
         md,
         "`ahead` increases seen: **{}**.\n",
@@ -384,7 +423,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
         }
         let _ = writeln!(md);
     }
+}
 
+/// How far the shown ETAs were from the actual waits.
+fn write_eta(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## ETA\n");
     let _ = writeln!(
         md,
@@ -395,14 +437,17 @@ fn markdown(summary: &Summary, command: &str) -> String {
         summary.eta.without_eta
     );
     let _ = writeln!(md, "| | statuses | median | p90 |\n|---|---:|---:|---:|");
-    error_row(&mut md, "overall", &summary.eta.overall);
+    error_row(md, "overall", &summary.eta.overall);
     error_row(
-        &mut md,
+        md,
         "after the first minute",
         &summary.eta.after_first_minute,
     );
     let _ = writeln!(md);
+}
 
+/// What the origin saw, when the run had one.
+fn write_origin(md: &mut String, summary: &Summary) {
     if summary.origin.enabled {
         let origin = &summary.origin;
         let _ = writeln!(md, "## Origin\n");
@@ -420,7 +465,10 @@ fn markdown(summary: &Summary, command: &str) -> String {
             origin.max_in_flight
         );
     }
+}
 
+/// Every error, counted.
+fn write_errors(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Errors\n");
     if summary.errors.is_empty() {
         let _ = writeln!(md, "None.");
@@ -430,7 +478,6 @@ fn markdown(summary: &Summary, command: &str) -> String {
             let _ = writeln!(md, "| {error} | {count} |");
         }
     }
-    md
 }
 
 fn percentile_row(md: &mut String, name: &str, values: &Percentiles, decimals: usize) {

@@ -130,23 +130,17 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
     use_the_site(context, target, plan, pass, record).await;
 }
 
-/// Follows the line until admission, giving up at `give_up_at`.
+/// Follows the line until admission, giving up at `give_up_at`: over an event stream when the
+/// behaviour says so, then (or else) by polling.
 async fn wait(
     context: &Context,
     target: &str,
     plan: &Plan,
-    mut status: Status,
+    status: Status,
     give_up_at: Option<Instant>,
     record: &mut VisitorRecord,
 ) -> Waited {
     let ticket = status.ticket.clone();
-    let give_up = async {
-        match give_up_at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(give_up);
     if plan.follows_stream {
         tokio::select! {
             outcome = follow_stream(context, target, &ticket, record) => match outcome {
@@ -158,12 +152,42 @@ async fn wait(
                 }
                 Stream::Refused | Stream::Ended => {}
             },
-            () = &mut give_up => return Waited::Stopped,
+            () = until(give_up_at) => return Waited::Stopped,
         }
     }
-    // Polling, as the page does without a stream.
+    poll(
+        context,
+        target,
+        &ticket,
+        status.next_poll_ms,
+        give_up_at,
+        record,
+    )
+    .await
+}
+
+/// Resolves at `at`; never without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Polls the status, as the page does without a stream, until admission, a failure that ends
+/// the wait, or `give_up_at`. The first poll comes after `next_poll_ms`, as the join said.
+async fn poll(
+    context: &Context,
+    target: &str,
+    ticket: &str,
+    next_poll_ms: u64,
+    give_up_at: Option<Instant>,
+    record: &mut VisitorRecord,
+) -> Waited {
+    let give_up = until(give_up_at);
+    tokio::pin!(give_up);
     let url = format!("{target}/_anteroom/v1/rooms/{}/status", context.room);
-    let mut delay = Duration::from_millis(status.next_poll_ms.clamp(1_000, 60_000));
+    let mut delay = Duration::from_millis(next_poll_ms.clamp(1_000, 60_000));
     let mut failures = 0;
     loop {
         tokio::select! {
@@ -174,7 +198,7 @@ async fn wait(
         let answer = context
             .client
             .get(&url)
-            .header("x-anteroom-ticket", &ticket)
+            .header("x-anteroom-ticket", ticket)
             .header(header::ACCEPT, "application/json")
             .timeout(REQUEST_TIMEOUT)
             .send()
@@ -190,8 +214,7 @@ async fn wait(
                     return Waited::Pass(pass);
                 }
                 observe(record, sent, received, false, &next);
-                status = next;
-                delay = Duration::from_millis(status.next_poll_ms.clamp(1_000, 60_000));
+                delay = Duration::from_millis(next.next_poll_ms.clamp(1_000, 60_000));
             }
             Err(error) => {
                 record.errors.push(format!("status: {error}"));
@@ -232,43 +255,16 @@ enum Stream {
     Ended,
 }
 
+/// Follows the room's event stream until it admits the visitor, closes or ends.
 async fn follow_stream(
     context: &Context,
     target: &str,
     ticket: &str,
     record: &mut VisitorRecord,
 ) -> Stream {
-    // Ticket tokens are URL-safe (base64url and dots).
-    let url = format!(
-        "{target}/_anteroom/v1/rooms/{}/events?ticket={ticket}",
-        context.room
-    );
-    let answer = context
-        .client
-        .get(&url)
-        .header(header::ACCEPT, "text/event-stream")
-        .send()
-        .await;
-    let mut response = match answer {
-        Ok(response) if response.status() == StatusCode::OK => response,
-        Ok(response) => {
-            // Not a stream: a node at its stream limit says so (503 `too_many_connections`);
-            // anything else is an error. Either way the visitor polls, as the page does.
-            match read_status(Ok(response)).await {
-                Err(failure) if failure.code.as_deref() == Some("too_many_connections") => {
-                    record.sse_refused = true;
-                }
-                Err(failure) => record.errors.push(format!("events: {failure}")),
-                Ok(_) => record.errors.push("events: not a stream".to_owned()),
-            }
-            return Stream::Refused;
-        }
-        Err(error) => {
-            record
-                .errors
-                .push(format!("events: {}", error_kind(&error)));
-            return Stream::Refused;
-        }
+    let mut response = match open_stream(context, target, ticket, record).await {
+        Ok(response) => response,
+        Err(refused) => return refused,
     };
     record.sse = true;
     let mut buffer = Vec::new();
@@ -290,32 +286,84 @@ async fn follow_stream(
             let Some((name, data)) = parse_event(&event) else {
                 continue;
             };
-            match name.as_str() {
-                "status" => {
-                    if let Ok(status) = serde_json::from_str::<Status>(&data) {
-                        observe(record, received, received, true, &status);
-                    }
-                }
-                "admitted" => {
-                    return match serde_json::from_str::<Status>(&data) {
-                        Ok(Status {
-                            pass: Some(pass), ..
-                        }) => {
-                            record.admitted = Some(received);
-                            Stream::Admitted(pass)
-                        }
-                        _ => {
-                            record
-                                .errors
-                                .push("events: admitted without a pass".to_owned());
-                            Stream::Ended
-                        }
-                    };
-                }
-                "closed" => return Stream::Closed,
-                _ => {}
+            if let Some(ended) = stream_event(&name, &data, received, record) {
+                return ended;
             }
         }
+    }
+}
+
+/// Opens the event stream; [`Stream::Refused`] when the node answers with anything else.
+async fn open_stream(
+    context: &Context,
+    target: &str,
+    ticket: &str,
+    record: &mut VisitorRecord,
+) -> Result<reqwest::Response, Stream> {
+    // Ticket tokens are URL-safe (base64url and dots).
+    let url = format!(
+        "{target}/_anteroom/v1/rooms/{}/events?ticket={ticket}",
+        context.room
+    );
+    let answer = context
+        .client
+        .get(&url)
+        .header(header::ACCEPT, "text/event-stream")
+        .send()
+        .await;
+    match answer {
+        Ok(response) if response.status() == StatusCode::OK => Ok(response),
+        Ok(response) => {
+            // Not a stream: a node at its stream limit says so (503 `too_many_connections`);
+            // anything else is an error. Either way the visitor polls, as the page does.
+            match read_status(Ok(response)).await {
+                Err(failure) if failure.code.as_deref() == Some("too_many_connections") => {
+                    record.sse_refused = true;
+                }
+                Err(failure) => record.errors.push(format!("events: {failure}")),
+                Ok(_) => record.errors.push("events: not a stream".to_owned()),
+            }
+            Err(Stream::Refused)
+        }
+        Err(error) => {
+            record
+                .errors
+                .push(format!("events: {}", error_kind(&error)));
+            Err(Stream::Refused)
+        }
+    }
+}
+
+/// Records one event received at `received`; `Some` when it ends the stream.
+fn stream_event(
+    name: &str,
+    data: &str,
+    received: f64,
+    record: &mut VisitorRecord,
+) -> Option<Stream> {
+    match name {
+        "status" => {
+            if let Ok(status) = serde_json::from_str::<Status>(data) {
+                observe(record, received, received, true, &status);
+            }
+            None
+        }
+        "admitted" => Some(match serde_json::from_str::<Status>(data) {
+            Ok(Status {
+                pass: Some(pass), ..
+            }) => {
+                record.admitted = Some(received);
+                Stream::Admitted(pass)
+            }
+            _ => {
+                record
+                    .errors
+                    .push("events: admitted without a pass".to_owned());
+                Stream::Ended
+            }
+        }),
+        "closed" => Some(Stream::Closed),
+        _ => None,
     }
 }
 
@@ -413,17 +461,8 @@ async fn use_the_site(
         record.requests += 1;
         match request.send().await {
             Ok(response) => {
-                // A renewed pass comes back as a cookie.
-                for value in response.headers().get_all(header::SET_COOKIE) {
-                    if let Some(renewed) = value
-                        .to_str()
-                        .ok()
-                        .and_then(|cookie| cookie.strip_prefix(pass_cookie.as_str()))
-                        .and_then(|rest| rest.split(';').next())
-                        .filter(|token| !token.is_empty())
-                    {
-                        renewed.clone_into(&mut pass);
-                    }
+                if let Some(renewed) = renewed_pass(&response, &pass_cookie) {
+                    pass = renewed;
                 }
                 let code = response.status();
                 // Read the body so the connection goes back to the pool.
@@ -453,6 +492,25 @@ async fn use_the_site(
     } else {
         Outcome::Completed
     };
+}
+
+/// The renewed pass an answer sets as the cookie starting `pass_cookie` (`anteroom_p_<room>=`),
+/// the last one when it sets several.
+fn renewed_pass(response: &reqwest::Response, pass_cookie: &str) -> Option<String> {
+    response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|value| {
+            value
+                .to_str()
+                .ok()
+                .and_then(|cookie| cookie.strip_prefix(pass_cookie))
+                .and_then(|rest| rest.split(';').next())
+                .filter(|token| !token.is_empty())
+        })
+        .next_back()
+        .map(str::to_owned)
 }
 
 /// Why an answer was not a status.

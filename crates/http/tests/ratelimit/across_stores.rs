@@ -13,25 +13,22 @@ use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::{LimitBackend, OnStoreError, RateLimitRule};
 use anteroom_http::RateLimitOptions;
 use anteroom_store::limit::{LimitStore, RedisLimitConfig, RedisLimitStore};
+use anteroom_test_support::redis::{shared_cluster, shared_server, unique_prefix};
 
 use crate::support::{TestStore, app, get_from, limiter, rule, send, statuses};
-
-#[allow(dead_code, unreachable_pub, clippy::unwrap_used)]
-#[path = "../../../store/tests/support/redis.rs"]
-mod redis_harness;
 
 const CLIENT: &str = "203.0.113.7:50000";
 
 /// A redis store under a key prefix of its own on the shared server, or the shared cluster.
 fn redis_store(cluster: bool) -> Arc<dyn LimitStore> {
     let config = if cluster {
-        RedisLimitConfig::cluster(redis_harness::shared_cluster().urls())
+        RedisLimitConfig::cluster(shared_cluster().urls())
     } else {
-        RedisLimitConfig::new(redis_harness::shared_server().url())
+        RedisLimitConfig::new(shared_server().url())
     };
     let config = RedisLimitConfig {
         timeout: Duration::from_secs(5),
-        key_prefix: redis_harness::unique_prefix(),
+        key_prefix: unique_prefix(),
         ..config
     };
     Arc::new(RedisLimitStore::connect(config).unwrap())

@@ -259,15 +259,42 @@ pub(crate) struct SegmentContents {
 /// expected after a crash; elsewhere damage is an error.
 pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<SegmentContents, WalError> {
     let bytes = std::fs::read(path).map_err(io_error(path))?;
+    if let Some(empty) = check_header(path, &bytes, newest)? {
+        return Ok(empty);
+    }
+    let mut contents = SegmentContents::default();
+    let mut offset = HEADER_LEN as usize;
+    while offset < bytes.len() {
+        match read_frame(path, &bytes, offset, newest)? {
+            FrameRead::Whole { writes, len } => {
+                contents.frames.push(writes);
+                offset += len;
+            }
+            FrameRead::Torn => {
+                contents.torn_at = Some(offset);
+                break;
+            }
+        }
+    }
+    Ok(contents)
+}
+
+/// Checks the segment's magic and format version. `Some` is the newest segment whose header
+/// a crash cut short: empty, torn at 0.
+fn check_header(
+    path: &Path,
+    bytes: &[u8],
+    newest: bool,
+) -> Result<Option<SegmentContents>, WalError> {
     let header_len = HEADER_LEN as usize;
     if bytes.len() < header_len || &bytes[..MAGIC.len()] != MAGIC {
         // The header is written and synced before any frame: a short one is a segment whose
         // creation a crash interrupted, with nothing in it.
         if newest && bytes.len() < header_len && MAGIC.starts_with(&bytes[..bytes.len().min(12)]) {
-            return Ok(SegmentContents {
+            return Ok(Some(SegmentContents {
                 frames: Vec::new(),
                 torn_at: Some(0),
-            });
+            }));
         }
         return Err(WalError::NotASegment {
             path: path.to_owned(),
@@ -280,57 +307,64 @@ pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<SegmentContents,
             version,
         });
     }
-    let mut contents = SegmentContents::default();
-    let mut offset = header_len;
-    while offset < bytes.len() {
-        let torn = |what: &'static str| {
-            if newest {
-                Ok(())
-            } else {
-                Err(WalError::Damaged {
-                    path: path.to_owned(),
-                    offset,
-                    what,
-                })
-            }
-        };
-        let rest = &bytes[offset..];
-        if rest.len() < FRAME_HEADER_LEN {
-            torn("a short frame header")?;
-            contents.torn_at = Some(offset);
-            break;
+    Ok(None)
+}
+
+/// What [`read_frame`] found at an offset.
+enum FrameRead {
+    /// A frame whose checksum matches: its records and its length with its header.
+    Whole { writes: Vec<Write>, len: usize },
+    /// The torn tail of the newest segment.
+    Torn,
+}
+
+/// Reads the frame at `offset`. A torn frame ends the newest segment and is damage in any
+/// other.
+fn read_frame(
+    path: &Path,
+    bytes: &[u8],
+    offset: usize,
+    newest: bool,
+) -> Result<FrameRead, WalError> {
+    let damaged = |what: &'static str| WalError::Damaged {
+        path: path.to_owned(),
+        offset,
+        what,
+    };
+    let torn = |what: &'static str| {
+        if newest {
+            Ok(FrameRead::Torn)
+        } else {
+            Err(damaged(what))
         }
-        let body_len = u32::from_le_bytes(read_array(&rest[..4])) as usize;
-        let checksum = u64::from_le_bytes(read_array(&rest[4..FRAME_HEADER_LEN]));
-        if body_len > MAX_FRAME_BODY || rest.len() - FRAME_HEADER_LEN < body_len {
-            torn("a frame longer than the file")?;
-            contents.torn_at = Some(offset);
-            break;
-        }
-        let body = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + body_len];
-        if xxhash_rust::xxh3::xxh3_64(body) != checksum {
-            // Frames are synced one at a time, so only the last one can be torn; a bad frame
-            // with frames after it is damage.
-            if rest.len() > FRAME_HEADER_LEN + body_len {
-                return Err(WalError::Damaged {
-                    path: path.to_owned(),
-                    offset,
-                    what: "a checksum mismatch before the last frame",
-                });
-            }
-            torn("a checksum mismatch")?;
-            contents.torn_at = Some(offset);
-            break;
-        }
-        let frame = decode_body(body).map_err(|what| WalError::Malformed {
-            path: path.to_owned(),
-            offset,
-            what,
-        })?;
-        contents.frames.push(frame);
-        offset += FRAME_HEADER_LEN + body_len;
+    };
+    let rest = &bytes[offset..];
+    if rest.len() < FRAME_HEADER_LEN {
+        return torn("a short frame header");
     }
-    Ok(contents)
+    let body_len = u32::from_le_bytes(read_array(&rest[..4])) as usize;
+    let checksum = u64::from_le_bytes(read_array(&rest[4..FRAME_HEADER_LEN]));
+    if body_len > MAX_FRAME_BODY || rest.len() - FRAME_HEADER_LEN < body_len {
+        return torn("a frame longer than the file");
+    }
+    let body = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + body_len];
+    if xxhash_rust::xxh3::xxh3_64(body) != checksum {
+        // Frames are synced one at a time, so only the last one can be torn; a bad frame
+        // with frames after it is damage.
+        if rest.len() > FRAME_HEADER_LEN + body_len {
+            return Err(damaged("a checksum mismatch before the last frame"));
+        }
+        return torn("a checksum mismatch");
+    }
+    let writes = decode_body(body).map_err(|what| WalError::Malformed {
+        path: path.to_owned(),
+        offset,
+        what,
+    })?;
+    Ok(FrameRead::Whole {
+        writes,
+        len: FRAME_HEADER_LEN + body_len,
+    })
 }
 
 fn read_array<const N: usize>(bytes: &[u8]) -> [u8; N] {

@@ -15,11 +15,13 @@
 //! store (the last [`Notices`](crate::Notices) handle) is gone.
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::sync::Weak;
 use std::time::Duration;
 
 use anteroom_core::RoomId;
-use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, PushKind, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -66,7 +68,7 @@ impl Subscriber {
         let mut failing = false;
         loop {
             let started = Instant::now();
-            let ended = match &self.target {
+            let Err(ended) = match &self.target {
                 Target::Standalone(info) => self.standalone(info).await,
                 Target::Cluster(urls) => self.cluster(urls).await,
             };
@@ -130,20 +132,35 @@ impl Subscriber {
         Ok((inner.followed(), inner))
     }
 
+    /// Waits up to the store's timeout for `step`; a failure or the timeout ends the session
+    /// with `failed: <error>` or `timed_out`.
+    async fn within<T, E: std::fmt::Display>(
+        &self,
+        step: impl Future<Output = Result<T, E>>,
+        failed: &str,
+        timed_out: &str,
+    ) -> Result<T, Ended> {
+        match tokio::time::timeout(self.timeout, step).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(Ended::Failed(format!("{failed}: {error}"))),
+            Err(_) => Err(Ended::Failed(timed_out.to_owned())),
+        }
+    }
+
     // Standalone ------------------------------------------------------------------------------
 
-    async fn standalone(&self, info: &ConnectionInfo) -> Ended {
+    /// Connects, authenticates, then follows the rooms until the session ends (it never ends
+    /// well: the store is gone or the connection failed).
+    async fn standalone(&self, info: &ConnectionInfo) -> Result<Infallible, Ended> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return Ended::Failed("notices need a plain TCP redis address".to_owned());
+            return Err(Ended::Failed(
+                "notices need a plain TCP redis address".to_owned(),
+            ));
         };
-        let stream =
-            match tokio::time::timeout(self.timeout, TcpStream::connect((host.as_str(), *port)))
-                .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => return Ended::Failed(format!("cannot connect: {error}")),
-                Err(_) => return Ended::Failed("connecting timed out".to_owned()),
-            };
+        let connect = TcpStream::connect((host.as_str(), *port));
+        let stream = self
+            .within(connect, "cannot connect", "connecting timed out")
+            .await?;
         let _ = stream.set_nodelay(true);
         let (read, mut write) = stream.into_split();
         let (frames_sender, mut frames) = mpsc::channel(1024);
@@ -151,69 +168,67 @@ impl Subscriber {
         // the loop below is doing.
         let reader = tokio::spawn(read_frames(BufReader::new(read), frames_sender));
         let _stop_reader = AbortOnDrop(reader);
-
-        let settings = info.redis_settings();
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(username) = settings.username() {
-                auth.arg(username);
-            }
-            auth.arg(password);
-            if let Err(error) = write.write_all(&auth.get_packed_command()).await {
-                return Ended::Failed(format!("cannot authenticate: {error}"));
-            }
-            match tokio::time::timeout(self.timeout, frames.recv()).await {
-                Ok(Some(Frame::Simple(_))) => {}
-                Ok(Some(Frame::Error(error))) => {
-                    return Ended::Failed(format!("authentication refused: {error}"));
-                }
-                _ => return Ended::Failed("no answer to AUTH".to_owned()),
-            }
-        }
+        self.authenticate(info, &mut write, &mut frames).await?;
 
         let mut subscribed = BTreeSet::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = Instant::now();
         loop {
-            let inner = match self.followed() {
-                Ok((followed, inner)) => {
-                    if let Err(error) = self
-                        .sync_standalone(&mut write, &mut subscribed, &followed)
-                        .await
-                    {
-                        return Ended::Failed(format!("cannot subscribe: {error}"));
-                    }
-                    inner
-                }
-                Err(ended) => return ended,
-            };
+            let (followed, inner) = self.followed()?;
+            self.sync_standalone(&mut write, &mut subscribed, &followed)
+                .await
+                .map_err(|error| Ended::Failed(format!("cannot subscribe: {error}")))?;
             // Only this loop holds the notices while the store is gone.
             let store_dropped = std::sync::Arc::strong_count(&inner) == 1;
             let follow_changed = inner.follow_changed.notified();
             tokio::select! {
                 frame = frames.recv() => {
-                    let Some(frame) = frame else {
-                        return Ended::Failed("connection closed".to_owned());
-                    };
+                    let frame = frame.ok_or_else(|| Ended::Failed("connection closed".to_owned()))?;
                     last_heard = Instant::now();
-                    if let Err(ended) = self.standalone_frame(frame) {
-                        return ended;
-                    }
+                    self.standalone_frame(frame)?;
                 }
                 () = follow_changed => {}
                 _ = heartbeat.tick() => {
                     if store_dropped {
-                        return Ended::StoreDropped;
+                        return Err(Ended::StoreDropped);
                     }
                     if last_heard.elapsed() > self.timeout + HEARTBEAT {
-                        return Ended::Failed("redis stopped answering".to_owned());
+                        return Err(Ended::Failed("redis stopped answering".to_owned()));
                     }
                     if let Err(error) = write.write_all(&redis::cmd("PING").get_packed_command()).await {
-                        return Ended::Failed(format!("cannot ping: {error}"));
+                        return Err(Ended::Failed(format!("cannot ping: {error}")));
                     }
                 }
             }
+        }
+    }
+
+    /// Sends AUTH when the URL names a password, and waits for the answer.
+    async fn authenticate(
+        &self,
+        info: &ConnectionInfo,
+        write: &mut OwnedWriteHalf,
+        frames: &mut mpsc::Receiver<Frame>,
+    ) -> Result<(), Ended> {
+        let settings = info.redis_settings();
+        let Some(password) = settings.password() else {
+            return Ok(());
+        };
+        let mut auth = redis::cmd("AUTH");
+        if let Some(username) = settings.username() {
+            auth.arg(username);
+        }
+        auth.arg(password);
+        if let Err(error) = write.write_all(&auth.get_packed_command()).await {
+            return Err(Ended::Failed(format!("cannot authenticate: {error}")));
+        }
+        match tokio::time::timeout(self.timeout, frames.recv()).await {
+            Ok(Some(Frame::Simple(_))) => Ok(()),
+            Ok(Some(Frame::Error(error))) => {
+                Err(Ended::Failed(format!("authentication refused: {error}")))
+            }
+            _ => Err(Ended::Failed("no answer to AUTH".to_owned())),
         }
     }
 
@@ -258,85 +273,86 @@ impl Subscriber {
 
     // Cluster ---------------------------------------------------------------------------------
 
-    async fn cluster(&self, urls: &[String]) -> Ended {
+    /// Connects with RESP3 (pushes come through a channel), then follows the rooms until the
+    /// session ends.
+    async fn cluster(&self, urls: &[String]) -> Result<Infallible, Ended> {
         let (push_sender, mut pushes) = mpsc::unbounded_channel();
-        let client = match redis::cluster::ClusterClientBuilder::new(urls.to_vec())
+        let client = redis::cluster::ClusterClientBuilder::new(urls.to_vec())
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(push_sender)
             .connection_timeout(self.timeout)
             .response_timeout(self.timeout)
             .build()
-        {
-            Ok(client) => client,
-            Err(error) => return Ended::Failed(format!("invalid cluster configuration: {error}")),
-        };
-        let mut connection =
-            match tokio::time::timeout(self.timeout, client.get_async_connection()).await {
-                Ok(Ok(connection)) => connection,
-                Ok(Err(error)) => return Ended::Failed(format!("cannot connect: {error}")),
-                Err(_) => return Ended::Failed("connecting timed out".to_owned()),
-            };
+            .map_err(|error| Ended::Failed(format!("invalid cluster configuration: {error}")))?;
+        let mut connection = self
+            .within(
+                client.get_async_connection(),
+                "cannot connect",
+                "connecting timed out",
+            )
+            .await?;
         let mut subscribed: BTreeSet<RoomId> = BTreeSet::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
-            let inner = match self.followed() {
-                Ok((followed, inner)) => {
-                    for room in followed.difference(&subscribed.clone()) {
-                        let channel = self.channel(room);
-                        match tokio::time::timeout(self.timeout, connection.ssubscribe(&channel))
-                            .await
-                        {
-                            Ok(Ok(())) => {
-                                subscribed.insert(room.clone());
-                            }
-                            Ok(Err(error)) => {
-                                return Ended::Failed(format!("cannot subscribe: {error}"));
-                            }
-                            Err(_) => return Ended::Failed("subscribing timed out".to_owned()),
-                        }
-                    }
-                    for room in subscribed.clone().difference(&followed) {
-                        let channel = self.channel(room);
-                        let _ =
-                            tokio::time::timeout(self.timeout, connection.sunsubscribe(&channel))
-                                .await;
-                        subscribed.remove(room);
-                    }
-                    inner
-                }
-                Err(ended) => return ended,
-            };
+            let (followed, inner) = self.followed()?;
+            self.sync_cluster(&mut connection, &mut subscribed, &followed)
+                .await?;
             // Only this loop holds the notices while the store is gone.
             let store_dropped = std::sync::Arc::strong_count(&inner) == 1;
             let follow_changed = inner.follow_changed.notified();
             tokio::select! {
                 push = pushes.recv() => {
-                    let Some(push) = push else {
-                        return Ended::Failed("connection closed".to_owned());
-                    };
-                    let delivered = match push.kind {
-                        PushKind::SMessage => match push.data.as_slice() {
-                            [Value::BulkString(channel), Value::BulkString(payload), ..] => {
-                                self.deliver(channel, payload)
-                            }
-                            _ => Ok(()),
-                        },
-                        // A (re)confirmed subscription, or a lost connection the client will
-                        // subscribe again: either way something may have been missed.
-                        PushKind::SSubscribe | PushKind::Disconnection => self.publish(Notice::Resync),
-                        _ => Ok(()),
-                    };
-                    if let Err(ended) = delivered {
-                        return ended;
-                    }
+                    let push = push.ok_or_else(|| Ended::Failed("connection closed".to_owned()))?;
+                    self.cluster_push(push)?;
                 }
                 () = follow_changed => {}
                 _ = heartbeat.tick() => {
                     if store_dropped {
-                        return Ended::StoreDropped;
+                        return Err(Ended::StoreDropped);
                     }
                 }
             }
+        }
+    }
+
+    /// Subscribes to newly followed rooms (each on the shard owning its slot) and
+    /// unsubscribes from the others.
+    async fn sync_cluster(
+        &self,
+        connection: &mut ClusterConnection,
+        subscribed: &mut BTreeSet<RoomId>,
+        followed: &BTreeSet<RoomId>,
+    ) -> Result<(), Ended> {
+        for room in followed.difference(&subscribed.clone()) {
+            let channel = self.channel(room);
+            self.within(
+                connection.ssubscribe(&channel),
+                "cannot subscribe",
+                "subscribing timed out",
+            )
+            .await?;
+            subscribed.insert(room.clone());
+        }
+        for room in subscribed.clone().difference(followed) {
+            let channel = self.channel(room);
+            let _ = tokio::time::timeout(self.timeout, connection.sunsubscribe(&channel)).await;
+            subscribed.remove(room);
+        }
+        Ok(())
+    }
+
+    fn cluster_push(&self, push: PushInfo) -> Result<(), Ended> {
+        match push.kind {
+            PushKind::SMessage => match push.data.as_slice() {
+                [Value::BulkString(channel), Value::BulkString(payload), ..] => {
+                    self.deliver(channel, payload)
+                }
+                _ => Ok(()),
+            },
+            // A (re)confirmed subscription, or a lost connection the client will subscribe
+            // again: either way something may have been missed.
+            PushKind::SSubscribe | PushKind::Disconnection => self.publish(Notice::Resync),
+            _ => Ok(()),
         }
     }
 }
