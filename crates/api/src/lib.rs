@@ -64,7 +64,7 @@ pub use ratelimit::{
     RouteRateLimits, RuleMetrics, RuleResult,
 };
 pub use site_identity::{SecretFileError, read_secret_file};
-pub use sse::{RoomView, SseHub};
+pub use sse::{SseHub, TickerRoomView};
 pub use store_failure::{LOG_EVERY as STORE_ERROR_LOG_EVERY, StoreErrorCounts, StoreFailures};
 pub use store_timing::TimedStore;
 pub use ticker::run_ticker;
@@ -150,7 +150,7 @@ struct Shared {
     hub: Arc<SseHub>,
     page: page::PageRenderer,
     rate_limiter: Option<RateLimiter>,
-    rooms: room_cache::RoomCache,
+    rooms: room_cache::RoomConfigsUntilChanged,
     failures: StoreFailures,
     revocations: Revocations,
     code_redemptions: Arc<dyn CodeRedemptions>,
@@ -191,7 +191,7 @@ impl AppState {
         let cookies = CookiePolicy {
             secure: options.tls || settings.public_url.starts_with("https://"),
         };
-        let rooms = room_cache::RoomCache::new(store.notices());
+        let rooms = room_cache::RoomConfigsUntilChanged::new(store.notices());
         let code_redemptions = options
             .code_redemptions
             .unwrap_or_else(|| Arc::new(MemoryCodeRedemptions::new(clock.now())));
@@ -441,7 +441,7 @@ impl AppState {
         &*self.inner.code_redemptions
     }
 
-    pub(crate) fn room_cache(&self) -> &room_cache::RoomCache {
+    pub(crate) fn room_cache(&self) -> &room_cache::RoomConfigsUntilChanged {
         &self.inner.rooms
     }
 

@@ -27,7 +27,7 @@ use anteroom_store::{Notices, RoomStore, StoreError};
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(30);
 
 /// Room configurations as this node last saw them.
-pub(crate) struct RoomCache {
+pub(crate) struct RoomConfigsUntilChanged {
     entries: RwLock<HashMap<RoomId, CachedRoom>>,
     /// Present when the store announces changes: only then are fresh copies served.
     notices: Option<Notices>,
@@ -55,10 +55,10 @@ impl CachedRoom {
     }
 }
 
-impl RoomCache {
+impl RoomConfigsUntilChanged {
     /// A cache over a store with (`Some`) or without change notices.
-    pub(crate) fn new(notices: Option<Notices>) -> RoomCache {
-        RoomCache {
+    pub(crate) fn new(notices: Option<Notices>) -> RoomConfigsUntilChanged {
+        RoomConfigsUntilChanged {
             entries: RwLock::new(HashMap::new()),
             notices,
             epoch: AtomicU64::new(0),
@@ -226,7 +226,7 @@ mod tests {
     #[tokio::test]
     async fn a_local_store_s_change_is_read_at_once() {
         let store = MemoryStore::new(Arc::new(ManualClock::new(Timestamp(1_000))));
-        let cache = RoomCache::new(None);
+        let cache = RoomConfigsUntilChanged::new(None);
         let id = RoomId::new("sale").unwrap();
         store.put_room(room(1)).await.unwrap();
         assert_eq!(cache.get(&store, &id).await.unwrap().max_active, 1);
@@ -245,7 +245,7 @@ mod tests {
     #[tokio::test]
     async fn a_listing_older_than_a_change_is_not_served() {
         let store = MemoryStore::new(Arc::new(ManualClock::new(Timestamp(1_000))));
-        let cache = RoomCache::new(None);
+        let cache = RoomConfigsUntilChanged::new(None);
         let id = RoomId::new("sale").unwrap();
         store.put_room(room(1)).await.unwrap();
         // The ticker read the version and listed the rooms; a change lands before it keeps them.

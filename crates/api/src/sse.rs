@@ -1,6 +1,6 @@
 //! Server-Sent Events for waiting visitors (SPEC §6.2).
 //!
-//! A node keeps one [`RoomView`] per room that has listeners: the room's figures and the
+//! A node keeps one [`TickerRoomView`] per room that has listeners: the room's figures and the
 //! sorted positions of its live waiting tickets, refreshed by the ticker and shared by every
 //! connection through a `watch` channel (latest state wins; a slow client skips stale views).
 //! Each connection computes its own `ahead` by binary search in the shared view, so the
@@ -80,14 +80,14 @@ const ETA_STEP: f64 = 0.05;
 
 /// One room's figures as all of a node's connections see them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RoomView {
+pub struct TickerRoomView {
     /// The room's summary.
     pub snapshot: RoomSnapshot,
     /// Positions of live waiting tickets, ascending.
     pub waiting_positions: Arc<[u64]>,
 }
 
-impl RoomView {
+impl TickerRoomView {
     /// Live tickets ahead of `position`, or `None` when it is no longer waiting.
     pub fn ahead_of(&self, position: u64) -> Option<u64> {
         let index = self.waiting_positions.partition_point(|&p| p < position);
@@ -98,7 +98,7 @@ impl RoomView {
     /// a counter, the mode or the generation, or only estimates (the admission rate drifted
     /// by more than [`RATE_DRIFT`]). Figures no connection shows (active sessions, totals)
     /// do not count.
-    fn change_to(&self, newer: &RoomView) -> ViewChange {
+    fn change_to(&self, newer: &TickerRoomView) -> ViewChange {
         let (shown, next) = (&self.snapshot, &newer.snapshot);
         if shown.generation != next.generation
             || shown.mode != next.mode
@@ -139,7 +139,7 @@ type ConnectedTickets = HashMap<TicketId, (TicketRef, usize)>;
 
 /// The node's shared room views, its connection count and its connected tickets.
 pub struct SseHub {
-    views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<RoomView>>>>>,
+    views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<TickerRoomView>>>>>,
     /// One refresh of a room at a time (the ticker and change notices both ask for them), so
     /// views are published in the order they were read: an older read published after a newer
     /// one would show every stream people already admitted back in front of it.
@@ -220,7 +220,7 @@ impl SseHub {
         self.connections.load(Ordering::Relaxed)
     }
 
-    fn subscribe(&self, room: &RoomId) -> watch::Receiver<Option<Arc<RoomView>>> {
+    fn subscribe(&self, room: &RoomId) -> watch::Receiver<Option<Arc<TickerRoomView>>> {
         let mut views = self.views.lock();
         views
             .entry(room.clone())
@@ -261,7 +261,7 @@ impl SseHub {
             store.snapshot(room).await,
             store.waiting_positions(room).await,
         ) {
-            (Ok(snapshot), Ok(positions)) => RoomView {
+            (Ok(snapshot), Ok(positions)) => TickerRoomView {
                 snapshot,
                 waiting_positions: positions.into(),
             },
@@ -493,7 +493,7 @@ struct StreamState {
     app: AppState,
     room: RoomId,
     reference: TicketRef,
-    views: watch::Receiver<Option<Arc<RoomView>>>,
+    views: watch::Receiver<Option<Arc<TickerRoomView>>>,
     first: Option<Step>,
     position: u64,
     generation: u32,
@@ -706,11 +706,15 @@ async fn opened(state: &mut StreamState) -> Step {
     }
 }
 
-fn event_key_of(view: Option<&RoomView>, ahead: u64, pace: ConfiguredPace) -> Option<EventKey> {
+fn event_key_of(
+    view: Option<&TickerRoomView>,
+    ahead: u64,
+    pace: ConfiguredPace,
+) -> Option<EventKey> {
     view.map(|view| event_key(view, ahead, pace))
 }
 
-fn event_key(view: &RoomView, ahead: u64, pace: ConfiguredPace) -> EventKey {
+fn event_key(view: &TickerRoomView, ahead: u64, pace: ConfiguredPace) -> EventKey {
     let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
     let eta = estimate(ahead, &rate, pace).map(|estimate| eta_step(estimate.seconds));
     (
@@ -732,7 +736,7 @@ fn eta_step(seconds: u64) -> u64 {
     1 + (minutes.ln() / ETA_STEP.ln_1p()).floor() as u64
 }
 
-fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::Value {
+fn status_body(state: &StreamState, view: &TickerRoomView, ahead: u64) -> serde_json::Value {
     let rate = AdmissionRate::from_estimate(view.snapshot.admission_rate);
     let mode = view.snapshot.mode;
     if let Some(opens_at) = state.opens_at {
@@ -775,8 +779,8 @@ fn status_body(state: &StreamState, view: &RoomView, ahead: u64) -> serde_json::
 mod tests {
     use super::*;
 
-    fn view(serving: u64, rate: Option<f64>, positions: &[u64]) -> RoomView {
-        RoomView {
+    fn view(serving: u64, rate: Option<f64>, positions: &[u64]) -> TickerRoomView {
+        TickerRoomView {
             snapshot: RoomSnapshot {
                 generation: 1,
                 mode: Mode::Queue,
@@ -797,7 +801,7 @@ mod tests {
     #[test]
     fn a_drifting_rate_changes_only_the_estimates() {
         let shown = view(10, Some(1.0), &[11, 12, 13]);
-        let change = |newer: RoomView| shown.change_to(&newer);
+        let change = |newer: TickerRoomView| shown.change_to(&newer);
         assert_eq!(
             change(view(10, Some(0.99), &[11, 12, 13])),
             ViewChange::None
@@ -816,7 +820,7 @@ mod tests {
     #[test]
     fn the_line_moving_is_a_line_change() {
         let shown = view(10, Some(1.0), &[11, 12, 13]);
-        let change = |newer: &RoomView| shown.change_to(newer);
+        let change = |newer: &TickerRoomView| shown.change_to(newer);
         assert_eq!(change(&view(11, Some(0.5), &[12, 13])), ViewChange::Line);
         assert_eq!(
             change(&view(10, Some(1.0), &[11, 13])),

@@ -121,8 +121,8 @@ struct Shared {
     http_engine: HttpEngine,
     access_log: Option<AccessLog>,
     spans: Option<SpanExport>,
-    rooms: rooms::RoomCache,
-    passes: passes::PassCache,
+    rooms: rooms::RoomsReadEverySecond,
+    passes: passes::PassesVerifiedUntilExpiry,
     websocket_stats: WebSocketStats,
 }
 
@@ -152,8 +152,8 @@ impl Gateway {
                 http_engine: options.http_engine,
                 access_log: options.access_log,
                 spans: options.spans,
-                rooms: rooms::RoomCache::new(options.rooms),
-                passes: passes::PassCache::default(),
+                rooms: rooms::RoomsReadEverySecond::new(options.rooms),
+                passes: passes::PassesVerifiedUntilExpiry::default(),
                 websocket_stats: WebSocketStats::default(),
                 app,
             }),

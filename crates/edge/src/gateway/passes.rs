@@ -128,13 +128,13 @@ impl CachedPass {
 
 /// The cache, keyed by the token.
 #[derive(Default)]
-pub(crate) struct PassCache {
+pub(crate) struct PassesVerifiedUntilExpiry {
     /// Keyed by the token: ahash with per-process random keys (tokens are the visitors' to
     /// choose, so the hasher stays keyed; SipHash cost more than the lookup's other work).
     passes: RwLock<HashMap<Box<str>, Arc<CachedPass>, ahash::RandomState>>,
 }
 
-impl PassCache {
+impl PassesVerifiedUntilExpiry {
     pub(crate) fn get(&self, token: &str) -> Option<Arc<CachedPass>> {
         self.passes.read().get(token).cloned()
     }

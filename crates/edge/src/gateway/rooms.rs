@@ -65,19 +65,19 @@ pub(crate) enum RoomLookup {
 }
 
 /// The rooms' copies.
-pub(crate) struct RoomCache {
+pub(crate) struct RoomsReadEverySecond {
     rooms: RwLock<HashMap<RoomId, Arc<RoomInfo>>>,
     /// Rooms the store said it does not have, and when: asked again after [`FRESH_FOR`], so
     /// a flood on a lost room's routes costs no store read per request.
     missing: RwLock<HashMap<RoomId, Timestamp>>,
     /// The rooms of the config file, for when the store cannot be read before the first copy.
-    /// Replaced whole by a reload ([`RoomCache::configure`]).
+    /// Replaced whole by a reload ([`RoomsReadEverySecond::configure`]).
     configured: ArcSwap<HashMap<RoomId, RoomConfig>>,
 }
 
-impl RoomCache {
-    pub(crate) fn new(configured: Vec<RoomConfig>) -> RoomCache {
-        RoomCache {
+impl RoomsReadEverySecond {
+    pub(crate) fn new(configured: Vec<RoomConfig>) -> RoomsReadEverySecond {
+        RoomsReadEverySecond {
             rooms: RwLock::new(HashMap::new()),
             missing: RwLock::new(HashMap::new()),
             configured: ArcSwap::from_pointee(by_id(configured)),
@@ -237,7 +237,7 @@ mod tests {
         checkout.requires = vec![id("site")];
         let mut pay = RoomConfig::with_defaults(id("pay"));
         pay.requires = vec![id("checkout")];
-        let cache = RoomCache::new(vec![site, checkout, pay]);
+        let cache = RoomsReadEverySecond::new(vec![site, checkout, pay]);
         assert_eq!(
             cache.with_requirements(&[id("pay")]),
             [id("site"), id("checkout"), id("pay")]
