@@ -7,8 +7,8 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
+use anteroom_admin::{AdminSettings, AdminState, Metrics};
 use anteroom_core::config::Config;
-use anteroom_http::{AdminSettings, AdminState, Metrics};
 
 use anteroom_core::config::{EventSinkKind, SecretSource};
 use anteroom_store::OutboxLimits;
@@ -23,7 +23,7 @@ pub(crate) struct Admin {
     pub(crate) address: Option<SocketAddr>,
     pub(crate) state: AdminState,
     /// The `[[events.sink]]` delivery loops; none until a sink is configured.
-    pub(crate) sinks: Option<anteroom_http::EventSinks>,
+    pub(crate) sinks: Option<anteroom_admin::EventSinks>,
 }
 
 /// Starts the admin listener on `listen` until `shutdown`; `/metrics` includes the gateway's
@@ -32,7 +32,7 @@ pub(crate) async fn start(
     runtime: &Runtime,
     config: &Config,
     listen: SocketAddr,
-    gateway: Option<&anteroom_http::Gateway>,
+    gateway: Option<&anteroom_edge::Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Admin> {
     let settings = AdminSettings {
@@ -54,7 +54,7 @@ pub(crate) async fn start(
     };
     // The sampler feeds the event sinks and the metrics even without an admin listener.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(anteroom_http::run_admin_sampler(
+    tokio::spawn(anteroom_admin::run_admin_sampler(
         admin.clone(),
         async move {
             let mut stopped = stopped;
@@ -86,7 +86,7 @@ pub(crate) async fn start(
 
 /// The metrics recorder with its upkeep (and the gateway's measurements); `None`, logged,
 /// when it cannot be installed.
-fn install_metrics(runtime: &Runtime, gateway: Option<&anteroom_http::Gateway>) -> Option<Metrics> {
+fn install_metrics(runtime: &Runtime, gateway: Option<&anteroom_edge::Gateway>) -> Option<Metrics> {
     match Metrics::install(runtime.state.rate_limiter().cloned()) {
         Ok(metrics) => {
             metrics.spawn_upkeep();
@@ -114,13 +114,13 @@ fn serve_admin(
     let address = listener.local_addr()?;
     // The public listener's timeouts, none of its caps: the admin listener is what the
     // descriptors kept out of `max_connections` are for.
-    let app = anteroom_http::PublicApp::from(anteroom_http::admin_router(admin.clone()))
-        .with_limits(anteroom_http::ServerLimits::uncapped(
+    let app = anteroom_edge::PublicApp::from(anteroom_admin::admin_router(admin.clone()))
+        .with_limits(anteroom_edge::ServerLimits::uncapped(
             config.server.connections,
         ))
-        .counted_as(anteroom_http::Listener::Admin);
+        .counted_as(anteroom_edge::Listener::Admin);
     tokio::spawn(async move {
-        let served = anteroom_http::serve(listener, app, shutdown).await;
+        let served = anteroom_edge::serve(listener, app, shutdown).await;
         let _ = stop.send(true);
         if let Err(error) = served {
             tracing::error!(%error, "the admin listener failed");
@@ -136,14 +136,14 @@ fn serve_admin(
 /// restarts), the memory store in memory.
 pub(crate) fn start_event_sinks(
     admin: &AdminState,
-    sinks: Vec<anteroom_http::Sink>,
-) -> anyhow::Result<anteroom_http::EventSinks> {
+    sinks: Vec<anteroom_admin::Sink>,
+) -> anyhow::Result<anteroom_admin::EventSinks> {
     let room_store = admin.app().store().clone();
     let store = room_store
         .event_outbox(OutboxLimits::default())
         .map_err(|error| anyhow::anyhow!("opening the event outbox: {error}"))?;
     tracing::info!(sinks = sinks.len(), "event sinks");
-    let running = anteroom_http::spawn_event_sinks(
+    let running = anteroom_admin::spawn_event_sinks(
         store,
         room_store,
         sinks,
@@ -155,7 +155,7 @@ pub(crate) fn start_event_sinks(
 
 /// The config's `[[events.sink]]` entries with their secrets and certificate authorities
 /// read: a file that cannot be read is an error, and nothing starts.
-pub(crate) fn configured_sinks(config: &Config) -> Result<Vec<anteroom_http::Sink>, BadConfig> {
+pub(crate) fn configured_sinks(config: &Config) -> Result<Vec<anteroom_admin::Sink>, BadConfig> {
     let mut sinks = Vec::with_capacity(config.events.len());
     for sink in &config.events {
         let secret = match &sink.kind {
@@ -189,14 +189,14 @@ pub(crate) fn configured_sinks(config: &Config) -> Result<Vec<anteroom_http::Sin
                     None => None,
                 };
                 Some(
-                    anteroom_http::webhook_client(extra_roots.as_deref()).map_err(|error| {
+                    anteroom_api::webhook_client(extra_roots.as_deref()).map_err(|error| {
                         BadConfig(format!("event sink {}: ca_file: {error}", sink.name))
                     })?,
                 )
             }
             EventSinkKind::Log => None,
         };
-        sinks.push(anteroom_http::Sink {
+        sinks.push(anteroom_admin::Sink {
             config: sink.clone(),
             secret,
             client,

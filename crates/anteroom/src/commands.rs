@@ -9,10 +9,10 @@ use sha2::{Digest, Sha256};
 
 use std::time::Duration;
 
+use anteroom_api::{KeySource, key_retention_secs};
 use anteroom_core::config::{Config, format_time};
 use anteroom_core::duration::{format_duration, parse_duration};
 use anteroom_core::{Clock, Timestamp};
-use anteroom_http::{KeySource, key_retention_secs};
 use anteroom_token::{KeptBecause, SigningAlgorithm};
 
 use crate::BadConfig;

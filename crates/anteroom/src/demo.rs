@@ -14,9 +14,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use clap::Args;
 
+use anteroom_api::{pass_cookie_name, read_cookie};
 use anteroom_core::Clock;
 use anteroom_core::config::parse_config;
-use anteroom_http::{pass_cookie_name, read_cookie};
 use anteroom_token::PassExpectations;
 
 use crate::clock::SystemClock;
@@ -68,7 +68,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
             issuer: config.server.issuer.clone(),
             store: runtime.store.clone(),
         });
-    let router = anteroom_http::public_router_with_site(runtime.state.clone(), site);
+    let router = anteroom_api::public_router_with_site(runtime.state.clone(), site);
     if args.crowd > 0 {
         tokio::spawn(simulate_crowd(runtime.store.clone(), args.crowd));
     }
@@ -78,7 +78,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     serve::run_until_shutdown(
         runtime,
         listeners,
-        move || anteroom_http::PublicApp::from(router.clone()).with_limits(limits.clone()),
+        move || anteroom_edge::PublicApp::from(router.clone()).with_limits(limits.clone()),
         None,
         crate::shutdown_signal(),
     )
@@ -241,7 +241,7 @@ fn jitter_ms(max: u64) -> u64 {
 #[derive(Clone)]
 struct OriginState {
     /// The node's state: its keys change when an operator rotates them.
-    app: anteroom_http::AppState,
+    app: anteroom_api::AppState,
     issuer: String,
     store: std::sync::Arc<dyn anteroom_store::RoomStore>,
 }

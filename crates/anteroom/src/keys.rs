@@ -2,8 +2,8 @@
 //! `storage = "redis"`), opened with the key-encryption key from `kek_file`, and loaded or
 //! made at start-up.
 
+use anteroom_api::{KeySource, KeySourceError};
 use anteroom_core::config::{Config, StoreConfig};
-use anteroom_http::{KeySource, KeySourceError};
 use anteroom_token::{KeyEncryptionKey, KeySet, SigningAlgorithm, TokenError};
 
 use crate::BadConfig;

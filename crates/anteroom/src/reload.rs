@@ -12,8 +12,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anteroom_admin::{AdminState, EventSinks, Sink};
+use anteroom_api::RateLimiter;
 use anteroom_core::config::{Config, ServerConfig};
-use anteroom_http::{AdminState, EventSinks, Gateway, GatewayReload, RateLimiter, Sink, TlsServer};
+use anteroom_edge::{Gateway, GatewayReload, TlsServer};
 use anteroom_store::RoomStore;
 
 use crate::serve::{check_upstream_tls, load_config, page_renderer, site_secrets};

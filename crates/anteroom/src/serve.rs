@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use anteroom_api::{
+    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter,
+};
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_core::room::{Identity, SiteKeys};
-use anteroom_http::{
-    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter, TlsServer,
-};
+use anteroom_edge::TlsServer;
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
@@ -41,7 +42,7 @@ pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
 pub(crate) struct Runtime {
     pub(crate) state: AppState,
     pub(crate) store: Arc<dyn RoomStore>,
-    pub(crate) key_source: anteroom_http::KeySource,
+    pub(crate) key_source: anteroom_api::KeySource,
 }
 
 /// Opens the store and keys and installs the configured rooms.
@@ -52,7 +53,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         code_redemptions,
     } = open_store(config, &clock)?;
     // Request-path store calls are timed (anteroom_store_operation_seconds).
-    let store = anteroom_http::TimedStore::wrap(store);
+    let store = anteroom_api::TimedStore::wrap(store);
     let key_source = crate::keys::key_source(config)?;
     let keys = load_keys(config, &key_source, &*clock).await?;
     warn_about_oidc(config, &keys);
@@ -139,7 +140,7 @@ fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Result<OpenedS
 /// the active key's algorithm is not the configured one.
 async fn load_keys(
     config: &Config,
-    key_source: &anteroom_http::KeySource,
+    key_source: &anteroom_api::KeySource,
     clock: &dyn Clock,
 ) -> anyhow::Result<KeySet> {
     let keys = crate::keys::load_or_generate(key_source, config, clock.now().as_secs()).await?;
@@ -203,7 +204,7 @@ pub(crate) fn site_secrets(config: &Config) -> Result<Vec<(PathBuf, Vec<u8>)>, B
         let SiteKeys::Hs256SecretFile(path) = &site.keys else {
             continue;
         };
-        let secret = anteroom_http::read_secret_file(path).map_err(|error| {
+        let secret = anteroom_api::read_secret_file(path).map_err(|error| {
             BadConfig(format!("room {}: [room.identity_jwt]: {error}", room.id))
         })?;
         secrets.push((path.clone(), secret));
@@ -230,7 +231,7 @@ pub(crate) fn check_upstream_tls(config: &Config) -> Result<(), BadConfig> {
         .as_ref()
         .filter(|upstream| upstream.is_https())
     {
-        Some(upstream) => anteroom_http::upstream_tls(upstream)
+        Some(upstream) => anteroom_edge::upstream_tls(upstream)
             .map(|_| ())
             .map_err(|error| BadConfig(format!("[upstream]: {error}"))),
         None => Ok(()),
@@ -352,9 +353,9 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let runtime = prepare(&config).await?;
     if let Some(tls) = &tls {
         // A renewal that writes new files is served without a signal.
-        tokio::spawn(anteroom_http::follow_certificate_files(
+        tokio::spawn(anteroom_edge::follow_certificate_files(
             tls.clone(),
-            anteroom_http::CERTIFICATE_CHECK_INTERVAL,
+            anteroom_edge::CERTIFICATE_CHECK_INTERVAL,
         ));
     }
     let listeners = bind_public(config.server.listen, config.server.workers)?;
@@ -393,7 +394,7 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
         runtime,
         listeners,
         move || {
-            anteroom_http::gateway_app(state.clone(), &site)
+            anteroom_edge::gateway_app(state.clone(), &site)
                 .with_limits(limits.clone())
                 .with_tls(tls.as_ref())
         },
@@ -410,11 +411,11 @@ pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
 
 /// The span exporter of `[tracing] otlp_endpoint`, if set. Built off the runtime's threads:
 /// its HTTP client is a blocking one, which must not be made or dropped on them.
-async fn span_export(config: &Config) -> anyhow::Result<Option<anteroom_http::SpanExport>> {
+async fn span_export(config: &Config) -> anyhow::Result<Option<anteroom_edge::SpanExport>> {
     let Some(endpoint) = config.tracing.otlp_endpoint.clone() else {
         return Ok(None);
     };
-    let spans = tokio::task::spawn_blocking(move || anteroom_http::SpanExport::start(&endpoint))
+    let spans = tokio::task::spawn_blocking(move || anteroom_edge::SpanExport::start(&endpoint))
         .await
         .context("starting the span exporter")??;
     tracing::info!(endpoint = ?config.tracing.otlp_endpoint, "spans are exported over OTLP");
@@ -424,7 +425,7 @@ async fn span_export(config: &Config) -> anyhow::Result<Option<anteroom_http::Sp
 /// The public listener's timeouts and caps, one set for every serving thread: `max_connections`
 /// unless set is sized from the open-file limit the process runs with (raised to its hard
 /// limit at start), leaving a reserve for the admin listener, the store and the upstream.
-pub(crate) fn server_limits(config: &Config) -> anteroom_http::ServerLimits {
+pub(crate) fn server_limits(config: &Config) -> anteroom_edge::ServerLimits {
     let open_files = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
         Ok((soft, _hard)) => soft,
         Err(error) => {
@@ -432,7 +433,7 @@ pub(crate) fn server_limits(config: &Config) -> anteroom_http::ServerLimits {
             1024
         }
     };
-    let limits = anteroom_http::ServerLimits::new(
+    let limits = anteroom_edge::ServerLimits::new(
         config.server.connections,
         open_files,
         config.server.trusted_proxies.clone(),
@@ -451,11 +452,11 @@ pub(crate) fn server_limits(config: &Config) -> anteroom_http::ServerLimits {
 pub(crate) fn bind_public(
     listen: std::net::SocketAddr,
     workers: Option<usize>,
-) -> anyhow::Result<anteroom_http::PublicListeners> {
+) -> anyhow::Result<anteroom_edge::PublicListeners> {
     let workers = workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    anteroom_http::PublicListeners::bind(listen, workers)
+    anteroom_edge::PublicListeners::bind(listen, workers)
         .with_context(|| format!("binding the public listener on {listen}"))
 }
 
@@ -464,14 +465,14 @@ pub(crate) fn bind_public(
 pub(crate) fn gateway(
     config: &Config,
     runtime: &Runtime,
-    spans: Option<anteroom_http::SpanExport>,
-) -> anteroom_http::Gateway {
+    spans: Option<anteroom_edge::SpanExport>,
+) -> anteroom_edge::Gateway {
     if let Some(upstream) = &config.upstream {
         tracing::info!(upstream = %upstream.url, routes = config.routes.len(), "gateway mode");
     }
-    anteroom_http::Gateway::new(
+    anteroom_edge::Gateway::new(
         runtime.state.clone(),
-        anteroom_http::GatewayOptions {
+        anteroom_edge::GatewayOptions {
             upstream: config.upstream.clone(),
             routes: config.routes.clone(),
             websocket: config.websocket.clone(),
@@ -479,7 +480,7 @@ pub(crate) fn gateway(
             rooms: config.rooms.clone(),
             verify: config.verify.clone(),
             http_engine: config.server.http_engine,
-            access_log: anteroom_http::AccessLog::start(config.log.access),
+            access_log: anteroom_edge::AccessLog::start(config.log.access),
             spans,
         },
     )
@@ -490,16 +491,16 @@ pub(crate) fn gateway(
 /// measurements) on this runtime until `shutdown`, then drains.
 pub(crate) async fn run_until_shutdown(
     runtime: Runtime,
-    listeners: anteroom_http::PublicListeners,
-    router: impl Fn() -> anteroom_http::PublicApp + Send + Sync + 'static,
-    gateway: Option<anteroom_http::Gateway>,
+    listeners: anteroom_edge::PublicListeners,
+    router: impl Fn() -> anteroom_edge::PublicApp + Send + Sync + 'static,
+    gateway: Option<anteroom_edge::Gateway>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_ticker, ticker_stopped) = tokio::sync::watch::channel(false);
     let stopped = |mut receiver: tokio::sync::watch::Receiver<bool>| async move {
         let _ = receiver.wait_for(|stop| *stop).await;
     };
-    let ticker = tokio::spawn(anteroom_http::run_ticker(
+    let ticker = tokio::spawn(anteroom_api::run_ticker(
         runtime.state.clone(),
         stopped(ticker_stopped.clone()),
     ));
@@ -508,25 +509,25 @@ pub(crate) async fn run_until_shutdown(
         .clone()
         .map(|gateway| tokio::spawn(gateway.follow_room_listings(stopped(ticker_stopped.clone()))));
     // Adaptive admission (§5.4): rooms with [room.adaptive] get their rate set every interval.
-    let adaptive = tokio::spawn(anteroom_http::run_adaptive(
+    let adaptive = tokio::spawn(anteroom_edge::run_adaptive(
         runtime.state.clone(),
         gateway,
         stopped(ticker_stopped.clone()),
     ));
     // Other nodes' changes to the rooms (a shared store only; returns at once otherwise).
-    let notices = tokio::spawn(anteroom_http::follow_notices(
+    let notices = tokio::spawn(anteroom_api::follow_notices(
         runtime.state.clone(),
         stopped(ticker_stopped),
     ));
     // Key rotations made by other nodes sharing the key directory.
-    let keys = tokio::spawn(anteroom_http::follow_key_dir(runtime.state.clone()));
+    let keys = tokio::spawn(anteroom_api::follow_key_dir(runtime.state.clone()));
     // From the shutdown on, readyz says 503 while the connections drain.
     let draining = runtime.state.clone();
     let shutdown = async move {
         shutdown.await;
         draining.start_draining();
     };
-    let mut workers = anteroom_http::start_workers(listeners, router, shutdown)
+    let mut workers = anteroom_edge::start_workers(listeners, router, shutdown)
         .context("starting the public listener's threads")?;
     let served = workers.drained().await;
     keys.abort();

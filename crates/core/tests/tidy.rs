@@ -57,7 +57,9 @@ fn core_depends_on_nothing_that_does_io() {
         "futures",
         "tower",
         "anteroom-store",
-        "anteroom-http",
+        "anteroom-api",
+        "anteroom-edge",
+        "anteroom-admin",
         "anteroom-token",
     ];
     for line in dependencies.lines() {

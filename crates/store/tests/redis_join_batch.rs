@@ -11,8 +11,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::sync::Arc;
 
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
@@ -20,7 +18,7 @@ use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_co
 use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
 use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
 use futures_util::future::join_all;
-use support::redis::RedisServer;
+use anteroom_test_support::redis::RedisServer;
 
 fn room_id(name: &str) -> RoomId {
     RoomId::new(name).unwrap()

@@ -1,0 +1,756 @@
+//! The public JSON API under `/_anteroom/v1` (SPEC §6.1): join, status, leave, the room
+//! summary, the JWKS, and the backend's session endpoints.
+//!
+//! Wire types live here, not in the core: the status JSON is shaped exactly as §6.1 shows it.
+
+use axum::Json;
+use axum::body::{Bytes, HttpBody as _};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{FromRequest as _, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use anteroom_core::config::format_time;
+use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, TicketRef, WaitingView};
+use anteroom_core::eta::{
+    ConfiguredPace, Estimate, EtaBasis, next_poll_ms, with_configured_fallback,
+};
+use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_core::{RoomId, SessionId, TicketId};
+use anteroom_token::{PassClaims, TicketClaims};
+
+use crate::AppState;
+use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
+use crate::error::ApiError;
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk};
+
+/// How long the ticket cookie lives in the browser; the store decides whether it still counts.
+const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
+
+/// The longest `return` path accepted.
+const MAX_RETURN_LEN: usize = 2048;
+
+/// Status JSON (join, status, and later the SSE `status` event).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct StatusBody {
+    pub(crate) room: String,
+    #[schema(inline)]
+    pub(crate) state: TicketState,
+    pub(crate) ticket: String,
+    pub(crate) position: u64,
+    /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
+    /// order is only drawn at `opens_at` (SPEC §5.3).
+    pub(crate) ahead: Option<u64>,
+    pub(crate) serving: u64,
+    pub(crate) waiting: u64,
+    pub(crate) eta_seconds: Option<u64>,
+    /// What `eta_seconds` rests on: the measured admission rate, or the room's configured pace
+    /// before anything has been measured; `null` with no estimate.
+    #[schema(inline)]
+    pub(crate) eta_basis: Option<EtaBasisName>,
+    pub(crate) next_poll_ms: u64,
+    /// When a scheduled pre-queue opens (RFC 3339); only with `state` = `prequeue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) opens_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pass: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pass_expires_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redirect: Option<String>,
+}
+
+/// Where a ticket stands: the status JSON's `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TicketState {
+    /// In line, admissions running.
+    Waiting,
+    /// In line, admissions paused (mode `queue_all`).
+    Paused,
+    /// In a scheduled pre-queue, before the draw (SPEC §5.3).
+    Prequeue,
+    /// Admitted: the pass is in the answer.
+    Admitted,
+}
+
+impl TicketState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TicketState::Waiting => "waiting",
+            TicketState::Paused => "paused",
+            TicketState::Prequeue => "prequeue",
+            TicketState::Admitted => "admitted",
+        }
+    }
+}
+
+/// `eta_basis` on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EtaBasisName {
+    /// From the measured admission rate (SPEC §5.5).
+    Measured,
+    /// From the room's `admit_per_minute` and `max_active` / `session_ttl`.
+    Configured,
+}
+
+impl EtaBasisName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EtaBasisName::Measured => "measured",
+            EtaBasisName::Configured => "configured",
+        }
+    }
+}
+
+impl From<EtaBasis> for EtaBasisName {
+    fn from(basis: EtaBasis) -> Self {
+        match basis {
+            EtaBasis::Measured => EtaBasisName::Measured,
+            EtaBasis::Configured => EtaBasisName::Configured,
+        }
+    }
+}
+
+/// What of a room's configuration shapes its status answers: small enough for every event
+/// stream to keep a copy.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusTerms {
+    pub(crate) mode: Mode,
+    pub(crate) pace: ConfiguredPace,
+}
+
+impl StatusTerms {
+    /// The terms a status answer states for a room configured as `config`.
+    pub fn of(config: &RoomConfig) -> StatusTerms {
+        StatusTerms {
+            mode: config.mode,
+            pace: ConfiguredPace::of(config),
+        }
+    }
+}
+
+/// `eta_seconds` and `eta_basis` of an estimate.
+pub(crate) fn eta_fields(estimate: Option<Estimate>) -> (Option<u64>, Option<EtaBasisName>) {
+    match estimate {
+        Some(estimate) => (Some(estimate.seconds), Some(estimate.basis.into())),
+        None => (None, None),
+    }
+}
+
+/// The optional body of a join.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JoinBody {
+    /// Where to go once admitted: a same-origin path starting with a single `/`.
+    #[serde(rename = "return")]
+    #[schema(max_length = 2048)]
+    return_to: Option<String>,
+    /// A priority access code (`[[room.priority]]`): a new ticket joins the priority lane,
+    /// admitted before the regular line. A wrong or used-up code is refused with 403
+    /// `invalid_priority_code` and changes nothing; resuming a held ticket never spends one.
+    #[schema(max_length = 256)]
+    priority_code: Option<String>,
+    /// A proof-of-work solution, for rooms with `challenge` (SPEC §12).
+    // Kept as JSON here: `challenge.rs` reads it, and refuses a malformed one as a failed
+    // challenge rather than a bad body.
+    #[schema(value_type = Option<crate::challenge::Solution>)]
+    challenge: Option<serde_json::Value>,
+}
+
+/// `?ticket=` for clients that cannot send headers or cookies (EventSource).
+#[derive(Debug, Default, Deserialize)]
+pub struct TicketQuery {
+    ticket: Option<String>,
+}
+
+/// Public summary of a room, cacheable for a second.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RoomSummary {
+    room: String,
+    mode: &'static str,
+    serving: u64,
+    waiting: u64,
+    active: u64,
+    admit_per_minute: u64,
+    eta_seconds_for_new: Option<u64>,
+}
+
+/// The answer to a session's complete/abandon.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SessionBody {
+    room: String,
+    session: String,
+    state: &'static str,
+}
+
+/// Joins the queue, or resumes the caller's ticket (idempotent with a valid ticket or
+/// identity). Sets the ticket cookie; in a room that can admit at once, answers `admitted`
+/// with the pass.
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/join", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "A ticket token held (EventSource clients)")),
+    request_body(content = Option<JoinBody>, description = "Optional"),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::problem_answers::JoinProblems,
+    ))]
+pub(crate) async fn join(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    // Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
+    // place (the extractor copies them), and a request without a body is not collected.
+    let (room, query) = room_and_ticket_query(&room, query)?;
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let (extensions, body) = if body.is_end_stream() {
+        (std::mem::take(&mut parts.extensions), Bytes::new())
+    } else {
+        // The body limit travels in the extensions, which stay with the parts; the join gate
+        // reads the connection's details from a copy.
+        let extensions = parts.extensions.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), &())
+            .await
+            .map_err(|rejection: BytesRejection| {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    rejection.body_text(),
+                )
+            })?;
+        (extensions, body)
+    };
+    let join_body: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
+        JoinBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request("invalid_json", format!("the join body is not valid: {e}"))
+        })?
+    };
+    let return_to = join_body
+        .return_to
+        .map(|path| validate_return(&path))
+        .transpose()?;
+    let config = app.api_room_config(&room).await?;
+    let caller = Caller {
+        query: Some(&query),
+        ..Caller::new(&headers, &extensions)
+    };
+    let ask = JoinAsk {
+        return_to,
+        priority_code: join_body.priority_code,
+        solution: join_body.challenge,
+    };
+    match join_gate::join(&app, &room, &config, &caller, Door::Api, ask).await {
+        Ok(entry) => Ok(entry_response(&app, &room, &config, entry)),
+        Err(refusal) => Ok(refusal.into_response()),
+    }
+}
+
+/// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
+/// the pass and sets the pass cookie.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
+    responses(
+        (status = 200, description = "The ticket's status", body = StatusBody),
+        crate::problem_answers::HeldTicket, crate::problem_answers::TicketGone, crate::problem_answers::StoreUnreachable,
+    ))]
+pub(crate) async fn status(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    // Reads the headers in place from the request (a `HeaderMap` extractor copies them).
+    let (room, query) = room_and_ticket_query(&room, query)?;
+    let token = held_ticket(request.headers(), &query, &room)
+        .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
+    let reference = app.verify_ticket(&room, token)?;
+    let config = app.api_room_config(&room).await?;
+    let entry = app
+        .store()
+        .status(&room, reference)
+        .await
+        .map_err(|error| app.store_error(&room, "status", error))?;
+    Ok(entry_response(&app, &room, &config, entry))
+}
+
+/// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
+#[utoipa::path(delete, path = "/_anteroom/v1/rooms/{room}/ticket", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::problem_answers::HeldTicket,
+    ))]
+pub(crate) async fn leave(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (room, query) = room_and_ticket_query(&room, query)?;
+    let token = held_ticket(&headers, &query, &room)
+        .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
+    let reference = app.verify_ticket(&room, token)?;
+    match app.store().leave(&room, reference).await {
+        // Leaving twice, or after the ticket expired, is not an error: the visitor is out.
+        Ok(()) | Err(anteroom_store::StoreError::Engine(_)) => {}
+        Err(other) => return Err(app.store_error(&room, "leave", other)),
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Some(clear) = app
+        .cookies()
+        .clear_for_room(TICKET_COOKIE_PREFIX, room.as_str())
+    {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
+    Ok(response)
+}
+
+/// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).
+#[utoipa::path(post, path = "/_anteroom/v1/rooms/{room}/leave", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("ticket" = Option<String>, Query, description = "The ticket token")),
+    responses(
+        (status = 204, description = "Left"),
+        crate::problem_answers::HeldTicket,
+    ))]
+pub(crate) async fn leave_beacon(
+    state: State<AppState>,
+    room: Path<String>,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    leave(state, room, query, headers).await
+}
+
+/// The room's public summary, cacheable for a second.
+#[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id")),
+    responses(
+        (status = 200, description = "The summary", body = RoomSummary),
+        crate::problem_answers::RoomNotFound, crate::problem_answers::StoreUnreachable,
+    ))]
+pub(crate) async fn summary(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+) -> Result<Response, ApiError> {
+    let room = parse_room(&room)?;
+    let config = app.api_room_config(&room).await?;
+    let snapshot = app
+        .store()
+        .snapshot(&room)
+        .await
+        .map_err(|error| app.store_error(&room, "snapshot", error))?;
+    let body = RoomSummary {
+        room: room.to_string(),
+        mode: config.mode.as_str(),
+        serving: snapshot.serving,
+        waiting: snapshot.waiting,
+        active: snapshot.active,
+        admit_per_minute: config.admit_per_minute,
+        eta_seconds_for_new: snapshot.eta_seconds_for_new,
+    };
+    let mut response = Json(body).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=1"),
+    );
+    Ok(response)
+}
+
+/// The public keys that verify passes.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "public",
+    responses((status = 200, description = "A JWK set", body = Object)))]
+pub(crate) async fn jwks(State(app): State<AppState>) -> Response {
+    let mut response = Json(app.keys().jwks()).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    response
+}
+
+/// A backend's session endpoint: the handler `$name` ends the session with `$reason`.
+macro_rules! session_end {
+    ($(#[$doc:meta])* $name:ident, $path:tt, $reason:expr) => {
+        $(#[$doc])*
+        #[utoipa::path(post, path = $path, tag = "public",
+            security(("service_key" = [])),
+            params(("room" = String, Path, description = "Room id"), ("session" = String, Path, description = "Session id (the pass's sub)")),
+            responses(
+                (status = 200, description = "The session after", body = SessionBody),
+                crate::problem_answers::NoValidServiceKey, crate::problem_answers::RoomOrSessionNotFound,
+            ))]
+        pub(crate) async fn $name(
+            state: State<AppState>,
+            path: Path<(String, String)>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            end_session(state, path, headers, $reason).await
+        }
+    };
+}
+
+session_end!(
+    /// The backend ends a session early (completed), freeing its slot and revoking its pass.
+    complete_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/complete",
+    SessionEnd::Completed
+);
+
+session_end!(
+    /// The backend ends a session early (abandoned), freeing its slot and revoking its pass.
+    abandon_session,
+    "/_anteroom/v1/rooms/{room}/sessions/{session}/abandon",
+    SessionEnd::Abandoned
+);
+
+async fn end_session(
+    State(app): State<AppState>,
+    Path((room, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    reason: SessionEnd,
+) -> Result<Response, ApiError> {
+    app.require_service_key(&headers)?;
+    let room = parse_room(&room)?;
+    let session: SessionId = session.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            "no such session in this room",
+        )
+    })?;
+    let ended = app
+        .store()
+        .end_session(&room, session, reason)
+        .await
+        .map_err(|error| app.store_error(&room, "end_session", error))?;
+    let state = match ended.state {
+        anteroom_core::engine::SessionState::Active => "active",
+        anteroom_core::engine::SessionState::Ended { reason, .. } => reason.as_str(),
+    };
+    Ok(Json(SessionBody {
+        room: room.to_string(),
+        session: session.to_string(),
+        state,
+    })
+    .into_response())
+}
+
+/// Problem+json for any unknown path under the reserved prefix.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// Problem+json for a known path asked with the wrong method.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take this method",
+    )
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/_anteroom/healthz", tag = "public",
+    responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
+pub(crate) async fn health() -> &'static str {
+    "ok"
+}
+
+pub(crate) fn ticket_query(
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<TicketQuery, ApiError> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+}
+
+/// The room of the path and the `?ticket=` of a ticket's request.
+fn room_and_ticket_query(
+    room: &str,
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<(RoomId, TicketQuery), ApiError> {
+    Ok((parse_room(room)?, ticket_query(query)?))
+}
+
+pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
+}
+
+/// The header a client sends its ticket token in.
+static TICKET_HEADER: HeaderName = HeaderName::from_static("x-anteroom-ticket");
+
+/// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
+pub(crate) fn held_ticket<'a>(
+    headers: &'a HeaderMap,
+    query: &'a TicketQuery,
+    room: &RoomId,
+) -> Option<&'a str> {
+    let non_empty = |token: &&str| !token.trim().is_empty();
+    headers
+        .get(&TICKET_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .filter(non_empty)
+        .or(query.ticket.as_deref().filter(non_empty))
+        .or_else(|| {
+            read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str()).filter(non_empty)
+        })
+}
+
+pub(crate) fn identity_from_header(
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<String, IdentityRefusal> {
+    let value = headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| IdentityRefusal::HeaderMissing(name.to_owned()))?;
+    if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
+        return Err(IdentityRefusal::HeaderTooLong(name.to_owned()));
+    }
+    Ok(value.to_owned())
+}
+
+/// Accepts only same-origin relative paths, so admission can never redirect off-site.
+pub fn validate_return(path: &str) -> Result<String, ApiError> {
+    let refuse = || {
+        ApiError::bad_request(
+            "invalid_return",
+            "return must be a relative path starting with a single /",
+        )
+    };
+    if path.len() > MAX_RETURN_LEN
+        || !path.starts_with('/')
+        || path.starts_with("//")
+        || path.contains('\\')
+        || path.chars().any(char::is_control)
+    {
+        return Err(refuse());
+    }
+    Ok(path.to_owned())
+}
+
+/// What a ticket's entry means for the client: the status JSON, and the pass (with its cookie
+/// lifetime) once admitted.
+pub struct EntryAnswer {
+    /// The status JSON.
+    pub body: StatusBody,
+    /// The signed pass and its cookie lifetime in seconds, once admitted.
+    pub pass: Option<(String, u64)>,
+}
+
+/// The signed ticket token for a ticket.
+pub(crate) fn ticket_token(
+    app: &AppState,
+    room: &RoomId,
+    ticket: TicketId,
+    position: u64,
+    generation: u32,
+) -> String {
+    app.keys().ticket_signer().sign_fields(
+        room.as_str(),
+        ticket.to_text().as_str(),
+        position,
+        generation,
+    )
+}
+
+/// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
+pub fn entry_answer(
+    app: &AppState,
+    room: &RoomId,
+    terms: StatusTerms,
+    entry: Entry,
+) -> Result<EntryAnswer, ApiError> {
+    match entry {
+        Entry::Waiting(view) => Ok(waiting_answer(app, room, terms, &view)),
+        Entry::Admitted(view) => admitted_answer(app, room, &view),
+    }
+}
+
+/// The status JSON of a waiting ticket.
+fn waiting_answer(
+    app: &AppState,
+    room: &RoomId,
+    terms: StatusTerms,
+    view: &WaitingView,
+) -> EntryAnswer {
+    let state = if view.opens_at.is_some() {
+        TicketState::Prequeue
+    } else if view.paused || terms.mode == Mode::QueueAll {
+        TicketState::Paused
+    } else {
+        TicketState::Waiting
+    };
+    // Before the draw the order is unknown: no `ahead`, no estimate.
+    let ahead = view.opens_at.is_none().then_some(view.ahead);
+    // Nobody is admitted while paused: no estimate (SPEC §5.5, null at a zero rate).
+    let estimate = ahead
+        .filter(|_| state != TicketState::Paused)
+        .and_then(|ahead| with_configured_fallback(view.eta_seconds, ahead, terms.pace));
+    let (eta_seconds, eta_basis) = eta_fields(estimate);
+    let body = StatusBody {
+        room: room.to_string(),
+        state,
+        ticket: ticket_token(app, room, view.ticket, view.position, view.generation),
+        position: view.position,
+        ahead,
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds,
+        eta_basis,
+        next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rand::thread_rng()),
+        opens_at: view.opens_at.map(format_time),
+        pass: None,
+        pass_expires_at: None,
+        redirect: None,
+    };
+    EntryAnswer { body, pass: None }
+}
+
+/// The status JSON of an admitted ticket, with its pass signed.
+fn admitted_answer(
+    app: &AppState,
+    room: &RoomId,
+    view: &AdmittedView,
+) -> Result<EntryAnswer, ApiError> {
+    let session = &view.session;
+    let pass = sign_pass(app, room, session)?;
+    let body = StatusBody {
+        room: room.to_string(),
+        state: TicketState::Admitted,
+        ticket: ticket_token(app, room, view.ticket, view.position, session.generation),
+        position: view.position,
+        ahead: Some(0),
+        serving: view.serving,
+        waiting: view.waiting,
+        eta_seconds: Some(0),
+        eta_basis: Some(EtaBasisName::Measured),
+        next_poll_ms: next_poll_ms(0, &mut rand::thread_rng()),
+        opens_at: None,
+        pass: Some(pass.clone()),
+        pass_expires_at: Some(format_time(session.expires_at)),
+        redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
+    };
+    let max_age = session
+        .expires_at
+        .as_secs()
+        .saturating_sub(app.now().as_secs());
+    Ok(EntryAnswer {
+        body,
+        pass: Some((pass, max_age)),
+    })
+}
+
+/// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.
+pub fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
+    PassClaims {
+        iss: app.settings().issuer.clone(),
+        aud: room.to_string(),
+        sub: session.id.to_string(),
+        jti: session.id.to_string(),
+        iat: session.renewed_at.as_secs(),
+        nbf: session.issued_at.as_secs(),
+        exp: session.expires_at.as_secs(),
+        pos: session.position,
+        r#gen: session.generation,
+        uid: session.uid.clone(),
+        scope: anteroom_token::PASS_SCOPE.to_owned(),
+    }
+}
+
+/// Signs the pass of `session`.
+pub fn sign_pass(app: &AppState, room: &RoomId, session: &Session) -> Result<String, ApiError> {
+    app.keys()
+        .sign_pass(&pass_claims(app, room, session))
+        .map_err(|error| {
+            tracing::error!(%error, "cannot sign a pass");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the pass could not be issued",
+            )
+        })
+}
+
+/// The status JSON of an entry as a JSON value (for SSE events).
+pub(crate) fn entry_body(
+    app: &AppState,
+    room: &RoomId,
+    terms: StatusTerms,
+    entry: Entry,
+) -> serde_json::Value {
+    match entry_answer(app, room, terms, entry) {
+        Ok(answer) => serde_json::to_value(&answer.body).unwrap_or_default(),
+        Err(error) => {
+            serde_json::json!({"room": room.as_str(), "state": "error", "code": error.code()})
+        }
+    }
+}
+
+/// Adds the ticket cookie, and the pass cookie when there is a pass, to `headers`.
+pub fn set_entry_cookies(
+    app: &AppState,
+    room: &RoomId,
+    answer: &EntryAnswer,
+    headers: &mut HeaderMap,
+) {
+    if let Some(cookie) = app.cookies().set_for_room(
+        TICKET_COOKIE_PREFIX,
+        room.as_str(),
+        &answer.body.ticket,
+        TICKET_COOKIE_MAX_AGE_SECS,
+    ) {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+    if let Some((pass, max_age)) = &answer.pass
+        && let Some(cookie) =
+            app.cookies()
+                .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, *max_age)
+    {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+}
+
+pub(crate) fn entry_response(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    entry: Entry,
+) -> Response {
+    let answer = match entry_answer(app, room, StatusTerms::of(config), entry) {
+        Ok(answer) => answer,
+        Err(error) => return error.into_response(),
+    };
+    // Written by hand into a buffer of its exact size, which the body takes over as it is.
+    let body = crate::status_json::encode(&answer.body);
+    let mut response = Response::new(axum::body::Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    set_entry_cookies(app, room, &answer, headers);
+    response
+}
+
+/// Turns a verified ticket token into the store's reference.
+pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
+    let id: TicketId = claims.ticket_id.parse().ok()?;
+    Some(TicketRef {
+        id,
+        generation: claims.generation,
+    })
+}

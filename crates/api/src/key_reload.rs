@@ -1,0 +1,187 @@
+//! Keeps a node's signing keys in step with where they are kept, shared with other nodes (a
+//! key directory on a shared disk, or the store's Redis), and prunes the keys no pass can need
+//! any more.
+//!
+//! A key rotation (`POST /admin/v1/keys/rotate` on any node, or `anteroom keys generate`)
+//! adds a key and changes which one is active. Every node looks once a second (a directory's
+//! listing, or the version of the entries in Redis) and loads the key set again when it
+//! changed, so passes signed with the new key verify everywhere, and every node's JWKS lists
+//! it, within about a second. A pass whose `kid` this node does not know yet makes it look at
+//! once (at most once a second, so unknown `kid`s sent on purpose cannot turn into reads per
+//! request).
+//!
+//! At start-up and every [`KEY_PRUNE_INTERVAL`] each node prunes: a retired key leaves the set once no pass
+//! it signed can still be valid ([`key_retention_secs`] of the rooms in the store). Pruning is
+//! idempotent, so nodes doing it at once only repeat each other.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::AppState;
+use crate::key_source::{Fingerprint, KeySource, key_retention_secs};
+
+/// How often the keys are looked at, and the least time between two looks.
+pub const KEY_DIR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often each node prunes keys whose passes have all expired.
+pub const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Where the keys are and what this node last saw of them.
+pub(crate) struct KeyReload {
+    source: KeySource,
+    seen: Mutex<Seen>,
+}
+
+struct Seen {
+    fingerprint: Option<Fingerprint>,
+    checked_at: Option<Instant>,
+}
+
+/// Names, sizes and modification times of a key directory's files, and the `active` file's
+/// content: any rotation or pruning changes it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct DirListing {
+    files: Vec<(String, u64, Option<SystemTime>)>,
+    active: Vec<u8>,
+}
+
+impl KeyReload {
+    pub(crate) fn new(source: KeySource) -> KeyReload {
+        KeyReload {
+            source,
+            seen: Mutex::new(Seen {
+                fingerprint: None,
+                checked_at: None,
+            }),
+        }
+    }
+
+    /// Whether a look is due (none in the last interval); marks it taken.
+    fn take_turn(&self) -> bool {
+        let mut seen = self.seen.lock();
+        let now = Instant::now();
+        if seen
+            .checked_at
+            .is_some_and(|at| now.duration_since(at) < KEY_DIR_CHECK_INTERVAL)
+        {
+            return false;
+        }
+        seen.checked_at = Some(now);
+        true
+    }
+}
+
+/// Looks at the keys every [`KEY_DIR_CHECK_INTERVAL`] and prunes them at start-up and every
+/// [`KEY_PRUNE_INTERVAL`] for as long as the node runs. Does nothing on a node built without
+/// a key source.
+pub async fn follow_key_dir(app: AppState) {
+    let Some(reload) = app.key_reload() else {
+        return;
+    };
+    // The start-up already loaded the keys: this look only records what it saw.
+    if let Ok(fingerprint) = reload.source.fingerprint().await {
+        reload.seen.lock().fingerprint = Some(fingerprint);
+    }
+    let mut interval = tokio::time::interval(KEY_DIR_CHECK_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first prune comes with the first look, at start-up.
+    let mut pruned_at: Option<Instant> = None;
+    loop {
+        interval.tick().await;
+        if pruned_at.is_none_or(|at| at.elapsed() >= KEY_PRUNE_INTERVAL) {
+            pruned_at = Some(Instant::now());
+            prune(&app).await;
+        }
+        reload_if_changed(&app).await;
+    }
+}
+
+/// Prunes the keys no pass can need any more, with the rooms in the store; logs what went.
+async fn prune(app: &AppState) {
+    let Some(reload) = app.key_reload() else {
+        return;
+    };
+    let rooms = match app.store().rooms().await {
+        Ok(rooms) => rooms,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the rooms to prune keys; trying again later");
+            return;
+        }
+    };
+    let keep_secs = key_retention_secs(&rooms);
+    match reload.source.prune(keep_secs, app.now().as_secs()).await {
+        Ok((keys, report)) if !report.removed.is_empty() => {
+            tracing::info!(removed = ?report.removed, kept = keys.kids().len(), "pruned signing keys no pass can need");
+            app.set_keys(keys);
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "cannot prune the signing keys; trying again later"),
+    }
+}
+
+/// Loads the key set again if it changed and no look happened in the last interval. Returns
+/// whether the keys were replaced.
+pub async fn reload_if_changed(app: &AppState) -> bool {
+    let Some(reload) = app.key_reload() else {
+        return false;
+    };
+    if !reload.take_turn() {
+        return false;
+    }
+    let fingerprint = match reload.source.fingerprint().await {
+        Ok(fingerprint) => fingerprint,
+        Err(error) => {
+            tracing::warn!(%error, keys = %reload.source.describe(), "cannot look at the signing keys; keeping the loaded ones");
+            return false;
+        }
+    };
+    if reload.seen.lock().fingerprint.as_ref() == Some(&fingerprint) {
+        return false;
+    }
+    match reload.source.load().await {
+        Ok(keys) => {
+            tracing::info!(
+                active_kid = keys.active_kid(),
+                kids = keys.kids().len(),
+                "signing keys reloaded"
+            );
+            app.set_keys(keys);
+            reload.seen.lock().fingerprint = Some(fingerprint);
+            true
+        }
+        // A rotation on another node may be half written to a directory: the next look tries
+        // again.
+        Err(error) => {
+            tracing::warn!(%error, "the signing keys changed but do not load; keeping the loaded ones");
+            false
+        }
+    }
+}
+
+impl DirListing {
+    pub(crate) fn read(dir: &Path) -> std::io::Result<DirListing> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let metadata = entry.metadata()?;
+            if !metadata.is_file() {
+                continue;
+            }
+            files.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                metadata.len(),
+                metadata.modified().ok(),
+            ));
+        }
+        files.sort();
+        let active = match std::fs::read(dir.join("active")) {
+            Ok(content) => content,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => return Err(error),
+        };
+        Ok(DirListing { files, active })
+    }
+}

@@ -1,0 +1,1102 @@
+//! The waiting page (SPEC §6.3) and custom page templates (§6.4).
+//!
+//! Serving the page joins the visitor server-side (or resumes the ticket their cookie names),
+//! so the figures are in the HTML itself and the page works without JavaScript (a `<noscript>`
+//! refresh). With JavaScript it follows the room over SSE, falls back to polling with
+//! `next_poll_ms`, pauses polling in hidden tabs, and goes to the `return` path on admission.
+//! The page is one template with inline CSS and JS, rendered by minijinja; a room may name its
+//! own template file (`page_template`) using the same placeholders.
+//!
+//! A room with `challenge` (SPEC §12) first serves a visitor without a ticket the page in its
+//! `challenge` state: a second script gets a proof-of-work challenge, solves it in a Web
+//! Worker built from inline source (a Blob URL), shows its progress and joins; without
+//! JavaScript the page says JavaScript is needed.
+//!
+//! Placeholders: `room`, `lang` (`en`, `ko`, `ja`, `zh-Hans`, `zh-Hant`, `es`, `fr`, `de`,
+//! `pt-BR`, `id`; chosen in [`lang`]), `state` (`waiting`, `paused`, `prequeue`, `closed`,
+//! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`,
+//! `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue), `progress_percent`,
+//! `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `next_room` (the room whose
+//! line follows this one, when the visitor was sent here first by its `requires`), `languages`
+//! (`code`, `name`, `current` of each language, for links), `t` (the texts of the chosen
+//! language, [`texts`]) and `config` (what the script needs, for `tojson`).
+//!
+//! Leaving: the leave button gives the place up at once (a beacon to `leave`). Closing the page
+//! gives it up only when the visitor ticked the leave-on-close box first: the script then sends
+//! the same beacon on `pagehide`, unless the page is going to another page of the room (a
+//! language link, a reload, admission). Without that intent, a visitor who closes the page or
+//! navigates away keeps their place until `ticket_idle_ttl` passes without contact.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use anteroom_core::RoomId;
+use anteroom_core::engine::Entry;
+use anteroom_core::page_template::template_path;
+use anteroom_core::room::RoomConfig;
+use anteroom_store::StoreError;
+
+use crate::AppState;
+use crate::api::{self, TicketState};
+use crate::challenge;
+use crate::error::ApiError;
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal, SignIn};
+
+mod lang;
+mod texts;
+
+use lang::Lang;
+use texts::{Texts, eta_text, opens_in_text, texts};
+
+/// The built-in waiting page.
+const DEFAULT_TEMPLATE: &str = include_str!("../../../web/waiting.html");
+
+/// Why a custom template could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// The name is not a file inside the templates directory (none set, an absolute path
+    /// elsewhere, a `..`, or a symbolic link leading out).
+    #[error("page template {name:?} refused: {reason}")]
+    Refused {
+        /// The template's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The file could not be read.
+    #[error("cannot read page template {path}: {source}")]
+    Read {
+        /// The template's path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The template does not parse or render.
+    #[error("page template {path} is invalid: {source}")]
+    Template {
+        /// The template's path.
+        path: String,
+        /// The template engine's error.
+        source: minijinja::Error,
+    },
+}
+
+/// Renders waiting pages: the built-in template and rooms' own, loaded once and kept. Rooms'
+/// own are read only from inside the templates directory (see
+/// [`anteroom_core::page_template`]); without one, custom pages are refused.
+pub struct PageRenderer {
+    custom: RwLock<HashMap<String, Arc<minijinja::Environment<'static>>>>,
+    default: minijinja::Environment<'static>,
+    templates_dir: Option<PathBuf>,
+}
+
+/// A template environment that escapes every value for HTML: the figures are numbers, but
+/// `return_path`, `room` and the texts reach a page, and a custom template must not turn a
+/// visitor's `?return=` into script. (minijinja escapes only by file extension otherwise, and
+/// the templates are named `page`.) Values a template means as markup say so: `tojson` output
+/// is safe JSON; the built-in page marks its `urlencode`d return path `safe` (nothing in it
+/// needs escaping), so escaping leaves it byte for byte as it was.
+fn html_environment() -> minijinja::Environment<'static> {
+    let mut environment = minijinja::Environment::new();
+    environment.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+    environment
+}
+
+impl Default for PageRenderer {
+    fn default() -> Self {
+        let mut default = html_environment();
+        // The built-in template is part of the binary and checked by the tests.
+        if let Err(error) = default.add_template("page", DEFAULT_TEMPLATE) {
+            tracing::error!(%error, "the built-in waiting page does not parse");
+        }
+        PageRenderer {
+            custom: RwLock::new(HashMap::new()),
+            default,
+            templates_dir: None,
+        }
+    }
+}
+
+impl PageRenderer {
+    /// A renderer reading custom templates from `templates_dir` only.
+    pub fn with_templates_dir(templates_dir: PathBuf) -> PageRenderer {
+        PageRenderer {
+            templates_dir: Some(templates_dir),
+            ..PageRenderer::default()
+        }
+    }
+
+    /// Loads and checks a custom template (`page_template`, a name inside the templates
+    /// directory), so a broken or misplaced one is reported at start, or to the admin API,
+    /// rather than shown to visitors.
+    pub fn load(&self, path: &str) -> Result<(), PageError> {
+        let file = self.confined(path)?;
+        let source = std::fs::read_to_string(&file).map_err(|source| PageError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut environment = html_environment();
+        environment
+            .add_template_owned("page", source)
+            .map_err(|source| PageError::Template {
+                path: path.to_owned(),
+                source,
+            })?;
+        let sample = PageContext::sample("preview", Lang::En, PageState::Waiting);
+        environment
+            .get_template("page")
+            .and_then(|template| template.render(&sample))
+            .map_err(|source| PageError::Template {
+                path: path.to_owned(),
+                source,
+            })?;
+        self.custom
+            .write()
+            .insert(path.to_owned(), Arc::new(environment));
+        Ok(())
+    }
+
+    /// The real file `name` stands for, refused unless it lies inside the real templates
+    /// directory: checked after following symbolic links, so a link placed in the directory
+    /// cannot lead out of it.
+    fn confined(&self, name: &str) -> Result<PathBuf, PageError> {
+        let refused = |reason: String| PageError::Refused {
+            name: name.to_owned(),
+            reason,
+        };
+        let lexical = template_path(self.templates_dir.as_deref(), name)
+            .map_err(|error| refused(error.to_string()))?;
+        let (Some(dir), Ok(file)) = (&self.templates_dir, std::fs::canonicalize(&lexical)) else {
+            return Ok(lexical);
+        };
+        let real_dir = std::fs::canonicalize(dir)
+            .map_err(|error| refused(format!("cannot read the templates directory: {error}")))?;
+        if file.starts_with(&real_dir) {
+            Ok(file)
+        } else {
+            Err(refused(
+                "it leads out of the templates directory through a symbolic link".to_owned(),
+            ))
+        }
+    }
+
+    fn render(&self, room: &RoomConfig, context: &PageContext) -> String {
+        if !room.page_template.is_empty() {
+            let custom = self.custom.read().get(&room.page_template).cloned();
+            let custom = match custom {
+                Some(environment) => Some(environment),
+                None => match self.load(&room.page_template) {
+                    Ok(()) => self.custom.read().get(&room.page_template).cloned(),
+                    Err(error) => {
+                        tracing::error!(room = %room.id, %error, "falling back to the built-in waiting page");
+                        None
+                    }
+                },
+            };
+            if let Some(environment) = custom {
+                match environment
+                    .get_template("page")
+                    .and_then(|template| template.render(context))
+                {
+                    Ok(html) => return html,
+                    Err(error) => {
+                        tracing::error!(room = %room.id, %error, "custom page failed to render")
+                    }
+                }
+            }
+        }
+        self.default
+            .get_template("page")
+            .and_then(|template| template.render(context))
+            .unwrap_or_else(|error| {
+                tracing::error!(%error, "the built-in waiting page failed to render");
+                "<!doctype html><title>Waiting room</title><p>Please wait and reload this page.</p>"
+                    .to_owned()
+            })
+    }
+}
+
+/// `?return=/path&lang=ko` on the page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageQuery {
+    #[serde(rename = "return")]
+    return_to: Option<String>,
+    lang: Option<String>,
+    state: Option<String>,
+    /// A priority access code (SPEC §12), as an invitation link carries it.
+    code: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum PageState {
+    Waiting,
+    Paused,
+    /// A scheduled sale's pre-queue (SPEC §5.3): the page counts down to `opens_at`.
+    Prequeue,
+    Closed,
+    Unavailable,
+    /// The room asks for a proof of work before the visitor gets a place (SPEC §12).
+    Challenge,
+}
+
+#[derive(Debug, Serialize)]
+struct PageContext {
+    room: String,
+    lang: &'static str,
+    state: PageState,
+    position: u64,
+    ahead: u64,
+    waiting: u64,
+    serving: u64,
+    eta_seconds: Option<u64>,
+    eta_text: String,
+    opens_at: Option<String>,
+    progress_percent: u64,
+    next_poll_ms: u64,
+    refresh_seconds: Option<u64>,
+    updated_at: String,
+    return_path: String,
+    /// The room whose waiting page `return_path` leads to: this line is a first tier.
+    next_room: Option<String>,
+    /// The language links: each language's code, its name in itself, and whether it is this
+    /// page's.
+    languages: Vec<LanguageLink>,
+    t: &'static Texts,
+    config: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+struct LanguageLink {
+    code: &'static str,
+    name: &'static str,
+    current: bool,
+}
+
+impl PageContext {
+    fn sample(room: &str, lang: Lang, state: PageState) -> PageContext {
+        PageContext::build(
+            room,
+            lang,
+            state,
+            &Figures {
+                position: 1234,
+                ahead: 57,
+                waiting: 9000,
+                serving: 1177,
+                eta_seconds: Some(150),
+                next_poll_ms: 2000,
+                // A pre-queue one hour, two minutes and five seconds before a fixed opening.
+                opens_in: (state == PageState::Prequeue)
+                    .then(|| ("2026-12-01T10:00:00Z".to_owned(), 3725)),
+            },
+            "/",
+        )
+    }
+
+    fn build(
+        room: &str,
+        lang: Lang,
+        state: PageState,
+        figures: &Figures,
+        return_path: &str,
+    ) -> PageContext {
+        let text = texts(lang);
+        let progress = progress_percent(figures.ahead, figures.waiting);
+        let waiting_like = matches!(
+            state,
+            PageState::Waiting | PageState::Paused | PageState::Prequeue
+        );
+        let refresh_seconds = match state {
+            PageState::Waiting | PageState::Paused | PageState::Prequeue => {
+                Some(figures.next_poll_ms.div_ceil(1000).max(2))
+            }
+            PageState::Closed | PageState::Unavailable => Some(30),
+            // Without JavaScript there is nothing to wait for: the page says so.
+            PageState::Challenge => None,
+        };
+        let config = script_config(room, lang, state, figures, return_path, text);
+        PageContext {
+            room: room.to_owned(),
+            lang: lang.code(),
+            state,
+            position: figures.position,
+            ahead: figures.ahead,
+            waiting: figures.waiting,
+            serving: figures.serving,
+            eta_seconds: figures.eta_seconds,
+            eta_text: match (state, &figures.opens_in) {
+                // While admissions are paused no estimate holds, whatever the recent rate says.
+                (PageState::Paused, _) => text.eta_paused.to_owned(),
+                (_, Some((_, seconds))) => opens_in_text(lang, *seconds),
+                _ => eta_text(lang, figures.eta_seconds),
+            },
+            opens_at: figures.opens_in.as_ref().map(|(at, _)| at.clone()),
+            progress_percent: match state {
+                // Nobody's place is known before the draw.
+                PageState::Prequeue => 0,
+                _ if waiting_like => progress.max(2),
+                _ => 0,
+            },
+            next_poll_ms: figures.next_poll_ms,
+            refresh_seconds,
+            updated_at: String::new(),
+            return_path: return_path.to_owned(),
+            next_room: next_room(return_path),
+            languages: language_links(lang),
+            t: text,
+            config,
+        }
+    }
+}
+
+/// What the page's script needs (`config`, for `tojson`): the figures, the texts and where
+/// to follow the room.
+fn script_config(
+    room: &str,
+    lang: Lang,
+    state: PageState,
+    figures: &Figures,
+    return_path: &str,
+    text: &Texts,
+) -> serde_json::Value {
+    let base = format!("/_anteroom/v1/rooms/{room}");
+    serde_json::json!({
+        "room": room,
+        "lang": lang.code(),
+        "state": state,
+        "position": figures.position,
+        "ahead": figures.ahead,
+        "waiting": figures.waiting,
+        "etaSeconds": figures.eta_seconds,
+        "nextPollMs": figures.next_poll_ms,
+        "opensAt": figures.opens_in.as_ref().map(|(at, _)| at),
+        "returnPath": return_path,
+        "statusUrl": format!("{base}/status"),
+        "joinUrl": format!("{base}/join"),
+        "eventsUrl": format!("{base}/events"),
+        "leaveUrl": format!("{base}/leave"),
+        "text": text,
+    })
+}
+
+/// A link to the page in each language, `lang` marked current.
+fn language_links(lang: Lang) -> Vec<LanguageLink> {
+    Lang::ALL
+        .iter()
+        .map(|other| LanguageLink {
+            code: other.code(),
+            name: other.native_name(),
+            current: *other == lang,
+        })
+        .collect()
+}
+
+/// The room of a return path that is another room's waiting page, as a tier-2 page sends its
+/// visitors to tier 1 with (`requires`, SPEC §3): the page tells them a second line follows.
+fn next_room(return_path: &str) -> Option<String> {
+    let rest = return_path.strip_prefix("/_anteroom/wait/")?;
+    let id = rest.split(['?', '/', '#']).next()?;
+    RoomId::new(id).ok().map(|room| room.to_string())
+}
+
+/// How near the front of today's line the visitor is: the share of the people waiting who are
+/// not ahead of them. A newcomer at the back starts near 0 %, the next in line is at 100 %. It
+/// needs nothing but the status figures, so the page with and without JavaScript, every tab and
+/// every refresh show the same bar.
+fn progress_percent(ahead: u64, waiting: u64) -> u64 {
+    (100 * waiting.saturating_sub(ahead))
+        .checked_div(waiting)
+        .unwrap_or(0)
+        .min(100)
+}
+
+struct Figures {
+    position: u64,
+    ahead: u64,
+    waiting: u64,
+    serving: u64,
+    eta_seconds: Option<u64>,
+    next_poll_ms: u64,
+    /// In a pre-queue: when it opens (RFC 3339) and how many seconds from now.
+    opens_in: Option<(String, u64)>,
+}
+
+/// The waiting page: joins (or resumes) server-side and shows position, people ahead and ETA;
+/// `Accept: application/json` gets the status JSON instead.
+#[utoipa::path(get, path = "/_anteroom/wait/{room}", tag = "public",
+    params(("room" = String, Path, description = "Room id"),
+        ("return" = Option<String>, Query, description = "Where to go once admitted (same-origin path)"),
+        ("lang" = Option<String>, Query, description = "`en` or `ko`"),
+        ("code" = Option<String>, Query, description = "A priority access code, for a new ticket in the priority lane")),
+    responses(
+        (status = 200, description = "The page (or the status JSON)", content(
+            (String = "text/html"), (crate::api::StatusBody = "application/json"))),
+        (status = 400, description = "A query the page cannot take", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 303, description = "The room requires another room's pass first: that room's page, which returns here once admitted"),
+        (status = 403, description = "A priority access code that is wrong or used up; or the room's identity header came from a peer outside `trusted_proxies`; or (JSON) another room's pass is required first", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 404, description = "No such room, or an unknown query parameter", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 429, description = "Over the per-IP join limit, or too many priority code attempts from this address", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+        (status = 503, description = "Closed, or the store cannot be reached", content(
+            (String = "text/html"), (crate::error::Problem = "application/problem+json"))),
+    ))]
+pub(crate) async fn waiting_page(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+    headers: HeaderMap,
+    extensions: Extensions,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return error_page(StatusCode::BAD_REQUEST, "That address is not valid.");
+    };
+    let lang = Lang::choose(query.lang.as_deref(), &headers);
+    let Ok(room) = RoomId::new(&room) else {
+        return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+    };
+    let asked_return = query.return_to.as_deref().filter(|path| !path.is_empty());
+    let Ok(return_path) = asked_return.map(api::validate_return).transpose() else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "That return address is not allowed: it must be a path on this site.",
+        );
+    };
+    let wants_json = accepts_json(&headers);
+    let config = match app.room_config(&room).await {
+        Ok(config) => config,
+        Err(error) => {
+            let return_path = return_path.as_deref();
+            return no_room_config(&app, &room, lang, wants_json, return_path, error);
+        }
+    };
+    let caller = Caller::new(&headers, &extensions);
+    let ask = JoinAsk {
+        return_to: return_path.clone(),
+        priority_code: query.code.clone().filter(|code| !code.is_empty()),
+        solution: None,
+    };
+    let entry = match join_gate::join(&app, &room, &config, &caller, Door::Page, ask).await {
+        Ok(entry) => entry,
+        Err(refusal) => {
+            let refused = Refused {
+                app: &app,
+                room: &room,
+                config: &config,
+                lang,
+                wants_json,
+                return_path: return_path.as_deref(),
+            };
+            return refused.answer(refusal);
+        }
+    };
+    if wants_json {
+        return api::entry_response(&app, &room, &config, entry);
+    }
+    entry_page(&app, &room, &config, entry, return_path, lang)
+}
+
+/// The answer when the room's configuration cannot be had: no such room, or the store
+/// cannot be reached.
+fn no_room_config(
+    app: &AppState,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: StoreError,
+) -> Response {
+    if let StoreError::RoomNotFound(_) = error {
+        return if wants_json {
+            ApiError::room_not_found(room.as_str()).into_response()
+        } else {
+            error_page(StatusCode::NOT_FOUND, "There is no such waiting room.")
+        };
+    }
+    let error = app.store_error(room, "room", error);
+    store_failed(app, room, lang, wants_json, return_path, error)
+}
+
+/// A join the gate refused, and what the page needs to say so.
+struct Refused<'a> {
+    app: &'a AppState,
+    room: &'a RoomId,
+    config: &'a RoomConfig,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&'a str>,
+}
+
+impl Refused<'_> {
+    /// The visitor's answer: the challenge page, the required room's page (which returns
+    /// here once admitted), the closed or unavailable page, or an error page.
+    fn answer(self, refusal: JoinRefusal) -> Response {
+        let Refused {
+            app,
+            room,
+            config,
+            lang,
+            wants_json,
+            return_path,
+        } = self;
+        match refusal {
+            JoinRefusal::ChallengeNeeded(_) => {
+                challenge_page(app, config, room, lang, wants_json, return_path)
+            }
+            JoinRefusal::PassRequired(required) if !wants_json => {
+                let mut here = format!("/_anteroom/wait/{room}");
+                if let Some(path) = return_path {
+                    here = wait_location(room, path);
+                }
+                Redirect::to(&wait_location(&required, &here)).into_response()
+            }
+            JoinRefusal::Limited(response) if !wants_json => {
+                let mut page = error_page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many visitors joined from your address just now. Please try again in a minute.",
+                );
+                if let Some(retry) = response.headers().get(header::RETRY_AFTER) {
+                    page.headers_mut()
+                        .insert(header::RETRY_AFTER, retry.clone());
+                }
+                page
+            }
+            JoinRefusal::Closed if !wants_json => {
+                let context = PageContext::build(
+                    room.as_str(),
+                    lang,
+                    PageState::Closed,
+                    &no_figures(),
+                    return_path.unwrap_or("/"),
+                );
+                html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+            }
+            JoinRefusal::StoreUnavailable(error) => {
+                store_failed(app, room, lang, wants_json, return_path, error)
+            }
+            JoinRefusal::InvalidPriorityCode if !wants_json => error_page(
+                StatusCode::FORBIDDEN,
+                "That access code is not valid for this waiting room, or has been used up.",
+            ),
+            JoinRefusal::Identity(refusal) if !wants_json => match refusal.sign_in() {
+                Some(sign_in) => sign_in_page(refusal, sign_in),
+                None => failed_page(app, room, config, lang, ApiError::from(refusal)),
+            },
+            JoinRefusal::Failed(error) if !wants_json => {
+                failed_page(app, room, config, lang, error)
+            }
+            other => other.into_response(),
+        }
+    }
+}
+
+/// The page for a join refused for another reason: the unavailable page for a 503, else a
+/// plain error page.
+fn failed_page(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    lang: Lang,
+    error: ApiError,
+) -> Response {
+    if error.status() == StatusCode::SERVICE_UNAVAILABLE {
+        return unavailable(app, Some(config), room, lang, false, error);
+    }
+    error_page(error.status(), "Your request could not be handled.")
+}
+
+/// The page for a visitor refused for their identity (the site's token, or the identity
+/// header): sign in first, or again.
+pub fn sign_in_page(refusal: IdentityRefusal, sign_in: SignIn) -> Response {
+    let message = match sign_in {
+        SignIn::First => {
+            "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
+        }
+        SignIn::Again => {
+            "Your sign-in could not be confirmed (it may have expired). Please sign in to the site again, then come back."
+        }
+    };
+    error_page(ApiError::from(refusal).status(), message)
+}
+
+/// The page of a room that asks for a proof of work, for a visitor without a ticket: its
+/// script gets a challenge, solves it in a worker and joins (SPEC §12). JSON clients get the
+/// join's `challenge_required` problem.
+fn challenge_page(
+    app: &AppState,
+    config: &RoomConfig,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+) -> Response {
+    if wants_json {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "challenge_required",
+            "this room asks for a proof of work before a join",
+        )
+        .with_challenge_url(challenge::challenge_url(room))
+        .into_response();
+    }
+    let mut context = PageContext::build(
+        room.as_str(),
+        lang,
+        PageState::Challenge,
+        &no_figures(),
+        return_path.unwrap_or("/"),
+    );
+    if let Some(script) = context.config.as_object_mut() {
+        script.insert(
+            "challengeUrl".to_owned(),
+            challenge::challenge_url(room).into(),
+        );
+    }
+    let mut response = html(app, config, &context, StatusCode::OK);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Why the gateway holds a protected navigation back (SPEC §7.1).
+pub enum HeldBack {
+    /// The visitor waits with this entry (joined or resumed by the gateway).
+    Waiting(Entry),
+    /// The room is closed.
+    Closed,
+    /// The store cannot be reached and the room fails closed (§9.4).
+    Unavailable,
+}
+
+/// The waiting page answered in place of a protected page (the same page as
+/// `/_anteroom/wait/{room}`): 200 while waiting, 503 closed or unavailable. `cookies` (the
+/// ticket cookie, passes of earlier rooms) go out with it.
+pub fn held_back_page(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    held: HeldBack,
+    return_path: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let lang = Lang::choose(None, headers);
+    match held {
+        HeldBack::Waiting(entry) => {
+            entry_page(app, room, config, entry, Some(return_path.to_owned()), lang)
+        }
+        HeldBack::Closed => {
+            let context = PageContext::build(
+                room.as_str(),
+                lang,
+                PageState::Closed,
+                &no_figures(),
+                return_path,
+            );
+            html(app, config, &context, StatusCode::SERVICE_UNAVAILABLE)
+        }
+        HeldBack::Unavailable => unavailable(
+            app,
+            Some(config),
+            room,
+            lang,
+            false,
+            ApiError::store_unavailable(),
+        ),
+    }
+}
+
+/// The page of a joined visitor: the waiting page with the ticket cookie, or a redirect to
+/// `return_path` with the pass cookie once admitted.
+fn entry_page(
+    app: &AppState,
+    room: &RoomId,
+    config: &RoomConfig,
+    entry: Entry,
+    return_path: Option<String>,
+    lang: Lang,
+) -> Response {
+    let entry_opens_at = match &entry {
+        Entry::Waiting(view) => view.opens_at,
+        Entry::Admitted(_) => None,
+    };
+    let answer = match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
+        Ok(answer) => answer,
+        Err(error) => return error.into_response(),
+    };
+    let mut cookies = HeaderMap::new();
+    api::set_entry_cookies(app, room, &answer, &mut cookies);
+    if answer.body.state == TicketState::Admitted {
+        let target = return_path
+            .or(answer.body.redirect.clone())
+            .unwrap_or_else(|| "/".to_owned());
+        return (cookies, Redirect::to(&target)).into_response();
+    }
+    let state = match answer.body.state {
+        TicketState::Paused => PageState::Paused,
+        TicketState::Prequeue => PageState::Prequeue,
+        TicketState::Waiting | TicketState::Admitted => PageState::Waiting,
+    };
+    let opens_in = match &entry_opens_at {
+        Some(at) => answer
+            .body
+            .opens_at
+            .clone()
+            .map(|text| (text, at.as_secs().saturating_sub(app.now().as_secs()))),
+        None => None,
+    };
+    let figures = Figures {
+        position: answer.body.position,
+        ahead: answer.body.ahead.unwrap_or(0),
+        waiting: answer.body.waiting,
+        serving: answer.body.serving,
+        eta_seconds: answer.body.eta_seconds,
+        next_poll_ms: answer.body.next_poll_ms,
+        opens_in,
+    };
+    let mut context = PageContext::build(
+        room.as_str(),
+        lang,
+        state,
+        &figures,
+        return_path.as_deref().unwrap_or("/"),
+    );
+    context.updated_at = app.clock_time_of_day();
+    let mut response = html(app, config, &context, StatusCode::OK);
+    response.headers_mut().extend(cookies);
+    response
+}
+
+/// `GET /_anteroom/wait/{room}/preview?state=waiting|paused|prequeue|closed|unavailable|challenge&lang=ko`: the
+/// room's page with sample figures, for operators checking a template. Changes nothing.
+pub(crate) async fn preview(
+    State(app): State<AppState>,
+    Path(room): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.map(|Query(query)| query).unwrap_or_default();
+    let Ok(room) = RoomId::new(&room) else {
+        return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+    };
+    let config = match app.room_config(&room).await {
+        Ok(config) => config,
+        Err(StoreError::RoomNotFound(_)) => {
+            return error_page(StatusCode::NOT_FOUND, "There is no such waiting room.");
+        }
+        Err(error) => match app.room_cache().last_known(&room) {
+            Some(config) => config,
+            None => {
+                let error = app.store_error(&room, "room", error);
+                return unavailable(&app, None, &room, Lang::En, false, error);
+            }
+        },
+    };
+    let state = match query.state.as_deref() {
+        Some("paused") => PageState::Paused,
+        Some("prequeue") => PageState::Prequeue,
+        Some("closed") => PageState::Closed,
+        Some("unavailable") => PageState::Unavailable,
+        Some("challenge") => PageState::Challenge,
+        _ => PageState::Waiting,
+    };
+    let lang = Lang::choose(query.lang.as_deref(), &headers);
+    let mut context = PageContext::sample(room.as_str(), lang, state);
+    // A preview must not start polling a real ticket.
+    context.config["state"] = serde_json::json!("preview");
+    context.refresh_seconds = None;
+    context.updated_at = app.clock_time_of_day();
+    html(&app, &config, &context, StatusCode::OK)
+}
+
+fn no_figures() -> Figures {
+    Figures {
+        position: 0,
+        ahead: 0,
+        waiting: 0,
+        serving: 0,
+        eta_seconds: None,
+        next_poll_ms: 30_000,
+        opens_in: None,
+    }
+}
+
+/// The 503 "temporarily unavailable" waiting page of `room` (its own template when it has
+/// one), or the problem+json when the client asked for JSON: what a protected route of an
+/// `on_store_error = "closed"` room answers while the store cannot be reached (SPEC §9.4).
+pub fn store_unavailable_page(app: &AppState, room: &RoomId, headers: &HeaderMap) -> Response {
+    let lang = Lang::choose(None, headers);
+    let config = app.room_cache().last_known(room);
+    unavailable(
+        app,
+        config.as_ref(),
+        room,
+        lang,
+        accepts_json(headers),
+        ApiError::store_unavailable(),
+    )
+}
+
+/// The waiting page when the store cannot be reached (SPEC §9.4): a room with
+/// `on_store_error = "open"` sends a visitor who came from a protected page back to it
+/// without a pass (the protected routes are open meanwhile); otherwise, and for clients asking
+/// for JSON, the "temporarily unavailable" state.
+fn store_failed(
+    app: &AppState,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    return_path: Option<&str>,
+    error: ApiError,
+) -> Response {
+    let config = app.room_cache().last_known(room);
+    if !wants_json
+        && let Some(path) = return_path
+        && app.on_store_error(room) == anteroom_core::room::StoreErrorPolicy::Open
+    {
+        app.store_failures().let_through();
+        let mut response = Redirect::to(path).into_response();
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return response;
+    }
+    app.store_failures().refused();
+    unavailable(app, config.as_ref(), room, lang, wants_json, error)
+}
+
+fn unavailable(
+    app: &AppState,
+    config: Option<&RoomConfig>,
+    room: &RoomId,
+    lang: Lang,
+    wants_json: bool,
+    error: ApiError,
+) -> Response {
+    if wants_json {
+        return error.into_response();
+    }
+    let context = PageContext::build(
+        room.as_str(),
+        lang,
+        PageState::Unavailable,
+        &no_figures(),
+        "/",
+    );
+    let fallback = RoomConfig::with_defaults(room.clone());
+    let mut response = html(
+        app,
+        config.unwrap_or(&fallback),
+        &context,
+        StatusCode::SERVICE_UNAVAILABLE,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+    response
+}
+
+fn html(
+    app: &AppState,
+    config: &RoomConfig,
+    context: &PageContext,
+    status: StatusCode,
+) -> Response {
+    let body = app.page().render(config, context);
+    let mut response = (status, Html(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Language, Cookie"),
+    );
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        // `worker-src blob:`: the proof-of-work solver runs in a worker made from the page's
+        // own inline source (SPEC §12).
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; worker-src blob:; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    );
+    response
+}
+
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>Waiting room</title>\
+         <body style=\"font-family:system-ui,sans-serif;max-width:34rem;margin:4rem auto;padding:0 1rem\"><h1>Waiting room</h1><p>{message}</p></body></html>\n"
+    );
+    let mut response = (status, Html(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Whether the client asked for JSON rather than a page (mobile apps).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    accept.contains("application/json") && !accept.contains("text/html")
+}
+
+/// `/_anteroom/wait/{room}?return=<return_path>`.
+pub fn wait_location(room: &RoomId, return_path: &str) -> String {
+    let mut location = format!("/_anteroom/wait/{room}?return=");
+    for byte in return_path.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            location.push(char::from(byte));
+        } else {
+            location.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    location
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn figures(ahead: u64, waiting: u64, eta_seconds: Option<u64>) -> Figures {
+        Figures {
+            position: 100 + ahead,
+            ahead,
+            waiting,
+            serving: 99,
+            eta_seconds,
+            next_poll_ms: 2000,
+            opens_in: None,
+        }
+    }
+
+    #[test]
+    fn a_prequeue_counts_down_and_shows_no_place() {
+        let mut prequeue = figures(0, 40, Some(10));
+        prequeue.opens_in = Some(("2026-12-01T10:00:00Z".to_owned(), 3725));
+        for (lang, expected) in [
+            (Lang::En, "opens in 1:02:05"),
+            (Lang::Ko, "1:02:05 후 시작"),
+        ] {
+            let context = PageContext::build("r", lang, PageState::Prequeue, &prequeue, "/");
+            assert_eq!(context.eta_text, expected);
+            assert_eq!(context.progress_percent, 0);
+            assert_eq!(context.config["opensAt"], "2026-12-01T10:00:00Z");
+        }
+    }
+
+    #[test]
+    fn progress_is_the_share_of_the_line_not_ahead() {
+        assert_eq!(progress_percent(0, 1), 100, "next in line");
+        assert_eq!(progress_percent(9, 10), 10, "last of ten");
+        assert_eq!(progress_percent(0, 0), 0);
+        assert_eq!(progress_percent(5, 3), 0, "stale figures never underflow");
+    }
+
+    #[test]
+    fn the_bar_never_looks_empty_while_waiting() {
+        let context = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(999, 1000, None),
+            "/",
+        );
+        assert_eq!(context.progress_percent, 2);
+    }
+
+    #[test]
+    fn a_paused_line_shows_no_estimate() {
+        for (lang, expected) in [(Lang::En, "on hold"), (Lang::Ko, "일시 중지")] {
+            let context =
+                PageContext::build("r", lang, PageState::Paused, &figures(0, 1, Some(0)), "/");
+            assert_eq!(context.eta_text, expected);
+            assert_eq!(context.t.eta_paused, expected, "the script's text agrees");
+        }
+        let waiting = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(0, 1, Some(0)),
+            "/",
+        );
+        assert_eq!(waiting.eta_text, "under a minute");
+    }
+
+    fn render_with(
+        environment: &mut minijinja::Environment<'static>,
+        source: &str,
+        context: &PageContext,
+    ) -> String {
+        environment
+            .add_template_owned("page", source.to_owned())
+            .unwrap();
+        environment
+            .get_template("page")
+            .unwrap()
+            .render(context)
+            .unwrap()
+    }
+
+    /// Escaping changes nothing on the built-in page: it prints its only free text (the
+    /// return path) through `urlencode` and hands the script its data through `tojson`.
+    #[test]
+    fn escaping_leaves_the_built_in_page_as_it_was() {
+        let mut prequeue = figures(3, 40, Some(90));
+        prequeue.opens_in = Some(("2026-12-01T10:00:00Z".to_owned(), 3725));
+        for state in [
+            PageState::Waiting,
+            PageState::Paused,
+            PageState::Prequeue,
+            PageState::Closed,
+            PageState::Unavailable,
+            PageState::Challenge,
+        ] {
+            for lang in Lang::ALL {
+                let context =
+                    PageContext::build("r", lang, state, &prequeue, "/cart?item=1&size=<m>\"'");
+                let escaped = render_with(&mut html_environment(), DEFAULT_TEMPLATE, &context);
+                let plain = render_with(
+                    &mut minijinja::Environment::new(),
+                    DEFAULT_TEMPLATE,
+                    &context,
+                );
+                assert_eq!(escaped, plain, "{state:?} {lang:?}");
+            }
+        }
+    }
+
+    /// A custom template printing `return_path` as it is cannot be made to run a visitor's
+    /// script.
+    #[test]
+    fn a_custom_template_escapes_what_the_visitor_sent() {
+        let context = PageContext::build(
+            "r",
+            Lang::En,
+            PageState::Waiting,
+            &figures(0, 1, None),
+            "/\"><script>alert(1)</script>",
+        );
+        let html = render_with(
+            &mut html_environment(),
+            "<a href=\"{{ return_path }}\">back</a>",
+            &context,
+        );
+        assert_eq!(
+            html,
+            "<a href=\"&#x2f;&quot;&gt;&lt;script&gt;alert(1)&lt;&#x2f;script&gt;\">back</a>"
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The gateway (SPEC §7): route matching, the routes' rate limits, rooms and passes, and the
+//! reverse proxy to the protected site, with WebSocket message limits (§10.4) and upstream
+//! measurements (§5.4); and the verify endpoint for proxies that keep proxying themselves
+//! (nginx `auth_request`, Envoy `ext_authz`, Traefik `forwardAuth`, Caddy `forward_auth`).
+//!
+//! [`Gateway::site`] serves every request through `Gateway::handle`, the request's steps in
+//! order in one place (plain functions awaited in one future, no boxed middleware); each step
+//! is in its own file:
+//! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
+//! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled),
+//!   then the rooms' `routes` shorthands; the table, the upstream and the `[websocket]`
+//!   limits change while the gateway serves (`live.rs`: reloads and rooms changed anywhere);
+//! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
+//! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
+//!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
+//!   room, else the waiting page (navigations) or 429 `waiting_room` (everything else);
+//! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
+//! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`h1/client.rs`) for
+//!   bodies in memory, hyper's for streamed bodies and h2c; WebSocket upgrades go to
+//!   `websocket.rs`; `connection_cap.rs` holds both clients to `[upstream] max_connections`.
+//!
+//! The same steps, with an inner service where the proxy would be, make `WaitingRoomLayer`
+//! (`layer.rs`), through [`Gateway::route_of`] and [`Gateway::check`].
+//!
+//! Verified passes are cached per node (`passes.rs`): a signature check costs more than
+//! proxying a small request. Revocation still holds within a second: a cached pass's session is
+//! looked up in the store at most once a second. Room configurations and figures are cached
+//! the same way (`rooms.rs`).
+
+mod access;
+mod canonical;
+mod connection_cap;
+mod correlation;
+mod layer;
+mod limits;
+mod live;
+mod passes;
+mod protect;
+mod proxy;
+mod rooms;
+mod routes;
+mod upstream_stats;
+mod verify;
+mod websocket;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+use std::convert::Infallible;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
+use axum::response::{IntoResponse as _, Response};
+use axum::routing::any;
+use tower::service_fn;
+
+use anteroom_core::RoomId;
+use anteroom_core::config::{
+    Cidr, HttpEngine, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig,
+};
+use anteroom_core::room::RoomConfig;
+
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
+use crate::span_export::SpanExport;
+use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
+
+pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
+pub(crate) use correlation::TraceParent;
+pub use layer::{WaitingRoomLayer, WaitingRoomService};
+pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
+pub(crate) use proxy::{Forwarding, UpstreamPools};
+pub(crate) use upstream_stats::fine_bound_ms;
+pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
+pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
+
+/// What the gateway is built from (the `[upstream]`, `[[route]]` and `[websocket]` sections).
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// The protected site; `None` beside an existing proxy (only the verify endpoint works).
+    pub upstream: Option<UpstreamConfig>,
+    /// The `[[route]]` entries, the first match wins, then the configured rooms' `routes`
+    /// shorthands; requests no route matches go through unprotected.
+    pub routes: Vec<RouteConfig>,
+    /// Per-connection WebSocket limits; `None`: no message limit.
+    pub websocket: Option<WebSocketConfig>,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` are believed and appended to.
+    pub trusted_proxies: Vec<Cidr>,
+    /// The configured rooms: their `routes` shorthands until the store's rooms are listed
+    /// ([`Gateway::follow_rooms`]), and what `on_store_error` says when the store cannot be
+    /// read.
+    pub rooms: Vec<RoomConfig>,
+    /// `[verify]`: the headers the verify endpoint reads the visitor's request from.
+    pub verify: VerifyConfig,
+    /// `[server] http_engine`: whether the engine's own upstream client and direct lane serve
+    /// what they can, or hyper everything.
+    pub http_engine: HttpEngine,
+    /// `[log] access`: where the site's requests are logged; `None`: not logged.
+    pub access_log: Option<AccessLog>,
+    /// `[tracing] otlp_endpoint`: where the site's requests' spans go; `None`: no spans.
+    pub spans: Option<SpanExport>,
+}
+
+/// The gateway: routes, rooms, passes and the upstream; cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    app: AppState,
+    /// Routes, upstream and WebSocket limits: loaded once per request (`live.rs`).
+    live: ArcSwap<live::LiveSettings>,
+    /// What the route table is built from; held only while it is rebuilt.
+    route_sources: parking_lot::Mutex<live::RouteSources>,
+    trusted_proxies: Vec<Cidr>,
+    verify: VerifyConfig,
+    http_engine: HttpEngine,
+    access_log: Option<AccessLog>,
+    spans: Option<SpanExport>,
+    rooms: rooms::RoomsReadEverySecond,
+    passes: passes::PassesVerifiedUntilExpiry,
+    websocket_stats: WebSocketStats,
+}
+
+impl Gateway {
+    /// The gateway of `app`'s rooms with these routes and upstream.
+    pub fn new(app: AppState, options: GatewayOptions) -> Gateway {
+        let sources = live::RouteSources::new(options.routes, &options.rooms);
+        let upstream = options.upstream.and_then(|config| {
+            let url = config.url.clone();
+            let upstream = proxy::Upstream::new(config);
+            if upstream.is_none() {
+                tracing::error!(%url, "the upstream URL cannot be used; nothing is proxied");
+            }
+            upstream.map(Arc::new)
+        });
+        let live = live::LiveSettings {
+            routes: sources.table(None),
+            upstream,
+            websocket: options.websocket.unwrap_or_default(),
+        };
+        Gateway {
+            inner: Arc::new(Shared {
+                live: ArcSwap::from_pointee(live),
+                route_sources: parking_lot::Mutex::new(sources),
+                trusted_proxies: options.trusted_proxies,
+                verify: options.verify,
+                http_engine: options.http_engine,
+                access_log: options.access_log,
+                spans: options.spans,
+                rooms: rooms::RoomsReadEverySecond::new(options.rooms),
+                passes: passes::PassesVerifiedUntilExpiry::default(),
+                websocket_stats: WebSocketStats::default(),
+                app,
+            }),
+        }
+    }
+
+    /// The routes, upstream and WebSocket limits in force now.
+    fn live(&self) -> Arc<live::LiveSettings> {
+        self.inner.live.load_full()
+    }
+
+    /// The proxied WebSocket connections and their messages.
+    pub fn websocket_stats(&self) -> &WebSocketStats {
+        &self.inner.websocket_stats
+    }
+
+    /// Each route's upstream measurements, in route order, then the requests no route matched
+    /// (named `default`).
+    pub fn route_stats(&self) -> Vec<Arc<UpstreamStats>> {
+        self.live().routes.stats()
+    }
+
+    /// The upstream measurements of the routes that name `room` (adaptive admission, §5.4).
+    pub fn room_upstreams(&self, room: &RoomId) -> Vec<Arc<UpstreamStats>> {
+        self.live().routes.stats_naming(room)
+    }
+
+    /// The names of the `[[route]]` entries in force that need `room` (a room's own
+    /// `routes` shorthand goes with the room, so it is not one of them).
+    pub fn routes_needing(&self, room: &RoomId) -> Vec<String> {
+        self.inner.route_sources.lock().configured_naming(room)
+    }
+
+    /// Whether an upstream is configured (otherwise only the verify endpoint is useful).
+    pub fn has_upstream(&self) -> bool {
+        self.live().upstream.is_some()
+    }
+
+    /// `/_anteroom/verify` (SPEC §7.3), to merge into the public router: any method (Envoy
+    /// sends the visitor's), and with the visitor's path appended (Envoy's `path_prefix`).
+    pub fn verify_router(&self) -> Router {
+        Router::new()
+            .route(verify::VERIFY_PATH, any(verify::verify))
+            .route(
+                &format!("{}/{{*path}}", verify::VERIFY_PATH),
+                any(verify::verify),
+            )
+            .with_state(self.clone())
+    }
+
+    /// The protected site: every request the reserved routes do not take, through
+    /// [`handle`](Self::handle), with a pool of upstream connections of its own.
+    pub fn site(&self) -> Router {
+        self.site_through(self.upstream_client())
+    }
+
+    /// New, empty upstream connection pools for one serving thread (see
+    /// [`start_workers`](crate::start_workers)); `None` without an upstream.
+    pub(crate) fn upstream_client(&self) -> Option<UpstreamPools> {
+        let live = self.live();
+        let upstream = live.upstream.as_ref()?;
+        Some(UpstreamPools::new(upstream, self.inner.http_engine))
+    }
+
+    /// Which HTTP engine serves this gateway's listener.
+    pub(crate) fn http_engine(&self) -> HttpEngine {
+        self.inner.http_engine
+    }
+
+    /// [`site`](Self::site) through the pools `client` holds.
+    pub(crate) fn site_through(&self, client: Option<UpstreamPools>) -> Router {
+        let gateway = self.clone();
+        let service = service_fn(move |request: Request<Body>| {
+            let gateway = gateway.clone();
+            let client = client.clone();
+            async move { Ok::<_, Infallible>(gateway.handle(client.as_ref(), request).await) }
+        });
+        Router::new().fallback_service(service)
+    }
+
+    /// The direct lane to the site for the engine's own connection loop (`h1/server.rs`),
+    /// through the pools `client` holds (the same as the site's router).
+    pub(crate) fn site_lane(&self, client: UpstreamPools) -> SiteLane {
+        SiteLane {
+            gateway: self.clone(),
+            client,
+            limits: self.app().rate_limiter().map(RateLimiter::layer),
+        }
+    }
+
+    /// The request's way through the gateway: its correlation ids first (sent upstream and
+    /// returned to the visitor), then [`steps`](Self::steps).
+    async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+        let (mut parts, body) = request.into_parts();
+        let peer = crate::ratelimit::peer_address(&parts.extensions);
+        let trusted = peer.is_some_and(|peer| {
+            anteroom_core::ratelimit::client_ip::is_trusted(peer, &self.inner.trusted_proxies)
+        });
+        let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
+        let span = self.inner.spans.as_ref().map(|spans| {
+            let span = spans.request_span(
+                correlation.received.as_ref(),
+                parts.method.as_str(),
+                parts.uri.path(),
+            );
+            correlation.trace = span.trace_parent();
+            span
+        });
+        correlation.insert_into(&mut parts.headers);
+        // Only with an access log is anything about the request kept for after it.
+        let asked = self.inner.access_log.as_ref().map(|log| {
+            let client = peer.map_or(crate::ratelimit::UNKNOWN_PEER, |peer| {
+                crate::ratelimit::resolve_client_ip(
+                    &parts.headers,
+                    peer,
+                    &self.inner.trusted_proxies,
+                )
+            });
+            (log, access::Asked::of(&parts, client, self.app().now()))
+        });
+        let mut response = self.steps(client, Request::from_parts(parts, body)).await;
+        if let Some((log, asked)) = asked {
+            asked.log(log, &correlation, &response);
+        }
+        if let Some(span) = span {
+            let request_id = correlation.request_id.to_str().unwrap_or("-");
+            let decided = response.extensions().get::<Decided>();
+            span.finish(request_id, response.status().as_u16(), decided);
+        }
+        response
+            .headers_mut()
+            .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        response
+    }
+
+    /// The request's steps, outermost first: one future, no boxed middleware per step.
+    async fn steps(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+        // The routes, upstream and limits in force when the request started, to its end.
+        let live = self.live();
+        let (mut parts, body) = request.into_parts();
+        // The checks every protected request passes, shared with `WaitingRoomLayer`.
+        let route = match self.route_of(&live, &mut parts) {
+            Ok(route) => route,
+            Err(refused) => return refused.into_response(),
+        };
+        let let_through = match self.check(route, &mut parts).await {
+            Ok(let_through) => let_through,
+            Err(held_back) => return held_back,
+        };
+        // Measure only what reaches the upstream, per route.
+        let measuring = upstream_stats::Measuring::start(route);
+        // The reverse proxy (and WebSocket upgrades) at the bottom.
+        let request = Request::from_parts(parts, body);
+        let LetThrough {
+            limit_headers,
+            cookies,
+            passes,
+            decided,
+        } = let_through;
+        let sent = Instant::now();
+        let mut response = proxy::proxy(self, &live, client, request, passes).await;
+        measuring.finish(&response);
+        if self.inner.access_log.is_some() || self.inner.spans.is_some() {
+            let upstream = UpstreamPart {
+                status: response.status().as_u16(),
+                took: sent.elapsed(),
+            };
+            response.extensions_mut().insert(upstream);
+            response.extensions_mut().insert(decided);
+        }
+        protect::add_cookies(&mut response, cookies);
+        crate::ratelimit::add_headers(&mut response, &limit_headers);
+        response
+    }
+
+    /// The first steps, before anything waits: the request's path in its one spelling, then
+    /// its route in `live` (the settings the request keeps to its end), which every later
+    /// step acts on.
+    pub(crate) fn route_of<'l>(
+        &self,
+        live: &'l live::LiveSettings,
+        parts: &mut Parts,
+    ) -> Result<&'l Arc<routes::Route>, ApiError> {
+        // The path every step below matches is the one the upstream (or the layer's inner
+        // service) receives; spellings that servers read differently never get further.
+        canonical::canonicalize(&mut parts.uri)?;
+        Ok(routes::match_route(&live.routes, parts))
+    }
+
+    /// The checks of a request on `route`: what goes with its answer when it may go on, or
+    /// the answer that holds it back.
+    pub(crate) async fn check(
+        &self,
+        route: &routes::Route,
+        parts: &mut Parts,
+    ) -> Result<LetThrough, Response> {
+        // The route's own rate limits before anything costs store work or the upstream's
+        // time; rules with a `match` already ran in the public router's outer layer.
+        let limit_headers = limits::route_rate_limits(self, route, parts)
+            .await
+            .map_err(|mut refused| {
+                let decision = if refused.status() == StatusCode::TOO_MANY_REQUESTS {
+                    Decision::Limited
+                } else {
+                    Decision::Refused
+                };
+                let room = route.rooms.first().cloned();
+                refused.extensions_mut().insert(Decided { decision, room });
+                refused
+            })?;
+        // Rooms and passes: a request held back never reaches the upstream.
+        let asked = protect::Asked {
+            method: &parts.method,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+            uri: &parts.uri,
+        };
+        let (cookies, passes, decided) = protect::protect(self, route, &asked).await?;
+        Ok(LetThrough {
+            limit_headers,
+            cookies,
+            passes,
+            decided,
+        })
+    }
+
+    fn app(&self) -> &AppState {
+        &self.inner.app
+    }
+}
+
+/// What goes with the answer to a request [`Gateway::check`] let through.
+pub(crate) struct LetThrough {
+    /// The route's rate-limit headers.
+    pub(crate) limit_headers: HeaderMap,
+    /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
+    pub(crate) cookies: Vec<HeaderValue>,
+    /// The passes the request holds, room by room (for `Anteroom-Release`).
+    pub(crate) passes: Vec<protect::HeldPass>,
+    /// What the rooms decided, for the access log.
+    pub(crate) decided: Decided,
+}
+
+/// The site as the connection loop serves it without the public router: the public router's
+/// rate limits, then [`Gateway::handle`], for paths the router would send to the site.
+#[derive(Clone)]
+pub(crate) struct SiteLane {
+    gateway: Gateway,
+    client: UpstreamPools,
+    limits: Option<RateLimitLayer>,
+}
+
+impl SiteLane {
+    /// Whether the public router would send a request for `path` to the site: anything
+    /// outside `/_anteroom` and `/.well-known/` (the lane leaves the site's own
+    /// `/.well-known/` paths to the router, which sends them on too).
+    pub(crate) fn takes(path: &str) -> bool {
+        !(path.starts_with("/.well-known/")
+            || path
+                .strip_prefix("/_anteroom")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+    }
+
+    /// Answers `request` as the public router's rate-limit layer and site fallback would.
+    pub(crate) async fn handle(&self, request: Request<Body>) -> Response {
+        let Some(limits) = &self.limits else {
+            return self.gateway.handle(Some(&self.client), request).await;
+        };
+        let (mut parts, body) = request.into_parts();
+        let headers = match limits.decide(&mut parts).await {
+            Ok(headers) => headers,
+            Err(refused) => return refused,
+        };
+        let mut response = self
+            .gateway
+            .handle(Some(&self.client), Request::from_parts(parts, body))
+            .await;
+        crate::ratelimit::add_headers(&mut response, &headers);
+        response
+    }
+}

@@ -1,0 +1,888 @@
+//! Rooms and passes (SPEC §7.1): what a request on a protected route needs, room by room in
+//! order (each room's `requires` before it, then the route's rooms: tier 1 then tier 2).
+//!
+//! For each room:
+//! - a valid pass (cookie `anteroom_p_<room>`, `X-Anteroom-Pass`, or `Authorization: Bearer`)
+//!   goes on; the pass is renewed (a new cookie, one store write) once more than half of
+//!   `session_ttl` has passed since its last renewal. Mutating requests (POST, PUT, PATCH,
+//!   DELETE) in a room with an `identity` must come from the pass's `uid`, else 403;
+//! - without one, a visitor the room can take at once is admitted on the spot (join, claim,
+//!   pass cookie) and goes on;
+//! - otherwise the request is held back: navigations (GET/HEAD accepting HTML) get the waiting
+//!   page inline (or a 302 to it with `page = "redirect"`), other requests 429 `waiting_room`
+//!   with the join URL, `Retry-After`, and the queue status when the visitor holds a ticket.
+//!
+//! Only navigations shown the page inline join the queue when the room cannot take them at
+//! once (the page needs the ticket). Other requests join only when the room's figures say it
+//! would admit at once: a client that keeps no cookies must not leave a ticket behind per
+//! request, each of which would later be admitted and hold a slot until it is a no-show.
+//!
+//! A room the store does not have answers 503 like a store failing closed. When the store
+//! cannot be reached, a pass that verifies still goes through (its revocation
+//! cannot be checked); a request without one follows the room's `on_store_error`: `open` lets
+//! it through (logged and counted), `closed` answers 503 with the "temporarily unavailable"
+//! page.
+
+use std::sync::Arc;
+
+use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+
+use anteroom_core::config::PageMode;
+use anteroom_core::engine::{AdmittedView, Entry, SessionState};
+use anteroom_core::room::{Identity, RoomConfig, StoreErrorPolicy};
+use anteroom_core::{RoomId, SessionId, Timestamp};
+use anteroom_store::StoreError;
+use anteroom_token::{PassError, PassExpectations};
+
+use crate::access_log::{Decided, Decision};
+use crate::cookies::{asked_passes, pass_cookie_name};
+use crate::error::ApiError;
+use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
+use crate::page::{self, HeldBack, wait_location};
+use crate::site_identity::SiteTokenError;
+use crate::{AppState, api};
+
+use super::Gateway;
+use super::passes::CachedPass;
+use super::rooms::{RoomInfo, RoomLookup};
+use super::routes::Route;
+
+/// A pass the request holds, left in its extensions for the proxy (`Anteroom-Release`).
+#[derive(Clone)]
+pub(crate) struct HeldPass {
+    pub(crate) room: RoomId,
+    pub(crate) pass: Arc<CachedPass>,
+}
+
+/// When a visitor without a pass is joined to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JoinWhen {
+    /// Always: the waiting page is shown with the ticket.
+    Always,
+    /// Only when the room's figures say it admits at once.
+    AdmitsAtOnce,
+}
+
+/// The parts of a request protection looks at.
+pub(crate) struct Asked<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) headers: &'a HeaderMap,
+    /// The connection's details (the peer address) and what earlier layers left.
+    pub(crate) extensions: &'a Extensions,
+    /// What was asked for: where the visitor goes once admitted ([`return_path`]).
+    pub(crate) uri: &'a Uri,
+}
+
+/// What the rooms say about a request.
+pub(crate) enum Verdict {
+    /// Go on; these cookies (new or renewed passes, tickets) go out with the response.
+    Allow {
+        cookies: Vec<HeaderValue>,
+        passes: Vec<HeldPass>,
+        /// A pass was issued with this request (not only shown).
+        admitted: bool,
+    },
+    /// Held back by this room.
+    Wait(Box<Waiting>),
+    /// The room is closed.
+    Closed {
+        room: RoomId,
+        config: Box<RoomConfig>,
+    },
+    /// The store cannot be reached and the room fails closed.
+    Unavailable {
+        room: RoomId,
+        config: Box<RoomConfig>,
+    },
+    /// Refused outright: by the join gate, or for the pass's identity (403 mismatch, …).
+    Refuse(JoinRefusal),
+    /// Over the join limit (the limiter's 429, with its headers).
+    Limited(Response),
+}
+
+/// A request held back by a room.
+pub(crate) struct Waiting {
+    pub(crate) room: RoomId,
+    pub(crate) config: RoomConfig,
+    /// The visitor's place, when they were joined (or resumed).
+    pub(crate) entry: Option<Entry>,
+    /// Cookies of the rooms before this one (passes just issued or renewed).
+    pub(crate) cookies: Vec<HeaderValue>,
+    pub(crate) retry_after_secs: u64,
+}
+
+/// What the rooms before have given a request: cookies to send (passes issued or renewed,
+/// tickets), the passes it holds, and whether a pass was issued with it.
+#[derive(Default)]
+struct Gathered {
+    cookies: Vec<HeaderValue>,
+    passes: Vec<HeldPass>,
+    admitted: bool,
+}
+
+/// Decides a request on `route`, room by room: each room lets it on, or answers.
+pub(crate) async fn decide(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+    join: JoinWhen,
+) -> Verdict {
+    let now = gateway.app().now();
+    let mut gathered = Gathered::default();
+    for room in gateway.inner.rooms.with_requirements(&route.rooms) {
+        let info = match look_up(gateway, route, asked, &room, now, &mut gathered).await {
+            Looked::Found(info) => info,
+            Looked::GoOn => continue,
+            Looked::Answer(verdict) => return verdict,
+        };
+        let verdict = decide_room(gateway, asked, join, room, &info, now, &mut gathered).await;
+        if let Some(verdict) = verdict {
+            return verdict;
+        }
+    }
+    Verdict::Allow {
+        cookies: gathered.cookies,
+        passes: gathered.passes,
+        admitted: gathered.admitted,
+    }
+}
+
+/// A room looked up for a request.
+enum Looked {
+    Found(Arc<RoomInfo>),
+    /// The store cannot be reached and the request goes on (with a pass, or the room's
+    /// `on_store_error = "open"`).
+    GoOn,
+    Answer(Verdict),
+}
+
+/// Looks `room` up; when the store cannot be reached, a pass that verifies against the last
+/// known figures goes on, and otherwise the room's `on_store_error` decides.
+async fn look_up(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+    room: &RoomId,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Looked {
+    let app = gateway.app();
+    let lookup = gateway
+        .inner
+        .rooms
+        .get(app.store().as_ref(), room, now)
+        .await;
+    let (last, config, error) = match lookup {
+        RoomLookup::Found(info) => return Looked::Found(info),
+        RoomLookup::Missing => return Looked::Answer(missing_room(gateway, route, room.clone())),
+        RoomLookup::StoreDown {
+            last,
+            config,
+            error,
+        } => (last, config, error),
+    };
+    if let Some(info) = last.as_ref() {
+        for token in asked_passes(asked.headers, room) {
+            if let Some(pass) = cached_or_verified(gateway, room, info, token, now).await {
+                gathered.passes.push(HeldPass {
+                    room: room.clone(),
+                    pass,
+                });
+                return Looked::GoOn;
+            }
+        }
+    }
+    app.store_failures().record(Some(room), "room", &error);
+    match store_down(gateway, room.clone(), config.map(|config| *config)) {
+        None => Looked::GoOn,
+        Some(verdict) => Looked::Answer(verdict),
+    }
+}
+
+/// What one room the store knows says of the request: `None` to go on to the next room.
+async fn decide_room(
+    gateway: &Gateway,
+    asked: &Asked<'_>,
+    join: JoinWhen,
+    room: RoomId,
+    info: &RoomInfo,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
+        return Some(Verdict::Closed {
+            room,
+            config: Box::new(info.config.clone()),
+        });
+    }
+    if let Some(pass) = valid_pass(gateway, &room, info, asked.headers, now).await {
+        if let Err(refusal) = check_identity(app, &info.config, asked, &pass).await {
+            return Some(Verdict::Refuse(JoinRefusal::Identity(refusal)));
+        }
+        if let Some(cookie) = renew(gateway, &room, info, &pass, now).await {
+            gathered.cookies.push(cookie);
+        }
+        gathered.passes.push(HeldPass { room, pass });
+        return None;
+    }
+    if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
+        let cookies = std::mem::take(&mut gathered.cookies);
+        return Some(Verdict::Wait(Box::new(waiting_without_entry(
+            room, info, cookies,
+        ))));
+    }
+    join_room(gateway, asked, room, info, now, gathered).await
+}
+
+/// Joins a visitor without a pass to `room` through the join gate: admitted at once (the
+/// pass goes with the request), or held back with the place, or refused.
+async fn join_room(
+    gateway: &Gateway,
+    asked: &Asked<'_>,
+    room: RoomId,
+    info: &RoomInfo,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    // Every way into the line passes the same gate (SPEC §14.2); a room asking for a
+    // proof of work takes no new ticket here: the waiting page solves it first.
+    let proven: Vec<RoomId> = gathered
+        .passes
+        .iter()
+        .map(|held| held.room.clone())
+        .collect();
+    let caller = Caller {
+        proven_passes: &proven,
+        ..Caller::new(asked.headers, asked.extensions)
+    };
+    let ask = JoinAsk {
+        return_to: Some(return_path(asked.uri)),
+        ..JoinAsk::default()
+    };
+    let joined = join_gate::join(app, &room, &info.config, &caller, Door::Gateway, ask).await;
+    gateway.inner.rooms.invalidate(&room);
+    match joined {
+        Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
+        Ok(Entry::Waiting(view)) => {
+            // The visitor polls at the page's pace (§5.5); so should a client.
+            let retry_after_secs = clamp_retry_after(
+                anteroom_core::eta::next_poll_ms(view.ahead, &mut rand::thread_rng())
+                    .div_ceil(1000),
+            );
+            Some(Verdict::Wait(Box::new(Waiting {
+                room,
+                config: info.config.clone(),
+                entry: Some(Entry::Waiting(view)),
+                cookies: std::mem::take(&mut gathered.cookies),
+                retry_after_secs,
+            })))
+        }
+        Err(JoinRefusal::ChallengeNeeded(_) | JoinRefusal::PassRequired(_)) => {
+            Some(Verdict::Wait(Box::new(waiting_without_entry(
+                room,
+                info,
+                std::mem::take(&mut gathered.cookies),
+            ))))
+        }
+        Err(JoinRefusal::Limited(response)) => Some(Verdict::Limited(response)),
+        Err(JoinRefusal::Closed) => Some(Verdict::Closed {
+            room,
+            config: Box::new(info.config.clone()),
+        }),
+        Err(JoinRefusal::StoreUnavailable(_)) => {
+            store_down(gateway, room, Some(info.config.clone()))
+        }
+        Err(refusal) => Some(Verdict::Refuse(refusal)),
+    }
+}
+
+/// A visitor the gate admitted at once: the ticket and pass cookies go out, and the pass
+/// (cached as just issued) goes on with the request.
+fn admit(
+    gateway: &Gateway,
+    room: RoomId,
+    info: &RoomInfo,
+    view: AdmittedView,
+    now: Timestamp,
+    gathered: &mut Gathered,
+) -> Option<Verdict> {
+    let app = gateway.app();
+    let session = view.session.clone();
+    let terms = api::StatusTerms::of(&info.config);
+    let answer = match api::entry_answer(app, &room, terms, Entry::Admitted(view)) {
+        Ok(answer) => answer,
+        Err(error) => return Some(Verdict::Refuse(JoinRefusal::Failed(error))),
+    };
+    let mut set = HeaderMap::new();
+    api::set_entry_cookies(app, &room, &answer, &mut set);
+    gathered
+        .cookies
+        .extend(set.get_all(header::SET_COOKIE).iter().cloned());
+    if let Some((token, _)) = &answer.pass {
+        let pass = remember_issued(gateway, &room, info, token, &session, now);
+        gathered.passes.push(HeldPass { room, pass });
+        gathered.admitted = true;
+    }
+    None
+}
+
+/// `Retry-After` when nothing better is known.
+const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
+
+/// A request held back by `room` without a place in its line.
+fn waiting_without_entry(room: RoomId, info: &RoomInfo, cookies: Vec<HeaderValue>) -> Waiting {
+    Waiting {
+        retry_after_secs: info
+            .snapshot
+            .eta_seconds_for_new
+            .map_or(DEFAULT_RETRY_AFTER_SECS, clamp_retry_after),
+        room,
+        config: info.config.clone(),
+        entry: None,
+        cookies,
+    }
+}
+
+fn clamp_retry_after(seconds: u64) -> u64 {
+    seconds.clamp(1, 60)
+}
+
+/// The first pass of the request that verifies for `room` and whose session still holds.
+async fn valid_pass(
+    gateway: &Gateway,
+    room: &RoomId,
+    info: &RoomInfo,
+    headers: &HeaderMap,
+    now: Timestamp,
+) -> Option<Arc<CachedPass>> {
+    for token in asked_passes(headers, room) {
+        let Some(pass) = cached_or_verified(gateway, room, info, token, now).await else {
+            continue;
+        };
+        if session_holds(gateway, room, &pass, now).await {
+            return Some(pass);
+        }
+    }
+    None
+}
+
+/// The cached pass of `token`, or the pass verified now (and cached); `None` when it is not a
+/// usable pass of `room`.
+async fn cached_or_verified(
+    gateway: &Gateway,
+    room: &RoomId,
+    info: &RoomInfo,
+    token: &str,
+    now: Timestamp,
+) -> Option<Arc<CachedPass>> {
+    let generation = info.snapshot.generation;
+    if let Some(pass) = gateway.inner.passes.get(token) {
+        return pass
+            .usable(room, generation, now.as_millis())
+            .then_some(pass);
+    }
+    let app = gateway.app();
+    let expect = PassExpectations {
+        room: room.as_str(),
+        issuer: &app.settings().issuer,
+        generation,
+    };
+    let claims = match app.keys().verify_pass(token, &expect, now.as_secs()) {
+        Ok(claims) => claims,
+        // Signed with a key another node made since this one last looked at the key
+        // directory: look now (at most once a second) and try again.
+        Err(PassError::UnknownKey) if crate::key_reload::reload_if_changed(app).await => {
+            app.keys().verify_pass(token, &expect, now.as_secs()).ok()?
+        }
+        Err(_) => return None,
+    };
+    let session: SessionId = claims.sub.parse().ok()?;
+    let renew_due = renewal_due(claims.iat.saturating_mul(1000), &info.config);
+    let pass = Arc::new(CachedPass::new(
+        claims,
+        room.clone(),
+        session,
+        renew_due,
+        None,
+    ));
+    gateway
+        .inner
+        .passes
+        .insert(token, pass.clone(), now.as_millis());
+    Some(pass)
+}
+
+/// When a session last renewed at `renewed_at_ms` is due for renewal: once more than half
+/// of `session_ttl` has passed.
+fn renewal_due(renewed_at_ms: u64, config: &RoomConfig) -> u64 {
+    let half_ttl = u64::try_from(config.session_ttl.as_millis() / 2).unwrap_or(u64::MAX);
+    renewed_at_ms.saturating_add(half_ttl).saturating_add(1)
+}
+
+/// Caches a pass the gateway just issued (its session was just read from the store).
+fn remember_issued(
+    gateway: &Gateway,
+    room: &RoomId,
+    info: &RoomInfo,
+    token: &str,
+    session: &anteroom_core::engine::Session,
+    now: Timestamp,
+) -> Arc<CachedPass> {
+    let claims = api::pass_claims(gateway.app(), room, session);
+    let renew_due = renewal_due(session.renewed_at.as_millis(), &info.config);
+    let pass = Arc::new(CachedPass::new(
+        claims,
+        room.clone(),
+        session.id,
+        renew_due,
+        Some(now.as_millis()),
+    ));
+    gateway
+        .inner
+        .passes
+        .insert(token, pass.clone(), now.as_millis());
+    pass
+}
+
+/// Whether the pass's session still holds: looked up in the store at most once a second per
+/// pass; between looks, and when the store cannot say, the last answer stands.
+async fn session_holds(
+    gateway: &Gateway,
+    room: &RoomId,
+    pass: &CachedPass,
+    now: Timestamp,
+) -> bool {
+    let now_ms = now.as_millis();
+    // Another node ended the session and said so: refused at once.
+    if gateway.app().revocations().contains(&pass.session) {
+        pass.revoke();
+        return false;
+    }
+    if !pass.begin_check(now_ms) {
+        return true;
+    }
+    match gateway.app().store().session(room, pass.session).await {
+        Ok(Some(session)) => {
+            let active = session.state == SessionState::Active && session.expires_at > now;
+            pass.checked(Some(active), now_ms);
+            active
+        }
+        Ok(None) => {
+            pass.checked(Some(false), now_ms);
+            false
+        }
+        Err(StoreError::RoomNotFound(_)) => {
+            pass.checked(Some(false), now_ms);
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%room, %error, "cannot check a pass's session; honouring the pass");
+            pass.checked(None, now_ms);
+            true
+        }
+    }
+}
+
+/// Mutating requests in a room with an identity must come from the pass's `uid`.
+async fn check_identity(
+    app: &AppState,
+    config: &RoomConfig,
+    asked: &Asked<'_>,
+    pass: &CachedPass,
+) -> Result<(), IdentityRefusal> {
+    let mutating = matches!(
+        *asked.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    if !mutating {
+        return Ok(());
+    }
+    let mismatch = || IdentityRefusal::Mismatch(config.id.clone());
+    match &config.identity {
+        Identity::Anonymous => Ok(()),
+        Identity::Header(name) => {
+            let presented = asked
+                .headers
+                .get(name.as_str())
+                .and_then(|value| value.to_str().ok())
+                .map(str::trim);
+            if presented.is_some() && presented == pass.claims.uid.as_deref() {
+                Ok(())
+            } else {
+                Err(mismatch())
+            }
+        }
+        Identity::JwtClaim(site) => {
+            let presented = app
+                .site_keys()
+                .identify(site, asked.headers, app.now().as_millis())
+                .await;
+            match (pass.claims.uid.as_deref(), presented) {
+                (Some(uid), Ok(Some(identity))) if identity == uid => Ok(()),
+                // An anonymous pass (the room does not require the site's token) stays
+                // anonymous: it binds nobody, whatever token comes with it.
+                (None, _) if !site.required => Ok(()),
+                (Some(_), Ok(None)) => Err(IdentityRefusal::SiteToken(SiteTokenError::Missing)),
+                (Some(_), Err(error)) => Err(IdentityRefusal::SiteToken(error)),
+                _ => Err(mismatch()),
+            }
+        }
+    }
+}
+
+/// Renews the pass's session when due: the new pass's cookie, once. Requests still carrying
+/// the old pass get the same new cookie without another store call.
+async fn renew(
+    gateway: &Gateway,
+    room: &RoomId,
+    info: &RoomInfo,
+    pass: &CachedPass,
+    now: Timestamp,
+) -> Option<HeaderValue> {
+    let app = gateway.app();
+    let cookie = |token: &str, max_age: u64| {
+        app.cookies()
+            .set(&pass_cookie_name(room.as_str()), token, max_age)
+    };
+    if let Some((token, expires_at_secs)) = pass.replacement() {
+        return cookie(&token, expires_at_secs.saturating_sub(now.as_secs()));
+    }
+    let now_ms = now.as_millis();
+    if !pass.begin_renewal(now_ms) {
+        return None;
+    }
+    match app.store().renew_session(room, pass.session).await {
+        Ok((session, true)) => match api::sign_pass(app, room, &session) {
+            Ok(token) => {
+                remember_issued(gateway, room, info, &token, &session, now);
+                let expires_at_secs = session.expires_at.as_secs();
+                pass.renewed(Some((token.clone(), expires_at_secs)), None);
+                cookie(&token, expires_at_secs.saturating_sub(now.as_secs()))
+            }
+            Err(_) => {
+                pass.renewed(None, Some(now_ms + 1000));
+                None
+            }
+        },
+        Ok((session, false)) => {
+            pass.renewed(
+                None,
+                Some(renewal_due(session.renewed_at.as_millis(), &info.config)),
+            );
+            None
+        }
+        Err(StoreError::Engine(_)) => {
+            pass.revoke();
+            pass.renewed(None, None);
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%room, %error, "cannot renew a session; trying again in a second");
+            pass.renewed(None, Some(now_ms + 1000));
+            None
+        }
+    }
+}
+
+/// The store cannot be reached for `room` (the failure is already recorded): `None` to go
+/// on (`on_store_error = "open"`, counted as let through), or the 503 verdict (`closed`,
+/// counted as refused). The policy comes from the room's last known configuration.
+fn store_down(gateway: &Gateway, room: RoomId, config: Option<RoomConfig>) -> Option<Verdict> {
+    let app = gateway.app();
+    let policy = config
+        .as_ref()
+        .map_or_else(|| app.on_store_error(&room), |config| config.on_store_error);
+    match policy {
+        StoreErrorPolicy::Open => {
+            app.store_failures().let_through();
+            None
+        }
+        StoreErrorPolicy::Closed => {
+            app.store_failures().refused();
+            let config = config.unwrap_or_else(|| RoomConfig::with_defaults(room.clone()));
+            Some(Verdict::Unavailable {
+                room,
+                config: Box::new(config),
+            })
+        }
+    }
+}
+
+/// The route names a room the store does not have (deleted, or a store that lost its data):
+/// the room fails closed whatever its `on_store_error` (SPEC §14.3), since letting requests
+/// through would switch protection off.
+fn missing_room(gateway: &Gateway, route: &Route, room: RoomId) -> Verdict {
+    // Logged once when the room goes missing (rooms.rs), not once per request.
+    tracing::debug!(%room, route = %route.name, "the route names a room the store does not have");
+    let config = gateway
+        .inner
+        .rooms
+        .configured(&room)
+        .unwrap_or_else(|| RoomConfig::with_defaults(room.clone()));
+    Verdict::Unavailable {
+        room,
+        config: Box::new(config),
+    }
+}
+
+/// Whether a request is a page navigation: GET or HEAD accepting HTML.
+pub(crate) fn is_navigation(method: &Method, headers: &HeaderMap) -> bool {
+    (*method == Method::GET || *method == Method::HEAD)
+        && headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .any(|accept| accept.contains("text/html"))
+}
+
+/// Where to return after admission: the requested path and query when it is a safe relative
+/// address, else `/`.
+pub(crate) fn return_path(uri: &Uri) -> String {
+    let path = uri
+        .path_and_query()
+        .map_or("/", |path_and_query| path_and_query.as_str());
+    api::validate_return(path).unwrap_or_else(|_| "/".to_owned())
+}
+
+/// The status JSON and the cookies (ticket, and pass when admitted) of an entry.
+pub(crate) fn entry_status(
+    gateway: &Gateway,
+    room: &RoomId,
+    config: &RoomConfig,
+    entry: Entry,
+) -> (Option<serde_json::Value>, Vec<HeaderValue>) {
+    let app = gateway.app();
+    match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
+        Ok(answer) => {
+            let mut set = HeaderMap::new();
+            api::set_entry_cookies(app, room, &answer, &mut set);
+            let cookies = set.get_all(header::SET_COOKIE).iter().cloned().collect();
+            (serde_json::to_value(&answer.body).ok(), cookies)
+        }
+        Err(_) => (None, Vec::new()),
+    }
+}
+
+/// The step after the route's limits: lets the request through with its passes (the
+/// cookies to send with its response: passes issued or renewed), or answers for the room.
+pub(crate) async fn protect(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decided), Response> {
+    let first_room = route.rooms.first().cloned();
+    if route.bypass || route.rooms.is_empty() {
+        let decided = Decided {
+            decision: Decision::Bypass,
+            room: None,
+        };
+        return Ok((Vec::new(), Vec::new(), decided));
+    }
+    let navigation = is_navigation(asked.method, asked.headers);
+    let join = if navigation && route.page == PageMode::Inline {
+        JoinWhen::Always
+    } else {
+        JoinWhen::AdmitsAtOnce
+    };
+    let verdict = decide(gateway, route, asked, join).await;
+    let decided = decided(&verdict, first_room);
+    match answer(gateway, route, asked, navigation, verdict) {
+        Ok((cookies, passes)) => Ok((cookies, passes, decided)),
+        Err(response) => {
+            let mut response = *response;
+            response.extensions_mut().insert(decided);
+            Err(response)
+        }
+    }
+}
+
+/// The cookies and passes of a request let through, or the answer to one held back: a page
+/// for a navigation, else problem+json (or the limiter's 429).
+fn answer(
+    gateway: &Gateway,
+    route: &Route,
+    asked: &Asked<'_>,
+    navigation: bool,
+    verdict: Verdict,
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Box<Response>> {
+    let app = gateway.app();
+    // Only a request held back is told where it was going.
+    let return_to = || return_path(asked.uri);
+    let page = |room: &RoomId, config: &RoomConfig, held: HeldBack| {
+        page::held_back_page(app, room, config, held, &return_to(), asked.headers)
+    };
+    Err(Box::new(match verdict {
+        Verdict::Allow {
+            cookies, passes, ..
+        } => return Ok((cookies, passes)),
+        Verdict::Wait(waiting) => held_back(
+            gateway,
+            route,
+            navigation,
+            waiting,
+            &return_to(),
+            asked.headers,
+        ),
+        Verdict::Closed { room, config } if navigation => page(&room, &config, HeldBack::Closed),
+        Verdict::Closed { .. } => ApiError::room_closed().into_response(),
+        Verdict::Unavailable { room, config } if navigation => {
+            page(&room, &config, HeldBack::Unavailable)
+        }
+        Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
+        // A browser refused for its sign-in is told so in a page, not in JSON.
+        Verdict::Refuse(JoinRefusal::Identity(refusal))
+            if navigation && let Some(sign_in) = refusal.sign_in() =>
+        {
+            page::sign_in_page(refusal, sign_in)
+        }
+        Verdict::Refuse(refusal) => refusal.into_response(),
+        Verdict::Limited(response) => response,
+    }))
+}
+
+/// What the access log says of `verdict` on a route whose first room is `first_room`.
+fn decided(verdict: &Verdict, first_room: Option<RoomId>) -> Decided {
+    let (decision, room) = match verdict {
+        Verdict::Allow { admitted: true, .. } => (Decision::Admitted, first_room),
+        Verdict::Allow { .. } => (Decision::Passed, first_room),
+        Verdict::Wait(waiting) => (Decision::Queued, Some(waiting.room.clone())),
+        Verdict::Closed { room, .. } | Verdict::Unavailable { room, .. } => {
+            (Decision::Refused, Some(room.clone()))
+        }
+        Verdict::Refuse(_) => (Decision::Refused, first_room),
+        Verdict::Limited(_) => (Decision::Limited, first_room),
+    };
+    Decided { decision, room }
+}
+
+/// Sends the cookies [`protect`] gave (passes issued or renewed) with the response to the
+/// request it let through.
+pub(crate) fn add_cookies(response: &mut Response, cookies: Vec<HeaderValue>) {
+    for cookie in cookies {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+}
+
+/// The answer to a request a room holds back.
+fn held_back(
+    gateway: &Gateway,
+    route: &Route,
+    navigation: bool,
+    waiting: Box<Waiting>,
+    return_to: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let Waiting {
+        room,
+        config,
+        entry,
+        mut cookies,
+        retry_after_secs,
+    } = *waiting;
+    let mut response = match (navigation, route.page, entry) {
+        (true, PageMode::Inline, Some(entry)) => page::held_back_page(
+            gateway.app(),
+            &room,
+            &config,
+            HeldBack::Waiting(entry),
+            return_to,
+            headers,
+        ),
+        (true, _, entry) => {
+            if let Some(entry) = entry {
+                cookies.extend(entry_status(gateway, &room, &config, entry).1);
+            }
+            let location = wait_location(&room, return_to);
+            let mut response = StatusCode::FOUND.into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            response
+        }
+        (false, _, entry) => {
+            let queue = entry.map(|entry| {
+                let (status, entry_cookies) = entry_status(gateway, &room, &config, entry);
+                cookies.extend(entry_cookies);
+                status
+            });
+            waiting_room_problem(&room, return_to, queue.flatten(), retry_after_secs)
+        }
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for cookie in cookies {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// 429 problem+json `waiting_room`: where to join, and the visitor's place when known.
+pub(crate) fn waiting_room_problem(
+    room: &RoomId,
+    return_to: &str,
+    queue: Option<serde_json::Value>,
+    retry_after_secs: u64,
+) -> Response {
+    let mut body = serde_json::json!({
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "code": "waiting_room",
+        "detail": format!(
+            "this resource is behind the waiting room {:?}: join it, wait for your turn, then retry with the pass",
+            room.as_str()
+        ),
+        "room": room.as_str(),
+        "join_url": format!("/_anteroom/v1/rooms/{room}/join"),
+        "wait_url": wait_location(room, return_to),
+    });
+    if let Some(queue) = queue {
+        body["queue"] = queue;
+    }
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    response
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn navigations_are_gets_accepting_html() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/html,application/xhtml+xml,*/*;q=0.8"),
+        );
+        assert!(is_navigation(&Method::GET, &headers));
+        assert!(is_navigation(&Method::HEAD, &headers));
+        assert!(!is_navigation(&Method::POST, &headers));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        assert!(!is_navigation(&Method::GET, &headers));
+        assert!(!is_navigation(&Method::GET, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn wait_location_encodes_the_return_path() {
+        let room = RoomId::new("launch").unwrap();
+        assert_eq!(
+            wait_location(&room, "/shop/item?id=7&x=a b"),
+            "/_anteroom/wait/launch?return=/shop/item%3Fid%3D7%26x%3Da%20b"
+        );
+        let uri: Uri = "/a?b=c".parse().unwrap();
+        assert_eq!(return_path(&uri), "/a?b=c");
+        let uri: Uri = "http://evil.example//x".parse().unwrap();
+        assert_eq!(return_path(&uri), "/");
+    }
+}

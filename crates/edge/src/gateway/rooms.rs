@@ -1,0 +1,271 @@
+//! Each room's configuration and figures as the gateway uses them: read from the store at most
+//! once a second per room (one request refreshes while the others use the copy they have), so
+//! protecting a request costs no store read. A reset (new generation) or a room changed through
+//! the admin API is seen within a second.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::RwLock;
+
+use anteroom_core::engine::RoomSnapshot;
+use anteroom_core::room::{Mode, RoomConfig};
+use anteroom_core::{RoomId, Timestamp};
+use anteroom_store::{RoomStore, StoreError};
+
+/// How long a copy is used before it is read again.
+const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The most `requires` levels followed (the config refuses cycles; this bounds rooms changed at
+/// run time).
+const MAX_REQUIRES_DEPTH: usize = 8;
+
+/// A room as last read.
+pub(crate) struct RoomInfo {
+    pub(crate) config: RoomConfig,
+    pub(crate) snapshot: RoomSnapshot,
+    read_at: Timestamp,
+    refreshing: AtomicBool,
+}
+
+impl RoomInfo {
+    /// Whether a visitor joining now would most likely be admitted at once: nobody waits and
+    /// capacity is free (`queue`), or the room only counts (`passthrough`). Figures are at most
+    /// a second old; the join itself decides.
+    /// A scheduled room is judged by its schedule at `now` (SPEC §5.3).
+    pub(crate) fn admits_at_once(&self, now: Timestamp) -> bool {
+        match self.config.mode_at(now) {
+            Mode::Passthrough => true,
+            Mode::Queue => {
+                let used = self.snapshot.active + self.snapshot.admitted_unclaimed;
+                let max_active = self.config.limits_at(now).max_active;
+                self.snapshot.waiting == 0 && (max_active == 0 || used < max_active)
+            }
+            Mode::QueueAll | Mode::Closed => false,
+        }
+    }
+}
+
+/// What the cache knows about a room.
+pub(crate) enum RoomLookup {
+    /// The room, as of at most a second ago.
+    Found(Arc<RoomInfo>),
+    /// No such room (deleted after the routes were configured, or lost by the store).
+    Missing,
+    /// The store cannot be read: the last copy, if any, the room's configuration (from the
+    /// last copy or the config file) for the page, and the failure.
+    StoreDown {
+        last: Option<Arc<RoomInfo>>,
+        config: Option<Box<RoomConfig>>,
+        error: StoreError,
+    },
+}
+
+/// The rooms' copies.
+pub(crate) struct RoomsReadEverySecond {
+    rooms: RwLock<HashMap<RoomId, Arc<RoomInfo>>>,
+    /// Rooms the store said it does not have, and when: asked again after [`FRESH_FOR`], so
+    /// a flood on a lost room's routes costs no store read per request.
+    missing: RwLock<HashMap<RoomId, Timestamp>>,
+    /// The rooms of the config file, for when the store cannot be read before the first copy.
+    /// Replaced whole by a reload ([`RoomsReadEverySecond::configure`]).
+    configured: ArcSwap<HashMap<RoomId, RoomConfig>>,
+}
+
+impl RoomsReadEverySecond {
+    pub(crate) fn new(configured: Vec<RoomConfig>) -> RoomsReadEverySecond {
+        RoomsReadEverySecond {
+            rooms: RwLock::new(HashMap::new()),
+            missing: RwLock::new(HashMap::new()),
+            configured: ArcSwap::from_pointee(by_id(configured)),
+        }
+    }
+
+    /// The room, read again from the store when the copy is older than a second.
+    pub(crate) async fn get(
+        &self,
+        store: &dyn RoomStore,
+        room: &RoomId,
+        now: Timestamp,
+    ) -> RoomLookup {
+        if self
+            .missing
+            .read()
+            .get(room)
+            .is_some_and(|since| now.since(*since) < FRESH_FOR)
+        {
+            return RoomLookup::Missing;
+        }
+        let cached = self.rooms.read().get(room).cloned();
+        if let Some(info) = &cached {
+            let fresh = now.since(info.read_at) < FRESH_FOR;
+            // One request refreshes; the others go on with the copy they have.
+            if fresh || info.refreshing.swap(true, Ordering::AcqRel) {
+                return RoomLookup::Found(info.clone());
+            }
+        }
+        let read = async {
+            let config = store.room(room).await?;
+            let snapshot = store.snapshot(room).await?;
+            Ok::<_, StoreError>((config, snapshot))
+        };
+        match read.await {
+            Ok((config, snapshot)) => self.read(room, config, snapshot, now),
+            Err(StoreError::RoomNotFound(_)) => self.went_missing(room, now),
+            Err(error) => self.store_down(room, cached, error),
+        }
+    }
+
+    /// Keeps a room just read from the store.
+    fn read(
+        &self,
+        room: &RoomId,
+        config: RoomConfig,
+        snapshot: RoomSnapshot,
+        now: Timestamp,
+    ) -> RoomLookup {
+        if self.missing.write().remove(room).is_some() {
+            tracing::info!(%room, "the room exists again; its routes are served");
+        }
+        let info = Arc::new(RoomInfo {
+            config,
+            snapshot,
+            read_at: now,
+            refreshing: AtomicBool::new(false),
+        });
+        self.rooms.write().insert(room.clone(), info.clone());
+        RoomLookup::Found(info)
+    }
+
+    /// Remembers that the store does not have `room` (said once, when it goes missing).
+    fn went_missing(&self, room: &RoomId, now: Timestamp) -> RoomLookup {
+        self.rooms.write().remove(room);
+        let first = self.missing.write().insert(room.clone(), now).is_none();
+        if first {
+            tracing::warn!(%room, "a route names a room the store does not have; its routes answer 503 until it exists again");
+        }
+        RoomLookup::Missing
+    }
+
+    /// The store cannot be reached: the last known figures and configuration, if any.
+    fn store_down(
+        &self,
+        room: &RoomId,
+        cached: Option<Arc<RoomInfo>>,
+        error: StoreError,
+    ) -> RoomLookup {
+        if let Some(info) = &cached {
+            info.refreshing.store(false, Ordering::Release);
+        }
+        let config = cached
+            .as_ref()
+            .map(|info| info.config.clone())
+            .or_else(|| self.configured.load().get(room).cloned())
+            .map(Box::new);
+        RoomLookup::StoreDown {
+            last: cached,
+            config,
+            error,
+        }
+    }
+
+    /// The configuration of `room` in the config file, if it is there.
+    pub(crate) fn configured(&self, room: &RoomId) -> Option<RoomConfig> {
+        self.configured.load().get(room).cloned()
+    }
+
+    /// The rooms of a reloaded config file.
+    pub(crate) fn configure(&self, configured: Vec<RoomConfig>) {
+        self.configured.store(Arc::new(by_id(configured)));
+    }
+
+    /// Forgets the copy of `room`, so the next request reads it again: this node just changed
+    /// the room (a join), and a copy saying "nobody waits" must not let the next requests join
+    /// as if the room were empty.
+    pub(crate) fn invalidate(&self, room: &RoomId) {
+        self.rooms.write().remove(room);
+        self.missing.write().remove(room);
+    }
+
+    /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's
+    /// `requires` (recursively) before the room, each room once.
+    pub(crate) fn with_requirements(&self, rooms: &[RoomId]) -> Vec<RoomId> {
+        let copies = self.rooms.read();
+        let configured = self.configured.load();
+        let requires = |room: &RoomId| -> &[RoomId] {
+            copies
+                .get(room)
+                .map(|info| info.config.requires.as_slice())
+                .or_else(|| {
+                    configured
+                        .get(room)
+                        .map(|config| config.requires.as_slice())
+                })
+                .unwrap_or_default()
+        };
+        let mut ordered = Vec::with_capacity(rooms.len());
+        for room in rooms {
+            add_with_requirements(room, &requires, &mut ordered, 0);
+        }
+        ordered
+    }
+}
+
+fn by_id(rooms: Vec<RoomConfig>) -> HashMap<RoomId, RoomConfig> {
+    rooms
+        .into_iter()
+        .map(|room| (room.id.clone(), room))
+        .collect()
+}
+
+fn add_with_requirements<'a>(
+    room: &RoomId,
+    requires: &impl Fn(&RoomId) -> &'a [RoomId],
+    ordered: &mut Vec<RoomId>,
+    depth: usize,
+) {
+    if ordered.contains(room) {
+        return;
+    }
+    if depth < MAX_REQUIRES_DEPTH {
+        for required in requires(room) {
+            add_with_requirements(required, requires, ordered, depth + 1);
+        }
+    }
+    if !ordered.contains(room) {
+        ordered.push(room.clone());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn id(text: &str) -> RoomId {
+        RoomId::new(text).unwrap()
+    }
+
+    #[test]
+    fn requirements_come_first_and_once() {
+        let mut site = RoomConfig::with_defaults(id("site"));
+        site.requires = vec![];
+        let mut checkout = RoomConfig::with_defaults(id("checkout"));
+        checkout.requires = vec![id("site")];
+        let mut pay = RoomConfig::with_defaults(id("pay"));
+        pay.requires = vec![id("checkout")];
+        let cache = RoomsReadEverySecond::new(vec![site, checkout, pay]);
+        assert_eq!(
+            cache.with_requirements(&[id("pay")]),
+            [id("site"), id("checkout"), id("pay")]
+        );
+        assert_eq!(
+            cache.with_requirements(&[id("site"), id("checkout")]),
+            [id("site"), id("checkout")]
+        );
+        assert_eq!(cache.with_requirements(&[id("other")]), [id("other")]);
+    }
+}

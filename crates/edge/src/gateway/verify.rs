@@ -1,0 +1,281 @@
+//! `GET /_anteroom/verify` (SPEC §7.3) for proxies that keep proxying themselves: nginx
+//! `auth_request`, Envoy `ext_authz` (HTTP), Traefik `forwardAuth`, Caddy `forward_auth`.
+//!
+//! Only peers in `[server] trusted_proxies` are answered (403 `untrusted_proxy` to anyone else,
+//! SPEC §14.1). The proxy names the visitor's request in the one header set `[verify] proxy`
+//! chooses (`core/config/verify.rs`): nginx `X-Original-URI` / `-Method`, Traefik and Caddy
+//! `X-Forwarded-Uri` / `-Method`, both with `X-Forwarded-Host`; Envoy appends the path to
+//! `/_anteroom/verify` (`path_prefix`) and sends its own method and `Host`. A header of another
+//! set is never read. The visitor's own headers (cookies, `Authorization`, `Accept`) come along. The request is matched to a route, rate limited and
+//! checked against the route's rooms exactly as the gateway does, and answered:
+//! - 200: go ahead (with `Set-Cookie` when a pass was issued or renewed);
+//! - 401 with `X-Anteroom-Location: /_anteroom/wait/{room}?return=…`: send the visitor to the
+//!   waiting page (with the ticket cookie when the visitor was joined). Proxies that hand a
+//!   denial to the visitor as it is (Envoy, Traefik, Caddy) ask for the visitor's answer instead
+//!   with `X-Anteroom-Verify: redirect` or `?wait=redirect`: 302 to the waiting page for
+//!   navigations, 429 `waiting_room` for other requests. In that form a navigation that was
+//!   just given a pass (or a renewed one) is sent back to its own address with the cookie
+//!   (302), since such proxies do not pass on the cookies of an allowing answer;
+//! - 429 with the rate-limit headers; 403 for a pass of another user; 503 for a closed room or
+//!   an unreachable store that fails closed.
+//!
+//! Visitors are joined here only when the room would admit them at once; anybody else joins
+//! on the waiting page, so a proxy that drops this answer's cookies leaves no ticket behind.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+
+use anteroom_core::config::{OriginalUri, VerifyConfig};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::{RateLimitVerdict, RouteRateLimits};
+
+use super::protect::{self, Asked, JoinWhen, Verdict};
+use super::{Gateway, canonical};
+
+/// The endpoint; Envoy appends the visitor's path to it.
+pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
+
+static ANTEROOM_LOCATION: HeaderName = HeaderName::from_static("x-anteroom-location");
+
+/// The visitor's request as the calling proxy names it.
+struct Original {
+    uri: Uri,
+    method: Method,
+    host: Option<HeaderValue>,
+}
+
+/// The handler.
+pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    // Everything below believes the caller about the visitor: only a trusted proxy may call.
+    if !gateway.app().is_trusted_peer(&parts.extensions) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "untrusted_proxy",
+            "the verify endpoint answers only proxies listed in [server] trusted_proxies",
+        )
+        .into_response();
+    }
+    let headers_read = &gateway.inner.verify;
+    let original = match original_request(&parts, headers_read) {
+        Ok(original) => original,
+        Err(error) => return error.into_response(),
+    };
+    let redirect = parts
+        .headers
+        .get("x-anteroom-verify")
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"redirect"))
+        || parts
+            .uri
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect"))
+            && headers_read.uri != OriginalUri::AppendedPath;
+    let Original { uri, method, host } = original;
+    // The proxy forwards the path as the visitor spelled it: one that servers read
+    // differently is refused, and the route is matched on its canonical form.
+    let uri = match canonical::canonical_uri(&uri) {
+        Ok(canonical) => canonical.unwrap_or(uri),
+        Err(refused) => return refused.into_response(),
+    };
+    // The visitor's request as the gateway would have seen it: its method, URI and host,
+    // with the headers and connection details of this one.
+    let mut visitor = Request::new(Body::empty());
+    *visitor.method_mut() = method;
+    *visitor.uri_mut() = Uri::builder()
+        .path_and_query(uri.path_and_query().map_or("/", |path| path.as_str()))
+        .build()
+        .unwrap_or_default();
+    *visitor.headers_mut() = parts.headers.clone();
+    *visitor.extensions_mut() = parts.extensions.clone();
+    if let Some(host) = host {
+        visitor.headers_mut().insert(header::HOST, host);
+    }
+    let (mut visitor, _) = visitor.into_parts();
+
+    let route = gateway
+        .live()
+        .routes
+        .find(
+            &visitor.method,
+            &visitor.uri,
+            visitor
+                .headers
+                .get(header::HOST)
+                .and_then(|value| value.to_str().ok()),
+        )
+        .clone();
+    if route.bypass {
+        return StatusCode::OK.into_response();
+    }
+    let mut rate_headers = HeaderMap::new();
+    if let Some(limiter) = gateway.app().rate_limiter() {
+        visitor
+            .extensions
+            .insert(RouteRateLimits(route.rate_limits.clone()));
+        match limiter.check(&mut visitor).await {
+            RateLimitVerdict::Refused(response) => return response,
+            RateLimitVerdict::Allowed { headers } => rate_headers = headers,
+        }
+    }
+    let return_to = protect::return_path(&visitor.uri);
+    let asked = Asked {
+        method: &visitor.method,
+        headers: &visitor.headers,
+        extensions: &visitor.extensions,
+        uri: &visitor.uri,
+    };
+    let verdict = if route.rooms.is_empty() {
+        Verdict::Allow {
+            cookies: Vec::new(),
+            passes: Vec::new(),
+            admitted: false,
+        }
+    } else {
+        protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await
+    };
+    let mut response = match verdict {
+        Verdict::Allow { mut cookies, .. } => {
+            // Some proxies pass on only the first cookie of the answer (nginx's
+            // $upstream_http_set_cookie): passes go first, tickets after.
+            cookies.sort_by_key(|cookie| !cookie.as_bytes().starts_with(b"anteroom_p_"));
+            // Proxies that hand only denials to the visitor would drop a pass issued or
+            // renewed now: a navigation is sent back to where it was going, with the cookie.
+            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
+            let mut response = if redirect && navigation && !cookies.is_empty() {
+                let mut response = StatusCode::FOUND.into_response();
+                if let Ok(value) = HeaderValue::from_str(&return_to) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            } else {
+                StatusCode::OK.into_response()
+            };
+            for cookie in cookies {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        Verdict::Wait(waiting) => {
+            let waiting = *waiting;
+            let location = crate::page::wait_location(&waiting.room, &return_to);
+            let mut cookies = waiting.cookies;
+            let queue = waiting.entry.map(|entry| {
+                let (status, entry_cookies) =
+                    protect::entry_status(&gateway, &waiting.room, &waiting.config, entry);
+                cookies.extend(entry_cookies);
+                status
+            });
+            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
+            let mut response = if redirect && navigation {
+                let mut response = StatusCode::FOUND.into_response();
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            } else if redirect {
+                protect::waiting_room_problem(
+                    &waiting.room,
+                    &return_to,
+                    queue.flatten(),
+                    waiting.retry_after_secs,
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "waiting_room",
+                    format!(
+                        "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
+                        waiting.room.as_str()
+                    ),
+                )
+                .retry_after(waiting.retry_after_secs)
+                .into_response()
+            };
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response
+                    .headers_mut()
+                    .insert(ANTEROOM_LOCATION.clone(), value);
+            }
+            for cookie in cookies {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        Verdict::Closed { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_closed",
+            "this room is closed",
+        )
+        .into_response(),
+        Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
+        Verdict::Refuse(error) => error.into_response(),
+        Verdict::Limited(response) => response,
+    };
+    for (name, value) in &rate_headers {
+        if !response.headers().contains_key(name) {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Reads the visitor's URI, method and host from the one header set configured (SPEC §14.1):
+/// never "the first of several present", which let a visitor add the header their proxy does
+/// not set.
+fn original_request(parts: &Parts, read: &VerifyConfig) -> Result<Original, ApiError> {
+    let text = match &read.uri {
+        OriginalUri::Header(name) => header_text(&parts.headers, name).map(str::to_owned),
+        OriginalUri::AppendedPath => parts
+            .uri
+            .path()
+            .strip_prefix(VERIFY_PATH)
+            .filter(|rest| rest.starts_with('/'))
+            .map(|rest| match parts.uri.query() {
+                Some(query) => format!("{rest}?{query}"),
+                None => rest.to_owned(),
+            }),
+    };
+    let Some(uri) = text.and_then(|text| text.parse::<Uri>().ok()) else {
+        let where_ = match &read.uri {
+            OriginalUri::Header(name) => format!("the {name} header"),
+            OriginalUri::AppendedPath => format!("the path after {VERIFY_PATH}"),
+        };
+        return Err(ApiError::bad_request(
+            "original_uri_missing",
+            format!(
+                "the visitor's URI was expected in {where_} ([verify] proxy = \"{}\")",
+                read.proxy.as_str()
+            ),
+        ));
+    };
+    let method = match read
+        .method_header
+        .as_deref()
+        .and_then(|name| header_text(&parts.headers, name))
+    {
+        None => parts.method.clone(),
+        Some(text) => text.trim().parse::<Method>().map_err(|_| {
+            ApiError::bad_request("invalid_method", "the original method is not valid")
+        })?,
+    };
+    let host = read
+        .host_header
+        .as_deref()
+        .and_then(|name| parts.headers.get(name))
+        .cloned();
+    Ok(Original { uri, method, host })
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.trim().is_empty())
+}

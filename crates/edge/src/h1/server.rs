@@ -1,0 +1,604 @@
+//! HTTP/1.x connections served by a keep-alive loop of our own instead of hyper's server.
+//!
+//! A waiting room's busiest requests are small: joins, status polls, and proxied requests
+//! carrying a pass. For those, hyper's general HTTP/1 server (its dispatcher, the channel that
+//! carries a request body, a buffer pair per connection, a boxed service call) cost more than
+//! the room's own work (docs/benchmarks.md). This loop reads each request head into one
+//! buffer reused for the connection's life, parses it with `httparse`, builds the request
+//! without copying the head's bytes (header values and the target are slices of it), hands it
+//! to the router (or, in front of a site, straight to the gateway's lane for paths the router
+//! would send there), and writes the answer's head and a small body in one write.
+//!
+//! What it does not serve it hands to hyper together with the bytes it already read, and hyper
+//! serves the rest of the connection: upgrades (WebSocket), `CONNECT`, `Expect`, request
+//! bodies sent chunked or larger than [`anteroom_h1::MAX_INLINE_BODY`] (streamed by hyper with bounded
+//! memory), and an unusual `Content-Length`. HTTP/2 never reaches this loop (the accept loop
+//! sends it to hyper), nor does a connection opening with an event stream (`stream.rs`).
+//!
+//! A request without exactly one `Host` (HTTP/1.1) or whose framing fields could be read more
+//! than one way is answered 400 and its connection closed, by this loop and by hyper's service
+//! alike (SPEC §14.4, [`anteroom_h1::check_request`]): the route matched here, the body a proxy
+//! in front delimits and the virtual host the origin serves must all be the same.
+//!
+//! Timeouts (`[server]`, SPEC §14.4): a connection's first head must arrive within
+//! `header_timeout` of the accept; a kept-alive connection waits `idle_timeout` for the first
+//! byte of its next request, which then has `header_timeout` to complete its head; a body
+//! read here fails when no byte arrives for `body_timeout` (per read, as nginx's
+//! `client_body_timeout`), its buffer growing as bytes come rather than reserved up front for
+//! the declared length; writes are timed by [`ClientIo`]. Under hyper, its
+//! `header_read_timeout` is `header_timeout` (timed from the end of the previous answer, so
+//! the wait and the head share it), [`ClientIo::watch_idle`] adds `idle_timeout`, and
+//! [`TimedBody`] gives request bodies `body_timeout`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::header::{CONNECTION, CONTENT_TYPE};
+use axum::http::{HeaderValue, Method, Response, StatusCode, Version};
+use bytes::{Buf as _, Bytes, BytesMut};
+use http_body::Body as _;
+use http_body_util::BodyExt as _;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::Watcher;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tower::Service as _;
+
+use anteroom_h1::{
+    AnswerFraming, BadHead, Framing, RequestHead, check_request, connection_says, keeps_alive,
+    push_chunk, take_head,
+};
+
+use super::ClientScheme;
+use super::bodies::{Holding, TimedBody};
+use super::client_io::{ClientIo, InFlight};
+use super::limits::{AddressPermit, ServerLimits, over_address_cap};
+use super::sentry::Sentry;
+use crate::PublicApp;
+use crate::deadline::Deadline;
+use crate::gateway::SiteLane;
+use crate::ratelimit::resolve_client_ip;
+use crate::request_metrics::RequestMetrics;
+
+/// A client connection as the own loop holds it: plain TCP, or TLS over it.
+pub(crate) type Client<S = TcpStream> = ClientIo<S>;
+
+/// What a client connection runs on.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The TCP connection itself when nothing sits between it and HTTP: a kept-alive
+    /// connection then waits for its next request without a read buffer.
+    fn as_tcp(&self) -> Option<&TcpStream>;
+
+    /// Plain HTTP or HTTP over TLS.
+    fn scheme(&self) -> ClientScheme;
+}
+
+impl Transport for TcpStream {
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+
+    fn scheme(&self) -> ClientScheme {
+        ClientScheme::Http
+    }
+}
+
+/// A TLS connection as the listener accepts it.
+pub(crate) type TlsClient = tokio_rustls::server::TlsStream<TcpStream>;
+
+impl Transport for TlsClient {
+    /// rustls may hold bytes it already decrypted: only a read tells whether more came.
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+
+    fn scheme(&self) -> ClientScheme {
+        ClientScheme::Https
+    }
+}
+
+/// How much the read buffer grows by at a time.
+const READ_STEP: usize = 4096;
+
+/// Answers whose whole body is known and at most this large are written with their head in one
+/// write; larger or streamed bodies are written as their frames come.
+const MAX_GATHERED_BODY: usize = 64 * 1024;
+
+/// What a connection handed to hyper needs.
+pub(crate) struct HandOver {
+    pub(crate) builder: Arc<Builder<hyper_util::rt::TokioExecutor>>,
+    pub(crate) watcher: Watcher,
+    pub(crate) limits: ServerLimits,
+    /// The listener's request series.
+    pub(crate) requests: &'static RequestMetrics,
+}
+
+/// The answer to a request hyper parsed but [`check_request`] refuses: 400 problem+json, and
+/// the connection closed after it.
+fn refused_by_hyper(problem: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(problem));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Sends the answer to a refused head (if any) and closes the connection.
+pub(crate) async fn refuse<S: AsyncWrite + Unpin>(bad: &BadHead, stream: &mut S) {
+    // Whatever the client sent after the refused head is not read.
+    if let Some(answer) = bad.answer() {
+        let _ = stream.write_all(answer).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
+/// Serves the HTTP/1.x requests of `stream` until the client closes it, a request asks to
+/// close, `stop` turns `true` (between requests), or a request needs hyper (then hyper serves
+/// the rest of the connection, starting with the bytes already read).
+pub(crate) async fn serve<S: Transport>(
+    mut stream: Client<S>,
+    peer: SocketAddr,
+    app: PublicApp,
+    hand_over: HandOver,
+    mut stop: watch::Receiver<bool>,
+) {
+    let PublicApp {
+        mut router, site, ..
+    } = app;
+    let timeouts = hand_over.limits.timeouts;
+    let scheme = stream.get_ref().scheme();
+    let mut input = BytesMut::new();
+    let mut output = Vec::with_capacity(READ_STEP);
+    let within = |timeout| tokio::time::Instant::now() + timeout;
+    // The first head is timed from the accept.
+    let mut deadline = Deadline::at(within(timeouts.header_timeout));
+    let mut first = true;
+    loop {
+        if !first && input.is_empty() {
+            // Kept alive: the next request's first byte must come within the idle timeout.
+            deadline.set(within(timeouts.idle_timeout));
+            tokio::select! {
+                came = next_bytes(&mut stream, &mut input) => if !came { return },
+                () = deadline.passed() => return,
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
+            deadline.set(within(timeouts.header_timeout));
+        }
+        first = false;
+        // A client that sends no whole head within the limit (slow-loris) is closed.
+        let head = tokio::select! {
+            head = read_head(&mut stream, &mut input) => head,
+            () = deadline.passed() => return,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        let RequestHead {
+            request,
+            raw,
+            framing,
+        } = match head {
+            Ok(head) => head,
+            Err(bad) => return refuse(&bad, &mut stream).await,
+        };
+        let started = std::time::Instant::now();
+        let mut request = request.map(|()| Body::empty());
+        let length = match framing {
+            Framing::Length(length) => length,
+            Framing::ForHyper => {
+                drop(stop);
+                let mut replay = Vec::with_capacity(raw.len() + input.len());
+                replay.extend_from_slice(&raw);
+                replay.extend_from_slice(&input);
+                let requests = Arc::new(InFlight::default());
+                stream.watch_idle(timeouts.idle_timeout, requests.clone());
+                serve_with_hyper(
+                    Rewound::new(Bytes::from(replay), stream),
+                    (peer, scheme),
+                    router,
+                    hand_over,
+                    requests,
+                );
+                return;
+            }
+        };
+        if length > 0 {
+            // `length` ≤ MAX_INLINE_BODY: the body is read whole.
+            let Ok(length) = usize::try_from(length) else {
+                return;
+            };
+            let read = read_body(
+                &mut stream,
+                &mut input,
+                length,
+                &mut deadline,
+                timeouts.body_timeout,
+            );
+            if read.await.is_err() {
+                return;
+            }
+            *request.body_mut() = Body::from(input.split_to(length).freeze());
+        }
+        let keep_alive = keeps_alive(request.version(), request.headers()) && !*stop.borrow();
+        let head_only = request.method() == Method::HEAD;
+        let version = request.version();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        if scheme == ClientScheme::Https {
+            // Plain HTTP is what a request without the mark means: no insert per request.
+            request.extensions_mut().insert(scheme);
+        }
+        // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
+        let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
+            Err(OverAddressCap) => (over_address_cap(), None),
+            Ok(permit) => {
+                let response = match &site {
+                    Some(site) if SiteLane::takes(request.uri().path()) => {
+                        site.handle(request).await
+                    }
+                    _ => match router.call(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    },
+                };
+                (response, permit)
+            }
+        };
+        hand_over.requests.answered(response.status(), started);
+        output.clear();
+        match write_response(
+            &mut stream,
+            &mut output,
+            response,
+            Answer {
+                version,
+                head_only,
+                keep_alive,
+            },
+            &mut stop,
+        )
+        .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+                return;
+            }
+        }
+        // A connection that held a large answer does not keep its buffer.
+        if output.capacity() > MAX_GATHERED_BODY + READ_STEP {
+            output = Vec::with_capacity(READ_STEP);
+        }
+        // Nor does one that read a large body while it waits for the next request.
+        if input.is_empty() && input.capacity() > READ_STEP {
+            input = BytesMut::new();
+        }
+    }
+}
+
+/// A forwarded client holds its per-address cap of requests in flight.
+struct OverAddressCap;
+
+/// The count of a request forwarded by a trusted proxy against its client's per-address cap:
+/// `Ok(None)` when the peer is no trusted proxy.
+fn forwarded_client_permit<B>(
+    limits: &ServerLimits,
+    peer: SocketAddr,
+    request: &axum::http::Request<B>,
+) -> Result<Option<AddressPermit>, OverAddressCap> {
+    if !limits.is_from_proxy(peer) {
+        return Ok(None);
+    }
+    let client = resolve_client_ip(request.headers(), peer.ip(), limits.trusted_proxies());
+    match limits.admit_request(client) {
+        Some(permit) => Ok(Some(permit)),
+        None => Err(OverAddressCap),
+    }
+}
+
+/// Waits for a kept-alive connection's next bytes: on plain TCP without reading them (an idle
+/// connection holds no buffer), otherwise by reading them into `input`. `false` when the
+/// connection closed or broke.
+async fn next_bytes<S: Transport>(stream: &mut Client<S>, input: &mut BytesMut) -> bool {
+    if let Some(tcp) = stream.get_ref().as_tcp() {
+        return tcp.readable().await.is_ok();
+    }
+    input.reserve(READ_STEP);
+    matches!(stream.read_buf(input).await, Ok(read) if read > 0)
+}
+
+/// Reads until `input` holds a whole request head, and takes it.
+async fn read_head<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+) -> Result<RequestHead, BadHead> {
+    loop {
+        if !input.is_empty()
+            && let Some(head) = take_head(input)?
+        {
+            return Ok(head);
+        }
+        input.reserve(READ_STEP);
+        match stream.read_buf(input).await {
+            Ok(0) | Err(_) => return Err(BadHead::Closed),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Reads until `input` holds at least `wanted` bytes, growing it as they come (a declared
+/// length reserves nothing before its bytes arrive); fails when no byte arrives for
+/// `timeout`.
+async fn read_body<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    wanted: usize,
+    deadline: &mut Deadline,
+    timeout: std::time::Duration,
+) -> io::Result<()> {
+    while input.len() < wanted {
+        input.reserve(READ_STEP.min(wanted - input.len()));
+        deadline.set(tokio::time::Instant::now() + timeout);
+        tokio::select! {
+            read = stream.read_buf(input) => if read? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            },
+            () = deadline.passed() => return Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Serves the rest of a connection with hyper (HTTP/1.1 with upgrades, or HTTP/2), in a task
+/// of its own, watched by the graceful shutdown. `requests` is what the connection's
+/// [`ClientIo`] watches for idleness: the service counts every request in it until its answer's
+/// body is done.
+pub(crate) fn serve_with_hyper<I>(
+    io: I,
+    (peer, scheme): (SocketAddr, ClientScheme),
+    router: Router,
+    hand_over: HandOver,
+    requests: Arc<InFlight>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = hand_over.limits.clone();
+    let counted = hand_over.requests;
+    let requests_watched = requests.clone();
+    let service =
+        hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+            let started = std::time::Instant::now();
+            let in_flight = requests.start();
+            let requests = requests.clone();
+            let checked: Result<_, Response<Body>> =
+                match check_request(request.version(), request.headers()) {
+                    Err(bad) => Err(refused_by_hyper(
+                        bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM),
+                    )),
+                    Ok(()) => forwarded_client_permit(&limits, peer, &request)
+                        .map_err(|OverAddressCap| over_address_cap()),
+                };
+            let body_timeout = limits.timeouts.body_timeout;
+            let mut router = router.clone();
+            async move {
+                let permit = match checked {
+                    Ok(permit) => permit,
+                    Err(refused) => {
+                        counted.answered(refused.status(), started);
+                        return Ok(refused);
+                    }
+                };
+                let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+                request.extensions_mut().insert(ConnectInfo(peer));
+                if scheme == ClientScheme::Https {
+                    request.extensions_mut().insert(scheme);
+                }
+                let response = router.call(request).await?;
+                counted.answered(response.status(), started);
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    requests.switched();
+                }
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| Body::new(Holding::new(body, (in_flight, permit)))),
+                )
+            }
+        });
+    let connection = hand_over
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(Sentry::new(io, requests_watched)), service)
+        .into_owned();
+    let connection = hand_over.watcher.watch(connection);
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%peer, error = %error, "connection ended with an error");
+        }
+    });
+}
+
+/// How an answer is written.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    /// The request's version: an HTTP/1.0 client gets no chunked body.
+    version: Version,
+    /// A `HEAD` request: the head only.
+    head_only: bool,
+    /// Whether the connection may stay open after the answer.
+    keep_alive: bool,
+}
+
+/// Writes `response`; `Ok(true)` when the connection may serve another request.
+async fn write_response<S: Transport>(
+    stream: &mut Client<S>,
+    output: &mut Vec<u8>,
+    response: Response<Body>,
+    answer: Answer,
+    stop: &mut watch::Receiver<bool>,
+) -> io::Result<bool> {
+    let (parts, mut body) = response.into_parts();
+    // The answer to a HEAD has an empty body but says the length a GET would have had.
+    let known_length = if answer.head_only {
+        None
+    } else {
+        body.size_hint().exact()
+    };
+    let framing = AnswerFraming::new(parts.status, &parts.headers, known_length, answer.version);
+    let AnswerFraming {
+        bodiless,
+        length,
+        chunked,
+    } = framing;
+    // Without a length or chunks, the end of the body is the end of the connection.
+    let keep_alive = answer.keep_alive
+        && (bodiless || length.is_some() || chunked)
+        && !connection_says(&parts.headers, b"close");
+    framing.write_head(
+        output,
+        parts.status,
+        &parts.headers,
+        keep_alive,
+        answer.version,
+    );
+    if bodiless || answer.head_only {
+        stream.write_all(output).await?;
+        return Ok(keep_alive);
+    }
+    // A whole small body goes out with the head.
+    if let Some(length) = length
+        && length <= MAX_GATHERED_BODY as u64
+    {
+        let mut written = 0u64;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame
+                .map_err(|error| io::Error::other(error.to_string()))?
+                .into_data()
+            else {
+                continue;
+            };
+            written += data.len() as u64;
+            if written > length {
+                return Err(io::Error::other(
+                    "the answer's body is longer than its length",
+                ));
+            }
+            output.extend_from_slice(&data);
+        }
+        stream.write_all(output).await?;
+        return Ok(keep_alive && written == length);
+    }
+    stream.write_all(output).await?;
+    let mut written = 0u64;
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            // Shutting down: a long answer (an event stream) ends here.
+            _ = stop.wait_for(|stop| *stop) => None,
+        };
+        match frame {
+            None => {
+                if chunked {
+                    stream.write_all(b"0\r\n\r\n").await?;
+                }
+                return Ok(keep_alive && length.is_none_or(|length| written == length));
+            }
+            // A broken answer ends without its last chunk, so the client sees it was cut.
+            Some(Err(error)) => {
+                tracing::debug!(%error, "the answer's body failed");
+                return Ok(false);
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                written += data.len() as u64;
+                // An answer longer than the length its head declared would put bytes on the
+                // connection that the client reads as the next answer: cut it off instead.
+                if length.is_some_and(|length| written > length) {
+                    return Err(io::Error::other(
+                        "the answer's body is longer than its length",
+                    ));
+                }
+                if chunked {
+                    output.clear();
+                    push_chunk(output, &data);
+                    stream.write_all(output).await?;
+                } else {
+                    stream.write_all(&data).await?;
+                }
+            }
+        }
+    }
+}
+
+/// A connection whose first bytes were already read: they are read again first.
+pub(crate) struct Rewound<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S> Rewound<S> {
+    pub(crate) fn new(prefix: Bytes, inner: S) -> Rewound<S> {
+        Rewound { prefix, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let take = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..take]);
+            self.prefix.advance(take);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(context, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(context, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(context, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(context)
+    }
+}
