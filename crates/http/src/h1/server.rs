@@ -176,21 +176,17 @@ pub(crate) async fn serve<S: Transport>(
         );
         let Some(head) = head.await else { return };
         first = false;
-        let RequestHead {
-            request,
-            raw,
-            framing,
-        } = match head {
+        let head = match head {
             Ok(head) => head,
             Err(bad) => return refuse(&bad, &mut stream).await,
         };
         let started = std::time::Instant::now();
-        let mut request = request.map(|()| Body::empty());
-        let length = match framing {
+        let mut request = head.request.map(|()| Body::empty());
+        let length = match head.framing {
             Framing::Length(length) => length,
             Framing::ForHyper => {
                 drop(stop);
-                return hand_to_hyper(stream, &raw, &input, (peer, scheme), router, hand_over);
+                return hand_to_hyper(stream, &head.raw, &input, (peer, scheme), router, hand_over);
             }
         };
         if length > 0 {
