@@ -165,8 +165,6 @@ impl Metrics {
 /// The gateway's own measurements, already bucketed: rendered here as text (the facade takes
 /// single observations, not bucket counts).
 fn render_gateway(gateway: &Gateway, text: &mut String) {
-    use std::fmt::Write as _;
-    let websocket = gateway.websocket_stats().snapshot();
     let routes: Vec<_> = gateway
         .route_stats()
         .iter()
@@ -175,12 +173,28 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    let _ = writeln!(
+    render_upstream_latency(&routes, text);
+    render_per_route(&routes, text);
+    render_websocket(&gateway.websocket_stats().snapshot(), text);
+}
+
+/// The `# HELP` and `# TYPE` lines of one series.
+fn render_header(text: &mut String, name: &str, kind: &str, help: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(text, "# HELP {name} {help}");
+    let _ = writeln!(text, "# TYPE {name} {kind}");
+}
+
+/// `anteroom_upstream_latency_seconds`: each route's histogram, buckets made cumulative.
+fn render_upstream_latency(routes: &[crate::UpstreamStatsSnapshot], text: &mut String) {
+    use std::fmt::Write as _;
+    render_header(
         text,
-        "# HELP anteroom_upstream_latency_seconds Upstream response time by route."
+        "anteroom_upstream_latency_seconds",
+        "histogram",
+        "Upstream response time by route.",
     );
-    let _ = writeln!(text, "# TYPE anteroom_upstream_latency_seconds histogram");
-    for route in &routes {
+    for route in routes {
         let label = escape_label(&route.name);
         let mut cumulative = 0;
         for (bound, count) in LATENCY_BUCKETS_MS.iter().zip(&route.buckets) {
@@ -206,6 +220,11 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
             "anteroom_upstream_latency_seconds_count{{route=\"{label}\"}} {total}"
         );
     }
+}
+
+/// The upstream counts and gauge labelled by route.
+fn render_per_route(routes: &[crate::UpstreamStatsSnapshot], text: &mut String) {
+    use std::fmt::Write as _;
     type Pick = fn(&crate::UpstreamStatsSnapshot) -> u64;
     let per_route: [(&str, &str, &str, Pick); 3] = [
         (
@@ -228,9 +247,8 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
         ),
     ];
     for (name, kind, help, pick) in per_route {
-        let _ = writeln!(text, "# HELP {name} {help}");
-        let _ = writeln!(text, "# TYPE {name} {kind}");
-        for route in &routes {
+        render_header(text, name, kind, help);
+        for route in routes {
             let _ = writeln!(
                 text,
                 "{name}{{route=\"{}\"}} {}",
@@ -239,6 +257,11 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
             );
         }
     }
+}
+
+/// The node's WebSocket counts.
+fn render_websocket(websocket: &anteroom_edge::WebSocketStatsSnapshot, text: &mut String) {
+    use std::fmt::Write as _;
     let node = [
         (
             "anteroom_websocket_connections_total",
@@ -272,8 +295,7 @@ fn render_gateway(gateway: &Gateway, text: &mut String) {
         ),
     ];
     for (name, kind, help, value) in node {
-        let _ = writeln!(text, "# HELP {name} {help}");
-        let _ = writeln!(text, "# TYPE {name} {kind}");
+        render_header(text, name, kind, help);
         let _ = writeln!(text, "{name} {value}");
     }
 }
@@ -304,179 +326,270 @@ fn escape_label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// What a series measures, for the exporter's `# HELP` and `# TYPE` lines.
+#[derive(Clone, Copy)]
+enum SeriesKind {
+    Counter,
+    Gauge,
+    /// A histogram of durations in seconds.
+    SecondsHistogram,
+}
+
+/// The series this node records, described once: kind, name, help text.
+const DESCRIPTIONS: &[(SeriesKind, &str, &str)] = &[
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_waiting",
+        "Live waiting tickets.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_active",
+        "Active sessions.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_serving",
+        "Highest admitted position.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_admitted_unclaimed",
+        "Admitted tickets that have not claimed their pass.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_admission_rate_per_second",
+        "Measured admissions per second.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_room_admission_rate_per_minute",
+        "Deprecated (removed in the next release): anteroom_room_admission_rate_per_second * 60.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_joins_total",
+        "Tickets created.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_admissions_total",
+        "Tickets admitted.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_no_shows_total",
+        "Admitted tickets that never claimed their pass.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_abandons_total",
+        "Waiting tickets dropped for lack of contact.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_left_total",
+        "Tickets that left the queue.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_passes_total",
+        "Passes issued (sessions opened).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_completions_total",
+        "Sessions completed by the site.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_sessions_abandoned_total",
+        "Sessions abandoned or revoked.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_room_sessions_expired_total",
+        "Sessions that ran out of time.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_ready",
+        "1 when /_anteroom/readyz would answer 200 at this scrape, else 0.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_sse_connections",
+        "Open SSE streams on this node.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_sse_max_connections",
+        "The most SSE streams this node holds ([server] sse_max_streams).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_sse_refused_total",
+        "SSE streams refused, by the bound that was full.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_http_requests_total",
+        "Requests answered, by listener and status class.",
+    ),
+    (
+        SeriesKind::SecondsHistogram,
+        "anteroom_http_request_duration_seconds",
+        "Time from a request's head to its answer's head, by listener.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_ticker_lag_seconds",
+        "How late the ticker's last round finished after its scheduled start.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_event_sink_pending_events",
+        "Events the sink's last outbox read found waiting, up to one batch (0: caught up).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_event_delivery_failures_total",
+        "Event deliveries (log or webhook batches) that failed, by sink.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_rate_per_second",
+        "The adaptive room's admission rate (admit_per_minute / 60) after this node's last controller run.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_p95_seconds",
+        "The upstream p95 latency the controller last saw.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_error_ratio",
+        "The upstream 5xx share (0 to 1) the controller last saw.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_rate_per_minute",
+        "Deprecated (removed in the next release): anteroom_adaptive_rate_per_second * 60.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_p95_ms",
+        "Deprecated (removed in the next release): anteroom_adaptive_p95_seconds * 1000.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_error_rate",
+        "Deprecated (removed in the next release): anteroom_adaptive_error_ratio.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_adaptive_in_flight",
+        "Upstream requests in flight at the controller's last run.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_adaptive_decisions_total",
+        "Adaptive controller runs by decision.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_challenges_issued_total",
+        "Proof-of-work challenges handed out.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_challenges_solved_total",
+        "Joins let in with a correct, unused solution.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_challenges_failed_total",
+        "Joins refused by the proof-of-work gate, by reason.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_rate_limit_decisions_total",
+        "Rate-limit decisions by rule and result.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_rate_limit_store_errors_total",
+        "Rate-limit decisions a rule's store could not make.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_once_marks",
+        "One-time marks (used challenges) this node holds, when they are not in Redis.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_once_marks_max",
+        "The most one-time marks this node holds (max_once_marks).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_once_marks_full_total",
+        "Marks refused because this node's one-time marks were full (joins refused with 503).",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_rate_limit_keys",
+        "Keys a rule's counters hold in this node's local store.",
+    ),
+    (
+        SeriesKind::Gauge,
+        "anteroom_rate_limit_max_keys",
+        "The most keys a rule's counters may hold in this node's local store (max_keys).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_rate_limit_keys_full_total",
+        "New keys that met their rule's key budget full (refused, or let through uncounted).",
+    ),
+    (
+        SeriesKind::SecondsHistogram,
+        "anteroom_store_operation_seconds",
+        "Store operations timed by this node, by operation (the request path's, the ticker's and the admin sampler's).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_store_errors_total",
+        "Store operations that failed.",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_store_failure_let_through_total",
+        "Requests let through without a decision while the store failed (on_store_error = open).",
+    ),
+    (
+        SeriesKind::Counter,
+        "anteroom_store_failure_refused_total",
+        "Requests refused while the store failed (on_store_error = closed).",
+    ),
+];
+
 fn describe() {
     static DESCRIBED: OnceLock<()> = OnceLock::new();
     DESCRIBED.get_or_init(|| {
-        use metrics::{describe_counter, describe_gauge, describe_histogram};
-        describe_gauge!("anteroom_room_waiting", "Live waiting tickets.");
-        describe_gauge!("anteroom_room_active", "Active sessions.");
-        describe_gauge!("anteroom_room_serving", "Highest admitted position.");
-        describe_gauge!(
-            "anteroom_room_admitted_unclaimed",
-            "Admitted tickets that have not claimed their pass."
-        );
-        describe_gauge!(
-            "anteroom_room_admission_rate_per_second",
-            "Measured admissions per second."
-        );
-        describe_gauge!(
-            "anteroom_room_admission_rate_per_minute",
-            "Deprecated (removed in the next release): anteroom_room_admission_rate_per_second * 60."
-        );
-        describe_counter!("anteroom_room_joins_total", "Tickets created.");
-        describe_counter!("anteroom_room_admissions_total", "Tickets admitted.");
-        describe_counter!(
-            "anteroom_room_no_shows_total",
-            "Admitted tickets that never claimed their pass."
-        );
-        describe_counter!(
-            "anteroom_room_abandons_total",
-            "Waiting tickets dropped for lack of contact."
-        );
-        describe_counter!("anteroom_room_left_total", "Tickets that left the queue.");
-        describe_counter!(
-            "anteroom_room_passes_total",
-            "Passes issued (sessions opened)."
-        );
-        describe_counter!(
-            "anteroom_room_completions_total",
-            "Sessions completed by the site."
-        );
-        describe_counter!(
-            "anteroom_room_sessions_abandoned_total",
-            "Sessions abandoned or revoked."
-        );
-        describe_counter!(
-            "anteroom_room_sessions_expired_total",
-            "Sessions that ran out of time."
-        );
-        describe_gauge!(
-            "anteroom_ready",
-            "1 when /_anteroom/readyz would answer 200 at this scrape, else 0."
-        );
-        describe_gauge!("anteroom_sse_connections", "Open SSE streams on this node.");
-        describe_gauge!(
-            "anteroom_sse_max_connections",
-            "The most SSE streams this node holds ([server] sse_max_streams)."
-        );
-        describe_counter!(
-            "anteroom_sse_refused_total",
-            "SSE streams refused, by the bound that was full."
-        );
-        describe_counter!(
-            "anteroom_http_requests_total",
-            "Requests answered, by listener and status class."
-        );
-        describe_histogram!(
-            "anteroom_http_request_duration_seconds",
-            metrics::Unit::Seconds,
-            "Time from a request's head to its answer's head, by listener."
-        );
-        describe_gauge!(
-            "anteroom_ticker_lag_seconds",
-            "How late the ticker's last round finished after its scheduled start."
-        );
-        describe_gauge!(
-            "anteroom_event_sink_pending_events",
-            "Events the sink's last outbox read found waiting, up to one batch (0: caught up)."
-        );
-        describe_counter!(
-            "anteroom_event_delivery_failures_total",
-            "Event deliveries (log or webhook batches) that failed, by sink."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_rate_per_second",
-            "The adaptive room's admission rate (admit_per_minute / 60) after this node's last controller run."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_p95_seconds",
-            "The upstream p95 latency the controller last saw."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_error_ratio",
-            "The upstream 5xx share (0 to 1) the controller last saw."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_rate_per_minute",
-            "Deprecated (removed in the next release): anteroom_adaptive_rate_per_second * 60."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_p95_ms",
-            "Deprecated (removed in the next release): anteroom_adaptive_p95_seconds * 1000."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_error_rate",
-            "Deprecated (removed in the next release): anteroom_adaptive_error_ratio."
-        );
-        describe_gauge!(
-            "anteroom_adaptive_in_flight",
-            "Upstream requests in flight at the controller's last run."
-        );
-        describe_counter!(
-            "anteroom_adaptive_decisions_total",
-            "Adaptive controller runs by decision."
-        );
-        describe_counter!(
-            "anteroom_challenges_issued_total",
-            "Proof-of-work challenges handed out."
-        );
-        describe_counter!(
-            "anteroom_challenges_solved_total",
-            "Joins let in with a correct, unused solution."
-        );
-        describe_counter!(
-            "anteroom_challenges_failed_total",
-            "Joins refused by the proof-of-work gate, by reason."
-        );
-        describe_counter!(
-            "anteroom_rate_limit_decisions_total",
-            "Rate-limit decisions by rule and result."
-        );
-        describe_counter!(
-            "anteroom_rate_limit_store_errors_total",
-            "Rate-limit decisions a rule's store could not make."
-        );
-        describe_gauge!(
-            "anteroom_once_marks",
-            "One-time marks (used challenges) this node holds, when they are not in Redis."
-        );
-        describe_gauge!(
-            "anteroom_once_marks_max",
-            "The most one-time marks this node holds (max_once_marks)."
-        );
-        describe_counter!(
-            "anteroom_once_marks_full_total",
-            "Marks refused because this node's one-time marks were full (joins refused with 503)."
-        );
-        describe_gauge!(
-            "anteroom_rate_limit_keys",
-            "Keys a rule's counters hold in this node's local store."
-        );
-        describe_gauge!(
-            "anteroom_rate_limit_max_keys",
-            "The most keys a rule's counters may hold in this node's local store (max_keys)."
-        );
-        describe_counter!(
-            "anteroom_rate_limit_keys_full_total",
-            "New keys that met their rule's key budget full (refused, or let through uncounted)."
-        );
-        describe_histogram!(
-            "anteroom_store_operation_seconds",
-            metrics::Unit::Seconds,
-            "Store operations timed by this node, by operation (the request path's, the ticker's and the admin sampler's)."
-        );
-        describe_counter!(
-            "anteroom_store_errors_total",
-            "Store operations that failed."
-        );
-        describe_counter!(
-            "anteroom_store_failure_let_through_total",
-            "Requests let through without a decision while the store failed (on_store_error = open)."
-        );
-        describe_counter!(
-            "anteroom_store_failure_refused_total",
-            "Requests refused while the store failed (on_store_error = closed)."
-        );
+        metrics::with_recorder(|recorder| {
+            for &(kind, name, help) in DESCRIPTIONS {
+                let key = metrics::KeyName::from_const_str(name);
+                let help = metrics::SharedString::const_str(help);
+                match kind {
+                    SeriesKind::Counter => recorder.describe_counter(key, None, help),
+                    SeriesKind::Gauge => recorder.describe_gauge(key, None, help),
+                    SeriesKind::SecondsHistogram => {
+                        recorder.describe_histogram(key, Some(metrics::Unit::Seconds), help)
+                    }
+                }
+            }
+        });
     });
 }
 

@@ -446,19 +446,7 @@ pub(crate) async fn events(
         Entry::Waiting(view) => view.opens_at,
         Entry::Admitted(_) => None,
     };
-    let first = match entry {
-        Entry::Admitted(_) => Step::Admitted(entry),
-        Entry::Waiting(_) if config.mode == Mode::Closed => Step::Closed,
-        Entry::Waiting(view) => {
-            let body = api::entry_body(&app, &room, terms, Entry::Waiting(view.clone()));
-            Step::Status {
-                body,
-                position: view.position,
-                generation: view.generation,
-                ahead: view.opens_at.is_none().then_some(view.ahead),
-            }
-        }
-    };
+    let first = first_step(&app, &room, terms, config.mode, entry);
     let stream = StreamState {
         app,
         room,
@@ -482,6 +470,23 @@ pub(crate) async fn events(
         axum::http::HeaderValue::from_static("no"),
     );
     Ok(response)
+}
+
+/// The stream's first event, from the ticket's entry when it connected.
+fn first_step(app: &AppState, room: &RoomId, terms: StatusTerms, mode: Mode, entry: Entry) -> Step {
+    match entry {
+        Entry::Admitted(_) => Step::Admitted(entry),
+        Entry::Waiting(_) if mode == Mode::Closed => Step::Closed,
+        Entry::Waiting(view) => {
+            let body = api::entry_body(app, room, terms, Entry::Waiting(view.clone()));
+            Step::Status {
+                body,
+                position: view.position,
+                generation: view.generation,
+                ahead: view.opens_at.is_none().then_some(view.ahead),
+            }
+        }
+    }
 }
 
 enum Step {
@@ -587,20 +592,7 @@ fn event_stream(state: StreamState) -> impl Stream<Item = Result<Event, Infallib
 /// so an admission made by any node reaches the visitor as soon as this node's view shows it.
 async fn next_step(state: &mut StreamState) -> Step {
     loop {
-        let changed = match state.opens_at {
-            // Wake at the opening even if the room looks the same then.
-            Some(opens_at) => {
-                let wait = opens_at
-                    .as_millis()
-                    .saturating_sub(state.app.now().as_millis());
-                tokio::select! {
-                    changed = state.views.changed() => changed,
-                    () = tokio::time::sleep(Duration::from_millis(wait) + OPENING_GRACE) => Ok(()),
-                }
-            }
-            None => state.views.changed().await,
-        };
-        if changed.is_err() {
+        if view_changed(state).await.is_err() {
             return Step::End;
         }
         if let Some(opens_at) = state.opens_at
@@ -608,36 +600,9 @@ async fn next_step(state: &mut StreamState) -> Step {
         {
             return opened(state).await;
         }
-        let mut view = state.views.borrow_and_update().clone();
-        if let Some(ahead) = view
-            .as_deref()
-            .and_then(|view| view.ahead_of(state.position))
-            && state.last_sent != event_key_of(view.as_deref(), ahead, state.pace)
-            && let Some(at) = state.last_sent_at
-            && at.elapsed() < MIN_EVENT_INTERVAL
-        {
-            // A status change too soon after the last event: wait out the interval (or until
-            // the ticket leaves the line), then tell the latest figures.
-            let until = at + MIN_EVENT_INTERVAL;
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep_until(until) => break,
-                    changed = state.views.changed() => {
-                        if changed.is_err() {
-                            return Step::End;
-                        }
-                        view = state.views.borrow_and_update().clone();
-                        let still_waiting = view
-                            .as_deref()
-                            .is_some_and(|view| view.ahead_of(state.position).is_some());
-                        if !still_waiting {
-                            break;
-                        }
-                    }
-                }
-            }
-            view = state.views.borrow_and_update().clone().or(view);
-        }
+        let Ok(view) = latest_view(state).await else {
+            return Step::End;
+        };
         let Some(view) = view else {
             continue;
         };
@@ -653,36 +618,106 @@ async fn next_step(state: &mut StreamState) -> Step {
             }
             if view.ahead_of(state.position).is_none() {
                 // Out of the line before the opening (left, or let in by hand).
-                return match state.app.store().status(&state.room, state.reference).await {
-                    Ok(entry @ Entry::Admitted(_)) => Step::Admitted(entry),
-                    Ok(Entry::Waiting(_)) => continue,
-                    Err(_) => Step::End,
-                };
-            }
-        }
-        match view.ahead_of(state.position) {
-            Some(ahead) => {
-                let ahead = state.last_ahead.map_or(ahead, |last| ahead.min(last));
-                let key = event_key(&view, ahead, state.pace);
-                if state.last_sent == Some(key) {
-                    continue;
+                match out_of_line(state).await {
+                    Some(step) => return step,
+                    None => continue,
                 }
-                state.last_sent = Some(key);
-                state.last_sent_at = Some(tokio::time::Instant::now());
-                return Step::Status {
-                    body: status_body(state, &view, ahead),
-                    position: state.position,
-                    generation: state.generation,
-                    ahead: Some(ahead),
-                };
             }
-            // Out of the line: admitted (claim the pass now) or ended.
-            None => match state.app.store().status(&state.room, state.reference).await {
-                Ok(entry @ Entry::Admitted(_)) => return Step::Admitted(entry),
-                Ok(Entry::Waiting(_)) => continue,
-                Err(_) => return Step::End,
-            },
         }
+        let step = match view.ahead_of(state.position) {
+            Some(ahead) => status_step(state, &view, ahead),
+            // Out of the line: admitted (claim the pass now) or ended.
+            None => out_of_line(state).await,
+        };
+        if let Some(step) = step {
+            return step;
+        }
+    }
+}
+
+/// The room's views are no longer published (the hub dropped the room).
+struct ViewsEnded;
+
+/// Waits for the room's view to change, or, in a pre-queue, for the opening (even if the room
+/// looks the same then).
+#[inline]
+async fn view_changed(state: &mut StreamState) -> Result<(), ViewsEnded> {
+    let changed = match state.opens_at {
+        Some(opens_at) => {
+            let wait = opens_at
+                .as_millis()
+                .saturating_sub(state.app.now().as_millis());
+            tokio::select! {
+                changed = state.views.changed() => changed,
+                () = tokio::time::sleep(Duration::from_millis(wait) + OPENING_GRACE) => Ok(()),
+            }
+        }
+        None => state.views.changed().await,
+    };
+    changed.map_err(|_| ViewsEnded)
+}
+
+/// The room's latest view. A status change too soon after the last event waits out
+/// [`MIN_EVENT_INTERVAL`] (or until the ticket leaves the line), so the latest figures then
+/// are told.
+#[inline]
+async fn latest_view(state: &mut StreamState) -> Result<Option<Arc<TickerRoomView>>, ViewsEnded> {
+    let mut view = state.views.borrow_and_update().clone();
+    if let Some(ahead) = view
+        .as_deref()
+        .and_then(|view| view.ahead_of(state.position))
+        && state.last_sent != event_key_of(view.as_deref(), ahead, state.pace)
+        && let Some(at) = state.last_sent_at
+        && at.elapsed() < MIN_EVENT_INTERVAL
+    {
+        let until = at + MIN_EVENT_INTERVAL;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => break,
+                changed = state.views.changed() => {
+                    changed.map_err(|_| ViewsEnded)?;
+                    view = state.views.borrow_and_update().clone();
+                    let still_waiting = view
+                        .as_deref()
+                        .is_some_and(|view| view.ahead_of(state.position).is_some());
+                    if !still_waiting {
+                        break;
+                    }
+                }
+            }
+        }
+        view = state.views.borrow_and_update().clone().or(view);
+    }
+    Ok(view)
+}
+
+/// The status event for `ahead` people ahead (never more than last told); `None` when it
+/// would say what the last one said.
+#[inline]
+fn status_step(state: &mut StreamState, view: &TickerRoomView, ahead: u64) -> Option<Step> {
+    let ahead = state.last_ahead.map_or(ahead, |last| ahead.min(last));
+    let key = event_key(view, ahead, state.pace);
+    if state.last_sent == Some(key) {
+        return None;
+    }
+    state.last_sent = Some(key);
+    state.last_sent_at = Some(tokio::time::Instant::now());
+    Some(Step::Status {
+        body: status_body(state, view, ahead),
+        position: state.position,
+        generation: state.generation,
+        ahead: Some(ahead),
+    })
+}
+
+/// The ticket is out of the line in the view: the store says whether it was admitted (then
+/// the visitor claims the pass now) or ended; `None` when it still waits there (the view was
+/// behind).
+async fn out_of_line(state: &StreamState) -> Option<Step> {
+    match state.app.store().status(&state.room, state.reference).await {
+        Ok(entry @ Entry::Admitted(_)) => Some(Step::Admitted(entry)),
+        Ok(Entry::Waiting(_)) => None,
+        Err(_) => Some(Step::End),
     }
 }
 

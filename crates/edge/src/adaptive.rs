@@ -133,14 +133,8 @@ pub async fn run_adaptive(
             () = &mut shutdown => return,
         }
         if listed_at.is_none_or(|at| at.elapsed() >= RELIST) {
-            if let Ok(list) = app.store().rooms().await {
-                rooms = list
-                    .into_iter()
-                    .filter(|room| room.adaptive.is_some())
-                    .collect();
-                let ids: Vec<RoomId> = rooms.iter().map(|room| room.id.clone()).collect();
-                runs.retain(|room, _| ids.contains(room));
-                app.adaptive().forget_except(&ids);
+            if let Some(listed) = adaptive_rooms(&app, &mut runs).await {
+                rooms = listed;
             }
             listed_at = Some(tokio::time::Instant::now());
         }
@@ -178,6 +172,26 @@ pub async fn run_adaptive(
             }
         }
     }
+}
+
+/// The adaptive rooms, listed again from the store; the rooms no longer adaptive (or gone)
+/// are forgotten. `None` when the store cannot list them (the last list stays).
+async fn adaptive_rooms(
+    app: &AppState,
+    runs: &mut HashMap<RoomId, RoomRun>,
+) -> Option<Vec<RoomConfig>> {
+    let rooms: Vec<RoomConfig> = app
+        .store()
+        .rooms()
+        .await
+        .ok()?
+        .into_iter()
+        .filter(|room| room.adaptive.is_some())
+        .collect();
+    let ids: Vec<RoomId> = rooms.iter().map(|room| room.id.clone()).collect();
+    runs.retain(|room, _| ids.contains(room));
+    app.adaptive().forget_except(&ids);
+    Some(rooms)
 }
 
 /// The room's last pushed signal, from the store (whichever node received it); a store that

@@ -58,12 +58,7 @@ pub(crate) async fn authorize(
         Ok(found) => found,
         Err(response) => return response,
     };
-    let Some(redirect_uri) = parameter(&params, "redirect_uri").filter(|uri| {
-        client
-            .redirect_uris
-            .iter()
-            .any(|registered| registered == uri)
-    }) else {
+    let Some(redirect_uri) = registered_redirect(&params, &client) else {
         return page(
             StatusCode::BAD_REQUEST,
             "The sign-in request's redirect address is not registered for this client, so it was not followed.",
@@ -150,11 +145,56 @@ struct Checked {
     prompt_none: bool,
 }
 
+/// The redirect URI the request names, when it is one registered for the client.
+fn registered_redirect<'a>(params: &'a [(String, String)], client: &OidcClient) -> Option<&'a str> {
+    parameter(params, "redirect_uri").filter(|uri| {
+        client
+            .redirect_uris
+            .iter()
+            .any(|registered| registered == uri)
+    })
+}
+
+/// An error that goes back to the client: its `error` and `error_description`.
+type Refused = (&'static str, &'static str);
+
 /// The checks whose failures go back to the client (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6).
-fn check(
-    params: &[(String, String)],
-    client: &OidcClient,
-) -> Result<Checked, (&'static str, &'static str)> {
+fn check(params: &[(String, String)], client: &OidcClient) -> Result<Checked, Refused> {
+    check_request_kind(params)?;
+    let state = match parameter(params, "state") {
+        None => return Err(("invalid_request", "state is required")),
+        Some(state) if state.len() > MAX_STATE_LEN => {
+            return Err(("invalid_request", "state is longer than 768 bytes"));
+        }
+        Some(state) => state.to_owned(),
+    };
+    let nonce = match parameter(params, "nonce") {
+        None => return Err(("invalid_request", "nonce is required")),
+        Some(nonce) if nonce.len() > MAX_NONCE_LEN => {
+            return Err(("invalid_request", "nonce is longer than 256 bytes"));
+        }
+        Some(nonce) => nonce.to_owned(),
+    };
+    let challenge = challenge(params)?;
+    if challenge.is_none() && client.client_secret.is_none() {
+        return Err((
+            "invalid_request",
+            "this client is public and must use PKCE (code_challenge with S256)",
+        ));
+    }
+    let prompt_none =
+        parameter(params, "prompt").is_some_and(|prompt| prompt.split(' ').any(|p| p == "none"));
+    Ok(Checked {
+        state,
+        nonce,
+        challenge,
+        prompt_none,
+    })
+}
+
+/// The request is one this provider serves: the code flow, an `openid` scope, and no request
+/// object.
+fn check_request_kind(params: &[(String, String)]) -> Result<(), Refused> {
     match parameter(params, "response_type") {
         None => return Err(("invalid_request", "response_type is required")),
         Some("code") => {}
@@ -174,53 +214,26 @@ fn check(
     if parameter(params, "request_uri").is_some() {
         return Err(("request_uri_not_supported", "request_uri is not supported"));
     }
-    let state = match parameter(params, "state") {
-        None => return Err(("invalid_request", "state is required")),
-        Some(state) if state.len() > MAX_STATE_LEN => {
-            return Err(("invalid_request", "state is longer than 768 bytes"));
-        }
-        Some(state) => state.to_owned(),
-    };
-    let nonce = match parameter(params, "nonce") {
-        None => return Err(("invalid_request", "nonce is required")),
-        Some(nonce) if nonce.len() > MAX_NONCE_LEN => {
-            return Err(("invalid_request", "nonce is longer than 256 bytes"));
-        }
-        Some(nonce) => nonce.to_owned(),
-    };
+    Ok(())
+}
+
+/// The PKCE challenge, if the request has one: S256 only (RFC 7636).
+fn challenge(params: &[(String, String)]) -> Result<Option<String>, Refused> {
     let method = parameter(params, "code_challenge_method");
-    let challenge = match (parameter(params, "code_challenge"), method) {
-        (None, None) => None,
-        (None, Some(_)) => return Err(("invalid_request", "code_challenge is missing")),
+    match (parameter(params, "code_challenge"), method) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(("invalid_request", "code_challenge is missing")),
         // Without a method the challenge would be `plain` (RFC 7636 §4.3).
-        (Some(_), method) if method != Some("S256") => {
-            return Err((
-                "invalid_request",
-                "code_challenge_method must be S256 (plain is refused)",
-            ));
-        }
-        (Some(challenge), _) if !is_s256_challenge(challenge) => {
-            return Err((
-                "invalid_request",
-                "code_challenge must be the 43-character base64url SHA-256 of the verifier",
-            ));
-        }
-        (Some(challenge), _) => Some(challenge.to_owned()),
-    };
-    if challenge.is_none() && client.client_secret.is_none() {
-        return Err((
+        (Some(_), method) if method != Some("S256") => Err((
             "invalid_request",
-            "this client is public and must use PKCE (code_challenge with S256)",
-        ));
+            "code_challenge_method must be S256 (plain is refused)",
+        )),
+        (Some(challenge), _) if !is_s256_challenge(challenge) => Err((
+            "invalid_request",
+            "code_challenge must be the 43-character base64url SHA-256 of the verifier",
+        )),
+        (Some(challenge), _) => Ok(Some(challenge.to_owned())),
     }
-    let prompt_none =
-        parameter(params, "prompt").is_some_and(|prompt| prompt.split(' ').any(|p| p == "none"));
-    Ok(Checked {
-        state,
-        nonce,
-        challenge,
-        prompt_none,
-    })
 }
 
 /// An S256 challenge is the unpadded base64url of a SHA-256 digest: 43 characters.

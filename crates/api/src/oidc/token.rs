@@ -41,11 +41,35 @@ pub(crate) async fn token(
     }
 }
 
+/// The exchange as its steps: the form is read, the client authenticated, the code opened and
+/// checked, spent (once), its session found live, and the tokens signed.
 async fn exchange(
     app: &AppState,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, OAuthError> {
+    let params = form_parameters(headers, body)?;
+    let room = authenticate(app, headers, &params).await?;
+    check_grant_type(&params)?;
+    let now = app.now();
+    let (code, session_id) = checked_code(app, &room, &params, now)?;
+    redeem(app, &room, &code, session_id, now).await?;
+    let generation = live_session_generation(app, &room, &code, session_id, now).await?;
+    let (id_token, access_token) = sign_tokens(app, &room, code, generation, now)?;
+    let mut response = Json(json!({
+        "access_token": access_token,
+        "token_type": "Bearer",
+        "expires_in": TOKEN_TTL.as_secs(),
+        "id_token": id_token,
+        "scope": ACCESS_TOKEN_SCOPE,
+    }))
+    .into_response();
+    no_store(response.headers_mut());
+    Ok(response)
+}
+
+/// The request's parameters, from a body that must be `application/x-www-form-urlencoded`.
+fn form_parameters(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>, OAuthError> {
     let is_form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -62,41 +86,60 @@ async fn exchange(
     }
     let text = std::str::from_utf8(body)
         .map_err(|_| OAuthError::invalid_request("the body is not UTF-8"))?;
-    let params = parameters(text).map_err(OAuthError::invalid_request)?;
-    let room = authenticate(app, headers, &params).await?;
-    match parameter(&params, "grant_type") {
-        None => return Err(OAuthError::invalid_request("grant_type is required")),
-        Some("authorization_code") => {}
-        Some(_) => {
-            return Err(OAuthError::new(
-                StatusCode::BAD_REQUEST,
-                "unsupported_grant_type",
-                "only grant_type=authorization_code is supported",
-            ));
-        }
+    parameters(text).map_err(OAuthError::invalid_request)
+}
+
+fn check_grant_type(params: &[(String, String)]) -> Result<(), OAuthError> {
+    match parameter(params, "grant_type") {
+        None => Err(OAuthError::invalid_request("grant_type is required")),
+        Some("authorization_code") => Ok(()),
+        Some(_) => Err(OAuthError::new(
+            StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+            "only grant_type=authorization_code is supported",
+        )),
     }
-    let sealed = parameter(&params, "code")
-        .ok_or_else(|| OAuthError::invalid_request("code is required"))?;
-    let now = app.now();
-    let code = Code::open(app.keys().ticket_signer(), &room, sealed, now)
+}
+
+/// The code, opened and checked against the request (expiry, redirect URI, PKCE verifier)
+/// before it is spent, with the session it was issued for.
+fn checked_code(
+    app: &AppState,
+    room: &RoomId,
+    params: &[(String, String)],
+    now: Timestamp,
+) -> Result<(Code, SessionId), OAuthError> {
+    let sealed =
+        parameter(params, "code").ok_or_else(|| OAuthError::invalid_request("code is required"))?;
+    let code = Code::open(app.keys().ticket_signer(), room, sealed, now)
         .ok_or_else(|| OAuthError::invalid_grant("the code is not valid for this client"))?;
     if now.as_millis() >= code.expires_at {
         return Err(OAuthError::invalid_grant("the code has expired"));
     }
-    if parameter(&params, "redirect_uri") != Some(code.redirect_uri.as_str()) {
+    if parameter(params, "redirect_uri") != Some(code.redirect_uri.as_str()) {
         return Err(OAuthError::invalid_grant(
             "redirect_uri is not the one of the authorization request",
         ));
     }
     check_verifier(
         code.challenge.as_deref(),
-        parameter(&params, "code_verifier"),
+        parameter(params, "code_verifier"),
     )?;
     let session_id: SessionId = code
         .session
         .parse()
         .map_err(|_| OAuthError::invalid_grant("the code is not valid for this client"))?;
+    Ok((code, session_id))
+}
 
+/// Spends the code; a code redeemed again ends its session (and so revokes its tokens).
+async fn redeem(
+    app: &AppState,
+    room: &RoomId,
+    code: &Code,
+    session_id: SessionId,
+    now: Timestamp,
+) -> Result<(), OAuthError> {
     let redemption = app
         .code_redemptions()
         .redeem(CodeUse {
@@ -106,34 +149,52 @@ async fn exchange(
             now,
         })
         .await
-        .map_err(|error| store_failed(app, &room, error))?;
+        .map_err(|error| store_failed(app, room, error))?;
     match redemption {
-        Redemption::First => {}
+        Redemption::First => Ok(()),
         Redemption::Again => {
-            revoke(app, &room, session_id).await;
-            return Err(OAuthError::invalid_grant(
+            revoke(app, room, session_id).await;
+            Err(OAuthError::invalid_grant(
                 "the code was already used; the tokens issued for it are revoked",
-            ));
+            ))
         }
-        Redemption::Unknown => {
-            return Err(OAuthError::invalid_grant(
-                "the code can no longer be redeemed",
-            ));
-        }
+        Redemption::Unknown => Err(OAuthError::invalid_grant(
+            "the code can no longer be redeemed",
+        )),
     }
+}
 
+/// The generation of the code's session, which must still be active, unexpired and of the
+/// generation the code was issued for.
+async fn live_session_generation(
+    app: &AppState,
+    room: &RoomId,
+    code: &Code,
+    session_id: SessionId,
+    now: Timestamp,
+) -> Result<u32, OAuthError> {
     let session = app
         .store()
-        .session(&room, session_id)
+        .session(room, session_id)
         .await
-        .map_err(|error| store_failed(app, &room, error))?
+        .map_err(|error| store_failed(app, room, error))?
         .filter(|session| {
             session.state == SessionState::Active
                 && session.expires_at > now
                 && session.generation == code.generation
         })
         .ok_or_else(|| OAuthError::invalid_grant("the visitor's session has ended"))?;
+    Ok(session.generation)
+}
 
+/// The ID token and the access token for the code's session.
+fn sign_tokens(
+    app: &AppState,
+    room: &RoomId,
+    code: Code,
+    generation: u32,
+    now: Timestamp,
+) -> Result<(String, String), OAuthError> {
     let issuer = app.settings().issuer.clone();
     let iat = now.as_secs();
     let exp = iat.saturating_add(TOKEN_TTL.as_secs());
@@ -157,29 +218,19 @@ async fn exchange(
                 jti: code.id,
                 iat,
                 exp,
-                r#gen: session.generation,
+                r#gen: generation,
                 scope: ACCESS_TOKEN_SCOPE.to_owned(),
             })?;
             Ok((id_token, access_token))
         });
-    let (id_token, access_token) = signed.map_err(|error| {
+    signed.map_err(|error| {
         tracing::error!(%error, "cannot sign OIDC tokens");
         OAuthError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "server_error",
             "the tokens could not be signed",
         )
-    })?;
-    let mut response = Json(json!({
-        "access_token": access_token,
-        "token_type": "Bearer",
-        "expires_in": TOKEN_TTL.as_secs(),
-        "id_token": id_token,
-        "scope": ACCESS_TOKEN_SCOPE,
-    }))
-    .into_response();
-    no_store(response.headers_mut());
-    Ok(response)
+    })
 }
 
 /// Authenticates the client (RFC 6749 §2.3.1): HTTP Basic or the body, never both; a public

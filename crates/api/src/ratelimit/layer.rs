@@ -139,8 +139,33 @@ pub struct RateLimitService<S> {
 /// The answer of an inner service, its body boxed like the layer's own answers.
 type MapBody<ResBody> = fn(Response<ResBody>) -> Response<Body>;
 
-/// A decision that waits for the rate-limit stores, and the inner call after it.
-type CheckedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+/// Checks that wait for a store, and the inner call after them.
+pub(crate) type CheckedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+/// The future of a layer that checks requests (this one and the gateway's): left, the inner
+/// service called at once, with no boxed future; right, the checks.
+pub type LayerFuture<F, ResBody, E> = Either<MapOk<F, MapBody<ResBody>>, CheckedFuture<E>>;
+
+/// Calls the inner service at once, its answer's body boxed like the layer's own answers.
+pub fn call_at_once<S, ReqBody, ResBody>(
+    inner: &mut S,
+    request: Request<ReqBody>,
+) -> LayerFuture<S::Future, ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let map_body: MapBody<ResBody> = |response| response.map(Body::new);
+    Either::Left(inner.call(request).map_ok(map_body))
+}
+
+/// The inner service polled ready, for a future of its own; a fresh clone stays for the next
+/// call.
+pub fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let fresh = inner.clone();
+    std::mem::replace(inner, fresh)
+}
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
@@ -153,7 +178,7 @@ where
     type Response = Response<Body>;
     type Error = S::Error;
     /// Left: no rule installed, the inner service called at once. Right: the decision.
-    type Future = Either<MapOk<S::Future, MapBody<ResBody>>, CheckedFuture<S::Error>>;
+    type Future = LayerFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -164,12 +189,9 @@ where
         // boxed future and no clone of the inner service (a join or status call's common
         // case, when the built-in join rule is off).
         if self.limiter.allows_without_rules(&mut request) {
-            let map_body: MapBody<ResBody> = |response| response.map(Body::new);
-            return Either::Left(self.inner.call(request).map_ok(map_body));
+            return call_at_once(&mut self.inner, request);
         }
-        // The service polled ready goes into the future; a fresh clone stays for the next call.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let mut inner = take_ready(&mut self.inner);
         let layer = RateLimitLayer {
             limiter: self.limiter.clone(),
             route_rules: self.route_rules.clone(),

@@ -73,7 +73,7 @@ use headers::Reported;
 use metrics::RuleCounters;
 use view::{AppliedRateLimits, HttpView};
 
-pub use layer::add_headers;
+pub use layer::{LayerFuture, add_headers, call_at_once, take_ready};
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use metrics::{RateLimitMetrics, RuleMetrics, RuleResult};
 pub use view::{ClientIp, RateLimitClaims, RouteRateLimits};
@@ -554,23 +554,28 @@ impl Evaluation<'_> {
     /// limiting.
     async fn refund(&self, taken: &[(Arc<dyn LimitStore>, Taken)]) {
         for (store, took) in taken {
-            let requests: Vec<LimitRequest<'_>> = took
-                .rules
-                .iter()
-                .map(|p| {
-                    let rule = self.rule(p.index);
-                    LimitRequest {
-                        key: &p.key,
-                        params: &rule.params,
-                        cost: rule.cost,
-                        budget: Some(&self.set.budgets[p.index]),
-                    }
-                })
-                .collect();
+            let requests = self.limit_requests(&took.rules);
             if let Err(error) = store.refund(&requests, &took.reservations).await {
                 tracing::warn!(%error, "a rate-limit refund failed; the request stays counted");
             }
         }
+    }
+
+    /// What the store is asked for `rules`: each rule's key, parameters, cost and key budget.
+    #[inline]
+    fn limit_requests<'a>(&'a self, rules: &'a [Pending]) -> Vec<LimitRequest<'a>> {
+        rules
+            .iter()
+            .map(|p| {
+                let rule = self.rule(p.index);
+                LimitRequest {
+                    key: &p.key,
+                    params: &rule.params,
+                    cost: rule.cost,
+                    budget: Some(&self.set.budgets[p.index]),
+                }
+            })
+            .collect()
     }
 
     /// Decides one store's rules, holding the request for `delay` rules and deciding again
@@ -584,39 +589,8 @@ impl Evaluation<'_> {
     ) -> GroupOutcome {
         let mut active: Cow<'_, [Pending]> = Cow::Borrowed(group);
         for attempt in 0..MAX_ATTEMPTS {
-            let reserved = {
-                let requests: Vec<LimitRequest<'_>> = active
-                    .iter()
-                    .map(|p| {
-                        let rule = self.rule(p.index);
-                        LimitRequest {
-                            key: &p.key,
-                            params: &rule.params,
-                            cost: rule.cost,
-                            budget: Some(&self.set.budgets[p.index]),
-                        }
-                    })
-                    .collect();
-                match store.reserve(&requests).await {
-                    Ok(reserved)
-                        if reserved.decisions.len() == requests.len()
-                            && reserved.reservations.len() == requests.len() =>
-                    {
-                        reserved
-                    }
-                    Ok(reserved) => {
-                        tracing::error!(
-                            asked = requests.len(),
-                            answered = reserved.decisions.len(),
-                            "the rate-limit store answered the wrong number of decisions"
-                        );
-                        return GroupOutcome::Failed;
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "rate-limit store failed");
-                        return GroupOutcome::Failed;
-                    }
-                }
+            let Some(reserved) = reserve(store, &self.limit_requests(&active)).await else {
+                return GroupOutcome::Failed;
             };
             let decided: Vec<Decided> = active
                 .iter()
@@ -633,16 +607,7 @@ impl Evaluation<'_> {
                 });
                 return GroupOutcome::Allowed(decided, taken);
             }
-            let refused_shadow: Vec<usize> = decided
-                .iter()
-                .filter(|d| !d.decision.allowed && self.rule(d.index).action == Action::Shadow)
-                .map(|d| d.index)
-                .collect();
-            for &index in &refused_shadow {
-                let rule = self.rule(index);
-                tracing::info!(rule = %rule.name, client = %self.client_ip, "shadow rate limit would have refused the request");
-                self.set.counters[index].record(RuleResult::ShadowRejected);
-            }
+            let refused_shadow = self.record_shadow_refusals(&decided);
             let (refusing, others): (Vec<Decided>, Vec<Decided>) = decided
                 .into_iter()
                 .filter(|d| !refused_shadow.contains(&d.index))
@@ -658,19 +623,7 @@ impl Evaluation<'_> {
                 }
                 continue;
             }
-            // Hold the request only when every refusing rule says `delay` and each can tell
-            // when it would pass (no `retry_after`: never at this cost).
-            let wait = refusing
-                .iter()
-                .map(|d| {
-                    (self.rule(d.index).action == Action::Delay)
-                        .then_some(d.decision.retry_after)
-                        .flatten()
-                })
-                .try_fold(Duration::ZERO, |longest, wait| Some(longest.max(wait?)))
-                // A store answering "retry now" gets a moment, not a busy loop.
-                .map(|wait| wait.max(Duration::from_millis(1)));
-            match wait {
+            match self.delay_for(&refusing) {
                 Some(wait) if wait <= self.budget && attempt + 1 < MAX_ATTEMPTS => {
                     tokio::time::sleep(wait).await;
                     self.budget -= wait;
@@ -682,6 +635,37 @@ impl Evaluation<'_> {
         // Only shadow refusals and delay waits decide again, and both are bounded above.
         tracing::warn!("a request was decided too many times; treating it as a store failure");
         GroupOutcome::Failed
+    }
+
+    /// Records (and logs) the refusals of shadow rules, which refuse nothing: their indexes.
+    fn record_shadow_refusals(&self, decided: &[Decided]) -> Vec<usize> {
+        let refused_shadow: Vec<usize> = decided
+            .iter()
+            .filter(|d| !d.decision.allowed && self.rule(d.index).action == Action::Shadow)
+            .map(|d| d.index)
+            .collect();
+        for &index in &refused_shadow {
+            let rule = self.rule(index);
+            tracing::info!(rule = %rule.name, client = %self.client_ip, "shadow rate limit would have refused the request");
+            self.set.counters[index].record(RuleResult::ShadowRejected);
+        }
+        refused_shadow
+    }
+
+    /// How long to hold the request: only when every refusing rule says `delay` and each can
+    /// tell when it would pass (no `retry_after`: never at this cost), the longest of their
+    /// waits.
+    fn delay_for(&self, refusing: &[Decided]) -> Option<Duration> {
+        refusing
+            .iter()
+            .map(|d| {
+                (self.rule(d.index).action == Action::Delay)
+                    .then_some(d.decision.retry_after)
+                    .flatten()
+            })
+            .try_fold(Duration::ZERO, |longest, wait| Some(longest.max(wait?)))
+            // A store answering "retry now" gets a moment, not a busy loop.
+            .map(|wait| wait.max(Duration::from_millis(1)))
     }
 
     /// The store of `group` failed: 503 if one of its rules says `deny`, else the rules are
@@ -776,6 +760,35 @@ impl Evaluation<'_> {
             .collect();
         RateLimitVerdict::Allowed {
             headers: headers::allowed_headers(&reported),
+        }
+    }
+}
+
+/// One call to a store for `requests`; `None` (logged) when it failed or answered a number
+/// of decisions other than the number asked.
+#[inline]
+async fn reserve(
+    store: &dyn LimitStore,
+    requests: &[LimitRequest<'_>],
+) -> Option<anteroom_store::limit::Reserved> {
+    match store.reserve(requests).await {
+        Ok(reserved)
+            if reserved.decisions.len() == requests.len()
+                && reserved.reservations.len() == requests.len() =>
+        {
+            Some(reserved)
+        }
+        Ok(reserved) => {
+            tracing::error!(
+                asked = requests.len(),
+                answered = reserved.decisions.len(),
+                "the rate-limit store answered the wrong number of decisions"
+            );
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "rate-limit store failed");
+            None
         }
     }
 }

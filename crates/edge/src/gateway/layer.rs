@@ -16,18 +16,17 @@
 //! canonical form first: the inner router must route the path the routes were matched on, or
 //! `/shop/../free` could be matched as `/free` and routed as `/shop/**`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{Request, Response};
 use axum::response::IntoResponse as _;
-use futures_util::future::{Either, MapOk, TryFutureExt as _};
+use futures_util::future::Either;
 use tower::{Layer, Service};
 
 use super::{Gateway, LetThrough, protect, proxy};
+use crate::ratelimit::{LayerFuture, call_at_once, take_ready};
 
 /// A tower layer that holds requests on protected routes back until their visitor has a pass
 /// of the route's rooms, as the gateway does; made by
@@ -61,12 +60,6 @@ pub struct WaitingRoomService<S> {
     gateway: Gateway,
 }
 
-/// The answer of an inner service, its body boxed like the layer's own answers.
-type MapBody<ResBody> = fn(Response<ResBody>) -> Response<Body>;
-
-/// The checks, which wait for the store, and the inner call after them.
-type CheckedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
-
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for WaitingRoomService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -78,7 +71,7 @@ where
     type Response = Response<Body>;
     type Error = S::Error;
     /// Left: a route that checks nothing, the inner service called at once. Right: the checks.
-    type Future = Either<MapOk<S::Future, MapBody<ResBody>>, CheckedFuture<S::Error>>;
+    type Future = LayerFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -96,13 +89,9 @@ where
         };
         let has_rate_limiter = self.gateway.app().rate_limiter().is_some();
         if route.checks_nothing(has_rate_limiter) {
-            let map_body: MapBody<ResBody> = |response| response.map(Body::new);
-            let request = Request::from_parts(parts, body);
-            return Either::Left(self.inner.call(request).map_ok(map_body));
+            return call_at_once(&mut self.inner, Request::from_parts(parts, body));
         }
-        // The service polled ready goes into the future; a fresh clone stays for the next call.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let mut inner = take_ready(&mut self.inner);
         let gateway = self.gateway.clone();
         Either::Right(Box::pin(async move {
             let LetThrough {

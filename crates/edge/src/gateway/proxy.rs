@@ -250,6 +250,9 @@ pub(crate) async fn proxy(
     forward(gateway, upstream, &pools.client, request, passes).await
 }
 
+/// Forwards the request as the upstream is to get it, through the own client when its body is
+/// already in memory and through hyper's otherwise, and hands back the answer as the visitor
+/// gets it.
 async fn forward(
     gateway: &Gateway,
     upstream: &Upstream,
@@ -264,6 +267,55 @@ async fn forward(
     {
         return body_too_large(limit);
     }
+    let (headers, forwarding) = upstream_headers(gateway, upstream, &mut parts);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |path_and_query| path_and_query.as_str());
+    // A body already in memory (none, or a small one the connection loop read whole) goes
+    // through our own client; a streamed one through hyper's.
+    let own_client = client.own.as_ref().filter(|_| {
+        !config.http2
+            && body
+                .size_hint()
+                .exact()
+                .is_some_and(|length| length <= MAX_INLINE_BODY as u64)
+    });
+    let outgoing = Outgoing {
+        method: parts.method,
+        path,
+        headers,
+        forwarding,
+        body,
+    };
+    let answer = match own_client {
+        Some(own_client) => send_own(own_client, config, outgoing).await,
+        None => send_hyper(&client.hyper, upstream, outgoing).await,
+    };
+    match answer {
+        Ok(response) => finish(gateway, passes, response).await,
+        Err(refused) => refused,
+    }
+}
+
+/// A request as it goes to the upstream.
+struct Outgoing<'a> {
+    method: axum::http::Method,
+    /// The path and query.
+    path: &'a str,
+    headers: HeaderMap,
+    forwarding: Forwarding,
+    body: Body,
+}
+
+/// The request's headers as the upstream gets them: hop-by-hop ones removed, the forwarding
+/// ones taken out to be set anew ([`Forwarding`]), and `Host` for HTTP/1.1.
+#[inline]
+fn upstream_headers(
+    gateway: &Gateway,
+    upstream: &Upstream,
+    parts: &mut axum::http::request::Parts,
+) -> (HeaderMap, Forwarding) {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -278,7 +330,7 @@ async fn forward(
         host.as_ref(),
         &gateway.inner.trusted_proxies,
     );
-    if config.http2 {
+    if upstream.config.http2 {
         // The target's authority says where the request goes; the visitor's host travels in
         // X-Forwarded-Host and Forwarded.
         headers.remove(header::HOST);
@@ -290,102 +342,116 @@ async fn forward(
         // HTTP/1.1 request always carries one (both clients send the same).
         headers.insert(header::HOST, host);
     }
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |path_and_query| path_and_query.as_str());
-    // A body already in memory (none, or a small one the connection loop read whole) goes
-    // through our own client; a streamed one through hyper's.
-    let own_client = client.own.as_ref().filter(|_| {
-        !config.http2
-            && body
-                .size_hint()
-                .exact()
-                .is_some_and(|length| length <= MAX_INLINE_BODY as u64)
-    });
-    if let Some(own_client) = own_client {
-        let Ok(bytes) = body.collect().await.map(Collected::to_bytes) else {
-            return ApiError::bad_request("invalid_body", "the request body could not be read")
-                .into_response();
-        };
-        if let Some(limit) = config.max_request_body
-            && bytes.len() as u64 > limit
-        {
-            return body_too_large(limit);
-        }
-        let answer = own_client
-            .send(
-                &parts.method,
-                path,
-                &headers,
-                &forwarding,
-                bytes,
-                config.header_timeout,
-            )
-            .await;
-        let response = match answer {
-            Err(error) => return own_client_failure(&error, config),
-            Ok(response) => response,
-        };
-        return finish(gateway, passes, response).await;
-    }
-    let uri = Uri::builder()
-        .scheme(upstream.scheme())
-        .authority(upstream.authority.clone())
-        .path_and_query(path)
-        .build();
-    let Ok(uri) = uri else {
-        return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
-            .into_response();
-    };
-    if body.is_end_stream()
-        && request_states_length(&parts.method, 0)
-        && !headers.contains_key(header::CONTENT_LENGTH)
-    {
-        // An empty POST, PUT or PATCH says so, as the own client writes it (hyper's client
-        // sends no length for an empty body).
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    }
-    let mut outgoing = Request::new(GuardedBody::new(
-        body,
-        config.max_request_body,
-        config.idle_timeout,
-    ));
-    *outgoing.method_mut() = parts.method;
-    *outgoing.uri_mut() = uri;
-    forwarding.insert_into(&mut headers);
-    *outgoing.headers_mut() = headers;
-    *outgoing.version_mut() = if config.http2 {
-        Version::HTTP_2
-    } else {
-        Version::HTTP_11
-    };
+    (headers, forwarding)
+}
 
+/// Sends a request whose body is in memory through the own client; `Err` is the answer to
+/// the visitor when it could not be.
+#[inline]
+async fn send_own(
+    own_client: &Arc<UpstreamPool>,
+    config: &UpstreamConfig,
+    outgoing: Outgoing<'_>,
+) -> Result<Response, Response> {
+    let Ok(bytes) = outgoing.body.collect().await.map(Collected::to_bytes) else {
+        return Err(
+            ApiError::bad_request("invalid_body", "the request body could not be read")
+                .into_response(),
+        );
+    };
+    if let Some(limit) = config.max_request_body
+        && bytes.len() as u64 > limit
+    {
+        return Err(body_too_large(limit));
+    }
+    own_client
+        .send(
+            &outgoing.method,
+            outgoing.path,
+            &outgoing.headers,
+            &outgoing.forwarding,
+            bytes,
+            config.header_timeout,
+        )
+        .await
+        .map_err(|error| own_client_failure(&error, config))
+}
+
+/// Sends a request with a streamed body (or over h2c) through hyper's pooled client, under
+/// the upstream's connection cap; `Err` is the answer to the visitor when it could not be.
+async fn send_hyper(
+    hyper: &Client<HttpsConnector<HttpConnector>, GuardedBody<Body>>,
+    upstream: &Upstream,
+    outgoing: Outgoing<'_>,
+) -> Result<Response, Response> {
+    let config = &upstream.config;
+    let Some(request) = hyper_request(upstream, outgoing) else {
+        return Err(
+            ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
+                .into_response(),
+        );
+    };
     // Waiting for a connection under the cap counts towards the answer's head.
     let answer_by = Instant::now() + config.header_timeout;
     let permit = match &upstream.cap {
         None => None,
-        Some(cap) => match cap.acquire(answer_by).await {
-            Ok(permit) => Some(permit),
-            Err(_) => return upstream_busy(),
-        },
+        Some(cap) => Some(cap.acquire(answer_by).await.map_err(|_| upstream_busy())?),
     };
-    let answer = tokio::time::timeout_at(answer_by, client.hyper.request(outgoing)).await;
-    let response = match answer {
-        Err(_) => return upstream_timeout(config.header_timeout),
-        Ok(Err(error)) => return upstream_failure(&error, config),
+    let response = match tokio::time::timeout_at(answer_by, hyper.request(request)).await {
+        Err(_) => return Err(upstream_timeout(config.header_timeout)),
+        Ok(Err(error)) => return Err(upstream_failure(&error, config)),
         Ok(Ok(response)) => response,
     };
     let (parts, body) = response.into_parts();
     // The connection is in use until the body has ended: the permit goes with the body.
     let body =
         GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
-    finish(
-        gateway,
-        passes,
-        Response::from_parts(parts, Body::new(body)),
-    )
-    .await
+    Ok(Response::from_parts(parts, Body::new(body)))
+}
+
+/// The request as hyper's client sends it: to the upstream's absolute URI, its body guarded,
+/// the forwarding headers set; `None` when the target cannot be written as a URI.
+fn hyper_request(
+    upstream: &Upstream,
+    outgoing: Outgoing<'_>,
+) -> Option<Request<GuardedBody<Body>>> {
+    let config = &upstream.config;
+    let Outgoing {
+        method,
+        path,
+        mut headers,
+        forwarding,
+        body,
+    } = outgoing;
+    let uri = Uri::builder()
+        .scheme(upstream.scheme())
+        .authority(upstream.authority.clone())
+        .path_and_query(path)
+        .build();
+    let uri = uri.ok()?;
+    if body.is_end_stream()
+        && request_states_length(&method, 0)
+        && !headers.contains_key(header::CONTENT_LENGTH)
+    {
+        // An empty POST, PUT or PATCH says so, as the own client writes it (hyper's client
+        // sends no length for an empty body).
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    }
+    let mut request = Request::new(GuardedBody::new(
+        body,
+        config.max_request_body,
+        config.idle_timeout,
+    ));
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    forwarding.insert_into(&mut headers);
+    *request.headers_mut() = headers;
+    *request.version_mut() = if config.http2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+    Some(request)
 }
 
 /// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and

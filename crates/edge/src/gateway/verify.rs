@@ -48,7 +48,8 @@ struct Original {
     host: Option<HeaderValue>,
 }
 
-/// The handler.
+/// The handler: checks the caller, rebuilds the visitor's request, rate limits it, decides it
+/// on its route's rooms and answers in the form the proxy asked for.
 pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
     // Everything below believes the caller about the visitor: only a trusted proxy may call.
@@ -61,41 +62,13 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         .into_response();
     }
     let headers_read = &gateway.inner.verify;
-    let original = match original_request(&parts, headers_read) {
-        Ok(original) => original,
-        Err(error) => return error.into_response(),
-    };
-    let redirect = parts
-        .headers
-        .get("x-anteroom-verify")
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"redirect"))
-        || parts
-            .uri
-            .query()
-            .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect"))
-            && headers_read.uri != OriginalUri::AppendedPath;
-    let Original { uri, method, host } = original;
-    // The proxy forwards the path as the visitor spelled it: one that servers read
-    // differently is refused, and the route is matched on its canonical form.
-    let uri = match canonical::canonical_uri(&uri) {
-        Ok(canonical) => canonical.unwrap_or(uri),
+    let redirect = asks_for_redirect(&parts, headers_read);
+    let visitor = original_request(&parts, headers_read)
+        .and_then(|original| visitor_request(&parts, original));
+    let mut visitor = match visitor {
+        Ok(visitor) => visitor,
         Err(refused) => return refused.into_response(),
     };
-    // The visitor's request as the gateway would have seen it: its method, URI and host,
-    // with the headers and connection details of this one.
-    let mut visitor = Request::new(Body::empty());
-    *visitor.method_mut() = method;
-    *visitor.uri_mut() = Uri::builder()
-        .path_and_query(uri.path_and_query().map_or("/", |path| path.as_str()))
-        .build()
-        .unwrap_or_default();
-    *visitor.headers_mut() = parts.headers.clone();
-    *visitor.extensions_mut() = parts.extensions.clone();
-    if let Some(host) = host {
-        visitor.headers_mut().insert(header::HOST, host);
-    }
-    let (mut visitor, _) = visitor.into_parts();
-
     let route = gateway
         .live()
         .routes
@@ -111,17 +84,10 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     if route.bypass {
         return StatusCode::OK.into_response();
     }
-    let mut rate_headers = HeaderMap::new();
-    if let Some(limiter) = gateway.app().rate_limiter() {
-        visitor
-            .extensions
-            .insert(RouteRateLimits(route.rate_limits.clone()));
-        match limiter.check(&mut visitor).await {
-            RateLimitVerdict::Refused(response) => return response,
-            RateLimitVerdict::Allowed { headers } => rate_headers = headers,
-        }
-    }
-    let return_to = protect::return_path(&visitor.uri);
+    let rate_headers = match rate_limit(&gateway, &route, &mut visitor).await {
+        Ok(headers) => headers,
+        Err(refused) => return refused,
+    };
     let asked = Asked {
         method: &visitor.method,
         headers: &visitor.headers,
@@ -137,74 +103,75 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     } else {
         protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await
     };
-    let mut response = match verdict {
-        Verdict::Allow { mut cookies, .. } => {
-            // Some proxies pass on only the first cookie of the answer (nginx's
-            // $upstream_http_set_cookie): passes go first, tickets after.
-            cookies.sort_by_key(|cookie| !cookie.as_bytes().starts_with(b"anteroom_p_"));
-            // Proxies that hand only denials to the visitor would drop a pass issued or
-            // renewed now: a navigation is sent back to where it was going, with the cookie.
-            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
-            let mut response = if redirect && navigation && !cookies.is_empty() {
-                let mut response = StatusCode::FOUND.into_response();
-                if let Ok(value) = HeaderValue::from_str(&return_to) {
-                    response.headers_mut().insert(header::LOCATION, value);
-                }
-                response
-            } else {
-                StatusCode::OK.into_response()
-            };
-            for cookie in cookies {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
-            }
-            response
-        }
-        Verdict::Wait(waiting) => {
-            let waiting = *waiting;
-            let location = crate::page::wait_location(&waiting.room, &return_to);
-            let mut cookies = waiting.cookies;
-            let queue = waiting.entry.map(|entry| {
-                let (status, entry_cookies) =
-                    protect::entry_status(&gateway, &waiting.room, &waiting.config, entry);
-                cookies.extend(entry_cookies);
-                status
-            });
-            let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
-            let mut response = if redirect && navigation {
-                let mut response = StatusCode::FOUND.into_response();
-                if let Ok(value) = HeaderValue::from_str(&location) {
-                    response.headers_mut().insert(header::LOCATION, value);
-                }
-                response
-            } else if redirect {
-                protect::waiting_room_problem(
-                    &waiting.room,
-                    &return_to,
-                    queue.flatten(),
-                    waiting.retry_after_secs,
-                )
-            } else {
-                ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "waiting_room",
-                    format!(
-                        "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
-                        waiting.room.as_str()
-                    ),
-                )
-                .retry_after(waiting.retry_after_secs)
-                .into_response()
-            };
-            if let Ok(value) = HeaderValue::from_str(&location) {
-                response
-                    .headers_mut()
-                    .insert(ANTEROOM_LOCATION.clone(), value);
-            }
-            for cookie in cookies {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
-            }
-            response
-        }
+    let mut response = answer(&gateway, verdict, &visitor, redirect);
+    crate::ratelimit::add_headers(&mut response, &rate_headers);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The route's rate limits on the visitor's request: the headers to add to an allowing
+/// answer, or the refusal.
+async fn rate_limit(
+    gateway: &Gateway,
+    route: &super::routes::Route,
+    visitor: &mut Parts,
+) -> Result<HeaderMap, Response> {
+    let Some(limiter) = gateway.app().rate_limiter() else {
+        return Ok(HeaderMap::new());
+    };
+    visitor
+        .extensions
+        .insert(RouteRateLimits(route.rate_limits.clone()));
+    match limiter.check(visitor).await {
+        RateLimitVerdict::Refused(response) => Err(response),
+        RateLimitVerdict::Allowed { headers } => Ok(headers),
+    }
+}
+
+/// Whether the proxy asks for the visitor's own answer (a redirect or a 429) instead of a 401
+/// it turns into one: by header, or by `?wait=redirect` when the query is not the visitor's.
+fn asks_for_redirect(parts: &Parts, headers_read: &VerifyConfig) -> bool {
+    parts
+        .headers
+        .get("x-anteroom-verify")
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"redirect"))
+        || parts
+            .uri
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair == "wait=redirect"))
+            && headers_read.uri != OriginalUri::AppendedPath
+}
+
+/// The visitor's request as the gateway would have seen it: its method, URI and host, with the
+/// headers and connection details of this one.
+fn visitor_request(parts: &Parts, original: Original) -> Result<Parts, ApiError> {
+    let Original { uri, method, host } = original;
+    // The proxy forwards the path as the visitor spelled it: one that servers read
+    // differently is refused, and the route is matched on its canonical form.
+    let uri = canonical::canonical_uri(&uri)?.unwrap_or(uri);
+    let mut visitor = Request::new(Body::empty());
+    *visitor.method_mut() = method;
+    *visitor.uri_mut() = Uri::builder()
+        .path_and_query(uri.path_and_query().map_or("/", |path| path.as_str()))
+        .build()
+        .unwrap_or_default();
+    *visitor.headers_mut() = parts.headers.clone();
+    *visitor.extensions_mut() = parts.extensions.clone();
+    if let Some(host) = host {
+        visitor.headers_mut().insert(header::HOST, host);
+    }
+    Ok(visitor.into_parts().0)
+}
+
+/// The answer to the proxy for the rooms' verdict (before the rate-limit headers).
+fn answer(gateway: &Gateway, verdict: Verdict, visitor: &Parts, redirect: bool) -> Response {
+    let return_to = protect::return_path(&visitor.uri);
+    let navigation = protect::is_navigation(&visitor.method, &visitor.headers);
+    match verdict {
+        Verdict::Allow { cookies, .. } => allow_answer(cookies, redirect && navigation, &return_to),
+        Verdict::Wait(waiting) => wait_answer(gateway, *waiting, redirect, navigation, &return_to),
         Verdict::Closed { .. } => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "room_closed",
@@ -214,16 +181,90 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         Verdict::Unavailable { .. } => ApiError::store_unavailable().into_response(),
         Verdict::Refuse(error) => error.into_response(),
         Verdict::Limited(response) => response,
+    }
+}
+
+/// 200 with the cookies; or, for a navigation whose proxy hands only denials to the visitor and
+/// that was given a pass now, 302 back to where it was going with the cookie (such proxies would
+/// drop the pass from an allowing answer).
+fn allow_answer(
+    mut cookies: Vec<HeaderValue>,
+    redirect_navigation: bool,
+    return_to: &str,
+) -> Response {
+    // Some proxies pass on only the first cookie of the answer (nginx's
+    // $upstream_http_set_cookie): passes go first, tickets after.
+    cookies.sort_by_key(|cookie| !cookie.as_bytes().starts_with(b"anteroom_p_"));
+    let mut response = if redirect_navigation && !cookies.is_empty() {
+        found(return_to)
+    } else {
+        StatusCode::OK.into_response()
     };
-    for (name, value) in &rate_headers {
-        if !response.headers().contains_key(name) {
-            response.headers_mut().insert(name.clone(), value.clone());
-        }
+    append_cookies(&mut response, cookies);
+    response
+}
+
+/// The visitor waits: 401 naming the waiting page for the proxy to send them to, or, when the
+/// proxy asked for the visitor's answer, 302 there for a navigation and 429 `waiting_room` for
+/// anything else. Always with `X-Anteroom-Location` and the cookies (ticket included).
+fn wait_answer(
+    gateway: &Gateway,
+    waiting: protect::Waiting,
+    redirect: bool,
+    navigation: bool,
+    return_to: &str,
+) -> Response {
+    let location = crate::page::wait_location(&waiting.room, return_to);
+    let mut cookies = waiting.cookies;
+    let queue = waiting.entry.map(|entry| {
+        let (status, entry_cookies) =
+            protect::entry_status(gateway, &waiting.room, &waiting.config, entry);
+        cookies.extend(entry_cookies);
+        status
+    });
+    let mut response = if redirect && navigation {
+        found(&location)
+    } else if redirect {
+        protect::waiting_room_problem(
+            &waiting.room,
+            return_to,
+            queue.flatten(),
+            waiting.retry_after_secs,
+        )
+    } else {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "waiting_room",
+            format!(
+                "the visitor needs a pass of room {:?}: send them to X-Anteroom-Location",
+                waiting.room.as_str()
+            ),
+        )
+        .retry_after(waiting.retry_after_secs)
+        .into_response()
+    };
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response
+            .headers_mut()
+            .insert(ANTEROOM_LOCATION.clone(), value);
+    }
+    append_cookies(&mut response, cookies);
+    response
+}
+
+/// 302 to `location` (without `Location` if it is not a valid header value).
+fn found(location: &str) -> Response {
+    let mut response = StatusCode::FOUND.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
     }
     response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+}
+
+fn append_cookies(response: &mut Response, cookies: Vec<HeaderValue>) {
+    for cookie in cookies {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
 }
 
 /// Reads the visitor's URI, method and host from the one header set configured (SPEC §14.1):

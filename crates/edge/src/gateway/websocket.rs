@@ -104,17 +104,46 @@ pub(crate) async fn proxy(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
-    let config = &upstream.config;
+    let Some(handshake) = site_handshake(gateway, upstream, &parts) else {
+        return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
+            .into_response();
+    };
+    let (site, site_response) = match connect_site(upstream, settings, handshake).await {
+        Ok(connected) => connected,
+        Err(failed) => return failed.into_response(),
+    };
+    let mut upgrade = upgrade
+        .max_message_size(settings.max_message_size)
+        .max_frame_size(settings.max_message_size);
+    if let Some(protocol) = site_response.headers().get(header::SEC_WEBSOCKET_PROTOCOL) {
+        upgrade.set_selected_protocol(protocol.clone());
+    }
+    let (limit, on_exceed) = (settings.limit, settings.on_exceed);
+    let gateway = gateway.clone();
+    upgrade.on_upgrade(move |visitor| async move {
+        let stats = &gateway.inner.websocket_stats;
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        pump(visitor, site, MessageRate::new(limit, on_exceed), stats).await;
+        stats.open.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+/// The handshake request to the site: the visitor's headers without hop-by-hop and handshake
+/// ones, with the forwarding headers set and the visitor's host; `None` when the target
+/// cannot be written as a WebSocket URI.
+fn site_handshake(
+    gateway: &Gateway,
+    upstream: &Upstream,
+    parts: &axum::http::request::Parts,
+) -> Option<tungstenite::handshake::client::Request> {
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |path_and_query| path_and_query.as_str());
     let scheme = if upstream.tls.is_some() { "wss" } else { "ws" };
     let target = format!("{scheme}://{}{path}", upstream.authority);
-    let Ok(mut handshake) = target.as_str().into_client_request() else {
-        return ApiError::bad_request("invalid_uri", "the request target cannot be forwarded")
-            .into_response();
-    };
+    let mut handshake = target.as_str().into_client_request().ok()?;
     let host = request_host(&parts.uri, &parts.headers);
     let peer = parts
         .extensions
@@ -140,143 +169,128 @@ pub(crate) async fn proxy(
     if let Some(host) = host {
         handshake.headers_mut().insert(header::HOST, host);
     }
+    Some(handshake)
+}
 
+/// Connects to the site and makes the WebSocket handshake, each within its timeout.
+async fn connect_site(
+    upstream: &Upstream,
+    settings: &WebSocketConfig,
+    handshake: tungstenite::handshake::client::Request,
+) -> Result<(SiteSocket, tungstenite::handshake::client::Response), Leg> {
+    let config = &upstream.config;
     let mut leg_config = UpstreamWsConfig::default();
     leg_config.max_message_size = Some(settings.max_message_size);
     leg_config.max_frame_size = Some(settings.max_message_size);
-    let connect = async {
-        let stream = tokio::time::timeout(
-            config.connect_timeout,
-            UpstreamStream::connect(&upstream.address(), upstream.tls.as_ref()),
-        )
-        .await
-        .map_err(|_| Leg::Timeout)?
-        .map_err(|_| Leg::Unreachable)?;
-        tokio::time::timeout(
-            config.header_timeout,
-            tokio_tungstenite::client_async_with_config(handshake, stream, Some(leg_config)),
-        )
-        .await
-        .map_err(|_| Leg::Timeout)?
-        .map_err(Leg::Refused)
-    };
-    let (site, site_response) = match connect.await {
-        Ok(connected) => connected,
-        Err(Leg::Timeout) => {
-            return ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                "the site did not accept the WebSocket in time",
-            )
-            .into_response();
-        }
-        Err(Leg::Unreachable) => {
-            return ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unreachable",
-                "the site cannot be reached",
-            )
-            .into_response();
-        }
-        Err(Leg::Refused(error)) => {
-            tracing::debug!(%error, "the site refused the WebSocket");
-            return ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_refused",
-                "the site refused the WebSocket",
-            )
-            .into_response();
-        }
-    };
-    let mut upgrade = upgrade
-        .max_message_size(settings.max_message_size)
-        .max_frame_size(settings.max_message_size);
-    if let Some(protocol) = site_response.headers().get(header::SEC_WEBSOCKET_PROTOCOL) {
-        upgrade.set_selected_protocol(protocol.clone());
-    }
-    let limit = settings.limit;
-    let on_exceed = settings.on_exceed;
-    let gateway = gateway.clone();
-    upgrade.on_upgrade(move |visitor| async move {
-        let stats = &gateway.inner.websocket_stats;
-        stats.connections.fetch_add(1, Ordering::Relaxed);
-        stats.open.fetch_add(1, Ordering::Relaxed);
-        pump(visitor, site, limit, on_exceed, stats).await;
-        stats.open.fetch_sub(1, Ordering::Relaxed);
-    })
+    let stream = tokio::time::timeout(
+        config.connect_timeout,
+        UpstreamStream::connect(&upstream.address(), upstream.tls.as_ref()),
+    )
+    .await
+    .map_err(|_| Leg::Timeout)?
+    .map_err(|_| Leg::Unreachable)?;
+    tokio::time::timeout(
+        config.header_timeout,
+        tokio_tungstenite::client_async_with_config(handshake, stream, Some(leg_config)),
+    )
+    .await
+    .map_err(|_| Leg::Timeout)?
+    .map_err(Leg::Refused)
 }
 
+/// Why the site's leg could not be opened.
 enum Leg {
     Timeout,
     Unreachable,
     Refused(tungstenite::Error),
 }
 
+impl IntoResponse for Leg {
+    fn into_response(self) -> Response {
+        match self {
+            Leg::Timeout => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "the site did not accept the WebSocket in time",
+            ),
+            Leg::Unreachable => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                "the site cannot be reached",
+            ),
+            Leg::Refused(error) => {
+                tracing::debug!(%error, "the site refused the WebSocket");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_refused",
+                    "the site refused the WebSocket",
+                )
+            }
+        }
+        .into_response()
+    }
+}
+
 type SiteSocket = WebSocketStream<UpstreamStream>;
 
-/// Pumps messages until either side closes.
-async fn pump(
-    visitor: WebSocket,
-    site: SiteSocket,
+/// The visitor's data messages counted against `[websocket]`'s limit, from the connection's
+/// start.
+struct MessageRate {
     limit: Option<LimitParams>,
     on_exceed: OnExceed,
-    stats: &WebSocketStats,
-) {
-    let (mut to_visitor, mut from_visitor) = visitor.split();
-    let (mut to_site, mut from_site) = site.split();
-    let started = tokio::time::Instant::now();
-    let mut state: Option<LimitState> = None;
+    started: tokio::time::Instant,
+    state: Option<LimitState>,
+}
 
-    let visitor_to_site = async {
-        while let Some(Ok(message)) = from_visitor.next().await {
-            let data = matches!(message, ws::Message::Text(_) | ws::Message::Binary(_));
-            if data && let Some(params) = &limit {
-                let now_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                if !decide_in_place(params, &mut state, now_ms, 1).allowed {
-                    match on_exceed {
-                        OnExceed::Drop => {
-                            stats.dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        OnExceed::Close => {
-                            stats.closed_over_limit.fetch_add(1, Ordering::Relaxed);
-                            return Some(CloseFrame {
-                                code: ws::close_code::POLICY,
-                                reason: "message rate limit exceeded".into(),
-                            });
-                        }
-                    }
-                }
-            }
-            let closing = matches!(message, ws::Message::Close(_));
-            let Some(message) = to_site_message(message) else {
-                continue;
-            };
-            if to_site.send(message).await.is_err() {
-                break;
-            }
-            if data {
-                stats.forwarded.fetch_add(1, Ordering::Relaxed);
-            }
-            if closing {
-                break;
-            }
+/// What becomes of a data message over the limit.
+enum OverLimit {
+    Drop,
+    Close(CloseFrame),
+}
+
+impl MessageRate {
+    fn new(limit: Option<LimitParams>, on_exceed: OnExceed) -> MessageRate {
+        MessageRate {
+            limit,
+            on_exceed,
+            started: tokio::time::Instant::now(),
+            state: None,
         }
-        let _ = to_site.close().await;
-        None
-    };
-    let site_to_visitor = async {
-        while let Some(Ok(message)) = from_site.next().await {
-            let closing = matches!(message, UpstreamMessage::Close(_));
-            let Some(message) = to_visitor_message(message) else {
-                continue;
-            };
-            if to_visitor.send(message).await.is_err() || closing {
-                break;
-            }
+    }
+
+    /// Counts one data message: `Some` when it is over the limit (and counted in `stats`).
+    fn count(&mut self, stats: &WebSocketStats) -> Option<OverLimit> {
+        let params = self.limit.as_ref()?;
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if decide_in_place(params, &mut self.state, now_ms, 1).allowed {
+            return None;
         }
-    };
+        Some(match self.on_exceed {
+            OnExceed::Drop => {
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                OverLimit::Drop
+            }
+            OnExceed::Close => {
+                stats.closed_over_limit.fetch_add(1, Ordering::Relaxed);
+                OverLimit::Close(CloseFrame {
+                    code: ws::close_code::POLICY,
+                    reason: "message rate limit exceeded".into(),
+                })
+            }
+        })
+    }
+}
+
+type VisitorSink = futures_util::stream::SplitSink<WebSocket, ws::Message>;
+type SiteSink = futures_util::stream::SplitSink<SiteSocket, UpstreamMessage>;
+
+/// Pumps messages until either side closes.
+async fn pump(visitor: WebSocket, site: SiteSocket, rate: MessageRate, stats: &WebSocketStats) {
+    let (mut to_visitor, from_visitor) = visitor.split();
+    let (mut to_site, from_site) = site.split();
     let over_limit = {
+        let visitor_to_site = visitor_to_site(from_visitor, &mut to_site, rate, stats);
+        let site_to_visitor = site_to_visitor(from_site, &mut to_visitor);
         tokio::pin!(visitor_to_site, site_to_visitor);
         tokio::select! {
             over_limit = &mut visitor_to_site => over_limit,
@@ -286,6 +300,57 @@ async fn pump(
     if let Some(frame) = over_limit {
         let _ = to_visitor.send(ws::Message::Close(Some(frame))).await;
         let _ = to_site.close().await;
+    }
+}
+
+/// Passes the visitor's messages to the site until either closes; `Some` when the visitor
+/// went over the limit and is to be closed with that frame.
+async fn visitor_to_site(
+    mut from_visitor: futures_util::stream::SplitStream<WebSocket>,
+    to_site: &mut SiteSink,
+    mut rate: MessageRate,
+    stats: &WebSocketStats,
+) -> Option<CloseFrame> {
+    while let Some(Ok(message)) = from_visitor.next().await {
+        let data = matches!(message, ws::Message::Text(_) | ws::Message::Binary(_));
+        if data {
+            match rate.count(stats) {
+                None => {}
+                Some(OverLimit::Drop) => continue,
+                Some(OverLimit::Close(frame)) => return Some(frame),
+            }
+        }
+        let closing = matches!(message, ws::Message::Close(_));
+        let Some(message) = to_site_message(message) else {
+            continue;
+        };
+        if to_site.send(message).await.is_err() {
+            break;
+        }
+        if data {
+            stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        }
+        if closing {
+            break;
+        }
+    }
+    let _ = to_site.close().await;
+    None
+}
+
+/// Passes the site's messages to the visitor until either closes.
+async fn site_to_visitor(
+    mut from_site: futures_util::stream::SplitStream<SiteSocket>,
+    to_visitor: &mut VisitorSink,
+) {
+    while let Some(Ok(message)) = from_site.next().await {
+        let closing = matches!(message, UpstreamMessage::Close(_));
+        let Some(message) = to_visitor_message(message) else {
+            continue;
+        };
+        if to_visitor.send(message).await.is_err() || closing {
+            break;
+        }
     }
 }
 

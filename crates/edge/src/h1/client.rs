@@ -495,62 +495,12 @@ impl BodyReader {
             let Some(connection) = self.connection.as_mut() else {
                 return Ok(None);
             };
-            let piece = match &mut self.state {
-                ReadState::Done => None,
-                ReadState::Length(0) => {
-                    self.state = ReadState::Done;
-                    None
-                }
-                ReadState::Length(remaining) => {
-                    if connection.buffer.is_empty() {
-                        fill(connection, self.pool.target.idle_timeout, false).await?;
-                    }
-                    let take = (*remaining).min(connection.buffer.len() as u64);
-                    *remaining -= take;
-                    let take = usize::try_from(take).map_err(|_| BodyFailure::Malformed)?;
-                    Some(connection.buffer.split_to(take).freeze())
-                }
-                ReadState::UntilClose => {
-                    if connection.buffer.is_empty()
-                        && !fill(connection, self.pool.target.idle_timeout, true).await?
-                    {
-                        self.state = ReadState::Done;
-                        None
-                    } else {
-                        Some(connection.buffer.split().freeze())
-                    }
-                }
-                ReadState::Chunked(decoder) => match decoder
-                    .next(&mut connection.buffer)
-                    .map_err(|_| BodyFailure::Malformed)?
-                {
-                    Decoded::Data(data) => Some(data),
-                    Decoded::End => {
-                        self.state = ReadState::Done;
-                        None
-                    }
-                    Decoded::NeedMore => {
-                        fill(connection, self.pool.target.idle_timeout, false).await?;
-                        continue;
-                    }
-                },
-            };
-            match piece {
-                Some(data) if data.is_empty() => continue,
-                Some(data) => {
-                    self.seen += data.len() as u64;
-                    if self
-                        .pool
-                        .target
-                        .max_response_body
-                        .is_some_and(|limit| self.seen > limit)
-                    {
-                        self.connection = None;
-                        return Err(BodyFailure::TooLarge);
-                    }
-                    return Ok(Some(data));
-                }
-                None => {
+            let idle = self.pool.target.idle_timeout;
+            match read_piece(&mut self.state, connection, idle).await? {
+                Piece::Again => {}
+                Piece::Data(data) if data.is_empty() => {}
+                Piece::Data(data) => return self.counted(data).map(Some),
+                Piece::End => {
                     if let Some(connection) = self.connection.take()
                         && self.reusable
                     {
@@ -561,6 +511,79 @@ impl BodyReader {
             }
         }
     }
+
+    /// `data`, counted against `max_response_body`: past it, the connection is dropped and
+    /// the body fails.
+    #[inline]
+    fn counted(&mut self, data: Bytes) -> Result<Bytes, BodyFailure> {
+        self.seen += data.len() as u64;
+        if self
+            .pool
+            .target
+            .max_response_body
+            .is_some_and(|limit| self.seen > limit)
+        {
+            self.connection = None;
+            return Err(BodyFailure::TooLarge);
+        }
+        Ok(data)
+    }
+}
+
+/// What one read of a body gave.
+enum Piece {
+    Data(Bytes),
+    /// The body ended.
+    End,
+    /// More bytes were read: decode again.
+    Again,
+}
+
+/// Reads the next piece of a body framed as `state` says from `connection`.
+#[inline]
+async fn read_piece(
+    state: &mut ReadState,
+    connection: &mut Connection,
+    idle: Duration,
+) -> Result<Piece, BodyFailure> {
+    Ok(match state {
+        ReadState::Done => Piece::End,
+        ReadState::Length(0) => {
+            *state = ReadState::Done;
+            Piece::End
+        }
+        ReadState::Length(remaining) => {
+            if connection.buffer.is_empty() {
+                fill(connection, idle, false).await?;
+            }
+            let take = (*remaining).min(connection.buffer.len() as u64);
+            *remaining -= take;
+            let take = usize::try_from(take).map_err(|_| BodyFailure::Malformed)?;
+            Piece::Data(connection.buffer.split_to(take).freeze())
+        }
+        ReadState::UntilClose => {
+            if connection.buffer.is_empty() && !fill(connection, idle, true).await? {
+                *state = ReadState::Done;
+                Piece::End
+            } else {
+                Piece::Data(connection.buffer.split().freeze())
+            }
+        }
+        ReadState::Chunked(decoder) => match decoder
+            .next(&mut connection.buffer)
+            .map_err(|_| BodyFailure::Malformed)?
+        {
+            Decoded::Data(data) => Piece::Data(data),
+            Decoded::End => {
+                *state = ReadState::Done;
+                Piece::End
+            }
+            Decoded::NeedMore => {
+                fill(connection, idle, false).await?;
+                Piece::Again
+            }
+        },
+    })
 }
 
 /// Reads more of the body into the buffer within the idle timeout; `Ok(false)` at the end of

@@ -81,14 +81,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = app.into();
     let limits = app.limits.clone();
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    builder
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits.timeouts.header_timeout);
-    builder.http2().timer(hyper_util::rt::TokioTimer::new());
-    let builder = Arc::new(builder);
+    let builder = connection_builder(&limits);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Turned `true` at shutdown; every connection still deciding, and every event stream
     // served by `stream`, holds a receiver until it is done.
@@ -118,21 +111,7 @@ pub async fn serve(
             watcher: graceful.watcher(),
             stop: stop.subscribe(),
         };
-        let write_timeout = limits.timeouts.write_timeout;
-        match app.tls.clone() {
-            None => {
-                let stream = ClientIo::new(stream, Some(permit), write_timeout);
-                tokio::spawn(serve_connection(stream, accepted));
-            }
-            Some(acceptor) => {
-                tokio::spawn(async move {
-                    if let Some(stream) = handshake(&acceptor, stream, &accepted).await {
-                        let stream = ClientIo::new(stream, Some(permit), write_timeout);
-                        serve_tls_connection(stream, accepted);
-                    }
-                });
-            }
-        }
+        spawn_connection(stream, permit, accepted, limits.timeouts.write_timeout);
     }
     drop(listener);
     stop.send_replace(true);
@@ -147,6 +126,44 @@ pub async fn serve(
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
+}
+
+/// hyper's server for the connections it serves, with the listener's header timeout.
+fn connection_builder(
+    limits: &limits::ServerLimits,
+) -> Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>> {
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.timeouts.header_timeout);
+    builder.http2().timer(hyper_util::rt::TokioTimer::new());
+    Arc::new(builder)
+}
+
+/// Serves an accepted connection in a task of its own, after the TLS handshake when the
+/// listener has TLS.
+fn spawn_connection(
+    stream: tokio::net::TcpStream,
+    permit: limits::ConnectionPermit,
+    accepted: Accepted,
+    write_timeout: std::time::Duration,
+) {
+    match accepted.app.tls.clone() {
+        None => {
+            let stream = ClientIo::new(stream, Some(permit), write_timeout);
+            tokio::spawn(serve_connection(stream, accepted));
+        }
+        Some(acceptor) => {
+            tokio::spawn(async move {
+                if let Some(stream) = handshake(&acceptor, stream, &accepted).await {
+                    let stream = ClientIo::new(stream, Some(permit), write_timeout);
+                    serve_tls_connection(stream, accepted);
+                }
+            });
+        }
+    }
 }
 
 /// What serving one accepted connection needs besides the connection itself.

@@ -83,26 +83,8 @@ impl<S> Sentry<S> {
         while !self.unchecked.is_empty() {
             match &mut self.reading {
                 Reading::Head => {
-                    if self.first && self.opens_http2() {
-                        if self.unchecked.len() < HTTP2_PREFACE.len() {
-                            return;
-                        }
-                        self.reading = Reading::PassThrough;
-                        continue;
-                    }
-                    match take_head(&mut self.unchecked) {
-                        Ok(None) => return,
-                        Ok(Some(head)) => {
-                            self.first = false;
-                            self.checked.extend_from_slice(&head.raw);
-                            self.reading = body_of(&head);
-                        }
-                        Err(bad) => {
-                            self.refusal = bad.answer().map(|answer| (answer, 0));
-                            self.reading = Reading::Refused;
-                            self.unchecked.clear();
-                            return;
-                        }
+                    if !self.check_head() {
+                        return;
                     }
                 }
                 Reading::Length(left) => {
@@ -117,24 +99,10 @@ impl<S> Sentry<S> {
                     self.checked.extend_from_slice(&body);
                 }
                 Reading::Chunked(decoder) => {
-                    // The decoder takes what it reads: run it on a copy to learn how far the
-                    // body goes, and pass the bytes on as they came.
-                    let mut view = self.unchecked.clone();
-                    let ended = loop {
-                        match decoder.next(&mut view) {
-                            Ok(Decoded::Data(_)) => {}
-                            Ok(Decoded::NeedMore) => break Some(false),
-                            Ok(Decoded::End) => break Some(true),
-                            Err(_) => break None,
-                        }
-                    };
-                    let read = self.unchecked.len() - view.len();
-                    let body = self.unchecked.split_to(read);
-                    self.checked.extend_from_slice(&body);
-                    match ended {
-                        Some(false) => return,
-                        Some(true) => self.reading = Reading::Head,
-                        None => self.reading = Reading::PassThrough,
+                    match pass_chunks(decoder, &mut self.unchecked, &mut self.checked) {
+                        Chunks::Unfinished => return,
+                        Chunks::Ended => self.reading = Reading::Head,
+                        Chunks::Broken => self.reading = Reading::PassThrough,
                     }
                 }
                 Reading::PassThrough => {
@@ -149,11 +117,71 @@ impl<S> Sentry<S> {
         }
     }
 
+    /// Checks the head at the start of `unchecked` (or sees HTTP/2's preface there); `false`
+    /// when nothing more can be checked until more bytes come, or ever (a refused head).
+    fn check_head(&mut self) -> bool {
+        if self.first && self.opens_http2() {
+            if self.unchecked.len() < HTTP2_PREFACE.len() {
+                return false;
+            }
+            self.reading = Reading::PassThrough;
+            return true;
+        }
+        match take_head(&mut self.unchecked) {
+            Ok(None) => false,
+            Ok(Some(head)) => {
+                self.first = false;
+                self.checked.extend_from_slice(&head.raw);
+                self.reading = body_of(&head);
+                true
+            }
+            Err(bad) => {
+                self.refusal = bad.answer().map(|answer| (answer, 0));
+                self.reading = Reading::Refused;
+                self.unchecked.clear();
+                false
+            }
+        }
+    }
+
     /// Whether the unchecked bytes are (the start of) HTTP/2's preface.
     fn opens_http2(&self) -> bool {
         let length = self.unchecked.len().min(HTTP2_PREFACE.len());
         HTTP2_PREFACE.starts_with(&self.unchecked[..length])
     }
+}
+
+/// How far a chunked body went in the bytes at hand.
+enum Chunks {
+    /// It goes on past them.
+    Unfinished,
+    /// It ended: a head may follow.
+    Ended,
+    /// They are not a chunked body.
+    Broken,
+}
+
+/// Moves the chunked body's bytes from `unchecked` to `checked`, as far as it goes.
+fn pass_chunks(
+    decoder: &mut ChunkedDecoder,
+    unchecked: &mut BytesMut,
+    checked: &mut BytesMut,
+) -> Chunks {
+    // The decoder takes what it reads: run it on a copy to learn how far the body goes, and
+    // pass the bytes on as they came.
+    let mut view = unchecked.clone();
+    let ended = loop {
+        match decoder.next(&mut view) {
+            Ok(Decoded::Data(_)) => {}
+            Ok(Decoded::NeedMore) => break Chunks::Unfinished,
+            Ok(Decoded::End) => break Chunks::Ended,
+            Err(_) => break Chunks::Broken,
+        }
+    };
+    let read = unchecked.len() - view.len();
+    let body = unchecked.split_to(read);
+    checked.extend_from_slice(&body);
+    ended
 }
 
 /// How the body after `head` is read.

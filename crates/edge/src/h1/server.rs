@@ -52,6 +52,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
+use anteroom_core::config::ConnectionLimits;
 use anteroom_h1::{
     AnswerFraming, BadHead, Framing, RequestHead, check_request, connection_says, keeps_alive,
     push_chunk, take_head,
@@ -161,131 +162,195 @@ pub(crate) async fn serve<S: Transport>(
     let scheme = stream.get_ref().scheme();
     let mut input = BytesMut::new();
     let mut output = Vec::with_capacity(READ_STEP);
-    let within = |timeout| tokio::time::Instant::now() + timeout;
     // The first head is timed from the accept.
     let mut deadline = Deadline::at(within(timeouts.header_timeout));
     let mut first = true;
     loop {
-        if !first && input.is_empty() {
-            // Kept alive: the next request's first byte must come within the idle timeout.
-            deadline.set(within(timeouts.idle_timeout));
-            tokio::select! {
-                came = next_bytes(&mut stream, &mut input) => if !came { return },
-                () = deadline.passed() => return,
-                _ = stop.wait_for(|stop| *stop) => return,
-            }
-            deadline.set(within(timeouts.header_timeout));
-        }
+        let head = next_head(
+            &mut stream,
+            &mut input,
+            &mut deadline,
+            &mut stop,
+            timeouts,
+            first,
+        );
+        let Some(head) = head.await else { return };
         first = false;
-        // A client that sends no whole head within the limit (slow-loris) is closed.
-        let head = tokio::select! {
-            head = read_head(&mut stream, &mut input) => head,
-            () = deadline.passed() => return,
-            _ = stop.wait_for(|stop| *stop) => return,
-        };
-        let RequestHead {
-            request,
-            raw,
-            framing,
-        } = match head {
+        let head = match head {
             Ok(head) => head,
             Err(bad) => return refuse(&bad, &mut stream).await,
         };
         let started = std::time::Instant::now();
-        let mut request = request.map(|()| Body::empty());
-        let length = match framing {
+        let mut request = head.request.map(|()| Body::empty());
+        let length = match head.framing {
             Framing::Length(length) => length,
             Framing::ForHyper => {
                 drop(stop);
-                let mut replay = Vec::with_capacity(raw.len() + input.len());
-                replay.extend_from_slice(&raw);
-                replay.extend_from_slice(&input);
-                let requests = Arc::new(InFlight::default());
-                stream.watch_idle(timeouts.idle_timeout, requests.clone());
-                serve_with_hyper(
-                    Rewound::new(Bytes::from(replay), stream),
-                    (peer, scheme),
-                    router,
-                    hand_over,
-                    requests,
-                );
-                return;
+                return hand_to_hyper(stream, &head.raw, &input, (peer, scheme), router, hand_over);
             }
         };
         if length > 0 {
-            // `length` ≤ MAX_INLINE_BODY: the body is read whole.
-            let Ok(length) = usize::try_from(length) else {
-                return;
-            };
-            let read = read_body(
-                &mut stream,
-                &mut input,
-                length,
-                &mut deadline,
-                timeouts.body_timeout,
-            );
-            if read.await.is_err() {
-                return;
-            }
-            *request.body_mut() = Body::from(input.split_to(length).freeze());
+            let read = read_inline_body(&mut stream, &mut input, length, &mut deadline, timeouts);
+            let Some(body) = read.await else { return };
+            *request.body_mut() = body;
         }
-        let keep_alive = keeps_alive(request.version(), request.headers()) && !*stop.borrow();
-        let head_only = request.method() == Method::HEAD;
-        let version = request.version();
-        request.extensions_mut().insert(ConnectInfo(peer));
-        if scheme == ClientScheme::Https {
-            // Plain HTTP is what a request without the mark means: no insert per request.
-            request.extensions_mut().insert(scheme);
-        }
-        // Behind a trusted proxy, the per-address cap counts the forwarded client's requests.
-        let (response, _permit) = match forwarded_client_permit(&hand_over.limits, peer, &request) {
-            Err(OverAddressCap) => (over_address_cap(), None),
-            Ok(permit) => {
-                let response = match &site {
-                    Some(site) if SiteLane::takes(request.uri().path()) => {
-                        site.handle(request).await
-                    }
-                    _ => match router.call(request).await {
-                        Ok(response) => response,
-                        Err(never) => match never {},
-                    },
-                };
-                (response, permit)
-            }
-        };
+        let answer = Answer::to(&request, &stop);
+        mark_connection(&mut request, peer, scheme);
+        // The per-address permit is held until the answer is written.
+        let limits = &hand_over.limits;
+        let (response, _permit) = answer_request(&mut router, &site, limits, peer, request).await;
         hand_over.requests.answered(response.status(), started);
         output.clear();
-        match write_response(
-            &mut stream,
-            &mut output,
-            response,
-            Answer {
-                version,
-                head_only,
-                keep_alive,
-            },
-            &mut stop,
-        )
+        let written = write_response(&mut stream, &mut output, response, answer, &mut stop);
+        if !goes_on(written.await, &mut stream, peer).await {
+            return;
+        }
+        release_large_buffers(&mut input, &mut output);
+    }
+}
+
+/// Whether the connection serves another request after an answer was written (`written`):
+/// if not, it is shut down, or, when the write failed, left.
+#[inline]
+async fn goes_on<S: Transport>(
+    written: io::Result<bool>,
+    stream: &mut Client<S>,
+    peer: SocketAddr,
+) -> bool {
+    match written {
+        Ok(true) => true,
+        Ok(false) => {
+            let _ = stream.shutdown().await;
+            false
+        }
+        Err(error) => {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+            false
+        }
+    }
+}
+
+/// A deadline `timeout` from now.
+#[inline]
+fn within(timeout: std::time::Duration) -> tokio::time::Instant {
+    tokio::time::Instant::now() + timeout
+}
+
+/// The connection's next request head; `None` when the connection is to end without an answer:
+/// the client closed it or kept it idle past `idle_timeout`, sent no whole head within the
+/// deadline (slow-loris), or the server is stopping.
+#[inline]
+async fn next_head<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    deadline: &mut Deadline,
+    stop: &mut watch::Receiver<bool>,
+    timeouts: ConnectionLimits,
+    first: bool,
+) -> Option<Result<RequestHead, BadHead>> {
+    if !first && input.is_empty() {
+        // Kept alive: the next request's first byte must come within the idle timeout.
+        deadline.set(within(timeouts.idle_timeout));
+        tokio::select! {
+            came = next_bytes(stream, input) => if !came { return None },
+            () = deadline.passed() => return None,
+            _ = stop.wait_for(|stop| *stop) => return None,
+        }
+        deadline.set(within(timeouts.header_timeout));
+    }
+    tokio::select! {
+        head = read_head(stream, input) => Some(head),
+        () = deadline.passed() => None,
+        _ = stop.wait_for(|stop| *stop) => None,
+    }
+}
+
+/// Hands the connection to hyper, which reads the bytes already read (the head `raw` and what
+/// followed it in `input`) first.
+fn hand_to_hyper<S: Transport>(
+    mut stream: Client<S>,
+    raw: &[u8],
+    input: &[u8],
+    client: (SocketAddr, ClientScheme),
+    router: Router,
+    hand_over: HandOver,
+) {
+    let mut replay = Vec::with_capacity(raw.len() + input.len());
+    replay.extend_from_slice(raw);
+    replay.extend_from_slice(input);
+    let requests = Arc::new(InFlight::default());
+    stream.watch_idle(hand_over.limits.timeouts.idle_timeout, requests.clone());
+    let rewound = Rewound::new(Bytes::from(replay), stream);
+    serve_with_hyper(rewound, client, router, hand_over, requests);
+}
+
+/// Reads a body of `length` bytes (at most [`anteroom_h1::MAX_INLINE_BODY`]) whole; `None`
+/// when the connection broke or went quiet for `body_timeout`.
+#[inline]
+async fn read_inline_body<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    length: u64,
+    deadline: &mut Deadline,
+    timeouts: ConnectionLimits,
+) -> Option<Body> {
+    let length = usize::try_from(length).ok()?;
+    read_body(stream, input, length, deadline, timeouts.body_timeout)
         .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                let _ = stream.shutdown().await;
-                return;
-            }
-            Err(error) => {
-                tracing::debug!(%peer, %error, "connection ended with an error");
-                return;
-            }
-        }
-        // A connection that held a large answer does not keep its buffer.
-        if output.capacity() > MAX_GATHERED_BODY + READ_STEP {
-            output = Vec::with_capacity(READ_STEP);
-        }
-        // Nor does one that read a large body while it waits for the next request.
-        if input.is_empty() && input.capacity() > READ_STEP {
-            input = BytesMut::new();
-        }
+        .ok()?;
+    Some(Body::from(input.split_to(length).freeze()))
+}
+
+/// Marks the request with its connection: the peer's address and, over TLS, the scheme.
+#[inline]
+fn mark_connection(
+    request: &mut axum::http::Request<Body>,
+    peer: SocketAddr,
+    scheme: ClientScheme,
+) {
+    request.extensions_mut().insert(ConnectInfo(peer));
+    if scheme == ClientScheme::Https {
+        // Plain HTTP is what a request without the mark means: no insert per request.
+        request.extensions_mut().insert(scheme);
+    }
+}
+
+/// Answers the request: in front of a site, paths the router would send to the gateway go to
+/// its lane directly, the rest to the router. Behind a trusted proxy, the per-address cap counts
+/// the forwarded client's requests: the permit is returned to be held while the answer is
+/// written.
+#[inline]
+async fn answer_request(
+    router: &mut Router,
+    site: &Option<SiteLane>,
+    limits: &ServerLimits,
+    peer: SocketAddr,
+    request: axum::http::Request<Body>,
+) -> (Response<Body>, Option<AddressPermit>) {
+    let permit = match forwarded_client_permit(limits, peer, &request) {
+        Err(OverAddressCap) => return (over_address_cap(), None),
+        Ok(permit) => permit,
+    };
+    let response = match site {
+        Some(site) if SiteLane::takes(request.uri().path()) => site.handle(request).await,
+        _ => match router.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+    };
+    (response, permit)
+}
+
+/// Drops buffers grown past their usual size: a connection that held a large answer does not
+/// keep its output buffer, nor one that read a large body its input buffer while it waits for
+/// the next request.
+#[inline]
+fn release_large_buffers(input: &mut BytesMut, output: &mut Vec<u8>) {
+    if output.capacity() > MAX_GATHERED_BODY + READ_STEP {
+        *output = Vec::with_capacity(READ_STEP);
+    }
+    if input.is_empty() && input.capacity() > READ_STEP {
+        *input = BytesMut::new();
     }
 }
 
@@ -383,14 +448,8 @@ pub(crate) fn serve_with_hyper<I>(
             let started = std::time::Instant::now();
             let in_flight = requests.start();
             let requests = requests.clone();
-            let checked: Result<_, Response<Body>> =
-                match check_request(request.version(), request.headers()) {
-                    Err(bad) => Err(refused_by_hyper(
-                        bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM),
-                    )),
-                    Ok(()) => forwarded_client_permit(&limits, peer, &request)
-                        .map_err(|OverAddressCap| over_address_cap()),
-                };
+            let checked =
+                check_for_hyper(&limits, peer, &request).map_err(HyperRefusal::into_response);
             let body_timeout = limits.timeouts.body_timeout;
             let mut router = router.clone();
             async move {
@@ -428,6 +487,39 @@ pub(crate) fn serve_with_hyper<I>(
     });
 }
 
+/// What the own loop checks before a request is served, for a request hyper parsed: its
+/// framing and host ([`check_request`]) and the per-address cap; the refusal to send if one
+/// fails.
+fn check_for_hyper<B>(
+    limits: &ServerLimits,
+    peer: SocketAddr,
+    request: &axum::http::Request<B>,
+) -> Result<Option<AddressPermit>, HyperRefusal> {
+    match check_request(request.version(), request.headers()) {
+        Err(bad) => Err(HyperRefusal::Head(
+            bad.problem().unwrap_or(BadHead::FRAMING_PROBLEM),
+        )),
+        Ok(()) => forwarded_client_permit(limits, peer, request)
+            .map_err(|OverAddressCap| HyperRefusal::OverAddressCap),
+    }
+}
+
+/// Why a request hyper parsed is refused.
+enum HyperRefusal {
+    /// Its head: the problem+json to answer.
+    Head(&'static str),
+    OverAddressCap,
+}
+
+impl HyperRefusal {
+    fn into_response(self) -> Response<Body> {
+        match self {
+            HyperRefusal::Head(problem) => refused_by_hyper(problem),
+            HyperRefusal::OverAddressCap => over_address_cap(),
+        }
+    }
+}
+
 /// How an answer is written.
 #[derive(Debug, Clone, Copy)]
 struct Answer {
@@ -439,6 +531,19 @@ struct Answer {
     keep_alive: bool,
 }
 
+impl Answer {
+    /// How the answer to `request` is written; the connection is not kept alive once the
+    /// server is stopping.
+    #[inline]
+    fn to<B>(request: &axum::http::Request<B>, stop: &watch::Receiver<bool>) -> Answer {
+        Answer {
+            version: request.version(),
+            head_only: request.method() == Method::HEAD,
+            keep_alive: keeps_alive(request.version(), request.headers()) && !*stop.borrow(),
+        }
+    }
+}
+
 /// Writes `response`; `Ok(true)` when the connection may serve another request.
 async fn write_response<S: Transport>(
     stream: &mut Client<S>,
@@ -447,7 +552,7 @@ async fn write_response<S: Transport>(
     answer: Answer,
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<bool> {
-    let (parts, mut body) = response.into_parts();
+    let (parts, body) = response.into_parts();
     // The answer to a HEAD has an empty body but says the length a GET would have had.
     let known_length = if answer.head_only {
         None
@@ -479,26 +584,46 @@ async fn write_response<S: Transport>(
     if let Some(length) = length
         && length <= MAX_GATHERED_BODY as u64
     {
-        let mut written = 0u64;
-        while let Some(frame) = body.frame().await {
-            let Ok(data) = frame
-                .map_err(|error| io::Error::other(error.to_string()))?
-                .into_data()
-            else {
-                continue;
-            };
-            written += data.len() as u64;
-            if written > length {
-                return Err(io::Error::other(
-                    "the answer's body is longer than its length",
-                ));
-            }
-            output.extend_from_slice(&data);
-        }
+        let whole = gather_body(body, output, length).await?;
         stream.write_all(output).await?;
-        return Ok(keep_alive && written == length);
+        return Ok(keep_alive && whole);
     }
     stream.write_all(output).await?;
+    let whole = stream_body(stream, output, body, length, chunked, stop).await?;
+    Ok(keep_alive && whole)
+}
+
+/// Appends a body of at most `length` bytes to `output` (after the head); `Ok(false)` when it
+/// was shorter than `length`.
+#[inline]
+async fn gather_body(mut body: Body, output: &mut Vec<u8>, length: u64) -> io::Result<bool> {
+    let mut written = 0u64;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame
+            .map_err(|error| io::Error::other(error.to_string()))?
+            .into_data()
+        else {
+            continue;
+        };
+        written += data.len() as u64;
+        if written > length {
+            return Err(longer_than_declared());
+        }
+        output.extend_from_slice(&data);
+    }
+    Ok(written == length)
+}
+
+/// Writes a body as its frames come (in chunks when `chunked`), until it ends or the server
+/// stops; `Ok(true)` when it ended whole and the connection may go on.
+async fn stream_body<S: Transport>(
+    stream: &mut Client<S>,
+    output: &mut Vec<u8>,
+    mut body: Body,
+    length: Option<u64>,
+    chunked: bool,
+    stop: &mut watch::Receiver<bool>,
+) -> io::Result<bool> {
     let mut written = 0u64;
     loop {
         let frame = tokio::select! {
@@ -506,43 +631,41 @@ async fn write_response<S: Transport>(
             // Shutting down: a long answer (an event stream) ends here.
             _ = stop.wait_for(|stop| *stop) => None,
         };
-        match frame {
+        let data = match frame {
             None => {
                 if chunked {
                     stream.write_all(b"0\r\n\r\n").await?;
                 }
-                return Ok(keep_alive && length.is_none_or(|length| written == length));
+                return Ok(length.is_none_or(|length| written == length));
             }
             // A broken answer ends without its last chunk, so the client sees it was cut.
             Some(Err(error)) => {
                 tracing::debug!(%error, "the answer's body failed");
                 return Ok(false);
             }
-            Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if data.is_empty() {
-                    continue;
-                }
-                written += data.len() as u64;
-                // An answer longer than the length its head declared would put bytes on the
-                // connection that the client reads as the next answer: cut it off instead.
-                if length.is_some_and(|length| written > length) {
-                    return Err(io::Error::other(
-                        "the answer's body is longer than its length",
-                    ));
-                }
-                if chunked {
-                    output.clear();
-                    push_chunk(output, &data);
-                    stream.write_all(output).await?;
-                } else {
-                    stream.write_all(&data).await?;
-                }
-            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                _ => continue,
+            },
+        };
+        written += data.len() as u64;
+        // An answer longer than the length its head declared would put bytes on the
+        // connection that the client reads as the next answer: cut it off instead.
+        if length.is_some_and(|length| written > length) {
+            return Err(longer_than_declared());
+        }
+        if chunked {
+            output.clear();
+            push_chunk(output, &data);
+            stream.write_all(output).await?;
+        } else {
+            stream.write_all(&data).await?;
         }
     }
+}
+
+fn longer_than_declared() -> io::Error {
+    io::Error::other("the answer's body is longer than its length")
 }
 
 /// A connection whose first bytes were already read: they are read again first.
