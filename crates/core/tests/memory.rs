@@ -39,7 +39,12 @@ fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
     let mut changes = ChangeSet::default();
     for n in 0..TICKETS {
         state
-            .join(JoinRequest::default(), Timestamp(1_000_000 + n), &mut rng, &mut changes)
+            .join(
+                JoinRequest::default(),
+                Timestamp(1_000_000 + n),
+                &mut rng,
+                &mut changes,
+            )
             .unwrap();
         changes = ChangeSet::default();
     }

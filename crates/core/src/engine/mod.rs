@@ -705,7 +705,9 @@ impl RoomState {
         }
         self.settle_schedule(now, rng, changes);
         let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
-        if let Some(entry) = self.resume_live(identity.as_deref(), request.resume, now, rng, changes)? {
+        if let Some(entry) =
+            self.resume_live(identity.as_deref(), request.resume, now, rng, changes)?
+        {
             return Ok(entry);
         }
         if request.resume_only {
@@ -1159,7 +1161,12 @@ impl RoomState {
         let live: Vec<TicketId> = self
             .tickets
             .iter()
-            .filter(|(_, t)| matches!(t.state(), TicketState::Waiting | TicketState::Admitted { .. }))
+            .filter(|(_, t)| {
+                matches!(
+                    t.state(),
+                    TicketState::Waiting | TicketState::Admitted { .. }
+                )
+            })
             .map(|(id, _)| *id)
             .collect();
         for ticket in live {
