@@ -49,7 +49,7 @@ fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
         changes = ChangeSet::default();
     }
     let per_ticket = (live_bytes() - before) / TICKETS;
-    println!("heap per waiting ticket: {per_ticket} bytes");
+    eprintln!("heap per waiting ticket: {per_ticket} bytes");
     assert_eq!(state.snapshot().waiting, TICKETS);
     assert!(per_ticket <= 224, "{per_ticket} bytes per waiting ticket");
 }
