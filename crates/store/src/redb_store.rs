@@ -70,8 +70,7 @@ type RecentEvents = Arc<parking_lot::Mutex<BTreeMap<u64, Vec<u8>>>>;
 
 /// The memory redb may use for its page cache (its own default is 1 GiB). Rooms live in
 /// memory and redb is read only at opening and for history, so its cache mostly held the
-/// pages the checkpoints wrote: with a million waiting tickets that was ~250 bytes of the
-/// node's RSS per ticket, and nothing read them again.
+/// pages the checkpoints wrote, which nothing read again: RSS the node paid per ticket.
 const REDB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The most operations one log frame takes; more wait for the next append.
