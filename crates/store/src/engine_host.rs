@@ -466,7 +466,7 @@ impl<P: Persister> EngineHost<P> {
 
     pub(crate) fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError> {
         self.read(room, |state| RoomRecords {
-            tickets: state.tickets().cloned().collect(),
+            tickets: state.tickets().collect(),
             sessions: state.sessions().cloned().collect(),
         })
     }

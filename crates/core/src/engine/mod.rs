@@ -12,6 +12,7 @@
 //! lowest waiting position first (I4), so nobody's `ahead` ever grows (I5).
 
 mod bucket;
+mod held;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -24,6 +25,7 @@ use crate::ids::{RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::WaitingLine;
+use held::HeldTicket;
 
 pub use bucket::AdmissionBucket;
 
@@ -325,15 +327,15 @@ impl VisitorEventKind {
         }
     }
 
-    fn about_ticket(self, ticket: &Ticket, at: Timestamp) -> VisitorEvent {
+    fn about_ticket(self, id: TicketId, ticket: &HeldTicket, at: Timestamp) -> VisitorEvent {
         VisitorEvent {
             kind: self,
             at,
-            ticket: Some(ticket.id),
+            ticket: Some(id),
             session: None,
             position: ticket.position,
             generation: ticket.generation,
-            uid: ticket.identity.clone(),
+            uid: ticket.identity().map(str::to_owned),
         }
     }
 
@@ -523,7 +525,7 @@ pub enum EngineError {
 #[derive(Debug, Clone)]
 pub struct RoomState {
     meta: RoomMeta,
-    tickets: HashMap<TicketId, Ticket, RandomIdHash>,
+    tickets: HashMap<TicketId, HeldTicket, RandomIdHash>,
     sessions: HashMap<SessionId, Session, RandomIdHash>,
     waiting: WaitingLine,
     /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
@@ -560,13 +562,14 @@ impl RoomState {
     /// contact at the latest, so a restart never abandons anybody.
     pub fn restore(
         meta: RoomMeta,
-        tickets: Vec<Ticket>,
+        tickets: impl IntoIterator<Item = Ticket>,
         sessions: Vec<Session>,
         now: Timestamp,
     ) -> RoomState {
+        let tickets = tickets.into_iter();
         let mut room = RoomState {
             meta,
-            tickets: HashMap::with_capacity_and_hasher(tickets.len(), RandomIdHash),
+            tickets: HashMap::with_capacity_and_hasher(tickets.size_hint().0, RandomIdHash),
             sessions: HashMap::with_capacity_and_hasher(sessions.len(), RandomIdHash),
             waiting: WaitingLine::new(),
             priority: WaitingLine::new(),
@@ -578,27 +581,28 @@ impl RoomState {
             admitted_unclaimed: 0,
         };
         let mut ended = Vec::new();
-        for mut ticket in tickets {
-            match ticket.state {
+        for ticket in tickets {
+            let (id, mut ticket) = HeldTicket::from_ticket(ticket);
+            let state = ticket.state();
+            match state {
                 TicketState::Waiting => {
                     ticket.last_seen = ticket.last_seen.max(now);
-                    room.line_mut(ticket.priority)
-                        .insert(ticket.position, ticket.id);
-                    room.idle.insert((ticket.last_seen, ticket.id));
+                    room.line_mut(ticket.priority).insert(ticket.position, id);
+                    room.idle.insert((ticket.last_seen, id));
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
                     room.admitted_unclaimed += 1;
-                    room.claim_deadlines.insert((claim_deadline, ticket.id));
+                    room.claim_deadlines.insert((claim_deadline, id));
                 }
                 TicketState::Claimed { .. } => {}
-                TicketState::Ended { at, .. } => ended.push((at, ticket.id)),
+                TicketState::Ended { at, .. } => ended.push((at, id)),
             }
-            if let Some(identity) = &ticket.identity
-                && !matches!(ticket.state, TicketState::Ended { .. })
+            if let Some(identity) = ticket.identity()
+                && !matches!(state, TicketState::Ended { .. })
             {
-                room.identities.insert(identity.clone(), ticket.id);
+                room.identities.insert(identity.to_owned(), id);
             }
-            room.tickets.insert(ticket.id, ticket);
+            room.tickets.insert(id, ticket);
         }
         ended.sort();
         room.ended = ended.into();
@@ -622,8 +626,8 @@ impl RoomState {
     }
 
     /// A ticket by id.
-    pub fn ticket(&self, id: TicketId) -> Option<&Ticket> {
-        self.tickets.get(&id)
+    pub fn ticket(&self, id: TicketId) -> Option<Ticket> {
+        self.tickets.get(&id).map(|held| held.to_ticket(id))
     }
 
     /// A session by id.
@@ -632,8 +636,8 @@ impl RoomState {
     }
 
     /// Every ticket the room remembers.
-    pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
-        self.tickets.values()
+    pub fn tickets(&self) -> impl Iterator<Item = Ticket> + '_ {
+        self.tickets.iter().map(|(id, held)| held.to_ticket(*id))
     }
 
     /// Every session the room remembers.
@@ -691,7 +695,7 @@ impl RoomState {
         let mut waiting = 0;
         for reference in tickets {
             let current = self.tickets.get(&reference.id).is_some_and(|t| {
-                t.generation == reference.generation && t.state == TicketState::Waiting
+                t.generation == reference.generation && t.state() == TicketState::Waiting
             });
             if current {
                 self.touch(reference.id, now);
@@ -732,95 +736,25 @@ impl RoomState {
             return Err(EngineError::RoomClosed);
         }
         self.settle_schedule(now, rng, changes);
-        // In an identity room the identity decides which ticket is resumed: a ticket token
-        // presented by somebody else (a shared browser) never hands over another user's place.
         let identity = request.identity.map(|i| truncate(i, MAX_IDENTITY_LEN));
-        let resumable = match &identity {
-            Some(identity) => self.identities.get(identity).copied(),
-            None => request
-                .resume
-                .filter(|held| held.generation == self.meta.generation)
-                .map(|held| held.id),
-        };
-        if let Some(ticket_id) = resumable {
-            let reference = TicketRef {
-                id: ticket_id,
-                generation: self.meta.generation,
-            };
-            match self.status(reference, now, rng, changes) {
-                Ok(entry) => return Ok(entry),
-                Err(EngineError::TicketExpired | EngineError::TicketUnknown) => {}
-                Err(other) => return Err(other),
-            }
+        if let Some(entry) =
+            self.resume_live(identity.as_deref(), request.resume, now, rng, changes)?
+        {
+            return Ok(entry);
         }
         if request.resume_only {
             return Err(EngineError::NothingToResume);
         }
-        // A code is checked (and counted) only for a new ticket: resuming never spends one.
-        let priority = match request.priority_code.as_deref() {
-            None => None,
-            Some(code) => {
-                let (hash, uses) = self
-                    .meta
-                    .config
-                    .priority_code(code)
-                    .ok_or(EngineError::InvalidPriorityCode)?;
-                if self.meta.code_uses.get(&hash).copied().unwrap_or(0) >= uses {
-                    return Err(EngineError::InvalidPriorityCode);
-                }
-                Some(hash)
-            }
-        };
+        let priority = self.check_priority_code(request.priority_code.as_deref())?;
         let return_to = request
             .return_to
             .filter(|path| path.len() <= MAX_RETURN_PATH_LEN);
-        if let Some(hash) = priority {
-            *self.meta.code_uses.entry(hash).or_insert(0) += 1;
-        }
-        self.meta.last_position += 1;
-        self.meta.totals.joined += 1;
-        let ticket = Ticket {
-            id: TicketId::random(rng),
-            position: self.meta.last_position,
-            generation: self.meta.generation,
-            joined_at: now,
-            last_seen: now,
-            identity: identity.clone(),
-            return_to,
-            priority: priority.is_some(),
-            state: TicketState::Waiting,
-        };
-        let ticket_id = ticket.id;
-        if let Some(identity) = identity {
-            self.identities.insert(identity, ticket_id);
-        }
-        self.line_mut(ticket.priority)
-            .insert(ticket.position, ticket_id);
-        self.idle.insert((now, ticket_id));
-        changes
-            .events
-            .push(VisitorEventKind::Joined.about_ticket(&ticket, now));
-        self.tickets.insert(ticket_id, ticket);
-        changes.meta = true;
-        changes.tickets.insert(ticket_id);
-
-        let limits = self.meta.config.limits_at(now);
-        let admit_at_once = match mode {
-            Mode::Passthrough => true,
-            Mode::Queue => {
-                self.meta.bucket.refill(limits, now);
-                self.n_waiting() == 1
-                    && self.free_slots(limits) >= 1
-                    && self.meta.bucket.available(limits) >= 1
-            }
-            Mode::QueueAll | Mode::Closed => false,
-        };
-        if !admit_at_once {
+        let ticket_id = self.add_waiting_ticket(identity, return_to, priority, now, rng, changes);
+        if !self.admits_at_once(mode, now) {
             // What `status` answers for a ticket that has just joined: the schedule was settled
             // above at the same time, and its last contact is now.
             return Ok(Entry::Waiting(self.waiting_view(ticket_id, now)));
         }
-        self.meta.bucket.spend(limits, 1);
         self.admit(ticket_id, now, changes);
         self.status(
             TicketRef {
@@ -831,6 +765,116 @@ impl RoomState {
             rng,
             changes,
         )
+    }
+
+    /// The visitor's live ticket, if it has one: in an identity room the identity decides
+    /// which ticket is resumed, so a ticket token presented by somebody else (a shared
+    /// browser) never hands over another user's place.
+    fn resume_live(
+        &mut self,
+        identity: Option<&str>,
+        held: Option<TicketRef>,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> Result<Option<Entry>, EngineError> {
+        let resumable = match identity {
+            Some(identity) => self.identities.get(identity).copied(),
+            None => held
+                .filter(|held| held.generation == self.meta.generation)
+                .map(|held| held.id),
+        };
+        let Some(ticket_id) = resumable else {
+            return Ok(None);
+        };
+        let reference = TicketRef {
+            id: ticket_id,
+            generation: self.meta.generation,
+        };
+        match self.status(reference, now, rng, changes) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(EngineError::TicketExpired | EngineError::TicketUnknown) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The SHA-256 of a priority access code that still has uses left. A code is checked
+    /// (and counted, by [`add_waiting_ticket`](Self::add_waiting_ticket)) only for a new
+    /// ticket: resuming never spends one.
+    fn check_priority_code(&self, code: Option<&str>) -> Result<Option<[u8; 32]>, EngineError> {
+        let Some(code) = code else {
+            return Ok(None);
+        };
+        let (hash, uses) = self
+            .meta
+            .config
+            .priority_code(code)
+            .ok_or(EngineError::InvalidPriorityCode)?;
+        if self.meta.code_uses.get(&hash).copied().unwrap_or(0) >= uses {
+            return Err(EngineError::InvalidPriorityCode);
+        }
+        Ok(Some(hash))
+    }
+
+    /// Issues the next position to a new waiting ticket (in the priority lane when it came
+    /// with a code, which is then counted as used).
+    fn add_waiting_ticket(
+        &mut self,
+        identity: Option<String>,
+        return_to: Option<String>,
+        priority: Option<[u8; 32]>,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        changes: &mut ChangeSet,
+    ) -> TicketId {
+        if let Some(hash) = priority {
+            *self.meta.code_uses.entry(hash).or_insert(0) += 1;
+        }
+        self.meta.last_position += 1;
+        self.meta.totals.joined += 1;
+        let ticket_id = TicketId::random(rng);
+        if let Some(identity) = &identity {
+            self.identities.insert(identity.clone(), ticket_id);
+        }
+        let ticket = HeldTicket::waiting(
+            self.meta.last_position,
+            self.meta.generation,
+            now,
+            identity,
+            return_to,
+            priority.is_some(),
+        );
+        self.line_mut(ticket.priority)
+            .insert(ticket.position, ticket_id);
+        self.idle.insert((now, ticket_id));
+        changes
+            .events
+            .push(VisitorEventKind::Joined.about_ticket(ticket_id, &ticket, now));
+        self.tickets.insert(ticket_id, ticket);
+        changes.meta = true;
+        changes.tickets.insert(ticket_id);
+        ticket_id
+    }
+
+    /// Whether the ticket that has just joined goes in at once (which spends one admission):
+    /// always in a `passthrough` room; in a `queue` room when it is the only one waiting and
+    /// a slot and the admission budget allow.
+    fn admits_at_once(&mut self, mode: Mode, now: Timestamp) -> bool {
+        let limits = self.meta.config.limits_at(now);
+        let admits = match mode {
+            Mode::Passthrough => true,
+            Mode::Queue => {
+                self.meta.bucket.refill(limits, now);
+                self.n_waiting() == 1
+                    && self.free_slots(limits) >= 1
+                    && self.meta.bucket.available(limits) >= 1
+            }
+            Mode::QueueAll | Mode::Closed => false,
+        };
+        if admits {
+            self.meta.bucket.spend(limits, 1);
+        }
+        admits
     }
 
     /// The current meaning of a ticket; keeps a waiting ticket alive, and claims the session of
@@ -853,7 +897,7 @@ impl RoomState {
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
-        match ticket.state {
+        match ticket.state() {
             TicketState::Waiting => {
                 self.touch(reference.id, now);
                 Ok(Entry::Waiting(self.waiting_view(reference.id, now)))
@@ -895,9 +939,9 @@ impl RoomState {
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
-        match ticket.state {
-            TicketState::Waiting | TicketState::Admitted { .. } => {
-                let freed = matches!(ticket.state, TicketState::Admitted { .. });
+        match ticket.state() {
+            state @ (TicketState::Waiting | TicketState::Admitted { .. }) => {
+                let freed = matches!(state, TicketState::Admitted { .. });
                 self.end_ticket(reference.id, TicketEnd::Left, now, changes);
                 self.meta.totals.left += 1;
                 changes.meta = true;
@@ -1018,39 +1062,69 @@ impl RoomState {
         changes: &mut ChangeSet,
     ) -> TickReport {
         self.settle_schedule(now, rng, changes);
-        let mut report = TickReport::default();
         let had_demand = self.n_waiting() > 0;
+        let mut report = TickReport {
+            expired: self.expire_sessions(now, changes),
+            no_shows: self.end_no_shows(now, changes),
+            abandoned: self.abandon_idle(now, changes),
+            admitted: 0,
+        };
+        report.admitted = self.admit_due(now, rng, changes);
+        self.meta.rate.record(report.admitted, had_demand, now);
 
+        self.forget_history(now, changes);
+        if report != TickReport::default() {
+            changes.meta = true;
+        }
+        report
+    }
+
+    /// Ends the active sessions whose time has run out; returns how many.
+    fn expire_sessions(&mut self, now: Timestamp, changes: &mut ChangeSet) -> u64 {
         let due_sessions: Vec<SessionId> = self
             .sessions
             .values()
             .filter(|s| s.state == SessionState::Active && !session_alive(s, now))
             .map(|s| s.id)
             .collect();
-        for session in due_sessions {
+        for &session in &due_sessions {
             self.finish_session(session, SessionEnd::Expired, now, changes);
-            report.expired += 1;
         }
+        due_sessions.len() as u64
+    }
 
+    /// Ends the admitted tickets whose claim deadline has passed; returns how many.
+    fn end_no_shows(&mut self, now: Timestamp, changes: &mut ChangeSet) -> u64 {
+        let mut no_shows = 0;
         while let Some(&(deadline, ticket)) = self.claim_deadlines.first() {
             if deadline > now {
                 break;
             }
             self.end_ticket(ticket, TicketEnd::NoShow, now, changes);
             self.meta.totals.no_show += 1;
-            report.no_shows += 1;
+            no_shows += 1;
         }
+        no_shows
+    }
 
+    /// Ends the waiting tickets not seen for `ticket_idle_ttl`; returns how many.
+    fn abandon_idle(&mut self, now: Timestamp, changes: &mut ChangeSet) -> u64 {
         let idle_ttl = self.meta.config.ticket_idle_ttl;
+        let mut abandoned = 0;
         while let Some(&(last_seen, ticket)) = self.idle.first() {
             if last_seen.after(idle_ttl) > now {
                 break;
             }
             self.end_ticket(ticket, TicketEnd::Abandoned, now, changes);
             self.meta.totals.abandoned += 1;
-            report.abandoned += 1;
+            abandoned += 1;
         }
+        abandoned
+    }
 
+    /// Admits as many waiting tickets as the mode, the free capacity and the admission budget
+    /// allow (the priority lane first, then the room's order); returns how many.
+    fn admit_due(&mut self, now: Timestamp, rng: &mut impl Rng, changes: &mut ChangeSet) -> u64 {
         let limits = self.meta.config.limits_at(now);
         let mode = self.meta.config.mode_at(now);
         self.meta.bucket.refill(limits, now);
@@ -1065,6 +1139,7 @@ impl RoomState {
         if mode == Mode::Queue {
             self.meta.bucket.spend(limits, admissions);
         }
+        let mut admitted = 0;
         for _ in 0..admissions {
             // The priority lane goes first, in join order (SPEC §12).
             let next = match self.meta.config.order {
@@ -1074,15 +1149,9 @@ impl RoomState {
             };
             let Some((_, ticket)) = next else { break };
             self.admit(ticket, now, changes);
-            report.admitted += 1;
+            admitted += 1;
         }
-        self.meta.rate.record(report.admitted, had_demand, now);
-
-        self.forget_history(now, changes);
-        if report != TickReport::default() {
-            changes.meta = true;
-        }
-        report
+        admitted
     }
 
     /// The operator's advance by hand (SPEC §5.1, §8.1): admits up to `count` more waiting
@@ -1123,9 +1192,14 @@ impl RoomState {
     pub fn reset(&mut self, purge: bool, now: Timestamp, changes: &mut ChangeSet) {
         let live: Vec<TicketId> = self
             .tickets
-            .values()
-            .filter(|t| matches!(t.state, TicketState::Waiting | TicketState::Admitted { .. }))
-            .map(|t| t.id)
+            .iter()
+            .filter(|(_, t)| {
+                matches!(
+                    t.state(),
+                    TicketState::Waiting | TicketState::Admitted { .. }
+                )
+            })
+            .map(|(id, _)| *id)
             .collect();
         for ticket in live {
             self.end_ticket(ticket, TicketEnd::Reset, now, changes);
@@ -1236,17 +1310,17 @@ impl RoomState {
         };
         line.remove(ticket.position);
         self.idle.remove(&(ticket.last_seen, ticket_id));
-        ticket.state = TicketState::Admitted {
+        ticket.set_state(TicketState::Admitted {
             at: now,
             claim_deadline,
-        };
+        });
         self.meta.serving = self.meta.serving.max(ticket.position);
         self.claim_deadlines.insert((claim_deadline, ticket_id));
         self.admitted_unclaimed += 1;
         self.meta.totals.admitted += 1;
         changes
             .events
-            .push(VisitorEventKind::Admitted.about_ticket(ticket, now));
+            .push(VisitorEventKind::Admitted.about_ticket(ticket_id, ticket, now));
         changes.tickets.insert(ticket_id);
         changes.meta = true;
     }
@@ -1267,19 +1341,19 @@ impl RoomState {
         let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
             return session_id;
         };
-        if let TicketState::Admitted { claim_deadline, .. } = ticket.state {
+        if let TicketState::Admitted { claim_deadline, .. } = ticket.state() {
             self.claim_deadlines.remove(&(claim_deadline, ticket_id));
             self.admitted_unclaimed -= 1;
         }
-        ticket.state = TicketState::Claimed {
+        ticket.set_state(TicketState::Claimed {
             session: session_id,
-        };
+        });
         let session = Session {
             id: session_id,
             ticket: Some(ticket_id),
             position: ticket.position,
             generation: ticket.generation,
-            uid: ticket.identity.clone(),
+            uid: ticket.identity().map(str::to_owned),
             issued_at: now,
             renewed_at: now,
             expires_at,
@@ -1302,7 +1376,7 @@ impl RoomState {
         let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
             return;
         };
-        if ticket.state == TicketState::Waiting && ticket.last_seen < now {
+        if ticket.state() == TicketState::Waiting && ticket.last_seen < now {
             self.idle.remove(&(ticket.last_seen, ticket_id));
             ticket.last_seen = now;
             self.idle.insert((now, ticket_id));
@@ -1319,7 +1393,7 @@ impl RoomState {
         let Some(ticket) = self.tickets.get_mut(&ticket_id) else {
             return;
         };
-        match ticket.state {
+        match ticket.state() {
             TicketState::Waiting => {
                 let line = if ticket.priority {
                     &mut self.priority
@@ -1335,15 +1409,15 @@ impl RoomState {
             }
             TicketState::Claimed { .. } | TicketState::Ended { .. } => {}
         }
-        if let Some(identity) = &ticket.identity
+        if let Some(identity) = ticket.identity()
             && self.identities.get(identity) == Some(&ticket_id)
         {
             self.identities.remove(identity);
         }
-        ticket.state = TicketState::Ended { reason, at: now };
+        ticket.set_state(TicketState::Ended { reason, at: now });
         changes
             .events
-            .push(VisitorEventKind::TicketEnded(reason).about_ticket(ticket, now));
+            .push(VisitorEventKind::TicketEnded(reason).about_ticket(ticket_id, ticket, now));
         self.ended.push_back((now, ticket_id));
         changes.tickets.insert(ticket_id);
         changes.meta = true;
@@ -1376,7 +1450,7 @@ impl RoomState {
         }
         if let Some(ticket_id) = session.ticket
             && let Some(ticket) = self.tickets.get(&ticket_id)
-            && let Some(identity) = &ticket.identity
+            && let Some(identity) = ticket.identity()
             && self.identities.get(identity) == Some(&ticket_id)
         {
             self.identities.remove(identity);
@@ -1407,7 +1481,7 @@ impl RoomState {
             }
             self.ended.pop_front();
             let still_ended = self.tickets.get(&ticket_id).is_some_and(
-                |t| matches!(t.state, TicketState::Ended { at, .. } if at == ended_at),
+                |t| matches!(t.state(), TicketState::Ended { at, .. } if at == ended_at),
             );
             if still_ended {
                 self.tickets.remove(&ticket_id);
@@ -1454,7 +1528,7 @@ impl RoomState {
                 Phase::Prequeue { opens_at, .. } => Some(opens_at),
                 _ => None,
             },
-            return_to: ticket.return_to.clone(),
+            return_to: ticket.return_to().map(str::to_owned),
         }
     }
 
@@ -1466,7 +1540,7 @@ impl RoomState {
             serving: self.meta.serving,
             waiting: self.n_waiting(),
             session: self.sessions[&session].clone(),
-            return_to: ticket.return_to.clone(),
+            return_to: ticket.return_to().map(str::to_owned),
         })
     }
 }

@@ -377,7 +377,7 @@ fn restore_rebuilds_indexes_and_counts() {
         c.mode = Mode::Queue;
     });
     let entries: Vec<Entry> = (0..5).map(|_| h.join()).collect();
-    let tickets: Vec<Ticket> = h.room.tickets().cloned().collect();
+    let tickets: Vec<Ticket> = h.room.tickets().collect();
     let sessions: Vec<Session> = h.room.sessions().cloned().collect();
     let restored = RoomState::restore(h.room.meta().clone(), tickets, sessions, h.now);
     assert_eq!(restored.snapshot(), h.room.snapshot());
