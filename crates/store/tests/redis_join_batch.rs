@@ -17,8 +17,8 @@ use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
 use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
 use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
 use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
-use futures_util::future::join_all;
 use anteroom_test_support::redis::RedisServer;
+use futures_util::future::join_all;
 
 fn room_id(name: &str) -> RoomId {
     RoomId::new(name).unwrap()
