@@ -123,25 +123,9 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let rss_at_start = process.rss_kib()?;
 
-    // The first visitor takes the room's one slot; everybody after waits.
     let mut control = HttpConnection::open(target.clone(), None).await?;
-    let first = control.join(&args.room).await?;
-    if first.state != "admitted" {
-        bail!(
-            "the first visitor was not admitted ({}): the room must be empty with max_active = 1",
-            first.state
-        );
-    }
-    let mut session = first.session()?;
-
-    let joined_at = Instant::now();
-    let tickets = join_all(&target, &args).await?;
-    let join_seconds = joined_at.elapsed().as_secs_f64();
-    eprintln!(
-        "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
-        tickets.len(),
-        tickets.len() as f64 / join_seconds
-    );
+    let session = admit_first(&mut control, &args.room).await?;
+    let (tickets, join_seconds) = join_visitors(&target, &args).await?;
     // Let the joins' writes and the ticker settle before the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = process.rss_kib()?;
@@ -149,26 +133,9 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
 
     let shared = Arc::new(Shared::default());
     let opened_at = Instant::now();
-    let plan = FollowerPlan {
-        target: &args.target,
-        ca_file: args.ca_file.as_deref(),
-        room: &args.room,
-        ramp: args.ramp,
-        source_addresses: args.source_addresses,
-    };
-    let shares: Vec<(u64, String)> = tickets
-        .iter()
-        .map(|ticket| (ticket.position, ticket.token.clone()))
-        .collect();
-    let followers = Followers::start(args.stream_processes, &plan, &shares, &shared)?;
-    // The ramp's own time, and a minute for the stragglers.
-    let ramp_time = Duration::from_secs_f64(tickets.len() as f64 / f64::from(args.ramp.max(1)));
-    let connect_limit = Instant::now() + ramp_time + Duration::from_secs(60);
-    while shared.connected() + shared.failed() < tickets.len() && Instant::now() < connect_limit {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let followers = start_followers(&args, &tickets, &shared)?;
+    let connected = wait_connected(&shared, tickets.len(), args.ramp).await;
     let open_seconds = opened_at.elapsed().as_secs_f64();
-    let connected = shared.connected();
     eprintln!(
         "{connected} streams open after {open_seconds:.1} s, {} failed",
         shared.failed()
@@ -181,50 +148,8 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     let rss_after = process.rss_kib()?;
     let fds_after = process.open_files();
 
-    let mut changes = Vec::new();
-    for (index, next) in tickets.iter().take(args.changes).enumerate() {
-        let idle_before = process.cpu_seconds()?;
-        tokio::time::sleep(args.cpu_window).await;
-        let idle_cpu = process.cpu_seconds()? - idle_before;
-
-        let expected = shared.open_now().saturating_sub(1);
-        let cpu_before = process.cpu_seconds()?;
-        let changed_at = Instant::now();
-        shared.begin_change(next.position, wall_clock());
-        control
-            .complete(&args.room, &session, &args.service_key)
-            .await?;
-        let wait_limit = changed_at + args.change_timeout;
-        while shared.seen(next.position) < expected && Instant::now() < wait_limit {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let cpu_window_end = changed_at + args.cpu_window;
-        tokio::time::sleep_until(cpu_window_end.max(Instant::now()).into()).await;
-        let change_cpu = process.cpu_seconds()? - cpu_before;
-
-        let delays = shared.delays(next.position);
-        let admitted_delay = *shared.admitted_delay.lock();
-        changes.push(ChangeReport {
-            number: index + 1,
-            serving: next.position,
-            expected,
-            delays,
-            admitted_delay,
-            change_cpu,
-            idle_cpu,
-        });
-        eprintln!("change {} measured", index + 1);
-        // The admitted visitor claims the pass; its session is the next one to complete.
-        let admitted = control.status(&args.room, &next.token).await?;
-        if admitted.state != "admitted" {
-            bail!(
-                "visitor {} was not admitted after the change",
-                next.position
-            );
-        }
-        session = admitted.session()?;
-    }
-
+    let changes =
+        measure_changes(&process, &shared, &mut control, &args, &tickets, session).await?;
     let report = Report {
         connections: tickets.len(),
         connected,
@@ -246,6 +171,145 @@ async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
     drop(followers);
     report.print();
     report.verdict(args.max_kib_per_stream)
+}
+
+/// Joins the first visitor, who takes the room's one slot (everybody after waits); its
+/// session is the first to complete.
+async fn admit_first(control: &mut HttpConnection, room: &str) -> anyhow::Result<String> {
+    let first = control.join(room).await?;
+    if first.state != "admitted" {
+        bail!(
+            "the first visitor was not admitted ({}): the room must be empty with max_active = 1",
+            first.state
+        );
+    }
+    first.session()
+}
+
+/// Joins every visitor after the first; their tickets and how long the joins took (s).
+async fn join_visitors(target: &Target, args: &SseSoakArgs) -> anyhow::Result<(Vec<Ticket>, f64)> {
+    let joined_at = Instant::now();
+    let tickets = join_all(target, args).await?;
+    let join_seconds = joined_at.elapsed().as_secs_f64();
+    eprintln!(
+        "joined {} visitors in {join_seconds:.1} s ({:.0}/s)",
+        tickets.len(),
+        tickets.len() as f64 / join_seconds
+    );
+    Ok((tickets, join_seconds))
+}
+
+/// Starts the follower processes that open one stream per ticket between them.
+fn start_followers(
+    args: &SseSoakArgs,
+    tickets: &[Ticket],
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Followers> {
+    let plan = FollowerPlan {
+        target: &args.target,
+        ca_file: args.ca_file.as_deref(),
+        room: &args.room,
+        ramp: args.ramp,
+        source_addresses: args.source_addresses,
+    };
+    let shares: Vec<(u64, String)> = tickets
+        .iter()
+        .map(|ticket| (ticket.position, ticket.token.clone()))
+        .collect();
+    Followers::start(args.stream_processes, &plan, &shares, shared)
+}
+
+/// Waits until each of `count` streams opened or failed (the ramp's own time at `ramp` a
+/// second, and a minute for the stragglers); how many opened.
+async fn wait_connected(shared: &Shared, count: usize, ramp: u32) -> usize {
+    let ramp_time = Duration::from_secs_f64(count as f64 / f64::from(ramp.max(1)));
+    let connect_limit = Instant::now() + ramp_time + Duration::from_secs(60);
+    while shared.connected() + shared.failed() < count && Instant::now() < connect_limit {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shared.connected()
+}
+
+/// Makes `args.changes` changes one after the other, each admitting the next visitor in line
+/// by completing the session `session` and then the one it admitted.
+async fn measure_changes(
+    process: &Process,
+    shared: &Shared,
+    control: &mut HttpConnection,
+    args: &SseSoakArgs,
+    tickets: &[Ticket],
+    mut session: String,
+) -> anyhow::Result<Vec<ChangeReport>> {
+    let mut changes = Vec::new();
+    for (index, next) in tickets.iter().take(args.changes).enumerate() {
+        let change = Change {
+            number: index + 1,
+            next,
+            session: &session,
+        };
+        let (report, next_session) = measure_change(process, shared, control, args, change).await?;
+        changes.push(report);
+        session = next_session;
+    }
+    Ok(changes)
+}
+
+/// One change to measure: its number, the visitor it admits and the session it completes.
+struct Change<'a> {
+    number: usize,
+    next: &'a Ticket,
+    session: &'a str,
+}
+
+/// Completes the session so that `change.next` is admitted, measures how quickly the open
+/// streams show it and what it costs the server in CPU (against an idle window of the same
+/// length just before); hands back the admitted visitor's session, the next to complete.
+async fn measure_change(
+    process: &Process,
+    shared: &Shared,
+    control: &mut HttpConnection,
+    args: &SseSoakArgs,
+    change: Change<'_>,
+) -> anyhow::Result<(ChangeReport, String)> {
+    let next = change.next;
+    let idle_before = process.cpu_seconds()?;
+    tokio::time::sleep(args.cpu_window).await;
+    let idle_cpu = process.cpu_seconds()? - idle_before;
+
+    let expected = shared.open_now().saturating_sub(1);
+    let cpu_before = process.cpu_seconds()?;
+    let changed_at = Instant::now();
+    shared.begin_change(next.position, wall_clock());
+    control
+        .complete(&args.room, change.session, &args.service_key)
+        .await?;
+    let wait_limit = changed_at + args.change_timeout;
+    while shared.seen(next.position) < expected && Instant::now() < wait_limit {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu_window_end = changed_at + args.cpu_window;
+    tokio::time::sleep_until(cpu_window_end.max(Instant::now()).into()).await;
+    let change_cpu = process.cpu_seconds()? - cpu_before;
+
+    let report = ChangeReport {
+        number: change.number,
+        serving: next.position,
+        expected,
+        delays: shared.delays(next.position),
+        admitted_delay: *shared.admitted_delay.lock(),
+        change_cpu,
+        idle_cpu,
+    };
+    eprintln!("change {} measured", change.number);
+    // The admitted visitor claims the pass; its session is the next one to complete.
+    let admitted = control.status(&args.room, &next.token).await?;
+    if admitted.state != "admitted" {
+        bail!(
+            "visitor {} was not admitted after the change",
+            next.position
+        );
+    }
+    Ok((report, admitted.session()?))
 }
 
 /// What a stream reports as it goes (to the coordinator's [`Shared`], through a follower

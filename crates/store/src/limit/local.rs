@@ -318,65 +318,24 @@ impl LocalLimitStore {
         (decision, taken)
     }
 
+    /// Decides `requests` together under the locks of every shard they touch: all are
+    /// allowed, and then stored, or none changes anything.
     fn decide_all(&self, requests: &[LimitRequest<'_>], now: u64) -> Reserved {
         let hashes: Vec<u64> = requests
             .iter()
             .map(|request| self.hasher.hash_one(request.key))
             .collect();
-        let mut shard_ids: Vec<usize> = hashes.iter().map(|&hash| self.shard_of(hash)).collect();
-        shard_ids.sort_unstable();
-        shard_ids.dedup();
-        // Shard order is the lock order.
-        let mut guards: Vec<(usize, MutexGuard<'_, HashTable<Entry>>)> = shard_ids
-            .iter()
-            .map(|&id| (id, self.shards[id].table.lock()))
-            .collect();
+        let mut guards = self.lock_shards(&hashes);
         let mut working: Vec<Working<'_>> = Vec::with_capacity(requests.len());
         let mut all_allowed = true;
         let mut decisions = Vec::with_capacity(requests.len());
         // Which working key each request decided.
         let mut keys_of = Vec::with_capacity(requests.len());
         for (request, &hash) in requests.iter().zip(&hashes) {
-            let index = match working.iter().position(|known| known.key == request.key) {
-                Some(index) => index,
-                None => {
-                    let table = guard(&guards, self.shard_of(hash));
-                    let state = table
-                        .find(hash, |entry| &*entry.key == request.key)
-                        .and_then(|entry| entry.state.clone());
-                    working.push(Working {
-                        key: request.key,
-                        hash,
-                        existed: state.is_some(),
-                        state,
-                        changed: None,
-                        slot: None,
-                    });
-                    working.len() - 1
-                }
-            };
+            let index = self.working_index(&mut working, &guards, request.key, hash);
             keys_of.push(index);
-            let known = &mut working[index];
-            let (decision, next) = decide(request.params, known.state.as_ref(), now, request.cost);
-            let Some(next) = next.filter(|_| decision.allowed) else {
-                all_allowed &= decision.allowed;
-                decisions.push(decision);
-                continue;
-            };
-            if !known.existed && known.slot.is_none() {
-                let budget = request.budget.unwrap_or(&self.default_budget);
-                match budget.take(now) {
-                    Some(slot) => known.slot = Some(slot),
-                    None => {
-                        let decision = self.budget_full(budget, request.params, decision);
-                        all_allowed &= decision.allowed;
-                        decisions.push(decision);
-                        continue;
-                    }
-                }
-            }
-            known.state = Some(next);
-            known.changed = Some(request.params);
+            let decision = self.decide_on(&mut working[index], request, now);
+            all_allowed &= decision.allowed;
             decisions.push(decision);
         }
         if !all_allowed {
@@ -394,41 +353,109 @@ impl LocalLimitStore {
                 _ => None,
             })
             .collect();
+        self.store_changed(working, &mut guards);
+        Reserved {
+            decisions,
+            reservations,
+        }
+    }
+
+    /// Locks every shard the keys of `hashes` live in, in shard order (the lock order).
+    fn lock_shards(&self, hashes: &[u64]) -> Vec<(usize, MutexGuard<'_, HashTable<Entry>>)> {
+        let mut shard_ids: Vec<usize> = hashes.iter().map(|&hash| self.shard_of(hash)).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        shard_ids
+            .iter()
+            .map(|&id| (id, self.shards[id].table.lock()))
+            .collect()
+    }
+
+    /// The index in `working` of `key`, read from its shard the first time a request names it.
+    #[inline]
+    fn working_index<'a>(
+        &self,
+        working: &mut Vec<Working<'a>>,
+        guards: &[(usize, MutexGuard<'_, HashTable<Entry>>)],
+        key: &'a str,
+        hash: u64,
+    ) -> usize {
+        if let Some(index) = working.iter().position(|known| known.key == key) {
+            return index;
+        }
+        let table = guard(guards, self.shard_of(hash));
+        let state = table
+            .find(hash, |entry| &*entry.key == key)
+            .and_then(|entry| entry.state.clone());
+        working.push(Working {
+            key,
+            hash,
+            existed: state.is_some(),
+            state,
+            changed: None,
+            slot: None,
+        });
+        working.len() - 1
+    }
+
+    /// Decides one request on its key's working state, which it changes when allowed (a new
+    /// key first takes a place in its budget, or is refused when the budget is full).
+    #[inline]
+    fn decide_on<'a>(
+        &self,
+        known: &mut Working<'a>,
+        request: &LimitRequest<'a>,
+        now: u64,
+    ) -> Decision {
+        let (decision, next) = decide(request.params, known.state.as_ref(), now, request.cost);
+        let Some(next) = next.filter(|_| decision.allowed) else {
+            return decision;
+        };
+        if !known.existed && known.slot.is_none() {
+            let budget = request.budget.unwrap_or(&self.default_budget);
+            match budget.take(now) {
+                Some(slot) => known.slot = Some(slot),
+                None => return self.budget_full(budget, request.params, decision),
+            }
+        }
+        known.state = Some(next);
+        known.changed = Some(request.params);
+        decision
+    }
+
+    /// Writes every changed key of `working` back to its shard.
+    fn store_changed(
+        &self,
+        working: Vec<Working<'_>>,
+        guards: &mut [(usize, MutexGuard<'_, HashTable<Entry>>)],
+    ) {
         for known in working {
             let (Some(params), Some(state)) = (known.changed, known.state) else {
                 continue;
             };
-            let slot = known.slot;
             let forget = forget_at(params, &state);
-            let table = guard_mut(&mut guards, self.shard_of(known.hash));
-            match table.find_mut(known.hash, |entry| &*entry.key == known.key) {
-                Some(entry) => {
-                    entry.state = Some(state);
-                    entry.forget_at = forget;
-                }
-                None => {
-                    let Some(slot) = slot else {
-                        // Unreachable: a key that was not there took a slot when it changed.
-                        continue;
-                    };
-                    table.insert_unique(
-                        known.hash,
-                        Entry {
-                            key: known.key.into(),
-                            hash: known.hash,
-                            state: Some(state),
-                            forget_at: forget,
-                            _slot: slot,
-                        },
-                        |entry| entry.hash,
-                    );
-                    self.keys.fetch_add(1, Ordering::Relaxed);
-                }
+            let table = guard_mut(guards, self.shard_of(known.hash));
+            if let Some(entry) = table.find_mut(known.hash, |entry| &*entry.key == known.key) {
+                entry.state = Some(state);
+                entry.forget_at = forget;
+                continue;
             }
-        }
-        Reserved {
-            decisions,
-            reservations,
+            let Some(slot) = known.slot else {
+                // Unreachable: a key that was not there took a slot when it changed.
+                continue;
+            };
+            table.insert_unique(
+                known.hash,
+                Entry {
+                    key: known.key.into(),
+                    hash: known.hash,
+                    state: Some(state),
+                    forget_at: forget,
+                    _slot: slot,
+                },
+                |entry| entry.hash,
+            );
+            self.keys.fetch_add(1, Ordering::Relaxed);
         }
     }
 
