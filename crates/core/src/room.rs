@@ -184,6 +184,9 @@ pub struct RoomConfig {
     pub claim_ttl: Duration,
     /// A waiting ticket with no contact for this long is abandoned.
     pub ticket_idle_ttl: Duration,
+    /// How long ended tickets and sessions are kept for status answers, listings and audits,
+    /// within [`MIN_HISTORY_RETENTION`] ..= [`MAX_HISTORY_RETENTION`].
+    pub history_retention: Duration,
     /// How the room treats visitors.
     pub mode: Mode,
     /// Admission order.
@@ -220,6 +223,16 @@ pub struct OidcClient {
     pub code_ttl: Duration,
 }
 
+/// How long a room keeps ended tickets and sessions unless told otherwise.
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(3600);
+
+/// The shortest `history_retention`: an ended ticket's status stays answerable for a minute,
+/// long enough for a page polling every few seconds to learn how its ticket ended.
+pub const MIN_HISTORY_RETENTION: Duration = Duration::from_secs(60);
+
+/// The longest `history_retention`: a week, as history is held in memory and in the store.
+pub const MAX_HISTORY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// The longest lifetime of an authorization code, and the default.
 pub const MAX_CODE_TTL: Duration = Duration::from_secs(60);
 
@@ -236,6 +249,7 @@ impl RoomConfig {
             session_max: None,
             claim_ttl: Duration::from_secs(120),
             ticket_idle_ttl: Duration::from_secs(300),
+            history_retention: DEFAULT_HISTORY_RETENTION,
             mode: Mode::Queue,
             order: Order::Fifo,
             identity: Identity::Anonymous,

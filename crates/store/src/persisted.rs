@@ -473,6 +473,17 @@ mod tests {
     }
 
     #[test]
+    fn a_room_stored_without_history_retention_reads_the_default() {
+        let stored = br#"{"id":"shop","max_active":10,"session_ttl":"10m"}"#;
+        let config = decode_config(stored).unwrap();
+        assert_eq!(
+            config.history_retention,
+            anteroom_core::room::DEFAULT_HISTORY_RETENTION
+        );
+        assert_eq!(config.max_active, 10);
+    }
+
+    #[test]
     fn version_1_json_records_are_still_read() {
         let ticket = br#"{"v":1,"id":"BwcHBwcHBwcHBwcHBwcHBw","position":41,"generation":3,"joined_at":1700000000123,"last_seen":1700000050000,"identity":null,"return_to":null,"state":{"kind":"waiting"}}"#;
         assert_eq!(decode_ticket(ticket).unwrap(), tickets()[0]);

@@ -53,11 +53,11 @@ use std::time::Duration;
 use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::clock::duration_millis;
 use anteroom_core::engine::{
-    Entry, HISTORY_RETENTION, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot,
-    Session, SessionEnd, TickReport, TicketRef,
+    Entry, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot, Session, SessionEnd,
+    TickReport, TicketRef,
 };
 use anteroom_core::lottery::{Seed, seed_to_hex};
-use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
+use anteroom_core::room::{DEFAULT_HISTORY_RETENTION, RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
 use rand::Rng;
@@ -519,7 +519,8 @@ impl RoomPrelude {
         let mut all_args = vec![
             now,
             self.channel.clone(),
-            duration_millis(HISTORY_RETENTION).to_string(),
+            // For a room stored before it had its own `history_retention`.
+            duration_millis(DEFAULT_HISTORY_RETENTION).to_string(),
             events,
         ];
         all_args.extend(args);
@@ -632,7 +633,7 @@ fn config_args(config: &RoomConfig, expected: String) -> Vec<String> {
 
 /// The configuration as the scripts read it: each meta field by its name, in one list, so
 /// `put_room.lua` writes what it is given and reads each value by name, never by position.
-fn config_fields(config: &RoomConfig) -> [(&'static str, String); 14] {
+fn config_fields(config: &RoomConfig) -> [(&'static str, String); 15] {
     [
         ("mode", config.mode.as_str().to_owned()),
         ("order", config.order.as_str().to_owned()),
@@ -650,6 +651,7 @@ fn config_fields(config: &RoomConfig) -> [(&'static str, String); 14] {
         ),
         ("claim_ttl", millis(config.claim_ttl)),
         ("idle_ttl", millis(config.ticket_idle_ttl)),
+        ("retention", millis(config.history_retention)),
         // Renewal happens once more than half the ttl has passed (RoomState::renew_session).
         ("renew_after", millis(config.session_ttl / 2)),
         ("schedule", schedule_arg(&config.schedule)),

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
-    Entry, JoinRequest, RoomTotals, SessionEnd, TicketEnd, TicketRef, TicketState,
+    EngineError, Entry, JoinRequest, RoomTotals, SessionEnd, TicketEnd, TicketRef, TicketState,
 };
-use anteroom_core::room::{Mode, Order, RoomConfig};
+use anteroom_core::room::{DEFAULT_HISTORY_RETENTION, Mode, Order, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
 use anteroom_test_support::redis::{RedisServer, shared_server, unique_prefix};
@@ -846,6 +846,7 @@ async fn the_room_configuration_is_stored_in_meta_field_by_field() {
     config.session_max = Some(Duration::from_secs(3_600));
     config.claim_ttl = Duration::from_secs(45);
     config.ticket_idle_ttl = Duration::from_secs(90);
+    config.history_retention = Duration::from_secs(300);
     config.mode = Mode::QueueAll;
     config.order = Order::Random;
     config.priority = vec![anteroom_core::room::PriorityCodes {
@@ -870,6 +871,7 @@ async fn the_room_configuration_is_stored_in_meta_field_by_field() {
         ("session_max", "3600000".to_owned()),
         ("claim_ttl", "45000".to_owned()),
         ("idle_ttl", "90000".to_owned()),
+        ("retention", "300000".to_owned()),
         ("renew_after", "300000".to_owned()),
         ("before", "passthrough".to_owned()),
         ("after", "passthrough".to_owned()),
@@ -881,4 +883,43 @@ async fn the_room_configuration_is_stored_in_meta_field_by_field() {
     assert_eq!(store.room(&id).await.unwrap(), config);
     let snapshot = store.snapshot(&id).await.unwrap();
     assert_eq!(snapshot.mode, Mode::QueueAll);
+}
+
+#[tokio::test]
+async fn a_room_stored_without_its_retention_keeps_history_for_the_default() {
+    // Rooms written before `history_retention` existed have no `retention` meta field: their
+    // history is kept for the default hour, as it always was.
+    let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, Some(clock.clone() as Arc<dyn Clock>)).unwrap();
+    let id = room_id("legacy");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.mode = Mode::QueueAll;
+    config.history_retention = Duration::from_secs(60);
+    store.put_room(config).await.unwrap();
+    let meta = format!("{prefix}:{{{id}}}:meta");
+    shared_server().cli(&["HDEL", &meta, "retention"]);
+    let entry = store.join(&id, JoinRequest::default()).await.unwrap();
+    let ticket = match entry {
+        Entry::Waiting(view) => TicketRef {
+            id: view.ticket,
+            generation: 1,
+        },
+        Entry::Admitted(_) => panic!("a queue_all room admits nobody at once"),
+    };
+    store.leave(&id, ticket).await.unwrap();
+
+    clock.advance(DEFAULT_HISTORY_RETENTION - Duration::from_millis(1));
+    store.tick(&id).await.unwrap();
+    assert!(matches!(
+        store.status(&id, ticket).await,
+        Err(StoreError::Engine(EngineError::TicketExpired))
+    ));
+    clock.advance(Duration::from_millis(1));
+    store.tick(&id).await.unwrap();
+    assert!(matches!(
+        store.status(&id, ticket).await,
+        Err(StoreError::Engine(EngineError::TicketUnknown))
+    ));
 }

@@ -76,6 +76,6 @@ mod tests {
             raw_keys::<RawEvent>()[..3],
             ["prequeue_at", "opens_at", "closes_at"]
         );
-        assert_eq!(raw_keys::<RawRoom>().len(), 23);
+        assert_eq!(raw_keys::<RawRoom>().len(), 24);
     }
 }

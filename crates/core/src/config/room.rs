@@ -18,8 +18,8 @@ use crate::duration::{format_duration, parse_duration};
 use crate::ids::RoomId;
 use crate::page_template::template_path;
 use crate::room::{
-    Event, Identity, IdleMode, Mode, Order, PriorityCodes, RoomConfig, StoreErrorPolicy,
-    default_admit_burst,
+    Event, Identity, IdleMode, MAX_HISTORY_RETENTION, MIN_HISTORY_RETENTION, Mode, Order,
+    PriorityCodes, RoomConfig, StoreErrorPolicy, default_admit_burst,
 };
 
 /// A room as written in the config file or sent to the admin API: SPEC §3 field names, with
@@ -67,6 +67,9 @@ pub struct RawRoom {
     /// A waiting ticket with no contact for this long is abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_idle_ttl: Option<String>,
+    /// How long ended tickets and sessions are kept, `"1m"` to `"7d"` [`"1h"`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_retention: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -379,6 +382,21 @@ impl RawRoom {
         room.claim_ttl = duration("claim_ttl", &self.claim_ttl).unwrap_or(room.claim_ttl);
         room.ticket_idle_ttl =
             duration("ticket_idle_ttl", &self.ticket_idle_ttl).unwrap_or(room.ticket_idle_ttl);
+        let retention = duration("history_retention", &self.history_retention);
+        let bounds = MIN_HISTORY_RETENTION..=MAX_HISTORY_RETENTION;
+        match retention {
+            Some(retention) if bounds.contains(&retention) => room.history_retention = retention,
+            Some(_) => report(
+                "history_retention",
+                format!(
+                    "must be between {} and {}, found {:?}",
+                    format_duration(MIN_HISTORY_RETENTION),
+                    format_duration(MAX_HISTORY_RETENTION),
+                    self.history_retention.as_deref().unwrap_or_default()
+                ),
+            ),
+            None => {}
+        }
         // Compare with the default ttl too, but not with an invalid one already reported.
         let ttl_is_valid = self.session_ttl.is_none() || session_ttl.is_some();
         if let Some(max) = session_max
@@ -518,6 +536,7 @@ impl RawRoom {
             session_max: config.session_max.map(format_duration),
             claim_ttl: Some(format_duration(config.claim_ttl)),
             ticket_idle_ttl: Some(format_duration(config.ticket_idle_ttl)),
+            history_retention: Some(format_duration(config.history_retention)),
             mode: Some(config.mode.as_str().to_owned()),
             order: Some(config.order.as_str().to_owned()),
             identity: Some(config.identity.to_config_string()),
@@ -858,6 +877,7 @@ fn read_room_field(
         "session_max" => raw.session_max = entry.duration_text(problems),
         "claim_ttl" => raw.claim_ttl = entry.duration_text(problems),
         "ticket_idle_ttl" => raw.ticket_idle_ttl = entry.duration_text(problems),
+        "history_retention" => raw.history_retention = entry.duration_text(problems),
         "mode" => raw.mode = entry.string(problems),
         "order" => raw.order = entry.string(problems),
         "identity" => raw.identity = entry.string(problems),

@@ -123,6 +123,7 @@ admit_per_minute = 600
 session_ttl = "15m"
 claim_ttl = "90s"
 ticket_idle_ttl = "1m"
+history_retention = "10m"
 mode = "queue_all"
 order = "random"
 identity = "header:X-User-Id"
@@ -154,6 +155,7 @@ fn full_file_resolves_to_typed_values() {
         session_max: Some(Duration::from_secs(3600)),
         claim_ttl: Duration::from_secs(120),
         ticket_idle_ttl: Duration::from_secs(300),
+        history_retention: Duration::from_secs(3600),
         mode: Mode::Queue,
         order: Order::Fifo,
         identity: Identity::Anonymous,
@@ -176,6 +178,7 @@ fn full_file_resolves_to_typed_values() {
         session_max: None,
         claim_ttl: Duration::from_secs(90),
         ticket_idle_ttl: Duration::from_secs(60),
+        history_retention: Duration::from_secs(600),
         mode: Mode::QueueAll,
         order: Order::Random,
         identity: Identity::Header("X-User-Id".to_owned()),
@@ -364,6 +367,18 @@ fn room_field_rules() {
     check_room(
         "claim_ttl = 120",
         "`claim_ttl` must be a duration string such as \"10m\", found integer 120",
+    );
+    check_room(
+        "history_retention = \"30s\"",
+        "history_retention: must be between 1m and 7d, found \"30s\"",
+    );
+    check_room(
+        "history_retention = \"8d\"",
+        "history_retention: must be between 1m and 7d, found \"8d\"",
+    );
+    check_room(
+        "history_retention = \"an hour\"",
+        "history_retention: invalid duration \"an hour\"",
     );
     check_room(
         "session_max = \"5m\"",

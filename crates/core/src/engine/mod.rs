@@ -29,9 +29,6 @@ use held::HeldTicket;
 
 pub use bucket::AdmissionBucket;
 
-/// How long ended tickets and sessions are kept for status answers, listings and audits.
-pub const HISTORY_RETENTION: Duration = Duration::from_secs(3600);
-
 /// The longest `return` path a ticket remembers.
 pub const MAX_RETURN_PATH_LEN: usize = 2048;
 
@@ -1054,7 +1051,7 @@ impl RoomState {
 
     /// The admitter (SPEC §5.1): expire sessions and no-shows, abandon idle tickets, refill the
     /// admission bucket, admit up to the free capacity, advance serving, and forget history
-    /// older than [`HISTORY_RETENTION`].
+    /// older than the room's `history_retention`.
     pub fn tick(
         &mut self,
         now: Timestamp,
@@ -1475,8 +1472,9 @@ impl RoomState {
     }
 
     fn forget_history(&mut self, now: Timestamp, changes: &mut ChangeSet) {
+        let retention = self.meta.config.history_retention;
         while let Some(&(ended_at, ticket_id)) = self.ended.front() {
-            if ended_at.after(HISTORY_RETENTION) > now {
+            if ended_at.after(retention) > now {
                 break;
             }
             self.ended.pop_front();
@@ -1493,9 +1491,7 @@ impl RoomState {
             .values()
             .filter(|s| match s.state {
                 SessionState::Active => false,
-                SessionState::Ended { at, .. } => {
-                    at.after(HISTORY_RETENTION) <= now && s.expires_at <= now
-                }
+                SessionState::Ended { at, .. } => at.after(retention) <= now && s.expires_at <= now,
             })
             .map(|s| s.id)
             .collect();

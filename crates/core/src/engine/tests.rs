@@ -390,19 +390,64 @@ fn restore_rebuilds_indexes_and_counts() {
 }
 
 #[test]
-fn history_is_forgotten_after_retention() {
-    let mut h = Harness::new(|c| c.mode = Mode::QueueAll);
+fn history_is_forgotten_after_the_configured_retention_not_before() {
+    let retention = Duration::from_secs(120);
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.history_retention = retention;
+    });
     let entry = h.join();
     let mut changes = ChangeSet::default();
     h.room
         .leave(reference_of(&entry, 1), h.now, &mut h.rng, &mut changes)
         .unwrap();
-    h.advance(duration_ms(HISTORY_RETENTION));
+    h.advance(duration_ms(retention) - 1);
+    let mut changes = ChangeSet::default();
+    h.room.tick(h.now, &mut h.rng, &mut changes);
+    assert_eq!(
+        h.room.tickets().count(),
+        1,
+        "kept until the retention is over"
+    );
+    assert_eq!(
+        h.status(&entry),
+        Err(EngineError::TicketExpired),
+        "ended: gone"
+    );
+
+    h.advance(1);
     let mut changes = ChangeSet::default();
     h.room.tick(h.now, &mut h.rng, &mut changes);
     assert_eq!(h.room.tickets().count(), 0);
     assert!(changes.tickets.contains(&reference_of(&entry, 1).id));
     assert_eq!(h.status(&entry), Err(EngineError::TicketUnknown));
+}
+
+#[test]
+fn ended_sessions_are_forgotten_after_the_configured_retention() {
+    let retention = Duration::from_secs(90);
+    let mut h = Harness::new(|c| {
+        c.session_ttl = Duration::from_secs(60);
+        c.history_retention = retention;
+    });
+    let session = match h.join() {
+        Entry::Admitted(view) => view.session.id,
+        Entry::Waiting(_) => unreachable!("an open room admits at once"),
+    };
+    let mut changes = ChangeSet::default();
+    h.room
+        .end_session(session, SessionEnd::Completed, h.now, &mut changes)
+        .unwrap();
+    h.advance(duration_ms(retention) - 1);
+    h.tick();
+    assert_eq!(
+        h.room.sessions().count(),
+        1,
+        "kept until the retention is over"
+    );
+    h.advance(1);
+    h.tick();
+    assert_eq!(h.room.sessions().count(), 0);
 }
 
 fn duration_ms(duration: Duration) -> u64 {

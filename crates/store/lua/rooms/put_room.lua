@@ -5,8 +5,8 @@
 --   it has: a compare-and-swap for the admin API's conditional writes
 -- ARGV[7...] the meta fields the scripts read, as name, value pairs (config_fields in
 --   redis_store.rs): mode, order, max_active, per_minute, capacity (bucket capacity in units),
---   session_ttl, session_max ('' for none), claim_ttl, idle_ttl, renew_after (durations in
---   milliseconds), schedule, before, after (see room.lua), priority_codes
+--   session_ttl, session_max ('' for none), claim_ttl, idle_ttl, retention, renew_after
+--   (durations in milliseconds), schedule, before, after (see room.lua), priority_codes
 --   (`<sha256 hex>=<uses>` joined by ',', '' for none)
 -- Returns: 'ok' and the room's snapshot; 'changed' and the stored configuration when ARGV[6]
 --   is not it (nothing written); a refusal 'room_not_found' when ARGV[6] names a configuration
@@ -42,6 +42,7 @@ local function apply_config()
   room.session_max = optional_number(given.session_max)
   room.claim_ttl = tonumber(given.claim_ttl)
   room.idle_ttl = tonumber(given.idle_ttl)
+  room.retention = tonumber(given.retention)
   room.renew_after = tonumber(given.renew_after)
   apply_schedule()
 end

@@ -29,7 +29,8 @@
 --  15 outbox_seq  string the last sequence of `outbox` (never reset)
 -- ARGV[1] the time in milliseconds, or '' to read the server's TIME (production)
 -- ARGV[2] the room's shard channel for change notices
--- ARGV[3] how long ended tickets and sessions are kept, in milliseconds
+-- ARGV[3] how long ended tickets and sessions are kept in a room stored without its own
+--   `retention` (the default history_retention), in milliseconds
 -- ARGV[4] '' while events are off, or `<cap>|<24 hex digits>|<room id>` (see emit below)
 -- ARGV[5...] the operation's own arguments
 --
@@ -66,7 +67,7 @@ local SESSION_IDS = KEYS[12]
 local CANCELLED = KEYS[13]
 local OUTBOX, OUTBOX_SEQUENCE = KEYS[14], KEYS[15]
 local CHANNEL = ARGV[2]
-local RETENTION = tonumber(ARGV[3])
+local DEFAULT_RETENTION = tonumber(ARGV[3])
 
 -- Admission bucket units per token (one minute in milliseconds), as in engine/bucket.rs.
 local UNITS_PER_TOKEN = 60000
@@ -125,7 +126,7 @@ end
 
 local CONFIG_FIELDS = {
   'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
-  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw',
+  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw', 'retention',
 }
 local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
@@ -257,6 +258,7 @@ local function load_room()
   room.seen_floor = tonumber(loaded.seen_floor or '0')
   room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
   room.session_max = optional_number(loaded.session_max)
+  room.retention = tonumber(loaded.retention or DEFAULT_RETENTION)
   room.rate_admissions = tonumber(loaded.rate_admissions)
   room.rate_seconds = tonumber(loaded.rate_seconds)
   room.rate_at = optional_number(loaded.rate_at)
@@ -784,13 +786,13 @@ local function finish_session(session, reason)
   if session.ticket ~= '' then
     unbind_identity(session.uid, session.ticket)
   end
-  redis.call('ZADD', FORGET, int(math.max(NOW + RETENTION, session.expires_at)), session.id)
+  redis.call('ZADD', FORGET, int(math.max(NOW + room.retention, session.expires_at)), session.id)
   room.changed = true
   emit_session('session.' .. reason, session)
 end
 
 local function forget_history()
-  local cutoff = NOW - RETENTION
+  local cutoff = NOW - room.retention
   local tickets = redis.call('ZRANGEBYSCORE', ENDED, '-inf', int(cutoff))
   for _, id in ipairs(tickets) do
     redis.call('HDEL', TICKETS, id)

@@ -62,6 +62,7 @@ macro_rules! conformance_suite {
             claiming_twice_returns_the_same_session,
             ending_a_session_refills_its_slot_at_once,
             no_shows_idle_tickets_and_sessions_expire,
+            history_is_kept_for_the_room_retention_then_forgotten,
             renewal_extends_a_session_once_half_spent,
             reset_bumps_the_generation,
             closed_rooms_refuse_joins_without_changing_state,
@@ -755,6 +756,45 @@ pub async fn no_shows_idle_tickets_and_sessions_expire(backend: &dyn Backend) {
     ));
     let totals = store.snapshot(&id).await.unwrap().totals;
     assert_eq!((totals.expired, totals.no_show, totals.passes), (1, 1, 2));
+}
+
+pub async fn history_is_kept_for_the_room_retention_then_forgotten(backend: &dyn Backend) {
+    let clock = clock();
+    let store = backend.open(clock.clone());
+    let id = room_id("r");
+    let retention = Duration::from_secs(120);
+    store
+        .put_room(room("r", |c| {
+            c.session_ttl = Duration::from_secs(60);
+            c.history_retention = retention;
+        }))
+        .await
+        .unwrap();
+    assert_eq!(store.room(&id).await.unwrap().history_retention, retention);
+    let served = join(&*store, &id).await;
+    let session = session_of(&served);
+    store
+        .end_session(&id, session, SessionEnd::Completed)
+        .await
+        .unwrap();
+
+    clock.advance(retention - Duration::from_millis(1));
+    store.tick(&id).await.unwrap();
+    assert_eq!(
+        engine_error(store.status(&id, reference(&served, 1)).await),
+        EngineError::TicketExpired,
+        "an ended ticket answers gone while its history is kept"
+    );
+    assert!(store.session(&id, session).await.unwrap().is_some());
+
+    clock.advance(Duration::from_millis(1));
+    store.tick(&id).await.unwrap();
+    assert_eq!(
+        engine_error(store.status(&id, reference(&served, 1)).await),
+        EngineError::TicketUnknown,
+        "forgotten once the retention is over"
+    );
+    assert!(store.session(&id, session).await.unwrap().is_none());
 }
 
 pub async fn renewal_extends_a_session_once_half_spent(backend: &dyn Backend) {
