@@ -314,6 +314,58 @@ async fn rooms_are_created_replaced_patched_and_deleted_with_section_3_names() {
         .assert_problem(StatusCode::NOT_FOUND, "room_not_found");
 }
 
+/// `history_retention` is set through PATCH like the other durations, shown back, stored, and
+/// an out-of-range value is refused with its field, changing nothing.
+#[tokio::test]
+async fn history_retention_is_patched_shown_and_bounded() {
+    let admin = Admin::new(vec![room("launch")]).await;
+    let got = admin.read(Call::get("/admin/v1/rooms/launch")).await;
+    assert_eq!(got.text("history_retention"), "1h", "the default is shown");
+
+    let patched = admin
+        .call(patch(
+            "/admin/v1/rooms/launch",
+            json!({"history_retention": "15m"}),
+        ))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    assert_eq!(patched.text("history_retention"), "15m");
+    assert_eq!(
+        admin.config("launch").await.history_retention,
+        Duration::from_secs(900)
+    );
+    let got = admin.read(Call::get("/admin/v1/rooms/launch")).await;
+    assert_eq!(got.body, patched.body);
+
+    for wrong in ["10s", "8d"] {
+        let reply = admin
+            .call(patch(
+                "/admin/v1/rooms/launch",
+                json!({"history_retention": wrong}),
+            ))
+            .await;
+        reply.assert_problem(StatusCode::BAD_REQUEST, "invalid_room");
+        assert_eq!(
+            reply.body["errors"][0]["field"], "history_retention",
+            "{}",
+            reply.body
+        );
+    }
+    assert_eq!(
+        admin.config("launch").await.history_retention,
+        Duration::from_secs(900),
+        "a refused PATCH changes nothing"
+    );
+
+    let reset = admin
+        .call(patch(
+            "/admin/v1/rooms/launch",
+            json!({"history_retention": null}),
+        ))
+        .await;
+    assert_eq!(reset.text("history_retention"), "1h", "null is the default");
+}
+
 /// A room taking its identity from the site's token (SPEC §14.1) is created with an
 /// `identity_jwt` object, shown back with it, and refused without it.
 #[tokio::test]

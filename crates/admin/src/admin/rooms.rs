@@ -74,6 +74,11 @@ pub(crate) struct RoomBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) ticket_idle_ttl: Option<String>,
+    /// How long ended tickets and sessions are kept for status answers, listings and audits,
+    /// `"1m"` to `"7d"` (default `"1h"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "1h")]
+    pub(crate) history_retention: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(queue|queue_all|passthrough|closed)$", example = "queue")]
@@ -358,6 +363,7 @@ impl RoomBody {
             session_max: raw.session_max,
             claim_ttl: raw.claim_ttl,
             ticket_idle_ttl: raw.ticket_idle_ttl,
+            history_retention: raw.history_retention,
             mode: raw.mode,
             order: raw.order,
             identity: raw.identity,
@@ -653,6 +659,7 @@ fn apply_fields(
             "session_max" => set(&mut raw.session_max, value, DURATION, &mut problem),
             "claim_ttl" => set(&mut raw.claim_ttl, value, DURATION, &mut problem),
             "ticket_idle_ttl" => set(&mut raw.ticket_idle_ttl, value, DURATION, &mut problem),
+            "history_retention" => set(&mut raw.history_retention, value, DURATION, &mut problem),
             "mode" => set(&mut raw.mode, value, "text", &mut problem),
             "order" => set(&mut raw.order, value, "text", &mut problem),
             "identity" => set(&mut raw.identity, value, "text", &mut problem),
