@@ -51,7 +51,7 @@ fn check_config_accepts_a_valid_file() {
 fn check_config_names_every_problem_with_its_line() {
     let site = Site::new();
     let config = site.path().join("broken.toml");
-    // One mistake on each of lines 2, 3, 6, 7 and 8.
+    // One mistake on each of lines 2, 3, 6, 7, 8 and 9.
     let text = "[server]\n\
                 listen = \"127.0.0.1:notaport\"\n\
                 lisen = \"127.0.0.1:8080\"\n\
@@ -59,7 +59,8 @@ fn check_config_names_every_problem_with_its_line() {
                 [[room]]\n\
                 id = \"Not A Room\"\n\
                 max_active = -5\n\
-                mode = \"sometimes\"\n";
+                mode = \"sometimes\"\n\
+                history_retention = \"10s\"\n";
     std::fs::write(&config, text).unwrap();
     let output = run(&["check-config", "--config", path_arg(&config)]);
     let errors = stderr(&output);
@@ -74,6 +75,7 @@ fn check_config_names_every_problem_with_its_line() {
         (6, "invalid room id"),
         (7, "max_active"),
         (8, "unknown mode"),
+        (9, "history_retention: must be between 1m and 7d"),
     ] {
         let reported = errors
             .lines()
