@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use anteroom_core::engine::{ChangeSet, JoinRequest, RoomState};
+use anteroom_core::engine::{ChangeSet, Entry, JoinRequest, RoomState, SessionEnd};
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{RoomId, Timestamp};
 use rand::SeedableRng;
@@ -14,6 +15,9 @@ use rand::rngs::StdRng;
 
 #[global_allocator]
 static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+/// dhat counts for one profiler at a time: the tests take turns.
+static PROFILING: Mutex<()> = Mutex::new(());
 
 fn live_bytes() -> u64 {
     dhat::HeapStats::get().curr_bytes as u64
@@ -32,6 +36,9 @@ fn room(mode: Mode) -> RoomState {
 /// Live heap bytes per waiting ticket, as the room grows from empty to `TICKETS` waiting.
 #[test]
 fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
+    let _turn = PROFILING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let _profiler = dhat::Profiler::builder().testing().build();
     let mut rng = StdRng::seed_from_u64(1);
     let mut state = room(Mode::QueueAll);
@@ -52,4 +59,40 @@ fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
     eprintln!("heap per waiting ticket: {per_ticket} bytes");
     assert_eq!(state.snapshot().waiting, TICKETS);
     assert!(per_ticket <= 224, "{per_ticket} bytes per waiting ticket");
+}
+
+/// Live heap bytes per ended visitor (its ticket and its session, both kept for the room's
+/// `history_retention`), as `TICKETS` visitors are admitted at once and then complete.
+#[test]
+fn an_ended_ticket_and_session_cost_at_most_400_bytes_of_heap() {
+    let _turn = PROFILING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut state = room(Mode::Queue);
+    let before = live_bytes();
+    for n in 0..TICKETS {
+        let now = Timestamp(1_000_000 + n);
+        let mut changes = ChangeSet::default();
+        let entry = state
+            .join(JoinRequest::default(), now, &mut rng, &mut changes)
+            .unwrap();
+        let Entry::Admitted(view) = entry else {
+            panic!("an open room admits at once");
+        };
+        state
+            .end_session(view.session.id, SessionEnd::Completed, now, &mut changes)
+            .unwrap();
+    }
+    let per_visitor = (live_bytes() - before) / TICKETS;
+    eprintln!("heap per ended ticket and its session: {per_visitor} bytes");
+    let snapshot = state.snapshot();
+    assert_eq!((snapshot.active, snapshot.totals.completed), (0, TICKETS));
+    assert_eq!(
+        state.tickets().count() as u64,
+        TICKETS,
+        "all kept as history"
+    );
+    assert!(per_visitor <= 400, "{per_visitor} bytes per ended visitor");
 }
