@@ -16,7 +16,7 @@ use clap::Args;
 
 use anteroom_api::{pass_cookie_name, read_cookie};
 use anteroom_core::Clock;
-use anteroom_core::config::parse_config;
+use anteroom_core::config::{KeyHash, parse_config};
 use anteroom_token::PassExpectations;
 
 use crate::clock::SystemClock;
@@ -165,9 +165,7 @@ fn random_admin_key() -> String {
 /// `sha256:<hex>` of a key, as `[auth]` holds it.
 fn key_hash(key: &str) -> String {
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(key.as_bytes());
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256:{hex}")
+    KeyHash(sha2::Sha256::digest(key.as_bytes()).into()).to_string()
 }
 
 #[allow(clippy::print_stdout)]

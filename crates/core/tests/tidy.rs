@@ -139,7 +139,7 @@ fn only_the_raw_room_configuration_derives_serialize_in_core() {
             assert!(
                 is_derive && SERIALIZED_RAW_ROOM_PARTS.contains(&declared),
                 "{}:{}: only the raw room configuration derives Serialize in the core \
-                 (wire types live in anteroom-http, persisted formats in anteroom-store)",
+                 (wire types live in anteroom-api and anteroom-admin, persisted formats in anteroom-store)",
                 file.display(),
                 index + 1
             );

@@ -16,9 +16,9 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The most header fields a request head may have (hyper's default is 100; browsers send 15).
 pub const MAX_HEADERS: usize = 64;
 
-/// Fields a proxy adds to a request after it is parsed (`X-Request-Id`, `traceparent`): the
-/// header map is made with room for them.
-const ADDED_FIELDS: usize = 2;
+/// Fields a proxy adds to a request after it is parsed (`X-Request-Id`, `traceparent` and,
+/// beside a valid one, `tracestate`): the header map is made with room for them.
+const ADDED_FIELDS: usize = 3;
 
 /// Request bodies up to this size are read whole before the request is served; larger ones
 /// are streamed.

@@ -1,7 +1,8 @@
 //! How a room holds a ticket in memory.
 //!
 //! A room may hold millions of waiting tickets, so the record behind each one is kept small
-//! (48 bytes, measured by `crates/core/tests/memory.rs`): the id is the key of the room's map
+//! (48 bytes, pinned by this module's `size_of` test; the heap bytes per waiting ticket
+//! are counted by `crates/core/tests/memory.rs`): the id is the key of the room's map
 //! and not repeated, the texts a ticket rarely has (identity, return path) sit behind one
 //! pointer, and so does every state past waiting, which only the few admitted tickets and the
 //! history have. [`Ticket`] stays the shape the rest of the system reads and persists.
