@@ -17,14 +17,19 @@ use crate::{admin, api, challenge, readiness};
 
 /// The document as pretty JSON, built once.
 pub fn document_json() -> String {
-    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-        let mut json = ApiDoc::openapi()
-            .to_pretty_json()
-            .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
-        json.push('\n');
-        json
-    });
+    static DOCUMENT: LazyLock<String> =
+        LazyLock::new(|| document_text(ApiDoc::openapi().to_pretty_json()));
     DOCUMENT.clone()
+}
+
+/// The serialized document and a newline, or, when it could not be serialized, a JSON object
+/// naming the error. The message may hold quotes, backslashes or control characters, so it is
+/// serialized as a JSON string, never pasted between quotes.
+fn document_text(serialized: Result<String, impl std::fmt::Display>) -> String {
+    let mut json = serialized
+        .unwrap_or_else(|error| serde_json::json!({ "error": error.to_string() }).to_string());
+    json.push('\n');
+    json
 }
 
 #[derive(OpenApi)]
@@ -83,3 +88,18 @@ impl Modify for SecuritySchemes {
 }
 
 pub(crate) use anteroom_api::problem_answers::*;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_message_is_escaped_into_valid_json() {
+        let message = "key \"a\\b\" at line 1\n\tcolumn 2";
+        let text = document_text(Err::<String, _>(message));
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["error"], message);
+        assert_eq!(document_text(Ok::<_, String>("{}".to_owned())), "{}\n");
+    }
+}

@@ -255,6 +255,63 @@ async fn the_rate_settles_where_the_origin_meets_its_latency_target() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_interval_publishes_no_p95_rather_than_zero() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let origin = Origin::start().await;
+    let site = AdminSite::new(&format!(
+        "[upstream]\n\
+         url = \"http://{addr}\"\n\
+         \n\
+         [[room]]\n\
+         id = \"quiet\"\n\
+         routes = [\"/quiet/**\"]\n\
+         \n\
+         [room.adaptive]\n\
+         target_p95_ms = 100\n\
+         min_per_minute = 60\n\
+         max_per_minute = 600\n\
+         interval = \"200ms\"\n",
+        addr = origin.addr
+    ));
+    let client = support::client();
+    let mut server = site.site.start();
+    server.wait_ready(&client).await;
+    let admin = AdminClient::new(&site.admin_url());
+    admin.wait_ready().await;
+
+    // Nobody visits the room's routes: the controller runs and measures nothing.
+    let started = Instant::now();
+    let adaptive = loop {
+        let (_, stats) = admin.admin(Method::GET, "/rooms/quiet/stats", None).await;
+        if stats["adaptive"]["decision"] == "idle" {
+            break stats["adaptive"].clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no idle run: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(adaptive["responses"], 0, "{adaptive}");
+    assert!(adaptive["p95_ms"].is_null(), "{adaptive}");
+    let metrics = client
+        .get(format!("{}/metrics", site.admin_url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for gauge in ["anteroom_adaptive_p95_seconds", "anteroom_adaptive_p95_ms"] {
+        let line = format!("{gauge}{{room=\"quiet\"}} NaN");
+        assert!(
+            metrics.lines().any(|each| each == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_outside_the_gateway_pushes_its_signal() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let site = AdminSite::new(

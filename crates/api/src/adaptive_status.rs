@@ -21,7 +21,8 @@ pub struct AdaptiveStatus {
     pub decision: &'static str,
     /// Where the inputs came from: `gateway`, `signal` or `none`.
     pub source: &'static str,
-    /// The p95 latency of the interval, in milliseconds.
+    /// The p95 latency of the interval, in milliseconds; `null` when nothing was measured (an
+    /// idle interval, or health unknown), never a made-up 0.
     pub p95_ms: Option<f64>,
     /// The share of 5xx answers in the interval.
     pub error_rate: f64,
@@ -51,10 +52,12 @@ impl AdaptiveState {
         self.runs.lock().get(room).cloned()
     }
 
-    /// Keeps a room's run and sets its gauges and decision counter.
+    /// Keeps a room's run and sets its gauges and decision counter. A p95 not measured is
+    /// NaN, Prometheus' "no value" (as a summary without observations has): a 0 would read as
+    /// an origin answering at once.
     pub fn record(&self, room: &RoomId, status: AdaptiveStatus) {
         let label = room.to_string();
-        let p95_ms = status.p95_ms.unwrap_or(0.0);
+        let p95_ms = status.p95_ms.unwrap_or(f64::NAN);
         gauge!("anteroom_adaptive_rate_per_second", "room" => label.clone())
             .set(status.rate_per_minute as f64 / 60.0);
         gauge!("anteroom_adaptive_p95_seconds", "room" => label.clone()).set(p95_ms / 1000.0);

@@ -133,9 +133,15 @@ impl CookiePolicy {
 /// The header a client without cookies presents its pass in.
 static PASS_HEADER: HeaderName = HeaderName::from_static("x-anteroom-pass");
 
-/// The pass tokens a request presents for `room`: its cookie, then `X-Anteroom-Pass`, then a
-/// bearer token (which may be the site's own token, not a pass: it then simply does not
-/// verify).
+/// The most pass tokens examined for a room in one request. Each costs a signature check when
+/// it is not a cached pass, and every `X-Anteroom-Pass` or `Authorization` line is one more:
+/// without a cap, one request of a hundred forged lines would cost a hundred checks. A browser
+/// sends one cookie per room; the bearer token may be the site's own, hence room for a few.
+const MAX_ASKED_PASSES: usize = 4;
+
+/// The pass tokens a request presents for `room`, at most [`MAX_ASKED_PASSES`]: its cookie,
+/// then `X-Anteroom-Pass`, then a bearer token (which may be the site's own token, not a
+/// pass: it then simply does not verify).
 pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {
     let cookie = read_room_cookie(headers, PASS_COOKIE_PREFIX, room.as_str());
     let header = headers
@@ -153,6 +159,7 @@ pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<
         .chain(bearer)
         .map(str::trim)
         .filter(|token| !token.is_empty())
+        .take(MAX_ASKED_PASSES)
 }
 
 #[cfg(test)]
@@ -237,6 +244,23 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn at_most_four_passes_are_examined_in_the_order_presented() {
+        let room: RoomId = "sale".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("anteroom_p_sale=c"),
+        );
+        for token in ["h1", "h2", "h3", "h4", "h5"] {
+            headers.append(&PASS_HEADER, HeaderValue::from_static(token));
+        }
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer b"));
+        let asked: Vec<&str> = asked_passes(&headers, &room).collect();
+        assert_eq!(asked, ["c", "h1", "h2", "h3"]);
+        assert_eq!(asked.len(), MAX_ASKED_PASSES);
     }
 
     #[test]

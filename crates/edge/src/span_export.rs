@@ -1,11 +1,13 @@
 //! Span export over OTLP/HTTP (SPEC §14.6, `[tracing] otlp_endpoint`): one span per request to
-//! the protected site, in the trace of the client's valid `traceparent` (or a new trace),
-//! exported in batches by the OpenTelemetry SDK's own thread with JSON bodies. The span's id
-//! is the parent the upstream is told. Without the key there is no [`SpanExport`], and no
-//! span is made.
+//! the protected site, in the trace of a trusted proxy's valid `traceparent` (or a new trace;
+//! `gateway/correlation.rs` decides which is believed), exported in batches by the
+//! OpenTelemetry SDK's own thread with JSON bodies. The span's id is the parent the upstream
+//! is told. Without the key there is no [`SpanExport`], and no span is made.
 //!
-//! Sampling follows the parent: a client's trace whose `traceparent` says "not sampled" is
-//! not exported (its ids still reach the upstream); a trace the node starts is.
+//! Sampling follows the parent: a trusted proxy's trace whose `traceparent` says "not
+//! sampled" is not exported (its ids still reach the upstream); a trace the node starts, which
+//! is every trace of an untrusted client, is. So a client cannot hide its own requests from
+//! the export.
 
 use std::time::Duration;
 
@@ -70,7 +72,8 @@ impl SpanExport {
         }
     }
 
-    /// The span of a request: a child of the client's `received` trace context, else a root.
+    /// The span of a request: a child of the trusted proxy's `received` trace context, else a
+    /// root.
     pub(crate) fn request_span(
         &self,
         received: Option<&TraceParent>,

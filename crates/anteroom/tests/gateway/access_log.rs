@@ -36,7 +36,7 @@ rooms = ["shop"]
 "#;
 
 /// The access log line of the request that got `request_id`, once it is written.
-async fn line_of(gate: &Gate, request_id: &str) -> Value {
+pub(crate) async fn line_of(gate: &Gate, request_id: &str) -> Value {
     let started = Instant::now();
     loop {
         let found = gate

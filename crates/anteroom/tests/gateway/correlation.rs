@@ -10,6 +10,16 @@ const PLAIN_SITE: &str = r#"
 url = "{upstream}"
 "#;
 
+const LOGGED_SITE: &str = r#"
+[log]
+access = "json"
+
+[upstream]
+url = "{upstream}"
+"#;
+
+const TRUSTED_LOOPBACK: &str = r#"trusted_proxies = ["127.0.0.1/32"]"#;
+
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
@@ -45,7 +55,7 @@ async fn a_request_id_from_an_untrusted_peer_is_replaced_and_reaches_the_origin(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_id_from_a_trusted_proxy_is_kept_unless_it_is_odd() {
     let name = crate::support::test_engine();
-    let gate = Gate::start_with(r#"trusted_proxies = ["127.0.0.1/32"]"#, PLAIN_SITE).await;
+    let gate = Gate::start_with(TRUSTED_LOOPBACK, PLAIN_SITE).await;
     let (returned, upstream) = sent(&gate, &[("x-request-id", "lb-7f3a.42")]).await;
     assert_eq!(returned, "lb-7f3a.42", "{name}");
     assert_eq!(upstream["x-request-id"], "lb-7f3a.42", "{name}");
@@ -56,9 +66,9 @@ async fn a_request_id_from_a_trusted_proxy_is_kept_unless_it_is_odd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_traceparent_reaches_the_origin_in_the_same_trace_and_an_invalid_one_is_replaced() {
+async fn a_trusted_proxy_s_traceparent_keeps_its_trace_and_an_invalid_one_is_replaced() {
     let name = crate::support::test_engine();
-    let gate = Gate::start(PLAIN_SITE).await;
+    let gate = Gate::start_with(TRUSTED_LOOPBACK, PLAIN_SITE).await;
     let (_, upstream) = sent(
         &gate,
         &[("traceparent", TRACEPARENT), ("tracestate", "vendor=abc")],
@@ -82,4 +92,22 @@ async fn a_traceparent_reaches_the_origin_in_the_same_trace_and_an_invalid_one_i
     // Without one, the node starts a trace.
     let (_, upstream) = sent(&gate, &[]).await;
     assert_eq!(upstream["traceparent"].as_str().unwrap().len(), 55);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_client_s_trace_context_is_replaced_upstream_and_in_the_access_log() {
+    let name = crate::support::test_engine();
+    let gate = Gate::start(LOGGED_SITE).await;
+    let (request_id, upstream) = sent(
+        &gate,
+        &[("traceparent", TRACEPARENT), ("tracestate", "vendor=abc")],
+    )
+    .await;
+    let forwarded = upstream["traceparent"].as_str().unwrap();
+    assert_eq!(forwarded.len(), 55, "{name}: {forwarded}");
+    assert_ne!(&forwarded[3..35], TRACE_ID, "{name}: {forwarded}");
+    assert!(upstream.get("tracestate").is_none(), "{name}: {upstream}");
+    // The access log records the node's trace, the one the origin was told.
+    let line = crate::access_log::line_of(&gate, &request_id).await;
+    assert_eq!(line["trace_id"], &forwarded[3..35], "{name}: {line}");
 }

@@ -691,3 +691,42 @@ async fn a_room_asking_for_a_proof_of_work_joins_nobody_at_the_gateway() {
     assert_eq!(summary["serving"], 0, "{summary}");
     assert_eq!(summary["waiting"], 0, "{summary}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_has_at_most_four_of_its_passes_examined() {
+    let gate = Gate::start(ONE_ROOM).await;
+    let mut holder = Jar::default();
+    let response = gate.get("/products", &mut holder, HTML).await;
+    assert!(echoed(response).await.is_some(), "admitted on the spot");
+    let pass = holder.get("anteroom_p_shop").unwrap().to_owned();
+    // A forged token costs a signature check each: only the first four are looked at, so a
+    // valid pass behind four forged ones is not seen, and the full room holds the request.
+    let forged = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln";
+    let presented = |forged_before: usize| {
+        let mut headers = vec![("x-anteroom-pass", forged); forged_before];
+        headers.push(("x-anteroom-pass", pass.as_str()));
+        headers
+    };
+    let response = gate
+        .send(
+            reqwest::Method::GET,
+            "/products",
+            &mut Jar::default(),
+            JSON,
+            &presented(3),
+        )
+        .await;
+    assert!(echoed(response).await.is_some(), "the fourth is examined");
+    let response = gate
+        .send(
+            reqwest::Method::GET,
+            "/products",
+            &mut Jar::default(),
+            JSON,
+            &presented(4),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "waiting_room", "{body}");
+}

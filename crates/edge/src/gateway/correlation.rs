@@ -3,10 +3,13 @@
 //!
 //! Every header here may be forged. A request id is believed only from a trusted proxy (which
 //! made it or passed on its own client's) and only when it is short printable text, so it can
-//! go into log lines and the upstream's headers as it is; otherwise the node makes one. A
-//! `traceparent` is believed from anybody (it only groups spans, it grants nothing) when it
-//! is a well-formed version-00 value with non-zero ids; an invalid one is dropped and a new
-//! trace is started, and `tracestate` goes on only beside a valid `traceparent`.
+//! go into log lines and the upstream's headers as it is; otherwise the node makes one. Trace
+//! context is believed on the same terms (SPEC §14): though it grants nothing, a forged one
+//! would choose the trace id the access log records and, by its sampled flag, switch off the
+//! export of its own span. So a `traceparent` is kept only from a trusted proxy and only when
+//! it is a well-formed version-00 value with non-zero ids; from any other peer, or invalid, it
+//! is dropped and the node starts a new trace (whose sampling the node's own sampler decides),
+//! and `tracestate` goes on only beside a kept `traceparent`.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -27,12 +30,12 @@ const MAX_TRACESTATE: usize = 512;
 pub(crate) struct Correlation {
     /// The request id: a trusted proxy's, else a new random one.
     pub(crate) request_id: HeaderValue,
-    /// The client's valid trace context, if any.
+    /// A trusted proxy's valid trace context, if any.
     pub(crate) received: Option<TraceParent>,
-    /// The trace context the upstream gets: the client's, the node's span in its trace
+    /// The trace context the upstream gets: the trusted proxy's, the node's span in its trace
     /// (with span export), or a new trace.
     pub(crate) trace: TraceParent,
-    /// The client's `tracestate`, kept only with its valid `traceparent`.
+    /// A trusted proxy's `tracestate`, kept only with its valid `traceparent`.
     tracestate: Option<HeaderValue>,
 }
 
@@ -47,7 +50,7 @@ impl Correlation {
         // Several `traceparent` lines are invalid (W3C trace context §3.2.2).
         let mut sent = headers.get_all(&TRACEPARENT).iter();
         let parsed = match (sent.next(), sent.next()) {
-            (Some(value), None) => TraceParent::parse(value.as_bytes()),
+            (Some(value), None) if trusted => TraceParent::parse(value.as_bytes()),
             _ => None,
         };
         headers.remove(&TRACEPARENT);
@@ -192,13 +195,28 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_traceparent_and_its_tracestate_go_on() {
+    fn a_trusted_proxy_s_valid_traceparent_and_its_tracestate_go_on() {
         let mut sent = headers(&[("traceparent", VALID), ("tracestate", "vendor=1")]);
-        let correlation = Correlation::take(&mut sent, false);
+        let correlation = Correlation::take(&mut sent, true);
+        assert!(correlation.received.is_some());
         let mut out = HeaderMap::new();
         correlation.insert_into(&mut out);
         assert_eq!(out["traceparent"], VALID);
         assert_eq!(out["tracestate"], "vendor=1");
+    }
+
+    #[test]
+    fn an_untrusted_peer_s_trace_context_is_replaced_by_a_new_trace() {
+        let mut sent = headers(&[("traceparent", VALID), ("tracestate", "vendor=1")]);
+        let correlation = Correlation::take(&mut sent, false);
+        assert_eq!(correlation.received, None);
+        assert!(sent.is_empty(), "{sent:?}");
+        let mut out = HeaderMap::new();
+        correlation.insert_into(&mut out);
+        let replaced = out["traceparent"].to_str().unwrap();
+        assert_ne!(&replaced[3..35], &VALID[3..35]);
+        assert!(TraceParent::parse(replaced.as_bytes()).is_some());
+        assert!(!out.contains_key("tracestate"));
     }
 
     #[test]
@@ -248,7 +266,7 @@ mod tests {
     #[test]
     fn two_traceparent_lines_are_invalid() {
         let mut sent = headers(&[("traceparent", VALID), ("traceparent", VALID)]);
-        let correlation = Correlation::take(&mut sent, false);
+        let correlation = Correlation::take(&mut sent, true);
         assert_ne!(correlation.trace.trace_id_hex(), VALID[3..35]);
     }
 
