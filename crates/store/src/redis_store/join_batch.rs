@@ -525,3 +525,73 @@ fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued(deadline: Instant) -> (QueuedJoin, PendingJoin) {
+        let (reply, receiver) = oneshot::channel();
+        let claim = Arc::new(Claim::default());
+        let join = QueuedJoin {
+            ticket: String::new(),
+            args: Vec::new(),
+            deadline,
+            claim: claim.clone(),
+            reply,
+        };
+        (join, PendingJoin { claim, receiver })
+    }
+
+    /// A room queue holding `joins`, in the map as the room's task would find it.
+    fn queues(room: &RoomId, joins: Vec<QueuedJoin>) -> JoinQueues {
+        let queues = JoinQueues::default();
+        queues.rooms.lock().insert(
+            room.clone(),
+            RoomQueue {
+                joins: joins.into(),
+                full_batch: Arc::new(Notify::new()),
+            },
+        );
+        queues
+    }
+
+    /// While a call is in flight, a queued join with less time left than the last call took
+    /// is answered at once (it would be answered too late), a withdrawn one is dropped, and the
+    /// rest wait for a full batch or for no call to be in flight.
+    #[test]
+    fn joins_that_cannot_be_answered_in_time_are_not_sent() {
+        let room = RoomId::new("shed").expect("room id");
+        let now = Instant::now();
+        let (short, mut short_caller) = queued(now + Duration::from_millis(50));
+        let (withdrawn, withdrawn_caller) = queued(now + Duration::from_secs(2));
+        let (long, mut long_caller) = queued(now + Duration::from_secs(2));
+        drop(withdrawn_caller);
+        let queues = queues(&room, vec![short, withdrawn, long]);
+        let call_time = Duration::from_millis(500);
+
+        let mut unsent = Vec::new();
+        assert!(matches!(
+            queues.next(&room, 1, call_time, &mut unsent),
+            Next::Wait
+        ));
+        assert_eq!(unsent.len(), 1);
+        answer_unsent(&room, unsent.drain(..));
+        assert!(matches!(short_caller.receiver.try_recv(), Ok(Err(_))));
+        assert_eq!(short_caller.claim.give_up(), GaveUp::Answered);
+
+        // No call in flight: what is left goes, whatever the last call took.
+        match queues.next(&room, 0, call_time, &mut unsent) {
+            Next::Send(batch) => assert_eq!(batch.len(), 1),
+            _ => panic!("the long join is sent"),
+        }
+        assert!(unsent.is_empty());
+        assert!(long_caller.receiver.try_recv().is_err());
+        assert_eq!(long_caller.claim.give_up(), GaveUp::InFlight);
+        assert!(matches!(
+            queues.next(&room, 0, call_time, &mut unsent),
+            Next::Done
+        ));
+        assert!(queues.rooms.lock().is_empty());
+    }
+}
