@@ -6,7 +6,8 @@
 //! is refused for every join and changes nothing; a join that fails in the script fails alone.
 //! Behind a stalled Redis (CLIENT PAUSE) a room has several calls in flight, the joins still
 //! queued in the node fail at their bound without reaching Redis, and the sent ones are taken
-//! back, one cancellation per call.
+//! back, one cancellation per call. Events switched on reach the calls of a room's batch
+//! task that started before.
 //!
 //! The tests run on a current-thread runtime: every join is queued before the store's sending
 //! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
 use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
 use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
-use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_store::{MemoryStore, OutboxLimits, RedisConfig, RedisStore, RoomStore, StoreError};
 use anteroom_test_support::redis::RedisServer;
 use futures_util::future::join_all;
 
@@ -423,4 +424,27 @@ async fn joins_behind_a_stalled_redis_fail_at_their_bound_and_only_sent_ones_are
 
     let after = redis.join(&id, JoinRequest::default()).await;
     assert!(matches!(after, Ok(Entry::Admitted(_))), "{after:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn events_switched_on_reach_a_batch_task_started_before() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("events");
+    redis.put_room(mixed_room("events")).await.unwrap();
+
+    // The join is queued (and the room's task made) first; the events go on before the task
+    // makes its call.
+    let (answer, ()) = futures_util::future::join(redis.join(&id, visitor("alice")), async {
+        redis.event_outbox(OutboxLimits::default()).unwrap();
+    })
+    .await;
+    answer.unwrap();
+    let events: u64 = server
+        .cli(&["XLEN", "anteroom:{events}:outbox"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(events >= 1, "the join's events were written: {events}");
 }
