@@ -25,11 +25,13 @@
 //! - **Opening** a store (its first connection) counts as contact for every waiting ticket, as
 //!   reopening the embedded store does: a restart of the service never abandons anybody.
 //! - **Failures**: every call is bounded by [`RedisConfig::timeout`]; connections reconnect on
-//!   their own. A call that timed out may still have happened; for a join, whose ticket nobody
-//!   would hold, the store then cancels it (`cancel_join.lua`).
+//!   their own. A call that timed out may still have happened; for a join that was sent, whose
+//!   ticket nobody would hold, the store then cancels it (`cancel_join.lua`, the joins of one
+//!   failed call in one cancellation); a join that was never sent fails at its bound and costs
+//!   Redis nothing.
 //! - **Joins** into one room are group-committed (`join_batch.rs`): while a node's join call
 //!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
-//!   runs them in order and answers each.
+//!   runs them in order and answers each; a few calls per room may be in flight at once.
 //! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
 //!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
 //!   Rooms written in layout 1 are migrated by the first script that touches them.
@@ -135,13 +137,6 @@ pub(crate) fn outbox_rooms_key(prefix: &str) -> String {
     format!("{prefix}:outbox-rooms")
 }
 
-/// How long a room remembers the ticket id of a join cancelled before it ran
-/// (`cancel_join.lua`): far longer than any call may wait in a queue or a socket.
-const CANCELLED_JOIN_MEMORY: Duration = Duration::from_secs(600);
-
-/// How often a cancellation is tried before it is given up (one try per store timeout).
-const CANCEL_ATTEMPTS: u32 = 3;
-
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -212,7 +207,8 @@ pub struct RedisStore {
     notices: std::sync::OnceLock<Notices>,
     server_clock: server_clock::ServerClock,
     /// Once events are on (SPEC §14.9): the outbox, whose cap the scripts trim to.
-    outbox: std::sync::OnceLock<Arc<RedisOutbox>>,
+    /// Shared with the join batches, which read it for every call they make.
+    outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
     /// Joins waiting for their room's next call (`join_batch.rs`).
     joins: join_batch::JoinQueues,
 }
@@ -240,7 +236,7 @@ impl RedisStore {
             urls: config.urls,
             notices: std::sync::OnceLock::new(),
             server_clock: server_clock::ServerClock::default(),
-            outbox: std::sync::OnceLock::new(),
+            outbox: Arc::default(),
             joins: join_batch::JoinQueues::default(),
         })
     }
@@ -337,13 +333,7 @@ impl RedisStore {
         what: &str,
         operation: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
-            Err(elapsed) => Err(StoreError::backend(
-                format!("redis did not complete {what} within {:?}", self.timeout),
-                elapsed,
-            )),
-        }
+        connection::bounded(self.timeout, what, operation).await
     }
 
     /// Runs a room script and reads its answer; refusals become [`StoreError`]s.
@@ -397,7 +387,7 @@ impl RedisStore {
                 .collect(),
             channel: self.room_key(room, "events"),
             clock: self.clock.clone(),
-            outbox: self.outbox.get().cloned(),
+            outbox: self.outbox.clone(),
         }
     }
 
@@ -412,57 +402,6 @@ impl RedisStore {
                 .map(|deadline| deadline.to_string())
                 .unwrap_or_default(),
         }
-    }
-
-    /// Takes back, from a task of its own and best effort, the ticket a join named when the
-    /// join failed after it was queued: the script may have run (late, or with its answer
-    /// lost) although the visitor was answered an error (`cancel_join.lua`). Tried up to
-    /// [`CANCEL_ATTEMPTS`] times; the connection keeps calls in order, so a join still queued
-    /// in Redis runs before its cancellation, and one still in the node's queue is either
-    /// left out of its batch (its caller is gone) or refused by the script (its id is
-    /// remembered as cancelled).
-    fn cancel_join(&self, room: &RoomId, ticket: String) {
-        let Some(connection) = self.connection.get().cloned() else {
-            return;
-        };
-        let call = self.room_call(
-            "cancel_join",
-            &SCRIPTS.cancel_join,
-            room,
-            vec![
-                ticket,
-                millis(CANCELLED_JOIN_MEMORY),
-                admission_seed(),
-                lottery_seed(),
-            ],
-        );
-        let (timeout, room) = (self.timeout, room.clone());
-        tokio::spawn(async move {
-            for attempt in 1..=CANCEL_ATTEMPTS {
-                match tokio::time::timeout(timeout, call.run(&connection)).await {
-                    Ok(Ok(Ok(mut answer))) => {
-                        let removed = answer.expect("ok").and_then(|()| answer.number());
-                        tracing::info!(
-                            %room,
-                            removed = matches!(removed, Ok(1)),
-                            "cancelled a join whose call failed"
-                        );
-                        return;
-                    }
-                    Ok(Ok(Err(_))) => return,
-                    Ok(Err(error)) => {
-                        tracing::debug!(%room, attempt, %error, "cancelling a join failed");
-                    }
-                    Err(_) => tracing::debug!(%room, attempt, "cancelling a join timed out"),
-                }
-                tokio::time::sleep(timeout).await;
-            }
-            tracing::warn!(
-                %room,
-                "a join whose call failed could not be cancelled; if it ran, its ticket waits \
-                 until it is abandoned"
-            );
-        });
     }
 
     async fn config_on(
@@ -496,7 +435,9 @@ struct RoomPrelude {
     keys: Vec<String>,
     channel: String,
     clock: Option<Arc<dyn Clock>>,
-    outbox: Option<Arc<RedisOutbox>>,
+    /// Read at each call: events switched on reach a room's calls from then on, also those of
+    /// a join batch that was started before.
+    outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
 }
 
 impl RoomPrelude {
@@ -507,7 +448,7 @@ impl RoomPrelude {
             None => String::new(),
         };
         // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
-        let events = match &self.outbox {
+        let events = match self.outbox.get() {
             Some(outbox) => format!(
                 "{}|{}|{}",
                 outbox.limits().max_entries,
@@ -812,8 +753,8 @@ impl RoomStore for RedisStore {
             None => (String::new(), String::new()),
         };
         let ticket = TicketId::random(&mut OsRng).to_string();
-        let args = vec![
-            ticket.clone(),
+        // `join.lua`'s arguments after the ticket id.
+        let mut args = vec![
             SessionId::random(&mut OsRng).to_string(),
             resume_id,
             resume_generation,
@@ -827,35 +768,19 @@ impl RoomStore for RedisStore {
                 .unwrap_or_default(),
             if request.resume_only { "1" } else { "" }.to_owned(),
         ];
-        let mut queued = false;
-        let outcome = self
-            .bounded("join", async {
-                let connection = self.connection().await?;
-                let mut args = args;
-                args.push(self.join_deadline(&connection));
-                let answer = self.joins.enqueue(room, args, || join_batch::Sender {
-                    prelude: self.room_prelude(room),
-                    connection,
-                    timeout: self.timeout,
-                });
-                queued = true;
-                answer.await.map_err(|_| StoreError::Backend {
-                    message: format!("the join into {room} was dropped unsent"),
-                    source: None,
-                })?
-            })
-            .await;
-        let answer = match outcome {
-            Ok(answer) => answer,
-            Err(error) => {
-                // The node bounds every call (SPEC §9.4): a join that outlives the bound, or
-                // whose answer is lost, may still make a ticket nobody holds.
-                if queued {
-                    self.cancel_join(room, ticket);
-                }
-                return Err(error);
-            }
+        let start = tokio::time::Instant::now();
+        let connection = self.bounded("join", self.connection()).await?;
+        args.push(self.join_deadline(&connection));
+        let sender = || join_batch::Sender {
+            prelude: self.room_prelude(room),
+            connection,
+            timeout: self.timeout,
         };
+        // The node bounds every call (SPEC §9.4): the join's bound counts from its start.
+        let answer = self
+            .joins
+            .join(room, ticket, args, start + self.timeout, sender)
+            .await?;
         answer
             .map_err(|refusal| refusal.into_error(room))?
             .entry()

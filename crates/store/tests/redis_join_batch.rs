@@ -3,7 +3,11 @@
 //! joining twice, priority codes used up within the batch, wrong codes, resumes that find
 //! nothing and resumes that find a ticket made earlier in the same batch is held to the
 //! in-memory engine doing the same joins one at a time; a batch into a closed or missing room
-//! is refused for every join and changes nothing.
+//! is refused for every join and changes nothing; a join that fails in the script fails alone.
+//! Behind a stalled Redis (CLIENT PAUSE) a room has several calls in flight, the joins still
+//! queued in the node fail at their bound without reaching Redis, and the sent ones are taken
+//! back, one cancellation per call. Events switched on reach the calls of a room's batch
+//! task that started before.
 //!
 //! The tests run on a current-thread runtime: every join is queued before the store's sending
 //! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
@@ -12,11 +16,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
 use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
 use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
-use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore, StoreError};
+use anteroom_store::{MemoryStore, OutboxLimits, RedisConfig, RedisStore, RoomStore, StoreError};
 use anteroom_test_support::redis::RedisServer;
 use futures_util::future::join_all;
 
@@ -108,16 +113,20 @@ fn ticket(answer: &Result<Entry, StoreError>) -> TicketId {
     }
 }
 
-/// How many times the server ran EVALSHA and EVAL so far.
+/// How many times the server ran EVALSHA and EVAL so far, not counting calls it answered
+/// with an error (NOSCRIPT, before a script's first load).
 fn script_calls(server: &RedisServer) -> u64 {
+    let stat = |line: &str, name: &str| -> u64 {
+        line.split([':', ','])
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0)
+    };
     server
         .cli(&["INFO", "commandstats"])
         .lines()
         .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            let calls = line.split("calls=").nth(1)?;
-            calls.split(',').next()?.parse::<u64>().ok()
-        })
+        .map(|line| stat(line, "calls") - stat(line, "failed_calls"))
         .sum()
 }
 
@@ -252,4 +261,190 @@ async fn joins_queued_behind_a_call_in_flight_go_together() {
     positions.dedup();
     assert_eq!(positions.len(), 300);
     assert_eq!(redis.snapshot(&id).await.unwrap().waiting, 299);
+}
+
+/// Waits (up to ten seconds) until `done` holds.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within ten seconds");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_join_that_fails_in_the_script_fails_alone() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("confined");
+    redis.put_room(mixed_room("confined")).await.unwrap();
+    // Any join with an identity now fails inside the script (WRONGTYPE on the identity
+    // index); joins without one never touch it.
+    server.cli(&["SET", "anteroom:{confined}:identities", "not a hash"]);
+
+    let calls_before = script_calls(&server);
+    let answers = join_all(
+        [
+            JoinRequest::default(),
+            visitor("alice"),
+            JoinRequest::default(),
+        ]
+        .into_iter()
+        .map(|join| redis.join(&id, join)),
+    )
+    .await;
+    assert!(
+        matches!(answers[0], Ok(Entry::Admitted(_))),
+        "{:?}",
+        answers[0]
+    );
+    assert!(
+        matches!(answers[2], Ok(Entry::Waiting(_))),
+        "{:?}",
+        answers[2]
+    );
+    match &answers[1] {
+        Err(StoreError::Backend { message, .. }) => {
+            assert!(message.contains("failed for this join"), "{message}");
+            assert!(message.contains("WRONGTYPE"), "{message}");
+        }
+        other => panic!("alice's join: {other:?}"),
+    }
+    let snapshot = redis.snapshot(&id).await.unwrap();
+    assert_eq!(
+        snapshot.totals.joined, 2,
+        "the joins around the failed one were kept"
+    );
+    assert_eq!(snapshot.waiting, 1);
+    // One call for the three joins, then one cancellation for alice's: it made no ticket, so
+    // its id is remembered and a late run of it would be refused.
+    eventually("alice's join cancelled", || {
+        server
+            .cli(&["ZCARD", "anteroom:{confined}:cancelled"])
+            .trim()
+            == "1"
+    })
+    .await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        3,
+        "join, snapshot, cancel"
+    );
+}
+
+/// Redis stops answering (CLIENT PAUSE for three seconds; the store's bound is two) while
+/// 600 joins come in at once: the room's task sends four calls of 128 (the calls a room may
+/// have in flight) and keeps the other 88 queued. At the bound every caller is answered an
+/// error; the 88 never reach Redis, and the 512 sent are taken back by one cancellation per
+/// call. Whether Redis then runs the stalled joins (their tickets leave again) or not (their
+/// ids are remembered as cancelled), each sent join is undone exactly once, no ticket is left
+/// waiting, and the next join is answered.
+#[tokio::test(flavor = "current_thread")]
+async fn joins_behind_a_stalled_redis_fail_at_their_bound_and_only_sent_ones_are_cancelled() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("stalled");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    redis.put_room(config).await.unwrap();
+    let calls_before = script_calls(&server);
+
+    server.cli(&["CLIENT", "PAUSE", "3000", "ALL"]);
+    let started = Instant::now();
+    let answers = join_all((0..600).map(|_| redis.join(&id, JoinRequest::default()))).await;
+    let answered_after = started.elapsed();
+    let (mut unsent, mut taken_back) = (0, 0);
+    for answer in &answers {
+        match answer {
+            Err(StoreError::Backend { message, .. }) if message.contains("never sent") => {
+                unsent += 1;
+            }
+            Err(StoreError::Backend { message, .. }) if message.contains("taken back") => {
+                taken_back += 1;
+            }
+            other => panic!("a join behind a stalled redis: {other:?}"),
+        }
+    }
+    assert_eq!(
+        (taken_back, unsent),
+        (512, 88),
+        "sent, and left in the node's queue"
+    );
+    assert!(
+        answered_after < Duration::from_millis(2900),
+        "answered at the bound, not when redis woke up: {answered_after:?}"
+    );
+
+    // Every sent join undone once: it made a ticket, which was taken back (the first, admitted
+    // at once, by abandoning its session), or its id is remembered as cancelled.
+    let undone = || {
+        let field = |key: &str, command: &[&str]| -> u64 {
+            let mut args = command.to_vec();
+            args.insert(1, key);
+            server.cli(&args).trim().parse().unwrap_or(0)
+        };
+        let remembered = field("anteroom:{stalled}:cancelled", &["ZCARD"]);
+        let joined = field("anteroom:{stalled}:meta", &["HGET", "joined"]);
+        (joined, remembered)
+    };
+    eventually("the sent joins undone", || {
+        let (joined, remembered) = undone();
+        joined + remembered == 512
+    })
+    .await;
+    let snapshot = redis.snapshot(&id).await.unwrap();
+    let totals = snapshot.totals;
+    assert_eq!(
+        (
+            snapshot.waiting,
+            snapshot.active,
+            snapshot.admitted_unclaimed
+        ),
+        (0, 0, 0),
+        "{snapshot:?}"
+    );
+    assert_eq!(
+        totals.joined,
+        totals.left + totals.sessions_abandoned,
+        "{snapshot:?}"
+    );
+    assert!(totals.joined <= 512, "{snapshot:?}");
+    // At most the four join calls and four cancellations, and the snapshot.
+    let calls = script_calls(&server) - calls_before;
+    eprintln!(
+        "behind the stall: {taken_back} joins sent, {unsent} not, answered after \
+         {answered_after:?}; {} tickets made and taken back, {} ids remembered as cancelled, \
+         {calls} script calls",
+        totals.joined,
+        512 - totals.joined
+    );
+    assert!((5..=9).contains(&calls), "{calls} script calls");
+
+    let after = redis.join(&id, JoinRequest::default()).await;
+    assert!(matches!(after, Ok(Entry::Admitted(_))), "{after:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn events_switched_on_reach_a_batch_task_started_before() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("events");
+    redis.put_room(mixed_room("events")).await.unwrap();
+
+    // The join is queued (and the room's task made) first; the events go on before the task
+    // makes its call.
+    let (answer, ()) = futures_util::future::join(redis.join(&id, visitor("alice")), async {
+        redis.event_outbox(OutboxLimits::default()).unwrap();
+    })
+    .await;
+    answer.unwrap();
+    let events: u64 = server
+        .cli(&["XLEN", "anteroom:{events}:outbox"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(events >= 1, "the join's events were written: {events}");
 }

@@ -18,8 +18,9 @@
 --   9 '1': resume only (the join gate, SPEC §14.2): never make a new ticket
 --  10 the time (ms, the scripts' clock) after which the caller no longer awaits the answer,
 --     or '': a join that runs later refuses, so it leaves no ticket nobody holds
--- Returns: one answer per join, in order, each a status answer (see room.lua) or 'error' and
--- why; or, for the whole batch, 'error' and why when the room is missing or closed.
+-- Returns: one answer per join, in order, each a status answer (see room.lua), 'error' and
+-- why, or 'failed' and the error a command or the script raised in that join alone; or, for
+-- the whole batch, 'error' and why when the room is missing or closed.
 
 local JOIN_ARGS = 10
 
@@ -132,10 +133,22 @@ local function join_one(join)
   return status(join.ticket_id, room.generation, join.session_id), true
 end
 
+-- The text of an error `pcall` caught: a table with `err` for a command Redis refused, a
+-- string for an error of the script's own.
+local function failure_text(failure)
+  if type(failure) == 'table' then
+    return tostring(failure.err)
+  end
+  return tostring(failure)
+end
+
 local answers, joined = {}, false
 for i = 1, tonumber(ARGV[5]) do
   local base = 5 + (i - 1) * JOIN_ARGS
-  local answer, made = join_one({
+  -- Each join is confined: an error in one is its own answer, and the joins before and after
+  -- it keep theirs. Redis keeps what the failed join wrote before its error (scripts do not
+  -- roll back), so the store takes its ticket back (cancel_join.lua).
+  local ok, answer, made = pcall(join_one, {
     ticket_id = ARGV[base + 1],
     session_id = ARGV[base + 2],
     held = ARGV[base + 3],
@@ -147,6 +160,9 @@ for i = 1, tonumber(ARGV[5]) do
     resume_only = ARGV[base + 9],
     deadline = ARGV[base + 10],
   })
+  if not ok then
+    answer, made = { 'failed', failure_text(answer) }, false
+  end
   answers[i] = answer
   joined = joined or made
 end

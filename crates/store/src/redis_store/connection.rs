@@ -147,15 +147,28 @@ impl LazyRedis {
         what: &str,
         operation: impl std::future::Future<Output = Result<T, crate::StoreError>>,
     ) -> Result<T, crate::StoreError> {
-        match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
-            Err(elapsed) => Err(crate::StoreError::backend(
-                format!(
-                    "redis did not complete {}'s {what} within {:?}",
-                    self.subject, self.timeout
-                ),
-                elapsed,
-            )),
-        }
+        bounded(
+            self.timeout,
+            format!("{}'s {what}", self.subject),
+            operation,
+        )
+        .await
+    }
+}
+
+/// Runs `operation` within `timeout`: the one bound every Redis call of the store, the outbox,
+/// the shared key set and the join batches is held to (SPEC §9.4). Past it the error says
+/// `what` did not complete; the call may still have happened.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    what: impl std::fmt::Display,
+    operation: impl std::future::Future<Output = Result<T, crate::StoreError>>,
+) -> Result<T, crate::StoreError> {
+    match tokio::time::timeout(timeout, operation).await {
+        Ok(result) => result,
+        Err(elapsed) => Err(crate::StoreError::backend(
+            format!("redis did not complete {what} within {timeout:?}"),
+            elapsed,
+        )),
     }
 }

@@ -8,136 +8,470 @@
 //! runs one script instead of many: a room's join rate on one Redis core is the script's rate
 //! per join, not per call. Each join's answer goes back to its own caller.
 //!
-//! The calls are sent by a task of their own (one per room while it has joins queued), so a
-//! caller that gives up never strands the joins queued behind it. A join whose caller has
-//! already gone when its batch is made is left out: it makes no ticket nobody holds.
+//! A full batch does not wait for the calls before it: up to [`MAX_CALLS_IN_FLIGHT`] calls of
+//! a room may be in flight, so a slow server (or a node that gets the CPU late) does not hold
+//! a whole crowd behind one round trip. They keep their order: one task sends a room's calls
+//! in the order their joins were queued, one connection runs its commands in the order sent,
+//! and in a cluster a room's keys share one slot.
+//!
+//! The calls are sent by a task of their own (one per room while it has joins queued or calls
+//! in flight), so a caller that gives up never strands the joins queued behind it. Every join
+//! is bounded from its start ([`connection::bounded`](super::connection::bounded)'s bound), and
+//! what giving up costs depends on where the join is:
+//! - still queued: it is left out of every batch; it never reaches Redis and costs nothing;
+//! - queued with less time left than the room's last call took, while calls are in flight: it
+//!   is answered at once that it could not be sent in time, instead of making Redis run a join
+//!   whose answer would come too late;
+//! - sent: Redis may run it (`join.lua` refuses a join run after the deadline it carries, but
+//!   one run just before may be answered too late), so this task takes its ticket back
+//!   (`cancel_join.lua`), with every other such join of its call in one cancellation.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use anteroom_core::RoomId;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
-use super::connection::Connection;
+use super::connection::{Connection, bounded};
 use super::records::{Answer, Refusal};
 use super::scripts::SCRIPTS;
-use super::{RoomPrelude, malformed};
+use super::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
 use crate::StoreError;
 
 /// The most joins one call carries: Redis runs nothing else while a script runs, so a batch
 /// is kept to a few milliseconds of script.
 pub(crate) const MAX_JOINS_PER_CALL: usize = 128;
 
+/// The most calls of one room in flight from one node: enough to keep a slow server busy
+/// without waiting for the node's turn between round trips, few enough that a node's joins
+/// queued in Redis stay a few milliseconds of script.
+pub(crate) const MAX_CALLS_IN_FLIGHT: usize = 4;
+
+/// How long a room remembers the ticket id of a join cancelled before it ran
+/// (`cancel_join.lua`): far longer than any call may wait in a queue or a socket.
+const CANCELLED_JOIN_MEMORY: Duration = Duration::from_secs(600);
+
+/// How often a cancellation is tried before it is given up (one try per store timeout).
+const CANCEL_ATTEMPTS: u32 = 3;
+
 /// What a caller hears of its join: the script's answer or refusal, or why the call failed.
 pub(crate) type JoinOutcome = Result<Result<Answer, Refusal>, StoreError>;
 
-/// One join waiting for its room's next call: its arguments (`join.lua`, ten per join) and
-/// where its answer goes.
+/// Where a join is, shared by its caller and the room's task; whichever moves it first from
+/// queued (or sent) decides what giving up costs.
+#[derive(Default)]
+struct Claim(AtomicU8);
+
+const QUEUED: u8 = 0;
+const SENT: u8 = 1;
+const ANSWERED: u8 = 2;
+const WITHDRAWN: u8 = 3;
+const ABANDONED: u8 = 4;
+
+/// What became of a join its caller gave up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GaveUp {
+    /// It was still queued: it will never be sent.
+    Unsent,
+    /// It was sent: the room's task takes its ticket back.
+    InFlight,
+    /// Its answer was already on the way: the caller takes it.
+    Answered,
+}
+
+impl Claim {
+    fn moved(&self, from: u8, to: u8) -> bool {
+        self.0
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The task takes the join into a call; false when its caller has withdrawn it.
+    fn send(&self) -> bool {
+        self.moved(QUEUED, SENT)
+    }
+
+    /// The task answers the join without sending it; false when its caller has withdrawn it.
+    fn answer_unsent(&self) -> bool {
+        self.moved(QUEUED, ANSWERED)
+    }
+
+    /// The task answers a sent join; false when its caller is gone.
+    fn answer(&self) -> bool {
+        self.moved(SENT, ANSWERED)
+    }
+
+    fn is_withdrawn(&self) -> bool {
+        self.0.load(Ordering::Acquire) == WITHDRAWN
+    }
+
+    /// The caller gives up (idempotent).
+    fn give_up(&self) -> GaveUp {
+        if self.moved(QUEUED, WITHDRAWN) {
+            return GaveUp::Unsent;
+        }
+        self.moved(SENT, ABANDONED);
+        match self.0.load(Ordering::Acquire) {
+            WITHDRAWN => GaveUp::Unsent,
+            ANSWERED => GaveUp::Answered,
+            _ => GaveUp::InFlight,
+        }
+    }
+}
+
+/// One join waiting for its room's next call: its ticket id and its other `join.lua`
+/// arguments (ten per join in all), when its caller stops waiting, and where its answer goes.
 struct QueuedJoin {
+    ticket: String,
     args: Vec<String>,
+    deadline: Instant,
+    claim: Arc<Claim>,
     reply: oneshot::Sender<JoinOutcome>,
+}
+
+/// A room's joins not sent yet, and the bell that tells its task a full batch has gathered.
+struct RoomQueue {
+    joins: VecDeque<QueuedJoin>,
+    full_batch: Arc<Notify>,
 }
 
 /// The queues of joins per room. A room is in the map while a task sends its joins.
 #[derive(Clone, Default)]
 pub(crate) struct JoinQueues {
-    rooms: Arc<Mutex<HashMap<RoomId, Vec<QueuedJoin>>>>,
+    rooms: Arc<Mutex<HashMap<RoomId, RoomQueue>>>,
 }
 
 /// What a room's sending task needs: the room's calls, a connection, and the bound on each call.
+#[derive(Clone)]
 pub(crate) struct Sender {
     pub(crate) prelude: RoomPrelude,
     pub(crate) connection: Connection,
     pub(crate) timeout: Duration,
 }
 
+/// What the room's task does next.
+enum Next {
+    /// Send this batch now.
+    Send(Vec<QueuedJoin>),
+    /// Wait for a call to finish or a full batch to gather.
+    Wait,
+    /// Nothing queued and nothing in flight: the room left the map, the task ends.
+    Done,
+}
+
+/// A caller's side of a queued join. Dropped before its answer (the caller gave up, or its
+/// request went away), it withdraws the join if it was not sent yet.
+struct PendingJoin {
+    claim: Arc<Claim>,
+    receiver: oneshot::Receiver<JoinOutcome>,
+}
+
+impl Drop for PendingJoin {
+    fn drop(&mut self) {
+        self.claim.give_up();
+    }
+}
+
 impl JoinQueues {
-    /// Queues a join into `prelude`'s room, starting the room's sending task (made by
-    /// `sender`) when none runs; the receiver gets the join's outcome.
-    pub(crate) fn enqueue(
+    /// Joins `room` (`ticket` is the id of a new ticket, `args` the join's other arguments),
+    /// waiting for the answer until `deadline`; the room's sending task is made by `sender`
+    /// when none runs.
+    pub(crate) async fn join(
         &self,
         room: &RoomId,
+        ticket: String,
         args: Vec<String>,
+        deadline: Instant,
         sender: impl FnOnce() -> Sender,
-    ) -> oneshot::Receiver<JoinOutcome> {
+    ) -> JoinOutcome {
+        let mut pending = self.enqueue(room, ticket, args, deadline, sender);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let waited = bounded(left, "join", async { Ok((&mut pending.receiver).await) }).await;
+        let timed_out = match waited {
+            Ok(Ok(outcome)) => return outcome,
+            Ok(Err(_)) => return Err(dropped(room)),
+            Err(timed_out) => timed_out,
+        };
+        let fate = match pending.claim.give_up() {
+            GaveUp::Unsent => "it was never sent",
+            GaveUp::InFlight => "it was sent, and its ticket is taken back",
+            GaveUp::Answered => {
+                return (&mut pending.receiver)
+                    .await
+                    .unwrap_or_else(|_| Err(dropped(room)));
+            }
+        };
+        Err(StoreError::Backend {
+            message: format!("the join into {room} was not answered in time: {fate}"),
+            source: Some(Box::new(timed_out)),
+        })
+    }
+
+    fn enqueue(
+        &self,
+        room: &RoomId,
+        ticket: String,
+        args: Vec<String>,
+        deadline: Instant,
+        sender: impl FnOnce() -> Sender,
+    ) -> PendingJoin {
         let (reply, receiver) = oneshot::channel();
-        let join = QueuedJoin { args, reply };
+        let claim = Arc::new(Claim::default());
+        let join = QueuedJoin {
+            ticket,
+            args,
+            deadline,
+            claim: claim.clone(),
+            reply,
+        };
         let mut rooms = self.rooms.lock();
         match rooms.entry(room.clone()) {
-            MapEntry::Occupied(mut queue) => queue.get_mut().push(join),
+            MapEntry::Occupied(mut queue) => {
+                let queue = queue.get_mut();
+                queue.joins.push_back(join);
+                if queue.joins.len() >= MAX_JOINS_PER_CALL {
+                    queue.full_batch.notify_one();
+                }
+            }
             MapEntry::Vacant(slot) => {
-                slot.insert(vec![join]);
-                tokio::spawn(self.clone().send_all(room.clone(), sender()));
+                let full_batch = Arc::new(Notify::new());
+                slot.insert(RoomQueue {
+                    joins: VecDeque::from([join]),
+                    full_batch: full_batch.clone(),
+                });
+                tokio::spawn(self.clone().send_all(room.clone(), sender(), full_batch));
             }
         }
-        receiver
+        PendingJoin { claim, receiver }
     }
 
-    /// The next batch of `room`'s queue whose callers still wait, or `None` (the room leaves
-    /// the map, so the next join starts a task again) when nobody does.
-    fn next_batch(&self, room: &RoomId) -> Option<Vec<QueuedJoin>> {
+    /// What `room`'s task does next, with `in_flight` calls out and the last one having taken
+    /// `call_time`: joins whose callers are gone are dropped, and, while calls are in flight,
+    /// joins with less time left than `call_time` go to `unsent` (answered without a call).
+    /// A batch is sent when no call is in flight, or when a full one has gathered.
+    fn next(
+        &self,
+        room: &RoomId,
+        in_flight: usize,
+        call_time: Duration,
+        unsent: &mut Vec<QueuedJoin>,
+    ) -> Next {
         let mut rooms = self.rooms.lock();
-        let queue = rooms.get_mut(room)?;
-        queue.retain(|join| !join.reply.is_closed());
-        if queue.is_empty() {
-            rooms.remove(room);
-            return None;
+        let Some(queue) = rooms.get_mut(room) else {
+            return Next::Done;
+        };
+        let now = Instant::now();
+        let shed_before = if in_flight == 0 { now } else { now + call_time };
+        loop {
+            let mut kept = VecDeque::with_capacity(queue.joins.len());
+            for join in queue.joins.drain(..) {
+                if join.claim.is_withdrawn() {
+                    continue;
+                }
+                if join.deadline <= shed_before {
+                    if join.claim.answer_unsent() {
+                        unsent.push(join);
+                    }
+                    continue;
+                }
+                kept.push_back(join);
+            }
+            queue.joins = kept;
+            if queue.joins.is_empty() && in_flight == 0 {
+                rooms.remove(room);
+                return Next::Done;
+            }
+            if queue.joins.is_empty() || (in_flight > 0 && queue.joins.len() < MAX_JOINS_PER_CALL) {
+                return Next::Wait;
+            }
+            let count = queue.joins.len().min(MAX_JOINS_PER_CALL);
+            let batch: Vec<QueuedJoin> = queue
+                .joins
+                .drain(..count)
+                .filter(|join| join.claim.send())
+                .collect();
+            if !batch.is_empty() {
+                return Next::Send(batch);
+            }
         }
-        let count = queue.len().min(MAX_JOINS_PER_CALL);
-        Some(queue.drain(..count).collect())
     }
 
-    /// Sends `room`'s queued joins, a batch per call, until its queue is empty.
-    async fn send_all(self, room: RoomId, sender: Sender) {
-        while let Some(batch) = self.next_batch(&room) {
-            let mut args = Vec::with_capacity(1 + batch.len() * batch[0].args.len());
-            args.push(batch.len().to_string());
-            let mut replies = Vec::with_capacity(batch.len());
-            for join in batch {
-                args.extend(join.args);
-                replies.push(join.reply);
+    /// Sends `room`'s queued joins, a batch per call and up to [`MAX_CALLS_IN_FLIGHT`] calls
+    /// at once, until its queue is empty and no call is in flight.
+    async fn send_all(self, room: RoomId, sender: Sender, full_batch: Arc<Notify>) {
+        let mut calls = FuturesUnordered::new();
+        let mut call_time = Duration::ZERO;
+        let mut unsent = Vec::new();
+        loop {
+            while calls.len() < MAX_CALLS_IN_FLIGHT {
+                let next = self.next(&room, calls.len(), call_time, &mut unsent);
+                answer_unsent(&room, unsent.drain(..));
+                match next {
+                    Next::Send(batch) => calls.push(run_call(&sender, batch)),
+                    Next::Wait => break,
+                    Next::Done => return,
+                }
             }
-            let outcomes = run_batch(&sender, args, replies.len()).await;
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                // A caller that gave up meanwhile cancels its join itself.
-                let _ = reply.send(outcome);
+            tokio::select! {
+                Some(finished) = calls.next() => {
+                    call_time = finished.took;
+                    finished.deliver(&sender);
+                }
+                () = full_batch.notified() => {}
             }
         }
     }
 }
 
-/// Runs one call of `join.lua` for `count` joins: one outcome per join, in order.
-async fn run_batch(sender: &Sender, args: Vec<String>, count: usize) -> Vec<JoinOutcome> {
+fn dropped(room: &RoomId) -> StoreError {
+    StoreError::Backend {
+        message: format!("the join into {room} was dropped unsent"),
+        source: None,
+    }
+}
+
+/// Answers joins that were left out because they could not be answered in time.
+fn answer_unsent(room: &RoomId, joins: impl Iterator<Item = QueuedJoin>) {
+    for join in joins {
+        let _ = join.reply.send(Err(StoreError::Backend {
+            message: format!(
+                "the join into {room} was not sent: redis answers the room's calls slower than \
+                 the time it had left"
+            ),
+            source: None,
+        }));
+    }
+}
+
+/// A join in a call: its ticket id, to take back, and its caller.
+struct SentJoin {
+    ticket: String,
+    claim: Arc<Claim>,
+    reply: oneshot::Sender<JoinOutcome>,
+}
+
+/// A call that finished (answered, failed or timed out): its joins, one outcome each, and
+/// how long it took.
+struct FinishedCall {
+    joins: Vec<SentJoin>,
+    outcomes: Vec<JoinOutcome>,
+    took: Duration,
+}
+
+/// Runs one call of `join.lua` for `batch`.
+async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
+    let started = Instant::now();
+    let count = batch.len();
+    let per_join = batch.first().map_or(0, |join| 1 + join.args.len());
+    let mut args = Vec::with_capacity(1 + count * per_join);
+    args.push(count.to_string());
+    let mut joins = Vec::with_capacity(count);
+    for join in batch {
+        args.push(join.ticket.clone());
+        args.extend(join.args);
+        joins.push(SentJoin {
+            ticket: join.ticket,
+            claim: join.claim,
+            reply: join.reply,
+        });
+    }
     let call = sender.prelude.call("join", &SCRIPTS.join, args);
-    let reply = match tokio::time::timeout(sender.timeout, call.reply(&sender.connection)).await {
-        Ok(reply) => reply,
-        Err(elapsed) => Err(StoreError::backend(
-            format!("redis did not complete join within {:?}", sender.timeout),
-            elapsed,
-        )),
-    };
-    match reply.and_then(|values: Vec<redis::Value>| answers(values, count)) {
-        Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+    let outcomes = match bounded(sender.timeout, "join", call.reply(&sender.connection))
+        .await
+        .and_then(|values: Vec<redis::Value>| answers(values, count))
+    {
+        Ok(outcomes) => outcomes,
         Err(error) => shared_failure(&error, count),
+    };
+    FinishedCall {
+        joins,
+        outcomes,
+        took: started.elapsed(),
     }
 }
 
-/// Reads the script's reply: one answer per join, or one refusal for the whole batch (the room
-/// is missing or closed) given to every join.
-fn answers(
-    values: Vec<redis::Value>,
-    count: usize,
-) -> Result<Vec<Result<Answer, Refusal>>, StoreError> {
+impl FinishedCall {
+    /// Gives each waiting caller its outcome, and takes back the tickets nobody holds: those of
+    /// joins that failed (the visitor is told so, yet the join may have run) and those whose
+    /// callers left before their answer came.
+    fn deliver(self, sender: &Sender) {
+        let mut take_back = Vec::new();
+        for (join, outcome) in self.joins.into_iter().zip(self.outcomes) {
+            // A refusal made no ticket; an answer made or resumed one, which its caller holds
+            // once it hears of it.
+            let failed = outcome.is_err();
+            let answered = matches!(outcome, Ok(Ok(_)));
+            let delivered = join.claim.answer() && join.reply.send(outcome).is_ok();
+            if failed || (answered && !delivered) {
+                take_back.push(join.ticket);
+            }
+        }
+        if !take_back.is_empty() {
+            tokio::spawn(cancel_joins(sender.clone(), take_back));
+        }
+    }
+}
+
+/// Takes back, best effort, the tickets `tickets` named in `sender`'s room, in one call of
+/// `cancel_join.lua`, tried up to [`CANCEL_ATTEMPTS`] times. The connection keeps calls in
+/// order, so joins still queued in Redis run before their cancellation; a join that runs after
+/// it anyway is refused (its id is remembered as cancelled).
+async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
+    let count = tickets.len();
+    let mut args = vec![
+        millis(CANCELLED_JOIN_MEMORY),
+        admission_seed(),
+        lottery_seed(),
+    ];
+    args.extend(tickets);
+    let call = sender
+        .prelude
+        .call("cancel_join", &SCRIPTS.cancel_join, args);
+    let room = &sender.prelude.room;
+    for attempt in 1..=CANCEL_ATTEMPTS {
+        match bounded(sender.timeout, "cancel_join", call.run(&sender.connection)).await {
+            Ok(Ok(mut answer)) => {
+                let removed = answer.expect("ok").and_then(|()| answer.number());
+                tracing::info!(
+                    %room,
+                    joins = count,
+                    removed = removed.unwrap_or_default(),
+                    "cancelled joins whose call failed or whose callers left"
+                );
+                return;
+            }
+            Ok(Err(_)) => return,
+            Err(error) => {
+                tracing::debug!(%room, attempt, %error, "cancelling joins failed");
+            }
+        }
+        tokio::time::sleep(sender.timeout).await;
+    }
+    tracing::warn!(
+        %room,
+        joins = count,
+        "joins whose call failed could not be cancelled; if they ran, their tickets wait \
+         until they are abandoned"
+    );
+}
+
+/// Reads the script's reply: one outcome per join, or one refusal for the whole batch (the
+/// room is missing or closed) given to every join.
+fn answers(values: Vec<redis::Value>, count: usize) -> Result<Vec<JoinOutcome>, StoreError> {
     let per_join = matches!(values.first(), Some(redis::Value::Array(_)));
     if !per_join {
         let fields: Vec<String> = redis::from_redis_value(redis::Value::Array(values))
             .map_err(|error| StoreError::backend("redis script join answered badly", error))?;
-        return (0..count)
+        return Ok((0..count)
             .map(|_| Answer::new(fields.clone()).map_err(|error| malformed("join", error)))
-            .collect();
+            .collect());
     }
     if values.len() != count {
         return Err(StoreError::Backend {
@@ -153,9 +487,22 @@ fn answers(
         .map(|value| {
             let fields: Vec<String> = redis::from_redis_value(value)
                 .map_err(|error| StoreError::backend("redis script join answered badly", error))?;
-            Answer::new(fields).map_err(|error| malformed("join", error))
+            Ok(one_answer(fields))
         })
         .collect()
+}
+
+/// One join's answer: its status or refusal, or the error it alone failed with (`failed`).
+fn one_answer(fields: Vec<String>) -> JoinOutcome {
+    if let [word, why] = fields.as_slice()
+        && word == "failed"
+    {
+        return Err(StoreError::Backend {
+            message: format!("redis script join failed for this join: {why}"),
+            source: None,
+        });
+    }
+    Answer::new(fields).map_err(|error| malformed("join", error))
 }
 
 /// The failure of a batch's call, told to each of its `count` joins.
@@ -177,4 +524,74 @@ fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued(deadline: Instant) -> (QueuedJoin, PendingJoin) {
+        let (reply, receiver) = oneshot::channel();
+        let claim = Arc::new(Claim::default());
+        let join = QueuedJoin {
+            ticket: String::new(),
+            args: Vec::new(),
+            deadline,
+            claim: claim.clone(),
+            reply,
+        };
+        (join, PendingJoin { claim, receiver })
+    }
+
+    /// A room queue holding `joins`, in the map as the room's task would find it.
+    fn queues(room: &RoomId, joins: Vec<QueuedJoin>) -> JoinQueues {
+        let queues = JoinQueues::default();
+        queues.rooms.lock().insert(
+            room.clone(),
+            RoomQueue {
+                joins: joins.into(),
+                full_batch: Arc::new(Notify::new()),
+            },
+        );
+        queues
+    }
+
+    /// While a call is in flight, a queued join with less time left than the last call took
+    /// is answered at once (it would be answered too late), a withdrawn one is dropped, and the
+    /// rest wait for a full batch or for no call to be in flight.
+    #[test]
+    fn joins_that_cannot_be_answered_in_time_are_not_sent() {
+        let room = RoomId::new("shed").expect("room id");
+        let now = Instant::now();
+        let (short, mut short_caller) = queued(now + Duration::from_millis(50));
+        let (withdrawn, withdrawn_caller) = queued(now + Duration::from_secs(2));
+        let (long, mut long_caller) = queued(now + Duration::from_secs(2));
+        drop(withdrawn_caller);
+        let queues = queues(&room, vec![short, withdrawn, long]);
+        let call_time = Duration::from_millis(500);
+
+        let mut unsent = Vec::new();
+        assert!(matches!(
+            queues.next(&room, 1, call_time, &mut unsent),
+            Next::Wait
+        ));
+        assert_eq!(unsent.len(), 1);
+        answer_unsent(&room, unsent.drain(..));
+        assert!(matches!(short_caller.receiver.try_recv(), Ok(Err(_))));
+        assert_eq!(short_caller.claim.give_up(), GaveUp::Answered);
+
+        // No call in flight: what is left goes, whatever the last call took.
+        match queues.next(&room, 0, call_time, &mut unsent) {
+            Next::Send(batch) => assert_eq!(batch.len(), 1),
+            _ => panic!("the long join is sent"),
+        }
+        assert!(unsent.is_empty());
+        assert!(long_caller.receiver.try_recv().is_err());
+        assert_eq!(long_caller.claim.give_up(), GaveUp::InFlight);
+        assert!(matches!(
+            queues.next(&room, 0, call_time, &mut unsent),
+            Next::Done
+        ));
+        assert!(queues.rooms.lock().is_empty());
+    }
 }
