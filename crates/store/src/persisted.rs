@@ -14,14 +14,12 @@
 use anteroom_core::config::RawRoom;
 use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{
-    RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd, TicketState,
+    Draw, RoomMeta, RoomTotals, Session, SessionEnd, SessionState, Ticket, TicketEnd, TicketState,
 };
 use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 use std::collections::BTreeMap;
-
-use serde::Deserialize;
 
 mod binary;
 pub(crate) mod fields;
@@ -44,51 +42,81 @@ const JSON_VERSION: u8 = 1;
 /// The binary record version, the first byte of every record written now.
 const BINARY_VERSION: u8 = 2;
 
-#[derive(Deserialize)]
-struct TicketV1 {
-    v: u8,
-    id: String,
-    position: u64,
-    generation: u32,
-    joined_at: u64,
-    last_seen: u64,
-    identity: Option<String>,
-    return_to: Option<String>,
-    /// Absent (false) in records written before priority lanes existed.
-    #[serde(default)]
-    priority: bool,
-    state: TicketStateV1,
+/// What a version 1 record of one kind holds: its fields' names, frozen (a field added since
+/// is in no version 1 record, so the reader leaves it blank rather than refuse every old
+/// record for lacking it), and the label its errors carry.
+struct Version1 {
+    label: &'static str,
+    names: &'static [&'static str],
 }
 
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum TicketStateV1 {
-    Waiting,
-    Admitted { at: u64, claim_deadline: u64 },
-    Claimed { session: String },
-    Ended { reason: String, at: u64 },
-}
+const STATE_V1: Version1 = Version1 {
+    label: "state",
+    names: &[
+        "generation",
+        "last_position",
+        "serving",
+        "bucket_units",
+        "bucket_updated_at",
+        "rate_admissions",
+        "rate_seconds",
+        "rate_measured_until",
+        "totals",
+        "draw",
+        "code_uses",
+    ],
+};
 
-#[derive(Deserialize)]
-struct SessionV1 {
-    v: u8,
-    id: String,
-    ticket: Option<String>,
-    position: u64,
-    generation: u32,
-    uid: Option<String>,
-    issued_at: u64,
-    renewed_at: u64,
-    expires_at: u64,
-    hard_expires_at: Option<u64>,
-    ended: Option<EndedV1>,
-}
+const DRAW_V1: Version1 = Version1 {
+    label: "draw",
+    names: &["opens_at", "drawn_at", "seed", "cohort", "through_position"],
+};
 
-#[derive(Deserialize)]
-struct EndedV1 {
-    reason: String,
-    at: u64,
-}
+const TOTALS_V1: Version1 = Version1 {
+    label: "total",
+    names: &[
+        "joined",
+        "admitted",
+        "no_show",
+        "abandoned",
+        "left",
+        "passes",
+        "completed",
+        "sessions_abandoned",
+        "expired",
+    ],
+};
+
+const TICKET_V1: Version1 = Version1 {
+    label: "ticket",
+    names: &[
+        "id",
+        "position",
+        "generation",
+        "joined_at",
+        "last_seen",
+        "identity",
+        "return_to",
+        "priority",
+        "state",
+    ],
+};
+
+const SESSION_V1: Version1 = Version1 {
+    label: "session",
+    names: &[
+        "id",
+        "ticket",
+        "position",
+        "generation",
+        "uid",
+        "issued_at",
+        "renewed_at",
+        "expires_at",
+        "hard_expires_at",
+        "ended",
+    ],
+};
 
 pub(crate) fn encode_config(config: &RoomConfig) -> Vec<u8> {
     serialize(&RawRoom::from_config(config))
@@ -121,75 +149,187 @@ pub(crate) fn decode_state(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta,
 /// Reads a version 1 state record: a JSON object with each field of [`fields::STATE_FIELDS`]
 /// under its name (`draw` and `code_uses` absent in records written before they existed).
 fn decode_state_json(config: RoomConfig, bytes: &[u8]) -> Result<RoomMeta, DecodeError> {
-    let object: JsonObject = serde_json::from_slice(bytes)?;
-    let version = object.get("v").and_then(serde_json::Value::as_u64);
-    check_json_version(version.and_then(|v| u8::try_from(v).ok()).unwrap_or(0))?;
     let mut meta = fields::blank_state(config);
-    read_json_fields(&object, &mut meta, fields::STATE_FIELDS)?;
+    read_json_record(bytes, &mut meta, &STATE_V1, fields::STATE_FIELDS)?;
     Ok(meta)
 }
 
 type JsonObject = serde_json::Map<String, serde_json::Value>;
+type JsonValue = serde_json::Value;
 
-/// Reads `record`'s fields from a version 1 JSON object, each under its name.
+/// Reads a whole version 1 record: a JSON object with `v` 1 and the fields `known` names.
+fn read_json_record<R>(
+    bytes: &[u8],
+    record: &mut R,
+    known: &Version1,
+    fields: &fields::Fields<R>,
+) -> Result<(), DecodeError> {
+    let object: JsonObject = serde_json::from_slice(bytes)?;
+    let version = object.get("v").and_then(JsonValue::as_u64);
+    check_json_version(version.and_then(|v| u8::try_from(v).ok()).unwrap_or(0))?;
+    read_json_fields(&object, record, known, fields)
+}
+
+/// Reads `record`'s fields from a version 1 JSON object, each under its name; the fields the
+/// version did not have keep their blank value.
 fn read_json_fields<R>(
     object: &JsonObject,
     record: &mut R,
+    known: &Version1,
     fields: &fields::Fields<R>,
 ) -> Result<(), DecodeError> {
-    use fields::Field;
-    for (name, field) in fields {
-        let value = object.get(*name).filter(|value| !value.is_null());
-        let invalid = || DecodeError::Invalid(format!("state field {name:?}"));
-        let number = || {
-            value
-                .and_then(serde_json::Value::as_u64)
-                .ok_or_else(invalid)
-        };
-        match field {
-            Field::U32(_, slot) => {
-                *slot(record) = u32::try_from(number()?).map_err(|_| invalid())?;
-            }
-            Field::U64(_, slot) => *slot(record) = number()?,
-            Field::F64(_, slot) => {
-                *slot(record) = value
-                    .and_then(serde_json::Value::as_f64)
-                    .ok_or_else(invalid)?;
-            }
-            Field::Time(_, slot) => *slot(record) = Timestamp(number()?),
-            Field::OptionalTime(_, slot) => {
-                *slot(record) = value.map(|_| number().map(Timestamp)).transpose()?;
-            }
-            Field::Seed(_, slot) => {
-                let text = value.and_then(serde_json::Value::as_str).unwrap_or("");
-                *slot(record) = seed_from_hex(text)
-                    .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {text:?}")))?;
-            }
-            Field::Totals(_, slot) => *slot(record) = read_json_totals(value)?,
-            Field::Draw(_, slot) => {
-                *slot(record) = match value {
-                    None => None,
-                    Some(draw) => {
-                        let object = draw.as_object().ok_or_else(invalid)?;
-                        let mut draw = fields::blank_draw();
-                        read_json_fields(object, &mut draw, fields::DRAW_FIELDS)?;
-                        Some(draw)
-                    }
-                };
-            }
-            Field::CodeUses(_, slot) => *slot(record) = read_json_code_uses(value)?,
-        }
+    for stored in fields
+        .iter()
+        .filter(|stored| known.names.contains(&stored.name))
+    {
+        let value = object.get(stored.name).filter(|value| !value.is_null());
+        let invalid = || DecodeError::Invalid(format!("{} field {:?}", known.label, stored.name));
+        read_json_field(value, &stored.field, record).map_err(|error| match error {
+            FieldError::Invalid => invalid(),
+            FieldError::Decode(error) => error,
+        })?;
     }
     Ok(())
 }
 
-fn read_json_totals(value: Option<&serde_json::Value>) -> Result<RoomTotals, DecodeError> {
-    let totals = value.and_then(serde_json::Value::as_object);
-    RoomTotals::try_from_fields(|field| {
-        totals
-            .and_then(|totals| totals.get(field.name))
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| DecodeError::Invalid(format!("total {:?} missing", field.name)))
+/// Why one field could not be read: its value is not one of its type, or a part of it is bad.
+enum FieldError {
+    Invalid,
+    Decode(DecodeError),
+}
+
+impl From<DecodeError> for FieldError {
+    fn from(error: DecodeError) -> FieldError {
+        FieldError::Decode(error)
+    }
+}
+
+/// Reads one field from its JSON value (`None`: absent or null).
+fn read_json_field<R>(
+    value: Option<&JsonValue>,
+    field: &fields::Field<R>,
+    record: &mut R,
+) -> Result<(), FieldError> {
+    use fields::Field;
+    let number = || value.and_then(JsonValue::as_u64).ok_or(FieldError::Invalid);
+    let text = || value.and_then(JsonValue::as_str).ok_or(FieldError::Invalid);
+    let optional_text = || value.map(|_| text()).transpose();
+    match field {
+        Field::U32(_, slot) => {
+            *slot(record) = u32::try_from(number()?).map_err(|_| FieldError::Invalid)?;
+        }
+        Field::U64(_, slot) => *slot(record) = number()?,
+        Field::F64(_, slot) => {
+            *slot(record) = value
+                .and_then(JsonValue::as_f64)
+                .ok_or(FieldError::Invalid)?;
+        }
+        Field::Time(_, slot) => *slot(record) = Timestamp(number()?),
+        Field::OptionalTime(_, slot) => {
+            *slot(record) = value.map(|_| number().map(Timestamp)).transpose()?;
+        }
+        Field::Seed(_, slot) => {
+            let text = value.and_then(JsonValue::as_str).unwrap_or("");
+            *slot(record) = seed_from_hex(text)
+                .ok_or_else(|| DecodeError::Invalid(format!("lottery seed {text:?}")))?;
+        }
+        Field::Totals(_, slot) => *slot(record) = read_json_totals(value)?,
+        Field::Draw(_, slot) => *slot(record) = read_json_draw(value)?,
+        Field::CodeUses(_, slot) => *slot(record) = read_json_code_uses(value)?,
+        Field::TicketId(_, slot) => *slot(record) = parse_ticket_id(text()?)?,
+        Field::SessionId(_, slot) => *slot(record) = parse_session_id(text()?)?,
+        Field::OptionalTicketId(_, slot) => {
+            *slot(record) = optional_text()?.map(parse_ticket_id).transpose()?;
+        }
+        Field::OptionalText(_, slot) => *slot(record) = optional_text()?.map(str::to_owned),
+        Field::Flag(_, slot) => {
+            // Absent (false) in tickets written before priority lanes existed.
+            *slot(record) = value
+                .map_or(Some(false), JsonValue::as_bool)
+                .ok_or(FieldError::Invalid)?;
+        }
+        Field::TicketState(_, slot) => *slot(record) = read_json_ticket_state(value)?,
+        Field::SessionState(_, slot) => *slot(record) = read_json_session_state(value)?,
+    }
+    Ok(())
+}
+
+fn read_json_draw(value: Option<&JsonValue>) -> Result<Option<Draw>, FieldError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let object = value.as_object().ok_or(FieldError::Invalid)?;
+    let mut draw = fields::blank_draw();
+    read_json_fields(object, &mut draw, &DRAW_V1, fields::DRAW_FIELDS)?;
+    Ok(Some(draw))
+}
+
+/// The totals version 1 knew; one added since starts at zero.
+fn read_json_totals(value: Option<&JsonValue>) -> Result<RoomTotals, DecodeError> {
+    let totals = value.and_then(JsonValue::as_object);
+    let mut read = RoomTotals::default();
+    for name in TOTALS_V1.names {
+        let missing = || DecodeError::Invalid(format!("{} {name:?} missing", TOTALS_V1.label));
+        let field = RoomTotals::FIELDS
+            .iter()
+            .find(|field| field.name == *name)
+            .ok_or_else(missing)?;
+        *(field.slot)(&mut read) = totals
+            .and_then(|totals| totals.get(*name))
+            .and_then(JsonValue::as_u64)
+            .ok_or_else(missing)?;
+    }
+    Ok(read)
+}
+
+/// `{"kind": "waiting" | "admitted" | "claimed" | "ended", ...}`, what the kind holds by name.
+fn read_json_ticket_state(value: Option<&JsonValue>) -> Result<TicketState, FieldError> {
+    let object = value
+        .and_then(JsonValue::as_object)
+        .ok_or(FieldError::Invalid)?;
+    let number = |name| {
+        object
+            .get(name)
+            .and_then(JsonValue::as_u64)
+            .ok_or(FieldError::Invalid)
+    };
+    let text = |name| {
+        object
+            .get(name)
+            .and_then(JsonValue::as_str)
+            .ok_or(FieldError::Invalid)
+    };
+    Ok(match text("kind")? {
+        "waiting" => TicketState::Waiting,
+        "admitted" => TicketState::Admitted {
+            at: Timestamp(number("at")?),
+            claim_deadline: Timestamp(number("claim_deadline")?),
+        },
+        "claimed" => TicketState::Claimed {
+            session: parse_session_id(text("session")?)?,
+        },
+        "ended" => TicketState::Ended {
+            reason: parse_ticket_end(text("reason")?)?,
+            at: Timestamp(number("at")?),
+        },
+        _ => return Err(FieldError::Invalid),
+    })
+}
+
+/// None while active, else `{"reason": ..., "at": ...}`.
+fn read_json_session_state(value: Option<&JsonValue>) -> Result<SessionState, FieldError> {
+    let Some(value) = value else {
+        return Ok(SessionState::Active);
+    };
+    let object = value.as_object().ok_or(FieldError::Invalid)?;
+    let reason = object.get("reason").and_then(JsonValue::as_str);
+    let at = object.get("at").and_then(JsonValue::as_u64);
+    let (Some(reason), Some(at)) = (reason, at) else {
+        return Err(FieldError::Invalid);
+    };
+    Ok(SessionState::Ended {
+        reason: parse_session_end(reason)?,
+        at: Timestamp(at),
     })
 }
 
@@ -224,33 +364,9 @@ pub(crate) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
 }
 
 fn decode_ticket_json(bytes: &[u8]) -> Result<Ticket, DecodeError> {
-    let stored: TicketV1 = serde_json::from_slice(bytes)?;
-    check_json_version(stored.v)?;
-    let state = match stored.state {
-        TicketStateV1::Waiting => TicketState::Waiting,
-        TicketStateV1::Admitted { at, claim_deadline } => TicketState::Admitted {
-            at: Timestamp(at),
-            claim_deadline: Timestamp(claim_deadline),
-        },
-        TicketStateV1::Claimed { session } => TicketState::Claimed {
-            session: parse_session_id(&session)?,
-        },
-        TicketStateV1::Ended { reason, at } => TicketState::Ended {
-            reason: parse_ticket_end(&reason)?,
-            at: Timestamp(at),
-        },
-    };
-    Ok(Ticket {
-        id: parse_ticket_id(&stored.id)?,
-        position: stored.position,
-        generation: stored.generation,
-        joined_at: Timestamp(stored.joined_at),
-        last_seen: Timestamp(stored.last_seen),
-        identity: stored.identity,
-        return_to: stored.return_to,
-        priority: stored.priority,
-        state,
-    })
+    let mut ticket = fields::blank_ticket();
+    read_json_record(bytes, &mut ticket, &TICKET_V1, fields::TICKET_FIELDS)?;
+    Ok(ticket)
 }
 
 /// A session as a record.
@@ -267,27 +383,9 @@ pub(crate) fn decode_session(bytes: &[u8]) -> Result<Session, DecodeError> {
 }
 
 fn decode_session_json(bytes: &[u8]) -> Result<Session, DecodeError> {
-    let stored: SessionV1 = serde_json::from_slice(bytes)?;
-    check_json_version(stored.v)?;
-    let state = match stored.ended {
-        None => SessionState::Active,
-        Some(ended) => SessionState::Ended {
-            reason: parse_session_end(&ended.reason)?,
-            at: Timestamp(ended.at),
-        },
-    };
-    Ok(Session {
-        id: parse_session_id(&stored.id)?,
-        ticket: stored.ticket.as_deref().map(parse_ticket_id).transpose()?,
-        position: stored.position,
-        generation: stored.generation,
-        uid: stored.uid,
-        issued_at: Timestamp(stored.issued_at),
-        renewed_at: Timestamp(stored.renewed_at),
-        expires_at: Timestamp(stored.expires_at),
-        hard_expires_at: stored.hard_expires_at.map(Timestamp),
-        state,
-    })
+    let mut session = fields::blank_session();
+    read_json_record(bytes, &mut session, &SESSION_V1, fields::SESSION_FIELDS)?;
+    Ok(session)
 }
 
 fn serialize(value: &impl serde::Serialize) -> Vec<u8> {

@@ -122,6 +122,54 @@ local function split(record)
   return fields
 end
 
+-- TICKET_COLUMNS, WAITING_COLUMNS and SESSION_COLUMNS (put in front of this prelude by the
+-- store, from its field lists) name the columns of the records above in order, each with how
+-- it is read: 'int', 'optional_int' ('' for none), 'text' (kept as stored) or 'flag' ('p' or
+-- nothing; a record ends before the unset flags at its end).
+
+-- Fills `into` from a record, column by column.
+local function read_columns(columns, record, into)
+  local f = split(record)
+  for i = 1, #columns do
+    local column = columns[i]
+    local kind, text = column[2], f[i]
+    if kind == 'int' then
+      into[column[1]] = tonumber(text)
+    elseif kind == 'optional_int' then
+      into[column[1]] = optional_number(text)
+    elseif kind == 'flag' then
+      into[column[1]] = text == 'p'
+    else
+      into[column[1]] = text
+    end
+  end
+  return into
+end
+
+-- The record of `value`, column by column.
+local function write_columns(columns, value)
+  local fields = {}
+  local n = #columns
+  for i = 1, n do
+    local column = columns[i]
+    local kind, field = column[2], value[column[1]]
+    if kind == 'int' then
+      fields[i] = int(field)
+    elseif kind == 'optional_int' then
+      fields[i] = optional_int(field)
+    elseif kind == 'flag' then
+      fields[i] = field and 'p' or ''
+    else
+      fields[i] = field
+    end
+  end
+  while n > 0 and fields[n] == '' and columns[n][2] == 'flag' do
+    fields[n] = nil
+    n = n - 1
+  end
+  return table.concat(fields, '|')
+end
+
 -- The room ----------------------------------------------------------------------------------
 
 local CONFIG_FIELDS = {
@@ -393,31 +441,11 @@ end
 -- Tickets -----------------------------------------------------------------------------------
 
 local function decode_ticket(id, record)
-  local f = split(record)
-  return {
-    id = id,
-    state = f[1],
-    position = tonumber(f[2]),
-    generation = tonumber(f[3]),
-    joined_at = tonumber(f[4]),
-    last_seen = tonumber(f[5]),
-    x = f[6],
-    y = f[7],
-    identity = f[8],
-    return_to = f[9],
-    priority = f[10] == 'p',
-  }
+  return read_columns(TICKET_COLUMNS, record, { id = id })
 end
 
 local function encode_ticket(ticket)
-  local fields = {
-    ticket.state, int(ticket.position), int(ticket.generation), int(ticket.joined_at),
-    int(ticket.last_seen), ticket.x, ticket.y, ticket.identity, ticket.return_to,
-  }
-  if ticket.priority then
-    fields[#fields + 1] = 'p'
-  end
-  return table.concat(fields, '|')
+  return write_columns(TICKET_COLUMNS, ticket)
 end
 
 -- Waiting tickets (layout 2, see the top of this file) -------------------------------------
@@ -453,35 +481,28 @@ local function record_last_seen(joined_at, seen)
   return math.max(joined_at + seen, seen_floor())
 end
 
+-- A waiting record holds the last contact as the time since joining.
 local function encode_waiting(ticket)
-  local record = table.concat({
-    int(ticket.joined_at), int(math.max(0, ticket.last_seen - ticket.joined_at)),
-    ticket.identity, ticket.return_to,
-  }, '|')
-  if ticket.priority then
-    record = record .. '|p'
-  end
+  local last_seen = ticket.last_seen
+  ticket.last_seen = math.max(0, last_seen - ticket.joined_at)
+  local record = write_columns(WAITING_COLUMNS, ticket)
+  ticket.last_seen = last_seen
   return record
 end
 
 -- A waiting ticket from its id, position and waiting record.
 local function decode_waiting(id, position, record)
-  local f = split(record)
-  local joined_at = tonumber(f[1])
-  return {
+  local ticket = read_columns(WAITING_COLUMNS, record, {
     id = id,
     state = 'w',
     position = position,
     generation = current_generation(),
-    joined_at = joined_at,
-    last_seen = record_last_seen(joined_at, tonumber(f[2])),
     x = '',
     y = '',
-    identity = f[3],
-    return_to = f[4],
-    priority = f[5] == 'p',
     bucketed = true,
-  }
+  })
+  ticket.last_seen = record_last_seen(ticket.joined_at, ticket.last_seen)
+  return ticket
 end
 
 -- The waiting ticket `id` at `position` (its score in its line), or nil.
@@ -556,30 +577,11 @@ end
 -- Sessions ----------------------------------------------------------------------------------
 
 local function decode_session(id, record)
-  local f = split(record)
-  return {
-    id = id,
-    state = f[1],
-    ticket = f[2],
-    position = tonumber(f[3]),
-    generation = tonumber(f[4]),
-    issued_at = tonumber(f[5]),
-    renewed_at = tonumber(f[6]),
-    expires_at = tonumber(f[7]),
-    hard_expires_at = optional_number(f[8]),
-    ended_at = optional_number(f[9]),
-    reason = f[10],
-    uid = f[11],
-  }
+  return read_columns(SESSION_COLUMNS, record, { id = id })
 end
 
 local function encode_session(session)
-  return table.concat({
-    session.state, session.ticket, int(session.position), int(session.generation),
-    int(session.issued_at), int(session.renewed_at), int(session.expires_at),
-    optional_int(session.hard_expires_at), optional_int(session.ended_at), session.reason,
-    session.uid,
-  }, '|')
+  return write_columns(SESSION_COLUMNS, session)
 end
 
 local function get_session(id)

@@ -19,8 +19,15 @@ end
 local after, filter = ARGV[5], ARGV[6]
 local limit, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
 
--- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
--- hard_expires_at|ended_at|reason|uid
+-- The column of a session record holding its end reason (SESSION_COLUMNS, room.lua); its
+-- state is the first.
+local REASON_COLUMN = nil
+for i, column in ipairs(SESSION_COLUMNS) do
+  if column[1] == 'reason' then
+    REASON_COLUMN = i
+  end
+end
+
 local function wanted(record)
   if filter == '' then
     return true
@@ -35,7 +42,7 @@ local function wanted(record)
   local field = 0
   for part in string.gmatch(record, '([^|]*)|?') do
     field = field + 1
-    if field == 10 then
+    if field == REASON_COLUMN then
       return part == filter
     end
   end

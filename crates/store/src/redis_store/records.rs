@@ -17,7 +17,10 @@ use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
-use crate::persisted::fields::{DRAW_FIELDS, Field, blank_draw};
+use crate::persisted::fields::{
+    DRAW_FIELDS, Field, Fields, Redis, SESSION_FIELDS, TICKET_FIELDS, blank_draw, blank_session,
+    blank_ticket,
+};
 
 /// Why a script's answer could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -102,8 +105,8 @@ fn decode_draw(field: &str) -> Result<Option<Draw>, MalformedAnswer> {
         return Err(malformed());
     }
     let mut draw = blank_draw();
-    for ((_, place), text) in DRAW_FIELDS.iter().zip(parts) {
-        match place {
+    for (stored, text) in DRAW_FIELDS.iter().zip(parts) {
+        match stored.field {
             Field::Time(_, slot) => *slot(&mut draw) = timestamp(text)?,
             Field::U64(_, slot) => *slot(&mut draw) = parse_number(text)?,
             Field::Seed(_, slot) => *slot(&mut draw) = seed_from_hex(text).ok_or_else(malformed)?,
@@ -307,105 +310,247 @@ impl Answer {
     }
 }
 
-/// Decodes a ticket record (the full form every answer carries, see `room.lua`).
+/// Decodes a ticket record (the full form every answer carries, see `room.lua`), the columns
+/// where [`TICKET_FIELDS`] places them.
 pub(crate) fn decode_ticket(id: &str, record: &str) -> Result<Ticket, MalformedAnswer> {
-    let mut fields: Vec<&str> = record.split('|').collect();
-    // A tenth field marks a priority ticket (`p`); records written before it have nine.
-    let priority = match fields.len() {
-        10 => fields.pop() == Some("p"),
-        _ => false,
-    };
-    let [
-        state,
-        position,
-        generation,
-        joined_at,
-        seen,
-        x,
-        y,
-        identity,
-        return_to,
-    ] = fields[..]
-    else {
-        return Err(MalformedAnswer(format!("ticket record {record:?}")));
-    };
-    let state = match state {
-        "w" => TicketState::Waiting,
-        "a" => TicketState::Admitted {
-            at: timestamp(x)?,
-            claim_deadline: timestamp(y)?,
-        },
-        "c" => TicketState::Claimed {
-            session: parse_session_id(x)?,
-        },
-        "e" => TicketState::Ended {
-            reason: parse_ticket_end(y)?,
-            at: timestamp(x)?,
-        },
-        other => return Err(MalformedAnswer(format!("ticket state {other:?}"))),
-    };
-    Ok(Ticket {
-        id: parse_ticket_id(id)?,
-        position: parse_number(position)?,
-        generation: u32::try_from(parse_number(generation)?)
-            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
-        joined_at: timestamp(joined_at)?,
-        last_seen: timestamp(seen)?,
-        identity: decode_text(identity)?,
-        priority,
-        return_to: decode_text(return_to)?,
-        state,
-    })
+    let mut ticket = blank_ticket();
+    decode_record(id, record, &mut ticket, TICKET_FIELDS)
+        .map_err(|why| MalformedAnswer(format!("ticket record {record:?}: {why}")))?;
+    Ok(ticket)
 }
 
-/// Decodes a session record.
+/// Decodes a session record, the columns where [`SESSION_FIELDS`] places them.
 pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, MalformedAnswer> {
-    let fields: Vec<&str> = record.split('|').collect();
-    let [
-        state,
-        ticket,
-        position,
-        generation,
-        issued_at,
-        renewed_at,
-        expires_at,
-        hard_expires_at,
-        ended_at,
-        reason,
-        uid,
-    ] = fields[..]
-    else {
-        return Err(MalformedAnswer(format!("session record {record:?}")));
-    };
-    let state = match state {
-        "a" => SessionState::Active,
-        "e" => SessionState::Ended {
-            reason: parse_session_end(reason)?,
-            at: timestamp(ended_at)?,
-        },
-        other => return Err(MalformedAnswer(format!("session state {other:?}"))),
-    };
-    Ok(Session {
-        id: parse_session_id(id)?,
-        ticket: if ticket.is_empty() {
-            None
+    let mut session = blank_session();
+    decode_record(id, record, &mut session, SESSION_FIELDS)
+        .map_err(|why| MalformedAnswer(format!("session record {record:?}: {why}")))?;
+    Ok(session)
+}
+
+/// Fills `value` from a `|`-separated record stored under `id`. A record may end before
+/// trailing flags (records written before a flag existed, or with it unset); no other column
+/// may be missing, and none may be extra.
+fn decode_record<R>(
+    id: &str,
+    record: &str,
+    value: &mut R,
+    fields: &Fields<R>,
+) -> Result<(), MalformedAnswer> {
+    let columns: Vec<&str> = record.split('|').collect();
+    let (required, width) = column_count(fields);
+    if columns.len() < required || columns.len() > width {
+        return Err(MalformedAnswer(format!("{} columns", columns.len())));
+    }
+    let column = |at: usize| columns.get(at - 1).copied().unwrap_or("");
+    for stored in fields {
+        match stored.redis {
+            Redis::Key => decode_column(id, &stored.field, value)?,
+            Redis::Columns { full: [at], .. } => decode_column(column(*at), &stored.field, value)?,
+            Redis::Columns {
+                full: [tag, first, second],
+                ..
+            } => {
+                let state = [column(*tag), column(*first), column(*second)];
+                decode_state(state, &stored.field, value)?;
+            }
+            _ => return Err(MalformedAnswer(format!("no column for {}", stored.name))),
+        }
+    }
+    Ok(())
+}
+
+/// How many columns a record has at least (up to its last column that is not a flag) and at
+/// most.
+fn column_count<R>(fields: &Fields<R>) -> (usize, usize) {
+    let (mut required, mut width) = (0, 0);
+    for stored in fields {
+        if let Redis::Columns { full, .. } = stored.redis {
+            let last = full.iter().copied().max().unwrap_or(0);
+            width = width.max(last);
+            if !matches!(stored.field, Field::Flag(..)) {
+                required = required.max(last);
+            }
+        }
+    }
+    (required, width)
+}
+
+/// One column into the field it holds.
+fn decode_column<R>(text: &str, field: &Field<R>, value: &mut R) -> Result<(), MalformedAnswer> {
+    match field {
+        Field::U32(_, slot) => {
+            *slot(value) = u32::try_from(parse_number(text)?)
+                .map_err(|_| MalformedAnswer(format!("number {text:?}")))?;
+        }
+        Field::U64(_, slot) => *slot(value) = parse_number(text)?,
+        Field::Time(_, slot) => *slot(value) = timestamp(text)?,
+        Field::OptionalTime(_, slot) => *slot(value) = optional_number(text)?.map(Timestamp),
+        Field::TicketId(_, slot) => *slot(value) = parse_ticket_id(text)?,
+        Field::SessionId(_, slot) => *slot(value) = parse_session_id(text)?,
+        Field::OptionalTicketId(_, slot) => {
+            *slot(value) = Some(text)
+                .filter(|text| !text.is_empty())
+                .map(parse_ticket_id)
+                .transpose()?;
+        }
+        Field::OptionalText(_, slot) => *slot(value) = decode_text(text)?,
+        Field::Flag(_, slot) => {
+            *slot(value) = match text {
+                "p" => true,
+                "" => false,
+                other => return Err(MalformedAnswer(format!("flag {other:?}"))),
+            };
+        }
+        _ => return Err(MalformedAnswer("a field with no column form".to_owned())),
+    }
+    Ok(())
+}
+
+/// A state's three columns (its letter and two values) into the state field.
+fn decode_state<R>(
+    [tag, first, second]: [&str; 3],
+    field: &Field<R>,
+    value: &mut R,
+) -> Result<(), MalformedAnswer> {
+    match field {
+        // x, y: at and claim deadline; session; at and reason.
+        Field::TicketState(_, slot) => {
+            *slot(value) = match tag {
+                "w" => TicketState::Waiting,
+                "a" => TicketState::Admitted {
+                    at: timestamp(first)?,
+                    claim_deadline: timestamp(second)?,
+                },
+                "c" => TicketState::Claimed {
+                    session: parse_session_id(first)?,
+                },
+                "e" => TicketState::Ended {
+                    reason: parse_ticket_end(second)?,
+                    at: timestamp(first)?,
+                },
+                other => return Err(MalformedAnswer(format!("ticket state {other:?}"))),
+            };
+        }
+        // ended_at, reason.
+        Field::SessionState(_, slot) => {
+            *slot(value) = match tag {
+                "a" => SessionState::Active,
+                "e" => SessionState::Ended {
+                    reason: parse_session_end(second)?,
+                    at: timestamp(first)?,
+                },
+                other => return Err(MalformedAnswer(format!("session state {other:?}"))),
+            };
+        }
+        _ => return Err(MalformedAnswer("a field with no state form".to_owned())),
+    }
+    Ok(())
+}
+
+/// How the room scripts read and write a column (room.lua `read_columns`): a number, an
+/// optional number (`''` for none), text kept as it is, or a flag (`p`, or nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LuaKind {
+    Int,
+    OptionalInt,
+    Text,
+    Flag,
+}
+
+impl LuaKind {
+    fn of<R>(field: &Field<R>) -> LuaKind {
+        match field {
+            Field::U32(..) | Field::U64(..) | Field::Time(..) => LuaKind::Int,
+            Field::OptionalTime(..) => LuaKind::OptionalInt,
+            Field::Flag(..) => LuaKind::Flag,
+            _ => LuaKind::Text,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            LuaKind::Int => "int",
+            LuaKind::OptionalInt => "optional_int",
+            LuaKind::Text => "text",
+            LuaKind::Flag => "flag",
+        }
+    }
+}
+
+/// The Lua names and kinds of a state's three columns: the scripts keep a ticket's as
+/// `state`, `x`, `y` and a session's as `state`, `ended_at`, `reason`.
+fn state_columns<R>(field: &Field<R>) -> [(&'static str, LuaKind); 3] {
+    match field {
+        Field::SessionState(..) => [
+            ("state", LuaKind::Text),
+            ("ended_at", LuaKind::OptionalInt),
+            ("reason", LuaKind::Text),
+        ],
+        _ => [
+            ("state", LuaKind::Text),
+            ("x", LuaKind::Text),
+            ("y", LuaKind::Text),
+        ],
+    }
+}
+
+/// The full record's columns in order: each one's Lua name and kind.
+fn record_columns<R>(fields: &Fields<R>) -> Vec<(&'static str, LuaKind)> {
+    let mut columns: Vec<(usize, &'static str, LuaKind)> = Vec::new();
+    for stored in fields {
+        let Redis::Columns { full, .. } = stored.redis else {
+            continue;
+        };
+        if let [at] = full {
+            columns.push((*at, stored.name, LuaKind::of(&stored.field)));
         } else {
-            Some(parse_ticket_id(ticket)?)
-        },
-        position: parse_number(position)?,
-        generation: u32::try_from(parse_number(generation)?)
-            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
-        uid: decode_text(uid)?,
-        issued_at: timestamp(issued_at)?,
-        renewed_at: timestamp(renewed_at)?,
-        expires_at: timestamp(expires_at)?,
-        hard_expires_at: if hard_expires_at.is_empty() {
-            None
-        } else {
-            Some(timestamp(hard_expires_at)?)
-        },
-        state,
-    })
+            let names = state_columns(&stored.field);
+            for (at, (name, kind)) in full.iter().zip(names) {
+                columns.push((*at, name, kind));
+            }
+        }
+    }
+    columns.sort_by_key(|(at, ..)| *at);
+    columns
+        .into_iter()
+        .map(|(_, name, kind)| (name, kind))
+        .collect()
+}
+
+/// A waiting ticket's record's columns in order (`last_seen` holds the time since joining).
+fn waiting_columns<R>(fields: &Fields<R>) -> Vec<(&'static str, LuaKind)> {
+    let mut columns: Vec<(usize, &'static str, LuaKind)> = fields
+        .iter()
+        .filter_map(|stored| match stored.redis {
+            Redis::Columns {
+                waiting: Some(at), ..
+            } => Some((at, stored.name, LuaKind::of(&stored.field))),
+            _ => None,
+        })
+        .collect();
+    columns.sort_by_key(|(at, ..)| *at);
+    columns
+        .into_iter()
+        .map(|(_, name, kind)| (name, kind))
+        .collect()
+}
+
+/// The Lua declaration of the ticket and session records' columns the scripts read and write
+/// (`TICKET_COLUMNS`, `WAITING_COLUMNS`, `SESSION_COLUMNS`): `{ { 'name', 'kind' }, ... }`.
+pub(crate) fn record_columns_lua() -> String {
+    let lua = |columns: Vec<(&str, LuaKind)>| {
+        let entries: Vec<String> = columns
+            .iter()
+            .map(|(name, kind)| format!("{{ '{name}', '{}' }}", kind.as_str()))
+            .collect();
+        format!("{{ {} }}", entries.join(", "))
+    };
+    format!(
+        "local TICKET_COLUMNS = {}\nlocal WAITING_COLUMNS = {}\nlocal SESSION_COLUMNS = {}",
+        lua(record_columns(TICKET_FIELDS)),
+        lua(waiting_columns(TICKET_FIELDS)),
+        lua(record_columns(SESSION_FIELDS)),
+    )
 }
 
 /// A load signal's record (`put_signal.lua`): `p95_ms|error_rate|in_flight|received_at`,
