@@ -681,6 +681,100 @@ mod tests {
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
     }
 
+    fn column_names(columns: &[(&'static str, LuaKind)]) -> Vec<String> {
+        columns
+            .iter()
+            .map(|(name, kind)| format!("{name}:{}", kind.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn the_record_columns_are_layout_2s() {
+        // Redis holds records in these columns (room.lua): the field lists may grow only at
+        // the end of a record, and sweep_idle reads a waiting record's first two columns and
+        // its trailing `|p` without decoding it, session_page a session's state from its
+        // first character.
+        assert_eq!(
+            column_names(&record_columns(TICKET_FIELDS)),
+            [
+                "state:text",
+                "position:int",
+                "generation:int",
+                "joined_at:int",
+                "last_seen:int",
+                "x:text",
+                "y:text",
+                "identity:text",
+                "return_to:text",
+                "priority:flag",
+            ]
+        );
+        assert_eq!(
+            column_names(&waiting_columns(TICKET_FIELDS)),
+            [
+                "joined_at:int",
+                "last_seen:int",
+                "identity:text",
+                "return_to:text",
+                "priority:flag",
+            ]
+        );
+        assert_eq!(
+            column_names(&record_columns(SESSION_FIELDS)),
+            [
+                "state:text",
+                "ticket:text",
+                "position:int",
+                "generation:int",
+                "issued_at:int",
+                "renewed_at:int",
+                "expires_at:int",
+                "hard_expires_at:optional_int",
+                "ended_at:optional_int",
+                "reason:text",
+                "uid:text",
+            ]
+        );
+        // Every column is placed once, with no gap.
+        let mut placed: Vec<usize> = Vec::new();
+        for stored in TICKET_FIELDS {
+            if let Redis::Columns { full, .. } = stored.redis {
+                placed.extend(full);
+            }
+        }
+        placed.sort_unstable();
+        assert_eq!(placed, (1..=10).collect::<Vec<_>>());
+        assert_eq!(column_count(TICKET_FIELDS), (9, 10));
+        assert_eq!(column_count(SESSION_FIELDS), (11, 11));
+        let lua = record_columns_lua();
+        assert!(
+            lua.contains("local WAITING_COLUMNS = { { 'joined_at', 'int' }, "),
+            "{lua}"
+        );
+    }
+
+    #[test]
+    fn records_with_columns_missing_or_extra_are_refused() {
+        let ticket_id = TicketId::from_bytes([1; 16]).to_string();
+        let session_id = SessionId::from_bytes([2; 16]).to_string();
+        for record in ["w|1|1|10|99|||", "w|1|1|10|99||||||", "w|1|1|10|99|||||q"] {
+            assert!(decode_ticket(&ticket_id, record).is_err(), "{record}");
+        }
+        let priority = decode_ticket(&ticket_id, "w|1|1|10|99|||||p").unwrap();
+        assert!(priority.priority);
+        assert!(
+            !decode_ticket(&ticket_id, "w|1|1|10|99|||||")
+                .unwrap()
+                .priority
+        );
+        for record in ["a||0|1|1|2|3|||", "a||0|1|1|2|3||||=u|"] {
+            assert!(decode_session(&session_id, record).is_err(), "{record}");
+        }
+        let session = decode_session(&session_id, "a||0|1|1|2|3|4|||=u").unwrap();
+        assert_eq!(session.hard_expires_at, Some(Timestamp(4)));
+        assert_eq!(session.ticket, None);
+    }
+
     #[test]
     fn every_draw_field_is_read_from_its_place() {
         let seed = "ab".repeat(32);
