@@ -122,54 +122,6 @@ local function split(record)
   return fields
 end
 
--- TICKET_COLUMNS, WAITING_COLUMNS and SESSION_COLUMNS (put in front of this prelude by the
--- store, from its field lists) name the columns of the records above in order, each with how
--- it is read: 'int', 'optional_int' ('' for none), 'text' (kept as stored) or 'flag' ('p' or
--- nothing; a record ends before the unset flags at its end).
-
--- Fills `into` from a record, column by column.
-local function read_columns(columns, record, into)
-  local f = split(record)
-  for i = 1, #columns do
-    local column = columns[i]
-    local kind, text = column[2], f[i]
-    if kind == 'int' then
-      into[column[1]] = tonumber(text)
-    elseif kind == 'optional_int' then
-      into[column[1]] = optional_number(text)
-    elseif kind == 'flag' then
-      into[column[1]] = text == 'p'
-    else
-      into[column[1]] = text
-    end
-  end
-  return into
-end
-
--- The record of `value`, column by column.
-local function write_columns(columns, value)
-  local fields = {}
-  local n = #columns
-  for i = 1, n do
-    local column = columns[i]
-    local kind, field = column[2], value[column[1]]
-    if kind == 'int' then
-      fields[i] = int(field)
-    elseif kind == 'optional_int' then
-      fields[i] = optional_int(field)
-    elseif kind == 'flag' then
-      fields[i] = field and 'p' or ''
-    else
-      fields[i] = field
-    end
-  end
-  while n > 0 and fields[n] == '' and columns[n][2] == 'flag' do
-    fields[n] = nil
-    n = n - 1
-  end
-  return table.concat(fields, '|')
-end
-
 -- The room ----------------------------------------------------------------------------------
 
 local CONFIG_FIELDS = {
@@ -441,12 +393,10 @@ end
 -- Tickets -----------------------------------------------------------------------------------
 
 local function decode_ticket(id, record)
-  return read_columns(TICKET_COLUMNS, record, { id = id })
+  return ticket_from_columns(split(record), { id = id })
 end
 
-local function encode_ticket(ticket)
-  return write_columns(TICKET_COLUMNS, ticket)
-end
+local encode_ticket = ticket_record
 
 -- Waiting tickets (layout 2, see the top of this file) -------------------------------------
 
@@ -485,14 +435,14 @@ end
 local function encode_waiting(ticket)
   local last_seen = ticket.last_seen
   ticket.last_seen = math.max(0, last_seen - ticket.joined_at)
-  local record = write_columns(WAITING_COLUMNS, ticket)
+  local record = waiting_record(ticket)
   ticket.last_seen = last_seen
   return record
 end
 
 -- A waiting ticket from its id, position and waiting record.
 local function decode_waiting(id, position, record)
-  local ticket = read_columns(WAITING_COLUMNS, record, {
+  local ticket = waiting_from_columns(split(record), {
     id = id,
     state = 'w',
     position = position,
@@ -577,12 +527,10 @@ end
 -- Sessions ----------------------------------------------------------------------------------
 
 local function decode_session(id, record)
-  return read_columns(SESSION_COLUMNS, record, { id = id })
+  return session_from_columns(split(record), { id = id })
 end
 
-local function encode_session(session)
-  return write_columns(SESSION_COLUMNS, session)
-end
+local encode_session = session_record
 
 local function get_session(id)
   local record = redis.call('HGET', SESSIONS, id)

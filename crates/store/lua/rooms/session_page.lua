@@ -19,15 +19,8 @@ end
 local after, filter = ARGV[5], ARGV[6]
 local limit, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
 
--- The column of a session record holding its end reason (SESSION_COLUMNS, room.lua); its
--- state is the first.
-local REASON_COLUMN = nil
-for i, column in ipairs(SESSION_COLUMNS) do
-  if column[1] == 'reason' then
-    REASON_COLUMN = i
-  end
-end
-
+-- A session record's state is its first column, its end reason SESSION_REASON_COLUMN (from
+-- the store's field list, like the record's reader and writer in room.lua).
 local function wanted(record)
   if filter == '' then
     return true
@@ -42,7 +35,7 @@ local function wanted(record)
   local field = 0
   for part in string.gmatch(record, '([^|]*)|?') do
     field = field + 1
-    if field == REASON_COLUMN then
+    if field == SESSION_REASON_COLUMN then
       return part == filter
     end
   end
