@@ -49,6 +49,9 @@
 -- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
 --   hard_expires_at|ended_at|reason|uid
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
+-- These records' columns are read and written by `ticket_from_columns`, `ticket_record`,
+--   `waiting_from_columns`, `waiting_record`, `session_from_columns` and `session_record`,
+--   which the store writes in front of this prelude from its field lists (one per record).
 --
 -- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
 -- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`

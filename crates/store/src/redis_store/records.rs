@@ -1,8 +1,10 @@
 //! The Redis layout's record formats (layout 2) and the scripts' answers, decoded into core
 //! types.
 //!
-//! Records are `|`-separated text (see `lua/rooms/room.lua` for the fields): compact, cheap to
-//! rewrite in Lua, and readable with `redis-cli`. The only free text, identities and return
+//! Records are `|`-separated text, their columns where the store's field lists
+//! (`persisted/fields.rs`) place them (see also `lua/rooms/room.lua`): compact, cheap to
+//! rewrite in Lua, and readable with `redis-cli`. The scripts' readers and writers of ticket
+//! and session records are written from the same lists ([`record_columns_lua`]). The only free text, identities and return
 //! paths, is written `=` + the text with `%` and `|` percent-escaped, or empty for none, so the
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
