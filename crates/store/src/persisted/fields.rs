@@ -5,10 +5,10 @@
 //! and reads the fields in list order, the version 1 JSON reader (`persisted.rs`) looks each
 //! one it knew up by its name, and the Redis side reads and writes by each field's [`Redis`]
 //! place: the answers' `draw` field and ticket and session records are read in
-//! `redis_store/records.rs`, and the room scripts get the ticket and session columns as Lua
-//! lists (`TICKET_COLUMNS`, `WAITING_COLUMNS`, `SESSION_COLUMNS`) built from these lists. A
-//! field added here reaches every format; the tests round-trip a record with a different value
-//! in every field through each of them, and pin each format's bytes.
+//! `redis_store/records.rs`, which also writes the room scripts' readers and writers of the
+//! ticket, waiting ticket and session records from these lists. A field added here reaches
+//! every format; the tests round-trip records with a different value in every field through
+//! each of them, and pin each format's bytes.
 //!
 //! The order is the binary record's: a field added changes its layout, so it comes with a new
 //! record version (a test pins what version 2 holds).
@@ -148,8 +148,8 @@ pub(crate) const TICKET_FIELDS: &Fields<Ticket> = &[
     field!("state", TicketState, state; columns(&[1, 6, 7], None)),
 ];
 
-/// A session (`ended`: none while it is active). In Redis:
-/// `state|ticket|position|generation|issued_at|renewed_at|expires_at|hard_expires_at|ended_at|reason|uid`.
+/// A session (`ended`: none while it is active). In Redis: `state|ticket|position|generation|
+/// issued_at|renewed_at|expires_at|hard_expires_at|ended_at|reason|uid`.
 pub(crate) const SESSION_FIELDS: &Fields<Session> = &[
     field!("id", SessionId, id; Redis::Key),
     field!("ticket", OptionalTicketId, ticket; columns(&[2], None)),
