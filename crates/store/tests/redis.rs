@@ -16,7 +16,7 @@ use anteroom_core::engine::{
     EngineError, Entry, JoinRequest, RoomTotals, SessionEnd, TicketEnd, TicketRef, TicketState,
 };
 use anteroom_core::room::{DEFAULT_HISTORY_RETENTION, Mode, Order, RoomConfig};
-use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
+use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
 use anteroom_store::{Change, Notice, RedisConfig, RedisStore, RoomStore, StoreError};
 use anteroom_test_support::redis::{RedisServer, shared_server, unique_prefix};
 use conformance::Backend;
@@ -922,4 +922,135 @@ async fn a_room_stored_without_its_retention_keeps_history_for_the_default() {
         store.status(&id, ticket).await,
         Err(StoreError::Engine(EngineError::TicketUnknown))
     ));
+}
+
+#[tokio::test]
+async fn ticket_and_session_records_keep_their_layout_2_form() {
+    // The scripts write tickets and sessions from the store's field lists; rooms written before
+    // must read the same, so the records an operation writes are pinned here, ids by name.
+    let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
+    let id = room_id("records");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 2;
+    config.session_max = Some(Duration::from_secs(3_600));
+    config.priority = vec![anteroom_core::room::PriorityCodes {
+        hashes: vec![anteroom_core::room::priority_code_hash("vip")],
+        uses: 1,
+    }];
+    store.put_room(config).await.unwrap();
+    let issued = store
+        .issue_session(&id, Some("op|x".to_owned()), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut names = vec![(issued.id.to_string(), "S0")];
+    let Entry::Admitted(first) = store.join(&id, JoinRequest::default()).await.unwrap() else {
+        panic!("nobody waits: in at once");
+    };
+    names.push((first.ticket.to_string(), "T1"));
+    names.push((first.session.id.to_string(), "S1"));
+    clock.advance(Duration::from_secs(1));
+    let second = waiting_ref(
+        &store
+            .join(
+                &id,
+                JoinRequest {
+                    identity: Some("ann|100%".to_owned()),
+                    return_to: Some("/back?x=1".to_owned()),
+                    ..JoinRequest::default()
+                },
+            )
+            .await
+            .unwrap(),
+    );
+    names.push((second.id.to_string(), "T2"));
+    let third = waiting_ref(
+        &store
+            .join(
+                &id,
+                JoinRequest {
+                    priority_code: Some("vip".to_owned()),
+                    ..JoinRequest::default()
+                },
+            )
+            .await
+            .unwrap(),
+    );
+    names.push((third.id.to_string(), "T3"));
+    let fourth = waiting_ref(&store.join(&id, JoinRequest::default()).await.unwrap());
+    names.push((fourth.id.to_string(), "T4"));
+    clock.advance(Duration::from_secs(1));
+    store.status(&id, second).await.unwrap();
+    let server = shared_server();
+    let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
+    let dump = |keys: &[&str], names: &[(String, &str)]| {
+        let mut entries = Vec::new();
+        for part in keys {
+            let text = server.cli(&["HGETALL", &key(part)]);
+            let lines: Vec<&str> = text.lines().filter(|line| !line.is_empty()).collect();
+            for pair in lines.chunks(2) {
+                let mut entry = format!("{part} {} {}", pair[0], pair.get(1).unwrap_or(&""));
+                for (id, name) in names {
+                    entry = entry.replace(id.as_str(), name);
+                }
+                entries.push(entry);
+            }
+        }
+        entries.sort();
+        entries
+    };
+    let waiting = dump(&["line:0", "tickets", "sessions"], &names);
+
+    store
+        .end_session(&id, first.session.id, SessionEnd::Completed)
+        .await
+        .unwrap();
+    store.tick(&id).await.unwrap();
+    store.leave(&id, second).await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    let Entry::Admitted(claimed) = store.status(&id, third).await.unwrap() else {
+        panic!("the priority ticket was admitted first");
+    };
+    names.push((claimed.session.id.to_string(), "S3"));
+    store
+        .end_session(&id, claimed.session.id, SessionEnd::Revoked)
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting,
+        [
+            "line:0 2 5001000|1000|=ann%7C100%25|=/back?x=1",
+            "line:0 3 5001000|0|||p",
+            "line:0 4 5001000|0||",
+            "sessions S0 a||0|1|5000000|5000000|5060000|5060000|||=op%7Cx",
+            "sessions S1 a|T1|1|1|5000000|5000000|5600000|8600000|||",
+            "tickets T1 c|1|1|5000000|5000000|S1|||",
+        ]
+    );
+    let mut changed = dump(&["line:0", "tickets", "sessions"], &names);
+    changed.retain(|entry| !waiting.contains(entry));
+    assert_eq!(
+        changed,
+        [
+            "sessions S1 e|T1|1|1|5000000|5000000|5600000|8600000|5002000|completed|",
+            "sessions S3 e|T3|3|1|5003000|5003000|5603000|8603000|5003000|revoked|",
+            "tickets T2 e|2|1|5001000|5002000|5002000|left|=ann%7C100%25|=/back?x=1",
+            "tickets T3 c|3|1|5001000|5001000|S3||||p",
+            "tickets T4 a|4|1|5001000|5001000|5003000|5123000||",
+        ]
+    );
+    // And the store reads them back into the records it wrote.
+    let records = store.records(&id).await.unwrap();
+    let ticket = |id: TicketId| records.tickets.iter().find(|t| t.id == id).unwrap();
+    assert_eq!(ticket(second.id).identity.as_deref(), Some("ann|100%"));
+    assert_eq!(ticket(second.id).return_to.as_deref(), Some("/back?x=1"));
+    assert!(ticket(third.id).priority && !ticket(fourth.id).priority);
+    let session = records.sessions.iter().find(|s| s.id == issued.id).unwrap();
+    assert_eq!(
+        (session.uid.as_deref(), session.ticket),
+        (Some("op|x"), None)
+    );
 }

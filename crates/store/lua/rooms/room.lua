@@ -49,6 +49,9 @@
 -- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
 --   hard_expires_at|ended_at|reason|uid
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
+-- These records' columns are read and written by `ticket_from_columns`, `ticket_record`,
+--   `waiting_from_columns`, `waiting_record`, `session_from_columns` and `session_record`,
+--   which the store writes in front of this prelude from its field lists (one per record).
 --
 -- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
 -- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`
@@ -393,32 +396,10 @@ end
 -- Tickets -----------------------------------------------------------------------------------
 
 local function decode_ticket(id, record)
-  local f = split(record)
-  return {
-    id = id,
-    state = f[1],
-    position = tonumber(f[2]),
-    generation = tonumber(f[3]),
-    joined_at = tonumber(f[4]),
-    last_seen = tonumber(f[5]),
-    x = f[6],
-    y = f[7],
-    identity = f[8],
-    return_to = f[9],
-    priority = f[10] == 'p',
-  }
+  return ticket_from_columns(split(record), { id = id })
 end
 
-local function encode_ticket(ticket)
-  local fields = {
-    ticket.state, int(ticket.position), int(ticket.generation), int(ticket.joined_at),
-    int(ticket.last_seen), ticket.x, ticket.y, ticket.identity, ticket.return_to,
-  }
-  if ticket.priority then
-    fields[#fields + 1] = 'p'
-  end
-  return table.concat(fields, '|')
-end
+local encode_ticket = ticket_record
 
 -- Waiting tickets (layout 2, see the top of this file) -------------------------------------
 
@@ -453,35 +434,28 @@ local function record_last_seen(joined_at, seen)
   return math.max(joined_at + seen, seen_floor())
 end
 
+-- A waiting record holds the last contact as the time since joining.
 local function encode_waiting(ticket)
-  local record = table.concat({
-    int(ticket.joined_at), int(math.max(0, ticket.last_seen - ticket.joined_at)),
-    ticket.identity, ticket.return_to,
-  }, '|')
-  if ticket.priority then
-    record = record .. '|p'
-  end
+  local last_seen = ticket.last_seen
+  ticket.last_seen = math.max(0, last_seen - ticket.joined_at)
+  local record = waiting_record(ticket)
+  ticket.last_seen = last_seen
   return record
 end
 
 -- A waiting ticket from its id, position and waiting record.
 local function decode_waiting(id, position, record)
-  local f = split(record)
-  local joined_at = tonumber(f[1])
-  return {
+  local ticket = waiting_from_columns(split(record), {
     id = id,
     state = 'w',
     position = position,
     generation = current_generation(),
-    joined_at = joined_at,
-    last_seen = record_last_seen(joined_at, tonumber(f[2])),
     x = '',
     y = '',
-    identity = f[3],
-    return_to = f[4],
-    priority = f[5] == 'p',
     bucketed = true,
-  }
+  })
+  ticket.last_seen = record_last_seen(ticket.joined_at, ticket.last_seen)
+  return ticket
 end
 
 -- The waiting ticket `id` at `position` (its score in its line), or nil.
@@ -556,31 +530,10 @@ end
 -- Sessions ----------------------------------------------------------------------------------
 
 local function decode_session(id, record)
-  local f = split(record)
-  return {
-    id = id,
-    state = f[1],
-    ticket = f[2],
-    position = tonumber(f[3]),
-    generation = tonumber(f[4]),
-    issued_at = tonumber(f[5]),
-    renewed_at = tonumber(f[6]),
-    expires_at = tonumber(f[7]),
-    hard_expires_at = optional_number(f[8]),
-    ended_at = optional_number(f[9]),
-    reason = f[10],
-    uid = f[11],
-  }
+  return session_from_columns(split(record), { id = id })
 end
 
-local function encode_session(session)
-  return table.concat({
-    session.state, session.ticket, int(session.position), int(session.generation),
-    int(session.issued_at), int(session.renewed_at), int(session.expires_at),
-    optional_int(session.hard_expires_at), optional_int(session.ended_at), session.reason,
-    session.uid,
-  }, '|')
-end
+local encode_session = session_record
 
 local function get_session(id)
   local record = redis.call('HGET', SESSIONS, id)

@@ -19,8 +19,8 @@ end
 local after, filter = ARGV[5], ARGV[6]
 local limit, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
 
--- Session record: state|ticket|position|generation|issued_at|renewed_at|expires_at|
--- hard_expires_at|ended_at|reason|uid
+-- A session record's state is its first column, its end reason SESSION_REASON_COLUMN (from
+-- the store's field list, like the record's reader and writer in room.lua).
 local function wanted(record)
   if filter == '' then
     return true
@@ -35,7 +35,7 @@ local function wanted(record)
   local field = 0
   for part in string.gmatch(record, '([^|]*)|?') do
     field = field + 1
-    if field == 10 then
+    if field == SESSION_REASON_COLUMN then
       return part == filter
     end
   end

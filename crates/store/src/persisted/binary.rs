@@ -13,7 +13,10 @@ use anteroom_core::engine::{
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
-use super::fields::{DRAW_FIELDS, Field, Fields, STATE_FIELDS, blank_draw, blank_state};
+use super::fields::{
+    DRAW_FIELDS, Field, Fields, SESSION_FIELDS, STATE_FIELDS, TICKET_FIELDS, blank_draw,
+    blank_session, blank_state, blank_ticket,
+};
 use super::{BINARY_VERSION, DecodeError};
 
 const TICKET_WAITING: u8 = 0;
@@ -39,15 +42,35 @@ pub(super) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
     let strings = ticket.identity.as_ref().map_or(0, String::len)
         + ticket.return_to.as_ref().map_or(0, String::len);
     let mut out = Out::with_capacity(72 + strings);
-    out.bytes(&ticket.id.to_bytes());
-    out.u64(ticket.position);
-    out.u32(ticket.generation);
-    out.time(ticket.joined_at);
-    out.time(ticket.last_seen);
-    out.option(ticket.identity.as_deref(), Out::str);
-    out.option(ticket.return_to.as_deref(), Out::str);
-    out.u8(u8::from(ticket.priority));
-    match ticket.state {
+    out.fields(ticket, TICKET_FIELDS);
+    out.0
+}
+
+pub(super) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
+    let mut input = In::new(bytes)?;
+    let mut ticket = blank_ticket();
+    input.fields(&mut ticket, TICKET_FIELDS)?;
+    input.end()?;
+    Ok(ticket)
+}
+
+pub(super) fn encode_session(session: &Session) -> Vec<u8> {
+    let mut out = Out::with_capacity(96 + session.uid.as_ref().map_or(0, String::len));
+    out.fields(session, SESSION_FIELDS);
+    out.0
+}
+
+pub(super) fn decode_session(bytes: &[u8]) -> Result<Session, DecodeError> {
+    let mut input = In::new(bytes)?;
+    let mut session = blank_session();
+    input.fields(&mut session, SESSION_FIELDS)?;
+    input.end()?;
+    Ok(session)
+}
+
+/// A ticket's state: its kind's code, then what the kind holds.
+fn write_ticket_state(out: &mut Out, state: TicketState) {
+    match state {
         TicketState::Waiting => out.u8(TICKET_WAITING),
         TicketState::Admitted { at, claim_deadline } => {
             out.u8(TICKET_ADMITTED);
@@ -64,20 +87,10 @@ pub(super) fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
             out.time(at);
         }
     }
-    out.0
 }
 
-pub(super) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
-    let mut input = In::new(bytes)?;
-    let id = TicketId::from_bytes(input.array()?);
-    let position = input.u64()?;
-    let generation = input.u32()?;
-    let joined_at = input.time()?;
-    let last_seen = input.time()?;
-    let identity = input.option(In::string)?;
-    let return_to = input.option(In::string)?;
-    let priority = input.flag()?;
-    let state = match input.u8()? {
+fn read_ticket_state(input: &mut In<'_>) -> Result<TicketState, DecodeError> {
+    Ok(match input.u8()? {
         TICKET_WAITING => TicketState::Waiting,
         TICKET_ADMITTED => TicketState::Admitted {
             at: input.time()?,
@@ -91,33 +104,12 @@ pub(super) fn decode_ticket(bytes: &[u8]) -> Result<Ticket, DecodeError> {
             at: input.time()?,
         },
         _ => return Err(DecodeError::Binary("an unknown ticket state")),
-    };
-    input.end()?;
-    Ok(Ticket {
-        id,
-        position,
-        generation,
-        joined_at,
-        last_seen,
-        identity,
-        return_to,
-        priority,
-        state,
     })
 }
 
-pub(super) fn encode_session(session: &Session) -> Vec<u8> {
-    let mut out = Out::with_capacity(96 + session.uid.as_ref().map_or(0, String::len));
-    out.bytes(&session.id.to_bytes());
-    out.option(session.ticket, |out, ticket| out.bytes(&ticket.to_bytes()));
-    out.u64(session.position);
-    out.u32(session.generation);
-    out.option(session.uid.as_deref(), Out::str);
-    out.time(session.issued_at);
-    out.time(session.renewed_at);
-    out.time(session.expires_at);
-    out.option(session.hard_expires_at, Out::time);
-    let ended = match session.state {
+/// A session's state: none while active, else how (its code) and when it ended.
+fn write_session_state(out: &mut Out, state: SessionState) {
+    let ended = match state {
         SessionState::Active => None,
         SessionState::Ended { reason, at } => Some((reason, at)),
     };
@@ -125,36 +117,13 @@ pub(super) fn encode_session(session: &Session) -> Vec<u8> {
         out.u8(session_end_code(reason));
         out.time(at);
     });
-    out.0
 }
 
-pub(super) fn decode_session(bytes: &[u8]) -> Result<Session, DecodeError> {
-    let mut input = In::new(bytes)?;
-    let id = SessionId::from_bytes(input.array()?);
-    let ticket = input.option(|input| Ok(TicketId::from_bytes(input.array()?)))?;
-    let position = input.u64()?;
-    let generation = input.u32()?;
-    let uid = input.option(In::string)?;
-    let issued_at = input.time()?;
-    let renewed_at = input.time()?;
-    let expires_at = input.time()?;
-    let hard_expires_at = input.option(In::time)?;
-    let state = match input.option(|input| Ok((session_end(input.u8()?)?, input.time()?)))? {
+fn read_session_state(input: &mut In<'_>) -> Result<SessionState, DecodeError> {
+    let ended = input.option(|input| Ok((session_end(input.u8()?)?, input.time()?)))?;
+    Ok(match ended {
         None => SessionState::Active,
         Some((reason, at)) => SessionState::Ended { reason, at },
-    };
-    input.end()?;
-    Ok(Session {
-        id,
-        ticket,
-        position,
-        generation,
-        uid,
-        issued_at,
-        renewed_at,
-        expires_at,
-        hard_expires_at,
-        state,
     })
 }
 
@@ -247,8 +216,8 @@ impl Out {
 impl Out {
     /// Writes `record`'s fields in list order.
     fn fields<R>(&mut self, record: &R, fields: &Fields<R>) {
-        for (_, field) in fields {
-            match field {
+        for stored in fields {
+            match &stored.field {
                 Field::U32(read, _) => self.u32(*read(record)),
                 Field::U64(read, _) => self.u64(*read(record)),
                 Field::F64(read, _) => self.f64(*read(record)),
@@ -274,6 +243,15 @@ impl Out {
                         self.u64(*uses);
                     }
                 }
+                Field::TicketId(read, _) => self.bytes(&read(record).to_bytes()),
+                Field::SessionId(read, _) => self.bytes(&read(record).to_bytes()),
+                Field::OptionalTicketId(read, _) => {
+                    self.option(*read(record), |out, id| out.bytes(&id.to_bytes()));
+                }
+                Field::OptionalText(read, _) => self.option(read(record).as_deref(), Out::str),
+                Field::Flag(read, _) => self.u8(u8::from(*read(record))),
+                Field::TicketState(read, _) => write_ticket_state(self, *read(record)),
+                Field::SessionState(read, _) => write_session_state(self, *read(record)),
             }
         }
     }
@@ -353,8 +331,8 @@ impl<'a> In<'a> {
 
     /// Reads `record`'s fields in list order.
     fn fields<R>(&mut self, record: &mut R, fields: &Fields<R>) -> Result<(), DecodeError> {
-        for (_, field) in fields {
-            match field {
+        for stored in fields {
+            match &stored.field {
                 Field::U32(_, slot) => *slot(record) = self.u32()?,
                 Field::U64(_, slot) => *slot(record) = self.u64()?,
                 Field::F64(_, slot) => *slot(record) = self.f64()?,
@@ -378,6 +356,16 @@ impl<'a> In<'a> {
                         code_uses.insert(hash, self.u64()?);
                     }
                 }
+                Field::TicketId(_, slot) => *slot(record) = TicketId::from_bytes(self.array()?),
+                Field::SessionId(_, slot) => *slot(record) = SessionId::from_bytes(self.array()?),
+                Field::OptionalTicketId(_, slot) => {
+                    *slot(record) =
+                        self.option(|input| Ok(TicketId::from_bytes(input.array()?)))?;
+                }
+                Field::OptionalText(_, slot) => *slot(record) = self.option(In::string)?,
+                Field::Flag(_, slot) => *slot(record) = self.flag()?,
+                Field::TicketState(_, slot) => *slot(record) = read_ticket_state(self)?,
+                Field::SessionState(_, slot) => *slot(record) = read_session_state(self)?,
             }
         }
         Ok(())

@@ -1,8 +1,10 @@
 //! The Redis layout's record formats (layout 2) and the scripts' answers, decoded into core
 //! types.
 //!
-//! Records are `|`-separated text (see `lua/rooms/room.lua` for the fields): compact, cheap to
-//! rewrite in Lua, and readable with `redis-cli`. The only free text, identities and return
+//! Records are `|`-separated text, their columns where the store's field lists
+//! (`persisted/fields.rs`) place them (see also `lua/rooms/room.lua`): compact, cheap to
+//! rewrite in Lua, and readable with `redis-cli`. The scripts' readers and writers of ticket
+//! and session records are written from the same lists ([`record_columns_lua`]). The only free text, identities and return
 //! paths, is written `=` + the text with `%` and `|` percent-escaped, or empty for none, so the
 //! scripts can split records on `|` and copy these fields without ever decoding them.
 
@@ -17,7 +19,10 @@ use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
-use crate::persisted::fields::{DRAW_FIELDS, Field, blank_draw};
+use crate::persisted::fields::{
+    DRAW_FIELDS, Field, Fields, Redis, SESSION_FIELDS, TICKET_FIELDS, blank_draw, blank_session,
+    blank_ticket,
+};
 
 /// Why a script's answer could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -102,8 +107,8 @@ fn decode_draw(field: &str) -> Result<Option<Draw>, MalformedAnswer> {
         return Err(malformed());
     }
     let mut draw = blank_draw();
-    for ((_, place), text) in DRAW_FIELDS.iter().zip(parts) {
-        match place {
+    for (stored, text) in DRAW_FIELDS.iter().zip(parts) {
+        match stored.field {
             Field::Time(_, slot) => *slot(&mut draw) = timestamp(text)?,
             Field::U64(_, slot) => *slot(&mut draw) = parse_number(text)?,
             Field::Seed(_, slot) => *slot(&mut draw) = seed_from_hex(text).ok_or_else(malformed)?,
@@ -307,105 +312,296 @@ impl Answer {
     }
 }
 
-/// Decodes a ticket record (the full form every answer carries, see `room.lua`).
+/// Decodes a ticket record (the full form every answer carries, see `room.lua`), the columns
+/// where [`TICKET_FIELDS`] places them.
 pub(crate) fn decode_ticket(id: &str, record: &str) -> Result<Ticket, MalformedAnswer> {
-    let mut fields: Vec<&str> = record.split('|').collect();
-    // A tenth field marks a priority ticket (`p`); records written before it have nine.
-    let priority = match fields.len() {
-        10 => fields.pop() == Some("p"),
-        _ => false,
-    };
-    let [
-        state,
-        position,
-        generation,
-        joined_at,
-        seen,
-        x,
-        y,
-        identity,
-        return_to,
-    ] = fields[..]
-    else {
-        return Err(MalformedAnswer(format!("ticket record {record:?}")));
-    };
-    let state = match state {
-        "w" => TicketState::Waiting,
-        "a" => TicketState::Admitted {
-            at: timestamp(x)?,
-            claim_deadline: timestamp(y)?,
-        },
-        "c" => TicketState::Claimed {
-            session: parse_session_id(x)?,
-        },
-        "e" => TicketState::Ended {
-            reason: parse_ticket_end(y)?,
-            at: timestamp(x)?,
-        },
-        other => return Err(MalformedAnswer(format!("ticket state {other:?}"))),
-    };
-    Ok(Ticket {
-        id: parse_ticket_id(id)?,
-        position: parse_number(position)?,
-        generation: u32::try_from(parse_number(generation)?)
-            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
-        joined_at: timestamp(joined_at)?,
-        last_seen: timestamp(seen)?,
-        identity: decode_text(identity)?,
-        priority,
-        return_to: decode_text(return_to)?,
-        state,
-    })
+    let mut ticket = blank_ticket();
+    decode_record(id, record, &mut ticket, TICKET_FIELDS)
+        .map_err(|why| MalformedAnswer(format!("ticket record {record:?}: {why}")))?;
+    Ok(ticket)
 }
 
-/// Decodes a session record.
+/// Decodes a session record, the columns where [`SESSION_FIELDS`] places them.
 pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, MalformedAnswer> {
-    let fields: Vec<&str> = record.split('|').collect();
-    let [
-        state,
-        ticket,
-        position,
-        generation,
-        issued_at,
-        renewed_at,
-        expires_at,
-        hard_expires_at,
-        ended_at,
-        reason,
-        uid,
-    ] = fields[..]
-    else {
-        return Err(MalformedAnswer(format!("session record {record:?}")));
-    };
-    let state = match state {
-        "a" => SessionState::Active,
-        "e" => SessionState::Ended {
-            reason: parse_session_end(reason)?,
-            at: timestamp(ended_at)?,
-        },
-        other => return Err(MalformedAnswer(format!("session state {other:?}"))),
-    };
-    Ok(Session {
-        id: parse_session_id(id)?,
-        ticket: if ticket.is_empty() {
-            None
+    let mut session = blank_session();
+    decode_record(id, record, &mut session, SESSION_FIELDS)
+        .map_err(|why| MalformedAnswer(format!("session record {record:?}: {why}")))?;
+    Ok(session)
+}
+
+/// Fills `value` from a `|`-separated record stored under `id`. A record may end before
+/// trailing flags (records written before a flag existed, or with it unset); no other column
+/// may be missing, and none may be extra.
+fn decode_record<R>(
+    id: &str,
+    record: &str,
+    value: &mut R,
+    fields: &Fields<R>,
+) -> Result<(), MalformedAnswer> {
+    let columns: Vec<&str> = record.split('|').collect();
+    let (required, width) = column_count(fields);
+    if columns.len() < required || columns.len() > width {
+        return Err(MalformedAnswer(format!("{} columns", columns.len())));
+    }
+    let column = |at: usize| columns.get(at - 1).copied().unwrap_or("");
+    for stored in fields {
+        match stored.redis {
+            Redis::Key => decode_column(id, &stored.field, value)?,
+            Redis::Columns { full: [at], .. } => decode_column(column(*at), &stored.field, value)?,
+            Redis::Columns {
+                full: [tag, first, second],
+                ..
+            } => {
+                let state = [column(*tag), column(*first), column(*second)];
+                decode_state(state, &stored.field, value)?;
+            }
+            _ => return Err(MalformedAnswer(format!("no column for {}", stored.name))),
+        }
+    }
+    Ok(())
+}
+
+/// How many columns a record has at least (up to its last column that is not a flag) and at
+/// most.
+fn column_count<R>(fields: &Fields<R>) -> (usize, usize) {
+    let (mut required, mut width) = (0, 0);
+    for stored in fields {
+        if let Redis::Columns { full, .. } = stored.redis {
+            let last = full.iter().copied().max().unwrap_or(0);
+            width = width.max(last);
+            if !matches!(stored.field, Field::Flag(..)) {
+                required = required.max(last);
+            }
+        }
+    }
+    (required, width)
+}
+
+/// One column into the field it holds.
+fn decode_column<R>(text: &str, field: &Field<R>, value: &mut R) -> Result<(), MalformedAnswer> {
+    match field {
+        Field::U32(_, slot) => {
+            *slot(value) = u32::try_from(parse_number(text)?)
+                .map_err(|_| MalformedAnswer(format!("number {text:?}")))?;
+        }
+        Field::U64(_, slot) => *slot(value) = parse_number(text)?,
+        Field::Time(_, slot) => *slot(value) = timestamp(text)?,
+        Field::OptionalTime(_, slot) => *slot(value) = optional_number(text)?.map(Timestamp),
+        Field::TicketId(_, slot) => *slot(value) = parse_ticket_id(text)?,
+        Field::SessionId(_, slot) => *slot(value) = parse_session_id(text)?,
+        Field::OptionalTicketId(_, slot) => {
+            *slot(value) = Some(text)
+                .filter(|text| !text.is_empty())
+                .map(parse_ticket_id)
+                .transpose()?;
+        }
+        Field::OptionalText(_, slot) => *slot(value) = decode_text(text)?,
+        Field::Flag(_, slot) => {
+            *slot(value) = match text {
+                "p" => true,
+                "" => false,
+                other => return Err(MalformedAnswer(format!("flag {other:?}"))),
+            };
+        }
+        _ => return Err(MalformedAnswer("a field with no column form".to_owned())),
+    }
+    Ok(())
+}
+
+/// A state's three columns (its letter and two values) into the state field.
+fn decode_state<R>(
+    [tag, first, second]: [&str; 3],
+    field: &Field<R>,
+    value: &mut R,
+) -> Result<(), MalformedAnswer> {
+    match field {
+        // x, y: at and claim deadline; session; at and reason.
+        Field::TicketState(_, slot) => {
+            *slot(value) = match tag {
+                "w" => TicketState::Waiting,
+                "a" => TicketState::Admitted {
+                    at: timestamp(first)?,
+                    claim_deadline: timestamp(second)?,
+                },
+                "c" => TicketState::Claimed {
+                    session: parse_session_id(first)?,
+                },
+                "e" => TicketState::Ended {
+                    reason: parse_ticket_end(second)?,
+                    at: timestamp(first)?,
+                },
+                other => return Err(MalformedAnswer(format!("ticket state {other:?}"))),
+            };
+        }
+        // ended_at, reason.
+        Field::SessionState(_, slot) => {
+            *slot(value) = match tag {
+                "a" => SessionState::Active,
+                "e" => SessionState::Ended {
+                    reason: parse_session_end(second)?,
+                    at: timestamp(first)?,
+                },
+                other => return Err(MalformedAnswer(format!("session state {other:?}"))),
+            };
+        }
+        _ => return Err(MalformedAnswer("a field with no state form".to_owned())),
+    }
+    Ok(())
+}
+
+/// How the room scripts read and write a column: a number, an optional number (`''` for
+/// none), text kept as it is, or a flag (`p`, or nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LuaKind {
+    Int,
+    OptionalInt,
+    Text,
+    Flag,
+}
+
+impl LuaKind {
+    fn of<R>(field: &Field<R>) -> LuaKind {
+        match field {
+            Field::U32(..) | Field::U64(..) | Field::Time(..) => LuaKind::Int,
+            Field::OptionalTime(..) => LuaKind::OptionalInt,
+            Field::Flag(..) => LuaKind::Flag,
+            _ => LuaKind::Text,
+        }
+    }
+
+    /// Lua reading column `at` of the split record `f`.
+    fn read(self, at: usize) -> String {
+        match self {
+            // tonumber('') is nil: none.
+            LuaKind::Int | LuaKind::OptionalInt => format!("tonumber(f[{at}])"),
+            LuaKind::Text => format!("f[{at}]"),
+            LuaKind::Flag => format!("f[{at}] == 'p'"),
+        }
+    }
+
+    /// Lua writing the field `name` of the table `t` as its column.
+    fn write(self, name: &str) -> String {
+        match self {
+            LuaKind::Int => format!("string.format('%.0f', t.{name})"),
+            LuaKind::OptionalInt => {
+                format!("(t.{name} and string.format('%.0f', t.{name}) or '')")
+            }
+            LuaKind::Text => format!("t.{name}"),
+            LuaKind::Flag => format!("(t.{name} and 'p' or '')"),
+        }
+    }
+}
+
+/// The Lua names and kinds of a state's three columns: the scripts keep a ticket's as
+/// `state`, `x`, `y` and a session's as `state`, `ended_at`, `reason`.
+fn state_columns<R>(field: &Field<R>) -> [(&'static str, LuaKind); 3] {
+    match field {
+        Field::SessionState(..) => [
+            ("state", LuaKind::Text),
+            ("ended_at", LuaKind::OptionalInt),
+            ("reason", LuaKind::Text),
+        ],
+        _ => [
+            ("state", LuaKind::Text),
+            ("x", LuaKind::Text),
+            ("y", LuaKind::Text),
+        ],
+    }
+}
+
+/// The full record's columns in order: each one's Lua name and kind.
+fn record_columns<R>(fields: &Fields<R>) -> Vec<(&'static str, LuaKind)> {
+    let mut columns: Vec<(usize, &'static str, LuaKind)> = Vec::new();
+    for stored in fields {
+        let Redis::Columns { full, .. } = stored.redis else {
+            continue;
+        };
+        if let [at] = full {
+            columns.push((*at, stored.name, LuaKind::of(&stored.field)));
         } else {
-            Some(parse_ticket_id(ticket)?)
-        },
-        position: parse_number(position)?,
-        generation: u32::try_from(parse_number(generation)?)
-            .map_err(|_| MalformedAnswer(format!("generation {generation:?}")))?,
-        uid: decode_text(uid)?,
-        issued_at: timestamp(issued_at)?,
-        renewed_at: timestamp(renewed_at)?,
-        expires_at: timestamp(expires_at)?,
-        hard_expires_at: if hard_expires_at.is_empty() {
-            None
-        } else {
-            Some(timestamp(hard_expires_at)?)
-        },
-        state,
-    })
+            let names = state_columns(&stored.field);
+            for (at, (name, kind)) in full.iter().zip(names) {
+                columns.push((*at, name, kind));
+            }
+        }
+    }
+    columns.sort_by_key(|(at, ..)| *at);
+    columns
+        .into_iter()
+        .map(|(_, name, kind)| (name, kind))
+        .collect()
+}
+
+/// A waiting ticket's record's columns in order (`last_seen` holds the time since joining).
+fn waiting_columns<R>(fields: &Fields<R>) -> Vec<(&'static str, LuaKind)> {
+    let mut columns: Vec<(usize, &'static str, LuaKind)> = fields
+        .iter()
+        .filter_map(|stored| match stored.redis {
+            Redis::Columns {
+                waiting: Some(at), ..
+            } => Some((at, stored.name, LuaKind::of(&stored.field))),
+            _ => None,
+        })
+        .collect();
+    columns.sort_by_key(|(at, ..)| *at);
+    columns
+        .into_iter()
+        .map(|(_, name, kind)| (name, kind))
+        .collect()
+}
+
+/// The Lua functions that read and write the ticket and session records' columns, put in
+/// front of the room scripts' prelude (room.lua): for `ticket`, `waiting` and `session`,
+/// `<form>_from_columns(f, t)` fills the table `t` from the split record `f`, and
+/// `<form>_record(t)` writes `t` as a record. Written out field by field rather than by a loop
+/// over a list in Lua, which made a record's reading and writing about a third slower; and
+/// `SESSION_REASON_COLUMN`, where `session_page.lua` finds an end reason.
+pub(crate) fn record_columns_lua() -> String {
+    let session = record_columns(SESSION_FIELDS);
+    let reason = session
+        .iter()
+        .position(|(name, _)| *name == "reason")
+        .map_or(0, |index| index + 1);
+    [
+        lua_codec("ticket", &record_columns(TICKET_FIELDS)),
+        lua_codec("waiting", &waiting_columns(TICKET_FIELDS)),
+        lua_codec("session", &session),
+        format!("local SESSION_REASON_COLUMN = {reason}\n"),
+    ]
+    .concat()
+}
+
+/// `<form>_from_columns` and `<form>_record` for a record of `columns`. A record ends before
+/// the unset flags at its end (records written before a flag existed end there too).
+fn lua_codec(form: &str, columns: &[(&str, LuaKind)]) -> String {
+    let mut lua = format!("local function {form}_from_columns(f, t)\n");
+    for (index, (name, kind)) in columns.iter().enumerate() {
+        lua.push_str(&format!("  t.{name} = {}\n", kind.read(index + 1)));
+    }
+    lua.push_str("  return t\nend\n");
+    let written: Vec<String> = columns
+        .iter()
+        .map(|(name, kind)| kind.write(name))
+        .collect();
+    lua.push_str(&format!(
+        "local function {form}_record(t)\n  local fields = {{ {} }}\n  local n = {}\n",
+        written.join(", "),
+        columns.len()
+    ));
+    for (index, _) in columns
+        .iter()
+        .enumerate()
+        .rev()
+        .take_while(|(_, (_, kind))| *kind == LuaKind::Flag)
+    {
+        let at = index + 1;
+        lua.push_str(&format!(
+            "  if n == {at} and fields[{at}] == '' then n = {} end\n",
+            at - 1
+        ));
+    }
+    lua.push_str("  return table.concat(fields, '|', 1, n)\nend\n");
+    lua
 }
 
 /// A load signal's record (`put_signal.lua`): `p95_ms|error_rate|in_flight|received_at`,
@@ -534,6 +730,107 @@ mod tests {
             }
         );
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
+    }
+
+    fn column_names(columns: &[(&'static str, LuaKind)]) -> Vec<String> {
+        columns
+            .iter()
+            .map(|(name, kind)| format!("{name}:{kind:?}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_record_columns_are_layout_2s() {
+        // Redis holds records in these columns (room.lua): the field lists may grow only at
+        // the end of a record, and sweep_idle reads a waiting record's first two columns and
+        // its trailing `|p` without decoding it, session_page a session's state from its
+        // first character.
+        assert_eq!(
+            column_names(&record_columns(TICKET_FIELDS)),
+            [
+                "state:Text",
+                "position:Int",
+                "generation:Int",
+                "joined_at:Int",
+                "last_seen:Int",
+                "x:Text",
+                "y:Text",
+                "identity:Text",
+                "return_to:Text",
+                "priority:Flag",
+            ]
+        );
+        assert_eq!(
+            column_names(&waiting_columns(TICKET_FIELDS)),
+            [
+                "joined_at:Int",
+                "last_seen:Int",
+                "identity:Text",
+                "return_to:Text",
+                "priority:Flag",
+            ]
+        );
+        assert_eq!(
+            column_names(&record_columns(SESSION_FIELDS)),
+            [
+                "state:Text",
+                "ticket:Text",
+                "position:Int",
+                "generation:Int",
+                "issued_at:Int",
+                "renewed_at:Int",
+                "expires_at:Int",
+                "hard_expires_at:OptionalInt",
+                "ended_at:OptionalInt",
+                "reason:Text",
+                "uid:Text",
+            ]
+        );
+        // Every column is placed once, with no gap.
+        let mut placed: Vec<usize> = Vec::new();
+        for stored in TICKET_FIELDS {
+            if let Redis::Columns { full, .. } = stored.redis {
+                placed.extend(full);
+            }
+        }
+        placed.sort_unstable();
+        assert_eq!(placed, (1..=10).collect::<Vec<_>>());
+        assert_eq!(column_count(TICKET_FIELDS), (9, 10));
+        assert_eq!(column_count(SESSION_FIELDS), (11, 11));
+        // The scripts' writers leave out an unset trailing flag, and session_page finds the
+        // reason where the list puts it.
+        let lua = record_columns_lua();
+        assert!(
+            lua.contains("if n == 10 and fields[10] == '' then n = 9 end"),
+            "{lua}"
+        );
+        assert!(
+            lua.contains("if n == 5 and fields[5] == '' then n = 4 end"),
+            "{lua}"
+        );
+        assert!(lua.contains("local SESSION_REASON_COLUMN = 10\n"), "{lua}");
+    }
+
+    #[test]
+    fn records_with_columns_missing_or_extra_are_refused() {
+        let ticket_id = TicketId::from_bytes([1; 16]).to_string();
+        let session_id = SessionId::from_bytes([2; 16]).to_string();
+        for record in ["w|1|1|10|99|||", "w|1|1|10|99||||||", "w|1|1|10|99|||||q"] {
+            assert!(decode_ticket(&ticket_id, record).is_err(), "{record}");
+        }
+        let priority = decode_ticket(&ticket_id, "w|1|1|10|99|||||p").unwrap();
+        assert!(priority.priority);
+        assert!(
+            !decode_ticket(&ticket_id, "w|1|1|10|99|||||")
+                .unwrap()
+                .priority
+        );
+        for record in ["a||0|1|1|2|3|||", "a||0|1|1|2|3||||=u|"] {
+            assert!(decode_session(&session_id, record).is_err(), "{record}");
+        }
+        let session = decode_session(&session_id, "a||0|1|1|2|3|4|||=u").unwrap();
+        assert_eq!(session.hard_expires_at, Some(Timestamp(4)));
+        assert_eq!(session.ticket, None);
     }
 
     #[test]

@@ -29,9 +29,10 @@ fn room_script(operation: &str) -> Script {
 /// The Lua declaration of the field lists the scripts share with the Rust records.
 fn record_fields_lua() -> String {
     format!(
-        "local TOTAL_FIELDS = {}\nlocal TICK_REPORT_FIELDS = {}",
+        "local TOTAL_FIELDS = {}\nlocal TICK_REPORT_FIELDS = {}\n{}",
         lua_names::<RoomTotals>(),
-        lua_names::<TickReport>()
+        lua_names::<TickReport>(),
+        super::records::record_columns_lua()
     )
 }
 
