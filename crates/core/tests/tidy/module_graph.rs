@@ -9,9 +9,11 @@
 //! literals, and items under `#[cfg(test)]` are left out before anything is read, so a doc link
 //! or a test helper draws no arrow.
 //!
-//! A line-based scan of tokens is enough here: the rules above need paths, braces and `;`, not
-//! a full parse. Two things it does not see: a macro used by its textual scope (no path), and
-//! `#[cfg(...)]` spellings other than `#[cfg(test)]`.
+//! A scan of tokens is enough here: the rules above need paths, braces and `;`, not a full
+//! parse. What it does not see: a macro used by its textual scope (no path); a
+//! `#[macro_export]` macro named as `crate::name!` counts as the root's; `#[cfg(...)]`
+//! spellings other than `#[cfg(test)]`; `#[path]` attributes; `super::` inside an inline
+//! module is counted from the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,8 +24,8 @@ pub(super) struct SourceFile {
     pub(super) text: String,
 }
 
-/// A crate as text: its root file and each top-level module's files (its own file and every
-/// file under its directory).
+/// A crate as text: its root file and each top-level module's files (its own file and those of
+/// the modules declared under it).
 pub(super) struct CrateSource {
     pub(super) root: SourceFile,
     pub(super) modules: BTreeMap<String, Vec<SourceFile>>,
@@ -437,15 +439,19 @@ fn item_end(tokens: &[Token], start: usize) -> usize {
     tokens.len()
 }
 
+/// The tokens of `#[cfg(test)]`.
+const CFG_TEST_LENGTH: usize = 7;
+
+/// Whether `#[cfg(test)]` starts at `index`.
 fn is_cfg_test(tokens: &[Token], index: usize) -> bool {
-    let words = ["cfg", "test"];
-    tokens.get(index) == Some(&Token::Punct('#'))
-        && tokens.get(index + 1) == Some(&Token::Punct('['))
-        && is_ident(tokens.get(index + 2), words[0])
-        && tokens.get(index + 3) == Some(&Token::Punct('('))
-        && is_ident(tokens.get(index + 4), words[1])
-        && tokens.get(index + 5) == Some(&Token::Punct(')'))
-        && tokens.get(index + 6) == Some(&Token::Punct(']'))
+    let punct = |offset: usize, c: char| tokens.get(index + offset) == Some(&Token::Punct(c));
+    punct(0, '#')
+        && punct(1, '[')
+        && is_ident(tokens.get(index + 2), "cfg")
+        && punct(3, '(')
+        && is_ident(tokens.get(index + 4), "test")
+        && punct(5, ')')
+        && punct(6, ']')
 }
 
 /// `tokens` without the items marked `#[cfg(test)]` (their other attributes too).
@@ -458,7 +464,7 @@ fn without_test_items(tokens: Vec<Token>) -> Vec<Token> {
             index += 1;
             continue;
         }
-        index += 7;
+        index += CFG_TEST_LENGTH;
         while tokens.get(index) == Some(&Token::Punct('#')) {
             index = group_end(&tokens, index + 1);
         }
@@ -804,6 +810,7 @@ mod tests {
                 (
                     "b",
                     "use crate::a::S;\nconst R: &str = r#\"crate::a\"#;\n\
+                     #[cfg(test)]\nuse crate::a::{Q, S};\n\
                      #[cfg(test)]\nmod tests { use crate::a::Q; }\n",
                 ),
             ],
