@@ -7,7 +7,7 @@ use anteroom_core::config::{Config, StoreConfig};
 use anteroom_token::{KeyEncryptionKey, KeySet, SigningAlgorithm, TokenError};
 
 use crate::BadConfig;
-use crate::serve::redis_config;
+use crate::store::redis_config;
 
 /// Where the configured keys are; reads and checks the key-encryption key file, so a missing
 /// or malformed one is a configuration error before anything starts.

@@ -4,93 +4,35 @@
 //! anything else.
 
 mod admin;
+mod bad_config;
+mod cli;
 mod cli_docs;
 mod clock;
 mod commands;
 mod demo;
 mod health;
 mod keys;
+mod node;
+mod process;
 mod reload;
 mod serve;
+mod store;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+
+use bad_config::BadConfig;
+use cli::{Cli, Command};
+use process::{runtime, shutdown_signal};
 
 /// mimalloc: a request allocates many small short-lived buffers, which glibc's allocator
 /// serves with more lock traffic and fragmentation.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// A self-hosted virtual waiting room and rate-limiting gateway.
-#[derive(Debug, Parser)]
-#[command(name = "anteroom", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Runs the waiting room with a config file.
-    Serve {
-        /// The config file.
-        #[arg(long, short, env = "ANTEROOM_CONFIG", default_value = "anteroom.toml")]
-        config: PathBuf,
-    },
-    /// Checks a config file and reports every problem with its line.
-    CheckConfig {
-        /// The config file.
-        #[arg(long, short, env = "ANTEROOM_CONFIG", default_value = "anteroom.toml")]
-        config: PathBuf,
-    },
-    /// Signing keys.
-    Keys {
-        #[command(subcommand)]
-        command: commands::KeysCommand,
-    },
-    /// Tokens.
-    Token {
-        #[command(subcommand)]
-        command: commands::TokenCommand,
-    },
-    /// Starts a self-contained demo: a room, a demo site behind it, and the URLs to try.
-    Demo(demo::DemoArgs),
-    /// Asks a node's health URL once: exits 0 when it answers 2xx, 1 otherwise (for a
-    /// container's HEALTHCHECK).
-    Health {
-        /// A plain http:// URL, such as http://127.0.0.1:8080/_anteroom/readyz.
-        #[arg(long)]
-        url: String,
-    },
-    /// Prints the completion script for a shell.
-    Completions {
-        /// The shell to complete in.
-        shell: clap_complete::Shell,
-    },
-    /// Prints the manual page (roff), or writes one page per subcommand with --dir.
-    Man {
-        /// Writes anteroom.1 and a page for every subcommand into this directory instead.
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
-}
-
 /// Exit code for a bad configuration or bad arguments (EX_USAGE).
 const EXIT_BAD_CONFIG: u8 = 64;
-
-/// A failure that has its own exit code.
-#[derive(Debug)]
-struct BadConfig(String);
-
-impl std::fmt::Display for BadConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadConfig {}
 
 fn main() -> ExitCode {
     keep_memory_in_small_pages();
@@ -114,7 +56,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_tracing();
             raise_open_file_limit();
             let loaded = serve::load_config(&config)?;
-            runtime()?.block_on(serve::serve(loaded, config))?;
+            runtime()?.block_on(node::serve(loaded, config))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig { config } => check_config(&config),
@@ -168,12 +110,6 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
 /// Logs to stderr; `ANTEROOM_LOG` (or `RUST_LOG`) filters, `ANTEROOM_LOG_FORMAT=json` for
 /// one JSON object per line.
 fn init_tracing() {
@@ -191,33 +127,4 @@ fn init_tracing() {
     } else {
         builder.init();
     }
-}
-
-/// Resolves when SIGINT or SIGTERM arrives.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
-    tracing::info!("shutting down: finishing requests in flight");
 }

@@ -1,5 +1,6 @@
-//! `anteroom serve`: load the config, open the store and keys, start the listeners and the
-//! ticker, and drain on SIGTERM/SIGINT.
+//! A serving node's parts, shared by `anteroom serve` (`node.rs`) and the demo: the config
+//! read and checked, the store, keys and rooms opened (`prepare`), the public listener and the
+//! gateway, and the run until shutdown, then the drain (`run_until_shutdown`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,14 +15,15 @@ use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_core::room::{Identity, SiteKeys};
 use anteroom_edge::TlsServer;
+use anteroom_store::RoomStore;
 use anteroom_store::limit::{
     LimitStore, LocalLimitConfig, LocalLimitStore, RedisLimitConfig, RedisLimitStore,
 };
-use anteroom_store::{CodeRedemptions, MemoryStore, RedbOptions, RedbStore, RoomStore};
 use anteroom_token::KeySet;
 
 use crate::BadConfig;
 use crate::clock::SystemClock;
+use crate::store::{OpenedStore, open_store, redis_config};
 
 /// Reads and validates the config file, with `ANTEROOM_…` overrides from the environment.
 pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
@@ -85,54 +87,6 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         state,
         store,
         key_source,
-    })
-}
-
-/// The configured store, opened.
-struct OpenedStore {
-    store: Arc<dyn RoomStore>,
-    /// A shared store also records redeemed OIDC codes, so every node sees them (SPEC §11); a
-    /// store of one process leaves that to the node's memory (`None`).
-    code_redemptions: Option<Arc<dyn CodeRedemptions>>,
-}
-
-/// Opens the configured store.
-fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Result<OpenedStore> {
-    let (store, code_redemptions): (Arc<dyn RoomStore>, _) = match &config.store {
-        StoreConfig::Embedded {
-            path,
-            checkpoint_bytes,
-        } => {
-            let options = RedbOptions {
-                seed: None,
-                checkpoint_bytes: *checkpoint_bytes,
-            };
-            let store: Arc<dyn RoomStore> = Arc::new(
-                RedbStore::open_with(path, clock.clone(), options)
-                    .with_context(|| format!("opening the store at {}", path.display()))?,
-            );
-            (store, None)
-        }
-        StoreConfig::Memory => {
-            tracing::warn!("memory store: every queue and session is lost when the process stops");
-            let store: Arc<dyn RoomStore> = Arc::new(MemoryStore::new(clock.clone()));
-            (store, None)
-        }
-        StoreConfig::Redis { urls, cluster } => {
-            // Scripts read the server's TIME (no clock passed): every node shares one clock.
-            let redis = redis_config(urls, *cluster);
-            tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
-            let redis = Arc::new(
-                anteroom_store::RedisStore::new(redis, None)
-                    .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
-            );
-            let codes: Arc<dyn CodeRedemptions> = redis.clone();
-            (redis, Some(codes))
-        }
-    };
-    Ok(OpenedStore {
-        store,
-        code_redemptions,
     })
 }
 
@@ -299,16 +253,6 @@ async fn install_in_background(
     }
 }
 
-/// The redis `[store]` names: one server or a Cluster's seed nodes. The room store and the
-/// redis rate-limit store both connect with it.
-pub(crate) fn redis_config(urls: &[String], cluster: bool) -> anteroom_store::RedisConfig {
-    if cluster {
-        anteroom_store::RedisConfig::cluster(urls.iter().cloned())
-    } else {
-        anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
-    }
-}
-
 /// How often the local rate-limit store drops keys whose state no longer matters.
 const LIMIT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -343,83 +287,6 @@ fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLi
     let limiter = RateLimiter::with_options(config.rate_limits.clone(), local, options)
         .map_err(|error| BadConfig(format!("[[rate_limit]]: {error}")))?;
     Ok(limiter)
-}
-
-/// Runs until SIGTERM or SIGINT; SIGHUP reloads what can change live from `path`
-/// (`reload.rs`).
-pub(crate) async fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
-    let tls = tls_server(&config)?;
-    check_upstream_tls(&config)?;
-    let runtime = prepare(&config).await?;
-    if let Some(tls) = &tls {
-        // A renewal that writes new files is served without a signal.
-        tokio::spawn(anteroom_edge::follow_certificate_files(
-            tls.clone(),
-            anteroom_edge::CERTIFICATE_CHECK_INTERVAL,
-        ));
-    }
-    let listeners = bind_public(config.server.listen, config.server.workers)?;
-    tracing::info!(
-        listen = %listeners.local_addr(),
-        public_url = %config.server.public_url,
-        tls = tls.is_some(),
-        rooms = config.rooms.len(),
-        workers = listeners.workers(),
-        "anteroom is serving"
-    );
-    let spans = span_export(&config).await?;
-    let gateway = gateway(&config, &runtime, spans.clone());
-    let admin = crate::admin::start(
-        &runtime,
-        &config,
-        config.server.admin_listen,
-        Some(&gateway),
-        crate::shutdown_signal(),
-    )
-    .await?;
-    tokio::spawn(crate::reload::reload_on_hangup(crate::reload::Reloadable {
-        path,
-        started: config.clone(),
-        store: runtime.store.clone(),
-        limiter: runtime.state.rate_limiter().cloned(),
-        tls: tls.clone(),
-        gateway: gateway.clone(),
-        admin: admin.state,
-        sinks: admin.sinks,
-    }));
-    let state = runtime.state.clone();
-    let site = gateway.clone();
-    let limits = server_limits(&config);
-    let served = run_until_shutdown(
-        runtime,
-        listeners,
-        move || {
-            anteroom_edge::gateway_app(state.clone(), &site)
-                .with_limits(limits.clone())
-                .with_tls(tls.as_ref())
-        },
-        Some(gateway),
-        crate::shutdown_signal(),
-    )
-    .await;
-    if let Some(spans) = spans {
-        // The last batch goes out before the process ends; the exporter's client blocks.
-        let _ = tokio::task::spawn_blocking(move || spans.shutdown()).await;
-    }
-    served
-}
-
-/// The span exporter of `[tracing] otlp_endpoint`, if set. Built off the runtime's threads:
-/// its HTTP client is a blocking one, which must not be made or dropped on them.
-async fn span_export(config: &Config) -> anyhow::Result<Option<anteroom_edge::SpanExport>> {
-    let Some(endpoint) = config.tracing.otlp_endpoint.clone() else {
-        return Ok(None);
-    };
-    let spans = tokio::task::spawn_blocking(move || anteroom_edge::SpanExport::start(&endpoint))
-        .await
-        .context("starting the span exporter")??;
-    tracing::info!(endpoint = ?config.tracing.otlp_endpoint, "spans are exported over OTLP");
-    Ok(Some(spans))
 }
 
 /// The public listener's timeouts and caps, one set for every serving thread: `max_connections`

@@ -13,6 +13,7 @@
 //! with charts (`bench/crowd-*`).
 
 mod crowd;
+mod event_stream;
 mod sse_soak;
 mod stream_followers;
 

@@ -26,7 +26,9 @@ use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use parking_lot::Mutex;
 
-use crate::sse_soak::{Shared, StreamEvents, StreamRequest, Target, follow_stream, source_address};
+use crate::event_stream::{
+    Shared, StreamEvents, StreamRequest, Target, follow_stream, source_address,
+};
 
 /// Options of `anteroom-bench sse-soak-streams` (started by `sse-soak`).
 #[derive(Debug, Args)]

@@ -48,12 +48,10 @@
 //! assert_eq!(errors.to_string(), "line 2: unknown key `lisen` in [server]; did you mean `listen`?");
 //! ```
 
-mod cidr;
 mod connection_limits;
 mod env;
 mod events;
 mod gateway;
-mod key_hash;
 mod log;
 mod rate_limit;
 mod raw_keys;
@@ -77,14 +75,14 @@ use std::time::Duration;
 
 use toml::de::DeTable;
 
-pub use cidr::{Cidr, CidrError};
+pub use crate::cidr::{Cidr, CidrError};
+pub use crate::key_hash::{KeyHash, KeyHashError};
 pub use connection_limits::{ConnectionLimits, MAX_CONNECTION_TIMEOUT, MIN_DESCRIPTOR_RESERVE};
 pub use events::{EventSinkConfig, EventSinkKind, SecretSource, WebhookConfig};
 pub use gateway::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_REQUEST_BODY, OnExceed, PageMode, RouteConfig,
     UpstreamConfig, WebSocketConfig, parse_size, room_route,
 };
-pub use key_hash::{KeyHash, KeyHashError};
 
 pub use log::{AccessLogFormat, LogConfig};
 pub use rate_limit::{

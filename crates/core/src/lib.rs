@@ -11,6 +11,7 @@
 
 pub mod adaptive;
 pub mod challenge;
+mod cidr;
 pub mod clock;
 pub mod config;
 pub mod counters;
@@ -18,6 +19,7 @@ pub mod duration;
 pub mod engine;
 pub mod eta;
 pub mod ids;
+mod key_hash;
 pub mod lottery;
 pub mod page_template;
 pub mod ratelimit;

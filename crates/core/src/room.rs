@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::adaptive::AdaptiveSettings;
 use crate::challenge::ProofOfWork;
-use crate::config::KeyHash;
+use crate::key_hash::KeyHash;
 use sha2::Digest;
 
 use crate::clock::Timestamp;

@@ -1,10 +1,15 @@
 //! Tidy checks that keep the architecture honest (DESIGN.md conventions 3, 8, 13, 14):
 //! the core stays free of I/O, async and clocks, derives `Serialize` only for the raw room
-//! configuration, every Rust file opens with a `//!` doc, and no test hides behind `#[ignore]`
-//! or `#[should_panic]`.
+//! configuration, every Rust file opens with a `//!` doc, no test hides behind `#[ignore]`
+//! or `#[should_panic]`, and inside every crate no module depends on a module that depends on
+//! it (`module_graph`).
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "tidy/module_graph.rs"]
+mod module_graph;
+
+use module_graph::CrateSource;
 use std::path::{Path, PathBuf};
 
 fn workspace_root() -> PathBuf {
@@ -175,4 +180,40 @@ fn no_test_is_ignored_or_expects_a_panic() {
             );
         }
     }
+}
+
+/// Inside every crate, the top-level modules (and the root, when it holds code) depend on each
+/// other one way only, so each can be read knowing only those below it (issue 19).
+#[test]
+fn no_module_depends_on_a_module_that_depends_on_it() {
+    let mut crate_dirs: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("crates"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.join("Cargo.toml").is_file())
+        .collect();
+    crate_dirs.sort();
+    let mut circles = String::new();
+    for root in crate_dirs
+        .iter()
+        .flat_map(|dir| [dir.join("src/lib.rs"), dir.join("src/main.rs")])
+        .filter(|root| root.is_file())
+    {
+        let graph = CrateSource::read(&root).graph();
+        for circle in graph.circles() {
+            let crate_name = root
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .file_name()
+                .unwrap();
+            circles.push_str(&format!("crates/{}:\n", crate_name.to_string_lossy()));
+            circles.push_str(&graph.describe(&circle));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "modules that depend on each other (break each circle: move the shared item down into \
+         a module of its own, or the assembly up):\n{circles}"
+    );
 }

@@ -10,6 +10,7 @@
 //! code that faces the network.
 
 mod answer;
+mod bad_head;
 mod chunked;
 mod date;
 mod fields;
@@ -17,13 +18,12 @@ mod request;
 mod validity;
 
 pub use answer::{AnswerFraming, AnswerHead, BodyFraming, MalformedAnswer, parse_answer_head};
+pub use bad_head::BadHead;
 pub use chunked::{ChunkedDecoder, Decoded, MalformedChunk, push_chunk};
 pub use date::append_now as append_date;
 pub use fields::{
     connection_says, header_map, keeps_alive, parse_length, remove_hop_by_hop,
     request_states_length, span_in,
 };
-pub use request::{
-    BadHead, Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, take_head,
-};
+pub use request::{Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, take_head};
 pub use validity::{check_request, has_one_host};

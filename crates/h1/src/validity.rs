@@ -22,8 +22,8 @@
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, Version};
 
+use crate::bad_head::BadHead;
 use crate::fields::parse_length;
-use crate::request::BadHead;
 
 /// Whether a request names one `Host` (RFC 9112 §3.2), or none in HTTP/1.0 and HTTP/2 (whose
 /// authority is in the target): with none or several, the route anteroom matches and the

@@ -18,6 +18,7 @@
 
 mod codes;
 mod engine_host;
+mod error;
 pub mod limit;
 pub mod marks;
 mod memory;
@@ -30,8 +31,8 @@ mod visitor_events;
 
 use anteroom_core::adaptive::LoadSignal;
 use anteroom_core::engine::{
-    EngineError, Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, SessionState, TickReport,
-    Ticket, TicketRef,
+    Entry, JoinRequest, RoomSnapshot, Session, SessionEnd, SessionState, TickReport, Ticket,
+    TicketRef,
 };
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{RoomId, SessionId};
@@ -40,43 +41,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
+pub use error::StoreError;
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits};
 pub use redb_store::{RedbOptions, RedbStore};
 pub use redis_store::{KeyEntries, RedisConfig, RedisKeyEntries, RedisOutbox, RedisStore};
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// No room with this id.
-    #[error("room {0} not found")]
-    RoomNotFound(RoomId),
-    /// The room engine refused the operation (closed room, expired ticket, …).
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    /// The backend failed; the operation may not have happened.
-    #[error("storage backend failed: {message}")]
-    Backend {
-        /// What failed.
-        message: String,
-        /// The backend's own error.
-        #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
-    },
-}
-
-impl StoreError {
-    pub(crate) fn backend(
-        message: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> StoreError {
-        StoreError::Backend {
-            message: message.into(),
-            source: Some(Box::new(source)),
-        }
-    }
-}
 
 /// Everything a room holds, for audits, tests and admin listings.
 #[derive(Debug, Clone)]

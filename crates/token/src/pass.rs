@@ -7,10 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::keyset::LoadedKey;
+use crate::leeway::LEEWAY_SECS;
 use crate::{KeySet, SigningAlgorithm, TokenError};
-
-/// Clock skew tolerated on `exp` and `nbf`, in seconds.
-pub const LEEWAY_SECS: u64 = 30;
 
 /// The only `scope` a room pass carries.
 pub const PASS_SCOPE: &str = "room";

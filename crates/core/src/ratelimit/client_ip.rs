@@ -15,7 +15,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::config::Cidr;
+use crate::cidr::Cidr;
 
 /// The client address of a request from `peer` carrying the given `X-Forwarded-For` and
 /// `Forwarded` header lines (in the order received).
