@@ -39,7 +39,7 @@ use anteroom_store::{EventOutbox, OutboxEntry, RoomStore};
 
 use anteroom_api::WebhookClient;
 
-use crate::admin::AdminEvent;
+use crate::admin_event::AdminEvent;
 
 /// The first retry delay after a failed delivery.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -114,7 +114,7 @@ impl Drop for Running {
 }
 
 /// Starts one delivery loop per sink over `store` (and a pruner); the [`Outbox`] the admin
-/// surface appends to ([`crate::AdminState::set_outbox`]) is [`EventSinks::outbox`]. `rooms`
+/// surface appends to (`AdminState::set_outbox`) is [`EventSinks::outbox`]. `rooms`
 /// is the store the outbox belongs to: on a shared store, the node holding its lease
 /// `event-sink:<name>` delivers that sink's events, so receivers do not get every batch once
 /// per node.

@@ -31,7 +31,7 @@ use anteroom_store::ConfigWrite;
 
 use super::AdminState;
 use super::rooms::RoomBody;
-use crate::error::ApiError;
+use anteroom_api::error::ApiError;
 
 /// How many times an unconditional change is applied again after losing a race.
 const MAX_ATTEMPTS: usize = 8;

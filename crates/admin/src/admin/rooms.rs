@@ -25,9 +25,10 @@ use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
 use super::conditional::{IfMatch, RoomTag, precondition_failed, update_room};
-use super::events::AdminEvent;
 use super::{AdminState, parse_room};
-use crate::error::ApiError;
+use crate::admin_event::AdminEvent;
+use anteroom_api::error::ApiError;
+use anteroom_api::problem_answers;
 
 /// A room in SPEC §3 form. In a request every field is optional (absent fields take their
 /// defaults on PUT and stay as they are on PATCH; `id` must match the path when given); in an
@@ -44,7 +45,7 @@ pub(crate) struct RoomBody {
     /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
     /// a change is applied by every node's gateway within a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<crate::openapi::RoutePath>>)]
+    #[schema(inline, value_type = Option<Vec<problem_answers::RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +100,7 @@ pub(crate) struct RoomBody {
     pub(crate) identity_jwt: Option<IdentityJwtBody>,
     /// Rooms whose valid pass is needed first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<crate::openapi::RoomIdText>>)]
+    #[schema(inline, value_type = Option<Vec<problem_answers::RoomIdText>>)]
     pub(crate) requires: Option<Vec<String>>,
     /// A custom waiting page template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,7 +202,7 @@ pub(crate) struct OidcBody {
     pub(crate) client_secret: Option<String>,
     /// The redirect URIs a request may name, matched exactly (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline, value_type = Option<Vec<crate::openapi::RedirectUri>>, min_items = 1,
+    #[schema(inline, value_type = Option<Vec<problem_answers::RedirectUri>>, min_items = 1,
         example = json!(["https://app.example/oauth2/callback"]))]
     pub(crate) redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, 1s to 60s.
@@ -278,7 +279,7 @@ impl From<AdaptiveBody> for RawAdaptive {
 #[serde(deny_unknown_fields)]
 pub(crate) struct PriorityBody {
     /// Each code's SHA-256, `sha256:<64 hex digits>`.
-    #[schema(inline, value_type = Vec<crate::openapi::CodeDigest>)]
+    #[schema(inline, value_type = Vec<problem_answers::CodeDigest>)]
     pub(crate) codes: Vec<String>,
     /// Joins each code admits to the priority lane (1 if absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -404,7 +405,7 @@ impl RoomBody {
     security(("admin_key" = [])),
     responses(
         (status = 200, description = "Every room, ordered by id", body = RoomList),
-        crate::openapi::NoValidKey, crate::openapi::StoreUnreachable,
+        problem_answers::NoValidKey, problem_answers::StoreUnreachable,
     ))]
 pub(crate) async fn list(
     _: ReadAccess,
@@ -423,7 +424,7 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The room", body = RoomBody, headers(
             ("ETag" = String, description = "The room's version: send it as `If-Match` to change the room only if nobody changed it since"))),
-        crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
+        problem_answers::NoValidKey, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn get_room(
     _: ReadAccess,
@@ -451,7 +452,7 @@ fn room_response(status: StatusCode, config: &RoomConfig) -> Response {
     responses(
         (status = 200, description = "Replaced", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
         (status = 201, description = "Created", body = RoomBody, headers(("ETag" = String, description = "The room's version"))),
-        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::PutVersionMismatch,
+        problem_answers::BadRoomBody, problem_answers::WriteRefused, problem_answers::PutVersionMismatch,
     ))]
 pub(crate) async fn put_room(
     _: WriteAccess,
@@ -512,7 +513,7 @@ pub(crate) async fn put_room(
         version, else 412.",
     responses(
         (status = 200, description = "The room after the change", body = RoomBody, headers(("ETag" = String, description = "The room's new version"))),
-        crate::openapi::BadRoomBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::PatchKeptChanging, crate::openapi::VersionMismatch,
+        problem_answers::BadRoomBody, problem_answers::WriteRefused, problem_answers::RoomNotFound, problem_answers::PatchKeptChanging, problem_answers::VersionMismatch,
     ))]
 pub(crate) async fn patch_room(
     _: WriteAccess,
@@ -551,7 +552,7 @@ pub(crate) async fn patch_room(
     params(("room" = String, Path, description = "Room id")),
     responses(
         (status = 204, description = "Deleted"),
-        crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::RoomInUse,
+        problem_answers::WriteRefused, problem_answers::RoomNotFound, problem_answers::RoomInUse,
     ))]
 pub(crate) async fn delete_room(
     _: WriteAccess,
