@@ -37,9 +37,8 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50)
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
 /// finish (for up to the app's `drain_timeout`) and ends open event streams.
 ///
-/// Every accepted connection is first counted against the app's caps
-/// ([`server_limits`](crate::server_limits)): over a cap it is refused at once, else it is
-/// served with the app's timeouts.
+/// Every accepted connection is first counted against the app's caps (`server_limits.rs`): over
+/// a cap it is refused at once, else it is served with the app's timeouts.
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
 /// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
