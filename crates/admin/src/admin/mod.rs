@@ -18,6 +18,7 @@ pub(crate) mod events;
 mod history;
 pub(crate) mod keys;
 pub(crate) mod revoke;
+mod room_body;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
