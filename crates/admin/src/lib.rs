@@ -7,18 +7,16 @@
 //! edge's engine like the public one.
 
 mod admin;
+mod admin_event;
 mod metrics;
 mod openapi;
 mod process_metrics;
+mod router;
 mod sinks;
 
-// What this crate builds on, named at the root so the modules here reach it as
-// `crate::AppState`, `crate::Gateway`, like their own.
-use anteroom_api::{AppState, KeySource, RateLimiter, RuleResult, key_matches, key_retention_secs};
-use anteroom_api::{adaptive_status, api, challenge, error, key_source, readiness, store_timing};
-use anteroom_edge::{Gateway, LATENCY_BUCKETS_MS, UpstreamStatsSnapshot, adaptive};
-
-pub use admin::{AdminEvent, AdminSettings, AdminState, admin_router, run_admin_sampler};
+pub use admin::{AdminSettings, AdminState, run_admin_sampler};
+pub use admin_event::AdminEvent;
 pub use metrics::{Metrics, MetricsError};
 pub use openapi::document_json as openapi_json;
+pub use router::admin_router;
 pub use sinks::{EventSinks, Outbox, Sink, signature as event_signature, spawn_event_sinks};

@@ -20,18 +20,14 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use anteroom_core::RoomId;
 use anteroom_core::engine::RoomSnapshot;
 
-use crate::admin::AdminState;
-use crate::error::ApiError;
-use crate::{AppState, Gateway, LATENCY_BUCKETS_MS, RateLimiter};
+use anteroom_api::{AppState, RateLimiter};
+use anteroom_edge::{Gateway, LATENCY_BUCKETS_MS};
 
 /// Buckets of every latency histogram, in seconds: 0.5 ms to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -82,7 +78,7 @@ impl Metrics {
             .clone()
             .map_err(MetricsError)?;
         describe();
-        crate::store_timing::resolve_timers();
+        anteroom_api::store_timing::resolve_timers();
         Ok(Metrics {
             handle,
             rate_limiter,
@@ -130,10 +126,10 @@ impl Metrics {
         if let Some(limiter) = &self.rate_limiter {
             for (rule, figures) in limiter.metrics().snapshot() {
                 for result in [
-                    crate::RuleResult::Allowed,
-                    crate::RuleResult::Delayed,
-                    crate::RuleResult::Rejected,
-                    crate::RuleResult::ShadowRejected,
+                    anteroom_api::RuleResult::Allowed,
+                    anteroom_api::RuleResult::Delayed,
+                    anteroom_api::RuleResult::Rejected,
+                    anteroom_api::RuleResult::ShadowRejected,
                 ] {
                     counter!("anteroom_rate_limit_decisions_total",
                         "rule" => rule.clone(), "result" => result.as_str())
@@ -186,7 +182,7 @@ fn render_header(text: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// `anteroom_upstream_latency_seconds`: each route's histogram, buckets made cumulative.
-fn render_upstream_latency(routes: &[crate::UpstreamStatsSnapshot], text: &mut String) {
+fn render_upstream_latency(routes: &[anteroom_edge::UpstreamStatsSnapshot], text: &mut String) {
     use std::fmt::Write as _;
     render_header(
         text,
@@ -223,9 +219,9 @@ fn render_upstream_latency(routes: &[crate::UpstreamStatsSnapshot], text: &mut S
 }
 
 /// The upstream counts and gauge labelled by route.
-fn render_per_route(routes: &[crate::UpstreamStatsSnapshot], text: &mut String) {
+fn render_per_route(routes: &[anteroom_edge::UpstreamStatsSnapshot], text: &mut String) {
     use std::fmt::Write as _;
-    type Pick = fn(&crate::UpstreamStatsSnapshot) -> u64;
+    type Pick = fn(&anteroom_edge::UpstreamStatsSnapshot) -> u64;
     let per_route: [(&str, &str, &str, Pick); 3] = [
         (
             "anteroom_upstream_responses_total",
@@ -635,26 +631,4 @@ pub(crate) fn sse_connections(connections: usize) {
 pub(crate) fn store_latency(operation: &'static str, elapsed: Duration) {
     histogram!("anteroom_store_operation_seconds", "operation" => operation)
         .record(elapsed.as_secs_f64());
-}
-
-/// `GET /metrics`
-pub(crate) async fn scrape(State(admin): State<AdminState>) -> Response {
-    let Some(metrics) = admin.metrics() else {
-        return ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "metrics are not enabled on this node",
-        )
-        .into_response();
-    };
-    let ready = crate::readiness::not_ready_because(admin.app())
-        .await
-        .is_empty();
-    gauge!("anteroom_ready").set(if ready { 1.0 } else { 0.0 });
-    let mut response = metrics.render(admin.app()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
 }

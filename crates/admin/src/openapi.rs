@@ -12,8 +12,10 @@ use anteroom_api::{page, sse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::error::{FieldError, Problem};
-use crate::{admin, api, challenge, readiness};
+use anteroom_api::error::{FieldError, Problem};
+use anteroom_api::{api, challenge, readiness};
+
+use crate::admin;
 
 /// The document as pretty JSON, built once.
 pub fn document_json() -> String {
@@ -86,8 +88,6 @@ impl Modify for SecuritySchemes {
         );
     }
 }
-
-pub(crate) use anteroom_api::problem_answers::*;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -39,7 +39,7 @@ use anteroom_store::{EventOutbox, OutboxEntry, RoomStore};
 
 use anteroom_api::WebhookClient;
 
-use crate::admin::AdminEvent;
+use crate::admin_event::AdminEvent;
 
 /// The first retry delay after a failed delivery.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -84,7 +84,8 @@ pub struct Sink {
     /// A webhook's HMAC key (from `secret` or `secret_file`).
     pub secret: Vec<u8>,
     /// A webhook's client: TLS for `https://` receivers, trusting the system's roots and
-    /// those of the sink's `ca_file` ([`webhook_client`]); none for a log sink.
+    /// those of the sink's `ca_file` ([`webhook_client`](fn@anteroom_api::webhook_client)); none
+    /// for a log sink.
     pub client: Option<WebhookClient>,
 }
 
@@ -114,7 +115,7 @@ impl Drop for Running {
 }
 
 /// Starts one delivery loop per sink over `store` (and a pruner); the [`Outbox`] the admin
-/// surface appends to ([`crate::AdminState::set_outbox`]) is [`EventSinks::outbox`]. `rooms`
+/// surface appends to (`AdminState::set_outbox`) is [`EventSinks::outbox`]. `rooms`
 /// is the store the outbox belongs to: on a shared store, the node holding its lease
 /// `event-sink:<name>` delivers that sink's events, so receivers do not get every batch once
 /// per node.

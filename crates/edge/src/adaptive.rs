@@ -34,8 +34,9 @@ use anteroom_store::marks::Marked;
 
 use anteroom_api::adaptive_status::AdaptiveStatus;
 
-use crate::gateway::fine_bound_ms;
-use crate::{AppState, Gateway, UpstreamStats, UpstreamStatsSnapshot};
+use anteroom_api::AppState;
+
+use crate::gateway::{Gateway, UpstreamStats, UpstreamStatsSnapshot, fine_bound_ms};
 
 /// How often the loop looks for rooms whose interval is over.
 const POLL: Duration = Duration::from_millis(100);

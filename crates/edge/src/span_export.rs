@@ -21,7 +21,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracerProvider, Span, Tracer};
 
 use crate::access_log::Decided;
-use crate::gateway::TraceParent;
+use crate::correlation::TraceParent;
 
 /// How long an export may take before it is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);

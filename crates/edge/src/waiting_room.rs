@@ -27,9 +27,9 @@ use anteroom_core::{Clock, RoomId};
 use anteroom_store::{RoomStore, StoreError};
 use anteroom_token::{KeySet, SigningAlgorithm, TokenError};
 
-use crate::{
-    AppState, Gateway, GatewayOptions, KeySource, NodeOptions, PublicSettings, WaitingRoomLayer,
-};
+use anteroom_api::{AppState, KeySource, NodeOptions, PublicSettings};
+
+use crate::gateway::{Gateway, GatewayOptions, WaitingRoomLayer};
 
 /// Rooms for a Rust service: the layer, the waiting page's routes and the background work.
 ///
@@ -132,7 +132,7 @@ impl WaitingRoom {
     /// The waiting page and its API (`/_anteroom/*`), and the JWKS, to merge into the
     /// service's router (this router has no fallback of its own).
     pub fn router(&self) -> Router {
-        crate::waiting_room_routes(self.state.clone())
+        anteroom_api::waiting_room_routes(self.state.clone())
     }
 
     /// The app state behind the rooms (store, keys, metrics of store failures).
@@ -145,10 +145,10 @@ impl WaitingRoom {
     /// nodes in the key directory.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let shutdown = shutdown.shared();
-        let ticker = crate::run_ticker(self.state.clone(), shutdown.clone());
-        let notices = crate::follow_notices(self.state.clone(), shutdown.clone());
+        let ticker = anteroom_api::run_ticker(self.state.clone(), shutdown.clone());
+        let notices = anteroom_api::follow_notices(self.state.clone(), shutdown.clone());
         let keys = async {
-            crate::follow_key_dir(self.state.clone()).await;
+            anteroom_api::follow_key_dir(self.state.clone()).await;
             // Nothing to follow: wait for the shutdown with the others.
             shutdown.clone().await;
         };

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 
-use crate::PublicApp;
+use crate::h1::serve;
+use crate::public_app::PublicApp;
 
 /// Connections a worker's socket may hold before they are accepted.
 const BACKLOG: i32 = 1024;
@@ -143,7 +144,7 @@ fn run_worker(
     };
     runtime.block_on(async move {
         let served = match tokio::net::TcpListener::from_std(socket) {
-            Ok(listener) => crate::serve(listener, router(), stopped(stopping)).await,
+            Ok(listener) => serve(listener, router(), stopped(stopping)).await,
             Err(error) => Err(error),
         };
         let _ = done.send(served);

@@ -6,8 +6,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 
-use crate::error::ApiError;
-use crate::key_matches;
+use anteroom_api::error::ApiError;
+use anteroom_api::key_matches;
 
 use super::AdminState;
 

@@ -30,8 +30,8 @@ use anteroom_core::room::RoomConfig;
 use anteroom_store::ConfigWrite;
 
 use super::AdminState;
-use super::rooms::RoomBody;
-use crate::error::ApiError;
+use super::room_body::RoomBody;
+use anteroom_api::error::ApiError;
 
 /// How many times an unconditional change is applied again after losing a race.
 const MAX_ATTEMPTS: usize = 8;

@@ -21,16 +21,17 @@ use anteroom_core::room::Mode;
 
 use super::auth::WriteAccess;
 use super::conditional::{IfMatch, RoomTag, update_room};
-use super::events::AdminEvent;
 use super::{AdminState, parse_room, sign_pass};
-use crate::error::ApiError;
+use crate::admin_event::AdminEvent;
+use anteroom_api::error::ApiError;
+use anteroom_api::problem_answers;
 use anteroom_core::config::format_time;
 
 /// The most tickets one advance admits.
 const MAX_ADVANCE: u64 = 1_000_000_000;
 
 /// The longest pass an operator can issue by hand (the key pruning horizon counts it).
-const MAX_PASS_TTL: Duration = crate::key_source::MAX_HAND_ISSUED_PASS_TTL;
+const MAX_PASS_TTL: Duration = anteroom_api::key_source::MAX_HAND_ISSUED_PASS_TTL;
 
 /// A room's figures after a control.
 #[derive(Debug, Serialize, ToSchema)]
@@ -134,7 +135,7 @@ macro_rules! mode_control {
             description = $description,
             responses(
                 (status = 200, description = "The room after", body = RoomFigures, headers(("ETag" = String, description = "The room's new version"))),
-                crate::openapi::ConditionalControl,
+                problem_answers::ConditionalControl,
             ))]
         pub(crate) async fn $name(
             _: WriteAccess,
@@ -217,7 +218,7 @@ async fn set_mode(
         rate and a pause do not hold it back.",
     responses(
         (status = 200, description = "What was admitted and the room after", body = Advanced),
-        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
+        problem_answers::BadBody, problem_answers::WriteRefused, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn advance(
     _: WriteAccess,
@@ -262,7 +263,7 @@ pub(crate) async fn advance(
         active session is revoked; tickets and passes of older generations are refused.",
     responses(
         (status = 200, description = "The room after", body = RoomFigures),
-        crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
+        problem_answers::BadBody, problem_answers::WriteRefused, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn reset(
     _: WriteAccess,
@@ -294,7 +295,7 @@ pub(crate) async fn reset(
         signed JWT.",
     responses(
         (status = 201, description = "The pass", body = IssuedPass),
-        crate::openapi::RoomFull, crate::openapi::BadBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound,
+        problem_answers::RoomFull, problem_answers::BadBody, problem_answers::WriteRefused, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn issue_pass(
     _: WriteAccess,
@@ -379,7 +380,7 @@ pub(crate) struct SignalBody {
         enough.",
     responses(
         (status = 204, description = "Taken"),
-        crate::openapi::BadSignalBody, crate::openapi::WriteRefused, crate::openapi::RoomNotFound, crate::openapi::NotAdaptive, crate::openapi::StoreUnreachable,
+        problem_answers::BadSignalBody, problem_answers::WriteRefused, problem_answers::RoomNotFound, problem_answers::NotAdaptive, problem_answers::StoreUnreachable,
     ))]
 pub(crate) async fn signal(
     _: WriteAccess,

@@ -23,74 +23,25 @@ use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::broadcast;
-use utoipa::ToSchema;
 
+use anteroom_api::problem_answers;
 use anteroom_core::engine::{RoomSnapshot, RoomTotals};
 use anteroom_core::{RoomId, Timestamp};
+use anteroom_edge::UpstreamStatsSnapshot;
+use anteroom_edge::adaptive::Interval;
 
 use super::AdminState;
 use super::auth::ReadAccess;
 use super::history::Sample;
-use crate::UpstreamStatsSnapshot;
-use crate::adaptive::Interval;
-use anteroom_core::config::format_time;
+use crate::admin_event::AdminEvent;
 
 /// How often the sampler reads every room.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often `room.metrics` goes out per room.
 const METRICS_EVERY_SECS: u64 = 60;
-
-/// One live event.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct AdminEvent {
-    /// Unique (32 hex digits): what a receiver deduplicates on.
-    pub id: String,
-    /// What happened: `room.updated`, `counter.advanced`, `room.reset`, `pass.issued` (by
-    /// hand), `keys.rotated`, `room.metrics`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The room, when the event is about one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub room: Option<String>,
-    /// When, RFC 3339.
-    pub at: String,
-    /// The event's own fields.
-    #[schema(value_type = Object)]
-    pub data: Value,
-}
-
-impl AdminEvent {
-    /// An event of `kind` about `room` at `at`.
-    pub fn new(kind: &str, room: Option<&RoomId>, at: Timestamp, data: Value) -> AdminEvent {
-        AdminEvent {
-            id: format!("{:032x}", rand::random::<u128>()),
-            kind: kind.to_owned(),
-            room: room.map(ToString::to_string),
-            at: format_time(at),
-            data,
-        }
-    }
-
-    /// `room.updated` with what was done (`created`, `replaced`, `updated`, `deleted`,
-    /// `pause`, …) and the room after.
-    pub(crate) fn room_updated(
-        room: &RoomId,
-        action: &str,
-        at: Timestamp,
-        config: Value,
-    ) -> AdminEvent {
-        AdminEvent::new(
-            "room.updated",
-            Some(room),
-            at,
-            json!({"action": action, "room": config}),
-        )
-    }
-}
 
 /// `GET /admin/v1/events`
 #[utoipa::path(get, path = "/admin/v1/events", tag = "admin",
@@ -100,7 +51,7 @@ impl AdminEvent {
         saw.",
     responses(
         (status = 200, description = "The event stream", content_type = "text/event-stream", body = AdminEvent),
-        crate::openapi::NoValidKey,
+        problem_answers::NoValidKey,
     ))]
 pub(crate) async fn feed(_: ReadAccess, State(admin): State<AdminState>) -> Response {
     let receiver = admin.subscribe();

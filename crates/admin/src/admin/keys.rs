@@ -16,9 +16,10 @@ use anteroom_token::{KeptBecause, PruneReport, SigningAlgorithm};
 use super::AdminState;
 use super::auth::WriteAccess;
 use super::control::json_body;
-use super::events::AdminEvent;
-use crate::error::ApiError;
-use crate::key_retention_secs;
+use crate::admin_event::AdminEvent;
+use anteroom_api::error::ApiError;
+use anteroom_api::key_retention_secs;
+use anteroom_api::problem_answers;
 
 /// `POST /admin/v1/keys/rotate` body (optional).
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -88,7 +89,7 @@ pub(crate) enum KeptReason {
         sharing the keys (directory or Redis) follow within a second.",
     responses(
         (status = 200, description = "The key set after", body = RotatedKeys),
-        crate::openapi::BadBody, crate::openapi::WriteRefused,
+        problem_answers::BadBody, problem_answers::WriteRefused,
     ))]
 pub(crate) async fn rotate_keys(
     _: WriteAccess,
@@ -135,7 +136,7 @@ pub(crate) async fn rotate_keys(
         every node within a second. Nodes also prune by themselves every ten minutes.",
     responses(
         (status = 200, description = "Which keys were removed, and which were kept and why", body = PrunedKeys),
-        crate::openapi::WriteRefused, crate::openapi::StoreDidNotAnswer,
+        problem_answers::WriteRefused, problem_answers::StoreDidNotAnswer,
     ))]
 pub(crate) async fn prune_keys(
     _: WriteAccess,

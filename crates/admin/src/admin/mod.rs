@@ -1,9 +1,10 @@
-//! The operator surface on the admin listener (SPEC §8): the admin API under `/admin/v1`, the
-//! control panel at `/`, Prometheus `/metrics` and the OpenAPI document.
+//! The admin API under `/admin/v1` (SPEC §8) and the state its handlers share
+//! ([`AdminState`]); `router.rs` puts it on the admin listener beside the control panel at `/`,
+//! Prometheus `/metrics` and the OpenAPI document.
 //!
 //! Every `/admin/v1` call needs `Authorization: Bearer <key>`: a key whose SHA-256 is in
 //! `[auth] admin_keys` may do anything, one in `read_keys` may only read (403 on a write). Keys
-//! are compared as hashes in constant time ([`crate::key_matches`]). The panel page, the
+//! are compared as hashes in constant time ([`anteroom_api::key_matches`]). The panel page, the
 //! OpenAPI document and `/metrics` carry no secrets and need no key; the listener itself
 //! defaults to the loopback address.
 //!
@@ -17,32 +18,25 @@ pub(crate) mod events;
 mod history;
 pub(crate) mod keys;
 pub(crate) mod revoke;
+mod room_body;
 pub(crate) mod rooms;
 pub(crate) mod stats;
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::http::StatusCode;
 
 use anteroom_core::config::KeyHash;
 use anteroom_core::engine::Session;
 use anteroom_core::{RoomId, Timestamp};
 use anteroom_token::{PassClaims, SigningAlgorithm};
 
-use crate::AppState;
-use crate::error::ApiError;
+use anteroom_api::AppState;
+use anteroom_api::error::ApiError;
 
-pub use events::{AdminEvent, run_admin_sampler};
+use crate::admin_event::AdminEvent;
 
-/// The control panel (SPEC §8.3): one page with inline CSS and JS, embedded in the binary.
-const PANEL_HTML: &str = include_str!("../../../../web/panel.html");
-
-/// The largest admin request body read.
-const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
+pub use events::run_admin_sampler;
 
 /// What the admin listener needs beyond the public API's state.
 #[derive(Debug, Clone)]
@@ -52,7 +46,7 @@ pub struct AdminSettings {
     /// SHA-256 hashes of keys that may only read.
     pub read_keys: Vec<KeyHash>,
     /// Where the signing keys are kept, for `keys/rotate` and `keys/prune`.
-    pub key_source: crate::KeySource,
+    pub key_source: anteroom_api::KeySource,
     /// The algorithm of keys made by a rotation that names none.
     pub algorithm: SigningAlgorithm,
     /// How long the ticket secret a rotation retires keeps verifying what it made.
@@ -77,7 +71,7 @@ struct AdminShared {
     node: String,
     /// The gateway: its routes may need rooms, and the sampler charts the upstream latency of
     /// each room's routes (SPEC §8.3); set once, none without one.
-    gateway: std::sync::OnceLock<crate::Gateway>,
+    gateway: std::sync::OnceLock<anteroom_edge::Gateway>,
 }
 
 /// Events the live feed buffers for a slow reader before it skips ahead.
@@ -119,11 +113,11 @@ impl AdminState {
     /// The gateway: a room one of its `[[route]]` entries names cannot be deleted while the
     /// route needs it (SPEC §14.3), and the sampler charts the upstream latency of each room's
     /// routes (SPEC §8.3); set once.
-    pub fn set_gateway(&self, gateway: crate::Gateway) {
+    pub fn set_gateway(&self, gateway: anteroom_edge::Gateway) {
         let _ = self.inner.gateway.set(gateway);
     }
 
-    pub(crate) fn gateway(&self) -> Option<&crate::Gateway> {
+    pub(crate) fn gateway(&self) -> Option<&anteroom_edge::Gateway> {
         self.inner.gateway.get()
     }
 
@@ -193,91 +187,6 @@ impl AdminState {
     fn now(&self) -> Timestamp {
         self.app.now()
     }
-}
-
-/// The admin listener's routes: the panel at `/`, `/metrics`, and `/admin/v1`.
-pub fn admin_router(admin: AdminState) -> Router {
-    let v1 = Router::new()
-        .route("/openapi.json", get(openapi_json))
-        .route("/rooms", get(rooms::list))
-        .route(
-            "/rooms/{room}",
-            get(rooms::get_room)
-                .put(rooms::put_room)
-                .patch(rooms::patch_room)
-                .delete(rooms::delete_room),
-        )
-        .route("/rooms/{room}/pause", post(control::pause))
-        .route("/rooms/{room}/resume", post(control::resume))
-        .route("/rooms/{room}/close", post(control::close))
-        .route("/rooms/{room}/open", post(control::open))
-        .route("/rooms/{room}/advance", post(control::advance))
-        .route("/rooms/{room}/reset", post(control::reset))
-        .route("/rooms/{room}/passes", post(control::issue_pass))
-        .route("/rooms/{room}/signal", put(control::signal))
-        .route("/rooms/{room}/stats", get(stats::stats))
-        .route("/rooms/{room}/sessions", get(stats::sessions))
-        .route(
-            "/rooms/{room}/sessions/{session}/revoke",
-            post(revoke::revoke_session),
-        )
-        .route("/keys/rotate", post(keys::rotate_keys))
-        .route("/keys/prune", post(keys::prune_keys))
-        .route("/events", get(events::feed));
-    Router::new()
-        .route("/", get(panel))
-        .route("/metrics", get(crate::metrics::scrape))
-        .nest("/admin/v1", v1)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
-        .with_state(admin)
-}
-
-/// `GET /`: the control panel.
-async fn panel() -> Response {
-    let mut response = Html(PANEL_HTML).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    // Everything is inline: nothing may load from elsewhere, and no other site may frame it.
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-             connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-        ),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    response
-}
-
-/// `GET /admin/v1/openapi.json`
-async fn openapi_json() -> Response {
-    let mut response = (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::document_json(),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=60"),
-    );
-    response
-}
-
-async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
-}
-
-async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "this endpoint does not take this method",
-    )
 }
 
 /// A room id from the path; one that cannot exist is simply not found.

@@ -18,7 +18,8 @@ use anteroom_core::engine::SessionEnd;
 use super::auth::WriteAccess;
 use super::stats::SessionItem;
 use super::{AdminState, parse_room};
-use crate::error::ApiError;
+use anteroom_api::error::ApiError;
+use anteroom_api::problem_answers;
 
 /// `POST /admin/v1/rooms/{room}/sessions/{session}/revoke`
 #[utoipa::path(post, path = "/admin/v1/rooms/{room}/sessions/{session}/revoke", tag = "admin",
@@ -32,7 +33,7 @@ use crate::error::ApiError;
         is (the answer shows how it ended).",
     responses(
         (status = 200, description = "The session after", body = SessionItem),
-        crate::openapi::WriteRefused, crate::openapi::RoomOrSessionNotFound, crate::openapi::StoreUnreachable,
+        problem_answers::WriteRefused, problem_answers::RoomOrSessionNotFound, problem_answers::StoreUnreachable,
     ))]
 pub(crate) async fn revoke_session(
     _: WriteAccess,

@@ -19,7 +19,8 @@ use anteroom_store::{SessionFilter as StoreFilter, SessionQuery};
 use super::auth::ReadAccess;
 use super::history::HISTORY_SECONDS;
 use super::{AdminState, parse_room};
-use crate::error::ApiError;
+use anteroom_api::error::ApiError;
+use anteroom_api::problem_answers;
 use anteroom_core::config::format_time;
 
 /// Sessions a page holds unless `limit` says otherwise.
@@ -73,7 +74,7 @@ pub(crate) struct Stats {
     /// The adaptive controller's last run on this node (rooms with `[room.adaptive]`; absent
     /// until it first ran).
     #[serde(skip_serializing_if = "Option::is_none")]
-    adaptive: Option<crate::adaptive_status::AdaptiveStatus>,
+    adaptive: Option<anteroom_api::adaptive_status::AdaptiveStatus>,
 }
 
 /// A pre-queue lottery, enough to reproduce it: list the cohort (the tickets waiting when it
@@ -168,7 +169,7 @@ pub(crate) struct HistoryBody {
     params(("room" = String, Path, description = "Room id"), StatsQuery),
     responses(
         (status = 200, description = "The room's stats", body = Stats),
-        crate::openapi::BadQuery, crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
+        problem_answers::BadQuery, problem_answers::NoValidKey, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn stats(
     _: ReadAccess,
@@ -329,7 +330,7 @@ impl SessionItem {
     params(("room" = String, Path, description = "Room id"), SessionsQuery),
     responses(
         (status = 200, description = "One page of sessions", body = SessionPage),
-        crate::openapi::BadQuery, crate::openapi::NoValidKey, crate::openapi::RoomNotFound,
+        problem_answers::BadQuery, problem_answers::NoValidKey, problem_answers::RoomNotFound,
     ))]
 pub(crate) async fn sessions(
     _: ReadAccess,

@@ -13,7 +13,7 @@ use http_body::Body as _;
 
 use crate::access_log::{AccessLog, AccessRecord, Decided, UpstreamPart, millis};
 
-use super::correlation::Correlation;
+use crate::correlation::Correlation;
 
 /// A request's parts the access log needs after the request was handed on.
 pub(super) struct Asked {

@@ -12,7 +12,7 @@ use axum::http::uri::PathAndQuery;
 
 use anteroom_core::request_path::{AmbiguousPath, canonical_path};
 
-use crate::error::ApiError;
+use anteroom_api::error::ApiError;
 
 /// Puts the request's path in canonical form, or says why it is refused (400
 /// `ambiguous_path`).

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::h1::client::UpstreamPool;
+use super::upstream_client::UpstreamPool;
 
 /// The node's cap on connections to the origin.
 #[derive(Debug)]

@@ -26,11 +26,11 @@ use futures_util::future::Either;
 use tower::{Layer, Service};
 
 use super::{Gateway, LetThrough, protect, proxy};
-use crate::ratelimit::{LayerFuture, call_at_once, take_ready};
+use anteroom_api::ratelimit::{LayerFuture, call_at_once, take_ready};
 
 /// A tower layer that holds requests on protected routes back until their visitor has a pass
 /// of the route's rooms, as the gateway does; made by
-/// [`WaitingRoom::layer`](crate::WaitingRoom::layer).
+/// `WaitingRoom::layer`.
 #[derive(Clone)]
 pub struct WaitingRoomLayer {
     gateway: Gateway,
@@ -107,7 +107,7 @@ where
             let mut response = response.map(Body::new);
             proxy::release_if_asked(&gateway, passes, &mut response).await;
             protect::add_cookies(&mut response, cookies);
-            crate::ratelimit::add_headers(&mut response, &limit_headers);
+            anteroom_api::ratelimit::add_headers(&mut response, &limit_headers);
             Ok(response)
         }))
     }

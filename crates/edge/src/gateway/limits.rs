@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::response::Response;
 
-use crate::{RateLimitVerdict, RouteRateLimits};
+use anteroom_api::{RateLimitVerdict, RouteRateLimits};
 
 use super::Gateway;
 use super::routes::Route;

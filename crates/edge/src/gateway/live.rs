@@ -165,9 +165,10 @@ impl Gateway {
 
 impl Gateway {
     /// Keeps the route table in step with the rooms' `routes` in the store until `shutdown`:
-    /// from the ticker's listings ([`AppState::room_listings`](crate::AppState::room_listings),
-    /// twice a second), and at once when a shared store announces a room's configuration
-    /// changed on any node (then the rooms are listed right away).
+    /// from the ticker's listings
+    /// ([`AppState::room_listings`](anteroom_api::AppState::room_listings), twice a second),
+    /// and at once when a shared store announces a room's configuration changed on any node
+    /// (then the rooms are listed right away).
     pub async fn follow_room_listings(self, shutdown: impl Future<Output = ()>) {
         let mut listings = self.app().room_listings();
         let mut notices = self

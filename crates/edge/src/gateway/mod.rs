@@ -15,9 +15,10 @@
 //!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
 //!   room, else the waiting page (navigations) or 429 `waiting_room` (everything else);
 //! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
-//! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`h1/client.rs`) for
-//!   bodies in memory, hyper's for streamed bodies and h2c; WebSocket upgrades go to
-//!   `websocket.rs`; `connection_cap.rs` holds both clients to `[upstream] max_connections`.
+//! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`upstream_client.rs`,
+//!   over `upstream_stream.rs`) for bodies in memory, hyper's for streamed bodies and h2c;
+//!   WebSocket upgrades go to `websocket.rs`; `connection_cap.rs` holds both clients to
+//!   `[upstream] max_connections`.
 //!
 //! The same steps, with an inner service where the proxy would be, make `WaitingRoomLayer`
 //! (`layer.rs`), through [`Gateway::route_of`] and [`Gateway::check`].
@@ -30,7 +31,6 @@
 mod access;
 mod canonical;
 mod connection_cap;
-mod correlation;
 mod layer;
 mod limits;
 mod live;
@@ -39,7 +39,9 @@ mod protect;
 mod proxy;
 mod rooms;
 mod routes;
+mod upstream_client;
 mod upstream_stats;
+mod upstream_stream;
 mod verify;
 mod websocket;
 
@@ -64,15 +66,15 @@ use anteroom_core::config::{
 };
 use anteroom_core::room::RoomConfig;
 
-use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
-use crate::span_export::SpanExport;
-use crate::{ApiError, AppState, RateLimitLayer, RateLimiter};
+use anteroom_api::{ApiError, AppState, RateLimitLayer, RateLimiter, ratelimit};
 
-pub(crate) use connection_cap::{ConnectionCap, OpenSlot};
-pub(crate) use correlation::TraceParent;
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
+use crate::correlation;
+use crate::span_export::SpanExport;
+
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
 pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
-pub(crate) use proxy::{Forwarding, UpstreamPools};
+pub(crate) use proxy::UpstreamPools;
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
@@ -211,7 +213,7 @@ impl Gateway {
     }
 
     /// New, empty upstream connection pools for one serving thread (see
-    /// [`start_workers`](crate::start_workers)); `None` without an upstream.
+    /// `start_workers`); `None` without an upstream.
     pub(crate) fn upstream_client(&self) -> Option<UpstreamPools> {
         let live = self.live();
         let upstream = live.upstream.as_ref()?;
@@ -248,7 +250,7 @@ impl Gateway {
     /// returned to the visitor), then [`steps`](Self::steps).
     async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
         let (mut parts, body) = request.into_parts();
-        let peer = crate::ratelimit::peer_address(&parts.extensions);
+        let peer = ratelimit::peer_address(&parts.extensions);
         let trusted = peer.is_some_and(|peer| {
             anteroom_core::ratelimit::client_ip::is_trusted(peer, &self.inner.trusted_proxies)
         });
@@ -265,12 +267,8 @@ impl Gateway {
         correlation.insert_into(&mut parts.headers);
         // Only with an access log is anything about the request kept for after it.
         let asked = self.inner.access_log.as_ref().map(|log| {
-            let client = peer.map_or(crate::ratelimit::UNKNOWN_PEER, |peer| {
-                crate::ratelimit::resolve_client_ip(
-                    &parts.headers,
-                    peer,
-                    &self.inner.trusted_proxies,
-                )
+            let client = peer.map_or(ratelimit::UNKNOWN_PEER, |peer| {
+                ratelimit::resolve_client_ip(&parts.headers, peer, &self.inner.trusted_proxies)
             });
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
@@ -325,7 +323,7 @@ impl Gateway {
             response.extensions_mut().insert(decided);
         }
         protect::add_cookies(&mut response, cookies);
-        crate::ratelimit::add_headers(&mut response, &limit_headers);
+        ratelimit::add_headers(&mut response, &limit_headers);
         response
     }
 
@@ -431,7 +429,7 @@ impl SiteLane {
             .gateway
             .handle(Some(&self.client), Request::from_parts(parts, body))
             .await;
-        crate::ratelimit::add_headers(&mut response, &headers);
+        ratelimit::add_headers(&mut response, &headers);
         response
     }
 }

@@ -36,12 +36,12 @@ use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
 use crate::access_log::{Decided, Decision};
-use crate::cookies::{asked_passes, pass_cookie_name};
-use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
-use crate::page::{self, HeldBack, wait_location};
-use crate::site_identity::SiteTokenError;
-use crate::{AppState, api};
+use anteroom_api::cookies::{asked_passes, pass_cookie_name};
+use anteroom_api::error::ApiError;
+use anteroom_api::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
+use anteroom_api::page::{self, HeldBack, wait_location};
+use anteroom_api::site_identity::SiteTokenError;
+use anteroom_api::{AppState, api};
 
 use super::Gateway;
 use super::passes::CachedPass;
@@ -394,7 +394,7 @@ async fn cached_or_verified(
         Ok(claims) => claims,
         // Signed with a key another node made since this one last looked at the key
         // directory: look now (at most once a second) and try again.
-        Err(PassError::UnknownKey) if crate::key_reload::reload_if_changed(app).await => {
+        Err(PassError::UnknownKey) if anteroom_api::key_reload::reload_if_changed(app).await => {
             app.keys().verify_pass(token, &expect, now.as_secs()).ok()?
         }
         Err(_) => return None,

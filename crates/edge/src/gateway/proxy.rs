@@ -1,11 +1,11 @@
-//! The reverse proxy (SPEC §7.2): the engine's own keep-alive HTTP/1.1 client (`h1/client.rs`)
-//! for request bodies in memory, hyper's pooled client for streamed bodies and h2c, to the
-//! upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
-//! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set,
-//! upstream failures answered 502/504 problem+json (503 `upstream_busy` when `[upstream]
-//! max_connections` leaves no connection), and the origin's `Anteroom-Release` header acted on
-//! and stripped. A `Content-Length` the origin sent beside a `Transfer-Encoding` never reaches
-//! the visitor, whichever client read the answer.
+//! The reverse proxy (SPEC §7.2): the engine's own keep-alive HTTP/1.1 client
+//! (`upstream_client.rs`) for request bodies in memory, hyper's pooled client for streamed
+//! bodies and h2c, to the upstream, bodies streamed both ways through [`GuardedBody`] (bounded
+//! memory, a size limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and
+//! `Forwarded` set, upstream failures answered 502/504 problem+json (503 `upstream_busy` when
+//! `[upstream] max_connections` leaves no connection), and the origin's `Anteroom-Release`
+//! header acted on and stripped. A `Content-Length` the origin sent beside a
+//! `Transfer-Encoding` never reaches the visitor, whichever client read the answer.
 
 use std::error::Error as _;
 use std::future::Future;
@@ -37,10 +37,10 @@ use anteroom_core::engine::SessionEnd;
 use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
 use anteroom_store::StoreError;
 
-use crate::cookies::pass_cookie_name;
-use crate::error::ApiError;
-use crate::h1::ClientScheme;
-use crate::h1::client::{UpstreamError, UpstreamPool, UpstreamTarget};
+use anteroom_api::cookies::pass_cookie_name;
+use anteroom_api::error::ApiError;
+
+use crate::client_scheme::ClientScheme;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
@@ -48,6 +48,7 @@ use super::Gateway;
 use super::connection_cap::ConnectionCap;
 use super::live::LiveSettings;
 use super::protect::HeldPass;
+use super::upstream_client::{UpstreamError, UpstreamPool, UpstreamTarget};
 use super::websocket;
 
 /// The response header through which the origin ends the visitor's session.

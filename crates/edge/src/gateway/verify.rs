@@ -30,8 +30,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, he
 use anteroom_core::config::{OriginalUri, VerifyConfig};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
-use crate::{RateLimitVerdict, RouteRateLimits};
+use anteroom_api::error::ApiError;
+use anteroom_api::{RateLimitVerdict, RouteRateLimits};
 
 use super::protect::{self, Asked, JoinWhen, Verdict};
 use super::{Gateway, canonical};
@@ -104,7 +104,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         protect::decide(&gateway, &route, &asked, JoinWhen::AdmitsAtOnce).await
     };
     let mut response = answer(&gateway, verdict, &visitor, redirect);
-    crate::ratelimit::add_headers(&mut response, &rate_headers);
+    anteroom_api::ratelimit::add_headers(&mut response, &rate_headers);
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -214,7 +214,7 @@ fn wait_answer(
     navigation: bool,
     return_to: &str,
 ) -> Response {
-    let location = crate::page::wait_location(&waiting.room, return_to);
+    let location = anteroom_api::page::wait_location(&waiting.room, return_to);
     let mut cookies = waiting.cookies;
     let queue = waiting.entry.map(|entry| {
         let (status, entry_cookies) =

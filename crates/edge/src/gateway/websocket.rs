@@ -27,14 +27,14 @@ use tokio_tungstenite::tungstenite::{self, Message as UpstreamMessage};
 use anteroom_core::config::{OnExceed, WebSocketConfig};
 use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
 
-use crate::error::ApiError;
+use anteroom_api::error::ApiError;
 
 use super::Gateway;
 use anteroom_h1::remove_hop_by_hop;
 
 use super::proxy::{Upstream, request_host, set_forwarding};
-use crate::h1::ClientScheme;
-use crate::h1::upstream_stream::UpstreamStream;
+use super::upstream_stream::UpstreamStream;
+use crate::client_scheme::ClientScheme;
 
 /// Counts of the proxied WebSocket connections and their messages (visitor→site).
 #[derive(Debug, Default)]

@@ -23,7 +23,7 @@ use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use super::limits::ConnectionPermit;
+use crate::server_limits::ConnectionPermit;
 
 /// A client connection (see the module documentation).
 pub(crate) struct ClientIo<S> {

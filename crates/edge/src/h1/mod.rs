@@ -7,57 +7,28 @@
 //!   lives on (joins, status polls, proxied requests with a pass), handing to hyper what it
 //!   does not serve itself (upgrades, streamed bodies, HTTP/2);
 //! - `stream.rs`: connections that open with an event stream, served with far less memory for
-//!   as long as the stream stays open;
-//! - `client.rs`: the gateway's keep-alive HTTP/1.1 client to the origin for requests whose
-//!   body is in memory (hyper's client takes streamed bodies and h2c).
+//!   as long as the stream stays open.
 //!
-//! Message framing both ways (heads, lengths, chunked coding, hop-by-hop fields) is the
-//! `anteroom-h1` crate's, shared by all three.
+//! The connection caps and timeouts are `server_limits.rs`'s; the keep-alive HTTP/1.1 client
+//! to the origin is the gateway's (`gateway/upstream_client.rs`). Message framing both ways
+//! (heads, lengths, chunked coding, hop-by-hop fields) is the `anteroom-h1` crate's, shared
+//! by the server, the stream and that client.
 
 mod bodies;
-pub(crate) mod client;
 mod client_io;
-pub(crate) mod limits;
 mod sentry;
 pub(crate) mod server;
 pub(crate) mod stream;
-pub(crate) mod upstream_stream;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use anteroom_core::config::HttpEngine;
 
-use crate::PublicApp;
+use crate::public_app::PublicApp;
 use crate::request_metrics::RequestMetrics;
+use crate::server_limits::{ConnectionPermit, ServerLimits};
 use client_io::ClientIo;
-
-/// How the visitor reached the node: a request extension the engine sets on requests that
-/// came over TLS, so the gateway tells the origin `proto=https`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClientScheme {
-    /// Plain HTTP.
-    Http,
-    /// HTTP over TLS on this node's listener.
-    Https,
-}
-
-impl ClientScheme {
-    /// The scheme of a request with `extensions` (plain unless the engine marked it).
-    pub(crate) fn of(extensions: &axum::http::Extensions) -> ClientScheme {
-        extensions
-            .get::<ClientScheme>()
-            .copied()
-            .unwrap_or(ClientScheme::Http)
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ClientScheme::Http => "http",
-            ClientScheme::Https => "https",
-        }
-    }
-}
 
 /// How long the accept loop pauses after a failed accept (out of descriptors and the like):
 /// the failing connection stays queued, so retrying at once would spin.
@@ -66,8 +37,8 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50)
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
 /// finish (for up to the app's `drain_timeout`) and ends open event streams.
 ///
-/// Every accepted connection is first counted against the app's caps ([`limits`]): over a
-/// cap it is refused at once, else it is served with the app's timeouts.
+/// Every accepted connection is first counted against the app's caps (`server_limits.rs`): over
+/// a cap it is refused at once, else it is served with the app's timeouts.
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
 /// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
@@ -130,7 +101,7 @@ pub async fn serve(
 
 /// hyper's server for the connections it serves, with the listener's header timeout.
 fn connection_builder(
-    limits: &limits::ServerLimits,
+    limits: &ServerLimits,
 ) -> Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>> {
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
@@ -146,7 +117,7 @@ fn connection_builder(
 /// listener has TLS.
 fn spawn_connection(
     stream: tokio::net::TcpStream,
-    permit: limits::ConnectionPermit,
+    permit: ConnectionPermit,
     accepted: Accepted,
     write_timeout: std::time::Duration,
 ) {

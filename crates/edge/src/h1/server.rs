@@ -58,16 +58,16 @@ use anteroom_h1::{
     push_chunk, take_head,
 };
 
-use super::ClientScheme;
 use super::bodies::{Holding, TimedBody};
 use super::client_io::{ClientIo, InFlight};
-use super::limits::{AddressPermit, ServerLimits, over_address_cap};
 use super::sentry::Sentry;
-use crate::PublicApp;
+use crate::client_scheme::ClientScheme;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
-use crate::ratelimit::resolve_client_ip;
+use crate::public_app::PublicApp;
 use crate::request_metrics::RequestMetrics;
+use crate::server_limits::{AddressPermit, ServerLimits, over_address_cap};
+use anteroom_api::ratelimit::resolve_client_ip;
 
 /// A client connection as the own loop holds it: plain TCP, or TLS over it.
 pub(crate) type Client<S = TcpStream> = ClientIo<S>;

@@ -420,18 +420,18 @@ fn a_tls_listener_makes_the_cookies_secure_whatever_the_public_url() {
             0,
         )
         .unwrap();
-        let settings = crate::PublicSettings {
+        let settings = anteroom_api::PublicSettings {
             public_url: public_url.to_owned(),
             issuer: public_url.to_owned(),
             service_keys: Vec::new(),
             trusted_proxies: Vec::new(),
         };
-        let options = crate::NodeOptions {
+        let options = anteroom_api::NodeOptions {
             tls,
-            ..crate::NodeOptions::default()
+            ..anteroom_api::NodeOptions::default()
         };
         let store = Arc::new(anteroom_store::MemoryStore::new(clock.clone()));
-        crate::AppState::with_options(store, keys, clock.clone(), settings, options)
+        anteroom_api::AppState::with_options(store, keys, clock.clone(), settings, options)
     };
     assert!(state("http://queue.example", true).cookies().secure);
     assert!(state("https://queue.example", false).cookies().secure);

@@ -44,9 +44,10 @@ use anteroom_h1::{
     AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head, request_states_length,
 };
 
+use super::connection_cap::{ConnectionCap, OpenSlot};
+use super::proxy::Forwarding;
 use super::upstream_stream::UpstreamStream;
 use crate::deadline::Deadline;
-use crate::gateway::{ConnectionCap, Forwarding, OpenSlot};
 use crate::tls::UpstreamTls;
 
 /// How much a connection's read buffer grows by at a time.
@@ -619,7 +620,7 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
-    use crate::h1::ClientScheme;
+    use crate::client_scheme::ClientScheme;
 
     #[tokio::test]
     async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {

@@ -35,8 +35,8 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 const REFUSED_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n";
 
 /// The public listener's timeouts and caps, with the node's counts of open connections:
-/// clone it into every worker's app ([`PublicApp::with_limits`](crate::PublicApp::with_limits))
-/// so the caps hold for the node, not per thread.
+/// clone it into every worker's app (`PublicApp::with_limits`) so the caps hold for the node,
+/// not per thread.
 #[derive(Clone)]
 pub struct ServerLimits {
     pub(crate) timeouts: ConnectionLimits,
@@ -154,7 +154,7 @@ impl ServerLimits {
 /// per-address cap of requests in flight: 429, and the proxy's connection stays open.
 pub(crate) fn over_address_cap() -> axum::response::Response {
     use axum::response::IntoResponse as _;
-    crate::ApiError::new(
+    anteroom_api::ApiError::new(
         axum::http::StatusCode::TOO_MANY_REQUESTS,
         "too_many_connections",
         "this client address has too many requests in flight",
