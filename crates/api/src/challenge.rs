@@ -40,8 +40,8 @@ use anteroom_store::marks::Marked;
 use anteroom_token::{ChallengeClaims, ChallengeError};
 
 use crate::AppState;
-use crate::api::parse_room;
 use crate::error::ApiError;
+use crate::ticket_request::parse_room;
 
 /// How long a challenge may be presented after it was issued.
 pub(crate) const CHALLENGE_TTL: Duration = Duration::from_secs(300);

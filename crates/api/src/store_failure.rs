@@ -4,7 +4,7 @@
 //!
 //! Only backend failures count: a refused operation (an expired ticket, a closed room) is the
 //! store answering. What a failing room then does, `on_store_error`, is decided by the
-//! handlers from the room's last known configuration ([`crate::AppState::on_store_error`]).
+//! handlers from the room's last known configuration (`AppState::on_store_error`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -20,8 +20,6 @@ mod discovery;
 mod token;
 mod userinfo;
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -37,10 +35,6 @@ pub(crate) const AUTHORIZE_PATH: &str = "/_anteroom/oidc/authorize";
 pub(crate) const CONTINUE_PATH: &str = "/_anteroom/oidc/continue";
 pub(crate) const TOKEN_PATH: &str = "/_anteroom/oidc/token";
 pub(crate) const USERINFO_PATH: &str = "/_anteroom/oidc/userinfo";
-
-/// How long ID and access tokens live. Short: userinfo checks the session on every call
-/// anyway, and a client that needs longer asks the visitor through the room again.
-pub(crate) const TOKEN_TTL: Duration = Duration::from_secs(300);
 
 /// An OAuth error answered as JSON (RFC 6749 §5.2): `{"error", "error_description"}`,
 /// never cached.
