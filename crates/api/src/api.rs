@@ -79,7 +79,7 @@ pub struct JoinBody {
 
 /// Public summary of a room, cacheable for a second.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RoomSummary {
+pub(crate) struct RoomSummary {
     room: String,
     mode: &'static str,
     serving: u64,
@@ -91,7 +91,7 @@ pub struct RoomSummary {
 
 /// The answer to a session's complete/abandon.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SessionBody {
+pub(crate) struct SessionBody {
     room: String,
     session: String,
     state: &'static str,

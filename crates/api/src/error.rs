@@ -141,7 +141,7 @@ impl ApiError {
 
     /// 503 when the store cannot be reached in a room with `on_store_error = "open"`: there
     /// is no place in line to give, but the room's protected pages are open meanwhile.
-    pub fn store_unavailable_open() -> ApiError {
+    pub(crate) fn store_unavailable_open() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",

@@ -22,7 +22,7 @@ use crate::AppState;
 use crate::key_source::{KEY_DIR_CHECK_INTERVAL, key_retention_secs};
 
 /// How often each node prunes keys whose passes have all expired.
-pub const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+pub(crate) const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Looks at the keys every [`KEY_DIR_CHECK_INTERVAL`] and prunes them at start-up and every
 /// [`KEY_PRUNE_INTERVAL`] for as long as the node runs. Does nothing on a node built without

@@ -34,7 +34,7 @@ pub const MAX_HAND_ISSUED_PASS_TTL: Duration = Duration::from_secs(7 * 24 * 3600
 pub(crate) const OIDC_TOKEN_TTL: Duration = Duration::from_secs(300);
 
 /// How often the keys are looked at, and the least time between two looks.
-pub const KEY_DIR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const KEY_DIR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many times an operation on shared keys starts again after another node changed them
 /// first, before it gives up.

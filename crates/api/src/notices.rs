@@ -26,7 +26,7 @@ use anteroom_store::Notice;
 use crate::AppState;
 
 /// Notices of one room arriving within this window share one view refresh.
-pub const COALESCE: Duration = Duration::from_millis(50);
+pub(crate) const COALESCE: Duration = Duration::from_millis(50);
 
 /// Applies the store's notices to this node until `shutdown` resolves; returns at once when
 /// the store has no notices (only this process uses it).

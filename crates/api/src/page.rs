@@ -451,22 +451,6 @@ fn no_figures() -> Figures {
     }
 }
 
-/// The 503 "temporarily unavailable" waiting page of `room` (its own template when it has
-/// one), or the problem+json when the client asked for JSON: what a protected route of an
-/// `on_store_error = "closed"` room answers while the store cannot be reached (SPEC §9.4).
-pub fn store_unavailable_page(app: &AppState, room: &RoomId, headers: &HeaderMap) -> Response {
-    let lang = Lang::choose(None, headers);
-    let config = app.room_cache().last_known(room);
-    unavailable(
-        app,
-        config.as_ref(),
-        room,
-        lang,
-        accepts_json(headers),
-        ApiError::store_unavailable(),
-    )
-}
-
 /// The waiting page when the store cannot be reached (SPEC §9.4): a room with
 /// `on_store_error = "open"` sends a visitor who came from a protected page back to it
 /// without a pass (the protected routes are open meanwhile); otherwise, and for clients asking

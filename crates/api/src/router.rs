@@ -10,7 +10,7 @@ use crate::state::AppState;
 use crate::{api, challenge, oidc, page, readiness, sse};
 
 /// The largest request body the public API reads.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// The public listener's routes: the reserved `/_anteroom/` prefix, the JWKS and the OpenID
 /// Connect discovery document. Anything else answers 404 problem+json.

@@ -35,7 +35,7 @@ const RATE_ONLY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// One room's figures as all of a node's connections see them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TickerRoomView {
+pub(crate) struct TickerRoomView {
     /// The room's summary.
     pub snapshot: RoomSnapshot,
     /// Positions of live waiting tickets, ascending.
@@ -44,7 +44,7 @@ pub struct TickerRoomView {
 
 impl TickerRoomView {
     /// Live tickets ahead of `position`, or `None` when it is no longer waiting.
-    pub fn ahead_of(&self, position: u64) -> Option<u64> {
+    pub(crate) fn ahead_of(&self, position: u64) -> Option<u64> {
         let index = self.waiting_positions.partition_point(|&p| p < position);
         (self.waiting_positions.get(index) == Some(&position)).then_some(index as u64)
     }
@@ -184,7 +184,7 @@ impl SseHub {
     }
 
     /// Rooms some connection on this node listens to.
-    pub fn watched_rooms(&self) -> Vec<RoomId> {
+    pub(crate) fn watched_rooms(&self) -> Vec<RoomId> {
         let mut views = self.views.lock();
         views.retain(|_, sender| sender.receiver_count() > 0);
         self.published_at
@@ -251,7 +251,7 @@ impl SseHub {
     }
 
     /// Keeps every connected waiting ticket of `room` alive in one store call.
-    pub async fn touch_connected(&self, store: &dyn RoomStore, room: &RoomId) {
+    pub(crate) async fn touch_connected(&self, store: &dyn RoomStore, room: &RoomId) {
         let tickets: Vec<TicketRef> = self
             .connected
             .lock()
@@ -267,7 +267,7 @@ impl SseHub {
     }
 
     /// Rooms with connected tickets.
-    pub fn rooms_with_connections(&self) -> Vec<RoomId> {
+    pub(crate) fn rooms_with_connections(&self) -> Vec<RoomId> {
         self.connected.lock().keys().cloned().collect()
     }
 

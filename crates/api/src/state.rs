@@ -193,7 +193,7 @@ impl AppState {
     }
 
     /// How often this node's admission ticker runs (`run_ticker`).
-    pub fn ticker_intervals(&self) -> TickerIntervals {
+    pub(crate) fn ticker_intervals(&self) -> TickerIntervals {
         self.inner.ticker
     }
 
@@ -302,9 +302,8 @@ impl AppState {
     }
 
     /// The room's configuration as this node knows it: its own copy while no notice said
-    /// the room changed, else the store's. The caller handles a failure (for protected
-    /// routes, [`protected_store_failure`](Self::protected_store_failure)).
-    pub async fn room_config(&self, room: &RoomId) -> Result<RoomConfig, StoreError> {
+    /// the room changed, else the store's. The caller handles a failure.
+    pub(crate) async fn room_config(&self, room: &RoomId) -> Result<RoomConfig, StoreError> {
         self.inner
             .rooms
             .get(&*self.inner.store, room)
@@ -365,25 +364,6 @@ impl AppState {
             .rooms
             .last_known(room)
             .map_or(StoreErrorPolicy::Closed, |config| config.on_store_error)
-    }
-
-    /// For protected routes (the gateway): records a store failure met while deciding a
-    /// request for `room`, and says what to do. `Open`: let the request through without a
-    /// pass (counted as let through); `Closed`: refuse it with 503 and the waiting page's
-    /// "temporarily unavailable" state (`store_unavailable_page`; counted as refused).
-    pub fn protected_store_failure(
-        &self,
-        room: &RoomId,
-        operation: &'static str,
-        error: &StoreError,
-    ) -> StoreErrorPolicy {
-        self.inner.failures.record(Some(room), operation, error);
-        let policy = self.on_store_error(room);
-        match policy {
-            StoreErrorPolicy::Open => self.inner.failures.let_through(),
-            StoreErrorPolicy::Closed => self.inner.failures.refused(),
-        }
-        policy
     }
 
     /// Store failures seen by this node.

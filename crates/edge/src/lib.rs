@@ -26,10 +26,12 @@ use anteroom_core::config::{ConnectionLimits, HttpEngine};
 
 // What this crate builds on from `anteroom-api`, named at the root so the modules here reach
 // it as `crate::page`, `crate::AppState`, like their own.
+use anteroom_api::error::ApiError;
+use anteroom_api::key_reload::follow_key_dir;
 use anteroom_api::{
-    ApiError, AppState, KeySource, NodeOptions, PublicSettings, RateLimitLayer, RateLimitVerdict,
-    RateLimiter, RouteRateLimits, follow_key_dir, follow_notices, public_router,
-    public_router_with_site, run_ticker, waiting_room_routes,
+    AppState, KeySource, NodeOptions, PublicSettings, RateLimitLayer, RateLimitVerdict,
+    RateLimiter, RouteRateLimits, follow_notices, public_router, public_router_with_site,
+    run_ticker, waiting_room_routes,
 };
 use anteroom_api::{api, cookies, error, join_gate, key_reload, page, ratelimit, site_identity};
 
