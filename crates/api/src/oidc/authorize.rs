@@ -24,7 +24,7 @@ use anteroom_store::StoreError;
 use anteroom_token::PassExpectations;
 
 use super::code::{Code, PendingRequest, redirect_digest};
-use super::{CONTINUE_PATH, parameter, parameters};
+use super::protocol::{CONTINUE_PATH, parameter, parameters};
 use crate::AppState;
 use crate::cookies::{pass_cookie_name, read_cookie};
 use crate::page::error_page;

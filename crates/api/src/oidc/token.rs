@@ -26,7 +26,7 @@ use anteroom_store::{CodeUse, Redemption, StoreError};
 use anteroom_token::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims};
 
 use super::code::{Code, s256};
-use super::{OAuthError, no_store, parameter, parameters};
+use super::protocol::{OAuthError, no_store, parameter, parameters};
 use crate::key_source::OIDC_TOKEN_TTL;
 use crate::{AppState, key_matches};
 
