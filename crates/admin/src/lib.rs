@@ -14,9 +14,9 @@ mod sinks;
 
 // What this crate builds on, named at the root so the modules here reach it as
 // `crate::AppState`, `crate::Gateway`, like their own.
+use anteroom_api::ratelimit::{RateLimiter, RuleResult};
 use anteroom_api::{
-    AppState, KeySource, MAX_HAND_ISSUED_PASS_TTL, RateLimiter, RuleResult, key_matches,
-    key_retention_secs,
+    AppState, KeySource, MAX_HAND_ISSUED_PASS_TTL, key_matches, key_retention_secs,
 };
 use anteroom_api::{adaptive_status, api, challenge, error, readiness, store_timing};
 use anteroom_edge::{Gateway, LATENCY_BUCKETS_MS, UpstreamStatsSnapshot, adaptive};

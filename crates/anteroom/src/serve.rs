@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use anteroom_api::{
-    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter,
-};
+use anteroom_api::ratelimit::{RateLimitOptions, RateLimiter};
+use anteroom_api::{AppState, NodeOptions, PageRenderer, PublicSettings};
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_core::room::{Identity, SiteKeys};

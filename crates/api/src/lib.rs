@@ -12,8 +12,9 @@
 //! engine) and `anteroom-admin` build on it; it knows neither.
 
 // Reached by path from the crates above: the handlers the OpenAPI document of `anteroom-admin`
-// names (`api`, `challenge`, `page`, `readiness`, `sse`, with `problem_answers`), and the parts
-// of the join path the gateway of `anteroom-edge` reuses.
+// names (`api`, `challenge`, `page`, `readiness`, `sse`, with `problem_answers`), the parts of
+// the join path the gateway of `anteroom-edge` reuses, and the rate limiter (`ratelimit`, also
+// usable on its own in front of any axum service: the `rate_limited_app` example).
 pub mod adaptive_status;
 pub mod api;
 pub mod challenge;
@@ -59,11 +60,3 @@ pub use state::{AppState, NodeOptions, PublicSettings, key_matches};
 pub use store_failure::{StoreErrorCounts, StoreFailures};
 pub use ticker::run_ticker;
 pub use webhook_client::{WebhookClient, WebhookClientError, webhook_client};
-
-// The rate limiter, also usable on its own in front of any axum service (see the
-// `rate_limited_app` example); the gateway reaches its request helpers through `ratelimit`.
-pub use ratelimit::{
-    ClientIp, RateLimitClaims, RateLimitLayer, RateLimitMetrics, RateLimitOptions,
-    RateLimitService, RateLimitSetupError, RateLimitVerdict, RateLimiter, RouteRateLimits,
-    RuleMetrics, RuleResult,
-};

@@ -28,10 +28,10 @@ use anteroom_core::config::{ConnectionLimits, HttpEngine};
 // it as `crate::page`, `crate::AppState`, like their own.
 use anteroom_api::error::ApiError;
 use anteroom_api::key_reload::follow_key_dir;
+use anteroom_api::ratelimit::{RateLimitLayer, RateLimitVerdict, RateLimiter, RouteRateLimits};
 use anteroom_api::{
-    AppState, KeySource, NodeOptions, PublicSettings, RateLimitLayer, RateLimitVerdict,
-    RateLimiter, RouteRateLimits, follow_notices, public_router, public_router_with_site,
-    run_ticker, waiting_room_routes,
+    AppState, KeySource, NodeOptions, PublicSettings, follow_notices, public_router,
+    public_router_with_site, run_ticker, waiting_room_routes,
 };
 use anteroom_api::{api, cookies, error, join_gate, key_reload, page, ratelimit, site_identity};
 
