@@ -26,7 +26,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use anteroom_core::RoomId;
 use anteroom_core::engine::RoomSnapshot;
 
-use anteroom_api::{AppState, RateLimiter};
+use anteroom_api::AppState;
+use anteroom_api::ratelimit::RateLimiter;
 use anteroom_edge::{Gateway, LATENCY_BUCKETS_MS};
 
 /// Buckets of every latency histogram, in seconds: 0.5 ms to 10 s.
@@ -126,10 +127,10 @@ impl Metrics {
         if let Some(limiter) = &self.rate_limiter {
             for (rule, figures) in limiter.metrics().snapshot() {
                 for result in [
-                    anteroom_api::RuleResult::Allowed,
-                    anteroom_api::RuleResult::Delayed,
-                    anteroom_api::RuleResult::Rejected,
-                    anteroom_api::RuleResult::ShadowRejected,
+                    anteroom_api::ratelimit::RuleResult::Allowed,
+                    anteroom_api::ratelimit::RuleResult::Delayed,
+                    anteroom_api::ratelimit::RuleResult::Rejected,
+                    anteroom_api::ratelimit::RuleResult::ShadowRejected,
                 ] {
                     counter!("anteroom_rate_limit_decisions_total",
                         "rule" => rule.clone(), "result" => result.as_str())

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use clap::Args;
 
-use anteroom_api::{pass_cookie_name, read_cookie};
+use anteroom_api::cookies::{pass_cookie_name, read_cookie};
 use anteroom_core::Clock;
 use anteroom_core::config::{KeyHash, parse_config};
 use anteroom_token::PassExpectations;

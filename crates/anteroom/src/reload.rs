@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anteroom_admin::{AdminState, EventSinks, Sink};
-use anteroom_api::RateLimiter;
+use anteroom_api::ratelimit::RateLimiter;
 use anteroom_core::config::{Config, ServerConfig};
 use anteroom_edge::{Gateway, GatewayReload, TlsServer};
 use anteroom_store::RoomStore;

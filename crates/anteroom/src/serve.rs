@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use anteroom_api::{
-    AppState, NodeOptions, PageRenderer, PublicSettings, RateLimitOptions, RateLimiter,
-};
+use anteroom_api::ratelimit::{RateLimitOptions, RateLimiter};
+use anteroom_api::{AppState, NodeOptions, PageRenderer, PublicSettings};
 use anteroom_core::Clock;
 use anteroom_core::config::{Config, StoreConfig, parse_config};
 use anteroom_core::room::{Identity, SiteKeys};
@@ -55,7 +54,7 @@ pub(crate) async fn prepare(config: &Config) -> anyhow::Result<Runtime> {
         code_redemptions,
     } = open_store(config, &clock)?;
     // Request-path store calls are timed (anteroom_store_operation_seconds).
-    let store = anteroom_api::TimedStore::wrap(store);
+    let store = anteroom_api::store_timing::TimedStore::wrap(store);
     let key_source = crate::keys::key_source(config)?;
     let keys = load_keys(config, &key_source, &*clock).await?;
     warn_about_oidc(config, &keys);
@@ -158,7 +157,7 @@ pub(crate) fn site_secrets(config: &Config) -> Result<Vec<(PathBuf, Vec<u8>)>, B
         let SiteKeys::Hs256SecretFile(path) = &site.keys else {
             continue;
         };
-        let secret = anteroom_api::read_secret_file(path).map_err(|error| {
+        let secret = anteroom_api::site_identity::read_secret_file(path).map_err(|error| {
             BadConfig(format!("room {}: [room.identity_jwt]: {error}", room.id))
         })?;
         secrets.push((path.clone(), secret));
@@ -387,7 +386,9 @@ pub(crate) async fn run_until_shutdown(
         stopped(ticker_stopped),
     ));
     // Key rotations made by other nodes sharing the key directory.
-    let keys = tokio::spawn(anteroom_api::follow_key_dir(runtime.state.clone()));
+    let keys = tokio::spawn(anteroom_api::key_reload::follow_key_dir(
+        runtime.state.clone(),
+    ));
     // From the shutdown on, readyz says 503 while the connections drain.
     let draining = runtime.state.clone();
     let shutdown = async move {

@@ -25,7 +25,7 @@ use axum::Router;
 use axum::extract::{Extension, State};
 use axum::routing::{get, post};
 
-use anteroom_api::{ClientIp, RateLimitOptions, RateLimiter};
+use anteroom_api::ratelimit::{ClientIp, RateLimitOptions, RateLimiter};
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::{
     Action, KeyPart, RateLimitRule, RequestMatcher, default_params,

@@ -1,7 +1,7 @@
 //! What adaptive admission (SPEC §5.4) decided last on this node, per room: the admin stats
 //! show it and the controller's gauges are set from it. The controller loop itself runs in
 //! `anteroom-edge` (it reads the gateway's measurements); this record is kept in
-//! [`AppState`](crate::AppState), which every crate above this one reaches.
+//! the node's shared state (`AppState`), which every crate above this one reaches.
 
 use std::collections::HashMap;
 

@@ -1,118 +1,35 @@
 //! The public JSON API under `/_anteroom/v1` (SPEC §6.1): join, status, leave, the room
 //! summary, the JWKS, and the backend's session endpoints.
 //!
-//! Wire types live here, not in the core: the status JSON is shaped exactly as §6.1 shows it.
+//! Wire types live in this crate, not in the core: the status JSON's in `status_json.rs`.
 
 use axum::Json;
 use axum::body::{Bytes, HttpBody as _};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{FromRequest as _, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
-use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, TicketRef, WaitingView};
-use anteroom_core::eta::{
-    ConfiguredPace, Estimate, EtaBasis, next_poll_ms, with_configured_fallback,
-};
+use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, WaitingView};
+use anteroom_core::eta::{ConfiguredPace, Estimate, next_poll_ms, with_configured_fallback};
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{RoomId, SessionId, TicketId};
-use anteroom_token::{PassClaims, TicketClaims};
+use anteroom_token::PassClaims;
 
 use crate::AppState;
-use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
+use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX};
 use crate::error::ApiError;
-use crate::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk};
+use crate::join_gate::{self, Caller, Door, JoinAsk};
+use crate::status_json::{EtaBasisName, StatusBody, TicketState};
+use crate::ticket_request::{TicketQuery, held_ticket, parse_room, ticket_query};
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
 
 /// The longest `return` path accepted.
 const MAX_RETURN_LEN: usize = 2048;
-
-/// Status JSON (join, status, and later the SSE `status` event).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct StatusBody {
-    pub(crate) room: String,
-    #[schema(inline)]
-    pub(crate) state: TicketState,
-    pub(crate) ticket: String,
-    pub(crate) position: u64,
-    /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
-    /// order is only drawn at `opens_at` (SPEC §5.3).
-    pub(crate) ahead: Option<u64>,
-    pub(crate) serving: u64,
-    pub(crate) waiting: u64,
-    pub(crate) eta_seconds: Option<u64>,
-    /// What `eta_seconds` rests on: the measured admission rate, or the room's configured pace
-    /// before anything has been measured; `null` with no estimate.
-    #[schema(inline)]
-    pub(crate) eta_basis: Option<EtaBasisName>,
-    pub(crate) next_poll_ms: u64,
-    /// When a scheduled pre-queue opens (RFC 3339); only with `state` = `prequeue`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) opens_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) pass: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) pass_expires_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) redirect: Option<String>,
-}
-
-/// Where a ticket stands: the status JSON's `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum TicketState {
-    /// In line, admissions running.
-    Waiting,
-    /// In line, admissions paused (mode `queue_all`).
-    Paused,
-    /// In a scheduled pre-queue, before the draw (SPEC §5.3).
-    Prequeue,
-    /// Admitted: the pass is in the answer.
-    Admitted,
-}
-
-impl TicketState {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            TicketState::Waiting => "waiting",
-            TicketState::Paused => "paused",
-            TicketState::Prequeue => "prequeue",
-            TicketState::Admitted => "admitted",
-        }
-    }
-}
-
-/// `eta_basis` on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EtaBasisName {
-    /// From the measured admission rate (SPEC §5.5).
-    Measured,
-    /// From the room's `admit_per_minute` and `max_active` / `session_ttl`.
-    Configured,
-}
-
-impl EtaBasisName {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EtaBasisName::Measured => "measured",
-            EtaBasisName::Configured => "configured",
-        }
-    }
-}
-
-impl From<EtaBasis> for EtaBasisName {
-    fn from(basis: EtaBasis) -> Self {
-        match basis {
-            EtaBasis::Measured => EtaBasisName::Measured,
-            EtaBasis::Configured => EtaBasisName::Configured,
-        }
-    }
-}
 
 /// What of a room's configuration shapes its status answers: small enough for every event
 /// stream to keep a copy.
@@ -160,15 +77,9 @@ pub struct JoinBody {
     challenge: Option<serde_json::Value>,
 }
 
-/// `?ticket=` for clients that cannot send headers or cookies (EventSource).
-#[derive(Debug, Default, Deserialize)]
-pub struct TicketQuery {
-    ticket: Option<String>,
-}
-
 /// Public summary of a room, cacheable for a second.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RoomSummary {
+pub(crate) struct RoomSummary {
     room: String,
     mode: &'static str,
     serving: u64,
@@ -180,7 +91,7 @@ pub struct RoomSummary {
 
 /// The answer to a session's complete/abandon.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SessionBody {
+pub(crate) struct SessionBody {
     room: String,
     session: String,
     state: &'static str,
@@ -466,60 +377,12 @@ pub(crate) async fn health() -> &'static str {
     "ok"
 }
 
-pub(crate) fn ticket_query(
-    query: Result<Query<TicketQuery>, QueryRejection>,
-) -> Result<TicketQuery, ApiError> {
-    query
-        .map(|Query(query)| query)
-        .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
-}
-
 /// The room of the path and the `?ticket=` of a ticket's request.
 fn room_and_ticket_query(
     room: &str,
     query: Result<Query<TicketQuery>, QueryRejection>,
 ) -> Result<(RoomId, TicketQuery), ApiError> {
     Ok((parse_room(room)?, ticket_query(query)?))
-}
-
-pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
-    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
-}
-
-/// The header a client sends its ticket token in.
-static TICKET_HEADER: HeaderName = HeaderName::from_static("x-anteroom-ticket");
-
-/// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
-pub(crate) fn held_ticket<'a>(
-    headers: &'a HeaderMap,
-    query: &'a TicketQuery,
-    room: &RoomId,
-) -> Option<&'a str> {
-    let non_empty = |token: &&str| !token.trim().is_empty();
-    headers
-        .get(&TICKET_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .filter(non_empty)
-        .or(query.ticket.as_deref().filter(non_empty))
-        .or_else(|| {
-            read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str()).filter(non_empty)
-        })
-}
-
-pub(crate) fn identity_from_header(
-    headers: &HeaderMap,
-    name: &str,
-) -> Result<String, IdentityRefusal> {
-    let value = headers
-        .get(name)
-        .and_then(|value| value.to_str().ok())
-        .map(str::trim)
-        .filter(|value| !value.is_empty())
-        .ok_or_else(|| IdentityRefusal::HeaderMissing(name.to_owned()))?;
-    if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
-        return Err(IdentityRefusal::HeaderTooLong(name.to_owned()));
-    }
-    Ok(value.to_owned())
 }
 
 /// Accepts only same-origin relative paths, so admission can never redirect off-site.
@@ -744,13 +607,4 @@ pub(crate) fn entry_response(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     set_entry_cookies(app, room, &answer, headers);
     response
-}
-
-/// Turns a verified ticket token into the store's reference.
-pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
-    let id: TicketId = claims.ticket_id.parse().ok()?;
-    Some(TicketRef {
-        id,
-        generation: claims.generation,
-    })
 }

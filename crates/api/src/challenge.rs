@@ -40,8 +40,8 @@ use anteroom_store::marks::Marked;
 use anteroom_token::{ChallengeClaims, ChallengeError};
 
 use crate::AppState;
-use crate::api::parse_room;
 use crate::error::ApiError;
+use crate::ticket_request::parse_room;
 
 /// How long a challenge may be presented after it was issued.
 pub(crate) const CHALLENGE_TTL: Duration = Duration::from_secs(300);
@@ -52,7 +52,7 @@ const MARKS_FULL_RETRY_AFTER_SECS: u64 = 5;
 
 /// The answer to `POST …/challenge`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ChallengeBody {
+pub(crate) struct ChallengeBody {
     /// The challenge: hash it, then the counter in decimal, with SHA-256.
     challenge: String,
     /// Leading zero bits the hash must have.
@@ -66,7 +66,7 @@ pub struct ChallengeBody {
 /// The `challenge` member of a join body.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Solution {
+pub(crate) struct Solution {
     /// The challenge as it was handed out.
     token: String,
     /// The counter found.

@@ -9,12 +9,7 @@ use anteroom_core::RoomId;
 pub(crate) const TICKET_COOKIE_PREFIX: &str = "anteroom_t_";
 
 /// What a room's pass cookie's name starts with; the room id follows.
-pub const PASS_COOKIE_PREFIX: &str = "anteroom_p_";
-
-/// The name of a room's ticket cookie.
-pub fn ticket_cookie_name(room: &str) -> String {
-    format!("{TICKET_COOKIE_PREFIX}{room}")
-}
+pub(crate) const PASS_COOKIE_PREFIX: &str = "anteroom_p_";
 
 /// The name of a room's pass cookie.
 pub fn pass_cookie_name(room: &str) -> String {
@@ -27,7 +22,11 @@ pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// The value of the cookie named `prefix` followed by `room`, without building the name.
-pub fn read_room_cookie<'a>(headers: &'a HeaderMap, prefix: &str, room: &str) -> Option<&'a str> {
+pub(crate) fn read_room_cookie<'a>(
+    headers: &'a HeaderMap,
+    prefix: &str,
+    room: &str,
+) -> Option<&'a str> {
     find_cookie(headers, |key| {
         key.strip_prefix(prefix.as_bytes()) == Some(room.as_bytes())
     })
@@ -166,6 +165,11 @@ pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The name of a room's ticket cookie.
+    fn ticket_cookie_name(room: &str) -> String {
+        format!("{TICKET_COOKIE_PREFIX}{room}")
+    }
 
     #[test]
     fn reads_one_cookie_among_many() {

@@ -10,10 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use anteroom_core::RoomId;
-use anteroom_core::engine::{EngineError, MAX_IDENTITY_LEN};
+use anteroom_core::engine::EngineError;
 use anteroom_store::StoreError;
 
-use crate::join_gate::{IdentityRefusal, JoinRefusal};
 use crate::site_identity::{REFETCH_COOLDOWN, SiteTokenError};
 
 /// An error answered as problem+json.
@@ -142,7 +141,7 @@ impl ApiError {
 
     /// 503 when the store cannot be reached in a room with `on_store_error = "open"`: there
     /// is no place in line to give, but the room's protected pages are open meanwhile.
-    pub fn store_unavailable_open() -> ApiError {
+    pub(crate) fn store_unavailable_open() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
@@ -230,55 +229,6 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// A refused join as the API answers it: the limiter's own 429, or problem+json.
-impl IntoResponse for JoinRefusal {
-    fn into_response(self) -> Response {
-        let error = match self {
-            JoinRefusal::Limited(response) => return response,
-            JoinRefusal::ChallengeNeeded(error)
-            | JoinRefusal::StoreUnavailable(error)
-            | JoinRefusal::Failed(error) => error,
-            JoinRefusal::PassRequired(required) => ApiError::pass_required(&required),
-            JoinRefusal::Closed => ApiError::room_closed(),
-            JoinRefusal::InvalidPriorityCode => EngineError::InvalidPriorityCode.into(),
-            JoinRefusal::Identity(refusal) => refusal.into(),
-        };
-        error.into_response()
-    }
-}
-
-impl From<IdentityRefusal> for ApiError {
-    fn from(refusal: IdentityRefusal) -> ApiError {
-        match refusal {
-            IdentityRefusal::UntrustedProxy(name) => ApiError::new(
-                StatusCode::FORBIDDEN,
-                "untrusted_proxy",
-                format!(
-                    "this room takes the visitor's identity from the {name} header, which is \
-                     believed only from a proxy listed in [server] trusted_proxies"
-                ),
-            ),
-            IdentityRefusal::HeaderMissing(name) => ApiError::bad_request(
-                "identity_required",
-                format!("this room needs the {name} header"),
-            ),
-            IdentityRefusal::HeaderTooLong(name) => ApiError::bad_request(
-                "identity_invalid",
-                format!("the {name} header is longer than {MAX_IDENTITY_LEN} bytes"),
-            ),
-            IdentityRefusal::SiteToken(error) => error.into(),
-            IdentityRefusal::Mismatch(room) => ApiError::new(
-                StatusCode::FORBIDDEN,
-                "identity_mismatch",
-                format!(
-                    "the pass of room {:?} belongs to another user",
-                    room.as_str()
-                ),
-            ),
-        }
-    }
-}
-
 /// 401 for the visitor's token, 503 when the site's keys cannot be had.
 impl From<SiteTokenError> for ApiError {
     fn from(error: SiteTokenError) -> ApiError {
@@ -350,82 +300,5 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::join_gate::SignIn;
-
-    fn check(refusal: IdentityRefusal, sign_in: Option<SignIn>, status: StatusCode, code: &str) {
-        assert_eq!(refusal.sign_in(), sign_in, "{refusal:?}");
-        let error = ApiError::from(refusal);
-        assert_eq!((error.status(), error.code()), (status, code));
-    }
-
-    #[test]
-    fn identity_refusals_say_whether_signing_in_helps_and_render_their_problem() {
-        let header = || "X-User".to_owned();
-        let room = RoomId::new("r").unwrap();
-        use IdentityRefusal as R;
-        use StatusCode as S;
-        check(
-            R::UntrustedProxy(header()),
-            None,
-            S::FORBIDDEN,
-            "untrusted_proxy",
-        );
-        check(
-            R::HeaderMissing(header()),
-            Some(SignIn::First),
-            S::BAD_REQUEST,
-            "identity_required",
-        );
-        check(
-            R::HeaderTooLong(header()),
-            Some(SignIn::Again),
-            S::BAD_REQUEST,
-            "identity_invalid",
-        );
-        let missing = R::SiteToken(SiteTokenError::Missing);
-        check(
-            missing,
-            Some(SignIn::First),
-            S::UNAUTHORIZED,
-            "identity_required",
-        );
-        let expired = R::SiteToken(SiteTokenError::Expired);
-        check(
-            expired,
-            Some(SignIn::Again),
-            S::UNAUTHORIZED,
-            "identity_invalid",
-        );
-        let keys = R::SiteToken(SiteTokenError::KeysUnavailable("down".to_owned()));
-        check(keys, None, S::SERVICE_UNAVAILABLE, "identity_unavailable");
-        check(R::Mismatch(room), None, S::FORBIDDEN, "identity_mismatch");
-    }
-
-    #[test]
-    fn join_refusals_render_their_problem_status() {
-        let room = RoomId::new("tier1").unwrap();
-        for (refusal, status) in [
-            (JoinRefusal::Closed, StatusCode::SERVICE_UNAVAILABLE),
-            (JoinRefusal::InvalidPriorityCode, StatusCode::FORBIDDEN),
-            (JoinRefusal::PassRequired(room), StatusCode::FORBIDDEN),
-            (
-                JoinRefusal::StoreUnavailable(ApiError::store_unavailable()),
-                StatusCode::SERVICE_UNAVAILABLE,
-            ),
-        ] {
-            let response = refusal.into_response();
-            assert_eq!(response.status(), status);
-            assert_eq!(
-                response.headers()[header::CONTENT_TYPE],
-                "application/problem+json"
-            );
-        }
     }
 }

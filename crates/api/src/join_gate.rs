@@ -27,18 +27,18 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Extensions, HeaderMap, Method, Request, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
-use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
+use anteroom_core::engine::{EngineError, Entry, JoinRequest, MAX_IDENTITY_LEN, TicketRef};
 use anteroom_core::room::{Identity, Mode, RoomConfig, SiteJwt};
 use anteroom_core::{RoomId, SessionId};
 use anteroom_store::StoreError;
 use anteroom_token::PassExpectations;
 
-use crate::api::{self, TicketQuery};
 use crate::error::ApiError;
 use crate::ratelimit::{ClientIp, RateLimitVerdict, UNKNOWN_PEER, peer_address, resolve_client_ip};
 use crate::site_identity::SiteTokenError;
+use crate::ticket_request::{TicketQuery, held_ticket};
 use crate::{AppState, challenge};
 
 /// How a visitor came to the line: says which checks its request already went through.
@@ -98,7 +98,7 @@ pub struct JoinAsk {
 }
 
 /// Why a join was refused: what each door (API, page, gateway) decides its answer on. The
-/// problem+json of each is made in `error.rs` (`From<JoinRefusal> for ApiError`).
+/// problem+json of each is made below (`IntoResponse for JoinRefusal`).
 pub enum JoinRefusal {
     /// Over a join limit: the limiter's answer, with its rate-limit headers.
     Limited(Response),
@@ -158,6 +158,55 @@ impl IdentityRefusal {
     }
 }
 
+/// A refused join as the API answers it: the limiter's own 429, or problem+json.
+impl IntoResponse for JoinRefusal {
+    fn into_response(self) -> Response {
+        let error = match self {
+            JoinRefusal::Limited(response) => return response,
+            JoinRefusal::ChallengeNeeded(error)
+            | JoinRefusal::StoreUnavailable(error)
+            | JoinRefusal::Failed(error) => error,
+            JoinRefusal::PassRequired(required) => ApiError::pass_required(&required),
+            JoinRefusal::Closed => ApiError::room_closed(),
+            JoinRefusal::InvalidPriorityCode => EngineError::InvalidPriorityCode.into(),
+            JoinRefusal::Identity(refusal) => refusal.into(),
+        };
+        error.into_response()
+    }
+}
+
+impl From<IdentityRefusal> for ApiError {
+    fn from(refusal: IdentityRefusal) -> ApiError {
+        match refusal {
+            IdentityRefusal::UntrustedProxy(name) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "untrusted_proxy",
+                format!(
+                    "this room takes the visitor's identity from the {name} header, which is \
+                     believed only from a proxy listed in [server] trusted_proxies"
+                ),
+            ),
+            IdentityRefusal::HeaderMissing(name) => ApiError::bad_request(
+                "identity_required",
+                format!("this room needs the {name} header"),
+            ),
+            IdentityRefusal::HeaderTooLong(name) => ApiError::bad_request(
+                "identity_invalid",
+                format!("the {name} header is longer than {MAX_IDENTITY_LEN} bytes"),
+            ),
+            IdentityRefusal::SiteToken(error) => error.into(),
+            IdentityRefusal::Mismatch(room) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "identity_mismatch",
+                format!(
+                    "the pass of room {:?} belongs to another user",
+                    room.as_str()
+                ),
+            ),
+        }
+    }
+}
+
 /// The refusal for a store failure during a join: a closed room and a spent priority code are
 /// the room's answers; an unreachable store is recorded and told apart.
 fn store_refusal(
@@ -189,7 +238,7 @@ pub async fn join(
         .await
         .map_err(JoinRefusal::Identity)?;
     let no_query = TicketQuery::default();
-    let held = api::held_ticket(caller.headers, caller.query.unwrap_or(&no_query), room)
+    let held = held_ticket(caller.headers, caller.query.unwrap_or(&no_query), room)
         .and_then(|token| app.verify_ticket(room, token).ok());
     if held.is_some() || identity.is_some() {
         match resume(app, room, held, identity.clone()).await {
@@ -260,10 +309,26 @@ async fn identity_of(
             if !app.is_trusted_peer(caller.extensions) {
                 return Err(IdentityRefusal::UntrustedProxy(name.clone()));
             }
-            api::identity_from_header(caller.headers, name).map(Some)
+            identity_from_header(caller.headers, name).map(Some)
         }
         Identity::JwtClaim(site) => site_identity(app, config, site, caller.headers).await,
     }
+}
+
+pub(crate) fn identity_from_header(
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<String, IdentityRefusal> {
+    let value = headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| IdentityRefusal::HeaderMissing(name.to_owned()))?;
+    if value.len() > anteroom_core::engine::MAX_IDENTITY_LEN {
+        return Err(IdentityRefusal::HeaderTooLong(name.to_owned()));
+    }
+    Ok(value.to_owned())
 }
 
 /// The identity of the site's token: a visitor without a valid one is refused when the room
@@ -398,6 +463,85 @@ async fn check_code_attempts(
             // Failing closed: an unreachable limit store must not open code guessing.
             tracing::warn!(%room, %error, "cannot count priority code attempts");
             Err(JoinRefusal::StoreUnavailable(ApiError::store_unavailable()))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use axum::http::header;
+
+    use super::*;
+    use crate::join_gate::SignIn;
+
+    fn check(refusal: IdentityRefusal, sign_in: Option<SignIn>, status: StatusCode, code: &str) {
+        assert_eq!(refusal.sign_in(), sign_in, "{refusal:?}");
+        let error = ApiError::from(refusal);
+        assert_eq!((error.status(), error.code()), (status, code));
+    }
+
+    #[test]
+    fn identity_refusals_say_whether_signing_in_helps_and_render_their_problem() {
+        let header = || "X-User".to_owned();
+        let room = RoomId::new("r").unwrap();
+        use IdentityRefusal as R;
+        use StatusCode as S;
+        check(
+            R::UntrustedProxy(header()),
+            None,
+            S::FORBIDDEN,
+            "untrusted_proxy",
+        );
+        check(
+            R::HeaderMissing(header()),
+            Some(SignIn::First),
+            S::BAD_REQUEST,
+            "identity_required",
+        );
+        check(
+            R::HeaderTooLong(header()),
+            Some(SignIn::Again),
+            S::BAD_REQUEST,
+            "identity_invalid",
+        );
+        let missing = R::SiteToken(SiteTokenError::Missing);
+        check(
+            missing,
+            Some(SignIn::First),
+            S::UNAUTHORIZED,
+            "identity_required",
+        );
+        let expired = R::SiteToken(SiteTokenError::Expired);
+        check(
+            expired,
+            Some(SignIn::Again),
+            S::UNAUTHORIZED,
+            "identity_invalid",
+        );
+        let keys = R::SiteToken(SiteTokenError::KeysUnavailable("down".to_owned()));
+        check(keys, None, S::SERVICE_UNAVAILABLE, "identity_unavailable");
+        check(R::Mismatch(room), None, S::FORBIDDEN, "identity_mismatch");
+    }
+
+    #[test]
+    fn join_refusals_render_their_problem_status() {
+        let room = RoomId::new("tier1").unwrap();
+        for (refusal, status) in [
+            (JoinRefusal::Closed, StatusCode::SERVICE_UNAVAILABLE),
+            (JoinRefusal::InvalidPriorityCode, StatusCode::FORBIDDEN),
+            (JoinRefusal::PassRequired(room), StatusCode::FORBIDDEN),
+            (
+                JoinRefusal::StoreUnavailable(ApiError::store_unavailable()),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ] {
+            let response = refusal.into_response();
+            assert_eq!(response.status(), status);
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
         }
     }
 }

@@ -14,65 +14,15 @@
 //! it signed can still be valid ([`key_retention_secs`] of the rooms in the store). Pruning is
 //! idempotent, so nodes doing it at once only repeat each other.
 
-use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::AppState;
-use crate::key_source::{Fingerprint, KeySource, key_retention_secs};
-
-/// How often the keys are looked at, and the least time between two looks.
-pub const KEY_DIR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+use crate::key_source::{KEY_DIR_CHECK_INTERVAL, key_retention_secs};
 
 /// How often each node prunes keys whose passes have all expired.
-pub const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
-
-/// Where the keys are and what this node last saw of them.
-pub(crate) struct KeyReload {
-    source: KeySource,
-    seen: Mutex<Seen>,
-}
-
-struct Seen {
-    fingerprint: Option<Fingerprint>,
-    checked_at: Option<Instant>,
-}
-
-/// Names, sizes and modification times of a key directory's files, and the `active` file's
-/// content: any rotation or pruning changes it.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct DirListing {
-    files: Vec<(String, u64, Option<SystemTime>)>,
-    active: Vec<u8>,
-}
-
-impl KeyReload {
-    pub(crate) fn new(source: KeySource) -> KeyReload {
-        KeyReload {
-            source,
-            seen: Mutex::new(Seen {
-                fingerprint: None,
-                checked_at: None,
-            }),
-        }
-    }
-
-    /// Whether a look is due (none in the last interval); marks it taken.
-    fn take_turn(&self) -> bool {
-        let mut seen = self.seen.lock();
-        let now = Instant::now();
-        if seen
-            .checked_at
-            .is_some_and(|at| now.duration_since(at) < KEY_DIR_CHECK_INTERVAL)
-        {
-            return false;
-        }
-        seen.checked_at = Some(now);
-        true
-    }
-}
+pub(crate) const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Looks at the keys every [`KEY_DIR_CHECK_INTERVAL`] and prunes them at start-up and every
 /// [`KEY_PRUNE_INTERVAL`] for as long as the node runs. Does nothing on a node built without
@@ -158,30 +108,5 @@ pub async fn reload_if_changed(app: &AppState) -> bool {
             tracing::warn!(%error, "the signing keys changed but do not load; keeping the loaded ones");
             false
         }
-    }
-}
-
-impl DirListing {
-    pub(crate) fn read(dir: &Path) -> std::io::Result<DirListing> {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let metadata = entry.metadata()?;
-            if !metadata.is_file() {
-                continue;
-            }
-            files.push((
-                entry.file_name().to_string_lossy().into_owned(),
-                metadata.len(),
-                metadata.modified().ok(),
-            ));
-        }
-        files.sort();
-        let active = match std::fs::read(dir.join("active")) {
-            Ok(content) => content,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(error) => return Err(error),
-        };
-        Ok(DirListing { files, active })
     }
 }

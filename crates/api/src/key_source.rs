@@ -12,9 +12,12 @@
 //! knows.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use anteroom_core::room::RoomConfig;
 use anteroom_store::{RedisConfig, RedisKeyEntries, StoreError};
@@ -23,10 +26,15 @@ use anteroom_token::{
     prune_horizon_secs,
 };
 
-use crate::key_reload::DirListing;
-
 /// The longest a pass issued by hand (`POST /admin/v1/rooms/{room}/passes`) may live.
 pub const MAX_HAND_ISSUED_PASS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long OIDC ID and access tokens live. Short: userinfo checks the session on every call
+/// anyway, and a client that needs longer asks the visitor through the room again.
+pub(crate) const OIDC_TOKEN_TTL: Duration = Duration::from_secs(300);
+
+/// How often the keys are looked at, and the least time between two looks.
+pub(crate) const KEY_DIR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many times an operation on shared keys starts again after another node changed them
 /// first, before it gives up.
@@ -230,6 +238,76 @@ impl RedisKeys {
     }
 }
 
+/// Where the keys are and what this node last saw of them.
+pub(crate) struct KeyReload {
+    pub(crate) source: KeySource,
+    pub(crate) seen: Mutex<Seen>,
+}
+
+pub(crate) struct Seen {
+    pub(crate) fingerprint: Option<Fingerprint>,
+    checked_at: Option<Instant>,
+}
+
+/// Names, sizes and modification times of a key directory's files, and the `active` file's
+/// content: any rotation or pruning changes it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct DirListing {
+    files: Vec<(String, u64, Option<SystemTime>)>,
+    active: Vec<u8>,
+}
+
+impl KeyReload {
+    pub(crate) fn new(source: KeySource) -> KeyReload {
+        KeyReload {
+            source,
+            seen: Mutex::new(Seen {
+                fingerprint: None,
+                checked_at: None,
+            }),
+        }
+    }
+
+    /// Whether a look is due (none in the last interval); marks it taken.
+    pub(crate) fn take_turn(&self) -> bool {
+        let mut seen = self.seen.lock();
+        let now = Instant::now();
+        if seen
+            .checked_at
+            .is_some_and(|at| now.duration_since(at) < KEY_DIR_CHECK_INTERVAL)
+        {
+            return false;
+        }
+        seen.checked_at = Some(now);
+        true
+    }
+}
+
+impl DirListing {
+    pub(crate) fn read(dir: &Path) -> std::io::Result<DirListing> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let metadata = entry.metadata()?;
+            if !metadata.is_file() {
+                continue;
+            }
+            files.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                metadata.len(),
+                metadata.modified().ok(),
+            ));
+        }
+        files.sort();
+        let active = match std::fs::read(dir.join("active")) {
+            Ok(content) => content,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => return Err(error),
+        };
+        Ok(DirListing { files, active })
+    }
+}
+
 /// How long after a key stops signing a pass it signed can still be valid, in seconds: the
 /// longest lifetime of any pass (a room's `session_ttl`, a pass issued by hand, an ID or
 /// access token) plus the verification leeway and clock skew.
@@ -237,7 +315,7 @@ pub fn key_retention_secs(rooms: &[RoomConfig]) -> u64 {
     let longest = rooms
         .iter()
         .map(|room| room.session_ttl)
-        .chain([MAX_HAND_ISSUED_PASS_TTL, crate::oidc::TOKEN_TTL])
+        .chain([MAX_HAND_ISSUED_PASS_TTL, OIDC_TOKEN_TTL])
         .max()
         .unwrap_or(MAX_HAND_ISSUED_PASS_TTL);
     prune_horizon_secs(longest.as_secs())

@@ -17,7 +17,7 @@ use crate::error::ApiError;
 
 /// The answer when ready.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// Always `ready`.
     status: &'static str,
 }

@@ -1,4 +1,6 @@
-//! The status answer of SPEC §6.1 written by hand for the HTTP answers of join and status.
+//! The status answer of SPEC §6.1: its wire types ([`StatusBody`]: the status JSON is shaped
+//! exactly as §6.1 shows it), and its text written by hand for the HTTP answers of join and
+//! status.
 //!
 //! Every join and every status poll writes one, so it is written straight into a buffer of
 //! exactly its size (measured in a first pass over the same code), the shape that the
@@ -6,7 +8,92 @@
 //! `serde_json` writes for [`StatusBody`] (same fields, order, escapes and `null`s; the
 //! tests hold the two together), which stays the schema and the form of the SSE events.
 
-use crate::api::StatusBody;
+use serde::Serialize;
+
+use anteroom_core::eta::EtaBasis;
+
+/// Status JSON (join, status, and later the SSE `status` event).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct StatusBody {
+    pub(crate) room: String,
+    #[schema(inline)]
+    pub(crate) state: TicketState,
+    pub(crate) ticket: String,
+    pub(crate) position: u64,
+    /// Live tickets ahead; `null` in a scheduled pre-queue (`state` = `prequeue`), whose
+    /// order is only drawn at `opens_at` (SPEC §5.3).
+    pub(crate) ahead: Option<u64>,
+    pub(crate) serving: u64,
+    pub(crate) waiting: u64,
+    pub(crate) eta_seconds: Option<u64>,
+    /// What `eta_seconds` rests on: the measured admission rate, or the room's configured pace
+    /// before anything has been measured; `null` with no estimate.
+    #[schema(inline)]
+    pub(crate) eta_basis: Option<EtaBasisName>,
+    pub(crate) next_poll_ms: u64,
+    /// When a scheduled pre-queue opens (RFC 3339); only with `state` = `prequeue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) opens_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pass: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pass_expires_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redirect: Option<String>,
+}
+
+/// Where a ticket stands: the status JSON's `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TicketState {
+    /// In line, admissions running.
+    Waiting,
+    /// In line, admissions paused (mode `queue_all`).
+    Paused,
+    /// In a scheduled pre-queue, before the draw (SPEC §5.3).
+    Prequeue,
+    /// Admitted: the pass is in the answer.
+    Admitted,
+}
+
+impl TicketState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TicketState::Waiting => "waiting",
+            TicketState::Paused => "paused",
+            TicketState::Prequeue => "prequeue",
+            TicketState::Admitted => "admitted",
+        }
+    }
+}
+
+/// `eta_basis` on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EtaBasisName {
+    /// From the measured admission rate (SPEC §5.5).
+    Measured,
+    /// From the room's `admit_per_minute` and `max_active` / `session_ttl`.
+    Configured,
+}
+
+impl EtaBasisName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EtaBasisName::Measured => "measured",
+            EtaBasisName::Configured => "configured",
+        }
+    }
+}
+
+impl From<EtaBasis> for EtaBasisName {
+    fn from(basis: EtaBasis) -> Self {
+        match basis {
+            EtaBasis::Measured => EtaBasisName::Measured,
+            EtaBasis::Configured => EtaBasisName::Configured,
+        }
+    }
+}
 
 /// The answer's JSON text, in a buffer whose capacity is its length.
 pub(crate) fn encode(body: &StatusBody) -> Vec<u8> {
@@ -182,12 +269,11 @@ fn escape(out: &mut Vec<u8>, text: &str) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::api::EtaBasisName;
 
     fn waiting() -> StatusBody {
         StatusBody {
             room: "launch".to_owned(),
-            state: crate::api::TicketState::Waiting,
+            state: TicketState::Waiting,
             ticket: "t1.launch.Ab-_0123456789abcdefgh.1234.2.mac".to_owned(),
             position: 1234,
             ahead: Some(57),
@@ -228,7 +314,7 @@ mod tests {
     #[test]
     fn a_prequeue_answer_has_nulls_and_its_opening() {
         assert_as_serde(&StatusBody {
-            state: crate::api::TicketState::Prequeue,
+            state: TicketState::Prequeue,
             ahead: None,
             eta_seconds: None,
             eta_basis: None,
@@ -240,7 +326,7 @@ mod tests {
     #[test]
     fn an_admitted_answer_carries_its_pass_and_redirect() {
         assert_as_serde(&StatusBody {
-            state: crate::api::TicketState::Admitted,
+            state: TicketState::Admitted,
             ahead: Some(0),
             eta_seconds: Some(0),
             eta_basis: Some(EtaBasisName::Configured),

@@ -4,7 +4,7 @@
 //!
 //! Only backend failures count: a refused operation (an expired ticket, a closed room) is the
 //! store answering. What a failing room then does, `on_store_error`, is decided by the
-//! handlers from the room's last known configuration ([`crate::AppState::on_store_error`]).
+//! handlers from the room's last known configuration (`AppState::on_store_error`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use anteroom_core::RoomId;
 use anteroom_store::StoreError;
 
 /// A room's store failures are logged at most this often.
-pub const LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How many store calls failed on this node, and what the rooms did about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl StoreFailures {
     }
 
     /// Notes that a store call about `room` succeeded; logs the recovery of a failing room.
-    pub fn succeeded(&self, room: Option<&RoomId>) {
+    pub(crate) fn succeeded(&self, room: Option<&RoomId>) {
         let mut failing = self.failing.lock();
         if failing.is_empty() {
             return;

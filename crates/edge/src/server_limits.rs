@@ -154,7 +154,7 @@ impl ServerLimits {
 /// per-address cap of requests in flight: 429, and the proxy's connection stays open.
 pub(crate) fn over_address_cap() -> axum::response::Response {
     use axum::response::IntoResponse as _;
-    anteroom_api::ApiError::new(
+    anteroom_api::error::ApiError::new(
         axum::http::StatusCode::TOO_MANY_REQUESTS,
         "too_many_connections",
         "this client address has too many requests in flight",

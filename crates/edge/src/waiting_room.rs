@@ -148,7 +148,7 @@ impl WaitingRoom {
         let ticker = anteroom_api::run_ticker(self.state.clone(), shutdown.clone());
         let notices = anteroom_api::follow_notices(self.state.clone(), shutdown.clone());
         let keys = async {
-            anteroom_api::follow_key_dir(self.state.clone()).await;
+            anteroom_api::key_reload::follow_key_dir(self.state.clone()).await;
             // Nothing to follow: wait for the shutdown with the others.
             shutdown.clone().await;
         };

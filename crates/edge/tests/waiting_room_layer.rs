@@ -24,7 +24,8 @@ use http_body_util::BodyExt;
 use tempfile::TempDir;
 use tower::ServiceExt;
 
-use anteroom_api::{AppState, NodeOptions, PublicSettings, RateLimiter};
+use anteroom_api::ratelimit::RateLimiter;
+use anteroom_api::{AppState, NodeOptions, PublicSettings};
 use anteroom_core::config::{PageMode, RouteConfig, parse_config};
 use anteroom_core::engine::SessionEnd;
 use anteroom_core::ratelimit::Algorithm;

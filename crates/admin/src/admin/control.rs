@@ -31,7 +31,7 @@ use anteroom_core::config::format_time;
 const MAX_ADVANCE: u64 = 1_000_000_000;
 
 /// The longest pass an operator can issue by hand (the key pruning horizon counts it).
-const MAX_PASS_TTL: Duration = anteroom_api::key_source::MAX_HAND_ISSUED_PASS_TTL;
+const MAX_PASS_TTL: Duration = anteroom_api::MAX_HAND_ISSUED_PASS_TTL;
 
 /// A room's figures after a control.
 #[derive(Debug, Serialize, ToSchema)]

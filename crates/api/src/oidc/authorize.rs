@@ -24,9 +24,10 @@ use anteroom_store::StoreError;
 use anteroom_token::PassExpectations;
 
 use super::code::{Code, PendingRequest, redirect_digest};
-use super::{CONTINUE_PATH, parameter, parameters};
+use super::protocol::{CONTINUE_PATH, parameter, parameters};
+use crate::AppState;
+use crate::cookies::{pass_cookie_name, read_cookie};
 use crate::page::error_page;
-use crate::{AppState, pass_cookie_name, read_cookie};
 
 /// Longest `state` accepted: it travels inside the waiting page's `return`, which is bounded.
 const MAX_STATE_LEN: usize = 768;

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{AUTHORIZE_PATH, TOKEN_PATH, USERINFO_PATH};
+use super::protocol::{AUTHORIZE_PATH, TOKEN_PATH, USERINFO_PATH};
 use crate::AppState;
 
 /// The provider's metadata: the issuer of passes, the endpoints under the public URL, and

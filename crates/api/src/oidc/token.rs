@@ -26,7 +26,8 @@ use anteroom_store::{CodeUse, Redemption, StoreError};
 use anteroom_token::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims};
 
 use super::code::{Code, s256};
-use super::{OAuthError, TOKEN_TTL, no_store, parameter, parameters};
+use super::protocol::{OAuthError, no_store, parameter, parameters};
+use crate::key_source::OIDC_TOKEN_TTL;
 use crate::{AppState, key_matches};
 
 /// `POST /_anteroom/oidc/token`
@@ -59,7 +60,7 @@ async fn exchange(
     let mut response = Json(json!({
         "access_token": access_token,
         "token_type": "Bearer",
-        "expires_in": TOKEN_TTL.as_secs(),
+        "expires_in": OIDC_TOKEN_TTL.as_secs(),
         "id_token": id_token,
         "scope": ACCESS_TOKEN_SCOPE,
     }))
@@ -197,7 +198,7 @@ fn sign_tokens(
 ) -> Result<(String, String), OAuthError> {
     let issuer = app.settings().issuer.clone();
     let iat = now.as_secs();
-    let exp = iat.saturating_add(TOKEN_TTL.as_secs());
+    let exp = iat.saturating_add(OIDC_TOKEN_TTL.as_secs());
     let keys = app.keys();
     let signed = keys
         .sign_id_token(&IdTokenClaims {

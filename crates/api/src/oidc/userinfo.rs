@@ -16,7 +16,7 @@ use anteroom_core::engine::SessionState;
 use anteroom_core::{RoomId, SessionId};
 use anteroom_store::StoreError;
 
-use super::{OAuthError, no_store};
+use super::protocol::{OAuthError, no_store};
 use crate::AppState;
 
 /// `GET|POST /_anteroom/oidc/userinfo`

@@ -31,7 +31,7 @@ use super::{RateLimitSetupError, RateLimitVerdict, RateLimiter};
 ///
 /// use anteroom_core::ratelimit::Algorithm;
 /// use anteroom_core::ratelimit::rules::{RateLimitRule, default_params};
-/// use anteroom_api::RateLimitLayer;
+/// use anteroom_api::ratelimit::RateLimitLayer;
 /// use tower::ServiceExt;
 /// # use anteroom_core::{ManualClock, Timestamp};
 /// # use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};

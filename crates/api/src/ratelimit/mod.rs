@@ -150,7 +150,7 @@ impl std::error::Error for RateLimitSetupError {}
 ///
 /// use anteroom_core::ratelimit::Algorithm;
 /// use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
-/// use anteroom_api::RateLimiter;
+/// use anteroom_api::ratelimit::RateLimiter;
 /// # use anteroom_core::{ManualClock, Timestamp};
 /// # use anteroom_store::limit::{LimitStore, LocalLimitConfig, LocalLimitStore};
 /// # let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));

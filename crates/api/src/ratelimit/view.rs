@@ -22,7 +22,7 @@ use crate::cookies::read_cookie;
 /// a middleware before the rate limiter): insert this into the request's extensions.
 ///
 /// ```
-/// use anteroom_api::RateLimitClaims;
+/// use anteroom_api::ratelimit::RateLimitClaims;
 ///
 /// let mut request = axum::http::Request::new(());
 /// let claims = RateLimitClaims::default().with("sub", "user-42");
@@ -47,8 +47,8 @@ impl RateLimitClaims {
 }
 
 /// The route-only rules (rules without `match`) the route a request matched lists. The
-/// gateway's router inserts this; [`crate::RateLimiter::route_layer`] does the same for one
-/// axum route.
+/// gateway's router inserts this; [`RateLimiter::route_layer`](super::RateLimiter::route_layer)
+/// does the same for one axum route.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteRateLimits(pub Vec<String>);
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use anteroom_api::RateLimitOptions;
+use anteroom_api::ratelimit::RateLimitOptions;
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::{LimitBackend, OnStoreError, RateLimitRule};
 use anteroom_store::limit::{LimitStore, RedisLimitConfig, RedisLimitStore};

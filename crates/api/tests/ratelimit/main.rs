@@ -16,7 +16,7 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 
-use anteroom_api::{
+use anteroom_api::ratelimit::{
     RateLimitClaims, RateLimitOptions, RateLimitSetupError, RateLimiter, RuleMetrics,
 };
 use anteroom_core::config::Cidr;

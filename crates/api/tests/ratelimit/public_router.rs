@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use http::{Method, StatusCode};
 
-use anteroom_api::{AppState, NodeOptions, PublicSettings, RateLimitOptions, public_router};
+use anteroom_api::ratelimit::RateLimitOptions;
+use anteroom_api::{AppState, NodeOptions, PublicSettings, public_router};
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
 use anteroom_store::{MemoryStore, RoomStore};

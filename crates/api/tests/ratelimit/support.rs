@@ -17,7 +17,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use anteroom_api::{ClientIp, RateLimitOptions, RateLimiter};
+use anteroom_api::ratelimit::{ClientIp, RateLimitOptions, RateLimiter};
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::{RateLimitRule, RequestMatcher, default_params};
 use anteroom_core::{Clock, Timestamp};

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::response::Response;
 
-use anteroom_api::{RateLimitVerdict, RouteRateLimits};
+use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
 use super::Gateway;
 use super::routes::Route;

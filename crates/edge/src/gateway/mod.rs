@@ -66,7 +66,9 @@ use anteroom_core::config::{
 };
 use anteroom_core::room::RoomConfig;
 
-use anteroom_api::{ApiError, AppState, RateLimitLayer, RateLimiter, ratelimit};
+use anteroom_api::AppState;
+use anteroom_api::error::ApiError;
+use anteroom_api::ratelimit::{self, RateLimitLayer, RateLimiter};
 
 use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
 use crate::correlation;

@@ -31,7 +31,7 @@ use anteroom_core::config::{OriginalUri, VerifyConfig};
 use axum::response::{IntoResponse, Response};
 
 use anteroom_api::error::ApiError;
-use anteroom_api::{RateLimitVerdict, RouteRateLimits};
+use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
 use super::protect::{self, Asked, JoinWhen, Verdict};
 use super::{Gateway, canonical};

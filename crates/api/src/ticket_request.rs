@@ -1,0 +1,62 @@
+//! What a request says about the room and the ticket it asks about: the room of the path,
+//! and the ticket token it holds (the `X-Anteroom-Ticket` header, `?ticket=` or the room's
+//! cookie), read the same way by the API, the event stream and the join gate.
+
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
+use axum::http::{HeaderMap, HeaderName};
+use serde::Deserialize;
+
+use anteroom_core::engine::TicketRef;
+use anteroom_core::{RoomId, TicketId};
+use anteroom_token::TicketClaims;
+
+use crate::cookies::{TICKET_COOKIE_PREFIX, read_room_cookie};
+use crate::error::ApiError;
+
+/// `?ticket=` for clients that cannot send headers or cookies (EventSource).
+#[derive(Debug, Default, Deserialize)]
+pub struct TicketQuery {
+    ticket: Option<String>,
+}
+
+pub(crate) fn ticket_query(
+    query: Result<Query<TicketQuery>, QueryRejection>,
+) -> Result<TicketQuery, ApiError> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+}
+
+pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
+}
+
+/// The header a client sends its ticket token in.
+static TICKET_HEADER: HeaderName = HeaderName::from_static("x-anteroom-ticket");
+
+/// The ticket the client holds: `X-Anteroom-Ticket`, then `?ticket=`, then the room's cookie.
+pub(crate) fn held_ticket<'a>(
+    headers: &'a HeaderMap,
+    query: &'a TicketQuery,
+    room: &RoomId,
+) -> Option<&'a str> {
+    let non_empty = |token: &&str| !token.trim().is_empty();
+    headers
+        .get(&TICKET_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .filter(non_empty)
+        .or(query.ticket.as_deref().filter(non_empty))
+        .or_else(|| {
+            read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str()).filter(non_empty)
+        })
+}
+
+/// Turns a verified ticket token into the store's reference.
+pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
+    let id: TicketId = claims.ticket_id.parse().ok()?;
+    Some(TicketRef {
+        id,
+        generation: claims.generation,
+    })
+}
