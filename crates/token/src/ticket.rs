@@ -3,7 +3,7 @@
 //! A ticket token is `t1.<room>.<ticket_id>.<position>.<generation>.<mac>` when the original
 //! ticket secret made it, and `t2.<secret_id>.<room>.<ticket_id>.<position>.<generation>.<mac>`
 //! when a rotated one did (`ticket_secrets.rs`); `mac` is the unpadded base64url HMAC-SHA256 of
-//! everything before the last `.` under that secret. Room ids (`[a-z0-9][a-z0-9-]{0,63}`),
+//! everything before the last `.` under that secret, compared in constant time. Room ids (`[a-z0-9][a-z0-9-]{0,63}`),
 //! ticket ids and secret ids (base64url) hold no `.`, so the token is made only of
 //! `[A-Za-z0-9._-]` and can travel as a cookie, header or query parameter unescaped.
 //!
