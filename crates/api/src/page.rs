@@ -5,7 +5,12 @@
 //! refresh). With JavaScript it follows the room over SSE, falls back to polling with
 //! `next_poll_ms`, pauses polling in hidden tabs, and goes to the `return` path on admission.
 //! The page is one template with inline CSS and JS, rendered by minijinja; a room may name its
-//! own template file (`page_template`) using the same placeholders.
+//! own template file (`page_template`) using the same placeholders. Every value is
+//! HTML-escaped, whatever the template's name; a custom template is read only inside `[server]
+//! templates_dir` (the name is checked by core's `page_template.rs`, the real path after
+//! symbolic links by the loader here). Languages are chosen in [`lang`] (`?lang=`, then
+//! `Accept-Language` q-values with script and region fallbacks); [`texts`] holds every
+//! message once per language, as a struct, so none can be missing.
 //!
 //! A room with `challenge` (SPEC §12) first serves a visitor without a ticket the page in its
 //! `challenge` state: a second script gets a proof-of-work challenge, solves it in a Web
@@ -26,6 +31,11 @@
 //! the same beacon on `pagehide`, unless the page is going to another page of the room (a
 //! language link, a reload, admission). Without that intent, a visitor who closes the page or
 //! navigates away keeps their place until `ticket_idle_ttl` passes without contact.
+//!
+//! While the store cannot be reached, the page of an `on_store_error = "open"` room sends a
+//! visitor back to the `return` page without a pass, and a `closed` room shows its
+//! "temporarily unavailable" state (`store_unavailable_page`, also what a protected route of
+//! such a room answers).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -8,6 +8,7 @@
 //! is nobody else to announce changes: the store's configuration version
 //! ([`RoomStore::config_version`]) says when any configuration changed, and the copy is kept
 //! until it moves (one atomic read per request instead of a store read and a clone kept).
+//! Copies are shared (`Arc`): a request takes a reference, not a clone.
 //!
 //! Either way the last configuration seen stays known while the store is unreachable: it
 //! decides the room's `on_store_error` (SPEC §9.4).
