@@ -1,5 +1,11 @@
 //! `anteroom serve`: load the config, open the store and keys, start the listeners and the
-//! ticker, and drain on SIGTERM/SIGINT.
+//! ticker, and drain on SIGTERM/SIGINT. `demo.rs` reuses `prepare` and `run_until_shutdown`
+//! with a generated config.
+//!
+//! A Redis store that cannot be reached at start does not stop the node: it serves (each room
+//! following its `on_store_error`) and installs the configured rooms in the background once
+//! Redis answers. The workers' runtimes are stopped last, since a store connection opened by a
+//! request is driven there.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
