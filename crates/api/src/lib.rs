@@ -571,7 +571,7 @@ fn reserved_prefix(state: AppState) -> Router {
         .route("/_anteroom/{*rest}", axum::routing::any(api::not_found))
 }
 
-/// The routes [`WaitingRoom::router`] gives a service: the reserved `/_anteroom/` prefix (any
+/// The routes `anteroom_edge::WaitingRoom::router` gives a service: the reserved `/_anteroom/` prefix (any
 /// path under it not served answers 404 problem+json) and the JWKS, with no fallback, so the
 /// service's router keeps its own.
 pub fn waiting_room_routes(state: AppState) -> Router {

@@ -8,8 +8,8 @@
 //! own template file (`page_template`) using the same placeholders. Every value is
 //! HTML-escaped, whatever the template's name; a custom template is read only inside `[server]
 //! templates_dir` (the name is checked by core's `page_template.rs`, the real path after
-//! symbolic links by the loader here). Languages are chosen in [`lang`] (`?lang=`, then
-//! `Accept-Language` q-values with script and region fallbacks); [`texts`] holds every
+//! symbolic links by the loader here). Languages are chosen in `page/lang.rs` (`?lang=`, then
+//! `Accept-Language` q-values with script and region fallbacks); `page/texts.rs` holds every
 //! message once per language, as a struct, so none can be missing.
 //!
 //! A room with `challenge` (SPEC §12) first serves a visitor without a ticket the page in its
@@ -18,13 +18,13 @@
 //! JavaScript the page says JavaScript is needed.
 //!
 //! Placeholders: `room`, `lang` (`en`, `ko`, `ja`, `zh-Hans`, `zh-Hant`, `es`, `fr`, `de`,
-//! `pt-BR`, `id`; chosen in [`lang`]), `state` (`waiting`, `paused`, `prequeue`, `closed`,
+//! `pt-BR`, `id`; chosen in `page/lang.rs`), `state` (`waiting`, `paused`, `prequeue`, `closed`,
 //! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`,
 //! `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue), `progress_percent`,
 //! `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `next_room` (the room whose
 //! line follows this one, when the visitor was sent here first by its `requires`), `languages`
 //! (`code`, `name`, `current` of each language, for links), `t` (the texts of the chosen
-//! language, [`texts`]) and `config` (what the script needs, for `tojson`).
+//! language, `page/texts.rs`) and `config` (what the script needs, for `tojson`).
 //!
 //! Leaving: the leave button gives the place up at once (a beacon to `leave`). Closing the page
 //! gives it up only when the visitor ticked the leave-on-close box first: the script then sends

@@ -3,7 +3,7 @@
 //! Every join, status and page needs its room's configuration. On a store shared by several
 //! nodes (Redis) reading it costs a round trip per request, so the node keeps each room's
 //! configuration until the store announces a change to it ([`anteroom_store::Notice`]), a
-//! notice may have been lost (`Resync`), or [`MAX_AGE`] passed; the ticker's listing of every
+//! notice may have been lost (`Resync`), or `MAX_AGE` (30 s) passed; the ticker's listing of every
 //! room refreshes the copies twice a second as well. On a store only this process uses there
 //! is nobody else to announce changes: the store's configuration version
 //! ([`RoomStore::config_version`]) says when any configuration changed, and the copy is kept

@@ -17,7 +17,7 @@
 //! address (429 `too_many_streams`), each with `Retry-After`; the page then polls. The client
 //! address is the one the rate limiter settled on (`[server] trusted_proxies`), an IPv6
 //! address counted by its /64 as the rate limiter does. Both ways a stream is served (axum,
-//! and `h1/stream.rs`'s own loop) go through [`events`], so both are bounded alike. Refusals
+//! and `h1/stream.rs`'s own loop) go through `events`, so both are bounded alike. Refusals
 //! are counted in `anteroom_sse_refused_total{reason}`.
 
 use std::collections::HashMap;
