@@ -6,6 +6,9 @@
 //!
 //! Sampling follows the parent: a client's trace whose `traceparent` says "not sampled" is
 //! not exported (its ids still reach the upstream); a trace the node starts is.
+//!
+//! The binary starts and shuts the exporter down off the runtime's threads: its HTTP client is
+//! a blocking one, which must not be made or dropped on them.
 
 use std::time::Duration;
 
