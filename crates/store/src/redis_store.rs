@@ -40,8 +40,9 @@
 //!   ZCOUNT), `:line:<n>`, `:admitted` (by claim deadline), `:sessions`, `:active` (by expiry),
 //!   `:identities`, `:ended` and `:forget` (history trimmed by `tick`), `:session_ids` (all at
 //!   score 0, so session listings walk ids with ZRANGE BYLEX), `:cancelled`, `:outbox`. The
-//!   idle sweep runs from a cursor in meta over at most 1,024 records a tick, wrapping around;
-//!   admission checks each ticket it is about to admit, so no idle ticket is admitted.
+//!   idle sweep runs from a cursor in meta over about 1,024 records a tick (`SWEEP_BUDGET`, then
+//!   the rest of its bucket), wrapping around; admission checks each ticket it is about to
+//!   admit, so no idle ticket is admitted.
 //! - **Cancelled joins**: `cancel_join.lua` takes the ticket out of the line, or, if the join
 //!   has not run yet, keeps its id in `:cancelled` for 10 minutes so the join refuses it. Each
 //!   join also carries the time after which its caller stops waiting (`server_clock.rs`).
