@@ -84,8 +84,7 @@ pub struct Sink {
     /// A webhook's HMAC key (from `secret` or `secret_file`).
     pub secret: Vec<u8>,
     /// A webhook's client: TLS for `https://` receivers, trusting the system's roots and
-    /// those of the sink's `ca_file` ([`webhook_client`](fn@anteroom_api::webhook_client)); none
-    /// for a log sink.
+    /// those of the sink's `ca_file` (`anteroom_api::webhook_client`); none for a log sink.
     pub client: Option<WebhookClient>,
 }
 

@@ -2,6 +2,10 @@
 //!
 //! `run()` picks the exit code: 0 on success, 64 for a bad configuration (EX_USAGE), 1 for
 //! anything else.
+//!
+//! `main` first turns transparent huge pages off for the process (and mimalloc is built with
+//! `no_thp`): with them, the sparsely touched memory of idle event streams was backed by 2 MiB
+//! pages (docs/benchmarks.md, "SSE soak").
 
 mod admin;
 mod bad_config;

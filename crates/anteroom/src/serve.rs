@@ -1,6 +1,11 @@
 //! A serving node's parts, shared by `anteroom serve` (`node.rs`) and the demo: the config
 //! read and checked, the store, keys and rooms opened (`prepare`), the public listener and the
 //! gateway, and the run until shutdown, then the drain (`run_until_shutdown`).
+//!
+//! A Redis store that cannot be reached at start does not stop the node: it serves (each room
+//! following its `on_store_error`) and installs the configured rooms in the background once
+//! Redis answers. The workers' runtimes are stopped last, since a store connection opened by a
+//! request is driven there.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,7 +1,14 @@
 //! The public JSON API under `/_anteroom/v1` (SPEC §6.1): join, status, leave, the room
 //! summary, the JWKS, and the backend's session endpoints.
 //!
-//! Wire types live in this crate, not in the core: the status JSON's in `status_json.rs`.
+//! Wire types live in this crate, not in the core: the status JSON is shaped exactly as §6.1
+//! shows it (`status_json.rs`).
+//! In a scheduled pre-queue `state` is `prequeue` with `opens_at`, and `ahead` and
+//! `eta_seconds` are `null`: the order is not drawn yet.
+//!
+//! Join and status are on every visitor's path: they read the headers in place from the
+//! request (an extracted `HeaderMap` would be a copy), and a join without a body collects
+//! none. Their answer is written by `status_json.rs`.
 
 use axum::Json;
 use axum::body::{Bytes, HttpBody as _};

@@ -1,5 +1,9 @@
 //! Reading and writing anteroom's cookies: `anteroom_t_<room>` (ticket) and
 //! `anteroom_p_<room>` (pass), HttpOnly, SameSite=Lax, Path=/, Secure behind https.
+//!
+//! A room's cookie is read and written from the prefix and the room id, without building its
+//! name, since every request through a protected route looks for one. `asked_passes` lists the
+//! passes a request presents: the cookie, then `X-Anteroom-Pass`, then a bearer token.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 

@@ -2,7 +2,10 @@
 //! `application/problem+json` body with a stable `code` (SPEC §6.1).
 //!
 //! Client mistakes are answered plainly and not logged as errors; backend failures are logged
-//! with their cause and answered with a generic body, never a stack trace.
+//! with their cause and answered with a generic body, never a stack trace: a store that
+//! cannot be reached is 503 `store_unavailable` with `Retry-After` (saying, for an
+//! `on_store_error = "open"` room, that its protected pages are open meanwhile). Bad input is
+//! never answered 500.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};

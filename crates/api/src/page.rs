@@ -4,19 +4,38 @@
 //! so the figures are in the HTML itself and the page works without JavaScript (a `<noscript>`
 //! refresh). With JavaScript it follows the room over SSE, falls back to polling with
 //! `next_poll_ms`, pauses polling in hidden tabs, and goes to the `return` path on admission.
-//! The page is one template with inline CSS and JS (`page_render.rs`); a room may name its own
-//! template file (`page_template`).
+//! The page is one template with inline CSS and JS, rendered by minijinja (`page_render.rs`); a room may name its
+//! own template file (`page_template`) using the same placeholders. Every value is
+//! HTML-escaped, whatever the template's name; a custom template is read only inside `[server]
+//! templates_dir` (the name is checked by core's `page_template.rs`, the real path after
+//! symbolic links by the loader here). Languages are chosen in `page_render/lang.rs` (`?lang=`, then
+//! `Accept-Language` q-values with script and region fallbacks); `page_render/texts.rs` holds every
+//! message once per language, as a struct, so none can be missing.
 //!
 //! A room with `challenge` (SPEC §12) first serves a visitor without a ticket the page in its
 //! `challenge` state: a second script gets a proof-of-work challenge, solves it in a Web
 //! Worker built from inline source (a Blob URL), shows its progress and joins; without
 //! JavaScript the page says JavaScript is needed.
 //!
+//! Placeholders: `room`, `lang` (`en`, `ko`, `ja`, `zh-Hans`, `zh-Hant`, `es`, `fr`, `de`,
+//! `pt-BR`, `id`; chosen in `page_render/lang.rs`), `state` (`waiting`, `paused`, `prequeue`, `closed`,
+//! `unavailable`, `challenge`), `position`, `ahead`, `waiting`, `serving`, `eta_seconds`,
+//! `eta_text`, `opens_at` (RFC 3339, in a scheduled pre-queue), `progress_percent`,
+//! `next_poll_ms`, `refresh_seconds`, `updated_at`, `return_path`, `next_room` (the room whose
+//! line follows this one, when the visitor was sent here first by its `requires`), `languages`
+//! (`code`, `name`, `current` of each language, for links), `t` (the texts of the chosen
+//! language, `page_render/texts.rs`) and `config` (what the script needs, for `tojson`).
+//!
 //! Leaving: the leave button gives the place up at once (a beacon to `leave`). Closing the page
 //! gives it up only when the visitor ticked the leave-on-close box first: the script then sends
 //! the same beacon on `pagehide`, unless the page is going to another page of the room (a
 //! language link, a reload, admission). Without that intent, a visitor who closes the page or
 //! navigates away keeps their place until `ticket_idle_ttl` passes without contact.
+//!
+//! While the store cannot be reached, the page of an `on_store_error = "open"` room sends a
+//! visitor back to the `return` page without a pass, and a `closed` room shows its
+//! "temporarily unavailable" state (`store_unavailable_page`, also what a protected route of
+//! such a room answers).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};

@@ -1,5 +1,5 @@
 //! The problem answers and text schemas the handlers' `#[utoipa::path]` name: each answer (a
-//! status and what it means) is declared once in [`problem_answers!`] and is an RFC 9457
+//! status and what it means) is declared once in `problem_answers!` and is an RFC 9457
 //! problem ([`crate::error::Problem`]). They live here, beside the public handlers that name
 //! them; the admin crate assembles the whole document from them and its own handlers.
 

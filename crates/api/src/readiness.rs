@@ -2,7 +2,8 @@
 //! `healthz` (the process answers), it says 200 only when the store answers, the signing keys
 //! are loaded and every room of the config file is installed in the store, and 503 while the
 //! node drains for a shutdown: a load balancer or Kubernetes then stops sending it visitors
-//! that it would refuse or queue wrongly.
+//! that it would refuse or queue wrongly. The rooms are known through `AppState::know_rooms`;
+//! draining starts with `AppState::start_draining`, called by the binary at SIGTERM.
 
 use std::collections::BTreeSet;
 

@@ -3,11 +3,12 @@
 //! Every join, status and page needs its room's configuration. On a store shared by several
 //! nodes (Redis) reading it costs a round trip per request, so the node keeps each room's
 //! configuration until the store announces a change to it ([`anteroom_store::Notice`]), a
-//! notice may have been lost (`Resync`), or [`MAX_AGE`] passed; the ticker's listing of every
+//! notice may have been lost (`Resync`), or `MAX_AGE` (30 s) passed; the ticker's listing of every
 //! room refreshes the copies twice a second as well. On a store only this process uses there
 //! is nobody else to announce changes: the store's configuration version
 //! ([`RoomStore::config_version`]) says when any configuration changed, and the copy is kept
 //! until it moves (one atomic read per request instead of a store read and a clone kept).
+//! Copies are shared (`Arc`): a request takes a reference, not a clone.
 //!
 //! Either way the last configuration seen stays known while the store is unreachable: it
 //! decides the room's `on_store_error` (SPEC §9.4).

@@ -34,9 +34,9 @@ fn reserved_prefix(state: AppState) -> Router {
         .route("/_anteroom/{*rest}", axum::routing::any(api::not_found))
 }
 
-/// The routes [`WaitingRoom::router`] gives a service: the reserved `/_anteroom/` prefix (any
-/// path under it not served answers 404 problem+json) and the JWKS, with no fallback, so the
-/// service's router keeps its own.
+/// The routes `WaitingRoom::router` (anteroom-edge) gives a service: the reserved `/_anteroom/`
+/// prefix (any path under it not served answers 404 problem+json) and the JWKS, with no
+/// fallback, so the service's router keeps its own.
 pub fn waiting_room_routes(state: AppState) -> Router {
     let limiter = state.rate_limiter().cloned();
     with_rate_limits(reserved_prefix(state), limiter)

@@ -5,16 +5,16 @@
 //!
 //! Everything in the token is the visitor's to forge, so nothing in it is believed before the
 //! signature holds, and nothing in it decides how much work the node does:
-//! - a key set is fetched at most once per [`REFETCH_COOLDOWN`] per URL, whatever the `kid`s
+//! - a key set is fetched at most once per `REFETCH_COOLDOWN` per URL, whatever the `kid`s
 //!   tokens name (a token naming an unknown `kid` asks for a refetch, which also picks up a
 //!   rotation at the site), and concurrent misses share one fetch; between fetches an unknown
 //!   `kid` is refused without any network traffic;
-//! - a fetch is bounded in time ([`FETCH_TIMEOUT`]) and size ([`MAX_JWKS_BYTES`]); a failed
+//! - a fetch is bounded in time (`FETCH_TIMEOUT`) and size (`MAX_JWKS_BYTES`); a failed
 //!   one keeps the keys already known;
 //! - key sets give only asymmetric keys (`HS*` tokens are refused against a JWKS, so a public
 //!   key can never be used as an HMAC secret), and a key that names its `alg` is used with no
 //!   other; the HS256 secret is used for HS256 only and must be at least 32 bytes;
-//! - tokens longer than [`MAX_TOKEN_LEN`] and claim values longer than the engine's identity
+//! - tokens longer than `MAX_TOKEN_LEN` and claim values longer than the engine's identity
 //!   limit are refused, never truncated (two long identities must not become one).
 
 use std::collections::HashMap;

@@ -5,7 +5,9 @@
 //! connection through a `watch` channel (latest state wins; a slow client skips stale views).
 //! Each connection computes its own `ahead` by binary search in the shared view, so the
 //! broadcast costs no store read per connection. Only when a connection's position leaves the
-//! line does it ask the store once, to claim its pass or learn that the ticket ended.
+//! line does it ask the store once, to claim its pass or learn that the ticket ended. In a
+//! scheduled pre-queue the order is drawn at the opening, so once it opens a stream asks the
+//! store for its ticket's drawn position instead of trusting the one it started with.
 //!
 //! Open streams keep their tickets alive: the hub remembers which tickets are connected and
 //! the ticker refreshes them all in one batched store write per room (§5.2).
@@ -15,7 +17,7 @@
 //! address (429 `too_many_streams`), each with `Retry-After`; the page then polls. The client
 //! address is the one the rate limiter settled on (`[server] trusted_proxies`), an IPv6
 //! address counted by its /64 as the rate limiter does. Both ways a stream is served (axum,
-//! and `h1/stream.rs`'s own loop) go through [`events`], so both are bounded alike. Refusals
+//! and `h1/stream.rs`'s own loop) go through `events`, so both are bounded alike. Refusals
 //! are counted in `anteroom_sse_refused_total{reason}`.
 
 use std::convert::Infallible;

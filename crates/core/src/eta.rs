@@ -3,13 +3,17 @@
 //! The ETA divides the people ahead by the *measured* admission rate, an exponentially weighted
 //! moving average over the last minutes, never a configured constant. Intervals in which nobody
 //! waited and nobody was admitted carry no information about the room's pace and are skipped,
-//! so a quiet hour does not make the first visitor of a rush look hopeless.
+//! so a quiet hour does not make the first visitor of a rush look hopeless. The average's time
+//! constant is two minutes.
 //!
 //! Before the first admissions have been measured (the start of a sale), and while the measured
 //! rate is zero (a full room whose sessions have not ended yet), the estimate comes from the
 //! room's configured pace instead ([`ConfiguredPace`]), and says so ([`EtaBasis`]): a visitor
 //! sees a wait from their first second in line, and a client can tell a planned pace from an
 //! observed one.
+//!
+//! [`next_poll_ms`] spaces a polling client's calls by how far back it waits, with ±20 %
+//! jitter so a crowd that joined together does not poll together.
 
 use rand::Rng;
 

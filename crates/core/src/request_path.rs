@@ -24,6 +24,9 @@
 //!
 //! What is not refused: non-ASCII text (valid UTF-8, percent-encoded) and ASCII case; routes
 //! for origins that ignore case say `case_insensitive = true`.
+//!
+//! The `paths` fuzz target (`crates/core/fuzz/`, nightly, run by `scripts/fuzz`) holds the
+//! canonical form to models of Tomcat-, IIS- and nginx-style readings.
 
 use std::borrow::Cow;
 

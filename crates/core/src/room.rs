@@ -2,6 +2,13 @@
 //!
 //! The config file and the admin API both produce a [`RoomConfig`]; the engine only ever sees
 //! this validated form.
+//!
+//! A room's [`Schedule`] (SPEC §5.3) holds events (`prequeue_at`, `opens_at`, `closes_at`,
+//! `shuffle`, limit overrides) and the `before` / `after` modes. [`RoomConfig::phase`],
+//! [`RoomConfig::mode_at`] and [`RoomConfig::limits_at`] say what is in force at a given
+//! time; the engine, the Redis scripts' prelude and the gateway all decide through them (or
+//! their Lua copy), so the first operation after a boundary sees the new phase. Priority
+//! access codes (SPEC §12) are kept as SHA-256 digests and compared in constant time.
 
 use std::time::Duration;
 

@@ -11,6 +11,9 @@
 //!    of this node names) the health is unknown and the rate drops to `min_per_minute`;
 //! 3. else the room's routes were idle: nothing is decided.
 //!
+//! The new rate is written with `replace_room_if`, only over the configuration the decision
+//! was made on, so an operator's change made meanwhile wins.
+//!
 //! Several nodes on one store: each node measures its own share of the traffic (a sample of
 //! the same origin), but only one decision per room and interval is applied. Before writing, a
 //! node takes the interval's one-time mark (`adaptive|<room>|<interval number>`) in the

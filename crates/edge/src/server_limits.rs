@@ -12,6 +12,9 @@
 //! its connections count towards the node's cap only, and the per-address cap applies instead
 //! to the requests in flight for each forwarded client address (read as the rate limiter
 //! reads it), answered 429 over the cap while the proxy's connection stays open.
+//!
+//! A connection is counted from its accept until its IO (`ClientIo`) is dropped, whichever
+//! engine holds it then. The admin listener gets the timeouts, never the caps.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

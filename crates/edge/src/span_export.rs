@@ -8,6 +8,9 @@
 //! sampled" is not exported (its ids still reach the upstream); a trace the node starts, which
 //! is every trace of an untrusted client, is. So a client cannot hide its own requests from
 //! the export.
+//!
+//! The binary starts and shuts the exporter down off the runtime's threads: its HTTP client is
+//! a blocking one, which must not be made or dropped on them.
 
 use std::time::Duration;
 

@@ -2,7 +2,8 @@
 //! each running a current-thread tokio runtime with its own socket on the listener's port
 //! (`SO_REUSEPORT`, so the kernel spreads connections over the workers) and its own router, so
 //! a request, its upstream connection (the gateway's pool is per router) and its answer never
-//! leave the thread that accepted the connection.
+//! leave the thread that accepted the connection. [`PublicListeners`] binds the sockets with
+//! an exclusive bind first, so a port another process listens on is refused, not shared.
 //!
 //! What the workers share (the room store, the caches, the rate-limit stores, the metrics,
 //! the SSE hub) is `Send + Sync` state behind `Arc`s, the same as on a multi-thread runtime.

@@ -4,7 +4,9 @@
 //! Each room sits behind its own mutex, so operations on one room are serialised (atomic) and
 //! different rooms proceed in parallel. The persister is called while the room's lock is still
 //! held, which puts a room's writes into the durable log in the order they happened; the lock
-//! is released before waiting for the disk, so many operations share one commit.
+//! is released before waiting for the disk, so many operations share one commit. The
+//! `delegate_room_store!` macro implements the `RoomStore` trait over a host for each backend
+//! that runs the engine in process (memory, embedded).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,10 +7,19 @@
 //! - [`RedbStore`]: the default embedded store, a redb file behind a write-ahead log with group
 //!   commit: an operation is acknowledged only once durable, and concurrent operations share
 //!   one log append and sync.
+//! - [`RedisStore`]: shared by any number of nodes, each operation one Lua script that
+//!   re-states the engine over the room's keys.
 //!
-//! Both run the room engine of `anteroom-core` over an in-memory copy of each room; the
-//! embedded store writes exactly the records each operation changed before answering. One
-//! conformance suite (`tests/conformance`) runs unchanged against every backend.
+//! The first two run the room engine of `anteroom-core` over an in-memory copy of each room
+//! (`engine_host.rs`); the embedded store writes exactly the records each operation changed
+//! before answering. One conformance suite (`tests/conformance`) runs unchanged against every
+//! backend, and `tests/redis_parity.rs` holds the Redis scripts to the engine's answers,
+//! snapshots and records over random operation sequences.
+//!
+//! `replace_room_if` is the compare-and-swap of a room's configuration (the admin API's
+//! read-modify-write and the adaptive loop write only through it). A room's last pushed load
+//! signal (SPEC §5.4) is kept in the room's slot in memory by the local stores, unlogged (a
+//! signal counts for 30 s), and in the room's meta hash on Redis, gone with the room.
 //!
 //! Rate-limit counters ([`limit`]) and one-time marks ([`marks`]) have their own modules.
 //!

@@ -5,7 +5,16 @@
 //! and wait. One writer thread takes everything queued, appends it to a write-ahead log
 //! segment as one checksummed frame, syncs it (`fdatasync`), and only then answers every
 //! waiting operation. While one append is on its way to disk the next batch gathers, so
-//! durability costs one sync per batch, not per operation (group commit).
+//! durability costs one sync per batch, not per operation (group commit). A commit smaller
+//! than the one before first waits up to half the last sync (at most 1 ms) for more: the
+//! visitors the last commit answered are usually on their way back, and the sync is the
+//! dearest part of a commit.
+//!
+//! Why a log in front of redb: profiles showed a writer committing each batch straight to redb
+//! spending its time in redb's copy-on-write page handling (a batch of joins touches one
+//! random-key leaf each); appending a frame is one write and one sync. In redb, tickets and
+//! sessions are keyed `room id, 0x00, id`, so a room is one key range; on open every room is
+//! rebuilt with `RoomState::restore`.
 //!
 //! The redb file is the checkpoint: once a log segment has grown past
 //! [`RedbOptions::checkpoint_bytes`], the writer starts a new segment and hands the latest

@@ -34,7 +34,25 @@
 //!   runs them in order and answers each; a few calls per room may be in flight at once.
 //! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
 //!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
-//!   Rooms written in layout 1 are migrated by the first script that touches them.
+//!   Rooms written in layout 1 are migrated by the first script that touches them; an unknown
+//!   layout is refused with an error naming the meta key. The keys of a room, their types and
+//!   the record fields are listed at the top of `room.lua`: `:meta` (configuration as numbers,
+//!   the `RawRoom` JSON, schedule, latest lottery, counters, bucket, rate, totals), `:tickets`
+//!   (tickets no longer waiting), `:waiting` and `:priority` (zsets by position: `ahead` is a
+//!   ZCOUNT), `:line:<n>`, `:admitted` (by claim deadline), `:sessions`, `:active` (by expiry),
+//!   `:identities`, `:ended` and `:forget` (history trimmed by `tick`), `:session_ids` (all at
+//!   score 0, so session listings walk ids with ZRANGE BYLEX), `:cancelled`, `:outbox`. The
+//!   idle sweep runs from a cursor in meta over about 1,024 records a tick (`SWEEP_BUDGET`, then
+//!   the rest of its bucket), wrapping around; admission checks each ticket it is about to
+//!   admit, so no idle ticket is admitted.
+//! - **Cancelled joins**: `cancel_join.lua` takes the ticket out of the line, or, if the join
+//!   has not run yet, keeps its id in `:cancelled` for 10 minutes so the join refuses it. Each
+//!   join also carries the time after which its caller stops waiting (`server_clock.rs`).
+//! - **Configuration writes**: `replace_room_if` is `put_room.lua` given the expected
+//!   configuration's JSON, compared with the stored text before writing. `load_room` (in the
+//!   prelude) puts the schedule's mode and limits at the script's time in force, and `settle`
+//!   draws a due pre-queue lottery with `anteroom_core::lottery`'s algorithm (ChaCha20 on Redis's
+//!   `bit` library), from a 32-byte seed drawn in Rust and passed to the scripts that may need it.
 //!
 //! Integers stay below 2^53 so Lua's doubles hold them exactly: durations handed to the
 //! scripts are capped at 2^52 ms (about 142 000 years).

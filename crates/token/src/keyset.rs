@@ -1,5 +1,10 @@
 //! The key set: every key in the key directory, the active one that signs, the JWKS and the
 //! ticket signer.
+//!
+//! Rotation and pruning happen here, whatever holds the entries (`storage.rs`): a prune
+//! deletes retired keys only once no pass they signed can still be valid
+//! ([`prune_horizon_secs`]: longest pass lifetime plus leeway and skew), and answers a
+//! [`PruneReport`] of the kids it removed and kept, and why.
 
 use std::fmt;
 use std::sync::{Arc, Once};

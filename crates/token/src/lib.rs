@@ -56,6 +56,13 @@
 //!
 //! See [`TicketSigner`]: `t1.<room>.<ticket_id>.<position>.<generation>.<mac>` (original
 //! secret) or `t2.<secret_id>.<room>.…` (a rotated one), with an HMAC-SHA256 over the rest.
+//!
+//! # Fuzzing
+//!
+//! `fuzz/` is a workspace of its own (nightly, run by `scripts/fuzz`) with one target per
+//! token a visitor can send (`ticket`, `challenge`, `sealed`, `pass`): no panic, only what a
+//! signer made verifies (nothing of a dropped secret), claims round-trip, and no one-byte
+//! change verifies. Seeds are in `fuzz/corpus/`.
 
 mod algorithm;
 mod challenge;

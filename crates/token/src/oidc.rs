@@ -3,6 +3,8 @@
 //! ticket secret, which carry an authorization request through the queue and make up an
 //! authorization code.
 //!
+//! An access token's `scope` is `openid` and a pass's `room`, so neither verifies as the other.
+//!
 //! A sealed value is `s1.<payload>.<mac>` (unpadded base64url), the MAC taken over
 //! `s1.<purpose>.<payload>`; sealed with a rotated ticket secret it is
 //! `s2.<secret_id>.<payload>.<mac>`, the MAC over `s2.<secret_id>.<purpose>.<payload>`

@@ -3,9 +3,10 @@
 //! A ticket token is `t1.<room>.<ticket_id>.<position>.<generation>.<mac>` when the original
 //! ticket secret made it, and `t2.<secret_id>.<room>.<ticket_id>.<position>.<generation>.<mac>`
 //! when a rotated one did (`ticket_secrets.rs`); `mac` is the unpadded base64url HMAC-SHA256 of
-//! everything before the last `.` under that secret. Room ids (`[a-z0-9][a-z0-9-]{0,63}`),
-//! ticket ids and secret ids (base64url) hold no `.`, so the token is made only of
-//! `[A-Za-z0-9._-]` and can travel as a cookie, header or query parameter unescaped.
+//! everything before the last `.` under that secret (compared in constant time). Room ids
+//! (`[a-z0-9][a-z0-9-]{0,63}`), ticket ids and secret ids (base64url) hold no `.`, so the token
+//! is made only of `[A-Za-z0-9._-]` and can travel as a cookie, header or query parameter
+//! unescaped.
 //!
 //! Ticket tokens carry no expiry: the store decides whether a ticket is still live (a waiting
 //! visitor keeps it for as long as they keep contact), and the generation lets a reset reject

@@ -9,7 +9,11 @@
 //! defaults to the loopback address.
 //!
 //! Rooms changed here are written to the store, which every node reads (the ticker lists the
-//! store's rooms on every pass), so a change is live on every node without a restart.
+//! store's rooms on every pass), so a change is live on every node without a restart and
+//! survives one; never to a node-local copy. A change computed from a room read earlier is
+//! written only through the store's compare-and-swap (`conditional.rs`), never a blind
+//! `put_room`. What is node-local (the stats history, the live event feed) is observation
+//! only. The panel (`web/panel.html`, embedded) keeps the admin key in page memory only.
 
 mod auth;
 mod conditional;

@@ -3,7 +3,8 @@
 //! The room JSON uses SPEC §3's field names with durations as text, exactly as a `[[room]]`
 //! is written ([`RawRoom`]). A body is checked field by field, so a 400 lists every problem
 //! (wrong types, unknown fields, invalid values, unknown or circular `requires`) at once, and
-//! nothing changes unless the whole room is valid.
+//! nothing changes unless the whole room is valid. A room that a route (from the config file)
+//! or another room's `requires` still names is not deleted: 409 `room_required`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

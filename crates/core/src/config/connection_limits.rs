@@ -1,6 +1,10 @@
 //! `[server]`'s timeouts and connection caps for the public listener (SPEC §14.4): how long a
 //! client may take at each step of a request, and how many connections the node and one
 //! address may hold.
+//!
+//! The default `max_connections` follows the process's open-file limit
+//! ([`ConnectionLimits::sized_for`]): the binary reads the limit and hands it in, since the
+//! core reads none itself.
 
 use std::time::Duration;
 

@@ -1,5 +1,9 @@
 //! The `[[rate_limit]]` entries of the config file (SPEC §10.2), validated into
 //! [`RateLimitRule`]s with every problem reported at its line.
+//!
+//! It also holds the built-in `join-per-ip` rule (SPEC §12), added unless a rule of that name
+//! replaces it or `[server] join_rate_limit = false` removes it: an ordinary rule, so it goes
+//! through the same engine, headers and metrics.
 
 use std::collections::HashMap;
 use std::time::Duration;

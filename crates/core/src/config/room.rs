@@ -67,7 +67,7 @@ pub struct RawRoom {
     /// A waiting ticket with no contact for this long is abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_idle_ttl: Option<String>,
-    /// How long ended tickets and sessions are kept, `"1m"` to `"7d"` [`"1h"`].
+    /// How long ended tickets and sessions are kept, `"1m"` to `"7d"` \[`"1h"`\].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_retention: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
@@ -143,7 +143,7 @@ pub struct RawChallenge {
     /// The only kind: `pow`.
     #[serde(default)]
     pub kind: String,
-    /// Leading zero bits asked for, 1 to 32 [18].
+    /// Leading zero bits asked for, 1 to 32 \[18\].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<u64>,
 }

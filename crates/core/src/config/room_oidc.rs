@@ -1,4 +1,8 @@
 //! `[room.oidc]`: a room as an OpenID Connect client (SPEC §11), in raw form and validated.
+//!
+//! It travels inside `RawRoom`, so the config file, the admin API and every store carry it
+//! unchanged; resolved, it is `RoomConfig::oidc` (the client secret's hash, the redirect URIs,
+//! the code lifetime).
 
 use std::collections::HashMap;
 

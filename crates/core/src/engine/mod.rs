@@ -10,6 +10,27 @@
 //! as `Left`, `Abandoned`, `NoShow` or `Reset`. Capacity (I2) counts active sessions plus
 //! admitted-unclaimed tickets; the admission bucket bounds the pace (I3); FIFO rooms admit the
 //! lowest waiting position first (I4), so nobody's `ahead` ever grows (I5).
+//!
+//! `status` claims the session of an admitted ticket; `advance` is the operator's admissions
+//! by hand, bounded by the line and the free capacity. Each thing that happens to a ticket or
+//! session is also recorded as a [`VisitorEvent`] (SPEC §14.9), written with the change.
+//!
+//! Priority access (SPEC §12): a join with a valid code waits in a second [`WaitingLine`],
+//! which `tick` and `advance` serve first. Each lane counts its own `ahead`, so the priority
+//! lane never makes a regular ticket's `ahead` grow (I5); uses are counted per code digest in
+//! [`RoomMeta::code_uses`], inside the join.
+//!
+//! A schedule needs no timer: `settle_schedule` runs inside the first operation (join, status,
+//! leave, tick, advance) at or after a shuffled event's `opens_at` and hands the cohort's
+//! positions out in the order [`lottery`] draws, so the set of waiting positions, and
+//! everyone outside the cohort, stays put; the seed comes from the operation's generator and
+//! is kept as [`RoomMeta::draw`].
+//!
+//! The room's indexes (`waiting`, `priority`, `idle`, `claim_deadlines`, `ended`,
+//! `identities`, and the `active` / `admitted_unclaimed` counts) are kept consistent by its
+//! methods alone. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
+//! (the ids are random and never chosen by a client); maps keyed by what a client picks
+//! (identities) keep SipHash.
 
 mod bucket;
 mod held;

@@ -12,6 +12,10 @@
 //! - [`applicable_rules`] picks the rules that apply to one request, each at most once, with
 //!   its key.
 //!
+//! Path globs are compiled once (`rules/glob.rs`) and matched against the path normalised by
+//! [`normalize_path`], so a rule cannot be spelled around; key parts are joined with their
+//! separators escaped and long values hashed (`rules/key.rs`).
+//!
 //! ```
 //! use std::time::Duration;
 //! use anteroom_core::ratelimit::Algorithm;

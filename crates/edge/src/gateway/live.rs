@@ -2,7 +2,9 @@
 //! upstream and the `[websocket]` limits, held as one [`LiveSettings`] behind an `ArcSwap`.
 //! A request loads the settings in force once, at its start (an atomic load and a reference
 //! count, no lock), and keeps them to its end; a change builds a whole new set and swaps it in,
-//! so a request never sees half of one.
+//! so a request never sees half of one. Each serving thread's upstream pools
+//! (`proxy.rs`, `UpstreamPools`) are made anew when the upstream they were made for is no
+//! longer the one in force.
 //!
 //! The route table has two sources, kept apart in [`RouteSources`] and merged on every change:
 //! the config file's `[[route]]` entries (replaced by a reload on SIGHUP) and the rooms'

@@ -4,8 +4,11 @@
 //! (nginx `auth_request`, Envoy `ext_authz`, Traefik `forwardAuth`, Caddy `forward_auth`).
 //!
 //! [`Gateway::site`] serves every request through `Gateway::handle`, the request's steps in
-//! order in one place (plain functions awaited in one future, no boxed middleware); each step
-//! is in its own file:
+//! order in one place (plain functions awaited in one future, no boxed middleware; the matched
+//! route and the passes go from step to step as arguments, not request extensions). It takes
+//! the correlation ids first (`correlation.rs`: `X-Request-Id`, `traceparent`, both sent
+//! upstream), and with an access log writes the line (`access.rs`) from the decision and
+//! upstream timing the steps left in the response's extensions. Each step is in its own file:
 //! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
 //! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled),
 //!   then the rooms' `routes` shorthands; the table, the upstream and the `[websocket]`

@@ -1,11 +1,14 @@
 //! The reverse proxy (SPEC §7.2): the engine's own keep-alive HTTP/1.1 client
-//! (`upstream_client.rs`) for request bodies in memory, hyper's pooled client for streamed
-//! bodies and h2c, to the upstream, bodies streamed both ways through [`GuardedBody`] (bounded
-//! memory, a size limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and
-//! `Forwarded` set, upstream failures answered 502/504 problem+json (503 `upstream_busy` when
-//! `[upstream] max_connections` leaves no connection), and the origin's `Anteroom-Release`
-//! header acted on and stripped. A `Content-Length` the origin sent beside a
-//! `Transfer-Encoding` never reaches the visitor, whichever client read the answer.
+//! (`upstream_client.rs`)
+//! for request bodies in memory, hyper's pooled client for streamed bodies and h2c, to the
+//! upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
+//! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set
+//! (`Forwarding`: written straight into the request head by the own client, put in the header
+//! map for hyper's),
+//! upstream failures answered 502/504 problem+json (503 `upstream_busy` when `[upstream]
+//! max_connections` leaves no connection), and the origin's `Anteroom-Release` header acted on
+//! and stripped. A `Content-Length` the origin sent beside a `Transfer-Encoding` never reaches
+//! the visitor, whichever client read the answer.
 
 use std::error::Error as _;
 use std::future::Future;

@@ -7,7 +7,7 @@
 //! machinery cost more than the proxying (docs/benchmarks.md, "Gateway"). Here the visitor's
 //! task drives the upstream connection itself: it takes an idle connection from the worker's
 //! pool (or opens one), writes the request head and body in one write, reads the answer's
-//! head into the connection's buffer and parses it with `httparse`. An answer whose body has
+//! head into the connection's buffer and parses it with `anteroom_h1`. An answer whose body has
 //! already arrived whole (a `Content-Length` body in the same read, the usual case) is
 //! answered from that buffer and the connection goes back to the pool at once; a longer or
 //! chunked body streams, read as the visitor's connection takes it, and the connection goes

@@ -13,6 +13,10 @@
 //! to the origin is the gateway's (`gateway/upstream_client.rs`). Message framing both ways
 //! (heads, lengths, chunked coding, hop-by-hop fields) is the `anteroom-h1` crate's, shared
 //! by the server, the stream and that client.
+//!
+//! Under `[server.tls]` the handshake runs in the connection's own task, within
+//! `header_timeout`; ALPN `h2` goes to hyper, HTTP/1.1 to the same own loop over TLS, and its
+//! requests carry `ClientScheme::Https`, so the origin hears `proto=https`.
 
 mod bodies;
 mod client_io;

@@ -4,7 +4,7 @@
 //! carrying a pass. For those, hyper's general HTTP/1 server (its dispatcher, the channel that
 //! carries a request body, a buffer pair per connection, a boxed service call) cost more than
 //! the room's own work (docs/benchmarks.md). This loop reads each request head into one
-//! buffer reused for the connection's life, parses it with `httparse`, builds the request
+//! buffer reused for the connection's life, parses it with `anteroom_h1`, builds the request
 //! without copying the head's bytes (header values and the target are slices of it), hands it
 //! to the router (or, in front of a site, straight to the gateway's lane for paths the router
 //! would send there), and writes the answer's head and a small body in one write.

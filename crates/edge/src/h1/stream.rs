@@ -6,7 +6,7 @@
 //! thousands of streams those buffers were most of a node's memory (docs/benchmarks.md, "SSE
 //! soak"). The accept loop peeks at a new connection's first bytes ([`is_event_stream_request`]);
 //! when they open an event stream request, [`serve`] reads the request head into a buffer sized
-//! to it, parses it with `httparse`, and hands the request to the same router as every other
+//! to it, parses it with `anteroom_h1`, and hands the request to the same router as every other
 //! request (rate limits, the ticket check, the 503 at the node's stream limit: all unchanged).
 //! It writes the answer's head, then each event as one chunk from a buffer that lives only for
 //! that write, watches the socket for the client leaving, and closes the connection when the

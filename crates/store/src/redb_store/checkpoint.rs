@@ -1,6 +1,8 @@
 //! Checkpoints: the records the log made durable since the last checkpoint, latest version
 //! of each, written into redb in one durable transaction together with the number of the
-//! last log segment they cover. After that commit the covered segments are deleted.
+//! last log segment they cover. After that commit the covered segments are deleted, never
+//! before. A checkpoint covers whole segments, and records are whole images, so replaying a
+//! segment redb already holds is harmless.
 //!
 //! [`Dirty`] collects the records (a room's state changes with every join, but only its last
 //! version is written); recovery uses the same collection to replay the log. The log writer

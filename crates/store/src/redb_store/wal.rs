@@ -5,7 +5,10 @@
 //! length of its body, the body's xxh3-64 checksum and the body: the records of one group
 //! commit, each a tag, a key and (for writes) a value. A frame is all or nothing: a torn or
 //! damaged frame at the end of the newest segment is what a crash during an append leaves, and
-//! reading stops there; anywhere else it is corruption and the store refuses to open.
+//! reading stops there; anywhere else it is corruption and the store refuses to open, as it
+//! does for a missing segment or another format version. A frame keeps only the last state
+//! record of each room it carries. `redb_store/tests.rs` replays crash images (copies of a
+//! running store's files).
 //!
 //! Segments are named `<store file>.wal-<number>` beside the store file and numbered from 1 up;
 //! the checkpointer deletes the ones whose records redb holds durably.
