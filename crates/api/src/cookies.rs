@@ -142,7 +142,7 @@ static PASS_HEADER: HeaderName = HeaderName::from_static("x-anteroom-pass");
 /// sends one cookie per room; the bearer token may be the site's own, hence room for a few.
 const MAX_ASKED_PASSES: usize = 4;
 
-/// The pass tokens a request presents for `room`, at most [`MAX_ASKED_PASSES`]: its cookie,
+/// The pass tokens a request presents for `room`, at most `MAX_ASKED_PASSES` (4): its cookie,
 /// then `X-Anteroom-Pass`, then a bearer token (which may be the site's own token, not a
 /// pass: it then simply does not verify).
 pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {

@@ -10,7 +10,7 @@
 //! once (at most once a second, so unknown `kid`s sent on purpose cannot turn into reads per
 //! request).
 //!
-//! At start-up and every [`KEY_PRUNE_INTERVAL`] each node prunes: a retired key leaves the set once no pass
+//! At start-up and every `KEY_PRUNE_INTERVAL` each node prunes: a retired key leaves the set once no pass
 //! it signed can still be valid ([`key_retention_secs`] of the rooms in the store). Pruning is
 //! idempotent, so nodes doing it at once only repeat each other.
 
@@ -24,8 +24,8 @@ use crate::key_source::{KEY_DIR_CHECK_INTERVAL, key_retention_secs};
 /// How often each node prunes keys whose passes have all expired.
 pub(crate) const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(600);
 
-/// Looks at the keys every [`KEY_DIR_CHECK_INTERVAL`] and prunes them at start-up and every
-/// [`KEY_PRUNE_INTERVAL`] for as long as the node runs. Does nothing on a node built without
+/// Looks at the keys every `KEY_DIR_CHECK_INTERVAL` and prunes them at start-up and every
+/// `KEY_PRUNE_INTERVAL` for as long as the node runs. Does nothing on a node built without
 /// a key source.
 pub async fn follow_key_dir(app: AppState) {
     let Some(reload) = app.key_reload() else {

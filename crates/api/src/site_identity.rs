@@ -118,7 +118,7 @@ pub enum SecretFileError {
 }
 
 /// Reads an HS256 secret file: its content without surrounding whitespace, at least 32 bytes
-/// and at most [`MAX_SECRET_FILE_LEN`] (a path naming a device or a large file is refused
+/// and at most `MAX_SECRET_FILE_LEN` (a path naming a device or a large file is refused
 /// rather than read whole).
 pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretFileError> {
     use std::io::Read as _;

@@ -1,6 +1,6 @@
 //! Server-Sent Events for waiting visitors (SPEC §6.2).
 //!
-//! A node keeps one [`TickerRoomView`] per room that has listeners: the room's figures and the
+//! A node keeps one `TickerRoomView` (`sse_hub.rs`) per room that has listeners: the room's figures and the
 //! sorted positions of its live waiting tickets, refreshed by the ticker and shared by every
 //! connection through a `watch` channel (latest state wins; a slow client skips stale views).
 //! Each connection computes its own `ahead` by binary search in the shared view, so the
@@ -12,7 +12,7 @@
 //! Open streams keep their tickets alive: the hub remembers which tickets are connected and
 //! the ticker refreshes them all in one batched store write per room (§5.2).
 //!
-//! Streams are bounded three ways ([`SseLimits`]), so neither one ticket nor one address can
+//! Streams are bounded three ways ([`SseLimits`](anteroom_core::config::SseLimits)), so neither one ticket nor one address can
 //! hold the node's streams: in all (503 `too_many_connections`), per ticket and per client
 //! address (429 `too_many_streams`), each with `Retry-After`; the page then polls. The client
 //! address is the one the rate limiter settled on (`[server] trusted_proxies`), an IPv6

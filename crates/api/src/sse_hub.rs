@@ -202,7 +202,7 @@ impl SseHub {
     }
 
     /// Re-reads a watched room's figures and publishes them when a connection could show
-    /// something new: at once when the line moved, at most every [`RATE_ONLY_INTERVAL`] when
+    /// something new: at once when the line moved, at most every `RATE_ONLY_INTERVAL` when
     /// only the estimates did.
     pub async fn refresh(&self, store: &dyn RoomStore, room: &RoomId) {
         let turn = self
