@@ -427,7 +427,9 @@ async fn check_join_limit(
     parts.extensions = caller.extensions.clone();
     match limiter.check(&mut parts).await {
         RateLimitVerdict::Allowed { .. } => Ok(()),
-        RateLimitVerdict::Refused(response) => Err(JoinRefusal::Limited(response)),
+        RateLimitVerdict::Refused(response) | RateLimitVerdict::Unavailable(response) => {
+            Err(JoinRefusal::Limited(response))
+        }
     }
 }
 

@@ -26,9 +26,20 @@ key = ["ip"]
 limit = 1
 period = "1m"
 
+[[rate_limit]]
+name = "reports"
+key = ["ip"]
+limit = 1
+period = "1m"
+status = 503
+
 [[route]]
 paths = ["/search/**"]
 rate_limits = ["search"]
+
+[[route]]
+paths = ["/reports/**"]
+rate_limits = ["reports"]
 
 [[route]]
 paths = ["/**"]
@@ -111,6 +122,14 @@ async fn a_json_line_per_request_with_its_decision() {
     assert_eq!(bypass["upstream_status"], 200);
     let (status, limited) = logged(&gate, "/search/b", &mut searcher, JSON).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited["decision"], "limited", "{limited}");
+    assert_eq!(limited["upstream_status"], Value::Null);
+
+    // A rule refusing with a status of its own is still a rate limit, not another refusal.
+    let (_, bypass) = logged(&gate, "/reports/a", &mut searcher, JSON).await;
+    assert_eq!(bypass["upstream_status"], 200, "{bypass}");
+    let (status, limited) = logged(&gate, "/reports/b", &mut searcher, JSON).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(limited["decision"], "limited", "{limited}");
     assert_eq!(limited["upstream_status"], Value::Null);
 }

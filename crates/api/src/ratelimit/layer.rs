@@ -99,7 +99,9 @@ impl RateLimitLayer {
             .check_with_route(parts, &self.route_rules)
             .await
         {
-            RateLimitVerdict::Refused(response) => Err(response),
+            RateLimitVerdict::Refused(response) | RateLimitVerdict::Unavailable(response) => {
+                Err(response)
+            }
             RateLimitVerdict::Allowed { headers } => Ok(headers),
         }
     }

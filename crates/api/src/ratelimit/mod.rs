@@ -198,8 +198,10 @@ pub enum RateLimitVerdict {
         /// The rate-limit headers.
         headers: HeaderMap,
     },
-    /// Answer with this response (429 or the rule's status, or 503 when a store failed).
+    /// A rule refused the request: answer with this response (429 or the rule's status).
     Refused(Response),
+    /// A rule's store failed and the rule says `deny`: answer with this 503.
+    Unavailable(Response),
 }
 
 impl fmt::Debug for RateLimiter {
@@ -685,7 +687,7 @@ impl Evaluation<'_> {
             )
             .retry_after(5)
             .into_response();
-            RateLimitVerdict::Refused(response)
+            RateLimitVerdict::Unavailable(response)
         })
     }
 

@@ -9,16 +9,19 @@ use axum::response::Response;
 
 use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
+use crate::access_log::Decision;
+
 use super::Gateway;
 use super::routes::Route;
 
 /// The step before the rooms: refuses (or holds) the request by its route's rules (the
-/// refusal is the answer); otherwise the rate-limit headers for the response it lets through.
+/// refusal is the answer, with what the access log calls it); otherwise the rate-limit
+/// headers for the response it lets through.
 pub(crate) async fn route_rate_limits(
     gateway: &Gateway,
     route: &Route,
     parts: &mut Parts,
-) -> Result<HeaderMap, Response> {
+) -> Result<HeaderMap, (Decision, Response)> {
     let Some(limiter) = gateway.app().rate_limiter() else {
         return Ok(HeaderMap::new());
     };
@@ -28,7 +31,8 @@ pub(crate) async fn route_rate_limits(
     let names = route.rate_limits.clone();
     parts.extensions.insert(RouteRateLimits(names));
     match limiter.check(parts).await {
-        RateLimitVerdict::Refused(response) => Err(response),
+        RateLimitVerdict::Refused(response) => Err((Decision::Limited, response)),
+        RateLimitVerdict::Unavailable(response) => Err((Decision::Refused, response)),
         RateLimitVerdict::Allowed { headers } => Ok(headers),
     }
 }

@@ -49,7 +49,6 @@ mod verify;
 mod websocket;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -58,7 +57,7 @@ use std::convert::Infallible;
 use axum::Router;
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Request};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
@@ -71,9 +70,9 @@ use anteroom_core::room::RoomConfig;
 
 use anteroom_api::AppState;
 use anteroom_api::error::ApiError;
-use anteroom_api::ratelimit::{self, RateLimitLayer, RateLimiter};
+use anteroom_api::ratelimit::{self, ClientIp, RateLimitLayer, RateLimiter};
 
-use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
+use crate::access_log::{AccessLog, Decided, UpstreamPart};
 use crate::correlation;
 use crate::span_export::SpanExport;
 
@@ -255,10 +254,7 @@ impl Gateway {
     /// returned to the visitor), then [`steps`](Self::steps).
     async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
         let (mut parts, body) = request.into_parts();
-        let peer = ratelimit::peer_address(&parts.extensions);
-        let trusted = peer.is_some_and(|peer| {
-            anteroom_core::ratelimit::client_ip::is_trusted(peer, &self.inner.trusted_proxies)
-        });
+        let trusted = self.app().is_trusted_peer(&parts.extensions);
         let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
         let span = self.inner.spans.as_ref().map(|spans| {
             let span = spans.request_span(
@@ -272,9 +268,7 @@ impl Gateway {
         correlation.insert_into(&mut parts.headers);
         // Only with an access log is anything about the request kept for after it.
         let asked = self.inner.access_log.as_ref().map(|log| {
-            let client = peer.map_or(ratelimit::UNKNOWN_PEER, |peer| {
-                ratelimit::resolve_client_ip(&parts.headers, peer, &self.inner.trusted_proxies)
-            });
+            let client = self.client_ip(&parts);
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
         let mut response = self.steps(client, Request::from_parts(parts, body)).await;
@@ -290,6 +284,18 @@ impl Gateway {
             .headers_mut()
             .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
         response
+    }
+
+    /// The visitor's address as the rate limiter settled on it in front of the gateway
+    /// ([`ClientIp`], set by the server, never read from the request), else resolved from
+    /// the peer and the forwarding headers a trusted proxy sent.
+    fn client_ip(&self, parts: &Parts) -> std::net::IpAddr {
+        if let Some(ClientIp(client)) = parts.extensions.get::<ClientIp>() {
+            return *client;
+        }
+        ratelimit::peer_address(&parts.extensions).map_or(ratelimit::UNKNOWN_PEER, |peer| {
+            ratelimit::resolve_client_ip(&parts.headers, peer, &self.inner.trusted_proxies)
+        })
     }
 
     /// The request's steps, outermost first: one future, no boxed middleware per step.
@@ -316,13 +322,12 @@ impl Gateway {
             passes,
             decided,
         } = let_through;
-        let sent = Instant::now();
         let mut response = proxy::proxy(self, &live, client, request, passes).await;
-        measuring.finish(&response);
+        let took = measuring.finish(&response);
         if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
                 status: response.status().as_u16(),
-                took: sent.elapsed(),
+                took,
             };
             response.extensions_mut().insert(upstream);
             response.extensions_mut().insert(decided);
@@ -357,12 +362,7 @@ impl Gateway {
         // time; rules with a `match` already ran in the public router's outer layer.
         let limit_headers = limits::route_rate_limits(self, route, parts)
             .await
-            .map_err(|mut refused| {
-                let decision = if refused.status() == StatusCode::TOO_MANY_REQUESTS {
-                    Decision::Limited
-                } else {
-                    Decision::Refused
-                };
+            .map_err(|(decision, mut refused)| {
                 let room = route.rooms.first().cloned();
                 refused.extensions_mut().insert(Decided { decision, room });
                 refused

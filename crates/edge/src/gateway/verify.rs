@@ -125,7 +125,9 @@ async fn rate_limit(
         .extensions
         .insert(RouteRateLimits(route.rate_limits.clone()));
     match limiter.check(visitor).await {
-        RateLimitVerdict::Refused(response) => Err(response),
+        RateLimitVerdict::Refused(response) | RateLimitVerdict::Unavailable(response) => {
+            Err(response)
+        }
         RateLimitVerdict::Allowed { headers } => Ok(headers),
     }
 }
