@@ -24,7 +24,7 @@ use crate::eta::{AdmissionRate, eta_seconds};
 use crate::ids::{RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
-use crate::waiting::WaitingLine;
+use crate::waiting::{LineLoader, WaitingLine};
 use held::HeldTicket;
 
 pub use bucket::AdmissionBucket;
@@ -579,15 +579,24 @@ impl RoomState {
             active: 0,
             admitted_unclaimed: 0,
         };
+        // The tickets come in the store's order (by id: positions at random), so the lines and
+        // the idle index are built once at the end rather than updated ticket by ticket.
         let mut ended = Vec::new();
+        let (mut waiting, mut priority) = (LineLoader::new(), LineLoader::new());
+        let mut idle = Vec::new();
         for ticket in tickets {
             let (id, mut ticket) = HeldTicket::from_ticket(ticket);
             let state = ticket.state();
             match state {
                 TicketState::Waiting => {
                     ticket.last_seen = ticket.last_seen.max(now);
-                    room.line_mut(ticket.priority).insert(ticket.position, id);
-                    room.idle.insert((ticket.last_seen, ticket.position));
+                    let line = if ticket.priority {
+                        &mut priority
+                    } else {
+                        &mut waiting
+                    };
+                    line.insert(ticket.position, id);
+                    idle.push((ticket.last_seen, ticket.position));
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
                     room.admitted_unclaimed += 1;
@@ -605,6 +614,10 @@ impl RoomState {
         }
         ended.sort();
         room.ended = ended.into();
+        room.waiting = waiting.finish();
+        room.priority = priority.finish();
+        // Collecting sorts once and builds the tree bottom up, its nodes full.
+        room.idle = idle.into_iter().collect();
         for session in sessions {
             if session.state == SessionState::Active {
                 room.active += 1;
