@@ -35,7 +35,7 @@ fn room(mode: Mode) -> RoomState {
 
 /// Live heap bytes per waiting ticket, as the room grows from empty to `TICKETS` waiting.
 #[test]
-fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
+fn a_waiting_ticket_costs_at_most_180_bytes_of_heap() {
     let _turn = PROFILING
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -58,7 +58,7 @@ fn a_waiting_ticket_costs_at_most_224_bytes_of_heap() {
     let per_ticket = (live_bytes() - before) / TICKETS;
     eprintln!("heap per waiting ticket: {per_ticket} bytes");
     assert_eq!(state.snapshot().waiting, TICKETS);
-    assert!(per_ticket <= 224, "{per_ticket} bytes per waiting ticket");
+    assert!(per_ticket <= 180, "{per_ticket} bytes per waiting ticket");
 }
 
 /// Live heap bytes per ended visitor (its ticket and its session, both kept for the room's

@@ -52,7 +52,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{ChangeSet, RoomState, Session, Ticket};
+use anteroom_core::engine::{ChangeSet, RoomState, Session};
 use anteroom_core::{Clock, RoomId};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -757,17 +757,6 @@ fn load_rooms(
             None => RoomState::new(config, now).meta().clone(),
         };
         let (start, end) = room_range(&room);
-        let mut room_tickets: Vec<Ticket> = Vec::new();
-        for entry in tickets
-            .range(start.as_slice()..end.as_slice())
-            .map_err(|e| fail(e.into()))?
-        {
-            let (_, value) = entry.map_err(|e| fail(e.into()))?;
-            room_tickets.push(
-                persisted::decode_ticket(value.value())
-                    .map_err(|e| corrupt(format!("ticket in room {room}"), e))?,
-            );
-        }
         let mut room_sessions: Vec<Session> = Vec::new();
         for entry in sessions
             .range(start.as_slice()..end.as_slice())
@@ -779,7 +768,25 @@ fn load_rooms(
                     .map_err(|e| corrupt(format!("session in room {room}"), e))?,
             );
         }
-        rooms.push(RoomState::restore(meta, room_tickets, room_sessions, now));
+        // The tickets go to the room as they are read, never all decoded at once (a room of
+        // ten million would hold them twice); the first unreadable one ends the stream, and
+        // the room rebuilt from the part before it is dropped.
+        let mut failure: Option<StoreError> = None;
+        let room_tickets = tickets
+            .range(start.as_slice()..end.as_slice())
+            .map_err(|e| fail(e.into()))?
+            .map_while(|entry| {
+                let decoded = entry.map_err(|e| fail(e.into())).and_then(|(_, value)| {
+                    persisted::decode_ticket(value.value())
+                        .map_err(|e| corrupt(format!("ticket in room {room}"), e))
+                });
+                decoded.map_err(|error| failure = Some(error)).ok()
+            });
+        let restored = RoomState::restore(meta, room_tickets, room_sessions, now);
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        rooms.push(restored);
     }
     Ok(rooms)
 }

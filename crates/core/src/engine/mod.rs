@@ -45,7 +45,7 @@ use crate::eta::{AdmissionRate, eta_seconds};
 use crate::ids::{RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
-use crate::waiting::WaitingLine;
+use crate::waiting::{LineLoader, WaitingLine};
 use held::HeldTicket;
 
 pub use bucket::AdmissionBucket;
@@ -548,8 +548,10 @@ pub struct RoomState {
     waiting: WaitingLine,
     /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
     priority: WaitingLine,
-    /// Waiting tickets by last contact, for abandonment.
-    idle: BTreeSet<(Timestamp, TicketId)>,
+    /// Waiting tickets by last contact and position, for abandonment. Keyed by position (no
+    /// two waiting tickets share one; the lines map it back to the id) rather than by id: 16-byte
+    /// keys instead of 24, about 15 bytes less per waiting ticket.
+    idle: BTreeSet<(Timestamp, u64)>,
     /// Admitted tickets by claim deadline, for no-shows.
     claim_deadlines: BTreeSet<(Timestamp, TicketId)>,
     /// Ended tickets in end order, for garbage collection.
@@ -598,15 +600,24 @@ impl RoomState {
             active: 0,
             admitted_unclaimed: 0,
         };
+        // The tickets come in the store's order (by id: positions at random), so the lines and
+        // the idle index are built once at the end rather than updated ticket by ticket.
         let mut ended = Vec::new();
+        let (mut waiting, mut priority) = (LineLoader::new(), LineLoader::new());
+        let mut idle = Vec::new();
         for ticket in tickets {
             let (id, mut ticket) = HeldTicket::from_ticket(ticket);
             let state = ticket.state();
             match state {
                 TicketState::Waiting => {
                     ticket.last_seen = ticket.last_seen.max(now);
-                    room.line_mut(ticket.priority).insert(ticket.position, id);
-                    room.idle.insert((ticket.last_seen, id));
+                    let line = if ticket.priority {
+                        &mut priority
+                    } else {
+                        &mut waiting
+                    };
+                    line.insert(ticket.position, id);
+                    idle.push((ticket.last_seen, ticket.position));
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
                     room.admitted_unclaimed += 1;
@@ -624,6 +635,10 @@ impl RoomState {
         }
         ended.sort();
         room.ended = ended.into();
+        room.waiting = waiting.finish();
+        room.priority = priority.finish();
+        // Collecting sorts once and builds the tree bottom up, its nodes full.
+        room.idle = idle.into_iter().collect();
         for session in sessions {
             if session.state == SessionState::Active {
                 room.active += 1;
@@ -864,7 +879,7 @@ impl RoomState {
         );
         self.line_mut(ticket.priority)
             .insert(ticket.position, ticket_id);
-        self.idle.insert((now, ticket_id));
+        self.idle.insert((now, ticket.position));
         changes
             .events
             .push(VisitorEventKind::Joined.about_ticket(ticket_id, &ticket, now));
@@ -1129,10 +1144,16 @@ impl RoomState {
     fn abandon_idle(&mut self, now: Timestamp, changes: &mut ChangeSet) -> u64 {
         let idle_ttl = self.meta.config.ticket_idle_ttl;
         let mut abandoned = 0;
-        while let Some(&(last_seen, ticket)) = self.idle.first() {
+        while let Some(&(last_seen, position)) = self.idle.first() {
             if last_seen.after(idle_ttl) > now {
                 break;
             }
+            let Some(ticket) = self.waiting.get(position).or(self.priority.get(position)) else {
+                // Not reachable while the index and the lines agree; dropping the entry keeps
+                // the admitter from spinning on it if they ever did not.
+                self.idle.pop_first();
+                continue;
+            };
             self.end_ticket(ticket, TicketEnd::Abandoned, now, changes);
             self.meta.totals.abandoned += 1;
             abandoned += 1;
@@ -1267,6 +1288,12 @@ impl RoomState {
         let mut seed: Seed = [0; 32];
         rng.fill(&mut seed);
         let cohort: Vec<(u64, TicketId)> = self.waiting.iter().collect();
+        // The idle index is keyed by position: take the cohort out before positions move.
+        for (position, ticket_id) in &cohort {
+            if let Some(ticket) = self.tickets.get(ticket_id) {
+                self.idle.remove(&(ticket.last_seen, *position));
+            }
+        }
         let order = lottery::shuffled_order(&seed, cohort.len());
         for (slot, &member) in order.iter().enumerate() {
             let (position, _) = cohort[slot];
@@ -1274,6 +1301,7 @@ impl RoomState {
             self.waiting.insert(position, ticket_id);
             if let Some(ticket) = self.tickets.get_mut(&ticket_id) {
                 ticket.position = position;
+                self.idle.insert((ticket.last_seen, position));
             }
             changes.tickets.insert(ticket_id);
         }
@@ -1327,7 +1355,7 @@ impl RoomState {
             &mut self.waiting
         };
         line.remove(ticket.position);
-        self.idle.remove(&(ticket.last_seen, ticket_id));
+        self.idle.remove(&(ticket.last_seen, ticket.position));
         ticket.set_state(TicketState::Admitted {
             at: now,
             claim_deadline,
@@ -1395,9 +1423,9 @@ impl RoomState {
             return;
         };
         if ticket.state() == TicketState::Waiting && ticket.last_seen < now {
-            self.idle.remove(&(ticket.last_seen, ticket_id));
+            self.idle.remove(&(ticket.last_seen, ticket.position));
             ticket.last_seen = now;
-            self.idle.insert((now, ticket_id));
+            self.idle.insert((now, ticket.position));
         }
     }
 
@@ -1419,7 +1447,7 @@ impl RoomState {
                     &mut self.waiting
                 };
                 line.remove(ticket.position);
-                self.idle.remove(&(ticket.last_seen, ticket_id));
+                self.idle.remove(&(ticket.last_seen, ticket.position));
             }
             TicketState::Admitted { claim_deadline, .. } => {
                 self.claim_deadlines.remove(&(claim_deadline, ticket_id));

@@ -703,3 +703,53 @@ fn every_ticket_and_session_change_records_its_event() {
         .unwrap();
     assert_eq!(recorded(&changes), [("session.revoked", ticket, session)]);
 }
+
+/// The idle index holds exactly the waiting tickets, each under its last contact and position.
+fn assert_idle_index_matches(room: &RoomState) {
+    let expected: BTreeSet<(Timestamp, u64)> = room
+        .tickets
+        .values()
+        .filter(|ticket| ticket.state() == TicketState::Waiting)
+        .map(|ticket| (ticket.last_seen, ticket.position))
+        .collect();
+    assert_eq!(room.idle, expected);
+}
+
+#[test]
+fn the_draw_moves_each_ticket_in_the_idle_index_with_its_position() {
+    let mut h = Harness::new(|c| {
+        scheduled(true, IdleMode::Closed)(c);
+        c.ticket_idle_ttl = Duration::from_secs(60);
+    });
+    h.advance(10_000);
+    // Contacts a second apart, so a ticket's last contact tells it apart from its position.
+    let cohort: Vec<Entry> = (0..8)
+        .map(|_| {
+            h.advance(1_000);
+            h.join()
+        })
+        .collect();
+    h.advance(10_000);
+    let late = h.join();
+    assert!(h.room.meta().draw.is_some(), "drawn");
+    assert_idle_index_matches(&h.room);
+    // Only the cohort's first ticket (by join) stays silent; the rest keep in contact, so it
+    // alone is abandoned, wherever the draw put it.
+    h.advance(50_000);
+    for entry in cohort[1..].iter().chain([&late]) {
+        h.status(entry).unwrap();
+    }
+    h.advance(10_000);
+    let silent = reference_of(&cohort[0], 1).id;
+    let before = h.room.snapshot().totals.abandoned;
+    h.tick();
+    assert_eq!(h.room.snapshot().totals.abandoned, before + 1);
+    assert!(matches!(
+        h.room.ticket(silent).unwrap().state,
+        TicketState::Ended {
+            reason: TicketEnd::Abandoned,
+            ..
+        }
+    ));
+    assert_idle_index_matches(&h.room);
+}

@@ -495,3 +495,48 @@ async fn the_events_of_acknowledged_changes_survive_a_crash() {
     let after = outbox.pending("hook", 1000).await.unwrap();
     assert_eq!(after.last().unwrap().sequence, 63);
 }
+
+/// The tickets stream into the room as they are read: one that cannot be decoded still
+/// refuses the open, naming its room, whichever tickets came before it.
+#[test]
+fn an_unreadable_ticket_in_redb_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    let database = redb::Database::create(&path).unwrap();
+    super::create_tables(&database).unwrap();
+    let ticket = Ticket {
+        id: TicketId::from_bytes([1; 16]),
+        position: 1,
+        generation: 1,
+        joined_at: Timestamp(1_700_000_000_000),
+        last_seen: Timestamp(1_700_000_000_000),
+        identity: None,
+        return_to: None,
+        priority: false,
+        state: anteroom_core::engine::TicketState::Waiting,
+    };
+    let mut dirty = Dirty::default();
+    for write in [
+        Write::Config {
+            room: room(),
+            bytes: persisted::encode_config(&RoomConfig::with_defaults(room())),
+        },
+        Write::Ticket {
+            key: super::record_key(&room(), &[1; 16]),
+            bytes: Some(persisted::encode_ticket(&ticket)),
+        },
+        Write::Ticket {
+            key: super::record_key(&room(), &[2; 16]),
+            bytes: Some(b"not a ticket".to_vec()),
+        },
+    ] {
+        dirty.absorb(write);
+    }
+    checkpoint::checkpoint(&database, &path, &dirty, 1).unwrap();
+    drop(database);
+    let error = open_error(dir.path());
+    assert!(
+        error.contains("corrupt record ticket in room wal"),
+        "{error}"
+    );
+}
