@@ -222,24 +222,10 @@ impl AppState {
             OnceMarks::Shared(redis) => redis,
         };
         // A token bucket of one per `period`.
-        let params = LimitParams {
-            algorithm: Algorithm::TokenBucket,
-            limit: 1,
-            period,
-            burst: 1,
-            delay: 0,
-            nodelay: false,
-        };
-        let request = LimitRequest {
-            key,
-            params: &params,
-            cost: 1,
-            budget: None,
-        };
-        let decisions = redis.acquire(&[request]).await?;
-        Ok(match decisions.first() {
-            Some(decision) if decision.allowed => Marked::First,
-            _ => Marked::Seen,
+        Ok(if take_one_token(redis.as_ref(), key, 1, period).await? {
+            Marked::First
+        } else {
+            Marked::Seen
         })
     }
 
@@ -263,22 +249,7 @@ impl AppState {
         let Some(limiter) = self.rate_limiter() else {
             return Ok(true);
         };
-        let params = LimitParams {
-            algorithm: Algorithm::TokenBucket,
-            limit,
-            period,
-            burst: limit,
-            delay: 0,
-            nodelay: false,
-        };
-        let request = LimitRequest {
-            key,
-            params: &params,
-            cost: 1,
-            budget: None,
-        };
-        let decisions = limiter.shared_store().acquire(&[request]).await?;
-        Ok(decisions.first().is_some_and(|decision| decision.allowed))
+        take_one_token(limiter.shared_store().as_ref(), key, limit, period).await
     }
 
     /// Follows the ticker's listings of every room in the store (twice a second, on every
@@ -486,4 +457,30 @@ pub fn key_matches(hashes: &[KeyHash], presented: &str) -> bool {
     hashes.iter().fold(false, |found, hash| {
         found | bool::from(hash.0.ct_eq(&digest))
     })
+}
+
+/// Takes one token from the bucket of `limit` per `period` (as many in a burst) under `key` in
+/// `store`: `true` when there was one.
+async fn take_one_token(
+    store: &dyn LimitStore,
+    key: &str,
+    limit: u64,
+    period: Duration,
+) -> Result<bool, LimitStoreError> {
+    let params = LimitParams {
+        algorithm: Algorithm::TokenBucket,
+        limit,
+        period,
+        burst: limit,
+        delay: 0,
+        nodelay: false,
+    };
+    let request = LimitRequest {
+        key,
+        params: &params,
+        cost: 1,
+        budget: None,
+    };
+    let decisions = store.acquire(&[request]).await?;
+    Ok(decisions.first().is_some_and(|decision| decision.allowed))
 }

@@ -191,7 +191,17 @@ impl JoinQueues {
         deadline: Instant,
         sender: impl FnOnce() -> Sender,
     ) -> JoinOutcome {
-        let mut pending = self.enqueue(room, ticket, args, deadline, sender);
+        let (reply, receiver) = oneshot::channel();
+        let claim = Arc::new(Claim::default());
+        let join = QueuedJoin {
+            ticket,
+            args,
+            deadline,
+            claim: claim.clone(),
+            reply,
+        };
+        self.enqueue(room, join, sender);
+        let mut pending = PendingJoin { claim, receiver };
         let left = deadline.saturating_duration_since(Instant::now());
         let waited = bounded(left, "join", async { Ok((&mut pending.receiver).await) }).await;
         let timed_out = match waited {
@@ -214,23 +224,8 @@ impl JoinQueues {
         })
     }
 
-    fn enqueue(
-        &self,
-        room: &RoomId,
-        ticket: String,
-        args: Vec<String>,
-        deadline: Instant,
-        sender: impl FnOnce() -> Sender,
-    ) -> PendingJoin {
-        let (reply, receiver) = oneshot::channel();
-        let claim = Arc::new(Claim::default());
-        let join = QueuedJoin {
-            ticket,
-            args,
-            deadline,
-            claim: claim.clone(),
-            reply,
-        };
+    /// Queues `join` for `room`, making the room's sending task (by `sender`) when none runs.
+    fn enqueue(&self, room: &RoomId, join: QueuedJoin, sender: impl FnOnce() -> Sender) {
         let mut rooms = self.rooms.lock();
         match rooms.entry(room.clone()) {
             MapEntry::Occupied(mut queue) => {
@@ -249,7 +244,6 @@ impl JoinQueues {
                 tokio::spawn(self.clone().send_all(room.clone(), sender(), full_batch));
             }
         }
-        PendingJoin { claim, receiver }
     }
 
     /// What `room`'s task does next, with `in_flight` calls out and the last one having taken
