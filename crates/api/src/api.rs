@@ -22,7 +22,7 @@ use anteroom_core::config::format_time;
 use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, WaitingView};
 use anteroom_core::eta::{ConfiguredPace, Estimate, next_poll_ms, with_configured_fallback};
 use anteroom_core::room::{Mode, RoomConfig};
-use anteroom_core::{RoomId, SessionId, TicketId};
+use anteroom_core::{RoomId, TicketId};
 use anteroom_token::PassClaims;
 
 use crate::AppState;
@@ -30,7 +30,7 @@ use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX};
 use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk};
 use crate::status_json::{EtaBasisName, StatusBody, TicketState};
-use crate::ticket_request::{TicketQuery, held_ticket, parse_room, ticket_query};
+use crate::ticket_request::{TicketQuery, held_ticket, parse_room, parse_session, ticket_query};
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
@@ -339,13 +339,7 @@ async fn end_session(
 ) -> Result<Response, ApiError> {
     app.require_service_key(&headers)?;
     let room = parse_room(&room)?;
-    let session: SessionId = session.parse().map_err(|_| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "session_not_found",
-            "no such session in this room",
-        )
-    })?;
+    let session = parse_session(&session)?;
     let ended = app
         .store()
         .end_session(&room, session, reason)

@@ -59,4 +59,5 @@ pub use sse_hub::SseHub;
 pub use state::{AppState, NodeOptions, PublicSettings, key_matches};
 pub use store_failure::{StoreErrorCounts, StoreFailures};
 pub use ticker::run_ticker;
+pub use ticket_request::{parse_room, parse_session};
 pub use webhook_client::{WebhookClient, WebhookClientError, webhook_client};

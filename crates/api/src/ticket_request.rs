@@ -4,11 +4,11 @@
 
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use serde::Deserialize;
 
 use anteroom_core::engine::TicketRef;
-use anteroom_core::{RoomId, TicketId};
+use anteroom_core::{RoomId, SessionId, TicketId};
 use anteroom_token::TicketClaims;
 
 use crate::cookies::{TICKET_COOKIE_PREFIX, read_room_cookie};
@@ -28,8 +28,21 @@ pub(crate) fn ticket_query(
         .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
 }
 
-pub(crate) fn parse_room(text: &str) -> Result<RoomId, ApiError> {
+/// A room id from a request's path; one that cannot exist is simply not found.
+pub fn parse_room(text: &str) -> Result<RoomId, ApiError> {
     RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
+}
+
+/// A session id from a request's path; one that cannot exist is simply not found, like one the
+/// room does not know.
+pub fn parse_session(text: &str) -> Result<SessionId, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            "no such session in this room",
+        )
+    })
 }
 
 /// The header a client sends its ticket token in.

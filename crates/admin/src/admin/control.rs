@@ -21,7 +21,10 @@ use anteroom_core::room::Mode;
 
 use super::auth::WriteAccess;
 use super::conditional::{IfMatch, RoomTag, update_room};
-use super::{AdminState, parse_room, sign_pass};
+use anteroom_api::api::sign_pass;
+use anteroom_api::parse_room;
+
+use super::AdminState;
 use crate::admin_event::AdminEvent;
 use anteroom_api::error::ApiError;
 use anteroom_api::problem_answers;

@@ -28,15 +28,11 @@ pub(crate) mod stats;
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
-
 use anteroom_core::config::KeyHash;
-use anteroom_core::engine::Session;
 use anteroom_core::{RoomId, Timestamp};
-use anteroom_token::{PassClaims, SigningAlgorithm};
+use anteroom_token::SigningAlgorithm;
 
 use anteroom_api::AppState;
-use anteroom_api::error::ApiError;
 
 use crate::admin_event::AdminEvent;
 
@@ -191,34 +187,4 @@ impl AdminState {
     fn now(&self) -> Timestamp {
         self.app.now()
     }
-}
-
-/// A room id from the path; one that cannot exist is simply not found.
-fn parse_room(text: &str) -> Result<RoomId, ApiError> {
-    RoomId::new(text).map_err(|_| ApiError::room_not_found(text))
-}
-
-/// Signs the pass of a session, as the public API does for an admitted ticket.
-fn sign_pass(app: &AppState, room: &RoomId, session: &Session) -> Result<String, ApiError> {
-    let claims = PassClaims {
-        iss: app.settings().issuer.clone(),
-        aud: room.to_string(),
-        sub: session.id.to_string(),
-        jti: session.id.to_string(),
-        iat: session.renewed_at.as_secs(),
-        nbf: session.issued_at.as_secs(),
-        exp: session.expires_at.as_secs(),
-        pos: session.position,
-        r#gen: session.generation,
-        uid: session.uid.clone(),
-        scope: anteroom_token::PASS_SCOPE.to_owned(),
-    };
-    app.keys().sign_pass(&claims).map_err(|error| {
-        tracing::error!(%error, "cannot sign a pass");
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the pass could not be issued",
-        )
-    })
 }

@@ -10,14 +10,14 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 
-use anteroom_core::SessionId;
 use anteroom_core::engine::SessionEnd;
 
 use super::auth::WriteAccess;
 use super::stats::SessionItem;
-use super::{AdminState, parse_room};
+use anteroom_api::{parse_room, parse_session};
+
+use super::AdminState;
 use anteroom_api::error::ApiError;
 use anteroom_api::problem_answers;
 
@@ -41,14 +41,7 @@ pub(crate) async fn revoke_session(
     Path((room, session)): Path<(String, String)>,
 ) -> Result<Json<SessionItem>, ApiError> {
     let id = parse_room(&room)?;
-    // An id that cannot exist is simply not found, like one the room does not know.
-    let session: SessionId = session.parse().map_err(|_| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "session_not_found",
-            "no such session in this room",
-        )
-    })?;
+    let session = parse_session(&session)?;
     let ended = admin
         .app()
         .store()

@@ -27,7 +27,9 @@ use super::conditional::{IfMatch, RoomTag, precondition_failed, update_room};
 use super::room_body::{
     AdaptiveBody, ChallengeBody, EventBody, IdentityJwtBody, PriorityBody, RoomBody, RoomList,
 };
-use super::{AdminState, parse_room};
+use anteroom_api::parse_room;
+
+use super::AdminState;
 use crate::admin_event::AdminEvent;
 use anteroom_api::error::ApiError;
 use anteroom_api::problem_answers;

@@ -18,7 +18,9 @@ use anteroom_store::{SessionFilter as StoreFilter, SessionQuery};
 
 use super::auth::ReadAccess;
 use super::history::HISTORY_SECONDS;
-use super::{AdminState, parse_room};
+use anteroom_api::parse_room;
+
+use super::AdminState;
 use anteroom_api::error::ApiError;
 use anteroom_api::problem_answers;
 use anteroom_core::config::format_time;
