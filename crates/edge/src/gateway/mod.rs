@@ -313,7 +313,7 @@ impl Gateway {
             Err(held_back) => return held_back,
         };
         // Measure only what reaches the upstream, per route.
-        let measuring = upstream_stats::Measuring::start(route);
+        let measuring = upstream_stats::Measuring::start(&route.stats);
         // The reverse proxy (and WebSocket upgrades) at the bottom.
         let request = Request::from_parts(parts, body);
         let LetThrough {
