@@ -190,7 +190,7 @@ const CHILD_CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "core ratelimit::algorithms: algorithms.rs, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket",
     "core engine: held, mod.rs",
     "core config: config.rs, connection_limits, env, events, gateway, log, rate_limit, room, room_identity, room_oidc, sections, span_export, ticker_intervals, tls, tree, verify",
-    "edge gateway: connection_cap, limits, live, mod.rs, protect, proxy, upstream_client, verify, websocket",
+    "edge gateway: limits, live, mod.rs, protect, proxy, verify, websocket",
     "store redis_store: connection, join_batch, outbox, redis_store.rs, server_clock",
     "store redb_store: checkpoint, outbox, redb_store.rs",
     "store persisted: binary, persisted.rs",

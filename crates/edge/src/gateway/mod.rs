@@ -34,6 +34,7 @@
 mod access;
 mod canonical;
 mod connection_cap;
+mod forwarding;
 mod layer;
 mod limits;
 mod live;
