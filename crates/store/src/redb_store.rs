@@ -39,12 +39,12 @@
 mod checkpoint;
 mod completion;
 mod outbox;
+mod tables;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
 mod wal;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -54,28 +54,16 @@ use std::time::{Duration, Instant};
 
 use anteroom_core::engine::{ChangeSet, RoomState, Session};
 use anteroom_core::{Clock, RoomId};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::StoreError;
 use crate::engine_host::{EngineHost, PendingWrite, Persister, delegate_room_store};
 use crate::persisted;
 use checkpoint::Dirty;
 use completion::Completion;
+use tables::{CONFIGS, EVENT_ACKS, EVENTS, RecentEvents, SESSIONS, STATES, TICKETS};
+use tables::{record_key, room_range};
 use wal::{Segment, Write};
-
-const CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("room_configs");
-const STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("room_states");
-const TICKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("tickets");
-const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
-/// Events for the sinks by sequence (`outbox.rs`).
-const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
-/// Each sink's highest delivered event sequence.
-const EVENT_ACKS: TableDefinition<&str, u64> = TableDefinition::new("event_acks");
-
-/// Events that are durable in the log but not yet checkpointed into [`EVENTS`], by sequence:
-/// the log writer adds them once their frame is synced, the checkpoint thread drops them once
-/// redb holds them.
-type RecentEvents = Arc<parking_lot::Mutex<BTreeMap<u64, Vec<u8>>>>;
 
 /// The memory redb may use for its page cache (its own default is 1 GiB). Rooms live in
 /// memory and redb is read only at opening and for history, so its cache mostly held the
@@ -789,21 +777,4 @@ fn load_rooms(
         rooms.push(restored);
     }
     Ok(rooms)
-}
-
-/// `room id, 0x00, record id`: the records of one room are one contiguous key range.
-fn record_key(room: &RoomId, id: &[u8; 16]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(room.as_str().len() + 17);
-    key.extend_from_slice(room.as_str().as_bytes());
-    key.push(0);
-    key.extend_from_slice(id);
-    key
-}
-
-fn room_range(room: &RoomId) -> (Vec<u8>, Vec<u8>) {
-    let mut start = room.as_str().as_bytes().to_vec();
-    let mut end = start.clone();
-    start.push(0);
-    end.push(1);
-    (start, end)
 }
