@@ -61,6 +61,7 @@ mod codes;
 pub(crate) mod connection;
 mod join_batch;
 mod key_entries;
+mod node_keys;
 mod outbox;
 mod records;
 mod scripts;
@@ -92,17 +93,13 @@ use crate::{
     SessionQuery, StoreError,
 };
 use connection::{Client, Connection};
+use node_keys::{outbox_rooms_key, rooms_key};
 use records::{Answer, MalformedAnswer, Refusal, encode_text};
 use scripts::SCRIPTS;
 
+pub(crate) use connection::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
 pub use key_entries::{KeyEntries, RedisKeyEntries};
 pub use outbox::RedisOutbox;
-
-/// How long a store call may take by default, connecting included.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The key prefix by default: keys are `anteroom:{<room>}:…`.
-pub(crate) const DEFAULT_KEY_PREFIX: &str = "anteroom";
 
 /// Admission bucket units per token (`anteroom_core::engine::AdmissionBucket`).
 const UNITS_PER_TOKEN: u64 = 60_000;
@@ -144,16 +141,6 @@ const ROOM_KEY_PARTS: [&str; 15] = [
     "outbox",
     "outbox_seq",
 ];
-
-/// The set of listed rooms.
-pub(crate) fn rooms_key(prefix: &str) -> String {
-    format!("{prefix}:rooms")
-}
-
-/// The set of rooms whose event partition may hold events (`outbox.rs`).
-pub(crate) fn outbox_rooms_key(prefix: &str) -> String {
-    format!("{prefix}:outbox-rooms")
-}
 
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
