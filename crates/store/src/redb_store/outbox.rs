@@ -19,7 +19,8 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::tables::{EVENT_ACKS, EVENTS, RecentEvents};
-use super::{EngineHost, RedbWriter, checkpoint};
+use super::writer::RedbWriter;
+use super::{EngineHost, checkpoint};
 use crate::engine_host::Persister;
 use crate::outbox::delivered_by_all;
 use crate::{EventOutbox, OutboxEntry, OutboxLimits, StoreError};
