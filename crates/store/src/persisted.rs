@@ -23,24 +23,10 @@ use std::collections::BTreeMap;
 
 mod binary;
 pub(crate) mod fields;
+mod record;
 
-/// Why a stored record could not be read.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DecodeError {
-    #[error("malformed record: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("malformed record: {0}")]
-    Binary(&'static str),
-    #[error("unsupported record version {0}")]
-    Version(u8),
-    #[error("invalid stored value: {0}")]
-    Invalid(String),
-}
-
-/// The JSON record version (read only).
-const JSON_VERSION: u8 = 1;
-/// The binary record version, the first byte of every record written now.
-const BINARY_VERSION: u8 = 2;
+pub(crate) use record::DecodeError;
+use record::{BINARY_VERSION, JSON_VERSION};
 
 /// What a version 1 record of one kind holds: its fields' names, frozen (a field added since
 /// is in no version 1 record, so the reader leaves it blank rather than refuse every old

@@ -61,8 +61,10 @@ mod codes;
 pub(crate) mod connection;
 mod join_batch;
 mod key_entries;
+mod node_keys;
 mod outbox;
 mod records;
+mod room_call;
 mod scripts;
 mod server_clock;
 mod subscriber;
@@ -76,11 +78,10 @@ use anteroom_core::engine::{
     Entry, JoinRequest, MAX_IDENTITY_LEN, MAX_RETURN_PATH_LEN, RoomSnapshot, Session, SessionEnd,
     TickReport, TicketRef,
 };
-use anteroom_core::lottery::{Seed, seed_to_hex};
-use anteroom_core::room::{DEFAULT_HISTORY_RETENTION, RoomConfig, Schedule, priority_code_hash};
+use anteroom_core::lottery::seed_to_hex;
+use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
-use rand::Rng;
 use rand::rngs::OsRng;
 use redis::Script;
 use tokio::sync::OnceCell;
@@ -92,23 +93,18 @@ use crate::{
     SessionQuery, StoreError,
 };
 use connection::{Client, Connection};
-use records::{Answer, MalformedAnswer, Refusal, encode_text};
+use node_keys::{outbox_rooms_key, rooms_key};
+use records::{Answer, Refusal, encode_text};
+use room_call::{MAX_SCRIPT_MILLIS, RoomCall, RoomPrelude};
+use room_call::{admission_seed, lottery_seed, malformed, millis, safe_number};
 use scripts::SCRIPTS;
 
+pub(crate) use connection::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
 pub use key_entries::{KeyEntries, RedisKeyEntries};
 pub use outbox::RedisOutbox;
 
-/// How long a store call may take by default, connecting included.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The key prefix by default: keys are `anteroom:{<room>}:…`.
-pub(crate) const DEFAULT_KEY_PREFIX: &str = "anteroom";
-
 /// Admission bucket units per token (`anteroom_core::engine::AdmissionBucket`).
 const UNITS_PER_TOKEN: u64 = 60_000;
-
-/// The largest duration handed to a script, so that time plus duration stays below 2^53.
-const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
 
 /// Takes the lease `KEYS[1]` for `ARGV[1]` for `ARGV[2]` ms when nobody else holds it, or
 /// extends it for its holder; 1 when `ARGV[1]` holds it after the call.
@@ -144,16 +140,6 @@ const ROOM_KEY_PARTS: [&str; 15] = [
     "outbox",
     "outbox_seq",
 ];
-
-/// The set of listed rooms.
-pub(crate) fn rooms_key(prefix: &str) -> String {
-    format!("{prefix}:rooms")
-}
-
-/// The set of rooms whose event partition may hold events (`outbox.rs`).
-pub(crate) fn outbox_rooms_key(prefix: &str) -> String {
-    format!("{prefix}:outbox-rooms")
-}
 
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -443,110 +429,6 @@ impl RedisStore {
             })
             .transpose()
     }
-}
-
-/// A room's keys and the prelude's arguments (`room.lua`), owned, so that a task of its own
-/// (a join batch, `join_batch.rs`) can make the room's calls.
-#[derive(Clone)]
-struct RoomPrelude {
-    room: RoomId,
-    keys: Vec<String>,
-    channel: String,
-    clock: Option<Arc<dyn Clock>>,
-    /// Read at each call: events switched on reach a room's calls from then on, also those of
-    /// a join batch that was started before.
-    outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
-}
-
-impl RoomPrelude {
-    /// A call of `script` with the prelude's arguments (the time taken now), then `args`.
-    fn call(&self, name: &'static str, script: &'static Script, args: Vec<String>) -> RoomCall {
-        let now = match &self.clock {
-            Some(clock) => clock.now().as_millis().to_string(),
-            None => String::new(),
-        };
-        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
-        let events = match self.outbox.get() {
-            Some(outbox) => format!(
-                "{}|{}|{}",
-                outbox.limits().max_entries,
-                crate::visitor_events::random_prefix(),
-                self.room
-            ),
-            None => String::new(),
-        };
-        let mut all_args = vec![
-            now,
-            self.channel.clone(),
-            // For a room stored before it had its own `history_retention`.
-            duration_millis(DEFAULT_HISTORY_RETENTION).to_string(),
-            events,
-        ];
-        all_args.extend(args);
-        RoomCall {
-            name,
-            script,
-            keys: self.keys.clone(),
-            args: all_args,
-        }
-    }
-}
-
-/// One room script's call, owned, so that it can also run from a task of its own.
-struct RoomCall {
-    name: &'static str,
-    script: &'static Script,
-    keys: Vec<String>,
-    args: Vec<String>,
-}
-
-impl RoomCall {
-    async fn run(&self, connection: &Connection) -> Result<Result<Answer, Refusal>, StoreError> {
-        let fields: Vec<String> = self.reply(connection).await?;
-        Answer::new(fields).map_err(|error| malformed(self.name, error))
-    }
-
-    /// Runs the script and reads its reply as a `T`.
-    async fn reply<T: redis::FromRedisValue>(
-        &self,
-        connection: &Connection,
-    ) -> Result<T, StoreError> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key);
-        }
-        for arg in &self.args {
-            invocation.arg(arg);
-        }
-        connection.eval(&invocation).await.map_err(|error| {
-            StoreError::backend(format!("redis script {} failed", self.name), error)
-        })
-    }
-}
-
-fn malformed(name: &str, error: MalformedAnswer) -> StoreError {
-    StoreError::backend(format!("redis script {name} answered badly"), error)
-}
-
-fn millis(duration: Duration) -> String {
-    duration_millis(duration).min(MAX_SCRIPT_MILLIS).to_string()
-}
-
-fn safe_number(number: u64) -> String {
-    number.min(MAX_SCRIPT_MILLIS).to_string()
-}
-
-/// A seed for random-order admissions, within what Lua's `math.randomseed` takes.
-fn admission_seed() -> String {
-    OsRng.gen_range(0..i32::MAX).to_string()
-}
-
-/// A seed for a pre-queue lottery the operation may find due (SPEC §5.3), from the OS's
-/// CSPRNG; the script records it with the draw.
-fn lottery_seed() -> String {
-    let mut seed: Seed = [0; 32];
-    OsRng.fill(&mut seed);
-    seed_to_hex(&seed)
 }
 
 /// A room's schedule as the scripts read it (`room.lua`): events joined by `;`, each

@@ -79,7 +79,7 @@ impl RateLimitLayer {
         Ok(RateLimiter::new(rules, store)?.layer())
     }
 
-    pub(super) fn from_limiter(limiter: RateLimiter, route_rules: Vec<String>) -> RateLimitLayer {
+    fn from_limiter(limiter: RateLimiter, route_rules: Vec<String>) -> RateLimitLayer {
         RateLimitLayer {
             limiter,
             route_rules: route_rules.into(),
@@ -104,6 +104,25 @@ impl RateLimitLayer {
             }
             RateLimitVerdict::Allowed { headers } => Ok(headers),
         }
+    }
+}
+
+/// The layers are made here, beside the layer, so the limiter's module needs nothing of it.
+impl RateLimiter {
+    /// A tower layer applying the rules to every request.
+    pub fn layer(&self) -> RateLimitLayer {
+        RateLimitLayer::from_limiter(self.clone(), Vec::new())
+    }
+
+    /// A tower layer for one route: like [`layer`](Self::layer), and also applying the
+    /// route-only rules (rules without `match`) named in `rule_names`.
+    pub fn route_layer<I, N>(&self, rule_names: I) -> RateLimitLayer
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<String>,
+    {
+        let names = rule_names.into_iter().map(Into::into).collect();
+        RateLimitLayer::from_limiter(self.clone(), names)
     }
 }
 

@@ -258,22 +258,6 @@ impl RateLimiter {
             .unwrap_or_else(|| self.shared.local.clone())
     }
 
-    /// A tower layer applying the rules to every request.
-    pub fn layer(&self) -> RateLimitLayer {
-        RateLimitLayer::from_limiter(self.clone(), Vec::new())
-    }
-
-    /// A tower layer for one route: like [`layer`](Self::layer), and also applying the
-    /// route-only rules (rules without `match`) named in `rule_names`.
-    pub fn route_layer<I, N>(&self, rule_names: I) -> RateLimitLayer
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        let names = rule_names.into_iter().map(Into::into).collect();
-        RateLimitLayer::from_limiter(self.clone(), names)
-    }
-
     /// The installed rules.
     pub fn rules(&self) -> Vec<RateLimitRule> {
         self.current().rules.clone()

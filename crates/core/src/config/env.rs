@@ -3,8 +3,8 @@
 
 use toml::de::DeValue;
 
+use super::top_level::{RATE_LIMIT_SECTION, ROOM_SECTION, TOP_LEVEL_KEYS};
 use super::tree::{Item, Origin, Problems, Table, Value, closest};
-use super::{RATE_LIMIT_SECTION, ROOM_SECTION, TOP_LEVEL_KEYS};
 
 const PREFIX: &str = "ANTEROOM_";
 

@@ -707,14 +707,6 @@ fn parse_choice<T>(
     parsed
 }
 
-/// An HTTP header name is a non-empty token (RFC 9110 §5.6.2).
-pub(super) fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 /// One `[[room]]` entry read from the tree, with where each field was written.
 struct RoomSource {
     raw: RawRoom,

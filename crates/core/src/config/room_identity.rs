@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::raw_keys::raw_keys;
-use super::room::is_header_name;
 use super::tree::{Origin, Problems, Table};
 use crate::room::{Identity, SiteJwt, SiteKeys, TokenLocation};
 
@@ -283,6 +282,14 @@ pub(super) fn read_identity_jwt(
         }
     }
     raw
+}
+
+/// An HTTP header name is a non-empty token (RFC 9110 §5.6.2).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]

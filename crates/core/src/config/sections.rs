@@ -4,11 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::tree::{Entry, Origin, Problems, Table, Value, closest};
-use super::{
-    AuthConfig, Cidr, HttpEngine, KeyHash, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS,
-    ServerConfig, SharedKeysConfig, SseLimits, StoreConfig,
+use super::node_sections::{
+    AuthConfig, HttpEngine, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
+    SharedKeysConfig, SseLimits, StoreConfig,
 };
+use super::tree::{Entry, Origin, Problems, Table, Value, closest};
+use super::{Cidr, KeyHash};
 use crate::duration::parse_duration;
 
 const SERVER_KEYS: &[&str] = &[

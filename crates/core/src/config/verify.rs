@@ -4,7 +4,6 @@
 //! the header the proxy does not set and name another path; here each proxy has exactly one
 //! header per fact, and the shipped snippets overwrite or strip it.
 
-use super::VerifyConfig;
 use super::tree::{Entry, Problems};
 
 const VERIFY_KEYS: &[&str] = &["proxy", "uri_header", "method_header", "host_header"];
@@ -128,4 +127,18 @@ fn header_name(entry: Option<&Entry>, problems: &mut Problems) -> Option<String>
         return None;
     }
     Some(name)
+}
+
+/// `[verify]` (SPEC §14.1): the one set of headers the verify endpoint reads the visitor's
+/// request from (see [`VerifyProxy::headers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// The preset the headers came from (explicit header names may replace its own).
+    pub proxy: VerifyProxy,
+    /// Where the visitor's URI is.
+    pub uri: OriginalUri,
+    /// The header with the visitor's method (lower case); `None`: the request's own method.
+    pub method_header: Option<String>,
+    /// The header with the visitor's host (lower case); `None`, or when it is absent: `Host`.
+    pub host_header: Option<String>,
 }

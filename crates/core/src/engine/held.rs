@@ -10,7 +10,7 @@
 use crate::clock::Timestamp;
 use crate::ids::TicketId;
 
-use super::{Ticket, TicketState};
+use super::ticket::{Ticket, TicketState};
 
 /// One ticket as its room holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

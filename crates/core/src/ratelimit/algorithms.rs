@@ -61,10 +61,10 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
+mod decisions;
+
 #[cfg(test)]
 mod tests;
-
-use std::time::Duration;
 
 use super::{Algorithm, Decision, LimitParams};
 use crate::clock::duration_millis;
@@ -335,43 +335,5 @@ pub fn refund(
             gcra::refund(params, state, cost).map(LimitState::Gcra)
         }
         _ => Some(state.clone()),
-    }
-}
-
-/// `ceil(numerator / denominator)` for a positive denominator.
-pub(crate) fn ceil_div(numerator: u64, denominator: u64) -> u64 {
-    numerator.div_ceil(denominator)
-}
-
-/// An allowed decision.
-pub(crate) fn allowed(
-    params: &LimitParams,
-    remaining: u64,
-    reset_after_ms: u64,
-    delay_ms: u64,
-) -> Decision {
-    Decision {
-        allowed: true,
-        limit: params.limit,
-        remaining,
-        reset_after: Duration::from_millis(reset_after_ms),
-        retry_after: None,
-        delay: Duration::from_millis(delay_ms),
-    }
-}
-
-/// A rejection; `retry_after_ms: None` means the cost can never be allowed.
-pub(crate) fn rejected(
-    params: &LimitParams,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-) -> Decision {
-    Decision {
-        allowed: false,
-        limit: params.limit,
-        remaining: 0,
-        reset_after: Duration::from_millis(reset_after_ms),
-        retry_after: retry_after_ms.map(Duration::from_millis),
-        delay: Duration::ZERO,
     }
 }

@@ -30,11 +30,11 @@
 mod glob;
 mod key;
 mod matcher;
+mod request_view;
 
 #[cfg(test)]
 mod tests;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 pub use glob::{GlobError, PathGlob, normalize_path};
@@ -42,6 +42,7 @@ pub use key::{KeyPart, KeyPartError, MAX_KEY_PART_LEN};
 pub use matcher::{
     HeaderCondition, HostPattern, LazyHost, MatcherError, RequestMatcher, normalize_host,
 };
+pub use request_view::RequestView;
 
 use super::{Algorithm, LimitParams};
 
@@ -237,26 +238,6 @@ impl RateLimitRule {
     pub fn key_for(&self, request: &impl RequestView) -> Option<String> {
         key::build_key(&self.name, &self.key, self.ipv6_prefix, request)
     }
-}
-
-/// What a rule needs to know about a request. The HTTP layer implements it over a real
-/// request; tests implement it over plain data.
-pub trait RequestView {
-    /// The method, as sent (`GET`, `POST`, …).
-    fn method(&self) -> &str;
-    /// The host the request was sent to, normalised with [`normalize_host`]; `None` if absent.
-    fn host(&self) -> Option<&str>;
-    /// The path, normalised with [`normalize_path`].
-    fn path(&self) -> &str;
-    /// The first value of header `name` (given in lower case), if present.
-    fn header(&self, name: &str) -> Option<&str>;
-    /// The value of cookie `name`, if present.
-    fn cookie(&self, name: &str) -> Option<&str>;
-    /// The value of claim `name` of the request's verified token (the anteroom pass or the
-    /// site's own token), if the caller verified one.
-    fn claim(&self, name: &str) -> Option<&str>;
-    /// The client's address (see [`super::client_ip`]).
-    fn client_ip(&self) -> IpAddr;
 }
 
 /// A rule that applies to one request, with the request's key under it.

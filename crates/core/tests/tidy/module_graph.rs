@@ -1,4 +1,8 @@
-//! The graph of a crate's top-level modules, read from its source text, and the circles in it.
+//! The graph of a crate's top-level modules, and of the children of each module directory in
+//! it (`dir/x.rs` or `dir/x/`), read from its source text, and the circles in it. What follows
+//! is said of the crate root; for a directory, read `crate::dir::` for `crate::`, `super::`
+//! from a child (or `super::super::` from its child) for `super::` that climbs to the root, and
+//! `mod.rs` (or `dir.rs`) for the root, a node when it holds code.
 //!
 //! An arrow goes from top-level module A to top-level module B when code in A names
 //! `crate::B…`, or an item the crate root imports from B (`crate::Item` where the root has
@@ -13,21 +17,29 @@
 //! parse. What it does not see: a macro used by its textual scope (no path); a
 //! `#[macro_export]` macro named as `crate::name!` counts as the root's; `#[cfg(...)]`
 //! spellings other than `#[cfg(test)]`; `#[path]` attributes; `super::` inside an inline
-//! module is counted from the file.
+//! module is counted from the file; a directory's `mod.rs` importing through a
+//! `use crate::{dir::…}` group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// One source file: where it is (for messages) and its text.
+#[derive(Clone)]
 pub(super) struct SourceFile {
     pub(super) label: String,
     pub(super) text: String,
 }
 
-/// A crate as text: its root file and each top-level module's files (its own file and those of
-/// the modules declared under it).
+/// A module with children as text: the crate itself, or a directory module inside it. Its
+/// own file (the crate root, `dir/mod.rs` or `dir.rs`) and each child's files (its own file and
+/// those of the modules declared under it).
 pub(super) struct CrateSource {
+    /// The module's path from the crate root: empty for the crate, `["gateway"]` for
+    /// `src/gateway/`.
+    pub(super) path: Vec<String>,
     pub(super) root: SourceFile,
+    /// Where its children's files live, labelled like the files (`src`, `src/gateway`).
+    pub(super) children_dir: String,
     pub(super) modules: BTreeMap<String, Vec<SourceFile>>,
 }
 
@@ -41,89 +53,135 @@ pub(super) struct ModuleGraph {
 }
 
 impl CrateSource {
-    /// Reads the crate whose root file is `root` (`src/lib.rs` or `src/main.rs`): each module
-    /// the root declares, with the files of the modules declared under it (`#[cfg(test)]` ones
-    /// left out).
-    pub(super) fn read(root: &Path) -> CrateSource {
+    /// Reads the crate whose root file is `root` (`src/lib.rs` or `src/main.rs`): the crate
+    /// first, then every module in it that has children of its own (`#[cfg(test)]` ones left
+    /// out).
+    pub(super) fn read(root: &Path) -> Vec<CrateSource> {
         let source_dir = root.parent().expect("a root file has a directory");
-        let root = read_file(root);
-        let modules = declared_modules(&tokens(&root.text))
-            .into_iter()
-            .map(|name| {
-                let mut files = Vec::new();
-                read_module(source_dir, &name, &mut files);
-                (name, files)
-            })
-            .collect();
-        CrateSource { root, modules }
+        let mut sources = Vec::new();
+        read_tree(root, source_dir, Vec::new(), &mut sources);
+        sources.reverse();
+        sources
     }
 
-    /// The arrows between this crate's top-level modules (and its root, when that holds code).
+    /// The name of this module's own node: the crate root, or its file's name (`mod.rs`).
+    pub(super) fn root_node(&self) -> String {
+        if self.path.is_empty() {
+            return ROOT.to_string();
+        }
+        let label = Path::new(&self.root.label);
+        label
+            .file_name()
+            .map_or(ROOT.to_string(), |name| name.to_string_lossy().to_string())
+    }
+
+    /// Where this module is, for messages: the crate, or `gateway` inside it.
+    pub(super) fn name(&self) -> String {
+        self.path.join("::")
+    }
+
+    /// `name` in this module, as a path from the crate root: `crate::gateway::name`.
+    fn full_path(&self, name: &str) -> String {
+        let mut path = vec!["crate"];
+        path.extend(self.path.iter().map(String::as_str));
+        path.push(name);
+        path.join("::")
+    }
+
+    /// The arrows between this module's children (and its own file, when that holds code).
     pub(super) fn graph(&self) -> ModuleGraph {
         let root_tokens = tokens(&self.root.text);
-        let imports = root_imports(&root_tokens, &self.modules);
+        let imports = root_imports(&root_tokens, &self.modules, &self.path);
+        let root_node = self.root_node();
         let resolver = Resolver {
             modules: &self.modules,
             imports: &imports,
+            root_node: &root_node,
         };
         let mut graph = ModuleGraph::default();
         for (module, files) in &self.modules {
             for file in files {
-                let depth = module_depth(&file.label, &self.root.label);
-                for (line, name) in crate_path_heads(&tokens(&file.text), depth) {
+                let depth = module_depth(&file.label, &self.children_dir);
+                for (line, name) in module_path_heads(&tokens(&file.text), depth, &self.path) {
                     if let Some(target) = resolver.resolve(&name) {
-                        graph.add(
-                            module,
-                            target,
-                            format!("{}:{line} crate::{name}", file.label),
-                        );
+                        let shown = self.full_path(&name);
+                        graph.add(module, target, format!("{}:{line} {shown}", file.label));
                     }
                 }
             }
         }
         if let Some(body) = root_body(&root_tokens) {
-            for (line, name, target) in resolver.root_body_arrows(&body) {
-                graph.add(ROOT, &target, format!("{}:{line} {name}", self.root.label));
+            for (line, name, target) in resolver.root_body_arrows(&body, &self.path) {
+                graph.add(
+                    &root_node,
+                    &target,
+                    format!("{}:{line} {name}", self.root.label),
+                );
             }
         }
         graph
     }
 }
 
-/// Reads module `name` declared by a file whose children live in `dir` (`name.rs`, or
-/// `name/mod.rs`), then the modules it declares in turn.
-fn read_module(dir: &Path, name: &str, files: &mut Vec<SourceFile>) {
-    let (path, children_dir) = match dir.join(format!("{name}.rs")) {
-        path if path.is_file() => (path, dir.join(name)),
-        _ => (dir.join(name).join("mod.rs"), dir.join(name)),
-    };
-    let file = read_file(&path);
-    let children = declared_modules(&tokens(&file.text));
-    files.push(file);
-    for child in children {
-        read_module(&children_dir, &child, files);
+/// Reads the module whose file is `path` and whose children live in `children_dir`, then
+/// the modules it declares in turn; pushes a source for each module that has children, and
+/// returns this module's files.
+fn read_tree(
+    path: &Path,
+    children_dir: &Path,
+    module_path: Vec<String>,
+    sources: &mut Vec<CrateSource>,
+) -> Vec<SourceFile> {
+    let root = read_file(path);
+    let mut files = vec![root.clone()];
+    let mut modules = BTreeMap::new();
+    for name in declared_modules(&tokens(&root.text)) {
+        let (child_path, child_dir) = match children_dir.join(format!("{name}.rs")) {
+            path if path.is_file() => (path, children_dir.join(&name)),
+            _ => (
+                children_dir.join(&name).join("mod.rs"),
+                children_dir.join(&name),
+            ),
+        };
+        let mut child_module_path = module_path.clone();
+        child_module_path.push(name.clone());
+        let child_files = read_tree(&child_path, &child_dir, child_module_path, sources);
+        files.extend(child_files.iter().cloned());
+        modules.insert(name, child_files);
     }
+    if !modules.is_empty() {
+        sources.push(CrateSource {
+            path: module_path,
+            root,
+            children_dir: label(children_dir),
+            modules,
+        });
+    }
+    files
+}
+
+/// A path as a label: from the workspace root.
+fn label(path: &Path) -> String {
+    let workspace = super::workspace_root();
+    path.strip_prefix(&workspace)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 /// A file, labelled by its path from the workspace root.
 fn read_file(path: &Path) -> SourceFile {
-    let workspace = super::workspace_root();
     SourceFile {
-        label: path
-            .strip_prefix(&workspace)
-            .unwrap_or(path)
-            .display()
-            .to_string(),
+        label: label(path),
         text: std::fs::read_to_string(path).expect("a source file is readable"),
     }
 }
 
-/// How many `super::` climb from this file to the crate root: 1 for `src/a.rs` and
-/// `src/a/mod.rs`, 2 for `src/a/b.rs`.
-fn module_depth(file: &str, root: &str) -> usize {
-    let source_dir = Path::new(root).parent().unwrap_or(Path::new(""));
+/// How many `super::` climb from this file to the module whose children live in
+/// `children_dir`: 1 for `dir/a.rs` and `dir/a/mod.rs`, 2 for `dir/a/b.rs`.
+fn module_depth(file: &str, children_dir: &str) -> usize {
     let relative = Path::new(file)
-        .strip_prefix(source_dir)
+        .strip_prefix(children_dir)
         .unwrap_or(Path::new(file));
     let components = relative.components().count();
     if relative.file_name().is_some_and(|name| name == "mod.rs") {
@@ -203,17 +261,19 @@ impl ModuleGraph {
     }
 }
 
-/// Resolves a name at the crate root to the node it belongs to.
+/// Resolves a name in a module with children (the crate root, or a directory module) to the
+/// node it belongs to.
 struct Resolver<'a> {
     modules: &'a BTreeMap<String, Vec<SourceFile>>,
     imports: &'a BTreeMap<String, Origin>,
+    root_node: &'a str,
 }
 
 /// Where a name the root imports comes from.
 enum Origin {
-    /// One of the crate's own top-level modules.
+    /// One of the module's own children.
     Module(String),
-    /// Another crate: naming it through the root depends on that crate, not on the root.
+    /// Another crate or module: naming it through the root depends on that, not on the root.
     Outside,
 }
 
@@ -227,22 +287,20 @@ impl Resolver<'_> {
         match self.imports.get(name) {
             Some(Origin::Module(module)) => Some(module),
             Some(Origin::Outside) => None,
-            None => Some(ROOT),
+            None => Some(self.root_node),
         }
     }
 
     /// Arrows drawn by the root's own code: `module::…` paths and names it imported from a
     /// module.
-    fn root_body_arrows(&self, body: &[Token]) -> Vec<(usize, String, String)> {
+    fn root_body_arrows(&self, body: &[Token], path: &[String]) -> Vec<(usize, String, String)> {
         let mut arrows = Vec::new();
         for (index, token) in body.iter().enumerate() {
             let Token::Ident(name, line) = token else {
                 continue;
             };
             let after_path = index > 0 && body[index - 1] == Token::Colons;
-            let rooted = index > 1
-                && after_path
-                && matches!(&body[index - 2], Token::Ident(head, _) if head == "crate" || head == "self");
+            let rooted = after_path && names_this_module(&body[..index - 1], path);
             if after_path && !rooted {
                 continue;
             }
@@ -488,22 +546,23 @@ fn declared_modules(tokens: &[Token]) -> Vec<String> {
         .collect()
 }
 
-/// The first segment of every path that starts at the crate root (`crate::`, or `super::`
-/// climbing `depth` levels), with its line: `crate::a::B` gives `a`, `crate::{a::B, C}` gives
-/// `a` and `C`.
-fn crate_path_heads(tokens: &[Token], depth: usize) -> Vec<(usize, String)> {
+/// The first segment below the module at `path` of every path that reaches it (`crate::`
+/// then `path`, or `super::` climbing `depth` levels), with its line: at the crate root,
+/// `crate::a::B` gives `a` and `crate::{a::B, C}` gives `a` and `C`; in `gateway`,
+/// `crate::gateway::a::B` and `crate::{gateway::a::B}` give `a`.
+fn module_path_heads(tokens: &[Token], depth: usize, path: &[String]) -> Vec<(usize, String)> {
     let mut heads = Vec::new();
     let mut index = 0;
     while index < tokens.len() {
         let after_path = index > 0 && tokens[index - 1] == Token::Colons;
-        let climbed = if is_ident(tokens.get(index), "crate") {
-            Some(index + 1)
+        let (climbed, below) = if is_ident(tokens.get(index), "crate") {
+            (Some(index + 1), path)
         } else {
-            supers_to_root(tokens, index, depth)
+            (supers_to_root(tokens, index, depth), &[][..])
         };
         match climbed {
             Some(next) if !after_path && tokens.get(next) == Some(&Token::Colons) => {
-                let (tree_heads, end) = tree_heads(tokens, next + 1);
+                let (tree_heads, end) = heads_below(tokens, next + 1, below);
                 heads.extend(tree_heads);
                 index = end;
             }
@@ -527,6 +586,54 @@ fn supers_to_root(tokens: &[Token], index: usize, depth: usize) -> Option<usize>
         }
     }
     (depth > 0 && !is_ident(tokens.get(at + 1), "super")).then_some(at)
+}
+
+/// The heads below `path` of the use tree (or path) starting at `start`, and where it ends.
+fn heads_below(tokens: &[Token], start: usize, path: &[String]) -> (Vec<(usize, String)>, usize) {
+    let Some((first, rest)) = path.split_first() else {
+        return tree_heads(tokens, start);
+    };
+    match tokens.get(start) {
+        Some(Token::Ident(name, _))
+            if name == first && tokens.get(start + 1) == Some(&Token::Colons) =>
+        {
+            heads_below(tokens, start + 2, rest)
+        }
+        Some(Token::Punct('{')) => {
+            let end = group_end(tokens, start);
+            let inner = &tokens[start + 1..end.saturating_sub(1).max(start + 1)];
+            let heads = top_level_elements(inner)
+                .iter()
+                .flat_map(|element| heads_below(element, 0, path).0)
+                .collect();
+            (heads, end)
+        }
+        _ => (Vec::new(), start + 1),
+    }
+}
+
+/// Whether `before` (the tokens before a name's `::`) ends with `self` or with `crate` and
+/// `path`, so the name after it is one of this module's.
+fn names_this_module(before: &[Token], path: &[String]) -> bool {
+    let mut expected: Vec<Token> = vec![Token::Ident("crate".to_string(), 0)];
+    for segment in path {
+        expected.push(Token::Colons);
+        expected.push(Token::Ident(segment.clone(), 0));
+    }
+    let same = |token: &Token, wanted: &Token| match (token, wanted) {
+        (Token::Ident(name, _), Token::Ident(want, _)) => name == want,
+        _ => token == wanted,
+    };
+    let ends_with = |suffix: &[Token]| {
+        before.len() >= suffix.len()
+            && before[before.len() - suffix.len()..]
+                .iter()
+                .zip(suffix)
+                .all(|(token, wanted)| same(token, wanted))
+            && (before.len() == suffix.len()
+                || before[before.len() - suffix.len() - 1] != Token::Colons)
+    };
+    ends_with(&[Token::Ident("self".to_string(), 0)]) || ends_with(&expected)
 }
 
 /// The heads of the use tree (or path) starting at `start`, and where it ends.
@@ -556,13 +663,15 @@ fn tree_heads(tokens: &[Token], start: usize) -> (Vec<(usize, String)>, usize) {
 fn root_imports(
     tokens: &[Token],
     modules: &BTreeMap<String, Vec<SourceFile>>,
+    path: &[String],
 ) -> BTreeMap<String, Origin> {
     let mut imports = BTreeMap::new();
     for (start, end) in use_statements(tokens) {
         let mut leaves = Vec::new();
-        use_leaves(&tokens[start + 1..end], None, &mut leaves);
+        let (tree, local) = below_module(&tokens[start + 1..end], path);
+        use_leaves(tree, None, &mut leaves);
         for (head, leaf) in leaves {
-            let origin = if modules.contains_key(&head) {
+            let origin = if local && modules.contains_key(&head) {
                 Origin::Module(head)
             } else {
                 Origin::Outside
@@ -571,6 +680,26 @@ fn root_imports(
         }
     }
     imports
+}
+
+/// A use tree with `crate::` and the module's `path` taken off its front, and whether it
+/// names something in this module (not when it starts at `crate::` but outside `path`).
+fn below_module<'t>(tree: &'t [Token], path: &[String]) -> (&'t [Token], bool) {
+    if path.is_empty() || !is_ident(tree.first(), "crate") {
+        return (tree, true);
+    }
+    let mut at = 1;
+    for segment in path {
+        let matches = tree.get(at) == Some(&Token::Colons) && is_ident(tree.get(at + 1), segment);
+        if !matches {
+            return (tree, false);
+        }
+        at += 2;
+    }
+    match tree.get(at) {
+        Some(Token::Colons) => (&tree[at + 1..], true),
+        _ => (tree, false),
+    }
 }
 
 /// The token ranges of the root's `use` declarations: from `use` to just before its `;`.
@@ -706,7 +835,9 @@ mod tests {
             text: text.to_string(),
         };
         CrateSource {
+            path: Vec::new(),
             root: file("src/lib.rs", root),
+            children_dir: "src".to_string(),
             modules: modules
                 .iter()
                 .map(|(name, text)| {
@@ -823,9 +954,11 @@ mod tests {
 
     #[test]
     fn super_climbing_to_the_root_counts_as_crate() {
-        assert_eq!(module_depth("src/a/b.rs", "src/lib.rs"), 2);
-        assert_eq!(module_depth("src/a/mod.rs", "src/lib.rs"), 1);
+        assert_eq!(module_depth("src/a/b.rs", "src"), 2);
+        assert_eq!(module_depth("src/a/mod.rs", "src"), 1);
         let crate_source = CrateSource {
+            path: Vec::new(),
+            children_dir: "src".to_string(),
             root: SourceFile {
                 label: "src/lib.rs".into(),
                 text: "mod a;\nmod b;\n".into(),
@@ -848,5 +981,104 @@ mod tests {
             ]),
         };
         assert_eq!(circles(&crate_source), [["a", "b"]]);
+    }
+
+    /// A made-up crate written to a fresh directory: `(path under it, text)` pairs.
+    fn nested_crate(name: &str, files: &[(&str, &str)]) -> Vec<CrateSource> {
+        let dir = std::env::temp_dir().join(format!("tidy-{name}-{}", std::process::id()));
+        for (path, text) in files {
+            let path = dir.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let sources = CrateSource::read(&dir.join("src/lib.rs"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        sources
+    }
+
+    #[test]
+    fn a_circle_between_a_directorys_children_is_found_with_what_draws_it() {
+        let sources = nested_crate(
+            "child-circle",
+            &[
+                ("src/lib.rs", "mod gate;\nmod other;\n"),
+                ("src/other.rs", "pub struct Free;\n"),
+                (
+                    "src/gate/mod.rs",
+                    "//! Docs.\nmod a;\nmod b;\npub use a::Ay;\nuse crate::other::Free;\n",
+                ),
+                ("src/gate/a.rs", "use super::b::Bee;\npub struct Ay;\n"),
+                (
+                    "src/gate/b.rs",
+                    "pub struct Bee(crate::gate::Ay, super::Free);\nmod deep;\n",
+                ),
+                (
+                    "src/gate/b/deep.rs",
+                    "use crate::{gate::{a::Ay}, other::Free};\n",
+                ),
+            ],
+        );
+        let names: Vec<String> = sources.iter().map(CrateSource::name).collect();
+        assert_eq!(names, ["", "gate", "gate::b"]);
+        let gate = &sources[1];
+        assert_eq!(gate.root_node(), "mod.rs");
+        let graph = gate.graph();
+        let arrows: Vec<_> = graph.arrows.keys().cloned().collect();
+        assert_eq!(
+            arrows,
+            [
+                ("a".to_string(), "b".to_string()),
+                ("b".to_string(), "a".to_string())
+            ]
+        );
+        let circles = graph.circles();
+        assert_eq!(circles.len(), 1);
+        let message = graph.describe(&circles[0]);
+        assert!(message.contains("circle: a, b\n"), "{message}");
+        assert!(message.contains("a.rs:1 crate::gate::b\n"), "{message}");
+        assert!(message.contains("b.rs:1 crate::gate::Ay\n"), "{message}");
+        assert!(message.contains("deep.rs:1 crate::gate::a\n"), "{message}");
+    }
+
+    #[test]
+    fn a_mod_rs_of_only_mods_and_uses_is_no_node_and_one_with_code_is() {
+        let only_declarations = nested_crate(
+            "declarations",
+            &[
+                ("src/lib.rs", "mod gate;\n"),
+                ("src/gate/mod.rs", "mod a;\nmod b;\npub use a::Ay;\n"),
+                ("src/gate/a.rs", "pub struct Ay;\n"),
+                ("src/gate/b.rs", "use super::Ay;\n"),
+            ],
+        );
+        let graph = only_declarations[1].graph();
+        assert!(
+            graph
+                .arrows
+                .keys()
+                .all(|(from, to)| from != "mod.rs" && to != "mod.rs")
+        );
+        assert!(graph.circles().is_empty());
+        let with_code = nested_crate(
+            "code",
+            &[
+                ("src/lib.rs", "mod gate;\n"),
+                (
+                    "src/gate/mod.rs",
+                    "mod a;\npub struct Shared;\nfn build() { a::run() }\n",
+                ),
+                (
+                    "src/gate/a.rs",
+                    "pub fn run() -> super::Shared { super::Shared }\n",
+                ),
+            ],
+        );
+        let graph = with_code[1].graph();
+        let found: Vec<Vec<String>> = graph
+            .circles()
+            .into_iter()
+            .map(|circle| circle.into_iter().collect())
+            .collect();
+        assert_eq!(found, [["a", "mod.rs"]]);
     }
 }

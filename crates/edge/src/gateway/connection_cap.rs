@@ -25,8 +25,6 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::upstream_client::UpstreamPool;
-
 /// The node's cap on connections to the origin.
 #[derive(Debug)]
 pub(crate) struct ConnectionCap {
@@ -36,7 +34,14 @@ pub(crate) struct ConnectionCap {
     /// Connections the engine's own client holds open, idle or in use.
     open: AtomicUsize,
     /// The own client's pools, whose idle connections can be closed for another thread.
-    pools: Mutex<Vec<Weak<UpstreamPool>>>,
+    pools: Mutex<Vec<Weak<dyn IdleConnections>>>,
+}
+
+/// A pool of the own client (`upstream_client.rs`) as the cap sees it: idle connections it
+/// can close to make room for another thread's request.
+pub(crate) trait IdleConnections: Send + Sync {
+    /// Closes the connection idle the longest; whether there was one.
+    fn close_oldest_idle(&self) -> bool;
 }
 
 /// No connection to the origin became free within the header timeout.
@@ -66,10 +71,11 @@ impl ConnectionCap {
     }
 
     /// Makes `pool`'s idle connections closable by requests of other threads.
-    pub(crate) fn register(&self, pool: &Arc<UpstreamPool>) {
+    pub(crate) fn register<P: IdleConnections + 'static>(&self, pool: &Arc<P>) {
+        let pool: Weak<P> = Arc::downgrade(pool);
         let mut pools = self.pools.lock();
         pools.retain(|pool| pool.strong_count() > 0);
-        pools.push(Arc::downgrade(pool));
+        pools.push(pool);
     }
 
     /// A permit to use one connection, waiting in line until `by` at the latest.
@@ -108,7 +114,7 @@ impl ConnectionCap {
 
     /// Closes the oldest idle connection of the first pool that has one.
     fn close_idle_elsewhere(&self) -> bool {
-        let pools: Vec<Arc<UpstreamPool>> =
+        let pools: Vec<Arc<dyn IdleConnections>> =
             self.pools.lock().iter().filter_map(Weak::upgrade).collect();
         pools.iter().any(|pool| pool.close_oldest_idle())
     }

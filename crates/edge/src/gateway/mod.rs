@@ -34,6 +34,7 @@
 mod access;
 mod canonical;
 mod connection_cap;
+mod forwarding;
 mod layer;
 mod limits;
 mod live;
@@ -313,7 +314,7 @@ impl Gateway {
             Err(held_back) => return held_back,
         };
         // Measure only what reaches the upstream, per route.
-        let measuring = upstream_stats::Measuring::start(route);
+        let measuring = upstream_stats::Measuring::start(&route.stats);
         // The reverse proxy (and WebSocket upgrades) at the bottom.
         let request = Request::from_parts(parts, body);
         let LetThrough {

@@ -3,8 +3,8 @@
 //! for request bodies in memory, hyper's pooled client for streamed bodies and h2c, to the
 //! upstream, bodies streamed both ways through [`GuardedBody`] (bounded memory, a size
 //! limit, an idle timeout), hop-by-hop headers removed, `X-Forwarded-*` and `Forwarded` set
-//! (`Forwarding`: written straight into the request head by the own client, put in the header
-//! map for hyper's),
+//! (`forwarding.rs`: written straight into the request head by the own client, put in the
+//! header map for hyper's),
 //! upstream failures answered 502/504 problem+json (503 `upstream_busy` when `[upstream]
 //! max_connections` leaves no connection), and the origin's `Anteroom-Release` header acted on
 //! and stripped. A `Content-Length` the origin sent beside a `Transfer-Encoding` never reaches
@@ -12,7 +12,7 @@
 
 use std::error::Error as _;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -35,9 +35,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use anteroom_core::config::{Cidr, HttpEngine, UpstreamConfig};
+use anteroom_core::config::{HttpEngine, UpstreamConfig};
 use anteroom_core::engine::SessionEnd;
-use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
 use anteroom_store::StoreError;
 
 use anteroom_api::cookies::pass_cookie_name;
@@ -49,6 +48,7 @@ use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
 use super::Gateway;
 use super::connection_cap::ConnectionCap;
+use super::forwarding::Forwarding;
 use super::live::LiveSettings;
 use super::protect::HeldPass;
 use super::upstream_client::{UpstreamError, UpstreamPool, UpstreamTarget};
@@ -554,162 +554,6 @@ pub(crate) fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue
         .or_else(|| headers.get(header::HOST).cloned())
 }
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-fn is_forwarding(name: &HeaderName) -> bool {
-    name == header::FORWARDED
-        || name == X_FORWARDED_FOR
-        || name == X_FORWARDED_PROTO
-        || name == X_FORWARDED_HOST
-}
-
-/// Sets `X-Forwarded-For/Proto/Host` and `Forwarded` (see [`Forwarding::take`]).
-pub(crate) fn set_forwarding(
-    headers: &mut HeaderMap,
-    peer: Option<IpAddr>,
-    scheme: ClientScheme,
-    host: Option<&HeaderValue>,
-    trusted_proxies: &[Cidr],
-) {
-    Forwarding::take(headers, peer, scheme, host, trusted_proxies).insert_into(headers);
-}
-
-/// The forwarding fields of a request to the upstream: `X-Forwarded-For`,
-/// `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`. Our own upstream client writes
-/// them straight into the request ([`write_lines`](Self::write_lines)); hyper's client and
-/// WebSocket handshakes get them in the header map ([`insert_into`](Self::insert_into)).
-pub(crate) struct Forwarding {
-    /// `X-Forwarded-For`: a trusted proxy's chain and the peer.
-    for_chain: String,
-    /// `X-Forwarded-Proto` (`http` or `https`), unless a trusted proxy's value stays in the
-    /// map.
-    proto: Option<&'static str>,
-    /// `X-Forwarded-Host`, unless a trusted proxy's value stays in the map.
-    host: Option<HeaderValue>,
-    /// `Forwarded`: a trusted proxy's elements and ours.
-    forwarded: String,
-}
-
-impl Forwarding {
-    /// The forwarding fields for a request from `peer` to `host`, taken out of `headers`.
-    /// From a trusted proxy the chains it sent are kept and the peer appended (its
-    /// `X-Forwarded-Proto/Host` stay in `headers`); from anybody else they are dropped (a
-    /// client cannot plant addresses the site would believe).
-    pub(crate) fn take(
-        headers: &mut HeaderMap,
-        peer: Option<IpAddr>,
-        scheme: ClientScheme,
-        host: Option<&HeaderValue>,
-        trusted_proxies: &[Cidr],
-    ) -> Forwarding {
-        let peer = peer.map(|peer| peer.to_canonical());
-        let trusted = peer.is_some_and(|peer| is_trusted(peer, trusted_proxies));
-        // Most requests carry none of these: one pass over the names says so.
-        let any_sent = headers.keys().any(is_forwarding);
-        let kept = any_sent && trusted;
-        let mut for_chain = String::with_capacity(48);
-        let mut forwarded = String::with_capacity(96);
-        if kept {
-            push_joined(&mut for_chain, headers, &X_FORWARDED_FOR);
-            push_joined(&mut forwarded, headers, &header::FORWARDED);
-        }
-        push_address(&mut for_chain, peer, false);
-        forwarded.push_str("for=");
-        push_address(&mut forwarded, peer, true);
-        forwarded.push_str(";proto=");
-        forwarded.push_str(scheme.as_str());
-        if let Some(host) = host.and_then(|host| host.to_str().ok()) {
-            forwarded.push_str(";host=\"");
-            forwarded.extend(host.chars().filter(|c| !matches!(c, '"' | '\\')));
-            forwarded.push('"');
-        }
-        let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
-        let host = host
-            .filter(|_| !kept || !headers.contains_key(&X_FORWARDED_HOST))
-            .cloned();
-        if any_sent {
-            headers.remove(&X_FORWARDED_FOR);
-            headers.remove(header::FORWARDED);
-            if !trusted {
-                headers.remove(&X_FORWARDED_PROTO);
-                headers.remove(&X_FORWARDED_HOST);
-            }
-        }
-        Forwarding {
-            for_chain,
-            proto,
-            host,
-            forwarded,
-        }
-    }
-
-    /// Puts the fields into `headers`.
-    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
-        if let Ok(value) = HeaderValue::from_str(&self.for_chain) {
-            headers.insert(X_FORWARDED_FOR.clone(), value);
-        }
-        if let Some(proto) = self.proto {
-            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
-        }
-        if let Some(host) = self.host {
-            headers.insert(X_FORWARDED_HOST.clone(), host);
-        }
-        if let Ok(value) = HeaderValue::from_str(&self.forwarded) {
-            headers.insert(header::FORWARDED, value);
-        }
-    }
-
-    /// Writes the fields as HTTP/1.1 header lines. Their values are text from header values
-    /// and addresses, so they hold no line breaks.
-    pub(crate) fn write_lines(&self, out: &mut Vec<u8>) {
-        let mut line = |name: &[u8], value: &[u8]| {
-            out.extend_from_slice(name);
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        };
-        line(b"x-forwarded-for: ", self.for_chain.as_bytes());
-        if let Some(proto) = self.proto {
-            line(b"x-forwarded-proto: ", proto.as_bytes());
-        }
-        if let Some(host) = &self.host {
-            line(b"x-forwarded-host: ", host.as_bytes());
-        }
-        line(b"forwarded: ", self.forwarded.as_bytes());
-    }
-}
-
-/// Appends the values of `name` joined by `, ` and a trailing `, ` (nothing when it has no
-/// non-blank value).
-fn push_joined(out: &mut String, headers: &HeaderMap, name: &HeaderName) {
-    for value in headers.get_all(name) {
-        if let Ok(text) = value.to_str()
-            && !text.trim().is_empty()
-        {
-            out.push_str(text);
-            out.push_str(", ");
-        }
-    }
-}
-
-/// Appends the peer's address: `unknown` when there is none; an IPv6 address quoted and
-/// bracketed in a `Forwarded` node (`quoted`).
-fn push_address(out: &mut String, peer: Option<IpAddr>, quoted: bool) {
-    use std::fmt::Write as _;
-    // Writing into a String cannot fail.
-    match peer {
-        None => out.push_str("unknown"),
-        Some(IpAddr::V4(v4)) => push_ipv4(out, v4),
-        Some(IpAddr::V6(v6)) if quoted => {
-            let _ = write!(out, "\"[{v6}]\"");
-        }
-        Some(IpAddr::V6(v6)) => {
-            let _ = write!(out, "{v6}");
-        }
-    }
-}
-
 fn body_too_large(limit: u64) -> Response {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -893,17 +737,6 @@ mod tests {
 
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_str(name).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        headers
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_body_is_cut_off_only_when_it_stalls_for_the_idle_timeout() {
         use http_body_util::{BodyExt, StreamBody};
@@ -937,97 +770,5 @@ mod tests {
             "cut off after {cut_after:?}"
         );
         feeder.abort();
-    }
-
-    fn check_forwarding(
-        incoming: &[(&str, &str)],
-        peer: &str,
-        trusted: &[&str],
-        expected: &[(&str, &str)],
-    ) {
-        let trusted: Vec<Cidr> = trusted.iter().map(|cidr| cidr.parse().unwrap()).collect();
-        let host = HeaderValue::from_static("shop.example");
-        let peer = Some(peer.parse().unwrap());
-        let mut map = headers(incoming);
-        set_forwarding(&mut map, peer, ClientScheme::Http, Some(&host), &trusted);
-        for (name, value) in expected {
-            assert_eq!(map.get(*name).unwrap(), value, "{name}");
-        }
-        // Written as lines (our own client), the upstream sees the same fields once each: the
-        // lines, and what stays in the map.
-        let mut left = headers(incoming);
-        let mut lines = Vec::new();
-        Forwarding::take(&mut left, peer, ClientScheme::Http, Some(&host), &trusted)
-            .write_lines(&mut lines);
-        let lines = String::from_utf8(lines).unwrap();
-        let mut seen = HeaderMap::new();
-        for line in lines.split_terminator("\r\n") {
-            let (name, value) = line.split_once(": ").unwrap();
-            seen.append(
-                HeaderName::from_str(name).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        for (name, value) in &left {
-            if is_forwarding(name) {
-                seen.append(name.clone(), value.clone());
-            }
-        }
-        let set: Vec<(&HeaderName, &HeaderValue)> =
-            map.iter().filter(|(name, _)| is_forwarding(name)).collect();
-        assert_eq!(seen.len(), set.len(), "{lines}");
-        for (name, value) in set {
-            assert_eq!(
-                seen.get_all(name).iter().collect::<Vec<_>>(),
-                [value],
-                "{name}"
-            );
-        }
-    }
-
-    #[test]
-    fn forwarding_headers_are_set_and_appended_only_for_trusted_peers() {
-        check_forwarding(
-            &[("x-forwarded-for", "6.6.6.6"), ("forwarded", "for=6.6.6.6")],
-            "203.0.113.7",
-            &["10.0.0.0/8"],
-            &[
-                ("x-forwarded-for", "203.0.113.7"),
-                ("x-forwarded-proto", "http"),
-                ("x-forwarded-host", "shop.example"),
-                (
-                    "forwarded",
-                    "for=203.0.113.7;proto=http;host=\"shop.example\"",
-                ),
-            ],
-        );
-        check_forwarding(
-            &[
-                ("x-forwarded-for", "198.51.100.1"),
-                ("x-forwarded-proto", "https"),
-                ("x-forwarded-host", "www.shop.example"),
-                ("forwarded", "for=198.51.100.1;proto=https"),
-            ],
-            "10.0.0.2",
-            &["10.0.0.0/8"],
-            &[
-                ("x-forwarded-for", "198.51.100.1, 10.0.0.2"),
-                ("x-forwarded-proto", "https"),
-                ("x-forwarded-host", "www.shop.example"),
-                (
-                    "forwarded",
-                    "for=198.51.100.1;proto=https, for=10.0.0.2;proto=http;host=\"shop.example\"",
-                ),
-            ],
-        );
-        check_forwarding(
-            &[],
-            "2001:db8::1",
-            &[],
-            &[(
-                "forwarded",
-                "for=\"[2001:db8::1]\";proto=http;host=\"shop.example\"",
-            )],
-        );
     }
 }

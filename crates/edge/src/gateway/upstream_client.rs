@@ -44,8 +44,8 @@ use anteroom_h1::{
     AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head, request_states_length,
 };
 
-use super::connection_cap::{ConnectionCap, OpenSlot};
-use super::proxy::Forwarding;
+use super::connection_cap::{ConnectionCap, IdleConnections, OpenSlot};
+use super::forwarding::Forwarding;
 use super::upstream_stream::UpstreamStream;
 use crate::deadline::Deadline;
 use crate::tls::UpstreamTls;
@@ -176,12 +176,6 @@ impl UpstreamPool {
             tracing::debug!("an idle upstream connection was closed or sent late bytes");
         }
         None
-    }
-
-    /// Closes the connection idle the longest, if any: its place under `[upstream]
-    /// max_connections` goes to a request of another serving thread.
-    pub(crate) fn close_oldest_idle(&self) -> bool {
-        self.idle.lock().pop_front().is_some()
     }
 
     /// Pools `connection` after a complete answer. Bytes left in its buffer mean the origin
@@ -340,6 +334,14 @@ impl UpstreamPool {
             }
         }
         Ok(response)
+    }
+}
+
+impl IdleConnections for UpstreamPool {
+    /// Closes the connection idle the longest, if any: its place under `[upstream]
+    /// max_connections` goes to a request of another serving thread.
+    fn close_oldest_idle(&self) -> bool {
+        self.idle.lock().pop_front().is_some()
     }
 }
 

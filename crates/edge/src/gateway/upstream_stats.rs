@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use axum::response::Response;
 
-use super::routes::Route;
-
 /// Upper bounds (inclusive, in milliseconds) of the latency buckets; a last bucket holds
 /// everything slower.
 pub const LATENCY_BUCKETS_MS: [u64; 14] = [
@@ -174,9 +172,8 @@ pub(crate) struct Measuring<'a> {
 }
 
 impl<'a> Measuring<'a> {
-    /// Starts measuring a request on `route`.
-    pub(crate) fn start(route: &'a Route) -> Measuring<'a> {
-        let stats = &*route.stats;
+    /// Starts measuring a request on the route whose stats these are.
+    pub(crate) fn start(stats: &'a UpstreamStats) -> Measuring<'a> {
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
         Measuring {
             stats,

@@ -32,7 +32,8 @@ use anteroom_api::error::ApiError;
 use super::Gateway;
 use anteroom_h1::remove_hop_by_hop;
 
-use super::proxy::{Upstream, request_host, set_forwarding};
+use super::forwarding::set_forwarding;
+use super::proxy::{Upstream, request_host};
 use super::upstream_stream::UpstreamStream;
 use crate::client_scheme::ClientScheme;
 

@@ -17,7 +17,7 @@ use super::fields::{
     DRAW_FIELDS, Field, Fields, SESSION_FIELDS, STATE_FIELDS, TICKET_FIELDS, blank_draw,
     blank_session, blank_state, blank_ticket,
 };
-use super::{BINARY_VERSION, DecodeError};
+use super::record::{BINARY_VERSION, DecodeError};
 
 const TICKET_WAITING: u8 = 0;
 const TICKET_ADMITTED: u8 = 1;

@@ -16,8 +16,8 @@ use std::path::Path;
 use anteroom_core::RoomId;
 use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
+use super::tables::{CONFIGS, EVENTS, SESSIONS, STATES, TICKETS, room_range};
 use super::wal::{self, Write};
-use super::{CONFIGS, EVENTS, SESSIONS, STATES, TICKETS, room_range};
 
 /// The log's own table: how far redb holds the log.
 pub(crate) const WAL_STATE: TableDefinition<&str, u64> = TableDefinition::new("wal");

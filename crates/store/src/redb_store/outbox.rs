@@ -18,7 +18,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::{EVENT_ACKS, EVENTS, EngineHost, RecentEvents, RedbWriter, checkpoint};
+use super::tables::{EVENT_ACKS, EVENTS, RecentEvents};
+use super::writer::RedbWriter;
+use super::{EngineHost, checkpoint};
 use crate::engine_host::Persister;
 use crate::outbox::delivered_by_all;
 use crate::{EventOutbox, OutboxEntry, OutboxLimits, StoreError};

@@ -361,7 +361,7 @@ fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
     let path = store_path(dir.path());
     let database = redb::Database::create(&path).unwrap();
     super::create_tables(&database).unwrap();
-    let key = |id: u8| super::record_key(&room(), &[id; 16]);
+    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
     let mut dirty = Dirty::default();
     for write in [
         Write::Ticket {
@@ -428,11 +428,11 @@ async fn a_log_of_version_1_json_records_is_replayed() {
             bytes: state.to_vec(),
         },
         Write::Ticket {
-            key: super::record_key(&room(), &[6; 16]),
+            key: super::tables::record_key(&room(), &[6; 16]),
             bytes: Some(admitted.to_vec()),
         },
         Write::Ticket {
-            key: super::record_key(&room(), &[7; 16]),
+            key: super::tables::record_key(&room(), &[7; 16]),
             bytes: Some(waiting.to_vec()),
         },
     ];
@@ -522,11 +522,11 @@ fn an_unreadable_ticket_in_redb_refuses_to_open() {
             bytes: persisted::encode_config(&RoomConfig::with_defaults(room())),
         },
         Write::Ticket {
-            key: super::record_key(&room(), &[1; 16]),
+            key: super::tables::record_key(&room(), &[1; 16]),
             bytes: Some(persisted::encode_ticket(&ticket)),
         },
         Write::Ticket {
-            key: super::record_key(&room(), &[2; 16]),
+            key: super::tables::record_key(&room(), &[2; 16]),
             bytes: Some(b"not a ticket".to_vec()),
         },
     ] {

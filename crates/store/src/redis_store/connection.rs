@@ -13,6 +13,12 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
+/// How long a store call may take by default, connecting included.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The key prefix by default: keys are `anteroom:{<room>}:…`.
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "anteroom";
+
 /// How to reach Redis; building one does no I/O.
 pub(crate) enum Client {
     Standalone(redis::Client),
@@ -110,12 +116,12 @@ impl LazyRedis {
             client,
             connection: tokio::sync::OnceCell::new(),
             timeout: if config.timeout.is_zero() {
-                super::DEFAULT_TIMEOUT
+                DEFAULT_TIMEOUT
             } else {
                 config.timeout
             },
             prefix: if config.key_prefix.is_empty() {
-                super::DEFAULT_KEY_PREFIX.to_owned()
+                DEFAULT_KEY_PREFIX.to_owned()
             } else {
                 config.key_prefix.clone()
             },

@@ -41,8 +41,8 @@ use tokio::time::Instant;
 
 use super::connection::{Connection, bounded};
 use super::records::{Answer, Refusal};
+use super::room_call::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
 use super::scripts::SCRIPTS;
-use super::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
 use crate::StoreError;
 
 /// The most joins one call carries: Redis runs nothing else while a script runs, so a batch

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::connection::{Connection, LazyRedis};
-use super::{outbox_rooms_key, rooms_key};
+use super::node_keys::{outbox_rooms_key, rooms_key};
 use crate::outbox::{EventOutbox, OutboxEntry, OutboxLimits};
 use crate::{RedisConfig, StoreError};
 

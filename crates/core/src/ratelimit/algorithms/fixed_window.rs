@@ -12,7 +12,7 @@
 //! The known weakness is kept on purpose (it is what the algorithm is): requests at the end of
 //! one window and the start of the next can pass twice the limit within a short span.
 
-use super::{allowed, rejected};
+use super::decisions::{allowed, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A fixed window's state.

@@ -14,7 +14,7 @@
 //! With `level = capacity × P - debt` this is the token bucket, decision for decision (a test
 //! checks it); GCRA stores one instant where the bucket stores a level and a time.
 
-use super::{allowed, ceil_div, rejected};
+use super::decisions::{allowed, ceil_div, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A GCRA state: the theoretical arrival time `tat_ms + tat_sub / limit` ms.

@@ -25,7 +25,7 @@
 //! excess 0, #2–#9 have 1000–8000 and pass at once, #10–#13 (9000–12000) are delayed by 200,
 //! 400, 600 and 800 ms, #14–#20 (13000) are rejected.
 
-use super::{allowed, ceil_div, rejected};
+use super::decisions::{allowed, ceil_div, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A leaky bucket's state.

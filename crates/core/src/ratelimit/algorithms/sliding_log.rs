@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use super::{allowed, rejected};
+use super::decisions::{allowed, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A sliding log's state.

@@ -15,7 +15,7 @@
 //! It approximates the sliding log with two counters and can let through a little more than
 //! `L` per span of `P` (the estimate assumes the previous window's requests were spread evenly).
 
-use super::{allowed, rejected};
+use super::decisions::{allowed, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A sliding window counter's state.

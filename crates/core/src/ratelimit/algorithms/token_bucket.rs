@@ -9,7 +9,7 @@
 //! - `reset_after = ceil((C - level) / L)`, the time until the bucket is full again;
 //! - when rejected, `retry_after = ceil((c × P - level) / L)`.
 
-use super::{allowed, ceil_div, rejected};
+use super::decisions::{allowed, ceil_div, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A token bucket's state.

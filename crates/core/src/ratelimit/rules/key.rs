@@ -9,8 +9,8 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use super::RequestView;
 use super::matcher::is_token;
+use super::request_view::RequestView;
 use crate::ratelimit::client_ip::push_ip_key;
 
 /// Values longer than this many bytes are hashed in the key.

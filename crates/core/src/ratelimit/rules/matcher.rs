@@ -4,8 +4,8 @@
 //! one of `paths`, the method is one of `methods`, and *every* header condition holds. An empty
 //! matcher selects every request.
 
-use super::RequestView;
 use super::glob::{GlobError, PathGlob};
+use super::request_view::RequestView;
 
 /// Which requests a rule selects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,0 +1,39 @@
+//! The names the top level of a configuration may hold: the sections this version reads, and
+//! those of later versions.
+
+/// The top-level keys this version reads.
+pub(super) const SUPPORTED_SECTIONS: &[&str] = &[
+    "server",
+    "upstream",
+    "store",
+    "keys",
+    "auth",
+    ROOM_SECTION,
+    RATE_LIMIT_SECTION,
+    "route",
+    "websocket",
+    "events",
+    "verify",
+    "log",
+    "tracing",
+];
+/// Top-level sections of later versions, with how they are written.
+pub(super) const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
+/// Every top-level key, supported or not.
+pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
+    "server",
+    "upstream",
+    "store",
+    "keys",
+    "auth",
+    ROOM_SECTION,
+    "route",
+    RATE_LIMIT_SECTION,
+    "websocket",
+    "events",
+    "verify",
+    "log",
+    "tracing",
+];
+pub(super) const ROOM_SECTION: &str = "room";
+pub(super) const RATE_LIMIT_SECTION: &str = "rate_limit";

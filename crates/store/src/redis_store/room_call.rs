@@ -1,0 +1,134 @@
+//! One room script's call as the store makes it: the room's keys and the prelude's arguments
+//! (`room.lua`), owned so that a join batch's task can make it too (`join_batch.rs`), and the
+//! arguments and answers every call shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::clock::duration_millis;
+use anteroom_core::lottery::{Seed, seed_to_hex};
+use anteroom_core::room::DEFAULT_HISTORY_RETENTION;
+use anteroom_core::{Clock, RoomId};
+use rand::Rng;
+use rand::rngs::OsRng;
+use redis::Script;
+
+use super::connection::Connection;
+use super::outbox::RedisOutbox;
+use super::records::{Answer, MalformedAnswer, Refusal};
+use crate::StoreError;
+
+/// The largest duration handed to a script, so that time plus duration stays below 2^53.
+pub(super) const MAX_SCRIPT_MILLIS: u64 = 1 << 52;
+
+/// A room's keys and the prelude's arguments (`room.lua`), owned, so that a task of its own
+/// (a join batch, `join_batch.rs`) can make the room's calls.
+#[derive(Clone)]
+pub(super) struct RoomPrelude {
+    pub(super) room: RoomId,
+    pub(super) keys: Vec<String>,
+    pub(super) channel: String,
+    pub(super) clock: Option<Arc<dyn Clock>>,
+    /// Read at each call: events switched on reach a room's calls from then on, also those of
+    /// a join batch that was started before.
+    pub(super) outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
+}
+
+impl RoomPrelude {
+    /// A call of `script` with the prelude's arguments (the time taken now), then `args`.
+    pub(super) fn call(
+        &self,
+        name: &'static str,
+        script: &'static Script,
+        args: Vec<String>,
+    ) -> RoomCall {
+        let now = match &self.clock {
+            Some(clock) => clock.now().as_millis().to_string(),
+            None => String::new(),
+        };
+        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
+        let events = match self.outbox.get() {
+            Some(outbox) => format!(
+                "{}|{}|{}",
+                outbox.limits().max_entries,
+                crate::visitor_events::random_prefix(),
+                self.room
+            ),
+            None => String::new(),
+        };
+        let mut all_args = vec![
+            now,
+            self.channel.clone(),
+            // For a room stored before it had its own `history_retention`.
+            duration_millis(DEFAULT_HISTORY_RETENTION).to_string(),
+            events,
+        ];
+        all_args.extend(args);
+        RoomCall {
+            name,
+            script,
+            keys: self.keys.clone(),
+            args: all_args,
+        }
+    }
+}
+
+/// One room script's call, owned, so that it can also run from a task of its own.
+pub(super) struct RoomCall {
+    name: &'static str,
+    script: &'static Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl RoomCall {
+    pub(super) async fn run(
+        &self,
+        connection: &Connection,
+    ) -> Result<Result<Answer, Refusal>, StoreError> {
+        let fields: Vec<String> = self.reply(connection).await?;
+        Answer::new(fields).map_err(|error| malformed(self.name, error))
+    }
+
+    /// Runs the script and reads its reply as a `T`.
+    pub(super) async fn reply<T: redis::FromRedisValue>(
+        &self,
+        connection: &Connection,
+    ) -> Result<T, StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        connection.eval(&invocation).await.map_err(|error| {
+            StoreError::backend(format!("redis script {} failed", self.name), error)
+        })
+    }
+}
+
+pub(super) fn malformed(name: &str, error: MalformedAnswer) -> StoreError {
+    StoreError::backend(format!("redis script {name} answered badly"), error)
+}
+
+pub(super) fn millis(duration: Duration) -> String {
+    duration_millis(duration).min(MAX_SCRIPT_MILLIS).to_string()
+}
+
+pub(super) fn safe_number(number: u64) -> String {
+    number.min(MAX_SCRIPT_MILLIS).to_string()
+}
+
+/// A seed for random-order admissions, within what Lua's `math.randomseed` takes.
+pub(super) fn admission_seed() -> String {
+    OsRng.gen_range(0..i32::MAX).to_string()
+}
+
+/// A seed for a pre-queue lottery the operation may find due (SPEC §5.3), from the OS's
+/// CSPRNG; the script records it with the draw.
+pub(super) fn lottery_seed() -> String {
+    let mut seed: Seed = [0; 32];
+    OsRng.fill(&mut seed);
+    seed_to_hex(&seed)
+}
