@@ -295,7 +295,11 @@ impl Gateway {
             return *client;
         }
         ratelimit::peer_address(&parts.extensions).map_or(ratelimit::UNKNOWN_PEER, |peer| {
-            ratelimit::resolve_client_ip(&parts.headers, peer, &self.inner.trusted_proxies)
+            ratelimit::resolve_client_ip(
+                &parts.headers,
+                peer,
+                &self.app().settings().trusted_proxies,
+            )
         })
     }
 
