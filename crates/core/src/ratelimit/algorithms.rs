@@ -1,10 +1,10 @@
 //! The six rate-limit algorithms as pure state transitions over integers.
 //!
 //! Every algorithm is a function
-//! `decide(params, state: Option<&State>, now_ms, cost) -> (Decision, Option<State>)`:
-//! given a key's current state (`None` for a key never seen, or one whose state has been
-//! forgotten), the time in milliseconds and the request's cost, it answers with a [`Decision`]
-//! and the state to store. A returned `None` means "store nothing new": the state is unchanged.
+//! `decide(params, state: Option<&State>, now_ms, cost) -> Step<State>`: given a key's
+//! current state (`None` for a key never seen, or one whose state has been forgotten), the time
+//! in milliseconds and the request's cost, it answers with a [`Decision`] and the state to store.
+//! A returned `None` means "store nothing new": the state is unchanged.
 //!
 //! # Rules shared by every algorithm
 //! - **A rejected request never changes state**, whatever the algorithm: its new state is
@@ -62,6 +62,8 @@ pub mod sliding_window;
 pub mod token_bucket;
 
 mod decisions;
+
+pub use decisions::Step;
 
 #[cfg(test)]
 mod tests;
@@ -154,35 +156,27 @@ pub fn decide(
     state: Option<&LimitState>,
     now_ms: u64,
     cost: u64,
-) -> (Decision, Option<LimitState>) {
+) -> Step<LimitState> {
+    // One algorithm's arm: its own state or none, its verdict wrapped back into `LimitState`.
+    macro_rules! with_own_state {
+        ($variant:ident, $module:ident) => {{
+            let state = match state {
+                Some(LimitState::$variant(state)) => Some(state),
+                _ => None,
+            };
+            let (decision, next) = $module::decide(params, state, now_ms, cost);
+            (decision, next.map(LimitState::$variant))
+        }};
+    }
     match params.algorithm {
-        Algorithm::TokenBucket => {
-            let state = match state {
-                Some(LimitState::TokenBucket(state)) => Some(state),
-                _ => None,
-            };
-            let (decision, next) = token_bucket::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::TokenBucket))
-        }
-        Algorithm::LeakyBucket => {
-            let state = match state {
-                Some(LimitState::LeakyBucket(state)) => Some(state),
-                _ => None,
-            };
-            let (decision, next) = leaky_bucket::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::LeakyBucket))
-        }
-        Algorithm::FixedWindow => {
-            let state = match state {
-                Some(LimitState::FixedWindow(state)) => Some(state),
-                _ => None,
-            };
-            let (decision, next) = fixed_window::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::FixedWindow))
-        }
+        Algorithm::TokenBucket => with_own_state!(TokenBucket, token_bucket),
+        Algorithm::LeakyBucket => with_own_state!(LeakyBucket, leaky_bucket),
+        Algorithm::FixedWindow => with_own_state!(FixedWindow, fixed_window),
+        Algorithm::SlidingWindow => with_own_state!(SlidingWindow, sliding_window),
+        Algorithm::Gcra => with_own_state!(Gcra, gcra),
         Algorithm::SlidingLog => {
             let state = match state {
-                Some(LimitState::SlidingLog(state)) => Some(&**state),
+                Some(LimitState::SlidingLog(log)) => Some(&**log),
                 _ => None,
             };
             let (decision, next) = sliding_log::decide(params, state, now_ms, cost);
@@ -190,22 +184,6 @@ pub fn decide(
                 decision,
                 next.map(|log| LimitState::SlidingLog(Box::new(log))),
             )
-        }
-        Algorithm::SlidingWindow => {
-            let state = match state {
-                Some(LimitState::SlidingWindow(state)) => Some(state),
-                _ => None,
-            };
-            let (decision, next) = sliding_window::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::SlidingWindow))
-        }
-        Algorithm::Gcra => {
-            let state = match state {
-                Some(LimitState::Gcra(state)) => Some(state),
-                _ => None,
-            };
-            let (decision, next) = gcra::decide(params, state, now_ms, cost);
-            (decision, next.map(LimitState::Gcra))
         }
     }
 }

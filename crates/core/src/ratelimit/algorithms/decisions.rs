@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use crate::ratelimit::{Decision, LimitParams};
 
+/// One step of an algorithm's state machine: the decision, and the state to store (`None`: store
+/// nothing new, the state is unchanged; always `None` for a rejection).
+pub type Step<State> = (Decision, Option<State>);
+
 /// `ceil(numerator / denominator)` for a positive denominator.
 pub(crate) fn ceil_div(numerator: u64, denominator: u64) -> u64 {
     numerator.div_ceil(denominator)

@@ -12,8 +12,8 @@
 //! The known weakness is kept on purpose (it is what the algorithm is): requests at the end of
 //! one window and the start of the next can pass twice the limit within a short span.
 
-use super::decisions::{allowed, rejected};
-use crate::ratelimit::{Decision, LimitParams};
+use super::decisions::{Step, allowed, rejected};
+use crate::ratelimit::LimitParams;
 
 /// A fixed window's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,12 +25,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let period = params.period_ms();
     let (start, count, now) = match state {
         Some(state) if now_ms < state.start_ms + period => {

@@ -14,8 +14,8 @@
 //! With `level = capacity × P - debt` this is the token bucket, decision for decision (a test
 //! checks it); GCRA stores one instant where the bucket stores a level and a time.
 
-use super::decisions::{allowed, ceil_div, rejected};
-use crate::ratelimit::{Decision, LimitParams};
+use super::decisions::{Step, allowed, ceil_div, rejected};
+use crate::ratelimit::LimitParams;
 
 /// A GCRA state: the theoretical arrival time `tat_ms + tat_sub / limit` ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +27,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let period = params.period_ms();
     let rate = params.limit;
     let full = params.capacity() * period;

@@ -25,8 +25,8 @@
 //! excess 0, #2–#9 have 1000–8000 and pass at once, #10–#13 (9000–12000) are delayed by 200,
 //! 400, 600 and 800 ms, #14–#20 (13000) are rejected.
 
-use super::decisions::{allowed, ceil_div, rejected};
-use crate::ratelimit::{Decision, LimitParams};
+use super::decisions::{Step, allowed, ceil_div, rejected};
+use crate::ratelimit::LimitParams;
 
 /// A leaky bucket's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,12 +38,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let period = params.period_ms();
     let rate = params.limit;
     let burst = params.burst * period;

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use super::decisions::{allowed, rejected};
+use super::decisions::{Step, allowed, rejected};
 use crate::ratelimit::{Decision, LimitParams};
 
 /// A sliding log's state.
@@ -25,12 +25,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let empty = State::default();
     let log = state.unwrap_or(&empty);
     let decision = evaluate(params, log, now_ms, cost);

@@ -15,8 +15,8 @@
 //! It approximates the sliding log with two counters and can let through a little more than
 //! `L` per span of `P` (the estimate assumes the previous window's requests were spread evenly).
 
-use super::decisions::{allowed, rejected};
-use crate::ratelimit::{Decision, LimitParams};
+use super::decisions::{Step, allowed, rejected};
+use crate::ratelimit::LimitParams;
 
 /// A sliding window counter's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,12 +30,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let period = params.period_ms();
     let limit = params.limit;
     let now = state.map_or(now_ms, |state| now_ms.max(state.window * period));

@@ -9,8 +9,8 @@
 //! - `reset_after = ceil((C - level) / L)`, the time until the bucket is full again;
 //! - when rejected, `retry_after = ceil((c × P - level) / L)`.
 
-use super::decisions::{allowed, ceil_div, rejected};
-use crate::ratelimit::{Decision, LimitParams};
+use super::decisions::{Step, allowed, ceil_div, rejected};
+use crate::ratelimit::LimitParams;
 
 /// A token bucket's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +22,7 @@ pub struct State {
 }
 
 /// Decides one request (see the module docs).
-pub fn decide(
-    params: &LimitParams,
-    state: Option<&State>,
-    now_ms: u64,
-    cost: u64,
-) -> (Decision, Option<State>) {
+pub fn decide(params: &LimitParams, state: Option<&State>, now_ms: u64, cost: u64) -> Step<State> {
     let period = params.period_ms();
     let rate = params.limit;
     let full = params.capacity() * period;
