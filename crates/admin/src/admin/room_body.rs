@@ -11,134 +11,105 @@ use anteroom_core::room::RoomConfig;
 /// A room in SPEC §3 form. In a request every field is optional (absent fields take their
 /// defaults on PUT and stay as they are on PATCH; `id` must match the path when given); in an
 /// answer every field is present except an absent `session_max`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "launch", "max_active": 1000, "admit_per_minute": 3000,
     "session_ttl": "10m", "mode": "queue"}))]
 pub(crate) struct RoomBody {
     /// `[a-z0-9][a-z0-9-]{0,63}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,63}$")]
     pub(crate) id: Option<String>,
     /// Path globs this room protects (shorthand for a `[[route]]`, after every `[[route]]`);
     /// a change is applied by every node's gateway within a second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<problem_answers::RoutePath>>)]
     pub(crate) routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]
     pub(crate) max_active: Option<u64>,
     /// New admissions per minute; 0 = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]
     pub(crate) admit_per_minute: Option<u64>,
     /// Token-bucket burst of admissions (at least 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub(crate) admit_burst: Option<u64>,
     /// Idle lifetime of a pass, such as `"10m"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) session_ttl: Option<String>,
     /// Absolute cap on one session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) session_max: Option<String>,
     /// How long an admitted ticket has to claim its pass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) claim_ttl: Option<String>,
     /// A waiting ticket without contact for this long is abandoned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10m")]
     pub(crate) ticket_idle_ttl: Option<String>,
     /// How long ended tickets and sessions are kept for status answers, listings and audits,
     /// `"1m"` to `"7d"` (default `"1h"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "1h")]
     pub(crate) history_retention: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(queue|queue_all|passthrough|closed)$", example = "queue")]
     pub(crate) mode: Option<String>,
     /// `fifo` or `random`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(fifo|random)$", example = "fifo")]
     pub(crate) order: Option<String>,
     /// `anonymous`, `header:<name>` or `jwt:<claim>`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(
         pattern = "^(anonymous|header:[A-Za-z0-9-]+|jwt:[A-Za-z0-9_.-]+)$",
         example = "anonymous"
     )]
     pub(crate) identity: Option<String>,
     /// With `identity = "jwt:<claim>"`: where the site's token is and how it is checked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) identity_jwt: Option<IdentityJwtBody>,
     /// Rooms whose valid pass is needed first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<problem_answers::RoomIdText>>)]
     pub(crate) requires: Option<Vec<String>>,
     /// A custom waiting page template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) page_template: Option<String>,
     /// `open` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(open|closed)$", example = "open")]
     pub(crate) on_store_error: Option<String>,
     /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) oidc: Option<OidcBody>,
     /// Adaptive admission (SPEC §5.4): the controller that sets `admit_per_minute`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) adaptive: Option<AdaptiveBody>,
     /// A proof of work asked for before a join (SPEC §12).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) challenge: Option<ChallengeBody>,
     /// Scheduled sales (SPEC §5.3), in time order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) schedule: Option<Vec<EventBody>>,
     /// With a schedule, outside its events: `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
     pub(crate) before: Option<String>,
     /// With a schedule, after its last event: `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(passthrough|closed)$", example = "closed")]
     pub(crate) after: Option<String>,
     /// Priority access codes (SPEC §12).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) priority: Option<Vec<PriorityBody>>,
 }
 
 /// `[room.identity_jwt]`: the site's own token as the visitor's identity.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct IdentityJwtBody {
     /// The cookie holding the token (or `header`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "site_session")]
     pub(crate) cookie: Option<String>,
     /// The header holding the token; `Authorization` is read as `Bearer <token>`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "Authorization")]
     pub(crate) header: Option<String>,
     /// The site's key set, fetched and cached (or `hs256_secret_file`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "https://login.example/.well-known/jwks.json")]
     pub(crate) jwks_url: Option<String>,
     /// A file on the node holding the site's HS256 secret (at least 32 bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) hs256_secret_file: Option<String>,
     /// The `iss` tokens must carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) issuer: Option<String>,
     /// An `aud` tokens must carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) audience: Option<String>,
     /// Refuse visitors without a valid token (otherwise they join as anonymous).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) required: Option<bool>,
 }
 
@@ -171,51 +142,46 @@ impl From<IdentityJwtBody> for RawIdentityJwt {
 }
 
 /// A room as an OpenID Connect client: the room id is the client id.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OidcBody {
     /// SHA-256 of the client secret; absent for a public client, which must use PKCE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^sha256:[0-9a-fA-F]{64}$")]
     pub(crate) client_secret: Option<String>,
     /// The redirect URIs a request may name, matched exactly (at least one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(inline, value_type = Option<Vec<problem_answers::RedirectUri>>, min_items = 1,
         example = json!(["https://app.example/oauth2/callback"]))]
     pub(crate) redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, 1s to 60s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "60s")]
     pub(crate) code_ttl: Option<String>,
 }
 
 /// `[room.adaptive]`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AdaptiveBody {
     /// The p95 latency to hold the origin at, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     target_p95_ms: Option<u64>,
     /// The highest share of 5xx answers tolerated [0.05].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 1)]
     max_error_rate: Option<f64>,
     /// The lowest rate the controller sets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     min_per_minute: Option<u64>,
     /// The highest rate the controller sets (at least `min_per_minute`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     max_per_minute: Option<u64>,
     /// How often the controller runs ["10s"].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([1-9][0-9]{0,8}(ms|s|m|h|d))+$", example = "10s")]
     interval: Option<String>,
 }
 
 /// `challenge`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ChallengeBody {
@@ -223,7 +189,6 @@ pub(crate) struct ChallengeBody {
     #[schema(pattern = "^pow$", example = "pow")]
     pub(crate) kind: String,
     /// Leading zero bits asked for [18].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 32)]
     pub(crate) difficulty: Option<u64>,
 }
@@ -253,6 +218,7 @@ impl From<AdaptiveBody> for RawAdaptive {
 }
 
 /// Priority access codes (`[[room.priority]]`): digests only, never the codes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PriorityBody {
@@ -260,17 +226,16 @@ pub(crate) struct PriorityBody {
     #[schema(inline, value_type = Vec<problem_answers::CodeDigest>)]
     pub(crate) codes: Vec<String>,
     /// Joins each code admits to the priority lane (1 if absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub(crate) uses: Option<u64>,
 }
 
 /// One scheduled event (`[[room.schedule]]`); times in RFC 3339.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventBody {
     /// Visitors may join from here (nobody is admitted yet); `opens_at` if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "2026-12-01T09:30:00Z")]
     pub(crate) prequeue_at: Option<String>,
     /// Admission starts.
@@ -280,18 +245,14 @@ pub(crate) struct EventBody {
     #[schema(example = "2026-12-01T12:00:00Z")]
     pub(crate) closes_at: String,
     /// Whether the pre-queue is drawn in random order at `opens_at`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) shuffle: Option<bool>,
     /// `max_active` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]
     pub(crate) max_active: Option<u64>,
     /// `admit_per_minute` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]
     pub(crate) admit_per_minute: Option<u64>,
     /// `admit_burst` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub(crate) admit_burst: Option<u64>,
 }

@@ -38,105 +38,80 @@ use crate::room::{
 /// assert_eq!(room.max_active, 100);
 /// assert_eq!(RawRoom::from_config(&room).resolve(), Ok(room));
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoom {
     /// The room's id: `[a-z0-9][a-z0-9-]{0,63}`.
     pub id: String,
     /// Path globs this room protects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<Vec<String>>,
     /// Concurrent active sessions; 0 = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_active: Option<u64>,
     /// New admissions per minute; 0 = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_per_minute: Option<u64>,
     /// Admission token-bucket capacity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_burst: Option<u64>,
     /// Idle lifetime of a pass, such as `"10m"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_ttl: Option<String>,
     /// Absolute cap on one session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_max: Option<String>,
     /// How long an admitted ticket has to claim its pass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_ttl: Option<String>,
     /// A waiting ticket with no contact for this long is abandoned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_idle_ttl: Option<String>,
     /// How long ended tickets and sessions are kept, `"1m"` to `"7d"` \[`"1h"`\].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_retention: Option<String>,
     /// `queue`, `queue_all`, `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// `fifo` or `random`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<String>,
     /// `anonymous`, `header:<name>` or `jwt:<claim>`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
     /// `[room.identity_jwt]`: where the site's token is and how it is checked, for
     /// `identity = "jwt:<claim>"` (SPEC §14.1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_jwt: Option<RawIdentityJwt>,
     /// Ids of rooms whose valid pass is needed first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires: Option<Vec<String>>,
     /// Path of a custom waiting page template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_template: Option<String>,
     /// `open` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_store_error: Option<String>,
     /// The room as an OpenID Connect client (`[room.oidc]`, SPEC §11).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc: Option<RawOidc>,
     /// `[room.adaptive]` (SPEC §5.4).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<RawAdaptive>,
     /// `challenge = { kind = "pow", difficulty = 18 }` (SPEC §12).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<RawChallenge>,
     /// Scheduled sales (SPEC §5.3), in time order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<RawEvent>>,
     /// Outside the scheduled events: `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<String>,
     /// After the last scheduled event: `passthrough` or `closed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
     /// Priority access codes (SPEC §12).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Vec<RawPriority>>,
 }
 
 /// `[room.adaptive]` as written (SPEC §5.4).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdaptive {
     /// The p95 latency to hold the origin at, in milliseconds (required, at least 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_p95_ms: Option<u64>,
     /// The highest share of 5xx answers tolerated, 0 to 1 [0.05].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_error_rate: Option<f64>,
     /// The lowest rate set (required, at least 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_per_minute: Option<u64>,
     /// The highest rate set (required, at least `min_per_minute`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_minute: Option<u64>,
     /// How often the controller runs ["10s"].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
 }
 
 /// `challenge` as written (SPEC §12).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawChallenge {
@@ -144,7 +119,6 @@ pub struct RawChallenge {
     #[serde(default)]
     pub kind: String,
     /// Leading zero bits asked for, 1 to 32 \[18\].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<u64>,
 }
 
@@ -249,6 +223,7 @@ impl RawChallenge {
 }
 
 /// One `[[room.priority]]` entry in raw form.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPriority {
@@ -256,16 +231,15 @@ pub struct RawPriority {
     #[serde(default)]
     pub codes: Vec<String>,
     /// How many joins each code admits to the priority lane; 1 if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uses: Option<u64>,
 }
 
 /// One `[[room.schedule]]` entry in raw form: times as RFC 3339 text.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEvent {
     /// When visitors may start to join (nobody is admitted yet); `opens_at` if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prequeue_at: Option<String>,
     /// When admission starts.
     #[serde(default)]
@@ -274,16 +248,12 @@ pub struct RawEvent {
     #[serde(default)]
     pub closes_at: String,
     /// Whether the pre-queue is drawn in random order at `opens_at`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shuffle: Option<bool>,
     /// `max_active` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_active: Option<u64>,
     /// `admit_per_minute` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_per_minute: Option<u64>,
     /// `admit_burst` while the event is open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_burst: Option<u64>,
 }
 

@@ -14,30 +14,24 @@ use super::tree::{Origin, Problems, Table};
 use crate::room::{Identity, SiteJwt, SiteKeys, TokenLocation};
 
 /// `[room.identity_jwt]` as written.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIdentityJwt {
     /// The cookie that carries the site's token (or `header`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cookie: Option<String>,
     /// The header that carries the site's token (`Authorization` reads `Bearer <token>`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<String>,
     /// The site's key set, `https://` (or `http://`), fetched and cached (or
     /// `hs256_secret_file`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_url: Option<String>,
     /// A file holding the site's HS256 secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hs256_secret_file: Option<String>,
     /// The `iss` tokens must carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
     /// An `aud` tokens must carry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
     /// Refuse visitors without a valid token [false: they join as anonymous].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
 }
 

@@ -15,17 +15,15 @@ use crate::duration::{format_duration, parse_duration};
 use crate::room::{MAX_CODE_TTL, OidcClient};
 
 /// `[room.oidc]` as written: the client secret's hash, the redirect URIs, the code lifetime.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOidc {
     /// `"sha256:<hex>"` of the client secret; absent for a public client (PKCE required).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
     /// Absolute `https://` (or `http://`) URIs without a fragment, matched exactly.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect_uris: Option<Vec<String>>,
     /// How long an authorization code can be redeemed, such as `"30s"`; at most 60 s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_ttl: Option<String>,
 }
 
