@@ -10,7 +10,7 @@ use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ids::RoomId;
 use crate::ratelimit::rules::{
-    MatcherError, PathGlob, RateLimitRule, RequestMatcher, default_burst,
+    MatcherError, MatcherField, PathGlob, RateLimitRule, RequestMatcher, default_burst,
 };
 use crate::ratelimit::{Algorithm, LimitParams};
 use crate::room::RoomConfig;
@@ -609,24 +609,18 @@ impl RouteReader<'_> {
     /// `hosts`, `paths` and `methods`.
     fn read_matcher(&self, label: &str, problems: &mut Problems) -> RequestMatcher {
         let mut matcher = RequestMatcher::default();
-        for field in ["hosts", "paths", "methods"] {
-            let Some(entry) = self.table.get(field) else {
+        for field in [
+            MatcherField::Hosts,
+            MatcherField::Paths,
+            MatcherField::Methods,
+        ] {
+            let Some(entry) = self.table.get(field.key()) else {
                 continue;
             };
             for (text, origin) in entry.strings(problems).unwrap_or_default() {
-                let added = match field {
-                    "hosts" => RequestMatcher::default()
-                        .with_hosts([text.as_str()])
-                        .map(|one| matcher.hosts.extend(one.hosts)),
-                    "paths" => RequestMatcher::default()
-                        .with_paths([text.as_str()])
-                        .map(|one| matcher.paths.extend(one.paths)),
-                    _ => RequestMatcher::default()
-                        .with_methods([text.as_str()])
-                        .map(|one| matcher.methods.extend(one.methods)),
-                };
-                if let Err(error) = added {
-                    problems.add(&origin, format!("{label}: {field}: {error}"));
+                if let Err(error) = matcher.add(field, &text) {
+                    let key = field.key();
+                    problems.add(&origin, format!("{label}: {key}: {error}"));
                 }
             }
         }

@@ -12,7 +12,8 @@ use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use crate::duration::parse_duration;
 use crate::ratelimit::rules::{
     Action, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_KEYS, DEFAULT_STATUS, KeyPart, LimitBackend,
-    OnKeysFull, OnStoreError, RateLimitRule, RequestMatcher, default_burst, is_valid_rule_name,
+    MatcherField, OnKeysFull, OnStoreError, RateLimitRule, RequestMatcher, default_burst,
+    is_valid_rule_name,
 };
 use crate::ratelimit::{Algorithm, LimitParams};
 
@@ -563,31 +564,17 @@ impl<'a> RuleReader<'a> {
         let mut matcher = RequestMatcher::default();
         let mut valid = true;
         for inner in &table.entries {
-            if !MATCH_FIELDS.contains(&inner.key.as_str()) {
+            let Some(field) = MatcherField::from_key(&inner.key) else {
                 // Already reported as an unknown key.
                 valid = false;
                 continue;
-            }
+            };
             let Some(texts) = inner.strings(self.problems) else {
                 valid = false;
                 continue;
             };
             for (text, origin) in texts {
-                let added = match inner.key.as_str() {
-                    "hosts" => RequestMatcher::default()
-                        .with_hosts([text.as_str()])
-                        .map(|one| matcher.hosts.extend(one.hosts)),
-                    "paths" => RequestMatcher::default()
-                        .with_paths([text.as_str()])
-                        .map(|one| matcher.paths.extend(one.paths)),
-                    "methods" => RequestMatcher::default()
-                        .with_methods([text.as_str()])
-                        .map(|one| matcher.methods.extend(one.methods)),
-                    _ => RequestMatcher::default()
-                        .with_headers([text.as_str()])
-                        .map(|one| matcher.headers.extend(one.headers)),
-                };
-                if let Err(error) = added {
+                if let Err(error) = matcher.add(field, &text) {
                     let message = format!("{}: match.{}: {error}", self.label, inner.key);
                     self.problems.add(&origin, message);
                     valid = false;

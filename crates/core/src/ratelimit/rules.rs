@@ -40,7 +40,8 @@ use std::time::Duration;
 pub use glob::{GlobError, PathGlob, normalize_path};
 pub use key::{KeyPart, KeyPartError, MAX_KEY_PART_LEN};
 pub use matcher::{
-    HeaderCondition, HostPattern, LazyHost, MatcherError, RequestMatcher, normalize_host,
+    HeaderCondition, HostPattern, LazyHost, MatcherError, MatcherField, RequestMatcher,
+    normalize_host,
 };
 pub use request_view::RequestView;
 

@@ -20,6 +20,46 @@ pub struct RequestMatcher {
     pub headers: Vec<HeaderCondition>,
 }
 
+/// One list of a `match`, as the configuration names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatcherField {
+    /// `hosts`.
+    Hosts,
+    /// `paths`.
+    Paths,
+    /// `methods`.
+    Methods,
+    /// `headers`.
+    Headers,
+}
+
+impl MatcherField {
+    /// Every field, in the order the configuration documents them.
+    pub const ALL: [MatcherField; 4] = [
+        MatcherField::Hosts,
+        MatcherField::Paths,
+        MatcherField::Methods,
+        MatcherField::Headers,
+    ];
+
+    /// The field's key in a configuration table.
+    pub fn key(self) -> &'static str {
+        match self {
+            MatcherField::Hosts => "hosts",
+            MatcherField::Paths => "paths",
+            MatcherField::Methods => "methods",
+            MatcherField::Headers => "headers",
+        }
+    }
+
+    /// The field written as `key`, if it is one.
+    pub fn from_key(key: &str) -> Option<MatcherField> {
+        MatcherField::ALL
+            .into_iter()
+            .find(|field| field.key() == key)
+    }
+}
+
 /// A host a rule selects: exact (`shop.example`) or every subdomain (`*.shop.example`, which
 /// does not select `shop.example` itself). Compared case-insensitively, without the port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,6 +142,18 @@ impl RequestMatcher {
             self.headers.push(condition.parse()?);
         }
         Ok(self)
+    }
+
+    /// Adds one entry written under `field`, checked as the `with_*` builder of that list checks
+    /// it; on an error the matcher is unchanged.
+    pub fn add(&mut self, field: MatcherField, text: &str) -> Result<(), MatcherError> {
+        match field {
+            MatcherField::Hosts => self.hosts.push(text.parse()?),
+            MatcherField::Paths => self.paths.push(PathGlob::new(text)?),
+            MatcherField::Methods => self.methods.push(parse_method(text)?),
+            MatcherField::Headers => self.headers.push(text.parse()?),
+        }
+        Ok(())
     }
 
     /// Whether `request` satisfies every list of the matcher.
