@@ -48,6 +48,7 @@ mod upstream_stats;
 mod upstream_stream;
 mod verify;
 mod websocket;
+mod websocket_stats;
 
 use std::sync::Arc;
 
@@ -82,7 +83,7 @@ pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use proxy::UpstreamPools;
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
-pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
+pub use websocket_stats::{WebSocketStats, WebSocketStatsSnapshot};
 
 /// What the gateway is built from (the `[upstream]`, `[[route]]` and `[websocket]` sections).
 #[derive(Debug, Clone, Default)]
