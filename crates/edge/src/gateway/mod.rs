@@ -401,7 +401,7 @@ pub(crate) struct LetThrough {
     /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
-    pub(crate) passes: Vec<protect::HeldPass>,
+    pub(crate) passes: Vec<passes::HeldPass>,
     /// What the rooms decided, for the access log.
     pub(crate) decided: Decided,
 }

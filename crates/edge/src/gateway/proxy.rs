@@ -50,7 +50,7 @@ use super::Gateway;
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
 use super::live::LiveSettings;
-use super::protect::HeldPass;
+use super::passes::HeldPass;
 use super::upstream_client::{UpstreamError, UpstreamPool, UpstreamTarget};
 use super::websocket;
 
