@@ -12,7 +12,8 @@
 //! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
 //! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled),
 //!   then the rooms' `routes` shorthands; the table, the upstream and the `[websocket]`
-//!   limits change while the gateway serves (`live.rs`: reloads and rooms changed anywhere);
+//!   limits change while the gateway serves (`live.rs`, changed by `reload.rs`: reloads and
+//!   rooms changed anywhere);
 //! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
 //! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
 //!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
@@ -41,6 +42,7 @@ mod live;
 mod passes;
 mod protect;
 mod proxy;
+mod reload;
 mod rooms;
 mod routes;
 mod upstream_client;
@@ -79,8 +81,8 @@ use crate::correlation;
 use crate::span_export::SpanExport;
 
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
-pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use proxy::UpstreamPools;
+pub use reload::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
 pub use websocket_stats::{WebSocketStats, WebSocketStatsSnapshot};
