@@ -26,6 +26,7 @@ pub struct Gateway {
     pub(super) inner: Arc<Shared>,
 }
 
+/// What a [`Gateway`] points to: one per gateway, shared by its clones.
 pub(super) struct Shared {
     pub(super) app: AppState,
     /// Routes, upstream and WebSocket limits: loaded once per request (`live.rs`).
