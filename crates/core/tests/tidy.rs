@@ -182,16 +182,9 @@ fn no_test_is_ignored_or_expects_a_panic() {
     }
 }
 
-/// Circles between a module directory's children that are not broken yet, each as
-/// `crate module: its members`. The list only shrinks: the test fails on a circle not named
-/// here, and on a name here whose circle is gone (take it off the list).
-const CHILD_CIRCLES_NOT_YET_BROKEN: &[&str] =
-    &["edge gateway: limits, live, mod.rs, protect, proxy, verify, websocket"];
-
 /// Inside every crate, the top-level modules (and the root, when it holds code) depend on each
 /// other one way only, so each can be read knowing only those below it (issue 19); so do the
-/// children of every module directory (and its `mod.rs`, when that holds code), but for the
-/// circles still listed in `CHILD_CIRCLES_NOT_YET_BROKEN`.
+/// children of every module directory (and its `mod.rs`, when that holds code).
 #[test]
 fn no_module_depends_on_a_module_that_depends_on_it() {
     let mut crate_dirs: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("crates"))
@@ -201,7 +194,6 @@ fn no_module_depends_on_a_module_that_depends_on_it() {
         .collect();
     crate_dirs.sort();
     let mut circles = String::new();
-    let mut still_listed: Vec<&str> = CHILD_CIRCLES_NOT_YET_BROKEN.to_vec();
     for root in crate_dirs
         .iter()
         .flat_map(|dir| [dir.join("src/lib.rs"), dir.join("src/main.rs")])
@@ -224,10 +216,6 @@ fn no_module_depends_on_a_module_that_depends_on_it() {
                     module.name(),
                     members.join(", ")
                 );
-                if !module.path.is_empty() && still_listed.contains(&name.as_str()) {
-                    still_listed.retain(|listed| *listed != name);
-                    continue;
-                }
                 circles.push_str(&format!("crates/{name}:\n"));
                 circles.push_str(&graph.describe(&circle));
             }
@@ -237,9 +225,5 @@ fn no_module_depends_on_a_module_that_depends_on_it() {
         circles.is_empty(),
         "modules that depend on each other (break each circle: move the shared item down into \
          a module of its own, or the assembly up):\n{circles}"
-    );
-    assert!(
-        still_listed.is_empty(),
-        "circles broken, take them off CHILD_CIRCLES_NOT_YET_BROKEN: {still_listed:?}"
     );
 }

@@ -105,7 +105,7 @@ where
             };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let mut response = response.map(Body::new);
-            proxy::release_if_asked(&gateway, passes, &mut response).await;
+            proxy::release_if_asked(gateway.app(), passes, &mut response).await;
             protect::add_cookies(&mut response, cookies);
             anteroom_api::ratelimit::add_headers(&mut response, &limit_headers);
             Ok(response)

@@ -12,7 +12,8 @@
 //! - `canonical.rs`: the path in one spelling, or 400 `ambiguous_path` (SPEC §14.3);
 //! - `routes.rs`: the first `[[route]]` matching host, path glob and method (precompiled),
 //!   then the rooms' `routes` shorthands; the table, the upstream and the `[websocket]`
-//!   limits change while the gateway serves (`live.rs`: reloads and rooms changed anywhere);
+//!   limits change while the gateway serves (`live.rs`, changed by `reload.rs`: reloads and
+//!   rooms changed anywhere);
 //! - `limits.rs`: the route's route-only rate limits, through the rate-limit engine;
 //! - `protect.rs`: the rooms the route needs, in order: a valid pass goes through (renewed
 //!   when half its `session_ttl` has passed), otherwise immediate admission when the room has
@@ -20,8 +21,14 @@
 //! - `upstream_stats.rs`: latency, 5xx and in-flight per route;
 //! - `proxy.rs`: the reverse proxy: the engine's own upstream client (`upstream_client.rs`,
 //!   over `upstream_stream.rs`) for bodies in memory, hyper's for streamed bodies and h2c;
-//!   WebSocket upgrades go to `websocket.rs`; `connection_cap.rs` holds both clients to
-//!   `[upstream] max_connections`.
+//!   WebSocket upgrades go to `websocket.rs` instead; `connection_cap.rs` holds both clients
+//!   to `[upstream] max_connections`.
+//!
+//! The steps depend one way: this file orders them and no step names it (`layer.rs`, built on
+//! the same steps, does). What they read is [`Gateway`] (`state.rs`: the node's state, the
+//! settings in force, the caches), below every step but the proxy: `proxy.rs` takes the node's
+//! `AppState` and the trusted proxies instead, so the settings in force (`live.rs`) can hold
+//! its `Upstream`.
 //!
 //! The same steps, with an inner service where the proxy would be, make `WaitingRoomLayer`
 //! (`layer.rs`), through [`Gateway::route_of`] and [`Gateway::check`].
@@ -41,13 +48,16 @@ mod live;
 mod passes;
 mod protect;
 mod proxy;
+mod reload;
 mod rooms;
 mod routes;
+mod state;
 mod upstream_client;
 mod upstream_stats;
 mod upstream_stream;
 mod verify;
 mod websocket;
+mod websocket_stats;
 
 use std::sync::Arc;
 
@@ -58,7 +68,7 @@ use std::convert::Infallible;
 use axum::Router;
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::any;
 use tower::service_fn;
@@ -78,11 +88,12 @@ use crate::correlation;
 use crate::span_export::SpanExport;
 
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
-pub use live::{GatewayReload, GatewayReloadError, GatewayReloaded};
 pub(crate) use proxy::UpstreamPools;
+pub use reload::{GatewayReload, GatewayReloadError, GatewayReloaded};
+pub use state::Gateway;
 pub(crate) use upstream_stats::fine_bound_ms;
 pub use upstream_stats::{LATENCY_BUCKETS_MS, UpstreamStats, UpstreamStatsSnapshot};
-pub use websocket::{WebSocketStats, WebSocketStatsSnapshot};
+pub use websocket_stats::{WebSocketStats, WebSocketStatsSnapshot};
 
 /// What the gateway is built from (the `[upstream]`, `[[route]]` and `[websocket]` sections).
 #[derive(Debug, Clone, Default)]
@@ -111,28 +122,6 @@ pub struct GatewayOptions {
     pub spans: Option<SpanExport>,
 }
 
-/// The gateway: routes, rooms, passes and the upstream; cheap to clone.
-#[derive(Clone)]
-pub struct Gateway {
-    inner: Arc<Shared>,
-}
-
-struct Shared {
-    app: AppState,
-    /// Routes, upstream and WebSocket limits: loaded once per request (`live.rs`).
-    live: ArcSwap<live::LiveSettings>,
-    /// What the route table is built from; held only while it is rebuilt.
-    route_sources: parking_lot::Mutex<live::RouteSources>,
-    trusted_proxies: Vec<Cidr>,
-    verify: VerifyConfig,
-    http_engine: HttpEngine,
-    access_log: Option<AccessLog>,
-    spans: Option<SpanExport>,
-    rooms: rooms::RoomsReadEverySecond,
-    passes: passes::PassesVerifiedUntilExpiry,
-    websocket_stats: WebSocketStats,
-}
-
 impl Gateway {
     /// The gateway of `app`'s rooms with these routes and upstream.
     pub fn new(app: AppState, options: GatewayOptions) -> Gateway {
@@ -151,7 +140,7 @@ impl Gateway {
             websocket: options.websocket.unwrap_or_default(),
         };
         Gateway {
-            inner: Arc::new(Shared {
+            inner: Arc::new(state::Shared {
                 live: ArcSwap::from_pointee(live),
                 route_sources: parking_lot::Mutex::new(sources),
                 trusted_proxies: options.trusted_proxies,
@@ -165,11 +154,6 @@ impl Gateway {
                 app,
             }),
         }
-    }
-
-    /// The routes, upstream and WebSocket limits in force now.
-    fn live(&self) -> Arc<live::LiveSettings> {
-        self.inner.live.load_full()
     }
 
     /// The proxied WebSocket connections and their messages.
@@ -327,7 +311,7 @@ impl Gateway {
             passes,
             decided,
         } = let_through;
-        let mut response = proxy::proxy(self, &live, client, request, passes).await;
+        let mut response = proxy_or_upgrade(self, &live, client, request, passes).await;
         let took = measuring.finish(&response);
         if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
@@ -387,10 +371,37 @@ impl Gateway {
             decided,
         })
     }
+}
 
-    fn app(&self) -> &AppState {
-        &self.inner.app
+/// The last step: proxies `request` (or its WebSocket upgrade) to the upstream through
+/// `pools`.
+/// `passes` are those the request holds (an `Anteroom-Release` answer ends one). Here rather
+/// than in `proxy.rs`, so that `websocket.rs`, which builds on the proxy's `Upstream`, is
+/// not named by it in turn.
+async fn proxy_or_upgrade(
+    gateway: &Gateway,
+    live: &live::LiveSettings,
+    pools: Option<&UpstreamPools>,
+    request: Request<Body>,
+    passes: Vec<passes::HeldPass>,
+) -> Response {
+    let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
+        return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
+    };
+    if websocket::is_upgrade(&request) {
+        return websocket::proxy(gateway, upstream, &live.websocket, request).await;
     }
+    let pools = pools.for_upstream(upstream);
+    let (app, trusted_proxies) = (gateway.app(), &gateway.inner.trusted_proxies);
+    proxy::forward(
+        app,
+        trusted_proxies,
+        upstream,
+        &pools.client,
+        request,
+        passes,
+    )
+    .await
 }
 
 /// What goes with the answer to a request [`Gateway::check`] let through.
@@ -400,7 +411,7 @@ pub(crate) struct LetThrough {
     /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
-    pub(crate) passes: Vec<protect::HeldPass>,
+    pub(crate) passes: Vec<passes::HeldPass>,
     /// What the rooms decided, for the access log.
     pub(crate) decided: Decided,
 }

@@ -28,6 +28,13 @@ pub(crate) const RECHECK_MS: u64 = 1_000;
 /// `checked_at_ms` of a pass whose session was never looked up.
 const NEVER: u64 = u64::MAX;
 
+/// A pass the request holds, left in its extensions for the proxy (`Anteroom-Release`).
+#[derive(Clone)]
+pub(crate) struct HeldPass {
+    pub(crate) room: RoomId,
+    pub(crate) pass: Arc<CachedPass>,
+}
+
 /// A verified pass.
 pub(crate) struct CachedPass {
     pub(crate) claims: PassClaims,

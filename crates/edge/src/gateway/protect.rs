@@ -44,16 +44,9 @@ use anteroom_api::site_identity::SiteTokenError;
 use anteroom_api::{AppState, api};
 
 use super::Gateway;
-use super::passes::CachedPass;
+use super::passes::{CachedPass, HeldPass};
 use super::rooms::{RoomInfo, RoomLookup};
 use super::routes::Route;
-
-/// A pass the request holds, left in its extensions for the proxy (`Anteroom-Release`).
-#[derive(Clone)]
-pub(crate) struct HeldPass {
-    pub(crate) room: RoomId,
-    pub(crate) pass: Arc<CachedPass>,
-}
 
 /// When a visitor without a pass is joined to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

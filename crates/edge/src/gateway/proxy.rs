@@ -35,10 +35,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use anteroom_core::config::{HttpEngine, UpstreamConfig};
+use anteroom_core::config::{Cidr, HttpEngine, UpstreamConfig};
 use anteroom_core::engine::SessionEnd;
 use anteroom_store::StoreError;
 
+use anteroom_api::AppState;
 use anteroom_api::cookies::pass_cookie_name;
 use anteroom_api::error::ApiError;
 
@@ -46,13 +47,10 @@ use crate::client_scheme::ClientScheme;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
-use super::Gateway;
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
-use super::live::LiveSettings;
-use super::protect::HeldPass;
+use super::passes::HeldPass;
 use super::upstream_client::{UpstreamError, UpstreamPool, UpstreamTarget};
-use super::websocket;
 
 /// The response header through which the origin ends the visitor's session.
 static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release");
@@ -92,7 +90,7 @@ pub(crate) struct UpstreamPools {
 /// Pools and the upstream they connect to.
 pub(crate) struct PoolsFor {
     upstream: Arc<Upstream>,
-    client: UpstreamClient,
+    pub(super) client: UpstreamClient,
 }
 
 impl UpstreamPools {
@@ -108,7 +106,7 @@ impl UpstreamPools {
     }
 
     /// The pools for `upstream`, made now if the thread's are for another one.
-    fn for_upstream(&self, upstream: &Arc<Upstream>) -> Arc<PoolsFor> {
+    pub(super) fn for_upstream(&self, upstream: &Arc<Upstream>) -> Arc<PoolsFor> {
         let current = self.current.load_full();
         if Arc::ptr_eq(&current.upstream, upstream) {
             return current;
@@ -234,31 +232,12 @@ fn tls_settings(
     }
 }
 
-/// The last step: proxies `request` (or its WebSocket upgrade) to the upstream through
-/// `client`.
-/// `passes` are those the request holds (an `Anteroom-Release` answer ends one).
-pub(crate) async fn proxy(
-    gateway: &Gateway,
-    live: &LiveSettings,
-    pools: Option<&UpstreamPools>,
-    request: Request<Body>,
-    passes: Vec<HeldPass>,
-) -> Response {
-    let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
-        return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
-    };
-    if websocket::is_upgrade(&request) {
-        return websocket::proxy(gateway, upstream, &live.websocket, request).await;
-    }
-    let pools = pools.for_upstream(upstream);
-    forward(gateway, upstream, &pools.client, request, passes).await
-}
-
 /// Forwards the request as the upstream is to get it, through the own client when its body is
 /// already in memory and through hyper's otherwise, and hands back the answer as the visitor
 /// gets it.
-async fn forward(
-    gateway: &Gateway,
+pub(super) async fn forward(
+    app: &AppState,
+    trusted_proxies: &[Cidr],
     upstream: &Upstream,
     client: &UpstreamClient,
     request: Request<Body>,
@@ -271,7 +250,7 @@ async fn forward(
     {
         return body_too_large(limit);
     }
-    let (headers, forwarding) = upstream_headers(gateway, upstream, &mut parts);
+    let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts);
     let path = parts
         .uri
         .path_and_query()
@@ -297,7 +276,7 @@ async fn forward(
         None => send_hyper(&client.hyper, upstream, outgoing).await,
     };
     match answer {
-        Ok(response) => finish(gateway, passes, response).await,
+        Ok(response) => finish(app, passes, response).await,
         Err(refused) => refused,
     }
 }
@@ -316,7 +295,7 @@ struct Outgoing<'a> {
 /// ones taken out to be set anew ([`Forwarding`]), and `Host` for HTTP/1.1.
 #[inline]
 fn upstream_headers(
-    gateway: &Gateway,
+    trusted_proxies: &[Cidr],
     upstream: &Upstream,
     parts: &mut axum::http::request::Parts,
 ) -> (HeaderMap, Forwarding) {
@@ -332,7 +311,7 @@ fn upstream_headers(
         peer,
         ClientScheme::of(&parts.extensions),
         host.as_ref(),
-        &gateway.inner.trusted_proxies,
+        trusted_proxies,
     );
     if upstream.config.http2 {
         // The target's authority says where the request goes; the visitor's host travels in
@@ -460,7 +439,7 @@ fn hyper_request(
 
 /// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and
 /// `Anteroom-Release` acted on and stripped.
-async fn finish(gateway: &Gateway, passes: Vec<HeldPass>, mut response: Response) -> Response {
+async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -> Response {
     // The origin framed the body with its coding (RFC 9112 §6.3): a length beside it may be
     // false, and the visitor's connection would be framed by it once the coding is removed.
     if response.headers().contains_key(header::TRANSFER_ENCODING) {
@@ -468,19 +447,19 @@ async fn finish(gateway: &Gateway, passes: Vec<HeldPass>, mut response: Response
     }
     remove_hop_by_hop(response.headers_mut());
     *response.version_mut() = Version::HTTP_11;
-    release_if_asked(gateway, passes, &mut response).await;
+    release_if_asked(app, passes, &mut response).await;
     response
 }
 
 /// Acts on the origin's `Anteroom-Release` header and strips it (see [`end_session`]); the
 /// gateway's answers and `WaitingRoomLayer`'s inner service's alike.
 pub(crate) async fn release_if_asked(
-    gateway: &Gateway,
+    app: &AppState,
     passes: Vec<HeldPass>,
     response: &mut Response,
 ) {
     if let Some(value) = response.headers_mut().remove(&ANTEROOM_RELEASE) {
-        end_session(gateway, passes, &value, response).await;
+        end_session(app, passes, &value, response).await;
     }
 }
 
@@ -504,7 +483,7 @@ fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Respons
 /// `Anteroom-Release: <room>` the session of that room. The slot frees at once (the store
 /// ticks the room in the same operation) and the pass cookie is cleared.
 async fn end_session(
-    gateway: &Gateway,
+    app: &AppState,
     passes: Vec<HeldPass>,
     value: &HeaderValue,
     response: &mut Response,
@@ -522,7 +501,6 @@ async fn end_session(
         );
         return;
     };
-    let app = gateway.app();
     match app
         .store()
         .end_session(&held.room, held.pass.session, SessionEnd::Completed)

@@ -1,6 +1,6 @@
 //! Route matching (SPEC §7.1): the first `[[route]]` whose hosts, path globs and methods all
 //! select the request, then the rooms' `routes` shorthands. Globs are compiled when a table is
-//! built (at start, on a reload, when a room's routes change: see `live.rs`); a request is
+//! built (at start, on a reload, when a room's routes change: see `reload.rs`); a request is
 //! matched by walking the table with its normalised host and path, which for the tens of
 //! routes a site has costs less than one hash of the pass. Requests no route selects get the
 //! `default` route: no room, no route-only rate limit.

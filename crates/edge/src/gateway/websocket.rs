@@ -11,7 +11,7 @@
 //! refused by both legs. A connection keeps the `[websocket]` settings it was opened with; a
 //! reload applies to connections opened after it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::body::{Body, Bytes};
 use axum::extract::FromRequestParts;
@@ -35,45 +35,8 @@ use anteroom_h1::remove_hop_by_hop;
 use super::forwarding::set_forwarding;
 use super::proxy::{Upstream, request_host};
 use super::upstream_stream::UpstreamStream;
+use super::websocket_stats::WebSocketStats;
 use crate::client_scheme::ClientScheme;
-
-/// Counts of the proxied WebSocket connections and their messages (visitor→site).
-#[derive(Debug, Default)]
-pub struct WebSocketStats {
-    connections: AtomicU64,
-    open: AtomicU64,
-    forwarded: AtomicU64,
-    dropped: AtomicU64,
-    closed_over_limit: AtomicU64,
-}
-
-/// A copy of [`WebSocketStats`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WebSocketStatsSnapshot {
-    /// Connections proxied since start.
-    pub connections: u64,
-    /// Connections open now.
-    pub open: u64,
-    /// Data messages passed from visitors to the site.
-    pub forwarded: u64,
-    /// Data messages over the limit, dropped.
-    pub dropped: u64,
-    /// Connections closed with 1008 for going over the limit.
-    pub closed_over_limit: u64,
-}
-
-impl WebSocketStats {
-    /// A copy of the counts.
-    pub fn snapshot(&self) -> WebSocketStatsSnapshot {
-        WebSocketStatsSnapshot {
-            connections: self.connections.load(Ordering::Relaxed),
-            open: self.open.load(Ordering::Relaxed),
-            forwarded: self.forwarded.load(Ordering::Relaxed),
-            dropped: self.dropped.load(Ordering::Relaxed),
-            closed_over_limit: self.closed_over_limit.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// Whether the request asks to upgrade to WebSocket.
 pub(crate) fn is_upgrade<B>(request: &Request<B>) -> bool {
