@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
+use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -285,6 +286,23 @@ pub(crate) async fn connect(
             Ok(Box::new(tls.connect(name, stream).await?))
         }
     }
+}
+
+/// Where the event streams go: `--target`, `--ca-file`, `--room` of `sse-soak` and of the
+/// follower processes it starts.
+#[derive(Debug, Args)]
+pub(crate) struct StreamTarget {
+    /// The anteroom public listener, `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT`.
+    #[arg(long)]
+    pub(crate) target: String,
+    /// For an `https://` target: the PEM certificate (or authority) its certificate is checked
+    /// against, for the address 127.0.0.1.
+    #[arg(long)]
+    pub(crate) ca_file: Option<std::path::PathBuf>,
+    /// The room the tickets wait in (for `sse-soak`: empty, `max_active = 1`,
+    /// `admit_per_minute = 0`, a long `ticket_idle_ttl`).
+    #[arg(long)]
+    pub(crate) room: String,
 }
 
 /// Where the joins and streams go: the listener's address, and TLS for an `https://` target.

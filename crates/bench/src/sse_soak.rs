@@ -25,22 +25,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
-use crate::event_stream::{Shared, Target, connect, wall_clock};
+use crate::event_stream::{Shared, StreamTarget, Target, connect, wall_clock};
 use crate::stream_followers::{FollowerPlan, Followers};
 
 /// Options of `anteroom-bench sse-soak`.
 #[derive(Debug, Args)]
 pub(crate) struct SseSoakArgs {
-    /// The anteroom public listener, `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT`.
-    #[arg(long)]
-    target: String,
-    /// For an `https://` target: the PEM certificate (or authority) its certificate is checked
-    /// against, for the address 127.0.0.1.
-    #[arg(long)]
-    ca_file: Option<std::path::PathBuf>,
-    /// The room: empty, `max_active = 1`, `admit_per_minute = 0`, a long `ticket_idle_ttl`.
-    #[arg(long)]
-    room: String,
+    #[command(flatten)]
+    stream: StreamTarget,
     /// Concurrent event streams (one waiting visitor each).
     #[arg(long, default_value_t = 15_000)]
     connections: usize,
@@ -113,13 +105,13 @@ pub(crate) fn run(args: SseSoakArgs) -> anyhow::Result<()> {
 }
 
 async fn soak(args: SseSoakArgs) -> anyhow::Result<()> {
-    let target = Target::parse(&args.target, args.ca_file.as_deref())?;
+    let target = Target::parse(&args.stream.target, args.stream.ca_file.as_deref())?;
     let process = Process::new(args.pid)?;
     let started = Instant::now();
     let rss_at_start = process.rss_kib()?;
 
     let mut control = HttpConnection::open(target.clone(), None).await?;
-    let session = admit_first(&mut control, &args.room).await?;
+    let session = admit_first(&mut control, &args.stream.room).await?;
     let (tickets, join_seconds) = join_visitors(&target, &args).await?;
     // Let the joins' writes and the ticker settle before the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -201,9 +193,7 @@ fn start_followers(
     shared: &Arc<Shared>,
 ) -> anyhow::Result<Followers> {
     let plan = FollowerPlan {
-        target: &args.target,
-        ca_file: args.ca_file.as_deref(),
-        room: &args.room,
+        stream: &args.stream,
         ramp: args.ramp,
         source_addresses: args.source_addresses,
     };
@@ -276,7 +266,7 @@ async fn measure_change(
     let changed_at = Instant::now();
     shared.begin_change(next.position, wall_clock());
     control
-        .complete(&args.room, change.session, &args.service_key)
+        .complete(&args.stream.room, change.session, &args.service_key)
         .await?;
     let wait_limit = changed_at + args.change_timeout;
     while shared.seen(next.position) < expected && Instant::now() < wait_limit {
@@ -297,7 +287,7 @@ async fn measure_change(
     };
     eprintln!("change {} measured", change.number);
     // The admitted visitor claims the pass; its session is the next one to complete.
-    let admitted = control.status(&args.room, &next.token).await?;
+    let admitted = control.status(&args.stream.room, &next.token).await?;
     if admitted.state != "admitted" {
         bail!(
             "visitor {} was not admitted after the change",
@@ -319,7 +309,7 @@ async fn join_all(target: &Target, args: &SseSoakArgs) -> anyhow::Result<Vec<Tic
     let mut workers = Vec::new();
     for _ in 0..args.join_connections.max(1) {
         let next = next.clone();
-        let room = args.room.clone();
+        let room = args.stream.room.clone();
         let total = args.connections;
         let target = target.clone();
         workers.push(tokio::spawn(async move {

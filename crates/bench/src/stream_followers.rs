@@ -27,21 +27,14 @@ use clap::Args;
 use parking_lot::Mutex;
 
 use crate::event_stream::{
-    Shared, StreamEvents, StreamRequest, Target, follow_stream, source_address,
+    Shared, StreamEvents, StreamRequest, StreamTarget, Target, follow_stream, source_address,
 };
 
 /// Options of `anteroom-bench sse-soak-streams` (started by `sse-soak`).
 #[derive(Debug, Args)]
 pub(crate) struct FollowerArgs {
-    /// As `sse-soak --target`.
-    #[arg(long)]
-    target: String,
-    /// As `sse-soak --ca-file`.
-    #[arg(long)]
-    ca_file: Option<std::path::PathBuf>,
-    /// The room the tickets wait in.
-    #[arg(long)]
-    room: String,
+    #[command(flatten)]
+    stream: StreamTarget,
     /// Streams this process opens per second.
     #[arg(long)]
     ramp: u32,
@@ -52,9 +45,7 @@ pub(crate) struct FollowerArgs {
 
 /// What the coordinator tells a follower besides its tickets.
 pub(crate) struct FollowerPlan<'a> {
-    pub(crate) target: &'a str,
-    pub(crate) ca_file: Option<&'a std::path::Path>,
-    pub(crate) room: &'a str,
+    pub(crate) stream: &'a StreamTarget,
     pub(crate) ramp: u32,
     pub(crate) source_addresses: u8,
 }
@@ -86,10 +77,10 @@ impl Followers {
             let mut command = Command::new(&program);
             command
                 .arg("sse-soak-streams")
-                .args(["--target", plan.target, "--room", plan.room])
+                .args(["--target", &plan.stream.target, "--room", &plan.stream.room])
                 .args(["--ramp", &ramp.to_string()])
                 .args(["--source-addresses", &plan.source_addresses.to_string()]);
-            if let Some(ca_file) = plan.ca_file {
+            if let Some(ca_file) = &plan.stream.ca_file {
                 command.arg("--ca-file").arg(ca_file);
             }
             let mut child = command
@@ -204,7 +195,7 @@ impl StreamEvents for Reports {
 
 /// One follower process: reads its tickets, opens their streams, reports until its input closes.
 pub(crate) fn run(args: FollowerArgs) -> anyhow::Result<()> {
-    let target = Target::parse(&args.target, args.ca_file.as_deref())?;
+    let target = Target::parse(&args.stream.target, args.stream.ca_file.as_deref())?;
     let mut stdin = std::io::stdin().lock();
     let mut tickets = Vec::new();
     let mut line = String::new();
@@ -253,7 +244,7 @@ async fn open_streams(
         let request = StreamRequest {
             target: target.clone(),
             source,
-            room: args.room.clone(),
+            room: args.stream.room.clone(),
             ticket,
             position,
         };

@@ -441,18 +441,23 @@ pub(crate) async fn signal(
 pub(super) fn json_body<T: DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Option<T>, ApiError> {
-    let body = body.map_err(|rejection| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            rejection.body_text(),
-        )
-    })?;
+    let body = body_bytes(body)?;
     // No body, or `null`, asks for the defaults.
     if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
         return Ok(None);
     }
     serde_json::from_slice(&body).map(Some).map_err(|error| {
         ApiError::bad_request("invalid_body", format!("the body is not valid: {error}"))
+    })
+}
+
+/// The body's bytes; 413 when it is larger than the admin listener takes.
+pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            rejection.body_text(),
+        )
     })
 }

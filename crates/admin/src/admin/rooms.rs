@@ -24,6 +24,7 @@ use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
 use super::conditional::{IfMatch, RoomTag, precondition_failed, update_room};
+use super::control::body_bytes;
 use super::room_body::{
     AdaptiveBody, ChallengeBody, EventBody, IdentityJwtBody, PriorityBody, RoomBody, RoomList,
 };
@@ -235,13 +236,7 @@ pub(crate) fn room_json(config: &RoomConfig) -> Value {
 
 /// The body as a JSON object; an empty body is an empty object.
 fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
-    let body = body.map_err(|rejection| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            rejection.body_text(),
-        )
-    })?;
+    let body = body_bytes(body)?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
