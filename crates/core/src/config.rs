@@ -104,7 +104,7 @@ pub use verify::{OriginalUri, VerifyConfig, VerifyProxy};
 use crate::ratelimit::rules::RateLimitRule;
 use crate::room::RoomConfig;
 use top_level::UNSUPPORTED_SECTIONS;
-use top_level::{RATE_LIMIT_SECTION, ROOM_SECTION, SUPPORTED_SECTIONS, TOP_LEVEL_KEYS};
+use top_level::{RATE_LIMIT_SECTION, ROOM_SECTION, SUPPORTED_SECTIONS, top_level_keys};
 use tree::{LineIndex, Problems, Table};
 
 /// The whole validated configuration.
@@ -217,8 +217,7 @@ fn read_document(root: &Table, problems: &mut Problems) -> Config {
             Some((_, written)) => room::report_unsupported(entry, written, problems),
             None => {
                 let mut message = format!("unknown key `{}`", entry.key);
-                if let Some(suggestion) = tree::closest(&entry.key, TOP_LEVEL_KEYS.iter().copied())
-                {
+                if let Some(suggestion) = tree::closest(&entry.key, top_level_keys()) {
                     message.push_str(&format!("; did you mean `{suggestion}`?"));
                 }
                 problems.add(&entry.key_origin, message);

@@ -3,7 +3,7 @@
 
 use toml::de::DeValue;
 
-use super::top_level::{RATE_LIMIT_SECTION, ROOM_SECTION, TOP_LEVEL_KEYS};
+use super::top_level::{RATE_LIMIT_SECTION, ROOM_SECTION, top_level_keys};
 use super::tree::{Item, Origin, Problems, Table, Value, closest};
 
 const PREFIX: &str = "ANTEROOM_";
@@ -33,12 +33,12 @@ pub(super) fn apply_overrides(root: &mut Table, env: &[(String, String)], proble
             continue;
         }
         let section = levels[0].as_str();
-        if !TOP_LEVEL_KEYS.contains(&section) {
+        if !top_level_keys().any(|key| key == section) {
             if levels.len() == 1 {
                 hint_double_underscore(section, &origin, problems);
             } else {
                 let mut message = format!("unknown config section `{section}`");
-                if let Some(suggestion) = closest(section, TOP_LEVEL_KEYS.iter().copied()) {
+                if let Some(suggestion) = closest(section, top_level_keys()) {
                     message.push_str(&format!("; did you mean `{suggestion}`?"));
                 }
                 problems.add(&origin, message);
@@ -66,8 +66,8 @@ fn strip_prefix(name: &str) -> Option<&str> {
 /// Names without `__` that are not a section belong to the program (such as the config file's
 /// path) and are left alone, unless they look like a section with a single underscore.
 fn hint_double_underscore(name: &str, origin: &Origin, problems: &mut Problems) {
-    let section = TOP_LEVEL_KEYS.iter().find(|section| {
-        name.strip_prefix(**section)
+    let section = top_level_keys().find(|section| {
+        name.strip_prefix(section)
             .is_some_and(|rest| rest.starts_with('_') && rest.len() > 1)
     });
     if let Some(section) = section {

@@ -984,16 +984,6 @@ fn key_hashes() {
 }
 
 #[test]
-fn top_level_keys_are_the_supported_and_unsupported_sections() {
-    let mut listed: Vec<&str> = SUPPORTED_SECTIONS.to_vec();
-    listed.extend(UNSUPPORTED_SECTIONS.iter().map(|(key, _)| *key));
-    listed.sort_unstable();
-    let mut all = TOP_LEVEL_KEYS.to_vec();
-    all.sort_unstable();
-    assert_eq!(listed, all);
-}
-
-#[test]
 fn adaptive_and_challenge_rooms() {
     let source = "[[room]]\nid = \"a\"\nchallenge = { kind = \"pow\" }\n\
                   [room.adaptive]\ntarget_p95_ms = 250\nmin_per_minute = 60\nmax_per_minute = 600\n\

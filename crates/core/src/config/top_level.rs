@@ -20,20 +20,9 @@ pub(super) const SUPPORTED_SECTIONS: &[&str] = &[
 /// Top-level sections of later versions, with how they are written.
 pub(super) const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
 /// Every top-level key, supported or not.
-pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
-    "server",
-    "upstream",
-    "store",
-    "keys",
-    "auth",
-    ROOM_SECTION,
-    "route",
-    RATE_LIMIT_SECTION,
-    "websocket",
-    "events",
-    "verify",
-    "log",
-    "tracing",
-];
+pub(super) fn top_level_keys() -> impl Iterator<Item = &'static str> + Clone {
+    let unsupported = UNSUPPORTED_SECTIONS.iter().map(|(key, _)| *key);
+    SUPPORTED_SECTIONS.iter().copied().chain(unsupported)
+}
 pub(super) const ROOM_SECTION: &str = "room";
 pub(super) const RATE_LIMIT_SECTION: &str = "rate_limit";
