@@ -193,7 +193,7 @@ impl Gateway {
     }
 
     /// The protected site: every request the reserved routes do not take, through
-    /// [`handle`](Self::handle), with a pool of upstream connections of its own.
+    /// `Gateway::handle`, with a pool of upstream connections of its own.
     pub fn site(&self) -> Router {
         self.site_through(self.upstream_client())
     }
