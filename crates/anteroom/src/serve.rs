@@ -347,7 +347,6 @@ pub(crate) fn gateway(
             upstream: config.upstream.clone(),
             routes: config.routes.clone(),
             websocket: config.websocket.clone(),
-            trusted_proxies: config.server.trusted_proxies.clone(),
             rooms: config.rooms.clone(),
             verify: config.verify.clone(),
             http_engine: config.server.http_engine,

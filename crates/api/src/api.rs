@@ -41,14 +41,14 @@ const MAX_RETURN_LEN: usize = 2048;
 /// What of a room's configuration shapes its status answers: small enough for every event
 /// stream to keep a copy.
 #[derive(Debug, Clone, Copy)]
-pub struct StatusTerms {
+pub(crate) struct StatusTerms {
     pub(crate) mode: Mode,
     pub(crate) pace: ConfiguredPace,
 }
 
 impl StatusTerms {
     /// The terms a status answer states for a room configured as `config`.
-    pub fn of(config: &RoomConfig) -> StatusTerms {
+    pub(crate) fn of(config: &RoomConfig) -> StatusTerms {
         StatusTerms {
             mode: config.mode,
             pace: ConfiguredPace::of(config),
@@ -387,7 +387,7 @@ fn room_and_ticket_query(
 }
 
 /// Accepts only same-origin relative paths, so admission can never redirect off-site.
-pub fn validate_return(path: &str) -> Result<String, ApiError> {
+pub(crate) fn validate_return(path: &str) -> Result<String, ApiError> {
     let refuse = || {
         ApiError::bad_request(
             "invalid_return",
@@ -407,11 +407,11 @@ pub fn validate_return(path: &str) -> Result<String, ApiError> {
 
 /// What a ticket's entry means for the client: the status JSON, and the pass (with its cookie
 /// lifetime) once admitted.
-pub struct EntryAnswer {
+pub(crate) struct EntryAnswer {
     /// The status JSON.
-    pub body: StatusBody,
+    pub(crate) body: StatusBody,
     /// The signed pass and its cookie lifetime in seconds, once admitted.
-    pub pass: Option<(String, u64)>,
+    pub(crate) pass: Option<(String, u64)>,
 }
 
 /// The signed ticket token for a ticket.
@@ -431,7 +431,7 @@ pub(crate) fn ticket_token(
 }
 
 /// Shapes an entry as §6.1's status JSON, signing the pass when admitted.
-pub fn entry_answer(
+pub(crate) fn entry_answer(
     app: &AppState,
     room: &RoomId,
     terms: StatusTerms,
@@ -518,7 +518,7 @@ fn admitted_answer(
 }
 
 /// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.
-pub fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
+pub(crate) fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
     PassClaims {
         iss: app.settings().issuer.clone(),
         aud: room.to_string(),
@@ -535,7 +535,11 @@ pub fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClai
 }
 
 /// Signs the pass of `session`.
-pub fn sign_pass(app: &AppState, room: &RoomId, session: &Session) -> Result<String, ApiError> {
+pub(crate) fn sign_pass(
+    app: &AppState,
+    room: &RoomId,
+    session: &Session,
+) -> Result<String, ApiError> {
     app.keys()
         .sign_pass(&pass_claims(app, room, session))
         .map_err(|error| {
@@ -564,7 +568,7 @@ pub(crate) fn entry_body(
 }
 
 /// Adds the ticket cookie, and the pass cookie when there is a pass, to `headers`.
-pub fn set_entry_cookies(
+pub(crate) fn set_entry_cookies(
     app: &AppState,
     room: &RoomId,
     answer: &EntryAnswer,

@@ -43,7 +43,7 @@ use crate::{AppState, challenge};
 
 /// How a visitor came to the line: says which checks its request already went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
+pub(crate) enum Door {
     /// `POST …/join`: the rate limiter saw the request itself.
     Api,
     /// The waiting page (and the OIDC authorize endpoint, which sends visitors there).
@@ -53,21 +53,21 @@ pub enum Door {
 }
 
 /// Who asks to join, and what may be believed of them.
-pub struct Caller<'a> {
+pub(crate) struct Caller<'a> {
     /// The request's headers.
-    pub headers: &'a HeaderMap,
+    pub(crate) headers: &'a HeaderMap,
     /// `?ticket=`, for clients that hold their ticket there.
-    pub query: Option<&'a TicketQuery>,
+    pub(crate) query: Option<&'a TicketQuery>,
     /// The connection's details (the peer address) and what earlier layers left.
-    pub extensions: &'a Extensions,
+    pub(crate) extensions: &'a Extensions,
     /// Rooms this request was found to hold a valid pass of (or was just given one) by the
     /// gateway, earlier in the same request.
-    pub proven_passes: &'a [RoomId],
+    pub(crate) proven_passes: &'a [RoomId],
 }
 
 impl<'a> Caller<'a> {
     /// A caller known by its headers and connection only.
-    pub fn new(headers: &'a HeaderMap, extensions: &'a Extensions) -> Caller<'a> {
+    pub(crate) fn new(headers: &'a HeaderMap, extensions: &'a Extensions) -> Caller<'a> {
         Caller {
             headers,
             query: None,
@@ -88,13 +88,13 @@ impl<'a> Caller<'a> {
 
 /// What the visitor asks for beyond a place.
 #[derive(Debug, Default)]
-pub struct JoinAsk {
+pub(crate) struct JoinAsk {
     /// Where to return after admission.
-    pub return_to: Option<String>,
+    pub(crate) return_to: Option<String>,
     /// A priority code that lets the visitor skip the line.
-    pub priority_code: Option<String>,
+    pub(crate) priority_code: Option<String>,
     /// The `challenge` member of a join body (API only).
-    pub solution: Option<serde_json::Value>,
+    pub(crate) solution: Option<serde_json::Value>,
 }
 
 /// Why a join was refused: what each door (API, page, gateway) decides its answer on. The
@@ -226,7 +226,7 @@ fn store_refusal(
 }
 
 /// Joins `room` or resumes the caller's place, through the gate.
-pub async fn join(
+pub(crate) async fn join(
     app: &AppState,
     room: &RoomId,
     config: &RoomConfig,

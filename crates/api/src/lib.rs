@@ -12,15 +12,16 @@
 //! engine) and `anteroom-admin` build on it; it knows neither.
 
 // Reached by path from the crates above: the handlers the OpenAPI document of `anteroom-admin`
-// names (`api`, `challenge`, `page`, `readiness`, `sse`, with `problem_answers`), the parts of
-// the join path the gateway of `anteroom-edge` reuses, and the rate limiter (`ratelimit`, also
+// names (`api`, `challenge`, `page`, `readiness`, `sse`, with `problem_answers`), the join path
+// as the gateway of `anteroom-edge` and the admin API take it (`join_path`, the one way into
+// `join_gate`, the status shaping and the pages), and the rate limiter (`ratelimit`, also
 // usable on its own in front of any axum service: the `rate_limited_app` example).
 pub mod adaptive_status;
 pub mod api;
 pub mod challenge;
 pub mod cookies;
 pub mod error;
-pub mod join_gate;
+pub mod join_path;
 pub mod key_reload;
 pub mod page;
 pub mod problem_answers;
@@ -31,6 +32,7 @@ pub mod sse;
 pub mod store_timing;
 
 // Inside this crate; what the crates above need of them is re-exported below, once.
+mod join_gate;
 mod key_source;
 mod notices;
 mod oidc;

@@ -256,7 +256,7 @@ fn failed_page(
 
 /// The page for a visitor refused for their identity (the site's token, or the identity
 /// header): sign in first, or again.
-pub fn sign_in_page(refusal: IdentityRefusal, sign_in: SignIn) -> Response {
+pub(crate) fn sign_in_page(refusal: IdentityRefusal, sign_in: SignIn) -> Response {
     let message = match sign_in {
         SignIn::First => {
             "Please sign in to the site first: this waiting room keeps one place for each signed-in visitor."
@@ -321,7 +321,7 @@ pub enum HeldBack {
 /// The waiting page answered in place of a protected page (the same page as
 /// `/_anteroom/wait/{room}`): 200 while waiting, 503 closed or unavailable. `cookies` (the
 /// ticket cookie, passes of earlier rooms) go out with it.
-pub fn held_back_page(
+pub(crate) fn held_back_page(
     app: &AppState,
     room: &RoomId,
     config: &RoomConfig,
@@ -575,7 +575,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 }
 
 /// `/_anteroom/wait/{room}?return=<return_path>`.
-pub fn wait_location(room: &RoomId, return_path: &str) -> String {
+pub(crate) fn wait_location(room: &RoomId, return_path: &str) -> String {
     let mut location = format!("/_anteroom/wait/{room}?return=");
     for byte in return_path.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {

@@ -14,7 +14,7 @@ use anteroom_core::eta::EtaBasis;
 
 /// Status JSON (join, status, and later the SSE `status` event).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct StatusBody {
+pub(crate) struct StatusBody {
     pub(crate) room: String,
     #[schema(inline)]
     pub(crate) state: TicketState,

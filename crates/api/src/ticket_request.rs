@@ -16,7 +16,7 @@ use crate::error::ApiError;
 
 /// `?ticket=` for clients that cannot send headers or cookies (EventSource).
 #[derive(Debug, Default, Deserialize)]
-pub struct TicketQuery {
+pub(crate) struct TicketQuery {
     ticket: Option<String>,
 }
 

@@ -3,7 +3,7 @@
 //! `ahead` must count only live tickets (SPEC §6.1) and must be cheap: every status poll asks
 //! for it. A Fenwick tree over positions (relative to a moving base) answers "how many wait
 //! below position p" and "which is the k-th waiting ticket" in O(log n). Beside it the tickets
-//! sit in an array indexed by position, cut into blocks of [`BLOCK`] positions that exist only
+//! sit in an array indexed by position, cut into blocks of `BLOCK` positions that exist only
 //! while one of their positions waits. Positions are handed out densely in join order, so the
 //! regular lane costs about 16 bytes and a bit per ticket (a map ordered by position cost
 //! about 47, measured by the engine's memory test); a sparse line (the priority lane, whose

@@ -21,7 +21,7 @@ use anteroom_core::room::Mode;
 
 use super::auth::WriteAccess;
 use super::conditional::{IfMatch, RoomTag, update_room};
-use anteroom_api::api::sign_pass;
+use anteroom_api::join_path::sign_pass;
 use anteroom_api::parse_room;
 
 use super::AdminState;

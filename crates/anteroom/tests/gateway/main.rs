@@ -392,6 +392,54 @@ rooms = ["site"]
     assert!(echoed(response).await.is_some());
 }
 
+/// The forwarding headers a client sent, as the site sees them behind a gateway whose `[server]`
+/// section has `server` (the test's requests come from 127.0.0.1).
+async fn forwarding_seen_by_the_site(server: &str) -> Value {
+    let gate = Gate::start_with(
+        server,
+        r#"
+[upstream]
+url = "{upstream}"
+"#,
+    )
+    .await;
+    let sent = [
+        ("x-forwarded-for", "203.0.113.9"),
+        ("forwarded", "for=203.0.113.9"),
+        ("x-forwarded-proto", "https"),
+    ];
+    let response = gate
+        .send(reqwest::Method::GET, "/", &mut Jar::default(), HTML, &sent)
+        .await;
+    let echo = echoed(response).await.expect("proxied to the upstream");
+    echo["headers"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_are_believed_only_from_the_node_s_trusted_proxies() {
+    // From a peer outside `[server] trusted_proxies` the planted chain is dropped.
+    let headers = forwarding_seen_by_the_site("").await;
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert!(
+        headers["forwarded"]
+            .as_str()
+            .unwrap()
+            .starts_with("for=127.0.0.1;proto=http")
+    );
+
+    // From a trusted proxy its chain is kept and the peer appended.
+    let headers = forwarding_seen_by_the_site(r#"trusted_proxies = ["127.0.0.1/32"]"#).await;
+    assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "https");
+    assert!(
+        headers["forwarded"]
+            .as_str()
+            .unwrap()
+            .starts_with("for=203.0.113.9, for=127.0.0.1;proto=http")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_uid_mismatch_is_refused_on_mutating_requests() {
     // The identity header comes from the site's proxy (here: the test, on 127.0.0.1).

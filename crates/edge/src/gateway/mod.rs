@@ -75,7 +75,7 @@ use tower::service_fn;
 
 use anteroom_core::RoomId;
 use anteroom_core::config::{
-    Cidr, HttpEngine, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig,
+    HttpEngine, RouteConfig, UpstreamConfig, VerifyConfig, WebSocketConfig,
 };
 use anteroom_core::room::RoomConfig;
 
@@ -105,8 +105,6 @@ pub struct GatewayOptions {
     pub routes: Vec<RouteConfig>,
     /// Per-connection WebSocket limits; `None`: no message limit.
     pub websocket: Option<WebSocketConfig>,
-    /// Peers whose `X-Forwarded-For` / `Forwarded` are believed and appended to.
-    pub trusted_proxies: Vec<Cidr>,
     /// The configured rooms: their `routes` shorthands until the store's rooms are listed
     /// ([`Gateway::follow_rooms`]), and what `on_store_error` says when the store cannot be
     /// read.
@@ -143,7 +141,6 @@ impl Gateway {
             inner: Arc::new(state::Shared {
                 live: ArcSwap::from_pointee(live),
                 route_sources: parking_lot::Mutex::new(sources),
-                trusted_proxies: options.trusted_proxies,
                 verify: options.verify,
                 http_engine: options.http_engine,
                 access_log: options.access_log,
@@ -196,7 +193,7 @@ impl Gateway {
     }
 
     /// The protected site: every request the reserved routes do not take, through
-    /// [`handle`](Self::handle), with a pool of upstream connections of its own.
+    /// `Gateway::handle`, with a pool of upstream connections of its own.
     pub fn site(&self) -> Router {
         self.site_through(self.upstream_client())
     }
@@ -392,7 +389,8 @@ async fn proxy_or_upgrade(
         return websocket::proxy(gateway, upstream, &live.websocket, request).await;
     }
     let pools = pools.for_upstream(upstream);
-    let (app, trusted_proxies) = (gateway.app(), &gateway.inner.trusted_proxies);
+    let app = gateway.app();
+    let trusted_proxies = &app.settings().trusted_proxies;
     proxy::forward(
         app,
         trusted_proxies,

@@ -36,12 +36,13 @@ use anteroom_store::StoreError;
 use anteroom_token::{PassError, PassExpectations};
 
 use crate::access_log::{Decided, Decision};
+use anteroom_api::AppState;
 use anteroom_api::cookies::{asked_passes, pass_cookie_name};
 use anteroom_api::error::ApiError;
-use anteroom_api::join_gate::{self, Caller, Door, IdentityRefusal, JoinAsk, JoinRefusal};
-use anteroom_api::page::{self, HeldBack, wait_location};
+use anteroom_api::join_path::{
+    self, GatewayVisitor, HeldBack, IdentityRefusal, JoinRefusal, wait_location,
+};
 use anteroom_api::site_identity::SiteTokenError;
-use anteroom_api::{AppState, api};
 
 use super::Gateway;
 use super::passes::{CachedPass, HeldPass};
@@ -247,15 +248,13 @@ async fn join_room(
         .iter()
         .map(|held| held.room.clone())
         .collect();
-    let caller = Caller {
+    let visitor = GatewayVisitor {
+        headers: asked.headers,
+        extensions: asked.extensions,
         proven_passes: &proven,
-        ..Caller::new(asked.headers, asked.extensions)
+        return_to: return_path(asked.uri),
     };
-    let ask = JoinAsk {
-        return_to: Some(return_path(asked.uri)),
-        ..JoinAsk::default()
-    };
-    let joined = join_gate::join(app, &room, &info.config, &caller, Door::Gateway, ask).await;
+    let joined = join_path::join(app, &room, &info.config, visitor).await;
     gateway.inner.rooms.invalidate(&room);
     match joined {
         Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
@@ -304,17 +303,12 @@ fn admit(
 ) -> Option<Verdict> {
     let app = gateway.app();
     let session = view.session.clone();
-    let terms = api::StatusTerms::of(&info.config);
-    let answer = match api::entry_answer(app, &room, terms, Entry::Admitted(view)) {
-        Ok(answer) => answer,
+    let mut given = match join_path::give_entry(app, &room, &info.config, Entry::Admitted(view)) {
+        Ok(given) => given,
         Err(error) => return Some(Verdict::Refuse(JoinRefusal::Failed(error))),
     };
-    let mut set = HeaderMap::new();
-    api::set_entry_cookies(app, &room, &answer, &mut set);
-    gathered
-        .cookies
-        .extend(set.get_all(header::SET_COOKIE).iter().cloned());
-    if let Some((token, _)) = &answer.pass {
+    gathered.cookies.append(&mut given.cookies);
+    if let Some(token) = given.pass() {
         let pass = remember_issued(gateway, &room, info, token, &session, now);
         gathered.passes.push(HeldPass { room, pass });
         gathered.admitted = true;
@@ -424,7 +418,7 @@ fn remember_issued(
     session: &anteroom_core::engine::Session,
     now: Timestamp,
 ) -> Arc<CachedPass> {
-    let claims = api::pass_claims(gateway.app(), room, session);
+    let claims = join_path::pass_claims(gateway.app(), room, session);
     let renew_due = renewal_due(session.renewed_at.as_millis(), &info.config);
     let pass = Arc::new(CachedPass::new(
         claims,
@@ -548,7 +542,7 @@ async fn renew(
         return None;
     }
     match app.store().renew_session(room, pass.session).await {
-        Ok((session, true)) => match api::sign_pass(app, room, &session) {
+        Ok((session, true)) => match join_path::sign_pass(app, room, &session) {
             Ok(token) => {
                 remember_issued(gateway, room, info, &token, &session, now);
                 let expires_at_secs = session.expires_at.as_secs();
@@ -637,7 +631,7 @@ pub(crate) fn return_path(uri: &Uri) -> String {
     let path = uri
         .path_and_query()
         .map_or("/", |path_and_query| path_and_query.as_str());
-    api::validate_return(path).unwrap_or_else(|_| "/".to_owned())
+    join_path::safe_return(path)
 }
 
 /// The status JSON and the cookies (ticket, and pass when admitted) of an entry.
@@ -647,14 +641,8 @@ pub(crate) fn entry_status(
     config: &RoomConfig,
     entry: Entry,
 ) -> (Option<serde_json::Value>, Vec<HeaderValue>) {
-    let app = gateway.app();
-    match api::entry_answer(app, room, api::StatusTerms::of(config), entry) {
-        Ok(answer) => {
-            let mut set = HeaderMap::new();
-            api::set_entry_cookies(app, room, &answer, &mut set);
-            let cookies = set.get_all(header::SET_COOKIE).iter().cloned().collect();
-            (serde_json::to_value(&answer.body).ok(), cookies)
-        }
+    match join_path::give_entry(gateway.app(), room, config, entry) {
+        Ok(given) => (given.status_json(), given.cookies),
         Err(_) => (None, Vec::new()),
     }
 }
@@ -705,7 +693,7 @@ fn answer(
     // Only a request held back is told where it was going.
     let return_to = || return_path(asked.uri);
     let page = |room: &RoomId, config: &RoomConfig, held: HeldBack| {
-        page::held_back_page(app, room, config, held, &return_to(), asked.headers)
+        join_path::held_back_page(app, room, config, held, &return_to(), asked.headers)
     };
     Err(Box::new(match verdict {
         Verdict::Allow {
@@ -729,7 +717,7 @@ fn answer(
         Verdict::Refuse(JoinRefusal::Identity(refusal))
             if navigation && let Some(sign_in) = refusal.sign_in() =>
         {
-            page::sign_in_page(refusal, sign_in)
+            join_path::sign_in_page(refusal, sign_in)
         }
         Verdict::Refuse(refusal) => refusal.into_response(),
         Verdict::Limited(response) => response,
@@ -776,7 +764,7 @@ fn held_back(
         retry_after_secs,
     } = *waiting;
     let mut response = match (navigation, route.page, entry) {
-        (true, PageMode::Inline, Some(entry)) => page::held_back_page(
+        (true, PageMode::Inline, Some(entry)) => join_path::held_back_page(
             gateway.app(),
             &room,
             &config,

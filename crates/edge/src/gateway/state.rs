@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use anteroom_core::config::{Cidr, HttpEngine, VerifyConfig};
+use anteroom_core::config::{HttpEngine, VerifyConfig};
 
 use anteroom_api::AppState;
 
@@ -33,7 +33,6 @@ pub(super) struct Shared {
     pub(super) live: ArcSwap<LiveSettings>,
     /// What the route table is built from; held only while it is rebuilt.
     pub(super) route_sources: parking_lot::Mutex<RouteSources>,
-    pub(super) trusted_proxies: Vec<Cidr>,
     pub(super) verify: VerifyConfig,
     pub(super) http_engine: HttpEngine,
     pub(super) access_log: Option<AccessLog>,

@@ -61,7 +61,7 @@ pub struct UpstreamStatsSnapshot {
     /// Responses per latency bucket (not cumulative): `buckets[i]` counts latencies up to
     /// `LATENCY_BUCKETS_MS[i]` and above the bucket before; the last counts the rest.
     pub buckets: Vec<u64>,
-    /// Responses per fine bucket (not cumulative), bounds [`fine_bound_ms`].
+    /// Responses per fine bucket (not cumulative), bounds `fine_bound_ms`.
     pub fine_buckets: Vec<u64>,
     /// Responses measured.
     pub responses: u64,

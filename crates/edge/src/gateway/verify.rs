@@ -216,7 +216,7 @@ fn wait_answer(
     navigation: bool,
     return_to: &str,
 ) -> Response {
-    let location = anteroom_api::page::wait_location(&waiting.room, return_to);
+    let location = anteroom_api::join_path::wait_location(&waiting.room, return_to);
     let mut cookies = waiting.cookies;
     let queue = waiting.entry.map(|entry| {
         let (status, entry_cookies) =

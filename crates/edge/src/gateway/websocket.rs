@@ -123,7 +123,7 @@ fn site_handshake(
         peer,
         ClientScheme::of(&parts.extensions),
         host.as_ref(),
-        &gateway.inner.trusted_proxies,
+        &gateway.app().settings().trusted_proxies,
     );
     for (name, value) in &headers {
         if name != header::HOST {

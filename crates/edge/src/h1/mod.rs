@@ -46,9 +46,9 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50)
 ///
 /// Each connection speaks HTTP/1.1 or HTTP/2 (prior knowledge), with upgrades (WebSocket), and
 /// every request carries the peer's `ConnectInfo<SocketAddr>`. HTTP/1 requests are served by
-/// [`server`]'s keep-alive loop (hyper takes over a connection for upgrades, streamed request
+/// `server.rs`'s keep-alive loop (hyper takes over a connection for upgrades, streamed request
 /// bodies and HTTP/2); a connection whose first request opens an event stream is served by
-/// [`stream`], with far less memory for as long as the stream stays open.
+/// `stream.rs`, with far less memory for as long as the stream stays open.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: impl Into<PublicApp>,
