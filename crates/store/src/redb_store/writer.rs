@@ -208,7 +208,10 @@ impl Persister for RedbWriter {
             });
         }
         for session in &changes.sessions {
-            let bytes = room.session(*session).map(persisted::encode_session);
+            let bytes = room
+                .session(*session)
+                .as_ref()
+                .map(persisted::encode_session);
             writes.push(Write::Session {
                 key: record_key(id, &session.to_bytes()),
                 bytes,
