@@ -24,6 +24,7 @@ fn options(checkpoint_bytes: u64) -> RedbOptions {
     RedbOptions {
         seed: Some(3),
         checkpoint_bytes,
+        ..RedbOptions::default()
     }
 }
 
@@ -539,4 +540,78 @@ fn an_unreadable_ticket_in_redb_refuses_to_open() {
         error.contains("corrupt record ticket in room wal"),
         "{error}"
     );
+}
+
+/// A store whose file held `visitors` ended tickets, all forgotten since (their history
+/// expired): most of the file unused. Answers the store, still open, and the largest size
+/// its file had before the history was forgotten.
+async fn store_after_expired_history(
+    dir: &Path,
+    visitors: usize,
+    compact_min_bytes: u64,
+) -> (Arc<RedbStore>, u64) {
+    let clock = clock();
+    let options = RedbOptions {
+        compact_min_bytes,
+        ..options(256 * 1024)
+    };
+    let store = Arc::new(RedbStore::open_with(&store_path(dir), clock.clone(), options).unwrap());
+    let mut config = RoomConfig::with_defaults(room());
+    config.mode = anteroom_core::room::Mode::QueueAll;
+    config.ticket_idle_ttl = std::time::Duration::from_secs(60);
+    config.history_retention = std::time::Duration::from_secs(60);
+    store.put_room(config).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..visitors / 32 {
+                store.join(&room(), JoinRequest::default()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Abandoned, then forgotten: one tick each.
+    let mut largest = file_size(dir);
+    for _ in 0..2 {
+        clock.advance(std::time::Duration::from_secs(61));
+        store.tick(&room()).await.unwrap();
+        largest = largest.max(file_size(dir));
+    }
+    assert_eq!(store.records(&room()).await.unwrap().tickets.len(), 0);
+    (store, largest)
+}
+
+fn file_size(dir: &Path) -> u64 {
+    std::fs::metadata(store_path(dir)).unwrap().len()
+}
+
+/// The file grows with the history and is compacted once the history has expired and its
+/// deletions are checkpointed; what is left opens with every live record.
+#[tokio::test]
+async fn the_file_is_compacted_once_history_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, largest) = store_after_expired_history(dir.path(), 16_384, 1024 * 1024).await;
+    let position = join_position(&store).await;
+    for _ in 0..500 {
+        if store.compactions() > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.compactions(),
+        1,
+        "compacted after the deleting checkpoint"
+    );
+    let compacted = file_size(dir.path());
+    eprintln!("store file {largest} bytes before the compaction, {compacted} after");
+    assert!(compacted * 2 < largest, "{compacted} of {largest} bytes");
+    let live = tickets(&store).await;
+    drop(Arc::into_inner(store).unwrap());
+    let store = open(dir.path()).unwrap();
+    assert_eq!(tickets(&store).await, live);
+    assert_eq!(positions(&live), vec![position]);
 }
