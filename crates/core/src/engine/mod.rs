@@ -28,7 +28,9 @@
 //!
 //! The room's indexes (`waiting`, `priority`, `idle`, `claim_deadlines`, `ended`,
 //! `identities`, and the `active` / `admitted_unclaimed` counts) are kept consistent by its
-//! methods alone. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
+//! methods alone. A ticket that ends, and a session that ends with the ticket that claimed
+//! it, leave the ticket and session maps for `history` (`history.rs`), which holds them
+//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
 //! (the ids are random and never chosen by a client); maps keyed by what a client picks
 //! (identities) keep SipHash.
 
