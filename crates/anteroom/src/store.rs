@@ -29,6 +29,7 @@ pub(crate) fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Res
             let options = RedbOptions {
                 seed: None,
                 checkpoint_bytes: *checkpoint_bytes,
+                ..RedbOptions::default()
             };
             let store: Arc<dyn RoomStore> = Arc::new(
                 RedbStore::open_with(path, clock.clone(), options)

@@ -8,6 +8,7 @@
 //! `delegate_room_store!` macro implements the `RoomStore` trait over a host for each backend
 //! that runs the engine in process (memory, embedded).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -469,7 +470,7 @@ impl<P: Persister> EngineHost<P> {
     pub(crate) fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError> {
         self.read(room, |state| RoomRecords {
             tickets: state.tickets().collect(),
-            sessions: state.sessions().cloned().collect(),
+            sessions: state.sessions().map(Cow::into_owned).collect(),
         })
     }
 
@@ -481,7 +482,7 @@ impl<P: Persister> EngineHost<P> {
         query: &SessionQuery,
     ) -> Result<SessionListing, StoreError> {
         self.read(room, |state| {
-            let mut wanted: Vec<(String, &Session)> = state
+            let mut wanted: Vec<(String, Cow<'_, Session>)> = state
                 .sessions()
                 .filter(|session| query.filter.matches(session.state))
                 .map(|session| (session.id.to_string(), session))
@@ -505,7 +506,7 @@ impl<P: Persister> EngineHost<P> {
             SessionListing {
                 sessions: wanted
                     .into_iter()
-                    .map(|(_, session)| session.clone())
+                    .map(|(_, session)| session.into_owned())
                     .collect(),
                 next_after,
             }
@@ -623,8 +624,7 @@ macro_rules! delegate_room_store {
                 room: &anteroom_core::RoomId,
                 session: anteroom_core::SessionId,
             ) -> Result<Option<anteroom_core::engine::Session>, $crate::StoreError> {
-                self.host
-                    .read(room, |state| state.session(session).cloned())
+                self.host.read(room, |state| state.session(session))
             }
             async fn issue_session(
                 &self,

@@ -54,7 +54,7 @@ pub use error::StoreError;
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits};
-pub use redb_store::{RedbOptions, RedbStore};
+pub use redb_store::{DEFAULT_COMPACT_MIN_BYTES, RedbOptions, RedbStore};
 pub use redis_store::{KeyEntries, RedisConfig, RedisKeyEntries, RedisOutbox, RedisStore};
 
 /// Everything a room holds, for audits, tests and admin listings.

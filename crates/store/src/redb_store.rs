@@ -37,6 +37,7 @@
 //! anything built on them would break I6.
 
 mod checkpoint;
+mod compaction;
 mod completion;
 mod outbox;
 mod tables;
@@ -52,6 +53,7 @@ use std::sync::{Arc, OnceLock};
 
 use anteroom_core::Clock;
 use anteroom_core::engine::{RoomState, Session};
+use parking_lot::RwLock;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::StoreError;
@@ -76,13 +78,22 @@ pub struct RedbOptions {
     /// [`DEFAULT_CHECKPOINT_BYTES`](anteroom_core::config::DEFAULT_CHECKPOINT_BYTES)). Larger
     /// means fewer, bigger checkpoints and a longer replay after a crash.
     pub checkpoint_bytes: u64,
+    /// Unused bytes in the redb file (deleted records, expired history) from which a
+    /// checkpoint compacts it, when they are also half the file (`compaction.rs`; default
+    /// [`DEFAULT_COMPACT_MIN_BYTES`]).
+    pub compact_min_bytes: u64,
 }
+
+/// The default [`RedbOptions::compact_min_bytes`]: 64 MiB, so a small store is never
+/// compacted for a few pages.
+pub const DEFAULT_COMPACT_MIN_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Default for RedbOptions {
     fn default() -> Self {
         RedbOptions {
             seed: None,
             checkpoint_bytes: anteroom_core::config::DEFAULT_CHECKPOINT_BYTES,
+            compact_min_bytes: DEFAULT_COMPACT_MIN_BYTES,
         }
     }
 }
@@ -90,7 +101,7 @@ impl Default for RedbOptions {
 /// Rooms in a redb file with a write-ahead log beside it; durable, the default backend.
 pub struct RedbStore {
     host: Arc<EngineHost<RedbWriter>>,
-    database: Arc<Database>,
+    database: Arc<RwLock<Database>>,
     recent_events: RecentEvents,
     outbox: OnceLock<Arc<outbox::RedbEventOutbox>>,
 }
@@ -134,7 +145,7 @@ impl RedbStore {
         let rooms = load_rooms(&database, clock.now())?;
         let last_event = outbox::last_event_sequence(&database)?;
         tracing::info!(path = %path.display(), rooms = rooms.len(), "embedded store opened");
-        let database = Arc::new(database);
+        let database = Arc::new(RwLock::new(database));
         let recent_events = RecentEvents::default();
         let writer = RedbWriter::start(
             WriterStart {
@@ -143,6 +154,7 @@ impl RedbStore {
                 first_segment: next_segment,
                 last_event,
                 checkpoint_bytes: options.checkpoint_bytes,
+                compact_min_bytes: options.compact_min_bytes,
             },
             path,
         )?;
@@ -186,6 +198,15 @@ impl RedbStore {
             .persister()
             .stats
             .checkpoints
+            .load(Ordering::Relaxed)
+    }
+
+    /// Compactions of the redb file completed so far (`compaction.rs`).
+    pub fn compactions(&self) -> u64 {
+        self.host
+            .persister()
+            .stats
+            .compactions
             .load(Ordering::Relaxed)
     }
 }

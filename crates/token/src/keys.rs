@@ -26,6 +26,31 @@ pub(crate) struct KeyMaterial {
     /// The public key as JWK members (`kty`, `crv`, `x`, …) without `kid`, `alg`, `use`;
     /// `None` for HS256, whose key is secret.
     pub(crate) public_jwk: Option<Map<String, Value>>,
+    /// The private key parsed once, for the curves: `jsonwebtoken` parses `encoding`'s DER
+    /// again on every signature, and an Ed25519 key's parse derives its public key, a
+    /// scalar multiplication as dear as the signature itself. Every pass is signed here.
+    pub(crate) signer: Option<PassSigner>,
+}
+
+/// A parsed private key that signs a JWS's signing input.
+pub(crate) enum PassSigner {
+    Ed25519(Box<ed25519_dalek::SigningKey>),
+    Es256(Box<p256::ecdsa::SigningKey>),
+}
+
+impl PassSigner {
+    /// The JWS signature of `message` (RFC 7518: Ed25519's 64 bytes; ES256's `r` and `s`,
+    /// 32 bytes each, made as `jsonwebtoken` makes them).
+    pub(crate) fn sign(&self, message: &[u8]) -> Result<Vec<u8>, String> {
+        use ed25519_dalek::Signer as _;
+        match self {
+            PassSigner::Ed25519(key) => Ok(key.sign(message).to_bytes().to_vec()),
+            PassSigner::Es256(key) => key
+                .sign_recoverable(message)
+                .map(|(signature, _)| signature.to_vec())
+                .map_err(|error| error.to_string()),
+        }
+    }
 }
 
 /// Generates a new key of `algorithm` and returns the text of its key file.
@@ -101,6 +126,7 @@ fn parse_ed25519(text: &str) -> Result<KeyMaterial, String> {
         encoding: EncodingKey::from_ed_der(der.as_bytes()),
         decoding: DecodingKey::from_ed_der(public.as_bytes()),
         public_jwk: Some(jwk),
+        signer: Some(PassSigner::Ed25519(Box::new(key))),
     })
 }
 
@@ -124,6 +150,7 @@ fn parse_p256(text: &str) -> Result<KeyMaterial, String> {
         encoding: EncodingKey::from_ec_der(der.as_bytes()),
         decoding: DecodingKey::from_ec_der(point.as_bytes()),
         public_jwk: Some(jwk),
+        signer: Some(PassSigner::Es256(Box::new(key.into()))),
     })
 }
 
@@ -154,6 +181,7 @@ fn parse_rsa(text: &str) -> Result<KeyMaterial, String> {
         encoding: EncodingKey::from_rsa_der(der.as_bytes()),
         decoding: DecodingKey::from_rsa_raw_components(&modulus, &exponent),
         public_jwk: Some(jwk),
+        signer: None,
     })
 }
 
@@ -170,5 +198,6 @@ fn parse_hmac(text: &str) -> Result<KeyMaterial, String> {
         encoding: EncodingKey::from_secret(&secret),
         decoding: DecodingKey::from_secret(&secret),
         public_jwk: None,
+        signer: None,
     })
 }

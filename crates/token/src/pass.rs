@@ -114,14 +114,29 @@ impl Inspection {
     }
 }
 
+fn to_json(value: &impl Serialize) -> Result<Vec<u8>, TokenError> {
+    serde_json::to_vec(value).map_err(|error| TokenError::Signing(error.to_string()))
+}
+
 impl KeySet {
     /// Signs `claims` with the active key; the header carries `alg`, `kid` and `typ: JWT`.
     pub fn sign_pass(&self, claims: &PassClaims) -> Result<String, TokenError> {
         let key = self.active();
         let mut header = jsonwebtoken::Header::new(key.material.algorithm.jsonwebtoken());
         header.kid = Some(key.kid.clone());
-        jsonwebtoken::encode(&header, claims, key.encoding_key())
-            .map_err(|error| TokenError::Signing(error.to_string()))
+        let Some(signer) = &key.material.signer else {
+            return jsonwebtoken::encode(&header, claims, key.encoding_key())
+                .map_err(|error| TokenError::Signing(error.to_string()));
+        };
+        // The compact serialization (RFC 7515 §7.1) as `jsonwebtoken::encode` writes it, with
+        // the key parsed once (`keys.rs`, `PassSigner`).
+        let mut token = URL_SAFE_NO_PAD.encode(to_json(&header)?);
+        token.push('.');
+        URL_SAFE_NO_PAD.encode_string(to_json(claims)?, &mut token);
+        let signature = signer.sign(token.as_bytes()).map_err(TokenError::Signing)?;
+        token.push('.');
+        URL_SAFE_NO_PAD.encode_string(signature, &mut token);
+        Ok(token)
     }
 
     /// Verifies a pass: its `alg` must be the algorithm of the key its `kid` names (never

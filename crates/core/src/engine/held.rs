@@ -29,7 +29,7 @@ pub(super) struct HeldTicket {
 
 /// The texts a ticket may carry; most carry neither.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct TicketTexts {
+pub(super) struct TicketTexts {
     identity: Option<String>,
     return_to: Option<String>,
 }
@@ -106,6 +106,21 @@ impl HeldTicket {
 
     pub(super) fn return_to(&self) -> Option<&str> {
         self.texts.as_ref()?.return_to.as_deref()
+    }
+
+    /// The texts, for a record that keeps them once the ticket has ended (`history.rs`).
+    pub(super) fn into_texts(self) -> Option<Box<TicketTexts>> {
+        self.texts
+    }
+}
+
+impl TicketTexts {
+    pub(super) fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
+
+    pub(super) fn return_to(&self) -> Option<&str> {
+        self.return_to.as_deref()
     }
 }
 

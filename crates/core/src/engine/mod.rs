@@ -28,14 +28,19 @@
 //!
 //! The room's indexes (`waiting`, `priority`, `idle`, `claim_deadlines`, `ended`,
 //! `identities`, and the `active` / `admitted_unclaimed` counts) are kept consistent by its
-//! methods alone. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
+//! methods alone. A ticket that ends, and a session that ends with the ticket that claimed
+//! it, leave the ticket and session maps for `history` (`history.rs`), which holds them
+//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
 //! (the ids are random and never chosen by a client); maps keyed by what a client picks
 //! (identities) keep SipHash.
 
 mod bucket;
 mod held;
+mod history;
+mod session;
 mod ticket;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
@@ -48,8 +53,10 @@ use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::{LineLoader, WaitingLine};
 use held::HeldTicket;
+use history::History;
 
 pub use bucket::AdmissionBucket;
+pub use session::{Session, SessionEnd, SessionState};
 pub use ticket::{Ticket, TicketEnd, TicketState};
 
 /// The longest `return` path a ticket remembers.
@@ -57,87 +64,6 @@ pub const MAX_RETURN_PATH_LEN: usize = 2048;
 
 /// The longest identity a ticket is bound to.
 pub const MAX_IDENTITY_LEN: usize = 256;
-
-/// An active session: what a pass stands for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
-    /// Random id (the pass's `sub` and `jti`).
-    pub id: SessionId,
-    /// The ticket it was claimed by; `None` for passes issued by hand.
-    pub ticket: Option<TicketId>,
-    /// The ticket's position (0 for passes issued by hand).
-    pub position: u64,
-    /// Room generation.
-    pub generation: u32,
-    /// Identity bound to the pass.
-    pub uid: Option<String>,
-    /// When the pass was first issued.
-    pub issued_at: Timestamp,
-    /// Last renewal (or issue).
-    pub renewed_at: Timestamp,
-    /// Idle expiry, pushed forward by renewals, never past `hard_expires_at`.
-    pub expires_at: Timestamp,
-    /// Absolute cap (`session_max`).
-    pub hard_expires_at: Option<Timestamp>,
-    /// Active or ended.
-    pub state: SessionState,
-}
-
-/// Whether a session still holds its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionState {
-    /// Holds a capacity slot.
-    Active,
-    /// Ended; the slot is free.
-    Ended {
-        /// Why.
-        reason: SessionEnd,
-        /// When.
-        at: Timestamp,
-    },
-}
-
-/// Why a session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
-    /// The site said the visitor is done.
-    Completed,
-    /// The site (or visitor) gave the slot up.
-    Abandoned,
-    /// Its time ran out.
-    Expired,
-    /// An operator revoked it.
-    Revoked,
-    /// The room was reset to a new generation.
-    Reset,
-}
-
-impl SessionEnd {
-    /// Every way a session ends.
-    pub const ALL: [SessionEnd; 5] = [
-        SessionEnd::Completed,
-        SessionEnd::Abandoned,
-        SessionEnd::Expired,
-        SessionEnd::Revoked,
-        SessionEnd::Reset,
-    ];
-
-    /// The end named `text` by [`as_str`](Self::as_str).
-    pub fn parse(text: &str) -> Option<SessionEnd> {
-        SessionEnd::ALL.into_iter().find(|end| end.as_str() == text)
-    }
-
-    /// Stable lowercase name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionEnd::Completed => "completed",
-            SessionEnd::Abandoned => "abandoned",
-            SessionEnd::Expired => "expired",
-            SessionEnd::Revoked => "revoked",
-            SessionEnd::Reset => "reset",
-        }
-    }
-}
 
 crate::counter_record! {
     /// Running totals of a room, kept across restarts. Every stored form of them is derived
@@ -469,8 +395,11 @@ pub struct RoomState {
     idle: BTreeSet<(Timestamp, u64)>,
     /// Admitted tickets by claim deadline, for no-shows.
     claim_deadlines: BTreeSet<(Timestamp, TicketId)>,
-    /// Ended tickets in end order, for garbage collection.
+    /// Ended tickets held whole (not in `history`) in end order, for garbage collection.
     ended: VecDeque<(Timestamp, TicketId)>,
+    /// Ended tickets and sessions, compactly (most of them; the others stay in `tickets`
+    /// and `sessions`).
+    history: History,
     identities: HashMap<String, TicketId>,
     active: u64,
     admitted_unclaimed: u64,
@@ -511,6 +440,7 @@ impl RoomState {
             idle: BTreeSet::new(),
             claim_deadlines: BTreeSet::new(),
             ended: VecDeque::new(),
+            history: History::default(),
             identities: HashMap::new(),
             active: 0,
             admitted_unclaimed: 0,
@@ -560,7 +490,70 @@ impl RoomState {
             }
             room.sessions.insert(session.id, session);
         }
+        room.move_restored_history();
         room
+    }
+
+    /// Moves the restored ended tickets and sessions into `history`, in end order.
+    fn move_restored_history(&mut self) {
+        let tickets = std::mem::take(&mut self.ended);
+        let mut sessions: Vec<(Timestamp, SessionId)> = self
+            .sessions
+            .values()
+            .filter_map(|session| match session.state {
+                SessionState::Ended { at, .. } if session.ticket.is_some() => {
+                    Some((at, session.id))
+                }
+                _ => None,
+            })
+            .collect();
+        sessions.sort_unstable();
+        let mut tickets = tickets.into_iter().peekable();
+        let mut sessions = sessions.into_iter().peekable();
+        loop {
+            let ticket_first = match (tickets.peek(), sessions.peek()) {
+                (Some(ticket), Some(session)) => ticket.0 <= session.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if ticket_first {
+                if let Some((at, ticket)) = tickets.next() {
+                    self.keep_ended_ticket(ticket, at);
+                }
+            } else if let Some((_, session)) = sessions.next() {
+                self.keep_ended_session(session);
+            }
+        }
+    }
+
+    /// Moves an ended ticket into `history`, or into the end-order queue when it stays whole.
+    fn keep_ended_ticket(&mut self, ticket_id: TicketId, ended_at: Timestamp) {
+        let Some(ticket) = self.tickets.remove(&ticket_id) else {
+            return;
+        };
+        if let Some(ticket) = self.history.take_ticket(ticket_id, ticket) {
+            self.tickets.insert(ticket_id, ticket);
+            self.ended.push_back((ended_at, ticket_id));
+        }
+    }
+
+    /// Moves an ended session and the ticket that claimed it into `history`, when they fit.
+    fn keep_ended_session(&mut self, session_id: SessionId) {
+        let Some(session) = self.sessions.remove(&session_id) else {
+            return;
+        };
+        let claimed_by = session
+            .ticket
+            .and_then(|ticket_id| Some((ticket_id, self.tickets.remove(&ticket_id)?)));
+        let Some((ticket_id, ticket)) = claimed_by else {
+            self.sessions.insert(session_id, session);
+            return;
+        };
+        if let Some(ticket) = self.history.take_session(ticket_id, ticket, &session) {
+            self.tickets.insert(ticket_id, ticket);
+            self.sessions.insert(session_id, session);
+        }
     }
 
     /// The room's scalar state.
@@ -575,26 +568,40 @@ impl RoomState {
 
     /// A ticket by id.
     pub fn ticket(&self, id: TicketId) -> Option<Ticket> {
-        self.tickets.get(&id).map(|held| held.to_ticket(id))
+        match self.tickets.get(&id) {
+            Some(held) => Some(held.to_ticket(id)),
+            None => self.history.ticket(id),
+        }
     }
 
     /// A session by id.
-    pub fn session(&self, id: SessionId) -> Option<&Session> {
-        self.sessions.get(&id)
+    pub fn session(&self, id: SessionId) -> Option<Session> {
+        match self.sessions.get(&id) {
+            Some(session) => Some(session.clone()),
+            None => self.history.session(id),
+        }
     }
 
     /// Every ticket the room remembers.
     pub fn tickets(&self) -> impl Iterator<Item = Ticket> + '_ {
-        self.tickets.iter().map(|(id, held)| held.to_ticket(*id))
+        self.tickets
+            .iter()
+            .map(|(id, held)| held.to_ticket(*id))
+            .chain(self.history.tickets())
     }
 
-    /// Every session the room remembers.
-    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
-        self.sessions.values()
+    /// Every session the room remembers: the ones held whole borrowed, the ended ones kept
+    /// compactly made on the way.
+    pub fn sessions(&self) -> impl Iterator<Item = Cow<'_, Session>> {
+        self.sessions
+            .values()
+            .map(Cow::Borrowed)
+            .chain(self.history.sessions().map(Cow::Owned))
     }
 
     /// Whether a pass for `session` must be refused although its signature and expiry are
     /// fine: the session ended early (completed, abandoned, revoked, reset) or is unknown.
+    /// (Every session in `history` has ended.)
     pub fn is_revoked(&self, session: SessionId) -> bool {
         match self.sessions.get(&session) {
             Some(found) => found.state != SessionState::Active,
@@ -611,6 +618,7 @@ impl RoomState {
                     && s.expires_at > now
             })
             .map(|s| (s.id, s.expires_at))
+            .chain(self.history.revoked_sessions(now))
             .collect()
     }
 
@@ -838,10 +846,13 @@ impl RoomState {
             return Err(EngineError::TicketExpired);
         }
         self.settle_schedule(now, rng, changes);
-        let ticket = self
-            .tickets
-            .get(&reference.id)
-            .ok_or(EngineError::TicketUnknown)?;
+        let Some(ticket) = self.tickets.get(&reference.id) else {
+            // An ended ticket, of this generation or not.
+            return match self.history.ticket_generation(reference.id) {
+                Some(_) => Err(EngineError::TicketExpired),
+                None => Err(EngineError::TicketUnknown),
+            };
+        };
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
@@ -880,10 +891,14 @@ impl RoomState {
         changes: &mut ChangeSet,
     ) -> Result<bool, EngineError> {
         self.settle_schedule(now, rng, changes);
-        let ticket = self
-            .tickets
-            .get(&reference.id)
-            .ok_or(EngineError::TicketUnknown)?;
+        let Some(ticket) = self.tickets.get(&reference.id) else {
+            // Leaving again once ended changes nothing.
+            return match self.history.ticket_generation(reference.id) {
+                Some(generation) if generation == reference.generation => Ok(false),
+                Some(_) => Err(EngineError::TicketExpired),
+                None => Err(EngineError::TicketUnknown),
+            };
+        };
         if ticket.generation != reference.generation {
             return Err(EngineError::TicketExpired);
         }
@@ -919,17 +934,15 @@ impl RoomState {
         now: Timestamp,
         changes: &mut ChangeSet,
     ) -> Result<Session, EngineError> {
-        let found = self
-            .sessions
-            .get(&session)
-            .ok_or(EngineError::SessionUnknown)?;
-        if found.state == SessionState::Active {
+        let active = match self.sessions.get(&session) {
+            Some(found) => found.state == SessionState::Active,
+            None if self.history.holds_session(session) => false,
+            None => return Err(EngineError::SessionUnknown),
+        };
+        if active {
             self.finish_session(session, reason, now, changes);
         }
-        self.sessions
-            .get(&session)
-            .cloned()
-            .ok_or(EngineError::SessionUnknown)
+        self.session(session).ok_or(EngineError::SessionUnknown)
     }
 
     /// Renews a session on use once more than half of `session_ttl` has passed since its last
@@ -942,10 +955,12 @@ impl RoomState {
         changes: &mut ChangeSet,
     ) -> Result<(Session, bool), EngineError> {
         let ttl = self.meta.config.session_ttl;
-        let found = self
-            .sessions
-            .get_mut(&session)
-            .ok_or(EngineError::SessionUnknown)?;
+        let Some(found) = self.sessions.get_mut(&session) else {
+            return match self.history.holds_session(session) {
+                true => Err(EngineError::SessionEnded),
+                false => Err(EngineError::SessionUnknown),
+            };
+        };
         if found.state != SessionState::Active || !session_alive(found, now) {
             return Err(EngineError::SessionEnded);
         }
@@ -1173,6 +1188,8 @@ impl RoomState {
         if purge {
             changes.tickets.extend(self.tickets.keys().copied());
             changes.sessions.extend(self.sessions.keys().copied());
+            self.history
+                .purge((&mut changes.tickets, &mut changes.sessions));
             self.tickets.clear();
             self.sessions.clear();
             self.ended.clear();
@@ -1379,7 +1396,7 @@ impl RoomState {
         changes
             .events
             .push(VisitorEventKind::TicketEnded(reason).about_ticket(ticket_id, ticket, now));
-        self.ended.push_back((now, ticket_id));
+        self.keep_ended_ticket(ticket_id, now);
         changes.tickets.insert(ticket_id);
         changes.meta = true;
     }
@@ -1416,6 +1433,7 @@ impl RoomState {
         {
             self.identities.remove(identity);
         }
+        self.keep_ended_session(session_id);
         changes.sessions.insert(session_id);
         changes.meta = true;
     }
@@ -1437,6 +1455,15 @@ impl RoomState {
 
     fn forget_history(&mut self, now: Timestamp, changes: &mut ChangeSet) {
         let retention = self.meta.config.history_retention;
+        // A session still on the revocation set goes back whole, to the walk below.
+        for (ticket_id, ticket, session) in self.history.forget(
+            retention,
+            now,
+            (&mut changes.tickets, &mut changes.sessions),
+        ) {
+            self.tickets.insert(ticket_id, ticket);
+            self.sessions.insert(session.id, session);
+        }
         while let Some(&(ended_at, ticket_id)) = self.ended.front() {
             if ended_at.after(retention) > now {
                 break;

@@ -378,7 +378,11 @@ fn restore_rebuilds_indexes_and_counts() {
     });
     let entries: Vec<Entry> = (0..5).map(|_| h.join()).collect();
     let tickets: Vec<Ticket> = h.room.tickets().collect();
-    let sessions: Vec<Session> = h.room.sessions().cloned().collect();
+    let sessions: Vec<Session> = h
+        .room
+        .sessions()
+        .map(std::borrow::Cow::into_owned)
+        .collect();
     let restored = RoomState::restore(h.room.meta().clone(), tickets, sessions, h.now);
     assert_eq!(restored.snapshot(), h.room.snapshot());
     let mut restored = Harness {
@@ -752,4 +756,138 @@ fn the_draw_moves_each_ticket_in_the_idle_index_with_its_position() {
         }
     ));
     assert_idle_index_matches(&h.room);
+}
+
+/// Ends the session of a visitor admitted at once, checking that the ticket and session the
+/// room gives back once the visitor is held as history are the very ones it had, ended.
+fn end_and_compare(h: &mut Harness, reason: SessionEnd) -> (TicketId, SessionId) {
+    let Entry::Admitted(view) = h.join() else {
+        panic!("an open room admits at once");
+    };
+    let before_ticket = h.room.ticket(view.ticket).unwrap();
+    let before_session = h.room.session(view.session.id).unwrap();
+    h.advance(1_500);
+    let mut changes = ChangeSet::default();
+    let ended = h
+        .room
+        .end_session(view.session.id, reason, h.now, &mut changes)
+        .unwrap();
+    let expected_session = Session {
+        state: SessionState::Ended { reason, at: h.now },
+        ..before_session
+    };
+    assert_eq!(ended, expected_session);
+    assert_eq!(h.room.session(view.session.id), Some(expected_session));
+    assert_eq!(h.room.ticket(view.ticket), Some(before_ticket));
+    assert!(changes.tickets.is_empty() && changes.sessions.contains(&view.session.id));
+    (view.ticket, view.session.id)
+}
+
+#[test]
+fn an_ended_visitor_held_as_history_answers_as_before() {
+    let mut h = Harness::new(|c| {
+        c.session_max = Some(Duration::from_secs(7200));
+    });
+    let (ticket, session) = end_and_compare(&mut h, SessionEnd::Revoked);
+    assert!(h.room.history.holds_session(session), "held compactly");
+    assert!(h.room.sessions.is_empty() && h.room.tickets.is_empty());
+    let reference = TicketRef {
+        id: ticket,
+        generation: 1,
+    };
+    let mut changes = ChangeSet::default();
+    let (now, rng) = (h.now, &mut h.rng);
+    assert_eq!(
+        h.room.status(reference, now, rng, &mut changes),
+        Err(EngineError::TicketExpired)
+    );
+    assert_eq!(h.room.leave(reference, now, rng, &mut changes), Ok(false));
+    assert_eq!(
+        h.room.renew_session(session, now, &mut changes),
+        Err(EngineError::SessionEnded)
+    );
+    assert!(changes.is_empty(), "asking about history changes nothing");
+    assert!(h.room.is_revoked(session));
+    let expires_at = h.room.session(session).unwrap().expires_at;
+    assert_eq!(h.room.revoked_sessions(h.now), vec![(session, expires_at)]);
+    assert_eq!(h.room.tickets().count(), 1);
+    assert_eq!(h.room.sessions().count(), 1);
+}
+
+#[test]
+fn a_revoked_pass_outlives_the_retention_until_it_expires() {
+    let mut h = Harness::new(|c| {
+        c.session_ttl = Duration::from_secs(600);
+        c.history_retention = Duration::from_secs(60);
+    });
+    let (ticket, session) = end_and_compare(&mut h, SessionEnd::Revoked);
+    let before = h.room.session(session).unwrap();
+    h.advance(61_000);
+    let mut changes = ChangeSet::default();
+    h.room.tick(h.now, &mut h.rng, &mut changes);
+    assert!(!changes.sessions.contains(&session), "still revoked");
+    assert_eq!(h.room.session(session), Some(before.clone()));
+    assert_eq!(
+        h.room.revoked_sessions(h.now),
+        vec![(session, before.expires_at)]
+    );
+    h.now = before.expires_at;
+    let mut changes = ChangeSet::default();
+    h.room.tick(h.now, &mut h.rng, &mut changes);
+    assert!(changes.sessions.contains(&session) && changes.tickets.contains(&ticket));
+    assert_eq!(h.room.session(session), None);
+    assert_eq!(h.room.ticket(ticket), None);
+}
+
+#[test]
+fn a_ticket_whose_times_do_not_fit_is_kept_whole() {
+    let mut h = Harness::new(|c| {
+        c.mode = Mode::QueueAll;
+        c.ticket_idle_ttl = Duration::from_secs(90 * 24 * 3600);
+    });
+    let entry = h.join();
+    h.advance(60 * 24 * 3600 * 1000);
+    let mut changes = ChangeSet::default();
+    h.room
+        .leave(reference_of(&entry, 1), h.now, &mut h.rng, &mut changes)
+        .unwrap();
+    let ticket = h.room.ticket(reference_of(&entry, 1).id).unwrap();
+    assert_eq!(
+        ticket.state,
+        TicketState::Ended {
+            reason: TicketEnd::Left,
+            at: h.now
+        }
+    );
+    assert_eq!(h.room.tickets.len(), 1, "sixty days do not fit 32 bits");
+    assert_eq!(h.status(&entry), Err(EngineError::TicketExpired));
+}
+
+#[test]
+fn restore_holds_ended_visitors_as_history_in_end_order() {
+    let mut h = Harness::new(|c| {
+        c.session_ttl = Duration::from_secs(30);
+        c.history_retention = Duration::from_secs(60);
+    });
+    let first = end_and_compare(&mut h, SessionEnd::Completed);
+    let first_ended = h.now;
+    h.advance(10_000);
+    let second = end_and_compare(&mut h, SessionEnd::Abandoned);
+    let tickets: Vec<Ticket> = h.room.tickets().collect();
+    let sessions: Vec<Session> = h.room.sessions().map(Cow::into_owned).collect();
+    let mut restored = RoomState::restore(h.room.meta().clone(), tickets, sessions, h.now);
+    assert!(restored.tickets.is_empty() && restored.sessions.is_empty());
+    for (ticket, session) in [first, second] {
+        assert_eq!(restored.ticket(ticket), h.room.ticket(ticket));
+        assert_eq!(restored.session(session), h.room.session(session));
+    }
+    let mut changes = ChangeSet::default();
+    restored.tick(
+        first_ended.after(Duration::from_secs(60)),
+        &mut h.rng,
+        &mut changes,
+    );
+    assert!(changes.sessions.contains(&first.1) && changes.tickets.contains(&first.0));
+    assert!(!changes.sessions.contains(&second.1));
+    assert_eq!(restored.session(second.1), h.room.session(second.1));
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::RwLock;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::tables::{EVENT_ACKS, EVENTS, RecentEvents};
@@ -28,7 +29,7 @@ use crate::{EventOutbox, OutboxEntry, OutboxLimits, StoreError};
 /// The outbox over a [`super::RedbStore`]'s log and redb file.
 pub(crate) struct RedbEventOutbox {
     pub(super) host: Arc<EngineHost<RedbWriter>>,
-    pub(super) database: Arc<Database>,
+    pub(super) database: Arc<RwLock<Database>>,
     pub(super) recent: RecentEvents,
     pub(super) limits: OutboxLimits,
 }
@@ -61,7 +62,7 @@ impl RedbEventOutbox {
         job: impl FnOnce(&Database) -> Result<T, redb::Error> + Send + 'static,
     ) -> Result<T, StoreError> {
         let database = self.database.clone();
-        tokio::task::spawn_blocking(move || job(&database))
+        tokio::task::spawn_blocking(move || job(&database.read()))
             .await
             .map_err(|error| StoreError::backend("the outbox task failed", error))?
             .map_err(failed)

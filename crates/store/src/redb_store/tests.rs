@@ -24,6 +24,7 @@ fn options(checkpoint_bytes: u64) -> RedbOptions {
     RedbOptions {
         seed: Some(3),
         checkpoint_bytes,
+        ..RedbOptions::default()
     }
 }
 
@@ -539,4 +540,182 @@ fn an_unreadable_ticket_in_redb_refuses_to_open() {
         error.contains("corrupt record ticket in room wal"),
         "{error}"
     );
+}
+
+fn kept_room() -> RoomId {
+    RoomId::new("kept").unwrap()
+}
+
+/// A store whose file held `visitors` ended tickets, all forgotten since (their history
+/// expired): most of the file unused, beside `kept` tickets still waiting in room `kept`
+/// (joined at the same time, so their pages lie all over the file). Answers the store,
+/// still open, and the largest size its file had before the history was forgotten.
+async fn store_after_expired_history(
+    dir: &Path,
+    (visitors, kept): (usize, usize),
+    compact_min_bytes: u64,
+) -> (Arc<RedbStore>, u64) {
+    let clock = clock();
+    let options = RedbOptions {
+        compact_min_bytes,
+        ..options(256 * 1024)
+    };
+    let store = Arc::new(RedbStore::open_with(&store_path(dir), clock.clone(), options).unwrap());
+    let mut config = RoomConfig::with_defaults(room());
+    config.mode = anteroom_core::room::Mode::QueueAll;
+    config.ticket_idle_ttl = std::time::Duration::from_secs(60);
+    config.history_retention = std::time::Duration::from_secs(60);
+    let mut kept_config = config.clone();
+    kept_config.id = kept_room();
+    kept_config.ticket_idle_ttl = std::time::Duration::from_secs(24 * 3600);
+    store.put_room(config).await.unwrap();
+    store.put_room(kept_config).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let every = (visitors + kept) / kept.max(1);
+            for n in 0..(visitors + kept) / 32 {
+                let room = if kept > 0 && n % every == 0 {
+                    kept_room()
+                } else {
+                    room()
+                };
+                store.join(&room, JoinRequest::default()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Abandoned, then forgotten: one tick each.
+    let mut largest = file_size(dir);
+    for _ in 0..2 {
+        clock.advance(std::time::Duration::from_secs(61));
+        store.tick(&room()).await.unwrap();
+        largest = largest.max(file_size(dir));
+    }
+    assert_eq!(store.records(&room()).await.unwrap().tickets.len(), 0);
+    (store, largest)
+}
+
+fn file_size(dir: &Path) -> u64 {
+    std::fs::metadata(store_path(dir)).unwrap().len()
+}
+
+/// The file grows with the history and is compacted once the history has expired and its
+/// deletions are checkpointed; what is left opens with every live record.
+#[tokio::test]
+async fn the_file_is_compacted_once_history_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, largest) = store_after_expired_history(dir.path(), (16_384, 0), 1024 * 1024).await;
+    // A checkpoint starts with a write once the log has grown enough (and the one before it
+    // is done): the joins here are those writes.
+    let mut joined = Vec::new();
+    for _ in 0..1_000 {
+        if store.compactions() > 0 {
+            break;
+        }
+        joined.push(join_position(&store).await);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.compactions(),
+        1,
+        "compacted after the deleting checkpoint"
+    );
+    let compacted = file_size(dir.path());
+    eprintln!("store file {largest} bytes before the compaction, {compacted} after");
+    assert!(compacted * 2 < largest, "{compacted} of {largest} bytes");
+    let live = tickets(&store).await;
+    drop(Arc::into_inner(store).unwrap());
+    let store = open(dir.path()).unwrap();
+    assert_eq!(tickets(&store).await, live);
+    assert_eq!(positions(&live), joined);
+}
+
+/// The environment variable naming the store the child process compacts.
+const COMPACT_CHILD_STORE: &str = "ANTEROOM_TEST_COMPACT_STORE";
+
+/// Not a test on its own: the child process of the next one, compacting the store its
+/// environment names and saying on its output when it starts and when it is done.
+#[test]
+#[ignore = "run by a_compaction_killed_midway_loses_nothing in a process of its own"]
+#[allow(clippy::print_stdout)] // its output is what the parent reads
+fn compaction_child() {
+    let path = PathBuf::from(std::env::var_os(COMPACT_CHILD_STORE).unwrap());
+    let mut database = redb::Database::builder().create(&path).unwrap();
+    println!("compacting");
+    let done = super::compaction::compact(&mut database, &path).unwrap();
+    println!("compacted in {} us", done.took.as_micros());
+}
+
+/// Runs [`compaction_child`] on the store in `dir`, killed (SIGKILL) `after` its compaction
+/// started (never, with `None`); answers how long the compaction took when it finished.
+fn compact_in_child(dir: &Path, after: Option<std::time::Duration>) -> Option<u64> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "redb_store::tests::compaction_child",
+            "--nocapture",
+        ])
+        .env(COMPACT_CHILD_STORE, store_path(dir))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = lines.find(|line| line.as_deref().is_ok_and(|l| l == "compacting"));
+    assert!(started.is_some(), "the child started compacting");
+    if let Some(after) = after {
+        std::thread::sleep(after);
+        child.kill().unwrap();
+    }
+    let took = lines.find_map(|line| {
+        let line = line.ok()?;
+        line.strip_prefix("compacted in ")?
+            .strip_suffix(" us")?
+            .parse()
+            .ok()
+    });
+    child.wait().unwrap();
+    took
+}
+
+/// A SIGKILL at any moment of a compaction loses nothing: the store opens with every record.
+#[tokio::test]
+async fn a_compaction_killed_midway_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = store_after_expired_history(dir.path(), (16_384, 8_192), u64::MAX).await;
+    let kept = store.records(&kept_room()).await.unwrap();
+    drop(Arc::into_inner(store).unwrap());
+    let whole = compact_in_child(crash_image(dir.path()).path(), None).unwrap();
+    eprintln!("a whole compaction took {whole} us");
+    let mut interrupted = 0;
+    for eighth in 0..8 {
+        let image = crash_image(dir.path());
+        let after = std::time::Duration::from_micros(whole * eighth / 8);
+        if compact_in_child(image.path(), Some(after)).is_none() {
+            interrupted += 1;
+        }
+        let store = open(image.path()).unwrap();
+        let records = store.records(&kept_room()).await.unwrap();
+        assert_eq!(
+            records.tickets.len(),
+            kept.tickets.len(),
+            "killed after {after:?}"
+        );
+        let mut found = records.tickets;
+        let mut expected = kept.tickets.clone();
+        found.sort_by_key(|ticket| ticket.position);
+        expected.sort_by_key(|ticket| ticket.position);
+        // Restore counts every waiting ticket as seen at the opening.
+        for ticket in found.iter_mut().chain(expected.iter_mut()) {
+            ticket.last_seen = ticket.joined_at;
+        }
+        assert_eq!(found, expected, "killed after {after:?}");
+    }
+    eprintln!("{interrupted} of 8 compactions killed before they finished");
+    assert!(interrupted > 0, "no kill landed inside a compaction");
 }

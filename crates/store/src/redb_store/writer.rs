@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use anteroom_core::RoomId;
 use anteroom_core::engine::{ChangeSet, RoomState};
+use parking_lot::RwLock;
 use redb::Database;
 
 use super::checkpoint::{self, Dirty};
+use super::compaction::CompactionPolicy;
 use super::completion::Completion;
 use super::tables::{RecentEvents, record_key};
 use super::wal::{self, Segment, Write};
@@ -36,6 +38,7 @@ pub(super) struct CommitStats {
     pub(super) operations: AtomicU64,
     pub(super) commits: AtomicU64,
     pub(super) checkpoints: AtomicU64,
+    pub(super) compactions: AtomicU64,
 }
 
 /// The log writer's queue: sequences are handed out under one lock with the send, so
@@ -50,11 +53,12 @@ pub(super) struct Queue {
 
 /// What the writer starts from.
 pub(super) struct WriterStart {
-    pub(super) database: Arc<Database>,
+    pub(super) database: Arc<RwLock<Database>>,
     pub(super) recent_events: RecentEvents,
     pub(super) first_segment: u64,
     pub(super) last_event: u64,
     pub(super) checkpoint_bytes: u64,
+    pub(super) compact_min_bytes: u64,
 }
 
 /// The handle on the log writer thread.
@@ -74,6 +78,7 @@ impl RedbWriter {
             first_segment,
             last_event,
             checkpoint_bytes,
+            compact_min_bytes,
         } = start;
         let segment = Segment::create(store, first_segment)
             .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
@@ -89,11 +94,12 @@ impl RedbWriter {
             std::thread::Builder::new()
                 .name("anteroom-redb-checkpoint".to_owned())
                 .spawn(move || {
-                    let checkpoints = Checkpoints {
+                    let mut checkpoints = Checkpoints {
                         database: &database,
                         store: &store,
                         recent_events: &recent_events,
                         stats: &stats,
+                        compaction: CompactionPolicy::new(compact_min_bytes),
                     };
                     checkpoints.run(&job_receiver, &result_sender);
                 })
@@ -208,7 +214,10 @@ impl Persister for RedbWriter {
             });
         }
         for session in &changes.sessions {
-            let bytes = room.session(*session).map(persisted::encode_session);
+            let bytes = room
+                .session(*session)
+                .as_ref()
+                .map(persisted::encode_session);
             writes.push(Write::Session {
                 key: record_key(id, &session.to_bytes()),
                 bytes,
@@ -441,20 +450,22 @@ impl Logger {
 
 /// The checkpoint thread's view of the store.
 struct Checkpoints<'a> {
-    database: &'a Database,
+    database: &'a RwLock<Database>,
     store: &'a Path,
     recent_events: &'a RecentEvents,
     stats: &'a CommitStats,
+    compaction: CompactionPolicy,
 }
 
 impl Checkpoints<'_> {
     fn run(
-        &self,
+        &mut self,
         jobs: &mpsc::Receiver<CheckpointJob>,
         results: &mpsc::Sender<Result<(), String>>,
     ) {
         while let Ok(job) = jobs.recv() {
-            let result = checkpoint::checkpoint(self.database, self.store, &job.dirty, job.through);
+            let result =
+                checkpoint::checkpoint(&self.database.read(), self.store, &job.dirty, job.through);
             if result.is_ok() {
                 self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 // redb holds them now; later events all have higher sequences.
@@ -463,10 +474,33 @@ impl Checkpoints<'_> {
                         .lock()
                         .retain(|sequence, _| *sequence > last);
                 }
+                self.compact_if_worth_it();
             }
             if results.send(result).is_err() {
                 break;
             }
+        }
+    }
+
+    /// After a checkpoint (which may have deleted expired history): gives the file's unused
+    /// space back when there is much of it. A failure is reported, not fatal: every record
+    /// is still in the file (`compaction.rs`).
+    fn compact_if_worth_it(&mut self) {
+        match self
+            .compaction
+            .compact_if_worth_it(self.database, self.store)
+        {
+            Ok(None) => {}
+            Ok(Some(done)) => {
+                self.stats.compactions.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    bytes_before = done.bytes_before,
+                    bytes_after = done.bytes_after,
+                    took_ms = done.took.as_millis() as u64,
+                    "embedded store file compacted"
+                );
+            }
+            Err(message) => tracing::warn!(%message, "embedded store file not compacted"),
         }
     }
 }

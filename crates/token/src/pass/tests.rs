@@ -539,3 +539,23 @@ fn inspect_refuses_non_tokens() {
         );
     }
 }
+
+/// A pass signed with the key parsed once is, byte for byte, the token `jsonwebtoken` signs
+/// with the key file's DER (both curves sign deterministically).
+#[test]
+fn a_pass_signed_with_the_parsed_key_is_what_jsonwebtoken_signs() {
+    for algorithm in [SigningAlgorithm::EdDsa, SigningAlgorithm::Es256] {
+        let (_dir, keys) = fixtures::key_set(algorithm);
+        let claims = fixtures::claims();
+        let key = keys.active();
+        let mut header = jsonwebtoken::Header::new(algorithm.jsonwebtoken());
+        header.kid = Some(key.kid.clone());
+        let expected =
+            jsonwebtoken::encode(&header, &claims, key.encoding_key()).expect("jsonwebtoken signs");
+        assert_eq!(
+            keys.sign_pass(&claims).expect("sign"),
+            expected,
+            "{algorithm:?}"
+        );
+    }
+}
