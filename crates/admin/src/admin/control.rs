@@ -9,7 +9,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -20,6 +19,7 @@ use anteroom_core::engine::{MAX_IDENTITY_LEN, RoomSnapshot};
 use anteroom_core::room::Mode;
 
 use super::auth::WriteAccess;
+use super::bodies::json_body;
 use super::conditional::{IfMatch, RoomTag, update_room};
 use anteroom_api::join_path::sign_pass;
 use anteroom_api::parse_room;
@@ -435,29 +435,4 @@ pub(crate) async fn signal(
     };
     admin.app().store().put_load_signal(&id, signal).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// An optional JSON body: `None` when empty, 400 when it does not parse as `T`.
-pub(super) fn json_body<T: DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Option<T>, ApiError> {
-    let body = body_bytes(body)?;
-    // No body, or `null`, asks for the defaults.
-    if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
-        return Ok(None);
-    }
-    serde_json::from_slice(&body).map(Some).map_err(|error| {
-        ApiError::bad_request("invalid_body", format!("the body is not valid: {error}"))
-    })
-}
-
-/// The body's bytes; 413 when it is larger than the admin listener takes.
-pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            rejection.body_text(),
-        )
-    })
 }

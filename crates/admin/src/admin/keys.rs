@@ -15,7 +15,7 @@ use anteroom_token::{KeptBecause, PruneReport, SigningAlgorithm};
 
 use super::AdminState;
 use super::auth::WriteAccess;
-use super::control::json_body;
+use super::bodies::json_body;
 use crate::admin_event::AdminEvent;
 use anteroom_api::error::ApiError;
 use anteroom_api::key_retention_secs;

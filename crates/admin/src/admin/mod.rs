@@ -16,6 +16,7 @@
 //! only. The panel (`web/panel.html`, embedded) keeps the admin key in page memory only.
 
 mod auth;
+mod bodies;
 mod conditional;
 pub(crate) mod control;
 pub(crate) mod events;

@@ -23,8 +23,8 @@ use anteroom_core::config::{
 use anteroom_core::room::RoomConfig;
 
 use super::auth::{ReadAccess, WriteAccess};
+use super::bodies::body_bytes;
 use super::conditional::{IfMatch, RoomTag, precondition_failed, update_room};
-use super::control::body_bytes;
 use super::room_body::{
     AdaptiveBody, ChallengeBody, EventBody, IdentityJwtBody, PriorityBody, RoomBody, RoomList,
 };

@@ -637,28 +637,25 @@ async fn the_file_is_compacted_once_history_expires() {
 /// The environment variable naming the store the child process compacts.
 const COMPACT_CHILD_STORE: &str = "ANTEROOM_TEST_COMPACT_STORE";
 
-/// Not a test on its own: the child process of the next one, compacting the store its
-/// environment names and saying on its output when it starts and when it is done.
-#[test]
-#[ignore = "run by a_compaction_killed_midway_loses_nothing in a process of its own"]
+/// In the child process of the next test (its own test binary again, with
+/// [`COMPACT_CHILD_STORE`] set): compacts that store, saying on its output when it starts and
+/// when it is done.
 #[allow(clippy::print_stdout)] // its output is what the parent reads
-fn compaction_child() {
-    let path = PathBuf::from(std::env::var_os(COMPACT_CHILD_STORE).unwrap());
-    let mut database = redb::Database::builder().create(&path).unwrap();
+fn compact_as_child(path: &Path) {
+    let mut database = redb::Database::builder().create(path).unwrap();
     println!("compacting");
-    let done = super::compaction::compact(&mut database, &path).unwrap();
+    let done = super::compaction::compact(&mut database, path).unwrap();
     println!("compacted in {} us", done.took.as_micros());
 }
 
-/// Runs [`compaction_child`] on the store in `dir`, killed (SIGKILL) `after` its compaction
+/// Runs [`compact_as_child`] on the store in `dir`, killed (SIGKILL) `after` its compaction
 /// started (never, with `None`); answers how long the compaction took when it finished.
 fn compact_in_child(dir: &Path, after: Option<std::time::Duration>) -> Option<u64> {
     use std::io::BufRead;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "--ignored",
             "--exact",
-            "redb_store::tests::compaction_child",
+            "redb_store::tests::a_compaction_killed_midway_loses_nothing",
             "--nocapture",
         ])
         .env(COMPACT_CHILD_STORE, store_path(dir))
@@ -686,6 +683,10 @@ fn compact_in_child(dir: &Path, after: Option<std::time::Duration>) -> Option<u6
 /// A SIGKILL at any moment of a compaction loses nothing: the store opens with every record.
 #[tokio::test]
 async fn a_compaction_killed_midway_loses_nothing() {
+    if let Some(path) = std::env::var_os(COMPACT_CHILD_STORE) {
+        compact_as_child(Path::new(&path));
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = store_after_expired_history(dir.path(), (16_384, 8_192), u64::MAX).await;
     let kept = store.records(&kept_room()).await.unwrap();
