@@ -21,9 +21,12 @@
 //! version of every record logged before it to a checkpoint thread, which writes them into
 //! redb in one durable transaction (with the number of the last segment it covers) and
 //! deletes the covered segments. Opening the store replays whatever segments redb does not
-//! hold yet (a torn last frame, the trace of a crash during an append, is ignored: it was
-//! never acknowledged) and checkpoints them before loading the rooms; a clean stop
-//! checkpoints everything, so the redb file alone holds the store.
+//! hold yet (a torn last frame, the trace of a crash during an append, is cut off: it was
+//! never acknowledged), loads the rooms from redb with the replayed records laid over them,
+//! and checkpoints the replayed records on the checkpoint thread while the node already
+//! serves: the replayed segments are deleted only once that checkpoint is durable, so a crash
+//! before then replays them again. A clean stop checkpoints everything, so the redb file
+//! alone holds the store.
 //!
 //! Events for the sinks (SPEC §14.9) are records of the same log frame as the change they
 //! report, so an acknowledged change always has its events; the store's event outbox
@@ -49,10 +52,11 @@ mod writer;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use anteroom_core::Clock;
 use anteroom_core::engine::{RoomState, Session};
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{AccessGuard, Database, ReadableDatabase, ReadableTable};
 
 use crate::StoreError;
 use crate::engine_host::{EngineHost, delegate_room_store};
@@ -60,7 +64,7 @@ use crate::persisted;
 use checkpoint::Dirty;
 use tables::room_range;
 use tables::{CONFIGS, EVENT_ACKS, EVENTS, RecentEvents, SESSIONS, STATES, TICKETS};
-use writer::{RedbWriter, WriterStart};
+use writer::{RedbWriter, Replayed, WriterStart};
 
 /// The memory redb may use for its page cache (its own default is 1 GiB). Rooms live in
 /// memory and redb is read only at opening and for history, so its cache mostly held the
@@ -130,10 +134,18 @@ impl RedbStore {
             .create(path)
             .map_err(|e| StoreError::backend(format!("cannot open {}", path.display()), e))?;
         create_tables(&database)?;
-        let next_segment = recover(&database, path)?;
-        let rooms = load_rooms(&database, clock.now())?;
-        let last_event = outbox::last_event_sequence(&database)?;
-        tracing::info!(path = %path.display(), rooms = rooms.len(), "embedded store opened");
+        let started = Instant::now();
+        let (replayed, next_segment) = replay(&database, path)?;
+        let empty = Dirty::default();
+        let log = replayed.as_ref().map_or(&empty, |replayed| &replayed.dirty);
+        let rooms = load_rooms(&database, log, clock.now())?;
+        let last_event = outbox::last_event_sequence(&database)?.max(log.last_event().unwrap_or(0));
+        tracing::info!(
+            path = %path.display(),
+            rooms = rooms.len(),
+            elapsed_ms = started.elapsed().as_millis(),
+            "embedded store opened"
+        );
         let database = Arc::new(database);
         let recent_events = RecentEvents::default();
         let writer = RedbWriter::start(
@@ -143,6 +155,7 @@ impl RedbStore {
                 first_segment: next_segment,
                 last_event,
                 checkpoint_bytes: options.checkpoint_bytes,
+                replayed,
             },
             path,
         )?;
@@ -192,18 +205,20 @@ impl RedbStore {
 
 delegate_room_store!(RedbStore);
 
-/// Replays the log segments redb does not hold yet into redb (one durable checkpoint) and
-/// deletes them; answers the number the next segment takes.
-fn recover(database: &Database, store: &Path) -> Result<u64, StoreError> {
+/// Reads the log segments redb does not hold yet, cutting a torn tail off the newest (it was
+/// never acknowledged); answers their records (none when there is no log) and the number the
+/// next segment takes.
+fn replay(database: &Database, store: &Path) -> Result<(Option<Replayed>, u64), StoreError> {
     let fail = |e: wal::WalError| StoreError::backend("cannot replay the embedded store's log", e);
+    let started = Instant::now();
     let through = checkpoint::checkpointed_through(database)
         .map_err(|e| StoreError::backend("cannot read the embedded store", e))?;
     let segments = wal::list_segments(store).map_err(fail)?;
     let Some(&(newest, _)) = segments.last() else {
-        return Ok(through + 1);
+        return Ok((None, through + 1));
     };
     let mut dirty = Dirty::default();
-    let (mut frames, mut torn) = (0usize, None);
+    let mut frames = 0usize;
     let unreplayed = segments.iter().filter(|(number, _)| *number > through);
     for (expected, (number, path)) in (through + 1..).zip(unreplayed) {
         if *number != expected {
@@ -217,29 +232,35 @@ fn recover(database: &Database, store: &Path) -> Result<u64, StoreError> {
         }
         let contents = wal::read_segment(path, *number == newest).map_err(fail)?;
         frames += contents.frames.len();
-        torn = torn.or(contents.torn_at.map(|offset| (path.clone(), offset)));
+        if let Some(offset) = contents.torn_at {
+            tracing::warn!(
+                path = %path.display(),
+                offset,
+                "the embedded store's log ends in a torn write (a crash during an append); it was never acknowledged and is cut off"
+            );
+            wal::cut_torn_tail(path, offset).map_err(fail)?;
+        }
         for write in contents.frames.into_iter().flatten() {
             dirty.absorb(write);
         }
     }
-    if let Some((path, offset)) = &torn {
-        tracing::warn!(
-            path = %path.display(),
-            offset,
-            "the embedded store's log ends in a torn write (a crash during an append); it was never acknowledged and is ignored"
+    if frames > 0 {
+        tracing::info!(
+            frames,
+            elapsed_ms = started.elapsed().as_millis(),
+            "replayed the embedded store's log"
         );
     }
+    // Segments redb already holds (a crash came between a checkpoint and their deletion) are
+    // covered too: the checkpoint of the replayed records deletes them.
     let last = newest.max(through);
-    checkpoint::checkpoint(database, store, &dirty, last).map_err(|message| {
-        StoreError::Backend {
-            message: format!("cannot replay the embedded store's log: {message}"),
-            source: None,
-        }
-    })?;
-    if frames > 0 {
-        tracing::info!(frames, "replayed the embedded store's log");
-    }
-    Ok(last + 1)
+    Ok((
+        Some(Replayed {
+            dirty,
+            through: last,
+        }),
+        last + 1,
+    ))
 }
 
 fn create_tables(database: &Database) -> Result<(), StoreError> {
@@ -266,8 +287,10 @@ fn create_tables(database: &Database) -> Result<(), StoreError> {
     transaction.commit().map_err(|e| fail(e.into()))
 }
 
+/// Rebuilds every room from redb with `log` (the replayed records, newer) laid over it.
 fn load_rooms(
     database: &Database,
+    log: &Dirty,
     now: anteroom_core::Timestamp,
 ) -> Result<Vec<RoomState>, StoreError> {
     let fail = |e: redb::Error| StoreError::backend("cannot read the embedded store", e);
@@ -279,44 +302,67 @@ fn load_rooms(
     let states = read.open_table(STATES).map_err(|e| fail(e.into()))?;
     let tickets = read.open_table(TICKETS).map_err(|e| fail(e.into()))?;
     let sessions = read.open_table(SESSIONS).map_err(|e| fail(e.into()))?;
-    let mut rooms = Vec::new();
+    let mut room_configs = Vec::new();
     for entry in configs.iter().map_err(|e| fail(e.into()))? {
         let (key, value) = entry.map_err(|e| fail(e.into()))?;
         let room_name = key.value().to_owned();
         let config = persisted::decode_config(value.value())
             .map_err(|e| corrupt(format!("room {room_name}"), e))?;
+        let replaced = log.configs().any(|(room, _)| *room == config.id);
+        if !replaced && !log.deletes(&config.id) {
+            room_configs.push(config);
+        }
+    }
+    for (room, bytes) in log.configs() {
+        room_configs
+            .push(persisted::decode_config(bytes).map_err(|e| corrupt(format!("room {room}"), e))?);
+    }
+    let mut rooms = Vec::new();
+    for config in room_configs {
         let room = config.id.clone();
-        let meta = match states.get(room.as_str()).map_err(|e| fail(e.into()))? {
-            Some(state) => persisted::decode_state(config, state.value())
+        // What redb holds of a room the log deleted is gone.
+        let stored = !log.deletes(&room);
+        let stored_state = match stored {
+            true => states.get(room.as_str()).map_err(|e| fail(e.into()))?,
+            false => None,
+        };
+        let state = log
+            .state(&room)
+            .or(stored_state.as_ref().map(AccessGuard::value));
+        let meta = match state {
+            Some(state) => persisted::decode_state(config, state)
                 .map_err(|e| corrupt(format!("state of room {room}"), e))?,
             None => RoomState::new(config, now).meta().clone(),
         };
         let (start, end) = room_range(&room);
+        let range = start.as_slice()..end.as_slice();
+        let stored_sessions = match stored {
+            true => Some(sessions.range(range.clone()).map_err(|e| fail(e.into()))?),
+            false => None,
+        };
         let mut room_sessions: Vec<Session> = Vec::new();
-        for entry in sessions
-            .range(start.as_slice()..end.as_slice())
-            .map_err(|e| fail(e.into()))?
-        {
-            let (_, value) = entry.map_err(|e| fail(e.into()))?;
+        for record in overlaid(stored_sessions, log.sessions_of(&room)) {
+            let record = record.map_err(|e| fail(e.into()))?;
             room_sessions.push(
-                persisted::decode_session(value.value())
+                persisted::decode_session(record.bytes())
                     .map_err(|e| corrupt(format!("session in room {room}"), e))?,
             );
         }
+        let stored_tickets = match stored {
+            true => Some(tickets.range(range).map_err(|e| fail(e.into()))?),
+            false => None,
+        };
         // The tickets go to the room as they are read, never all decoded at once (a room of
         // ten million would hold them twice); the first unreadable one ends the stream, and
         // the room rebuilt from the part before it is dropped.
         let mut failure: Option<StoreError> = None;
-        let room_tickets = tickets
-            .range(start.as_slice()..end.as_slice())
-            .map_err(|e| fail(e.into()))?
-            .map_while(|entry| {
-                let decoded = entry.map_err(|e| fail(e.into())).and_then(|(_, value)| {
-                    persisted::decode_ticket(value.value())
-                        .map_err(|e| corrupt(format!("ticket in room {room}"), e))
-                });
-                decoded.map_err(|error| failure = Some(error)).ok()
+        let room_tickets = overlaid(stored_tickets, log.tickets_of(&room)).map_while(|record| {
+            let decoded = record.map_err(|e| fail(e.into())).and_then(|record| {
+                persisted::decode_ticket(record.bytes())
+                    .map_err(|e| corrupt(format!("ticket in room {room}"), e))
             });
+            decoded.map_err(|error| failure = Some(error)).ok()
+        });
         let restored = RoomState::restore(meta, room_tickets, room_sessions, now);
         if let Some(error) = failure {
             return Err(error);
@@ -324,4 +370,52 @@ fn load_rooms(
         rooms.push(restored);
     }
     Ok(rooms)
+}
+
+/// The latest version of a record: redb's, or the replayed log's.
+enum Latest<'t, 'l> {
+    Stored(AccessGuard<'t, &'static [u8]>),
+    Logged(&'l [u8]),
+}
+
+impl Latest<'_, '_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Latest::Stored(guard) => guard.value(),
+            Latest::Logged(bytes) => bytes,
+        }
+    }
+}
+
+/// The records of one room in key order: redb's (`stored`), where the log holds a newer
+/// version of a key that one instead (a `None` there: the record was forgotten). Both are in
+/// key order, so this is one merge, not a lookup per stored record.
+fn overlaid<'t, 'l>(
+    stored: Option<redb::Range<'t, &'static [u8], &'static [u8]>>,
+    logged: Vec<(&'l [u8], Option<&'l [u8]>)>,
+) -> impl Iterator<Item = Result<Latest<'t, 'l>, redb::StorageError>> {
+    let mut stored = stored.into_iter().flatten().peekable();
+    let mut logged = logged.into_iter().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            let order = match (stored.peek(), logged.peek()) {
+                (Some(Err(_)), _) => return stored.next().and_then(Result::err).map(Err),
+                (Some(Ok((stored_key, _))), Some((logged_key, _))) => {
+                    logged_key.cmp(&stored_key.value())
+                }
+                (Some(Ok(_)), None) => std::cmp::Ordering::Greater,
+                (None, _) => std::cmp::Ordering::Less,
+            };
+            if order == std::cmp::Ordering::Greater {
+                let (_, value) = stored.next()?.ok()?;
+                return Some(Ok(Latest::Stored(value)));
+            }
+            if order == std::cmp::Ordering::Equal {
+                stored.next();
+            }
+            if let (_, Some(bytes)) = logged.next()? {
+                return Some(Ok(Latest::Logged(bytes)));
+            }
+        }
+    })
 }
