@@ -51,12 +51,12 @@ mod writer;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Instant;
 
-use anteroom_core::Clock;
-use anteroom_core::engine::{RoomState, Session};
-use redb::{AccessGuard, Database, ReadableDatabase, ReadableTable};
+use anteroom_core::engine::{RoomState, Session, Ticket};
+use anteroom_core::{Clock, RoomId};
+use redb::{AccessGuard, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::StoreError;
 use crate::engine_host::{EngineHost, delegate_room_store};
@@ -293,18 +293,58 @@ fn load_rooms(
     log: &Dirty,
     now: anteroom_core::Timestamp,
 ) -> Result<Vec<RoomState>, StoreError> {
-    let fail = |e: redb::Error| StoreError::backend("cannot read the embedded store", e);
-    let corrupt = |what: String, e: persisted::DecodeError| {
-        StoreError::backend(format!("corrupt record {what}"), e)
+    let read = database.begin_read().map_err(|e| read_failed(e.into()))?;
+    let tables = StoredTables {
+        states: read.open_table(STATES).map_err(|e| read_failed(e.into()))?,
+        tickets: read
+            .open_table(TICKETS)
+            .map_err(|e| read_failed(e.into()))?,
+        sessions: read
+            .open_table(SESSIONS)
+            .map_err(|e| read_failed(e.into()))?,
     };
-    let read = database.begin_read().map_err(|e| fail(e.into()))?;
-    let configs = read.open_table(CONFIGS).map_err(|e| fail(e.into()))?;
-    let states = read.open_table(STATES).map_err(|e| fail(e.into()))?;
-    let tickets = read.open_table(TICKETS).map_err(|e| fail(e.into()))?;
-    let sessions = read.open_table(SESSIONS).map_err(|e| fail(e.into()))?;
+    let configs = room_configs(&read, log)?;
+    // With one room every ticket record is its own: the map is sized once, not grown.
+    let expected_tickets = match configs.len() {
+        1 => {
+            let stored = tables.tickets.len().map_err(|e| read_failed(e.into()))?;
+            usize::try_from(stored).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    configs
+        .into_iter()
+        .map(|config| load_room(&tables, log, config, expected_tickets, now))
+        .collect()
+}
+
+fn read_failed(error: redb::Error) -> StoreError {
+    StoreError::backend("cannot read the embedded store", error)
+}
+
+fn corrupt(what: String, error: persisted::DecodeError) -> StoreError {
+    StoreError::backend(format!("corrupt record {what}"), error)
+}
+
+/// The tables a restore reads, in one read transaction.
+struct StoredTables {
+    states: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    tickets: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    sessions: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+}
+
+/// The configuration of every room: redb's, except rooms the log deleted or configured again,
+/// and the log's.
+fn room_configs(
+    read: &redb::ReadTransaction,
+    log: &Dirty,
+) -> Result<Vec<anteroom_core::room::RoomConfig>, StoreError> {
+    let configs = read
+        .open_table(CONFIGS)
+        .map_err(|e| read_failed(e.into()))?;
     let mut room_configs = Vec::new();
-    for entry in configs.iter().map_err(|e| fail(e.into()))? {
-        let (key, value) = entry.map_err(|e| fail(e.into()))?;
+    for entry in configs.iter().map_err(|e| read_failed(e.into()))? {
+        let (key, value) = entry.map_err(|e| read_failed(e.into()))?;
         let room_name = key.value().to_owned();
         let config = persisted::decode_config(value.value())
             .map_err(|e| corrupt(format!("room {room_name}"), e))?;
@@ -317,59 +357,138 @@ fn load_rooms(
         room_configs
             .push(persisted::decode_config(bytes).map_err(|e| corrupt(format!("room {room}"), e))?);
     }
-    let mut rooms = Vec::new();
-    for config in room_configs {
-        let room = config.id.clone();
-        // What redb holds of a room the log deleted is gone.
-        let stored = !log.deletes(&room);
-        let stored_state = match stored {
-            true => states.get(room.as_str()).map_err(|e| fail(e.into()))?,
-            false => None,
-        };
-        let state = log
-            .state(&room)
-            .or(stored_state.as_ref().map(AccessGuard::value));
-        let meta = match state {
-            Some(state) => persisted::decode_state(config, state)
-                .map_err(|e| corrupt(format!("state of room {room}"), e))?,
-            None => RoomState::new(config, now).meta().clone(),
-        };
-        let (start, end) = room_range(&room);
-        let range = start.as_slice()..end.as_slice();
-        let stored_sessions = match stored {
-            true => Some(sessions.range(range.clone()).map_err(|e| fail(e.into()))?),
-            false => None,
-        };
-        let mut room_sessions: Vec<Session> = Vec::new();
-        for record in overlaid(stored_sessions, log.sessions_of(&room)) {
-            let record = record.map_err(|e| fail(e.into()))?;
-            room_sessions.push(
-                persisted::decode_session(record.bytes())
-                    .map_err(|e| corrupt(format!("session in room {room}"), e))?,
-            );
-        }
-        let stored_tickets = match stored {
-            true => Some(tickets.range(range).map_err(|e| fail(e.into()))?),
-            false => None,
-        };
-        // The tickets go to the room as they are read, never all decoded at once (a room of
-        // ten million would hold them twice); the first unreadable one ends the stream, and
-        // the room rebuilt from the part before it is dropped.
+    Ok(room_configs)
+}
+
+/// Rebuilds one room. Its tickets are read and decoded on a thread of their own while this
+/// one builds the room from them: on a restart with millions waiting the two halves cost
+/// about the same, and the node has nothing else to do yet.
+fn load_room(
+    tables: &StoredTables,
+    log: &Dirty,
+    config: anteroom_core::room::RoomConfig,
+    expected_tickets: usize,
+    now: anteroom_core::Timestamp,
+) -> Result<RoomState, StoreError> {
+    let room = config.id.clone();
+    // What redb holds of a room the log deleted is gone.
+    let stored = !log.deletes(&room);
+    let stored_state = match stored {
+        true => tables
+            .states
+            .get(room.as_str())
+            .map_err(|e| read_failed(e.into()))?,
+        false => None,
+    };
+    let state = log
+        .state(&room)
+        .or(stored_state.as_ref().map(AccessGuard::value));
+    let meta = match state {
+        Some(state) => persisted::decode_state(config, state)
+            .map_err(|e| corrupt(format!("state of room {room}"), e))?,
+        None => RoomState::new(config, now).meta().clone(),
+    };
+    let (start, end) = room_range(&room);
+    let stored_sessions = match stored {
+        true => Some(
+            tables
+                .sessions
+                .range(start.as_slice()..end.as_slice())
+                .map_err(|e| read_failed(e.into()))?,
+        ),
+        false => None,
+    };
+    let mut sessions: Vec<Session> = Vec::new();
+    for record in overlaid(stored_sessions, log.sessions_of(&room)) {
+        let record = record.map_err(|e| read_failed(e.into()))?;
+        sessions.push(
+            persisted::decode_session(record.bytes())
+                .map_err(|e| corrupt(format!("session in room {room}"), e))?,
+        );
+    }
+    std::thread::scope(|scope| {
+        let (sender, receiver) = mpsc::sync_channel(TICKET_BATCHES_AHEAD);
+        let (table, room_id) = (&tables.tickets, &room);
+        // The sender moves to the thread: the stream ends when the thread does.
+        let reader = std::thread::Builder::new()
+            .name("anteroom-redb-restore".to_owned())
+            .spawn_scoped(scope, move || {
+                send_tickets(table, stored, log, room_id, &sender);
+            })
+            .map_err(|e| StoreError::backend("cannot start the store's restore thread", e))?;
+        // The first unreadable ticket ends the stream, and the room rebuilt from the part
+        // before it is dropped.
         let mut failure: Option<StoreError> = None;
-        let room_tickets = overlaid(stored_tickets, log.tickets_of(&room)).map_while(|record| {
-            let decoded = record.map_err(|e| fail(e.into())).and_then(|record| {
+        let tickets = receiver
+            .iter()
+            .map_while(|batch: Result<Vec<Ticket>, StoreError>| {
+                batch.map_err(|error| failure = Some(error)).ok()
+            })
+            .flatten();
+        let expected_tickets = if stored { expected_tickets } else { 0 };
+        let restored = RoomState::restore_expecting(meta, tickets, expected_tickets, sessions, now);
+        if reader.join().is_err() {
+            return Err(StoreError::Backend {
+                message: format!("the restore of room {room} stopped"),
+                source: None,
+            });
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(restored),
+        }
+    })
+}
+
+/// Tickets decoded per message from the reading thread to the rebuilding one.
+const TICKET_BATCH: usize = 1024;
+/// Batches the reading thread may be ahead by.
+const TICKET_BATCHES_AHEAD: usize = 8;
+
+/// Reads and decodes the tickets of `room` (redb's unless the log deleted the room, with the
+/// log's laid over them) and sends them in batches, an error last; stops when nobody listens.
+fn send_tickets(
+    table: &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    stored: bool,
+    log: &Dirty,
+    room: &RoomId,
+    sender: &mpsc::SyncSender<Result<Vec<Ticket>, StoreError>>,
+) {
+    let (start, end) = room_range(room);
+    let stored_tickets = match stored {
+        true => match table.range(start.as_slice()..end.as_slice()) {
+            Ok(range) => Some(range),
+            Err(error) => {
+                let _ = sender.send(Err(read_failed(error.into())));
+                return;
+            }
+        },
+        false => None,
+    };
+    let mut batch = Vec::with_capacity(TICKET_BATCH);
+    for record in overlaid(stored_tickets, log.tickets_of(room)) {
+        let decoded = record
+            .map_err(|e| read_failed(e.into()))
+            .and_then(|record| {
                 persisted::decode_ticket(record.bytes())
                     .map_err(|e| corrupt(format!("ticket in room {room}"), e))
             });
-            decoded.map_err(|error| failure = Some(error)).ok()
-        });
-        let restored = RoomState::restore(meta, room_tickets, room_sessions, now);
-        if let Some(error) = failure {
-            return Err(error);
+        match decoded {
+            Ok(ticket) => batch.push(ticket),
+            Err(error) => {
+                let _ = sender.send(Ok(batch));
+                let _ = sender.send(Err(error));
+                return;
+            }
         }
-        rooms.push(restored);
+        if batch.len() == TICKET_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(TICKET_BATCH));
+            if sender.send(Ok(full)).is_err() {
+                return;
+            }
+        }
     }
-    Ok(rooms)
+    let _ = sender.send(Ok(batch));
 }
 
 /// The latest version of a record: redb's, or the replayed log's.

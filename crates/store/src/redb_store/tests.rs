@@ -209,10 +209,29 @@ async fn a_torn_last_frame_is_ignored() {
     );
     assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 39);
     assert_eq!(join_position(&store).await, 40);
-    // The torn tail was cut off, so the segment reads whole when it is no longer the newest
-    // (as after a crash before the checkpoint of the replayed log deletes it).
+}
+
+/// A restart cuts the torn tail off, so the segment reads whole once it is no longer the
+/// newest (after a crash before the checkpoint of the replayed log deletes it).
+#[tokio::test]
+async fn a_torn_tail_cut_off_reads_whole_in_an_older_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 40, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    let segment = newest_segment(image.path());
+    let length = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(length - 5)
+        .unwrap();
+    let torn = wal::read_segment(&segment, true).unwrap();
+    assert!(wal::read_segment(&segment, false).is_err());
+    wal::cut_torn_tail(&segment, torn.torn_at.unwrap()).unwrap();
     let cut = wal::read_segment(&segment, false).unwrap();
-    assert_eq!((cut.frames.len(), cut.torn_at), (40, None));
+    assert_eq!((cut.frames.len(), cut.torn_at), (torn.frames.len(), None));
 }
 
 #[test]
