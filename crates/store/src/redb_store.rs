@@ -129,12 +129,16 @@ impl RedbStore {
                 StoreError::backend(format!("cannot create {}", parent.display()), e)
             })?;
         }
+        let started = Instant::now();
         let database = Database::builder()
             .set_cache_size(REDB_CACHE_BYTES)
             .create(path)
             .map_err(|e| StoreError::backend(format!("cannot open {}", path.display()), e))?;
         create_tables(&database)?;
-        let started = Instant::now();
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis(),
+            "opened the embedded store's redb file"
+        );
         let (replayed, next_segment) = replay(&database, path)?;
         let empty = Dirty::default();
         let log = replayed.as_ref().map_or(&empty, |replayed| &replayed.dirty);
