@@ -377,39 +377,8 @@ fn load_room(
     let room = config.id.clone();
     // What redb holds of a room the log deleted is gone.
     let stored = !log.deletes(&room);
-    let stored_state = match stored {
-        true => tables
-            .states
-            .get(room.as_str())
-            .map_err(|e| read_failed(e.into()))?,
-        false => None,
-    };
-    let state = log
-        .state(&room)
-        .or(stored_state.as_ref().map(AccessGuard::value));
-    let meta = match state {
-        Some(state) => persisted::decode_state(config, state)
-            .map_err(|e| corrupt(format!("state of room {room}"), e))?,
-        None => RoomState::new(config, now).meta().clone(),
-    };
-    let (start, end) = room_range(&room);
-    let stored_sessions = match stored {
-        true => Some(
-            tables
-                .sessions
-                .range(start.as_slice()..end.as_slice())
-                .map_err(|e| read_failed(e.into()))?,
-        ),
-        false => None,
-    };
-    let mut sessions: Vec<Session> = Vec::new();
-    for record in overlaid(stored_sessions, log.sessions_of(&room)) {
-        let record = record.map_err(|e| read_failed(e.into()))?;
-        sessions.push(
-            persisted::decode_session(record.bytes())
-                .map_err(|e| corrupt(format!("session in room {room}"), e))?,
-        );
-    }
+    let meta = room_meta(tables, log, config, stored, now)?;
+    let sessions = room_sessions(tables, log, &room, stored)?;
     std::thread::scope(|scope| {
         let (sender, receiver) = mpsc::sync_channel(TICKET_BATCHES_AHEAD);
         let (table, room_id) = (&tables.tickets, &room);
@@ -442,6 +411,61 @@ fn load_room(
             None => Ok(restored),
         }
     })
+}
+
+/// The room's scalar state: the log's latest, else redb's (unless the log deleted the room),
+/// else a new room's.
+fn room_meta(
+    tables: &StoredTables,
+    log: &Dirty,
+    config: anteroom_core::room::RoomConfig,
+    stored: bool,
+    now: anteroom_core::Timestamp,
+) -> Result<anteroom_core::engine::RoomMeta, StoreError> {
+    let room = config.id.clone();
+    let stored_state = match stored {
+        true => tables
+            .states
+            .get(room.as_str())
+            .map_err(|e| read_failed(e.into()))?,
+        false => None,
+    };
+    let state = log
+        .state(&room)
+        .or(stored_state.as_ref().map(AccessGuard::value));
+    match state {
+        Some(state) => persisted::decode_state(config, state)
+            .map_err(|e| corrupt(format!("state of room {room}"), e)),
+        None => Ok(RoomState::new(config, now).meta().clone()),
+    }
+}
+
+/// The room's sessions: redb's (unless the log deleted the room) with the log's laid over.
+fn room_sessions(
+    tables: &StoredTables,
+    log: &Dirty,
+    room: &RoomId,
+    stored: bool,
+) -> Result<Vec<Session>, StoreError> {
+    let (start, end) = room_range(room);
+    let stored_sessions = match stored {
+        true => Some(
+            tables
+                .sessions
+                .range(start.as_slice()..end.as_slice())
+                .map_err(|e| read_failed(e.into()))?,
+        ),
+        false => None,
+    };
+    let mut sessions = Vec::new();
+    for record in overlaid(stored_sessions, log.sessions_of(room)) {
+        let record = record.map_err(|e| read_failed(e.into()))?;
+        sessions.push(
+            persisted::decode_session(record.bytes())
+                .map_err(|e| corrupt(format!("session in room {room}"), e))?,
+        );
+    }
+    Ok(sessions)
 }
 
 /// Tickets decoded per message from the reading thread to the rebuilding one.
