@@ -430,10 +430,24 @@ impl RoomState {
         sessions: Vec<Session>,
         now: Timestamp,
     ) -> RoomState {
+        RoomState::restore_expecting(meta, tickets, 0, sessions, now)
+    }
+
+    /// [`restore`](Self::restore) with the ticket map sized up front for `expected_tickets`
+    /// (a hint, for a stream that does not know its length): a map of millions grown by
+    /// doubling moves every ticket again at each step, and touches memory it then gives back.
+    pub fn restore_expecting(
+        meta: RoomMeta,
+        tickets: impl IntoIterator<Item = Ticket>,
+        expected_tickets: usize,
+        sessions: Vec<Session>,
+        now: Timestamp,
+    ) -> RoomState {
         let tickets = tickets.into_iter();
+        let capacity = expected_tickets.max(tickets.size_hint().0);
         let mut room = RoomState {
             meta,
-            tickets: HashMap::with_capacity_and_hasher(tickets.size_hint().0, RandomIdHash),
+            tickets: HashMap::with_capacity_and_hasher(capacity, RandomIdHash),
             sessions: HashMap::with_capacity_and_hasher(sessions.len(), RandomIdHash),
             waiting: WaitingLine::new(),
             priority: WaitingLine::new(),

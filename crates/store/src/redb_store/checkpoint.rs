@@ -71,6 +71,41 @@ impl Dirty {
         }
     }
 
+    /// Whether the log deleted `room`: what redb holds of it is gone, the records here (made
+    /// after the deletion) are all it has.
+    pub(crate) fn deletes(&self, room: &RoomId) -> bool {
+        self.deleted_rooms.contains(room)
+    }
+
+    /// The configurations logged, by room.
+    pub(crate) fn configs(&self) -> impl Iterator<Item = (&RoomId, &[u8])> {
+        self.configs
+            .iter()
+            .map(|(room, bytes)| (room, bytes.as_slice()))
+    }
+
+    /// The latest state logged for `room`.
+    pub(crate) fn state(&self, room: &RoomId) -> Option<&[u8]> {
+        self.states.get(room).map(Vec::as_slice)
+    }
+
+    /// The tickets of `room` logged (`None`: forgotten), in key order.
+    pub(crate) fn tickets_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+        records_of(&self.tickets, room)
+    }
+
+    /// The sessions of `room` logged (`None`: forgotten), in key order.
+    pub(crate) fn sessions_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+        records_of(&self.sessions, room)
+    }
+
+    /// The events logged, by sequence.
+    pub(crate) fn events(&self) -> impl Iterator<Item = (u64, &Vec<u8>)> {
+        self.events
+            .iter()
+            .map(|(sequence, payload)| (*sequence, payload))
+    }
+
     /// The highest event sequence among the records.
     pub(crate) fn last_event(&self) -> Option<u64> {
         self.events.last_key_value().map(|(sequence, _)| *sequence)
@@ -125,6 +160,20 @@ impl Dirty {
         }
         Ok(())
     }
+}
+
+fn records_of<'a>(
+    records: &'a HashMap<Vec<u8>, Option<Vec<u8>>>,
+    room: &RoomId,
+) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    let (start, _) = room_range(room);
+    let mut of_room: Vec<_> = records
+        .iter()
+        .filter(|(key, _)| key.starts_with(&start))
+        .map(|(key, bytes)| (key.as_slice(), bytes.as_deref()))
+        .collect();
+    of_room.sort_unstable_by_key(|(key, _)| *key);
+    of_room
 }
 
 /// Writes `dirty` into redb durably, recording that segments up to `through` are in it, then

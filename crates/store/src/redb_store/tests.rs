@@ -101,6 +101,20 @@ fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
     wal::list_segments(&store_path(dir)).unwrap()
 }
 
+/// Waits until `dir` holds `count` log segments: the checkpoint of a replayed log runs on the
+/// checkpoint thread after opening, and deletes the replayed segments when it is durable.
+fn wait_for_segments(dir: &Path, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while segments(dir).len() != count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "log segments {:?}, expected {count}",
+            segments(dir)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 fn newest_segment(dir: &Path) -> PathBuf {
     segments(dir).pop().unwrap().1
 }
@@ -125,11 +139,51 @@ async fn acknowledged_joins_are_replayed_from_the_log() {
     let store = open(image.path()).unwrap();
     assert_eq!(tickets(&store).await, before, "every record came back");
     assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 40);
-    assert!(
-        segments(image.path()).len() == 1,
-        "the replayed log was checkpointed and deleted; a fresh segment is open"
+    // The replayed log is checkpointed and deleted while the store serves; a fresh segment
+    // is open.
+    wait_for_segments(image.path(), 1);
+    assert_eq!(
+        store.checkpoints(),
+        0,
+        "the checkpoint at opening is not counted"
     );
     assert_eq!(join_position(&store).await, 41);
+}
+
+/// A crash before the checkpoint of the replayed log is durable (or during it) leaves the
+/// replayed segments beside the new one; the next opening replays them all.
+#[tokio::test]
+async fn a_crash_before_the_replayed_log_is_checkpointed_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 40, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    // redb and the log as the first crash left them, before the opening checkpoint.
+    let pristine = crash_image(image.path());
+
+    let store = open(image.path()).unwrap();
+    for _ in 0..5 {
+        join_position(&store).await;
+    }
+    let before = tickets(&store).await;
+    let second = crash_image(image.path());
+    drop(store);
+    // The state a crash leaves before the opening checkpoint commits: redb as it was, the
+    // replayed segment, and the segment the reopened store logs into.
+    std::fs::copy(store_path(pristine.path()), store_path(second.path())).unwrap();
+    let replayed = wal::segment_path(&store_path(second.path()), 1);
+    std::fs::copy(newest_segment(pristine.path()), &replayed).unwrap();
+    assert_eq!(
+        segments(second.path())
+            .iter()
+            .map(|(number, _)| *number)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+
+    let store = open(second.path()).unwrap();
+    assert_eq!(tickets(&store).await, before, "every record came back");
+    assert_eq!(join_position(&store).await, 46);
 }
 
 #[tokio::test]
@@ -156,6 +210,128 @@ async fn a_torn_last_frame_is_ignored() {
     );
     assert_eq!(store.snapshot(&room()).await.unwrap().last_position, 39);
     assert_eq!(join_position(&store).await, 40);
+}
+
+/// A restart cuts the torn tail off, so the segment reads whole once it is no longer the
+/// newest (after a crash before the checkpoint of the replayed log deletes it).
+#[tokio::test]
+async fn a_torn_tail_cut_off_reads_whole_in_an_older_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 40, NEVER).await;
+    let image = crash_image(dir.path());
+    drop(store);
+    let segment = newest_segment(image.path());
+    let length = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(length - 5)
+        .unwrap();
+    let torn = wal::read_segment(&segment, true).unwrap();
+    assert!(wal::read_segment(&segment, false).is_err());
+    wal::cut_torn_tail(&segment, torn.torn_at.unwrap()).unwrap();
+    let cut = wal::read_segment(&segment, false).unwrap();
+    assert_eq!((cut.frames.len(), cut.torn_at), (torn.frames.len(), None));
+}
+
+#[test]
+fn a_segment_header_cut_short_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    drop(wal::Segment::create(&path, 1).unwrap());
+    let segment = wal::segment_path(&path, 1);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(5)
+        .unwrap();
+    let torn = wal::read_segment(&segment, true).unwrap();
+    assert_eq!(torn.torn_at, Some(0));
+    wal::cut_torn_tail(&segment, 0).unwrap();
+    let cut = wal::read_segment(&segment, false).unwrap();
+    assert_eq!((cut.frames.len(), cut.torn_at), (0, None));
+}
+
+/// The records a restore reads: redb's, with the replayed log's newer versions and
+/// deletions laid over them, in key order.
+#[test]
+fn the_replayed_log_is_laid_over_redb() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    let database = redb::Database::create(&path).unwrap();
+    super::create_tables(&database).unwrap();
+    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
+    let mut stored = Dirty::default();
+    for id in [1, 2, 3, 5] {
+        stored.absorb(Write::Ticket {
+            key: key(id),
+            bytes: Some(vec![id]),
+        });
+    }
+    checkpoint::checkpoint(&database, &path, &stored, 1).unwrap();
+    let mut log = Dirty::default();
+    for (id, bytes) in [
+        (0, Some(10)),
+        (2, None),
+        (3, Some(13)),
+        (4, Some(14)),
+        (6, Some(16)),
+    ] {
+        log.absorb(Write::Ticket {
+            key: key(id),
+            bytes: bytes.map(|byte| vec![byte]),
+        });
+    }
+    log.absorb(Write::Ticket {
+        key: super::tables::record_key(&RoomId::new("other").unwrap(), &[9; 16]),
+        bytes: Some(vec![99]),
+    });
+
+    use redb::ReadableDatabase;
+    let read = database.begin_read().unwrap();
+    let table = read.open_table(super::TICKETS).unwrap();
+    let (start, end) = super::tables::room_range(&room());
+    let range = table.range(start.as_slice()..end.as_slice()).unwrap();
+    let merged: Vec<Vec<u8>> = super::overlaid(Some(range), log.tickets_of(&room()))
+        .map(|record| record.unwrap().bytes().to_vec())
+        .collect();
+    assert_eq!(
+        merged,
+        vec![vec![10], vec![1], vec![13], vec![14], vec![5], vec![16]]
+    );
+    let merged_without_redb: Vec<Vec<u8>> = super::overlaid(None, log.tickets_of(&room()))
+        .map(|record| record.unwrap().bytes().to_vec())
+        .collect();
+    assert_eq!(
+        merged_without_redb,
+        vec![vec![10], vec![13], vec![14], vec![16]]
+    );
+}
+
+/// A room deleted and created again in the replayed log: what redb held of it before the
+/// deletion stays gone although the checkpoint has not run yet.
+#[tokio::test]
+async fn a_room_deleted_in_the_replayed_log_keeps_only_its_new_records() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(store_with_joins(dir.path(), 10, NEVER).await);
+    let store = open(dir.path()).unwrap();
+    wait_for_segments(dir.path(), 1);
+    assert!(store.delete_room(&room()).await.unwrap());
+    let mut config = RoomConfig::with_defaults(room());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+    for _ in 0..3 {
+        join_position(&store).await;
+    }
+    let before = tickets(&store).await;
+    assert_eq!(positions(&before), vec![1, 2, 3]);
+    let image = crash_image(dir.path());
+    drop(store);
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before);
 }
 
 fn flip_byte(path: &Path, offset_from_end: Option<u64>, offset: u64) {

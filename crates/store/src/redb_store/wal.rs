@@ -145,6 +145,36 @@ pub(crate) fn sync_directory(store: &Path) -> Result<(), WalError> {
         .map_err(io_error(&directory))
 }
 
+fn segment_header() -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_LEN as usize);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header
+}
+
+/// Cuts the torn tail (from [`read_segment`]'s `torn_at`) off the newest segment, durably.
+/// A restart logs into a new segment before the replayed one is checkpointed and deleted, and
+/// once it is not the newest a torn tail would read as damage; a header that a crash cut
+/// short is written again whole (the segment held nothing).
+pub(crate) fn cut_torn_tail(path: &Path, torn_at: usize) -> Result<(), WalError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_error(path))?;
+    let rewrite_header = (torn_at as u64) < HEADER_LEN;
+    let cut = if rewrite_header { 0 } else { torn_at as u64 };
+    file.set_len(cut)
+        .and_then(|()| {
+            if rewrite_header {
+                file.write_all(&segment_header())
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| file.sync_data())
+        .map_err(io_error(path))
+}
+
 /// The segment being appended to.
 pub(crate) struct Segment {
     pub(crate) number: u64,
@@ -163,10 +193,7 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .map_err(io_error(&path))?;
-        let mut header = Vec::with_capacity(HEADER_LEN as usize);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        file.write_all(&header)
+        file.write_all(&segment_header())
             .and_then(|()| file.sync_data())
             .map_err(io_error(&path))?;
         sync_directory(store)?;

@@ -59,6 +59,14 @@ pub(super) struct WriterStart {
     pub(super) last_event: u64,
     pub(super) checkpoint_bytes: u64,
     pub(super) compact_min_bytes: u64,
+    /// The log replayed at opening, not in redb yet: the first checkpoint writes it.
+    pub(super) replayed: Option<Replayed>,
+}
+
+/// The records of the log segments up to `through`, replayed at opening.
+pub(super) struct Replayed {
+    pub(super) dirty: Dirty,
+    pub(super) through: u64,
 }
 
 /// The handle on the log writer thread.
@@ -79,6 +87,7 @@ impl RedbWriter {
             last_event,
             checkpoint_bytes,
             compact_min_bytes,
+            replayed,
         } = start;
         let segment = Segment::create(store, first_segment)
             .map_err(|e| StoreError::backend("cannot start the embedded store's log", e))?;
@@ -105,7 +114,7 @@ impl RedbWriter {
                 })
                 .map_err(|e| StoreError::backend("cannot start the store's checkpoint thread", e))?
         };
-        let logger = Logger {
+        let mut logger = Logger {
             store: store.to_owned(),
             segment,
             dirty: Dirty::default(),
@@ -118,6 +127,9 @@ impl RedbWriter {
             frame: Vec::new(),
             recent_events,
         };
+        if let Some(replayed) = replayed {
+            logger.checkpoint_replayed(replayed);
+        }
         let thread_stats = stats.clone();
         let thread_durable = durable.clone();
         let thread = std::thread::Builder::new()
@@ -268,6 +280,8 @@ fn linger(last_sync: Duration) -> Duration {
 struct CheckpointJob {
     dirty: Dirty,
     through: u64,
+    /// Whether it counts in [`CommitStats::checkpoints`] (the one at opening does not).
+    counted: bool,
 }
 
 /// The writer thread's state: the segment it appends to and what the next checkpoint writes.
@@ -422,7 +436,27 @@ impl Logger {
         let job = CheckpointJob {
             dirty: std::mem::take(&mut self.dirty),
             through,
+            counted: true,
         };
+        self.send_job(job);
+    }
+
+    /// Serves the replayed log's events until redb holds them, and checkpoints its records
+    /// while the node already runs (its segments stay until that checkpoint is durable, so a
+    /// crash before then replays them again).
+    fn checkpoint_replayed(&mut self, replayed: Replayed) {
+        let events = replayed.dirty.events();
+        self.recent_events
+            .lock()
+            .extend(events.map(|(sequence, payload)| (sequence, payload.clone())));
+        self.send_job(CheckpointJob {
+            dirty: replayed.dirty,
+            through: replayed.through,
+            counted: false,
+        });
+    }
+
+    fn send_job(&mut self, job: CheckpointJob) {
         if self.jobs.send(job).is_ok() {
             self.checkpoint_running = true;
         } else {
@@ -464,10 +498,19 @@ impl Checkpoints<'_> {
         results: &mpsc::Sender<Result<(), String>>,
     ) {
         while let Ok(job) = jobs.recv() {
+            let started = Instant::now();
             let result =
                 checkpoint::checkpoint(&self.database.read(), self.store, &job.dirty, job.through);
-            if result.is_ok() {
+            if result.is_ok() && !job.counted {
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis(),
+                    "checkpointed the log replayed at opening"
+                );
+            }
+            if result.is_ok() && job.counted {
                 self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            if result.is_ok() {
                 // redb holds them now; later events all have higher sequences.
                 if let Some(last) = job.dirty.last_event() {
                     self.recent_events
