@@ -8,7 +8,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
 
 use crate::date::append_now;
-use crate::fields::{header_map, keeps_alive, parse_length, span_in};
+use crate::fields::{connection_tokens, header_map, is_hop_by_hop, parse_length, span_in};
 
 /// How an answer's body is framed on the wire to the visitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +124,12 @@ pub enum BodyFraming {
 pub struct AnswerHead {
     /// The status.
     pub status: StatusCode,
-    /// The fields, each value a slice of the head's bytes; a `Content-Length` sent beside a
-    /// `Transfer-Encoding` is already removed (RFC 9112 §6.3: the coding wins, and the length
-    /// must not travel on).
+    /// The fields that travel on, each value a slice of the head's bytes: never the ones that
+    /// concern the origin's connection only (RFC 9110 §7.6.1: `Connection` and the fields it
+    /// names, `Transfer-Encoding`, `Keep-Alive` and the rest of the classic set; what they say
+    /// is in `framing` and `reusable`), and never a `Content-Length` sent beside a
+    /// `Transfer-Encoding` (RFC 9112 §6.3: the coding wins, and the length must not travel
+    /// on).
     pub headers: HeaderMap,
     /// How the body ends (before looking at the request method or the status: see
     /// [`AnswerHead::body_framing`]).
@@ -153,6 +156,10 @@ impl AnswerHead {
 
 /// The answer head at the start of `buffer`, split off it; `None` while incomplete. `spare`
 /// is room kept in the header map for fields added later.
+///
+/// The fields of the origin's connection are read here and left out of the map (the proxy
+/// would remove them before the visitor sees the answer): an answer carries no field of
+/// another connection however many lines name them, and the map holds only what travels on.
 pub fn parse_answer_head(
     buffer: &mut BytesMut,
     spare: usize,
@@ -180,44 +187,102 @@ pub fn parse_answer_head(
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(MalformedAnswer)?;
+    let mut connection = ConnectionFields::default();
     let mut fields = Vec::with_capacity(parsed.headers.len());
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| MalformedAnswer)?;
-        fields.push((name, span_in(buffer, field.value)));
+        if !connection.took(&name, field.value) {
+            fields.push((name, span_in(buffer, field.value)));
+        }
     }
-    let head = buffer.split_to(length).freeze();
-    let mut headers = header_map(&head, fields, spare).ok_or(MalformedAnswer)?;
-    let reusable = keeps_alive(version, &headers);
-    let framing = if headers.contains_key(TRANSFER_ENCODING) {
-        headers.remove(CONTENT_LENGTH);
-        // Chunked last means chunked; any other coding runs until the close.
-        let last = headers
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .and_then(|coding| coding.as_bytes().rsplit(|byte| *byte == b',').next())
-            .unwrap_or_default();
-        if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-            BodyFraming::Chunked
-        } else {
-            BodyFraming::UntilClose
-        }
-    } else {
-        let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-        match (lengths.next(), lengths.next()) {
-            (None, _) => BodyFraming::UntilClose,
-            (Some(value), None) => {
-                BodyFraming::Length(parse_length(value.as_bytes()).ok_or(MalformedAnswer)?)
-            }
-            (Some(_), Some(_)) => return Err(MalformedAnswer),
-        }
+    let framing = connection.framing()?;
+    if connection.coding.is_some() && connection.lengths.is_some() {
+        fields.retain(|(name, _)| name != CONTENT_LENGTH);
+    }
+    if !connection.named.is_empty() {
+        fields.retain(|(name, _)| !connection.named.contains(name));
+    }
+    let reusable = match version {
+        Version::HTTP_11 => !connection.close,
+        _ => connection.keep_alive,
     };
+    let head = buffer.split_to(length).freeze();
+    let headers = header_map(&head, fields, spare).ok_or(MalformedAnswer)?;
     Ok(Some(AnswerHead {
         status,
         headers,
         framing,
         reusable,
     }))
+}
+
+/// What an answer head's fields say about the origin's connection and the body's framing.
+#[derive(Default)]
+struct ConnectionFields<'h> {
+    /// `Connection: close`.
+    close: bool,
+    /// `Connection: keep-alive`.
+    keep_alive: bool,
+    /// The other fields `Connection` names (hop-by-hop too).
+    named: Vec<HeaderName>,
+    /// The last `Transfer-Encoding` line.
+    coding: Option<&'h [u8]>,
+    /// The `Content-Length` value, and whether there was more than one.
+    lengths: Option<(&'h [u8], bool)>,
+}
+
+impl<'h> ConnectionFields<'h> {
+    /// Reads field `name` with `value`: `true` when it concerns the connection only (it is
+    /// not passed on).
+    fn took(&mut self, name: &HeaderName, value: &'h [u8]) -> bool {
+        if name == CONTENT_LENGTH {
+            self.lengths = Some(match self.lengths {
+                None => (value, false),
+                Some((first, _)) => (first, true),
+            });
+            false
+        } else if name == TRANSFER_ENCODING {
+            self.coding = Some(value);
+            true
+        } else if name == CONNECTION {
+            for token in connection_tokens(value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive = true;
+                } else if let Ok(named) = HeaderName::from_bytes(token) {
+                    self.named.push(named);
+                }
+            }
+            true
+        } else {
+            is_hop_by_hop(name)
+        }
+    }
+
+    /// How the body ends: by its coding when there is one (chunked last means chunked; any
+    /// other coding runs until the close), else by its one length, else at the close; two
+    /// lengths are malformed.
+    fn framing(&self) -> Result<BodyFraming, MalformedAnswer> {
+        if let Some(coding) = self.coding {
+            let last = coding
+                .rsplit(|byte| *byte == b',')
+                .next()
+                .unwrap_or_default();
+            return Ok(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                BodyFraming::Chunked
+            } else {
+                BodyFraming::UntilClose
+            });
+        }
+        match self.lengths {
+            None => Ok(BodyFraming::UntilClose),
+            Some((value, false)) => parse_length(value)
+                .map(BodyFraming::Length)
+                .ok_or(MalformedAnswer),
+            Some((_, true)) => Err(MalformedAnswer),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -269,10 +334,72 @@ mod tests {
 
     #[test]
     fn a_length_beside_a_coding_is_dropped() {
-        let head =
-            parsed("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
-        assert_eq!(head.framing, BodyFraming::Chunked);
-        assert!(!head.headers.contains_key(CONTENT_LENGTH));
+        for text in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            // Two lengths beside a coding: the coding frames the body, no length travels.
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip\r\nContent-Length: 4\r\n\r\n",
+        ] {
+            let head = parsed(text);
+            assert_ne!(head.framing, BodyFraming::Length(3), "{text}");
+            assert!(!head.headers.contains_key(CONTENT_LENGTH), "{text}");
+            assert!(!head.headers.contains_key(TRANSFER_ENCODING), "{text}");
+        }
+        // The last coding of the last line decides.
+        let head = parsed(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+        );
+        assert_eq!(head.framing, BodyFraming::UntilClose);
+    }
+
+    #[test]
+    fn the_origins_connection_fields_never_travel_on() {
+        let head = parsed(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nx-secret: 1\r\n\
+             Connection: x-second-line\r\nX-Second-Line: 2\r\nKeep-Alive: timeout=5\r\n\
+             Proxy-Connection: keep-alive\r\nUpgrade: h2c\r\nTrailer: x-t\r\nTE: trailers\r\n\
+             Proxy-Authenticate: Basic\r\nProxy-Authorization: Basic eA==\r\n\
+             Content-Type: text/plain\r\nContent-Length: 0\r\n\r\n",
+        );
+        let left: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-type", "content-length"]);
+        assert!(head.reusable);
+        // What `Connection` says still decides whether the connection is reused, on any line
+        // and in any case.
+        let close = parsed("HTTP/1.1 200 OK\r\nConnection: x-a\r\nConnection: Close\r\n\r\n");
+        assert!(!close.reusable);
+        assert!(close.headers.is_empty());
+        let kept = parsed("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n");
+        assert!(kept.reusable);
+        let named_length =
+            parsed("HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok");
+        assert_eq!(named_length.framing, BodyFraming::Length(2));
+        assert!(named_length.headers.is_empty());
+    }
+
+    #[test]
+    fn bad_field_bytes_and_oversized_heads_are_malformed() {
+        let malformed = |bytes: &[u8]| parse_answer_head(&mut BytesMut::from(bytes), 0).is_err();
+        assert!(malformed(b"HTTP/1.1 200 OK\r\nx-a: a\x01b\r\n\r\n"));
+        assert!(malformed(b"HTTP/1.1 200 OK\r\nConnection: a\x00\r\n\r\n"));
+        assert!(malformed(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: a\x7f\r\n\r\n"
+        ));
+        assert!(malformed(b"HTTP/1.1 200 OK\r\nx a: b\r\n\r\n"));
+        assert!(malformed(b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n"));
+        assert!(malformed(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"
+        ));
+        assert!(malformed(b"HTTP/2 200 OK\r\n\r\n"));
+        let mut long = b"HTTP/1.1 200 OK\r\nx-a: ".to_vec();
+        long.resize(MAX_ANSWER_HEAD_BYTES + 1, b'a');
+        assert!(malformed(&long));
+        let mut many = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for _ in 0..=MAX_ANSWER_HEADERS {
+            many.extend_from_slice(b"x-a: 1\r\n");
+        }
+        many.extend_from_slice(b"\r\n");
+        assert!(malformed(&many));
     }
 
     #[test]

@@ -38,11 +38,16 @@ pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
 /// Whether any `Connection` field of `headers` lists `token`.
 pub fn connection_says(headers: &HeaderMap, token: &[u8]) -> bool {
     headers.get_all(CONNECTION).iter().any(|value| {
-        value
-            .as_bytes()
-            .split(|byte| *byte == b',')
-            .any(|part| part.trim_ascii().eq_ignore_ascii_case(token))
+        connection_tokens(value.as_bytes()).any(|part| part.eq_ignore_ascii_case(token))
     })
+}
+
+/// The tokens of one `Connection` line, trimmed, empty ones left out.
+pub(crate) fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|byte| *byte == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| !token.is_empty())
 }
 
 /// Where a part of a parsed head lies in the buffer the head was parsed from.
@@ -95,7 +100,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+/// Whether `name` is one of the fields that always concern one connection only.
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == CONNECTION
         || name == PROXY_AUTHENTICATE
         || name == PROXY_AUTHORIZATION

@@ -42,6 +42,9 @@ enum Hostility {
     /// A well-formed answer after 300 ms; to `/v/N?dribble`, at once but with the body one
     /// byte every 150 ms.
     Slow,
+    /// A well-formed answer carrying fields of the origin's connection (and fields its
+    /// `Connection` lines name) and `Anteroom-Release`.
+    ConnectionFields,
 }
 
 /// What the origin saw.
@@ -174,6 +177,11 @@ async fn serve(mut stream: TcpStream, hostility: Hostility, seen: &Seen) {
                     }
                 }
                 continue;
+            }
+            Hostility::ConnectionFields => {
+                let mut answer = head("200 OK", &format!("{CONNECTION_FIELDS}{}", length(&body)));
+                answer.extend(body.bytes());
+                answer
             }
             Hostility::Late | Hostility::IdleClose | Hostility::Slow => {
                 if hostility == Hostility::Slow {
@@ -499,6 +507,47 @@ async fn check_hostility(hostility: Hostility, ask: Ask, size: usize) {
         let origin = Origin::start(hostility).await;
         let gate = gate(engine, &origin).await;
         visitors_get_their_own(&gate, engine, ask, size).await;
+    }
+}
+
+/// The fields [`Hostility::ConnectionFields`] adds to its answers.
+const CONNECTION_FIELDS: &str = "Connection: keep-alive, X-Secret\r\nx-secret: 1\r\n\
+    connection: x-second-line\r\nx-second-line: 2\r\nKeep-Alive: timeout=5\r\n\
+    Proxy-Connection: keep-alive\r\nUpgrade: h2c\r\nTrailer: x-t\r\nTE: trailers\r\n\
+    Anteroom-Release: 1\r\n";
+
+/// The origin's answers carry its connection's fields, fields its `Connection` lines name, and
+/// `Anteroom-Release`. Must hold: each visitor gets its own answer with none of them, on fresh
+/// and on kept-alive connections (the origin's connection is reused as its `keep-alive` says).
+#[tokio::test]
+async fn the_origins_connection_fields_never_reach_the_visitor() {
+    let hidden = [
+        "connection",
+        "x-secret",
+        "x-second-line",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "trailer",
+        "te",
+        "anteroom-release",
+    ];
+    for engine in ENGINES {
+        let origin = Origin::start(Hostility::ConnectionFields).await;
+        let gate = gate(engine, &origin).await;
+        let mut visitor = Visitor::connect(&gate).await;
+        for n in 0..3 {
+            let (method, target) = get(n);
+            let answer = visitor.ask(method, &target, "").await;
+            check_own(n, &answer, 0, false, engine);
+            for name in hidden {
+                assert_eq!(
+                    field(&answer.head, name),
+                    None,
+                    "{name} on {engine}: {answer:?}"
+                );
+            }
+        }
     }
 }
 

@@ -20,7 +20,9 @@
 //!    the redis rules refuse the request (or their store fails and one of them says `deny`),
 //!    what the local rules took is refunded, so the request has consumed nothing anywhere.
 //!    (Between the local reservation and its refund, a round trip to redis, other requests on
-//!    this node see the local counters one higher.)
+//!    this node see the local counters one higher.) One local `reject` rule alone, the
+//!    usual per-IP limit, is decided by a shortcut with the same outcome and one store call,
+//!    without the lists the general case keeps (`RateLimiter::check_lone_rule`).
 //! 4. Then, by the refusing rules' `action`:
 //!    - `reject`: answer `status` (429) problem+json `rate_limited` with `Retry-After` and the
 //!      rate-limit headers;
@@ -188,6 +190,10 @@ struct RuleSet {
     rules: Vec<RateLimitRule>,
     counters: Vec<Arc<RuleCounters>>,
     budgets: Vec<Arc<KeyBudget>>,
+    /// One rule only, counted in the local store and rejecting at its limit: the common setup
+    /// (a per-IP limit in front of a site), which [`RateLimiter::check_lone_rule`] decides
+    /// without the general engine's lists.
+    lone_rule: bool,
 }
 
 /// What the rate limiter decided for one request.
@@ -304,6 +310,9 @@ impl RateLimiter {
                 headers: HeaderMap::new(),
             };
         }
+        if set.lone_rule && route_rules.is_empty() && !needs_general_engine(&parts.extensions) {
+            return self.check_lone_rule(&set, parts, client_ip).await;
+        }
         let pending = self.applying(&set, parts, client_ip, route_rules);
         if pending.is_empty() {
             return RateLimitVerdict::Allowed {
@@ -318,6 +327,61 @@ impl RateLimiter {
             held_by: Vec::new(),
         };
         request.decide(pending).await
+    }
+
+    /// [`check_with_route`](Self::check_with_route) for a rule set of one local rejecting rule
+    /// and a request no route adds rules to: the same decision as the general engine's (the
+    /// rule applies when its `match` selects the request and the request has its key; one
+    /// store call, all or nothing; a refusal rejects at once, as `reject` does), without its
+    /// lists of pending, requested and decided rules.
+    async fn check_lone_rule(
+        &self,
+        set: &RuleSet,
+        parts: &mut Parts,
+        client_ip: IpAddr,
+    ) -> RateLimitVerdict {
+        let rule = &set.rules[0];
+        let key = {
+            let view = HttpView::new(parts, client_ip);
+            match rule.selects(&view).then(|| rule.key_for(&view)).flatten() {
+                Some(key) => key,
+                None => {
+                    return RateLimitVerdict::Allowed {
+                        headers: HeaderMap::new(),
+                    };
+                }
+            }
+        };
+        parts
+            .extensions
+            .insert(AppliedRateLimits(vec![rule.name.clone()]));
+        let request = LimitRequest {
+            key: &key,
+            params: &rule.params,
+            cost: rule.cost,
+            budget: Some(&set.budgets[0]),
+        };
+        let reserved = reserve(self.shared.local.as_ref(), std::slice::from_ref(&request)).await;
+        let mut evaluation = Evaluation {
+            limiter: self,
+            set,
+            client_ip,
+            budget: self.shared.max_delay,
+            held_by: Vec::new(),
+        };
+        let Some(decision) = reserved.and_then(|reserved| reserved.decisions.first().copied())
+        else {
+            return match evaluation.store_failed([0]) {
+                Some(verdict) => verdict,
+                None => evaluation.allow(&[]).await,
+            };
+        };
+        let decided = [Decided { index: 0, decision }];
+        if decision.allowed {
+            evaluation.allow(&decided).await
+        } else {
+            evaluation.refuse(&decided, &[])
+        }
     }
 
     fn current(&self) -> Arc<RuleSet> {
@@ -416,11 +480,25 @@ fn rule_set(
         .map(|rule| metrics.counters(&rule.name))
         .collect();
     let budgets = rules.iter().map(|rule| metrics.budget(rule)).collect();
+    let lone_rule = matches!(
+        rules.as_slice(),
+        [rule] if rule.store == LimitBackend::Local && rule.action == Action::Reject
+    );
     Ok(RuleSet {
         rules,
         counters,
         budgets,
+        lone_rule,
     })
+}
+
+/// Whether a route has named rules for this request, or an earlier check applied some: then
+/// the general engine decides it.
+fn needs_general_engine(extensions: &Extensions) -> bool {
+    extensions
+        .get::<RouteRateLimits>()
+        .is_some_and(|RouteRateLimits(names)| !names.is_empty())
+        || extensions.get::<AppliedRateLimits>().is_some()
 }
 
 /// A rule that applies to the request, not yet decided.
@@ -524,7 +602,7 @@ impl Evaluation<'_> {
                     continue;
                 }
                 GroupOutcome::Refused { refusing, others } => self.refuse(&refusing, &others),
-                GroupOutcome::Failed => match self.store_failed(&group) {
+                GroupOutcome::Failed => match self.store_failed(group.iter().map(|p| p.index)) {
                     Some(verdict) => verdict,
                     None => continue,
                 },
@@ -656,11 +734,11 @@ impl Evaluation<'_> {
 
     /// The store of `group` failed: 503 if one of its rules says `deny`, else the rules are
     /// skipped.
-    fn store_failed(&self, group: &[Pending]) -> Option<RateLimitVerdict> {
+    fn store_failed(&self, group: impl IntoIterator<Item = usize>) -> Option<RateLimitVerdict> {
         let mut deny = false;
-        for p in group {
-            self.set.counters[p.index].record_store_error();
-            let rule = self.rule(p.index);
+        for index in group {
+            self.set.counters[index].record_store_error();
+            let rule = self.rule(index);
             deny |= rule.on_store_error == OnStoreError::Deny && rule.action != Action::Shadow;
         }
         deny.then(|| {

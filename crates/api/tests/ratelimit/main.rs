@@ -1,11 +1,13 @@
 //! The rate-limit layer through `oneshot`: rejections and their headers, allowed responses,
 //! `headers = false`, shadow and delay actions, several rules at once, trusted proxies, IPv6
 //! prefixes, every kind of key, store failures, at-most-once evaluation, and all or nothing
-//! across the local and redis stores (`across_stores.rs`).
+//! across the local and redis stores (`across_stores.rs`), and the lone local rule's shortcut
+//! against the general engine (`lone_rule.rs`).
 
 #![allow(clippy::unwrap_used)]
 
 mod across_stores;
+mod lone_rule;
 mod public_router;
 mod support;
 

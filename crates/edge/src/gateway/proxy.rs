@@ -385,7 +385,14 @@ async fn send_hyper(
         Ok(Err(error)) => return Err(upstream_failure(&error, config)),
         Ok(Ok(response)) => response,
     };
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    // The origin framed the body with its coding (RFC 9112 §6.3): a length beside it may be
+    // false, and the visitor's connection would be framed by it once the coding is removed.
+    // (The own client's answers come without either: `anteroom_h1::parse_answer_head`.)
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    remove_hop_by_hop(&mut parts.headers);
     // The connection is in use until the body has ended: the permit goes with the body.
     let body =
         GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
@@ -437,15 +444,9 @@ fn hyper_request(
     Some(request)
 }
 
-/// The upstream's answer as the visitor gets it: hop-by-hop headers removed, and
-/// `Anteroom-Release` acted on and stripped.
+/// The upstream's answer (its hop-by-hop headers already removed by the client that read
+/// it) as the visitor gets it: `Anteroom-Release` acted on and stripped.
 async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -> Response {
-    // The origin framed the body with its coding (RFC 9112 §6.3): a length beside it may be
-    // false, and the visitor's connection would be framed by it once the coding is removed.
-    if response.headers().contains_key(header::TRANSFER_ENCODING) {
-        response.headers_mut().remove(header::CONTENT_LENGTH);
-    }
-    remove_hop_by_hop(response.headers_mut());
     *response.version_mut() = Version::HTTP_11;
     release_if_asked(app, passes, &mut response).await;
     response

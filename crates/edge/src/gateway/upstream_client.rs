@@ -693,6 +693,64 @@ mod tests {
         upstream.abort();
     }
 
+    /// The origin's connection fields (and the fields `Connection` names) stay with its
+    /// connection; a coding drops the length beside it; the answer's own fields travel on.
+    #[tokio::test]
+    async fn the_origins_connection_fields_stay_with_its_connection() {
+        use tokio::io::AsyncReadExt as _;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let upstream = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = stream.read(&mut request).await.unwrap();
+            stream
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nx-secret: 1\r\n\
+                      Keep-Alive: timeout=5\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n\
+                      x-kept: yes\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n\
+                      2\r\nok\r\n0\r\n\r\n",
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let pool = UpstreamPool::new(UpstreamTarget {
+            address,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            pool_idle_timeout: Duration::from_secs(60),
+            max_response_body: None,
+            cap: None,
+            tls: None,
+        });
+        let forwarding =
+            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
+        let response = pool
+            .send(
+                &Method::GET,
+                "/",
+                &HeaderMap::new(),
+                &forwarding,
+                Bytes::new(),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        let names: Vec<&str> = response
+            .headers()
+            .keys()
+            .map(|name| name.as_str())
+            .collect();
+        assert_eq!(names, ["x-kept"]);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(body, "ok");
+        upstream.abort();
+    }
+
     #[test]
     fn a_request_carries_its_own_length() {
         let mut headers = HeaderMap::new();

@@ -1,12 +1,14 @@
 //! Fuzz target `answer_head`: [`parse_answer_head`] and [`AnswerHead::body_framing`] on
-//! whatever an origin might send never panic; a head with `Transfer-Encoding` never keeps a
-//! `Content-Length` (the visitor's connection must not be framed by a length the coding
-//! overrides); a head is split off the front of the input and the body's bytes are left.
+//! whatever an origin might send never panic; no field of the origin's connection stays in
+//! the head (`Connection`, `Transfer-Encoding`, `Keep-Alive`, ...), and a `Content-Length`
+//! stays only when it frames the body (the visitor's connection must not be framed by a
+//! length a coding overrides); a head is split off the front of the input and the body's
+//! bytes are left.
 #![no_main]
 
 use anteroom_h1::{BodyFraming, parse_answer_head};
 use bytes::BytesMut;
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,9 +17,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(data.ends_with(&buffer[..]), "the rest was not left whole");
-    if head.headers.contains_key(TRANSFER_ENCODING) {
-        assert!(!head.headers.contains_key(CONTENT_LENGTH));
-        assert!(!matches!(head.framing, BodyFraming::Length(_)));
+    for name in [CONNECTION, TRANSFER_ENCODING, TE, TRAILER, UPGRADE] {
+        assert!(!head.headers.contains_key(name));
+    }
+    assert!(!head.headers.contains_key("keep-alive"));
+    if head.headers.contains_key(CONTENT_LENGTH) {
+        assert!(matches!(head.framing, BodyFraming::Length(_)));
     }
     for request_was_head in [false, true] {
         let framing = head.body_framing(request_was_head);
