@@ -8,7 +8,7 @@
 //! cargo test -p anteroom-store --test redis_script_cost -- --ignored --nocapture
 //! ```
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,12 +128,12 @@ async fn cost_of_one_call_of_each_room_operation() {
     report(&server, "issue_session", 200);
     clock.advance(Duration::from_secs(400));
     for session in &sessions {
-        store.renew_session(&room, session.clone()).await.unwrap();
+        store.renew_session(&room, *session).await.unwrap();
     }
     report(&server, "renew_session", 200);
     for session in &sessions {
         store
-            .end_session(&room, session.clone(), SessionEnd::Completed)
+            .end_session(&room, *session, SessionEnd::Completed)
             .await
             .unwrap();
     }
