@@ -4,9 +4,10 @@
 //! Every room operation is one Lua function (`lua/rooms/`) of a Redis 7 function library
 //! (`scripts.rs`), called with FCALL: the library is loaded when the store connects (on every
 //! primary of a Cluster) and again when Redis answers that a function is missing (a restart
-//! without persistence, `FUNCTION FLUSH`). The scripts reproduce the room engine of `anteroom-core` over the room's keys, so
-//! any node may run any operation, `tick` included, at any time: Redis runs one script at a
-//! time, which makes each operation atomic without a leader.
+//! without persistence, `FUNCTION FLUSH`). The scripts reproduce the room engine of
+//! `anteroom-core` over the room's keys, so any node may run any operation, `tick` included, at
+//! any time: Redis runs one script at a time, which makes each operation atomic without a
+//! leader.
 //!
 //! - **Keys** are `anteroom:{<room>}:<part>`: the hash tag is the room, so a room lives in one
 //!   Cluster slot and no script crosses slots. The room list (`anteroom:rooms`, a set) lives in
