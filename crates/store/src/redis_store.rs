@@ -1,10 +1,13 @@
 //! [`RedisStore`]: rooms, tickets and sessions in Redis, standalone or Cluster (SPEC §9.3),
 //! shared by any number of anteroom nodes.
 //!
-//! Every room operation is one Lua script (`lua/rooms/`) run with EVALSHA and loaded again on
-//! NOSCRIPT. The scripts reproduce the room engine of `anteroom-core` over the room's keys, so
-//! any node may run any operation, `tick` included, at any time: Redis runs one script at a
-//! time, which makes each operation atomic without a leader.
+//! Every room operation is one Lua function (`lua/rooms/`) of a Redis 7 function library
+//! (`scripts.rs`), called with FCALL: the library is loaded when the store connects (on every
+//! primary of a Cluster) and again when Redis answers that a function is missing (a restart
+//! without persistence, `FUNCTION FLUSH`). The scripts reproduce the room engine of
+//! `anteroom-core` over the room's keys, so any node may run any operation, `tick` included, at
+//! any time: Redis runs one script at a time, which makes each operation atomic without a
+//! leader.
 //!
 //! - **Keys** are `anteroom:{<room>}:<part>`: the hash tag is the room, so a room lives in one
 //!   Cluster slot and no script crosses slots. The room list (`anteroom:rooms`, a set) lives in
@@ -83,7 +86,6 @@ use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
 use rand::rngs::OsRng;
-use redis::Script;
 use tokio::sync::OnceCell;
 
 use crate::notices::Notices;
@@ -97,7 +99,7 @@ use node_keys::{outbox_rooms_key, rooms_key};
 use records::{Answer, Refusal, encode_text};
 use room_call::{MAX_SCRIPT_MILLIS, RoomCall, RoomPrelude};
 use room_call::{admission_seed, lottery_seed, malformed, millis, safe_number};
-use scripts::SCRIPTS;
+use scripts::RoomFunction;
 
 pub(crate) use connection::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
 pub use key_entries::{KeyEntries, RedisKeyEntries};
@@ -289,6 +291,13 @@ impl RedisStore {
                     .connect(self.timeout)
                     .await
                     .map_err(|error| StoreError::backend("cannot connect to redis", error))?;
+                connection.load_room_library().await.map_err(|error| {
+                    StoreError::backend(
+                        "cannot load the room functions into redis (FUNCTION LOAD: Redis 7 or \
+                         later is needed)",
+                        error,
+                    )
+                })?;
                 self.reopen_rooms(&connection).await?;
                 Ok(connection)
             })
@@ -300,7 +309,7 @@ impl RedisStore {
     async fn reopen_rooms(&self, connection: &Connection) -> Result<(), StoreError> {
         for room in self.listed_rooms(connection).await? {
             match self
-                .eval_on(connection, "reopen", &SCRIPTS.reopen, &room, Vec::new())
+                .eval_on(connection, RoomFunction::Reopen, &room, Vec::new())
                 .await?
             {
                 Ok(_) | Err(Refusal::RoomNotFound) => {}
@@ -340,17 +349,16 @@ impl RedisStore {
         connection::bounded(self.timeout, what, operation).await
     }
 
-    /// Runs a room script and reads its answer; refusals become [`StoreError`]s.
+    /// Runs a room function and reads its answer; refusals become [`StoreError`]s.
     async fn eval(
         &self,
-        name: &'static str,
-        script: &'static Script,
+        function: RoomFunction,
         room: &RoomId,
         args: Vec<String>,
     ) -> Result<Answer, StoreError> {
-        self.bounded(name, async {
+        self.bounded(function.name(), async {
             let connection = self.connection().await?;
-            self.eval_on(&connection, name, script, room, args)
+            self.eval_on(&connection, function, room, args)
                 .await?
                 .map_err(|refusal| refusal.into_error(room))
         })
@@ -360,25 +368,16 @@ impl RedisStore {
     async fn eval_on(
         &self,
         connection: &Connection,
-        name: &'static str,
-        script: &'static Script,
+        function: RoomFunction,
         room: &RoomId,
         args: Vec<String>,
     ) -> Result<Result<Answer, Refusal>, StoreError> {
-        self.room_call(name, script, room, args)
-            .run(connection)
-            .await
+        self.room_call(function, room, args).run(connection).await
     }
 
-    /// A room script's call: its keys, then the prelude's arguments and `args`.
-    fn room_call(
-        &self,
-        name: &'static str,
-        script: &'static Script,
-        room: &RoomId,
-        args: Vec<String>,
-    ) -> RoomCall {
-        self.room_prelude(room).call(name, script, args)
+    /// A room function's call: its keys, then the prelude's arguments and `args`.
+    fn room_call(&self, function: RoomFunction, room: &RoomId, args: Vec<String>) -> RoomCall {
+        self.room_prelude(room).call(function, args)
     }
 
     /// What every script call on `room` carries besides its own arguments.
@@ -553,7 +552,7 @@ impl RoomStore for RedisStore {
         })
         .await?;
         let args = config_args(&config, String::new());
-        self.eval("put_room", &SCRIPTS.put_room, &room, args)
+        self.eval(RoomFunction::PutRoom, &room, args)
             .await?
             .snapshot()
             .map_err(|error| malformed("put_room", error))
@@ -571,9 +570,7 @@ impl RoomStore for RedisStore {
         // that very text, still inside the script, so the check stays atomic.
         for _ in 0..2 {
             let args = config_args(&config, expected_text.clone());
-            let mut answer = self
-                .eval("put_room", &SCRIPTS.put_room, &room, args)
-                .await?;
+            let mut answer = self.eval(RoomFunction::PutRoom, &room, args).await?;
             if !answer.is_refused_as("changed") {
                 return answer
                     .snapshot()
@@ -598,7 +595,7 @@ impl RoomStore for RedisStore {
 
     async fn delete_room(&self, room: &RoomId) -> Result<bool, StoreError> {
         let mut answer = self
-            .eval("delete_room", &SCRIPTS.delete_room, room, Vec::new())
+            .eval(RoomFunction::DeleteRoom, room, Vec::new())
             .await?;
         let existed = answer
             .expect("ok")
@@ -694,7 +691,7 @@ impl RoomStore for RedisStore {
             SessionId::random(&mut OsRng).to_string(),
             lottery_seed(),
         ];
-        self.eval("status", &SCRIPTS.status, room, args)
+        self.eval(RoomFunction::Status, room, args)
             .await?
             .entry()
             .map_err(|error| malformed("status", error))
@@ -707,7 +704,7 @@ impl RoomStore for RedisStore {
             admission_seed(),
             lottery_seed(),
         ];
-        self.eval("leave", &SCRIPTS.leave, room, args)
+        self.eval(RoomFunction::Leave, room, args)
             .await?
             .expect("ok")
             .map_err(|error| malformed("leave", error))
@@ -725,9 +722,7 @@ impl RoomStore for RedisStore {
             admission_seed(),
             lottery_seed(),
         ];
-        let mut answer = self
-            .eval("end_session", &SCRIPTS.end_session, room, args)
-            .await?;
+        let mut answer = self.eval(RoomFunction::EndSession, room, args).await?;
         answer
             .expect("ok")
             .and_then(|()| answer.session())
@@ -740,12 +735,7 @@ impl RoomStore for RedisStore {
         session: SessionId,
     ) -> Result<(Session, bool), StoreError> {
         let mut answer = self
-            .eval(
-                "renew_session",
-                &SCRIPTS.renew_session,
-                room,
-                vec![session.to_string()],
-            )
+            .eval(RoomFunction::RenewSession, room, vec![session.to_string()])
             .await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
@@ -762,7 +752,7 @@ impl RoomStore for RedisStore {
     ) -> Result<Option<Session>, StoreError> {
         let id = session.to_string();
         let mut answer = self
-            .eval("session", &SCRIPTS.session, room, vec![id.clone()])
+            .eval(RoomFunction::Session, room, vec![id.clone()])
             .await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
@@ -786,9 +776,7 @@ impl RoomStore for RedisStore {
             encode_text(uid.as_deref()),
             millis(ttl),
         ];
-        let mut answer = self
-            .eval("issue_session", &SCRIPTS.issue_session, room, args)
-            .await?;
+        let mut answer = self.eval(RoomFunction::IssueSession, room, args).await?;
         answer
             .expect("ok")
             .and_then(|()| answer.session())
@@ -797,8 +785,7 @@ impl RoomStore for RedisStore {
 
     async fn tick(&self, room: &RoomId) -> Result<TickReport, StoreError> {
         self.eval(
-            "tick",
-            &SCRIPTS.tick,
+            RoomFunction::Tick,
             room,
             vec![admission_seed(), lottery_seed()],
         )
@@ -808,7 +795,7 @@ impl RoomStore for RedisStore {
     }
 
     async fn snapshot(&self, room: &RoomId) -> Result<RoomSnapshot, StoreError> {
-        self.eval("snapshot", &SCRIPTS.snapshot, room, Vec::new())
+        self.eval(RoomFunction::Snapshot, room, Vec::new())
             .await?
             .snapshot()
             .map_err(|error| malformed("snapshot", error))
@@ -817,8 +804,7 @@ impl RoomStore for RedisStore {
     async fn advance(&self, room: &RoomId, count: u64) -> Result<(u64, RoomSnapshot), StoreError> {
         let mut answer = self
             .eval(
-                "advance",
-                &SCRIPTS.advance,
+                RoomFunction::Advance,
                 room,
                 vec![safe_number(count), lottery_seed()],
             )
@@ -832,7 +818,7 @@ impl RoomStore for RedisStore {
 
     async fn reset(&self, room: &RoomId, purge: bool) -> Result<RoomSnapshot, StoreError> {
         let purge = if purge { "1" } else { "0" };
-        self.eval("reset", &SCRIPTS.reset, room, vec![purge.to_owned()])
+        self.eval(RoomFunction::Reset, room, vec![purge.to_owned()])
             .await?
             .snapshot()
             .map_err(|error| malformed("reset", error))
@@ -840,7 +826,7 @@ impl RoomStore for RedisStore {
 
     async fn records(&self, room: &RoomId) -> Result<RoomRecords, StoreError> {
         let (tickets, sessions) = self
-            .eval("records", &SCRIPTS.records, room, Vec::new())
+            .eval(RoomFunction::Records, room, Vec::new())
             .await?
             .records()
             .map_err(|error| malformed("records", error))?;
@@ -864,7 +850,7 @@ impl RoomStore for RedisStore {
             MAX_SESSIONS_EXAMINED.to_string(),
         ];
         let mut answer = self
-            .eval("session_page", &SCRIPTS.session_page, room, arguments)
+            .eval(RoomFunction::SessionPage, room, arguments)
             .await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
@@ -906,7 +892,7 @@ impl RoomStore for RedisStore {
 
     async fn put_load_signal(&self, room: &RoomId, signal: LoadSignal) -> Result<(), StoreError> {
         let record = records::encode_signal(&signal);
-        self.eval("put_signal", &SCRIPTS.put_signal, room, vec![record])
+        self.eval(RoomFunction::PutSignal, room, vec![record])
             .await?
             .expect("ok")
             .map_err(|error| malformed("put_signal", error))
@@ -914,7 +900,7 @@ impl RoomStore for RedisStore {
 
     async fn load_signal(&self, room: &RoomId) -> Result<Option<LoadSignal>, StoreError> {
         let mut answer = self
-            .eval("load_signal", &SCRIPTS.load_signal, room, Vec::new())
+            .eval(RoomFunction::LoadSignal, room, Vec::new())
             .await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
@@ -946,12 +932,7 @@ impl RoomStore for RedisStore {
 
     async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
         let mut answer = self
-            .eval(
-                "waiting_positions",
-                &SCRIPTS.waiting_positions,
-                room,
-                Vec::new(),
-            )
+            .eval(RoomFunction::WaitingPositions, room, Vec::new())
             .await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
@@ -969,7 +950,7 @@ impl RoomStore for RedisStore {
             .iter()
             .flat_map(|ticket| [ticket.id.to_string(), ticket.generation.to_string()])
             .collect();
-        let mut answer = self.eval("touch", &SCRIPTS.touch, room, args).await?;
+        let mut answer = self.eval(RoomFunction::Touch, room, args).await?;
         answer
             .expect("ok")
             .and_then(|()| answer.number())

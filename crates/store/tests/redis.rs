@@ -118,7 +118,8 @@ async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
     let _server = RedisServer::start_on(port);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        // The restarted server is empty: the room has to be put again.
+        // The restarted server is empty: the room has to be put again, and the room functions
+        // are loaded again by the first call that finds them missing.
         match store.put_room(RoomConfig::with_defaults(id.clone())).await {
             Ok(snapshot) => {
                 assert_eq!(snapshot.last_position, 0);
@@ -135,6 +136,66 @@ async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
     let mut closed = RoomConfig::with_defaults(id.clone());
     closed.mode = Mode::Closed;
     store.put_room(closed).await.unwrap();
+}
+
+/// The room library's names on `server` (`FUNCTION LIST`).
+fn room_libraries(server: &RedisServer) -> Vec<String> {
+    let listed = server.cli(&["FUNCTION", "LIST"]);
+    let lines: Vec<&str> = listed.lines().map(str::trim).collect();
+    lines
+        .windows(2)
+        .filter(|pair| pair[0] == "library_name")
+        .map(|pair| pair[1].to_owned())
+        .collect()
+}
+
+/// How many `FCALL`s `server` answered with an error since it started.
+fn failed_function_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_fcall:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("failed_calls="))
+        })
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// The room operations are one library of Redis functions, loaded once when the store
+/// connects; a Redis that lost it (`FUNCTION FLUSH` here; a restart without persistence in
+/// `calls_fail_within_the_timeout_and_recover_after_a_restart`) gets it again from the first
+/// call that finds its function missing, and that call is answered.
+#[tokio::test]
+async fn room_functions_lost_by_redis_are_loaded_again() {
+    let server = RedisServer::start();
+    let store = RedisStore::new(RedisConfig::standalone(server.url()), None).unwrap();
+    let id = room_id("flushed");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+    let loaded = room_libraries(&server);
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_eq!(
+        failed_function_calls(&server),
+        0,
+        "loaded before the first call"
+    );
+
+    server.cli(&["FUNCTION", "FLUSH"]);
+    assert!(room_libraries(&server).is_empty());
+    let first = store.join(&id, JoinRequest::default()).await.unwrap();
+    assert!(matches!(first, Entry::Admitted(_)), "{first:?}");
+    assert_eq!(room_libraries(&server), loaded, "the same library again");
+    assert_eq!(
+        failed_function_calls(&server),
+        1,
+        "one call found it missing"
+    );
+    let second = store.join(&id, JoinRequest::default()).await.unwrap();
+    assert!(matches!(second, Entry::Waiting(_)), "{second:?}");
+    assert_eq!(failed_function_calls(&server), 1);
 }
 
 #[tokio::test]

@@ -162,3 +162,41 @@ async fn a_join_that_outlives_the_timeout_leaves_no_ticket_in_a_cluster() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The room library is loaded on every primary when the store connects, and again on a primary
+/// that lost it (`FUNCTION FLUSH` here) by the first call routed there. A cluster of its own,
+/// since its functions are flushed.
+#[tokio::test]
+async fn room_functions_are_loaded_on_every_primary() {
+    let cluster = Cluster::start();
+    let config = RedisConfig::cluster(cluster.urls()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, None).unwrap();
+    let has_library = |node: &anteroom_test_support::redis::RedisServer| {
+        node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "anteroom_*"])
+            .contains("library_name")
+    };
+    // Enough rooms that every primary holds some (a primary holding none of 40 random slots:
+    // about 3 in 10 million).
+    let rooms: Vec<RoomId> = (0..40)
+        .map(|i| RoomId::new(&format!("room-{i}")).unwrap())
+        .collect();
+    store
+        .put_room(RoomConfig::with_defaults(rooms[0].clone()))
+        .await
+        .unwrap();
+    for node in cluster.nodes() {
+        assert!(has_library(node), "loaded on {}", node.url());
+        node.cli(&["FUNCTION", "FLUSH"]);
+    }
+    for room in &rooms {
+        store
+            .put_room(RoomConfig::with_defaults(room.clone()))
+            .await
+            .unwrap();
+        let entry = store.join(room, JoinRequest::default()).await.unwrap();
+        assert!(matches!(entry, Entry::Admitted(_)), "{entry:?}");
+    }
+    for node in cluster.nodes() {
+        assert!(has_library(node), "loaded again on {}", node.url());
+    }
+}

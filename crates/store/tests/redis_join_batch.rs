@@ -113,8 +113,8 @@ fn ticket(answer: &Result<Entry, StoreError>) -> TicketId {
     }
 }
 
-/// How many times the server ran EVALSHA and EVAL so far, not counting calls it answered
-/// with an error (NOSCRIPT, before a script's first load).
+/// How many times the server ran a room function (FCALL) or a script (EVALSHA, EVAL) so far,
+/// not counting calls it answered with an error (a script's first call, before it is loaded).
 fn script_calls(server: &RedisServer) -> u64 {
     let stat = |line: &str, name: &str| -> u64 {
         line.split([':', ','])
@@ -125,7 +125,11 @@ fn script_calls(server: &RedisServer) -> u64 {
     server
         .cli(&["INFO", "commandstats"])
         .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter(|line| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|name| line.starts_with(name))
+        })
         .map(|line| stat(line, "calls") - stat(line, "failed_calls"))
         .sum()
 }

@@ -1,6 +1,8 @@
 -- The room engine of anteroom-core (crates/core/src/engine/mod.rs), in Lua, over one room's
--- keys. This file is the shared prelude: the store puts it in front of every room script, so
--- each operation is still one script (one EVALSHA) and runs atomically on the room's slot.
+-- keys. This file is the shared prelude of the room library (redis_store/scripts.rs): Redis
+-- runs it once when it loads the library, and every operation is a function of the library
+-- (its own file as the body), so each operation is still one call (one FCALL) and runs
+-- atomically on the room's slot.
 --
 -- KEYS (all carry the hash tag {room}, so a room lives in one Cluster slot):
 --   1 meta        hash   configuration (as numbers), counters, admission bucket, measured
@@ -63,14 +65,17 @@
 --
 -- Every integer stays below 2^53, so Lua's doubles hold them exactly.
 
-local META, TICKETS, WAITING, LINE, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local PRIORITY = KEYS[11]
-local SESSION_IDS = KEYS[12]
-local CANCELLED = KEYS[13]
-local OUTBOX, OUTBOX_SEQUENCE = KEYS[14], KEYS[15]
-local CHANNEL = ARGV[2]
-local DEFAULT_RETENTION = tonumber(ARGV[3])
+-- A call's keys and arguments, and what the prelude reads from them: set by begin_call (at the
+-- end of this file) at the start of every call, before the operation's own code runs.
+local KEYS, ARGV
+local META, TICKETS, WAITING, LINE, ADMITTED
+local SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET
+local PRIORITY
+local SESSION_IDS
+local CANCELLED
+local OUTBOX, OUTBOX_SEQUENCE
+local CHANNEL
+local DEFAULT_RETENTION
 
 -- Admission bucket units per token (one minute in milliseconds), as in engine/bucket.rs.
 local UNITS_PER_TOKEN = 60000
@@ -87,13 +92,8 @@ local LINE_BUCKET = 128
 -- Waiting records a tick examines for idleness (sweep_idle), plus at most one bucket more.
 local SWEEP_BUDGET = 1024
 
+-- The call's time in milliseconds (begin_call).
 local NOW
-if ARGV[1] ~= '' then
-  NOW = tonumber(ARGV[1])
-else
-  local time = redis.call('TIME')
-  NOW = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 
 local function int(number)
   return string.format('%.0f', number)
@@ -577,7 +577,8 @@ end
 
 -- Events (SPEC §14.9; RoomState's VisitorEvent, written as visitor_events.rs writes them) ---
 
-local EVENT_CAP, EVENT_PREFIX, EVENT_ROOM = string.match(ARGV[4], '^(%d+)|(%x+)|([a-z0-9-]+)$')
+-- The call's events argument, read by begin_call; nil while events are off.
+local EVENT_CAP, EVENT_PREFIX, EVENT_ROOM
 local events_emitted = 0
 
 -- `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil from days, as visitor_events.rs::rfc3339_millis).
@@ -1138,4 +1139,27 @@ end
 
 local function room_not_found()
   return { 'error', 'room_not_found' }
+end
+
+-- Binds one call's keys and arguments, and starts it from a clean state: every function of the
+-- library begins with this (scripts.rs), since the library's locals outlive a call.
+local function begin_call(keys, args)
+  KEYS, ARGV = keys, args
+  META, TICKETS, WAITING, LINE, ADMITTED = keys[1], keys[2], keys[3], keys[4], keys[5]
+  SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET = keys[6], keys[7], keys[8], keys[9], keys[10]
+  PRIORITY, SESSION_IDS, CANCELLED = keys[11], keys[12], keys[13]
+  OUTBOX, OUTBOX_SEQUENCE = keys[14], keys[15]
+  CHANNEL = args[2]
+  DEFAULT_RETENTION = tonumber(args[3])
+  if args[1] ~= '' then
+    NOW = tonumber(args[1])
+  else
+    local time = redis.call('TIME')
+    NOW = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  EVENT_CAP, EVENT_PREFIX, EVENT_ROOM = string.match(args[4], '^(%d+)|(%x+)|([a-z0-9-]+)$')
+  events_emitted = 0
+  room = nil
+  DRAW_SEED = nil
+  known_generation, known_floor = nil, nil
 end

@@ -81,6 +81,29 @@ impl Connection {
         }
     }
 
+    /// Runs an `FCALL` of the room library, routed by its first key; when Redis answers that
+    /// the function is missing (a restarted Redis without persistence, `FUNCTION FLUSH`, a
+    /// Cluster primary that joined later), loads the library again and calls once more.
+    pub(crate) async fn fcall<T: FromRedisValue>(&self, fcall: &Cmd) -> RedisResult<T> {
+        match self.query(fcall).await {
+            Err(error) if is_missing_function(&error) => {
+                self.load_room_library().await?;
+                self.query(fcall).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// Loads the room library (`scripts.rs`), replacing a library of the same name (the same
+    /// code: the name carries its hash); on a Cluster, on every primary.
+    pub(crate) async fn load_room_library(&self) -> RedisResult<()> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD")
+            .arg("REPLACE")
+            .arg(&super::scripts::LIBRARY.code);
+        self.query::<redis::Value>(&load).await.map(|_| ())
+    }
+
     /// Runs one command, routed by its key.
     pub(crate) async fn query<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
         match self {
@@ -88,6 +111,13 @@ impl Connection {
             Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
         }
     }
+}
+
+/// Whether Redis refused an `FCALL` because the function is not loaded.
+fn is_missing_function(error: &redis::RedisError) -> bool {
+    error
+        .detail()
+        .is_some_and(|detail| detail.starts_with("Function not found"))
 }
 
 /// A Redis of a [`RedisConfig`](crate::RedisConfig) connected on first use, with its key

@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use super::connection::{Connection, bounded};
 use super::records::{Answer, Refusal};
 use super::room_call::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
-use super::scripts::SCRIPTS;
+use super::scripts::RoomFunction;
 use crate::StoreError;
 
 /// The most joins one call carries: Redis runs nothing else while a script runs, so a batch
@@ -376,7 +376,7 @@ async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
             reply: join.reply,
         });
     }
-    let call = sender.prelude.call("join", &SCRIPTS.join, args);
+    let call = sender.prelude.call(RoomFunction::Join, args);
     let outcomes = match bounded(sender.timeout, "join", call.reply(&sender.connection))
         .await
         .and_then(|values: Vec<redis::Value>| answers(values, count))
@@ -425,9 +425,7 @@ async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
         lottery_seed(),
     ];
     args.extend(tickets);
-    let call = sender
-        .prelude
-        .call("cancel_join", &SCRIPTS.cancel_join, args);
+    let call = sender.prelude.call(RoomFunction::CancelJoin, args);
     let room = &sender.prelude.room;
     for attempt in 1..=CANCEL_ATTEMPTS {
         match bounded(sender.timeout, "cancel_join", call.run(&sender.connection)).await {

@@ -1,4 +1,4 @@
-//! One room script's call as the store makes it: the room's keys and the prelude's arguments
+//! One room function's call as the store makes it: the room's keys and the prelude's arguments
 //! (`room.lua`), owned so that a join batch's task can make it too (`join_batch.rs`), and the
 //! arguments and answers every call shares.
 
@@ -11,11 +11,11 @@ use anteroom_core::room::DEFAULT_HISTORY_RETENTION;
 use anteroom_core::{Clock, RoomId};
 use rand::Rng;
 use rand::rngs::OsRng;
-use redis::Script;
 
 use super::connection::Connection;
 use super::outbox::RedisOutbox;
 use super::records::{Answer, MalformedAnswer, Refusal};
+use super::scripts::RoomFunction;
 use crate::StoreError;
 
 /// The largest duration handed to a script, so that time plus duration stays below 2^53.
@@ -35,13 +35,8 @@ pub(super) struct RoomPrelude {
 }
 
 impl RoomPrelude {
-    /// A call of `script` with the prelude's arguments (the time taken now), then `args`.
-    pub(super) fn call(
-        &self,
-        name: &'static str,
-        script: &'static Script,
-        args: Vec<String>,
-    ) -> RoomCall {
+    /// A call of `function` with the prelude's arguments (the time taken now), then `args`.
+    pub(super) fn call(&self, function: RoomFunction, args: Vec<String>) -> RoomCall {
         let now = match &self.clock {
             Some(clock) => clock.now().as_millis().to_string(),
             None => String::new(),
@@ -65,18 +60,16 @@ impl RoomPrelude {
         ];
         all_args.extend(args);
         RoomCall {
-            name,
-            script,
+            function,
             keys: self.keys.clone(),
             args: all_args,
         }
     }
 }
 
-/// One room script's call, owned, so that it can also run from a task of its own.
+/// One room function's call, owned, so that it can also run from a task of its own.
 pub(super) struct RoomCall {
-    name: &'static str,
-    script: &'static Script,
+    function: RoomFunction,
     keys: Vec<String>,
     args: Vec<String>,
 }
@@ -87,23 +80,25 @@ impl RoomCall {
         connection: &Connection,
     ) -> Result<Result<Answer, Refusal>, StoreError> {
         let fields: Vec<String> = self.reply(connection).await?;
-        Answer::new(fields).map_err(|error| malformed(self.name, error))
+        Answer::new(fields).map_err(|error| malformed(self.function.name(), error))
     }
 
-    /// Runs the script and reads its reply as a `T`.
+    /// Calls the function and reads its reply as a `T`.
     pub(super) async fn reply<T: redis::FromRedisValue>(
         &self,
         connection: &Connection,
     ) -> Result<T, StoreError> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key);
-        }
-        for arg in &self.args {
-            invocation.arg(arg);
-        }
-        connection.eval(&invocation).await.map_err(|error| {
-            StoreError::backend(format!("redis script {} failed", self.name), error)
+        let mut command = redis::cmd("FCALL");
+        command
+            .arg(self.function.function_name())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        connection.fcall(&command).await.map_err(|error| {
+            StoreError::backend(
+                format!("redis function {} failed", self.function.name()),
+                error,
+            )
         })
     }
 }

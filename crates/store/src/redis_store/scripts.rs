@@ -1,30 +1,148 @@
-//! The room scripts (`lua/rooms/*.lua`), each one Lua script run with EVALSHA.
+//! The room scripts (`lua/rooms/*.lua`), loaded into Redis once as one library of functions
+//! (Redis 7 `FUNCTION LOAD`) and each called with `FCALL`.
 //!
-//! Every script is the record field lists (written here from the Rust records), the shared
-//! prelude `room.lua` (keys, record formats and the engine's state changes) and the
-//! operation's own file, so each operation stays one atomic script while the engine logic is
-//! written once and the scripts name exactly the fields the Rust records have.
+//! The library is the record field lists (written here from the Rust records), the shared
+//! prelude `room.lua` (keys, record formats and the engine's state changes) and one function
+//! per operation, whose body is the operation's own file. The prelude's helpers are made once
+//! when Redis loads the library, not again on every call as when each operation was a script
+//! of its own; each call only binds its keys and arguments (`begin_call`). Each operation is
+//! still one atomic call, the engine logic is written once, and the scripts name exactly the
+//! fields the Rust records have.
+//!
+//! The library's name and its functions' names carry a hash of its code, so nodes of different
+//! versions sharing one Redis each call their own functions (as each called its own scripts by
+//! their SHA before), and loading one version never replaces another's.
 
 use std::sync::LazyLock;
 
 use anteroom_core::counters::CounterRecord;
 use anteroom_core::engine::{RoomTotals, TickReport};
-use redis::Script;
-
-macro_rules! room_script {
-    ($file:literal) => {
-        room_script(include_str!(concat!("../../lua/rooms/", $file)))
-    };
-}
 
 const ROOM_PRELUDE: &str = include_str!("../../lua/rooms/room.lua");
 
-fn room_script(operation: &str) -> Script {
-    Script::new(&format!(
-        "{}\n{ROOM_PRELUDE}\n{operation}",
-        record_fields_lua()
-    ))
+/// One room operation: a function of the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RoomFunction {
+    PutRoom,
+    DeleteRoom,
+    Join,
+    CancelJoin,
+    Status,
+    Leave,
+    EndSession,
+    RenewSession,
+    Session,
+    IssueSession,
+    Tick,
+    Snapshot,
+    Advance,
+    Reset,
+    Records,
+    SessionPage,
+    Reopen,
+    Touch,
+    WaitingPositions,
+    PutSignal,
+    LoadSignal,
 }
+
+impl RoomFunction {
+    const ALL: [RoomFunction; 21] = [
+        RoomFunction::PutRoom,
+        RoomFunction::DeleteRoom,
+        RoomFunction::Join,
+        RoomFunction::CancelJoin,
+        RoomFunction::Status,
+        RoomFunction::Leave,
+        RoomFunction::EndSession,
+        RoomFunction::RenewSession,
+        RoomFunction::Session,
+        RoomFunction::IssueSession,
+        RoomFunction::Tick,
+        RoomFunction::Snapshot,
+        RoomFunction::Advance,
+        RoomFunction::Reset,
+        RoomFunction::Records,
+        RoomFunction::SessionPage,
+        RoomFunction::Reopen,
+        RoomFunction::Touch,
+        RoomFunction::WaitingPositions,
+        RoomFunction::PutSignal,
+        RoomFunction::LoadSignal,
+    ];
+
+    /// The operation's name, in errors and in its function's name.
+    pub(crate) fn name(self) -> &'static str {
+        self.operation().0
+    }
+
+    /// The operation's name and its file.
+    fn operation(self) -> (&'static str, &'static str) {
+        macro_rules! lua {
+            ($name:literal) => {
+                (
+                    $name,
+                    include_str!(concat!("../../lua/rooms/", $name, ".lua")),
+                )
+            };
+        }
+        match self {
+            RoomFunction::PutRoom => lua!("put_room"),
+            RoomFunction::DeleteRoom => lua!("delete_room"),
+            RoomFunction::Join => lua!("join"),
+            RoomFunction::CancelJoin => lua!("cancel_join"),
+            RoomFunction::Status => lua!("status"),
+            RoomFunction::Leave => lua!("leave"),
+            RoomFunction::EndSession => lua!("end_session"),
+            RoomFunction::RenewSession => lua!("renew_session"),
+            RoomFunction::Session => lua!("session"),
+            RoomFunction::IssueSession => lua!("issue_session"),
+            RoomFunction::Tick => lua!("tick"),
+            RoomFunction::Snapshot => lua!("snapshot"),
+            RoomFunction::Advance => lua!("advance"),
+            RoomFunction::Reset => lua!("reset"),
+            RoomFunction::Records => lua!("records"),
+            RoomFunction::SessionPage => lua!("session_page"),
+            RoomFunction::Reopen => lua!("reopen"),
+            RoomFunction::Touch => lua!("touch"),
+            RoomFunction::WaitingPositions => lua!("waiting_positions"),
+            RoomFunction::PutSignal => lua!("put_signal"),
+            RoomFunction::LoadSignal => lua!("load_signal"),
+        }
+    }
+
+    /// The name this operation's function has in Redis (`anteroom_<code hash>_<operation>`).
+    pub(crate) fn function_name(self) -> String {
+        format!("{}_{}", LIBRARY.name, self.name())
+    }
+}
+
+/// The library as `FUNCTION LOAD` takes it, and its name.
+pub(crate) struct RoomLibrary {
+    pub(crate) name: String,
+    pub(crate) code: String,
+}
+
+pub(crate) static LIBRARY: LazyLock<RoomLibrary> = LazyLock::new(|| {
+    let mut body = format!("{}\n{ROOM_PRELUDE}\n", record_fields_lua());
+    for function in RoomFunction::ALL {
+        let (name, operation) = function.operation();
+        // The function's name is filled in below, once the code's hash is known.
+        body.push_str(&format!(
+            "redis.register_function('{{library}}_{name}', function(keys, args)\n\
+             begin_call(keys, args)\n{operation}\nend)\n"
+        ));
+    }
+    let name = format!(
+        "anteroom_{:016x}",
+        xxhash_rust::xxh3::xxh3_64(body.as_bytes())
+    );
+    let code = format!(
+        "#!lua name={name}\n{}",
+        body.replace("'{library}_", &format!("'{name}_"))
+    );
+    RoomLibrary { name, code }
+});
 
 /// The Lua declaration of the field lists the scripts share with the Rust records.
 fn record_fields_lua() -> String {
@@ -44,55 +162,6 @@ fn lua_names<R: CounterRecord>() -> String {
         .collect();
     format!("{{ {} }}", names.join(", "))
 }
-
-/// Every room script, compiled (hashed) once per process.
-pub(crate) struct RoomScripts {
-    pub(crate) put_room: Script,
-    pub(crate) delete_room: Script,
-    pub(crate) join: Script,
-    pub(crate) cancel_join: Script,
-    pub(crate) status: Script,
-    pub(crate) leave: Script,
-    pub(crate) end_session: Script,
-    pub(crate) renew_session: Script,
-    pub(crate) session: Script,
-    pub(crate) issue_session: Script,
-    pub(crate) tick: Script,
-    pub(crate) snapshot: Script,
-    pub(crate) advance: Script,
-    pub(crate) reset: Script,
-    pub(crate) records: Script,
-    pub(crate) session_page: Script,
-    pub(crate) reopen: Script,
-    pub(crate) touch: Script,
-    pub(crate) waiting_positions: Script,
-    pub(crate) put_signal: Script,
-    pub(crate) load_signal: Script,
-}
-
-pub(crate) static SCRIPTS: LazyLock<RoomScripts> = LazyLock::new(|| RoomScripts {
-    put_room: room_script!("put_room.lua"),
-    delete_room: room_script!("delete_room.lua"),
-    join: room_script!("join.lua"),
-    cancel_join: room_script!("cancel_join.lua"),
-    status: room_script!("status.lua"),
-    leave: room_script!("leave.lua"),
-    end_session: room_script!("end_session.lua"),
-    renew_session: room_script!("renew_session.lua"),
-    session: room_script!("session.lua"),
-    issue_session: room_script!("issue_session.lua"),
-    tick: room_script!("tick.lua"),
-    snapshot: room_script!("snapshot.lua"),
-    advance: room_script!("advance.lua"),
-    reset: room_script!("reset.lua"),
-    records: room_script!("records.lua"),
-    session_page: room_script!("session_page.lua"),
-    reopen: room_script!("reopen.lua"),
-    touch: room_script!("touch.lua"),
-    waiting_positions: room_script!("waiting_positions.lua"),
-    put_signal: room_script!("put_signal.lua"),
-    load_signal: room_script!("load_signal.lua"),
-});
 
 #[cfg(test)]
 mod tests {

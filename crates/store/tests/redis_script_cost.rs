@@ -1,0 +1,141 @@
+//! What one call of each room operation costs Redis, as Redis measures it: `INFO
+//! commandstats` (`usec` over `calls` of the script command) reset before each operation, in a
+//! room with a line of 6,000 waiting. A measurement, not a check of behaviour, so it is
+//! ignored by default; it does check that each operation is one call (a batch of 128 joins
+//! one call), so the figures are per call of that operation:
+//!
+//! ```sh
+//! cargo test -p anteroom-store --test redis_script_cost -- --ignored --nocapture
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::engine::{Entry, JoinRequest, SessionEnd, TicketRef};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{Clock, ManualClock, RoomId, Timestamp};
+use anteroom_store::{RedisConfig, RedisStore, RoomStore};
+use anteroom_test_support::redis::RedisServer;
+use futures_util::future::join_all;
+
+const LINE: usize = 6_000;
+const BATCH: usize = 128;
+
+/// What Redis counted since the last reset: the script calls it answered (not those it
+/// answered with an error: a script's first call, before it is loaded), the microseconds they
+/// took, and the microseconds the commands run inside them took.
+fn script_stats(server: &RedisServer) -> (u64, u64, u64) {
+    let stat = |line: &str, name: &str| -> u64 {
+        line.split([':', ','])
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0)
+    };
+    let scripts = ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"];
+    let (mut calls, mut usec, mut inside) = (0, 0, 0);
+    for line in server.cli(&["INFO", "commandstats"]).lines() {
+        if scripts.iter().any(|name| line.starts_with(name)) {
+            calls += stat(line, "calls") - stat(line, "failed_calls");
+            usec += stat(line, "usec");
+        } else if line.starts_with("cmdstat_") && !line.starts_with("cmdstat_script|") {
+            inside += stat(line, "usec");
+        }
+    }
+    (calls, usec, inside)
+}
+
+/// Prints and checks one operation's figures: `expected_calls` script calls.
+fn report(server: &RedisServer, operation: &str, expected_calls: u64) {
+    let (calls, usec, inside) = script_stats(server);
+    assert_eq!(calls, expected_calls, "{operation}: script calls");
+    println!(
+        "{operation:<22} {calls:>6} calls {:>9.1} us per call, {:>9.1} of them in commands",
+        usec as f64 / calls as f64,
+        inside as f64 / calls as f64
+    );
+    server.cli(&["CONFIG", "RESETSTAT"]);
+}
+
+/// The ticket a join left waiting, if it waits.
+fn waiting_ticket(entry: &Entry) -> Option<TicketRef> {
+    match entry {
+        Entry::Waiting(view) => Some(TicketRef {
+            id: view.ticket,
+            generation: view.generation,
+        }),
+        Entry::Admitted(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn cost_of_one_call_of_each_room_operation() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let shared: Arc<dyn Clock> = clock.clone();
+    let store = RedisStore::new(RedisConfig::standalone(server.url()), Some(shared)).unwrap();
+    let room = RoomId::new("cost").unwrap();
+    let mut config = RoomConfig::with_defaults(room.clone());
+    config.max_active = 1;
+    config.ticket_idle_ttl = Duration::from_secs(3600);
+    store.put_room(config).await.unwrap();
+    // The line: batches of joins, as a busy node sends them.
+    let mut tickets = Vec::new();
+    while tickets.len() < LINE {
+        let joins = (0..BATCH).map(|_| store.join(&room, JoinRequest::default()));
+        for answer in join_all(joins).await {
+            tickets.extend(waiting_ticket(&answer.unwrap()));
+        }
+    }
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    for _ in 0..500 {
+        store.join(&room, JoinRequest::default()).await.unwrap();
+    }
+    report(&server, "join, 1 per call", 500);
+    for _ in 0..20 {
+        let joins = (0..BATCH).map(|_| store.join(&room, JoinRequest::default()));
+        for answer in join_all(joins).await {
+            answer.unwrap();
+        }
+    }
+    report(&server, "join, 128 per call", 20);
+    for ticket in &tickets[..1_000] {
+        store.status(&room, *ticket).await.unwrap();
+    }
+    report(&server, "status", 1_000);
+    for _ in 0..100 {
+        clock.advance(Duration::from_millis(500));
+        store.tick(&room).await.unwrap();
+    }
+    report(&server, "tick", 100);
+    // Sessions issued directly need free slots: a room of their own.
+    let room = RoomId::new("sessions").unwrap();
+    let mut config = RoomConfig::with_defaults(room.clone());
+    config.max_active = 1_000;
+    store.put_room(config).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let mut sessions = Vec::new();
+    for _ in 0..200 {
+        let session = store
+            .issue_session(&room, None, Duration::from_secs(600))
+            .await
+            .unwrap();
+        sessions.push(session.id);
+    }
+    report(&server, "issue_session", 200);
+    clock.advance(Duration::from_secs(400));
+    for session in &sessions {
+        store.renew_session(&room, *session).await.unwrap();
+    }
+    report(&server, "renew_session", 200);
+    for session in &sessions {
+        store
+            .end_session(&room, *session, SessionEnd::Completed)
+            .await
+            .unwrap();
+    }
+    report(&server, "end_session", 200);
+}
