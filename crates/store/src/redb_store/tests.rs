@@ -186,6 +186,17 @@ async fn a_crash_before_the_replayed_log_is_checkpointed_loses_nothing() {
     assert_eq!(join_position(&store).await, 46);
 }
 
+/// Cuts the last `bytes` bytes off `file`, as a crash during an append leaves it.
+fn cut_short(file: &Path, bytes: u64) {
+    let length = std::fs::metadata(file).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(length - bytes)
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_torn_last_frame_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,13 +205,7 @@ async fn a_torn_last_frame_is_ignored() {
     let before = tickets(&store).await;
     drop(store);
     let segment = newest_segment(image.path());
-    let length = std::fs::metadata(&segment).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segment)
-        .unwrap()
-        .set_len(length - 5)
-        .unwrap();
+    cut_short(&segment, 5);
 
     let store = open(image.path()).unwrap();
     assert_eq!(
@@ -221,13 +226,7 @@ async fn a_torn_tail_cut_off_reads_whole_in_an_older_segment() {
     let image = crash_image(dir.path());
     drop(store);
     let segment = newest_segment(image.path());
-    let length = std::fs::metadata(&segment).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segment)
-        .unwrap()
-        .set_len(length - 5)
-        .unwrap();
+    cut_short(&segment, 5);
     let torn = wal::read_segment(&segment, true).unwrap();
     assert!(wal::read_segment(&segment, false).is_err());
     wal::cut_torn_tail(&segment, torn.torn_at.unwrap()).unwrap();
@@ -388,13 +387,7 @@ async fn a_damaged_older_segment_refuses_to_open() {
         wal::segment_path(&store_path(image.path()), number + 1),
     )
     .unwrap();
-    let length = std::fs::metadata(&first).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&first)
-        .unwrap()
-        .set_len(length - 3)
-        .unwrap();
+    cut_short(&first, 3);
 
     let error = open_error(image.path());
     assert!(error.contains("not the torn end of the log"), "{error}");
