@@ -126,16 +126,26 @@ impl RedisServer {
         server.wait_answering(&log).map(|()| server)
     }
 
-    /// Waits until the server answers PING; stops it and hands back its log when it cannot
-    /// bind its port or does not answer within ten seconds.
+    /// Waits until this server (not another process that took the port meanwhile) answers
+    /// PING; stops it and hands back its log when it cannot bind its port or does not answer
+    /// within ten seconds.
     fn wait_answering(&mut self, log: &Path) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if cli(self.port, &["PING"]).is_some_and(|answer| answer.trim() == "PONG") {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            let failed =
+                log.contains("Could not create server") || log.contains("Failed listening");
+            if !failed
+                && let Some(own_pid) = started_pid(&log)
+                && cli(self.port, &["INFO", "server"]).is_some_and(|info| {
+                    info.lines()
+                        .filter_map(|line| line.strip_prefix("process_id:"))
+                        .any(|pid| pid.trim() == own_pid)
+                })
+            {
                 return Ok(());
             }
-            let log = std::fs::read_to_string(log).unwrap_or_default();
-            if Instant::now() > deadline || log.contains("# Could not create server") {
+            if Instant::now() > deadline || failed {
                 self.stop();
                 return Err(format!("redis-server on port {}:\n{log}", self.port));
             }
@@ -341,4 +351,11 @@ fn cli(port: u16, args: &[&str]) -> Option<String> {
     let mut answer = String::new();
     child.stdout.take()?.read_to_string(&mut answer).ok()?;
     child.wait().ok()?.success().then_some(answer)
+}
+
+/// The process id a redis-server log says it started as (`pid=1234, just started`).
+fn started_pid(log: &str) -> Option<&str> {
+    let line = log.lines().find(|line| line.contains("just started"))?;
+    let after = &line[line.find("pid=")? + "pid=".len()..];
+    after.split(',').next()
 }
