@@ -133,10 +133,9 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let log = std::fs::read_to_string(log).unwrap_or_default();
-            let failed =
-                log.contains("Could not create server") || log.contains("Failed listening");
+            let (started_pid, failed) = last_start(&log);
             if !failed
-                && let Some(own_pid) = started_pid(&log)
+                && let Some(own_pid) = started_pid
                 && cli(self.port, &["INFO", "server"]).is_some_and(|info| {
                     info.lines()
                         .filter_map(|line| line.strip_prefix("process_id:"))
@@ -353,9 +352,18 @@ fn cli(port: u16, args: &[&str]) -> Option<String> {
     child.wait().ok()?.success().then_some(answer)
 }
 
-/// The process id a redis-server log says it started as (`pid=1234, just started`).
-fn started_pid(log: &str) -> Option<&str> {
-    let line = log.lines().find(|line| line.contains("just started"))?;
-    let after = &line[line.find("pid=")? + "pid=".len()..];
-    after.split(',').next()
+/// What the last start of a redis-server wrote to `log` (a durable server started again on its
+/// directory appends to the same log): the process id it started as (`pid=1234, just
+/// started`), and whether it failed to bind its port.
+fn last_start(log: &str) -> (Option<&str>, bool) {
+    let Some(start) = log.rfind("just started") else {
+        return (None, false);
+    };
+    let line_start = log[..start].rfind('\n').map_or(0, |newline| newline + 1);
+    let pid = log[line_start..start]
+        .rfind("pid=")
+        .and_then(|at| log[line_start + at + "pid=".len()..start].split(',').next());
+    let after = &log[start..];
+    let failed = after.contains("Could not create server") || after.contains("Failed listening");
+    (pid, failed)
 }
