@@ -60,14 +60,7 @@ fn visits() -> impl Strategy<Value = Vec<Visit>> {
 
 fn rules() -> impl Strategy<Value = RateLimitRule> {
     (
-        prop::sample::select(vec![
-            Algorithm::TokenBucket,
-            Algorithm::LeakyBucket,
-            Algorithm::FixedWindow,
-            Algorithm::SlidingLog,
-            Algorithm::SlidingWindow,
-            Algorithm::Gcra,
-        ]),
+        prop::sample::select(Algorithm::ALL.to_vec()),
         1u64..4,
         1u64..3,
         prop::sample::select(vec![
