@@ -480,6 +480,10 @@ async fn the_keyboard_reaches_the_leave_button_with_a_visible_focus_ring() {
         assert_eq!(api.join().await["state"], "admitted");
         let browser = Browser::start(BrowserOptions::default()).await;
         browser.goto(&wait_url(&server.url(), "hall", RETURN_PATH)).await;
+        // Tab from a page still being laid out or replaced lands on the body: press it only
+        // once the waiting page is the one on screen and its script has run.
+        browser.wait_for_text("#heading", "You are in line").await;
+        browser.wait_until_loaded().await;
         assert_eq!(browser.tab().await, "leave", "the first stop of Tab");
         let ring = browser
             .eval(
@@ -1314,6 +1318,15 @@ impl Browser {
 
     /// Presses Tab once in the page, as a keyboard user moves on; returns the id (or tag) of
     /// the element that has the focus then.
+    /// Waits until the document and everything it loads are in (`readyState` "complete").
+    async fn wait_until_loaded(&self) {
+        let started = Instant::now();
+        while self.eval("return document.readyState").await != "complete" {
+            assert!(started.elapsed() < SEEN_WITHIN, "the page finished loading");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn tab(&self) -> String {
         let actions = KeyActions::new("keyboard".to_owned())
             .then(KeyAction::Down {
