@@ -132,30 +132,40 @@ end
 -- The waiting line (layout 3) ---------------------------------------------------------------
 -- A waiting ticket is held in three compact places, none of them a structure per ticket:
 -- - its record under its position in its line bucket `<line>:<position / LINE_BUCKET>`, the
---   ticket's id first (`waiting_value`), so the id for a position is one HGET;
+--   ticket's id first (`encode_waiting`), so the id for a position is one HGET;
 -- - its id in the id index, listpack hashes `<line>:id:<n>` from id to position, the ids spread
 --   over the buckets by linear hashing on their SHA-1 (`index_key`): a bucket is split in two
 --   whenever the room holds more than INDEX_LOAD ids per bucket, so the position for an id is
 --   one HGET whatever the line's length, and no bucket outgrows a listpack;
--- - a count in its lane's count tree (`waiting` for the regular line, `priority` for the
---   priority lane): a hash holding a Fenwick tree over leaves of COUNT_LEAF positions (field
---   `<node>` = the live tickets of the leaves the node covers; a node at zero is deleted), the
---   lane's total `n` and the tree's size in leaves `size` (a power of two, doubled when a
---   position beyond it comes). `ahead` is the tree's prefix sum before the ticket's leaf (one
---   HMGET of its log2(size) nodes) plus the lane's records before it in its leaf (one HMGET of
---   at most COUNT_LEAF - 1 fields); the n-th ticket of a lane is found by descending the tree.
+-- - a bit in its lane's count hash (`waiting` for the regular line, `priority` for the
+--   priority lane): `m<n>` is the mask of the lane's live positions in line bucket n (16
+--   bytes, position n*128 + k is bit k % 8 of byte k / 8 + 1; deleted when empty), and the
+--   fields `<node>` are a Fenwick tree over the line buckets (leaf n + 1 counts bucket n's
+--   live tickets; a node at zero is deleted), with the lane's total `n` and the tree's size in
+--   leaves `size` (a power of two, doubled when a bucket beyond it comes).
+-- `ahead` is the tree's prefix sum before the ticket's bucket and the bits below it in its
+-- mask: one HMGET of about log2(size) + 1 fields of a hash whose lookups are O(1); the n-th
+-- ticket of a lane is found by descending the tree, then in its bucket's mask.
 -- The `waiting` hash also keeps the id index's state: `index_level` and `index_split`.
--- Changes to the counts gather during a call and are written once (flush_counts), before any
--- count is read and when the call saves the room: a batch of joins writes its lane's tree once.
+-- Changes to masks and counts gather during a call and are written once (flush_counts), before
+-- any count is read and when the call saves the room: a batch of joins writes its lane once.
 
--- Positions per leaf of a lane's count tree.
-local COUNT_LEAF = 32
 -- Ids per index bucket, on average, before one more bucket is split off: an unsplit bucket
 -- then holds at most about twice that, still under the 128 entries of a listpack.
 local INDEX_LOAD = 50
+-- Bytes of a bucket's mask.
+local MASK_BYTES = LINE_BUCKET / 8
 
--- The count trees this call read, by key: { n, size, stored_n, pending = { leaf = delta },
--- dirty }, and for `waiting` the id index's `index_level`, `index_split` (begin_call empties it).
+-- The number of set bits of each byte value (made when the library loads, where `math` is
+-- not at hand).
+local BITS_SET = { [0] = 0 }
+for value = 1, 255 do
+  BITS_SET[value] = BITS_SET[(value - value % 2) / 2] + value % 2
+end
+
+-- The count hashes this call read, by key: { n, size, stored_n, pending = { leaf = delta },
+-- masks = { bucket = bytes }, changed_masks = { bucket = true }, dirty }, and for `waiting`
+-- the id index's `index_level`, `index_split` (begin_call empties it).
 local lanes = {}
 
 local function lane_state(key)
@@ -166,6 +176,8 @@ local function lane_state(key)
       n = tonumber(values[1] or '0'),
       size = tonumber(values[2] or '1'),
       pending = {},
+      masks = {},
+      changed_masks = {},
       dirty = false,
       index_level = tonumber(values[3] or '0'),
       index_split = tonumber(values[4] or '0'),
@@ -181,22 +193,53 @@ local function lane_count(key)
   return lane_state(key).n
 end
 
-local function leaf_of(position)
-  return math.floor(position / COUNT_LEAF) + 1
+local function line_bucket(position)
+  return math.floor(position / LINE_BUCKET)
+end
+
+local function bucket_key(position)
+  return LINE .. ':' .. int(line_bucket(position))
+end
+
+local function mask_bytes(text)
+  if not text then
+    local bytes = {}
+    for i = 1, MASK_BYTES do
+      bytes[i] = 0
+    end
+    return bytes
+  end
+  return { string.byte(text, 1, MASK_BYTES) }
 end
 
 local function low_bit(i)
-  local bit = 1
-  while i % (bit * 2) == 0 do
-    bit = bit * 2
+  local value = 1
+  while i % (value * 2) == 0 do
+    value = value * 2
   end
-  return bit
+  return value
 end
 
+-- Sets (delta 1) or clears (delta -1) a position's bit in its lane's mask; counts only a bit
+-- that changes.
 local function count_add(key, position, delta)
   local state = lane_state(key)
-  local leaf = leaf_of(position)
-  state.pending[leaf] = (state.pending[leaf] or 0) + delta
+  local bucket = line_bucket(position)
+  local bytes = state.masks[bucket]
+  if bytes == nil then
+    bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
+    state.masks[bucket] = bytes
+  end
+  local offset = position - bucket * LINE_BUCKET
+  local byte = math.floor(offset / 8) + 1
+  local flag = 2 ^ (offset % 8)
+  local set = math.floor(bytes[byte] / flag) % 2 == 1
+  if set == (delta > 0) then
+    return
+  end
+  bytes[byte] = bytes[byte] + delta * flag
+  state.changed_masks[bucket] = true
+  state.pending[bucket + 1] = (state.pending[bucket + 1] or 0) + delta
   state.n = state.n + delta
   state.dirty = true
 end
@@ -221,27 +264,40 @@ local function node_changes(state)
   return changes, size
 end
 
--- Writes a lane's pending counts: one HMGET of the nodes they touch, one HSET, one HDEL.
+-- The writes of a lane's changed masks: fields to set, and those of empty masks to delete.
+local function mask_writes(state, writes, zeros)
+  for bucket in pairs(state.changed_masks) do
+    local bytes = state.masks[bucket]
+    local empty = true
+    for i = 1, MASK_BYTES do
+      empty = empty and bytes[i] == 0
+    end
+    if empty then
+      zeros[#zeros + 1] = 'm' .. int(bucket)
+    else
+      writes[#writes + 1] = 'm' .. int(bucket)
+      writes[#writes + 1] = string.char(unpack(bytes))
+    end
+  end
+end
+
+-- Writes a lane's pending changes: one HMGET of the nodes they touch, one HSET, one HDEL.
 local function flush_lane(key, state)
   local changes, size = node_changes(state)
-  local nodes = {}
+  local writes, zeros = { 'n', int(state.n), 'size', int(size) }, {}
+  mask_writes(state, writes, zeros)
+  local fields = {}
   for node in pairs(changes) do
-    nodes[#nodes + 1] = node
+    fields[#fields + 1] = int(node)
   end
-  local writes = { 'n', int(state.n), 'size', int(size) }
-  local zeros = {}
-  if #nodes > 0 then
-    local fields = {}
-    for i, node in ipairs(nodes) do
-      fields[i] = int(node)
-    end
+  if #fields > 0 then
     local old = redis.call('HMGET', key, unpack(fields))
-    for i, node in ipairs(nodes) do
-      local value = tonumber(old[i] or '0') + changes[node]
+    for i, field in ipairs(fields) do
+      local value = tonumber(old[i] or '0') + changes[tonumber(field)]
       if value == 0 then
-        zeros[#zeros + 1] = fields[i]
+        zeros[#zeros + 1] = field
       else
-        writes[#writes + 1] = fields[i]
+        writes[#writes + 1] = field
         writes[#writes + 1] = int(value)
       end
     end
@@ -251,9 +307,10 @@ local function flush_lane(key, state)
     redis.call('HDEL', key, unpack(zeros))
   end
   state.size, state.stored_n, state.pending, state.dirty = size, state.n, {}, false
+  state.changed_masks = {}
 end
 
--- Writes every pending count, and the id index's state when it changed.
+-- Writes every pending change, and the id index's state when it changed.
 local function flush_counts()
   for key, state in pairs(lanes) do
     if state.dirty then
@@ -268,23 +325,23 @@ local function flush_counts()
   end
 end
 
--- The live tickets of a lane in its leaves 1 .. leaf.
-local function count_through(key, leaf)
-  flush_counts()
+-- The tree's nodes whose sum is the count of leaves 1 .. leaf.
+local function prefix_nodes(key, leaf)
   local fields = {}
   local node = math.min(leaf, lane_state(key).size)
   while node > 0 do
     fields[#fields + 1] = int(node)
     node = node - low_bit(node)
   end
-  if #fields == 0 then
-    return 0
+  return fields
+end
+
+local function sum(values, first, last)
+  local total = 0
+  for i = first, last do
+    total = total + tonumber(values[i] or '0')
   end
-  local sum = 0
-  for _, value in ipairs(redis.call('HMGET', key, unpack(fields))) do
-    sum = sum + tonumber(value or '0')
-  end
-  return sum
+  return total
 end
 
 -- The leaf holding a lane's rank-th live ticket (1 <= rank <= its count), and that ticket's
@@ -306,10 +363,6 @@ local function leaf_of_rank(key, rank)
   return leaf + 1, rank
 end
 
-local function bucket_key(position)
-  return LINE .. ':' .. int(math.floor(position / LINE_BUCKET))
-end
-
 -- The lane a line bucket's value belongs to: a priority ticket's record ends in `|p`.
 local function lane_of_value(value)
   if string.sub(value, -2) == '|p' then
@@ -318,52 +371,56 @@ local function lane_of_value(value)
   return WAITING
 end
 
--- The values at positions first .. last (one bucket), as position -> value for those present.
-local function values_between(first, last)
-  if last < first then
-    return {}
-  end
-  local fields = {}
-  for position = first, last do
-    fields[#fields + 1] = int(position)
-  end
-  local values = redis.call('HMGET', bucket_key(first), unpack(fields))
-  local present = {}
-  for i, value in ipairs(values) do
-    if value then
-      present[first + i - 1] = value
-    end
-  end
-  return present
-end
-
 -- The lane's rank-th live ticket: its position and its bucket value.
 local function nth_in_lane(key, rank)
   local leaf, within = leaf_of_rank(key, rank)
-  local first = (leaf - 1) * COUNT_LEAF
-  local values = values_between(first, first + COUNT_LEAF - 1)
-  for position = first, first + COUNT_LEAF - 1 do
-    local value = values[position]
-    if value and lane_of_value(value) == key then
-      within = within - 1
-      if within == 0 then
-        return position, value
+  local bucket = leaf - 1
+  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
+  for byte = 1, MASK_BYTES do
+    local value = bytes[byte]
+    if BITS_SET[value] < within then
+      within = within - BITS_SET[value]
+    else
+      for offset = 0, 7 do
+        if math.floor(value / 2 ^ offset) % 2 == 1 then
+          within = within - 1
+          if within == 0 then
+            local position = bucket * LINE_BUCKET + (byte - 1) * 8 + offset
+            return position, redis.call('HGET', bucket_key(position), int(position))
+          end
+        end
       end
     end
   end
-  error('anteroom: the counts of ' .. key .. ' disagree with its line buckets')
+  error('anteroom: the counts of ' .. key .. ' disagree with its masks')
 end
 
--- The live tickets of a lane before `position` (`ahead`, exact: I5).
+-- The live tickets of a lane before `position` (`ahead`, exact: I5): the tree's count of the
+-- buckets before its own and the bits below it in its bucket's mask, in one HMGET.
 local function ahead_in_lane(key, position)
-  local leaf = leaf_of(position)
-  local ahead = count_through(key, leaf - 1)
-  for _, value in pairs(values_between((leaf - 1) * COUNT_LEAF, position - 1)) do
-    if lane_of_value(value) == key then
-      ahead = ahead + 1
-    end
+  flush_counts()
+  local bucket = line_bucket(position)
+  local fields = prefix_nodes(key, bucket)
+  fields[#fields + 1] = 'm' .. int(bucket)
+  local values = redis.call('HMGET', key, unpack(fields))
+  local ahead = sum(values, 1, #fields - 1)
+  local bytes = mask_bytes(values[#fields])
+  local offset = position - bucket * LINE_BUCKET
+  local byte = math.floor(offset / 8) + 1
+  for i = 1, byte - 1 do
+    ahead = ahead + BITS_SET[bytes[i]]
   end
-  return ahead
+  return ahead + BITS_SET[bytes[byte] % 2 ^ (offset % 8)]
+end
+
+-- The live tickets of a lane in its buckets 0 .. bucket - 1.
+local function count_before_bucket(key, bucket)
+  flush_counts()
+  local fields = prefix_nodes(key, bucket)
+  if #fields == 0 then
+    return 0
+  end
+  return sum(redis.call('HMGET', key, unpack(fields)), 1, #fields)
 end
 
 -- The id index ----------------------------------------------------------------------------
@@ -1260,14 +1317,14 @@ local function abandon(ticket, report)
   report.abandoned = report.abandoned + 1
 end
 
--- The first position of a count leaf holding a waiting ticket at or after `from`'s leaf, in
--- either lane, or nil.
+-- The first position of a line bucket holding a waiting ticket at or after `from`'s bucket,
+-- in either lane, or nil.
 local function next_waiting_position(from)
   local found = nil
   for _, key in ipairs({ WAITING, PRIORITY }) do
-    local rank = count_through(key, leaf_of(from) - 1) + 1
+    local rank = count_before_bucket(key, line_bucket(from)) + 1
     if rank <= lane_count(key) then
-      local position = (leaf_of_rank(key, rank) - 1) * COUNT_LEAF
+      local position = (leaf_of_rank(key, rank) - 1) * LINE_BUCKET
       found = math.min(found or position, position)
     end
   end
