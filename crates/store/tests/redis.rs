@@ -865,13 +865,23 @@ async fn rooms_written_in_the_first_layout_are_migrated() {
 }
 
 /// Takes a room's waiting line back to what layouts 1 and 2 had besides their lanes' zsets:
-/// no count trees (`waiting`, `priority`), no id index (`line:id:*`), no line buckets.
+/// no count hashes (`waiting`, `priority`) and no counts in meta, no id index (`line:id:*`),
+/// no line buckets.
 fn drop_layout_3_line(server: &RedisServer, key: &dyn Fn(&str) -> String) {
     let buckets = server.cli(&["--scan", "--pattern", &key("line:*")]);
     for bucket in buckets.lines().filter(|bucket| !bucket.is_empty()) {
         server.cli(&["DEL", bucket]);
     }
     server.cli(&["DEL", &key("waiting"), &key("priority")]);
+    let lane_fields = [
+        "waiting_n",
+        "waiting_size",
+        "priority_n",
+        "priority_size",
+        "index_level",
+        "index_split",
+    ];
+    server.cli(&[&["HDEL", &key("meta")][..], &lane_fields[..]].concat());
 }
 
 #[tokio::test]

@@ -12,8 +12,7 @@ if existed then
       buckets[#buckets + 1] = key
     end
   end)
-  local index = lane_state(WAITING)
-  for bucket = 0, 2 ^ index.index_level + index.index_split - 1 do
+  for bucket = 0, index_buckets() - 1 do
     buckets[#buckets + 1] = index_key(bucket)
   end
   for first = 1, #buckets, 1000 do

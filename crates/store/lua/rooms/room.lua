@@ -139,14 +139,16 @@ end
 --   one HGET whatever the line's length, and no bucket outgrows a listpack;
 -- - a bit in its lane's count hash (`waiting` for the regular line, `priority` for the
 --   priority lane): `m<n>` is the mask of the lane's live positions in line bucket n (16
---   bytes, position n*128 + k is bit k % 8 of byte k / 8 + 1; deleted when empty), and the
+--   bytes, position n*128 + k being bit k % 8 of byte k / 8 + 1; deleted when empty), and the
 --   fields `<node>` are a Fenwick tree over the line buckets (leaf n + 1 counts bucket n's
---   live tickets; a node at zero is deleted), with the lane's total `n` and the tree's size in
---   leaves `size` (a power of two, doubled when a bucket beyond it comes).
+--   live tickets; a node at zero is deleted).
+-- The room's meta keeps each lane's total and its tree's size in leaves (`waiting_n`,
+-- `waiting_size`, `priority_n`, `priority_size`; the size a power of two, doubled when a bucket
+-- beyond it comes) and the id index's state (`index_level`, `index_split`), so they are read
+-- and written with the rest of the meta.
 -- `ahead` is the tree's prefix sum before the ticket's bucket and the bits below it in its
 -- mask: one HMGET of about log2(size) + 1 fields of a hash whose lookups are O(1); the n-th
 -- ticket of a lane is found by descending the tree, then in its bucket's mask.
--- The `waiting` hash also keeps the id index's state: `index_level` and `index_split`.
 -- Changes to masks and counts gather during a call and are written once (flush_counts), before
 -- any count is read and when the call saves the room: a batch of joins writes its lane once.
 
@@ -163,29 +165,43 @@ for value = 1, 255 do
   BITS_SET[value] = BITS_SET[(value - value % 2) / 2] + value % 2
 end
 
--- The count hashes this call read, by key: { n, size, stored_n, pending = { leaf = delta },
--- masks = { bucket = bytes }, changed_masks = { bucket = true }, dirty }, and for `waiting`
--- the id index's `index_level`, `index_split` (begin_call empties it).
-local lanes = {}
+-- The meta fields holding each lane's total and tree size and the id index's state, read with
+-- the room's meta (load_room) and written with it (save_room).
+local LANE_FIELDS = {
+  'waiting_n', 'waiting_size', 'priority_n', 'priority_size', 'index_level', 'index_split',
+}
+
+-- The lanes this call read, by key: { n, size, stored_n, pending = { leaf = delta },
+-- masks = { bucket = bytes }, changed_masks = { bucket = true }, dirty }; and the id index's
+-- { level, split, dirty }. begin_call forgets them.
+local lanes, index_state = nil, nil
+
+local function new_lane(n, size)
+  n = tonumber(n or '0')
+  return {
+    n = n, stored_n = n, size = tonumber(size or '1'), pending = {}, masks = {},
+    changed_masks = {}, dirty = false,
+  }
+end
+
+-- Takes the lanes' state from the values of LANE_FIELDS.
+local function load_lanes(values)
+  lanes = { [WAITING] = new_lane(values[1], values[2]), [PRIORITY] = new_lane(values[3], values[4]) }
+  index_state = { level = tonumber(values[5] or '0'), split = tonumber(values[6] or '0') }
+end
 
 local function lane_state(key)
-  local state = lanes[key]
-  if state == nil then
-    local values = redis.call('HMGET', key, 'n', 'size', 'index_level', 'index_split')
-    state = {
-      n = tonumber(values[1] or '0'),
-      size = tonumber(values[2] or '1'),
-      pending = {},
-      masks = {},
-      changed_masks = {},
-      dirty = false,
-      index_level = tonumber(values[3] or '0'),
-      index_split = tonumber(values[4] or '0'),
-    }
-    state.stored_n = state.n
-    lanes[key] = state
+  if lanes == nil then
+    load_lanes(redis.call('HMGET', META, unpack(LANE_FIELDS)))
   end
-  return state
+  return lanes[key]
+end
+
+local function lane_name(key)
+  if key == PRIORITY then
+    return 'priority'
+  end
+  return 'waiting'
 end
 
 -- The live tickets of a lane (its pending changes included).
@@ -284,7 +300,7 @@ end
 -- Writes a lane's pending changes: one HMGET of the nodes they touch, one HSET, one HDEL.
 local function flush_lane(key, state)
   local changes, size = node_changes(state)
-  local writes, zeros = { 'n', int(state.n), 'size', int(size) }, {}
+  local writes, zeros = {}, {}
   mask_writes(state, writes, zeros)
   local fields = {}
   for node in pairs(changes) do
@@ -302,7 +318,9 @@ local function flush_lane(key, state)
       end
     end
   end
-  redis.call('HSET', key, unpack(writes))
+  if #writes > 0 then
+    redis.call('HSET', key, unpack(writes))
+  end
   if #zeros > 0 then
     redis.call('HDEL', key, unpack(zeros))
   end
@@ -310,18 +328,33 @@ local function flush_lane(key, state)
   state.changed_masks = {}
 end
 
--- Writes every pending change, and the id index's state when it changed.
-local function flush_counts()
+-- Writes every pending change. The lanes' totals and sizes and the id index's state go to
+-- the room's meta: appended to `meta_writes` when given (save_room's HSET), else set here.
+local function flush_counts(meta_writes)
+  if lanes == nil then
+    return
+  end
+  local writes = meta_writes or {}
+  local first = #writes
   for key, state in pairs(lanes) do
     if state.dirty then
       flush_lane(key, state)
+      local name = lane_name(key)
+      writes[#writes + 1] = name .. '_n'
+      writes[#writes + 1] = int(state.n)
+      writes[#writes + 1] = name .. '_size'
+      writes[#writes + 1] = int(state.size)
     end
   end
-  local index = lanes[WAITING]
-  if index and index.index_dirty then
-    redis.call('HSET', WAITING, 'index_level', int(index.index_level), 'index_split',
-      int(index.index_split))
-    index.index_dirty = false
+  if index_state.dirty then
+    writes[#writes + 1] = 'index_level'
+    writes[#writes + 1] = int(index_state.level)
+    writes[#writes + 1] = 'index_split'
+    writes[#writes + 1] = int(index_state.split)
+    index_state.dirty = false
+  end
+  if meta_writes == nil and #writes > first then
+    redis.call('HSET', META, unpack(writes))
   end
 end
 
@@ -345,7 +378,8 @@ local function sum(values, first, last)
 end
 
 -- The leaf holding a lane's rank-th live ticket (1 <= rank <= its count), and that ticket's
--- rank within the leaf: the tree's descent, one HGET a level.
+-- rank within the leaf: the tree's descent, one HGET a level. Nil when the tree holds fewer
+-- (counts that disagree with the tree must not send a caller past the line's end forever).
 local function leaf_of_rank(key, rank)
   flush_counts()
   local size = lane_state(key).size
@@ -359,6 +393,9 @@ local function leaf_of_rank(key, rank)
       end
     end
     step = step / 2
+  end
+  if leaf + 1 > size then
+    return nil
   end
   return leaf + 1, rank
 end
@@ -374,6 +411,9 @@ end
 -- The lane's rank-th live ticket: its position and its bucket value.
 local function nth_in_lane(key, rank)
   local leaf, within = leaf_of_rank(key, rank)
+  if leaf == nil then
+    error('anteroom: the counts of ' .. key .. ' disagree with its tree')
+  end
   local bucket = leaf - 1
   local bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
   for byte = 1, MASK_BYTES do
@@ -404,13 +444,16 @@ local function ahead_in_lane(key, position)
   fields[#fields + 1] = 'm' .. int(bucket)
   local values = redis.call('HMGET', key, unpack(fields))
   local ahead = sum(values, 1, #fields - 1)
-  local bytes = mask_bytes(values[#fields])
+  local mask = values[#fields]
+  if not mask then
+    return ahead
+  end
   local offset = position - bucket * LINE_BUCKET
   local byte = math.floor(offset / 8) + 1
   for i = 1, byte - 1 do
-    ahead = ahead + BITS_SET[bytes[i]]
+    ahead = ahead + BITS_SET[string.byte(mask, i)]
   end
-  return ahead + BITS_SET[bytes[byte] % 2 ^ (offset % 8)]
+  return ahead + BITS_SET[string.byte(mask, byte) % 2 ^ (offset % 8)]
 end
 
 -- The live tickets of a lane in its buckets 0 .. bucket - 1.
@@ -429,40 +472,44 @@ local function id_hash(id)
   return tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
 end
 
--- The index bucket of a hash (linear hashing): buckets below the split point have been split
--- and address by one bit more.
-local function index_bucket(hash)
-  local state = lane_state(WAITING)
-  local low = 2 ^ state.index_level
-  local bucket = hash % low
-  if bucket < state.index_split then
-    bucket = hash % (low * 2)
-  end
-  return bucket
-end
-
 local function index_key(bucket)
   return LINE .. ':id:' .. int(bucket)
 end
 
+-- The index bucket key of an id (linear hashing): buckets below the split point have been
+-- split and address by one bit more.
+local function index_key_of(id)
+  lane_state(WAITING)
+  local hash = id_hash(id)
+  local low = 2 ^ index_state.level
+  local bucket = hash % low
+  if bucket < index_state.split then
+    bucket = hash % (low * 2)
+  end
+  return index_key(bucket)
+end
+
+-- The index's buckets: 0 .. index_buckets() - 1.
+local function index_buckets()
+  lane_state(WAITING)
+  return 2 ^ index_state.level + index_state.split
+end
+
+-- The position of a waiting ticket's id, and the index bucket holding it.
 local function index_position(id)
-  return tonumber(redis.call('HGET', index_key(index_bucket(id_hash(id))), id))
+  local key = index_key_of(id)
+  return tonumber(redis.call('HGET', key, id)), key
 end
 
 local function index_set(id, position)
-  redis.call('HSET', index_key(index_bucket(id_hash(id))), id, int(position))
-end
-
-local function index_remove(id)
-  redis.call('HDEL', index_key(index_bucket(id_hash(id))), id)
+  redis.call('HSET', index_key_of(id), id, int(position))
 end
 
 -- Splits the next index bucket in two: its ids whose hash has the next bit set move to the
 -- bucket 2^level above it.
 local function split_index_bucket()
-  local state = lane_state(WAITING)
-  local low = 2 ^ state.index_level
-  local from = state.index_split
+  local low = 2 ^ index_state.level
+  local from = index_state.split
   local entries = redis.call('HGETALL', index_key(from))
   local moved, gone = {}, {}
   for i = 1, #entries, 2 do
@@ -476,38 +523,39 @@ local function split_index_bucket()
     redis.call('HSET', index_key(from + low), unpack(moved))
     redis.call('HDEL', index_key(from), unpack(gone))
   end
-  state.index_split = from + 1
-  if state.index_split == low then
-    state.index_level, state.index_split = state.index_level + 1, 0
+  index_state.split = from + 1
+  if index_state.split == low then
+    index_state.level, index_state.split = index_state.level + 1, 0
   end
-  state.index_dirty = true
+  index_state.dirty = true
 end
 
 -- Keeps the index at INDEX_LOAD ids a bucket; an empty line starts it again from one bucket.
 local function fit_index()
-  local state = lane_state(WAITING)
-  local ids = state.n + lane_count(PRIORITY)
+  local ids = lane_count(WAITING) + lane_count(PRIORITY)
   if ids == 0 then
-    if state.index_level ~= 0 or state.index_split ~= 0 then
-      state.index_level, state.index_split, state.index_dirty = 0, 0, true
+    if index_state.level ~= 0 or index_state.split ~= 0 then
+      index_state.level, index_state.split, index_state.dirty = 0, 0, true
     end
     return
   end
-  if ids > INDEX_LOAD * (2 ^ state.index_level + state.index_split) then
+  if ids > INDEX_LOAD * index_buckets() then
     split_index_bucket()
   end
 end
 
--- A waiting ticket joins its lane at `position` / leaves it.
+-- A waiting ticket joins its lane at `position`.
 local function enter_lane(key, id, position)
   index_set(id, position)
   count_add(key, position, 1)
   fit_index()
 end
 
-local function leave_lane(key, id, position)
-  index_remove(id)
-  count_add(key, position, -1)
+-- A waiting ticket leaves its lane (`ticket.index_key` is its index bucket when get_ticket
+-- found it there).
+local function leave_lane(key, ticket)
+  redis.call('HDEL', ticket.index_key or index_key_of(ticket.id), ticket.id)
+  count_add(key, ticket.position, -1)
   fit_index()
 end
 
@@ -647,6 +695,8 @@ local function load_room()
   for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
   fields[#fields + 1] = 'layout'
   fields[#fields + 1] = 'seen_floor'
+  local lane_values = #fields
+  for _, name in ipairs(LANE_FIELDS) do fields[#fields + 1] = name end
   local values = redis.call('HMGET', META, unpack(fields))
   local loaded = {}
   for i, name in ipairs(fields) do
@@ -656,6 +706,10 @@ local function load_room()
     return false
   end
   check_layout(loaded.layout)
+  -- (A room just migrated has its lanes' state from the migration.)
+  if lanes == nil then
+    load_lanes({ unpack(values, lane_values + 1, lane_values + #LANE_FIELDS) })
+  end
   room = {
     config_mode = loaded.mode,
     order = loaded.order,
@@ -702,8 +756,8 @@ local function save_room()
     values[#values + 1] = name
     values[#values + 1] = int(room[name])
   end
+  flush_counts(values)
   redis.call('HSET', META, unpack(values))
-  flush_counts()
 end
 
 local function n_waiting()
@@ -876,7 +930,7 @@ local function get_ticket(id)
   if record then
     return decode_ticket(id, record)
   end
-  local position = index_position(id)
+  local position, index_bucket = index_position(id)
   if not position then
     return nil
   end
@@ -884,7 +938,9 @@ local function get_ticket(id)
   if not value or string.sub(value, 1, #id + 1) ~= id .. '|' then
     return nil
   end
-  return decode_waiting(position, value)
+  local ticket = decode_waiting(position, value)
+  ticket.index_key = index_bucket
+  return ticket
 end
 
 -- Writes a ticket where its state keeps it: a waiting one in its line bucket, any other in
@@ -916,6 +972,8 @@ end
 -- zset `idle` (the meta key with its last part replaced), which goes.
 migrate_line = function(from)
   local idle = string.sub(META, 1, -5) .. 'idle'
+  -- Layouts 1 and 2 kept no counts: the lanes start empty.
+  load_lanes({})
   local lines = {}
   for _, key in ipairs({ WAITING, PRIORITY }) do
     lines[key] = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
@@ -1076,7 +1134,7 @@ end
 
 local function admit(ticket)
   local claim_deadline = NOW + room.claim_ttl
-  leave_lane(line_of(ticket), ticket.id, ticket.position)
+  leave_lane(line_of(ticket), ticket)
   ticket.state = 'a'
   ticket.x = int(NOW)
   ticket.y = int(claim_deadline)
@@ -1128,7 +1186,7 @@ end
 
 local function end_ticket(ticket, reason)
   if ticket.state == 'w' then
-    leave_lane(line_of(ticket), ticket.id, ticket.position)
+    leave_lane(line_of(ticket), ticket)
   elseif ticket.state == 'a' then
     redis.call('ZREM', ADMITTED, ticket.id)
   end
@@ -1323,8 +1381,9 @@ local function next_waiting_position(from)
   local found = nil
   for _, key in ipairs({ WAITING, PRIORITY }) do
     local rank = count_before_bucket(key, line_bucket(from)) + 1
-    if rank <= lane_count(key) then
-      local position = (leaf_of_rank(key, rank) - 1) * LINE_BUCKET
+    local leaf = rank <= lane_count(key) and leaf_of_rank(key, rank)
+    if leaf then
+      local position = (leaf - 1) * LINE_BUCKET
       found = math.min(found or position, position)
     end
   end
@@ -1554,7 +1613,7 @@ local function begin_call(keys, args)
   EVENT_CAP, EVENT_PREFIX, EVENT_ROOM = string.match(args[4], '^(%d+)|(%x+)|([a-z0-9-]+)$')
   events_emitted = 0
   room = nil
-  lanes = {}
+  lanes, index_state = nil, nil
   DRAW_SEED = nil
   known_generation, known_floor = nil, nil
 end
