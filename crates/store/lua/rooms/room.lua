@@ -103,6 +103,21 @@ local function int(number)
   return string.format('%.0f', number)
 end
 
+-- The text of small whole numbers (count tree nodes, bucket numbers), kept from call to call
+-- (the library's locals outlive a call): formatting a number is among the costlier steps of
+-- a call, and these are formatted over and over.
+local SMALL_TEXT = {}
+local function small_int(number)
+  local text = SMALL_TEXT[number]
+  if text == nil then
+    text = int(number)
+    if number < 65536 then
+      SMALL_TEXT[number] = text
+    end
+  end
+  return text
+end
+
 local function float(number)
   return string.format('%.17g', number)
 end
@@ -141,7 +156,7 @@ end
 --   priority lane): `m<n>` is the mask of the lane's live positions in line bucket n (16
 --   bytes, position n*128 + k being bit k % 8 of byte k / 8 + 1; deleted when empty), and the
 --   fields `<node>` are a Fenwick tree over the line buckets (leaf n + 1 counts bucket n's
---   live tickets; a node at zero is deleted).
+--   live tickets; a node at zero is deleted), and `hashtable` (see HASHTABLE_MARK).
 -- The room's meta keeps each lane's total and its tree's size in leaves (`waiting_n`,
 -- `waiting_size`, `priority_n`, `priority_size`; the size a power of two, doubled when a bucket
 -- beyond it comes) and the id index's state (`index_level`, `index_split`), so they are read
@@ -157,6 +172,11 @@ end
 local INDEX_LOAD = 50
 -- Bytes of a bucket's mask.
 local MASK_BYTES = LINE_BUCKET / 8
+-- A count hash's field `hashtable` holds a value longer than hash-max-listpack-value (64), so
+-- Redis keeps the hash a hashtable from its first write: its fields are read and written a few
+-- at a time, and each lookup in a listpack scans it (a short line's hash would be one).
+-- (65 characters: `string` is not at hand while the library loads.)
+local HASHTABLE_MARK = 'hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh'
 
 -- The number of set bits of each byte value (made when the library loads, where `math` is
 -- not at hand).
@@ -171,28 +191,30 @@ local LANE_FIELDS = {
   'waiting_n', 'waiting_size', 'priority_n', 'priority_size', 'index_level', 'index_split',
 }
 
--- The lanes this call read, by key: { n, size, stored_n, pending = { leaf = delta },
--- masks = { bucket = bytes }, changed_masks = { bucket = true }, dirty }; and the id index's
--- { level, split, dirty }. begin_call forgets them.
+-- The lanes this call read, by key: { n, size, stored_n, dirty } and, once a count changes,
+-- pending = { leaf = delta }, masks = { bucket = bytes }, changed_masks = { bucket = true };
+-- and the id index's { level, split, dirty }. begin_call forgets them. (A call that changes
+-- no count makes no more tables than these: every table is work for Lua's collector.)
 local lanes, index_state = nil, nil
 
 local function new_lane(n, size)
   n = tonumber(n or '0')
-  return {
-    n = n, stored_n = n, size = tonumber(size or '1'), pending = {}, masks = {},
-    changed_masks = {}, dirty = false,
-  }
+  return { n = n, stored_n = n, size = tonumber(size or '1'), dirty = false }
 end
 
--- Takes the lanes' state from the values of LANE_FIELDS.
-local function load_lanes(values)
-  lanes = { [WAITING] = new_lane(values[1], values[2]), [PRIORITY] = new_lane(values[3], values[4]) }
-  index_state = { level = tonumber(values[5] or '0'), split = tonumber(values[6] or '0') }
+-- Takes the lanes' state from the values of LANE_FIELDS at values[first ...].
+local function load_lanes(values, first)
+  lanes = {
+    [WAITING] = new_lane(values[first], values[first + 1]),
+    [PRIORITY] = new_lane(values[first + 2], values[first + 3]),
+  }
+  index_state = { level = tonumber(values[first + 4] or '0'),
+    split = tonumber(values[first + 5] or '0') }
 end
 
 local function lane_state(key)
   if lanes == nil then
-    load_lanes(redis.call('HMGET', META, unpack(LANE_FIELDS)))
+    load_lanes(redis.call('HMGET', META, unpack(LANE_FIELDS)), 1)
   end
   return lanes[key]
 end
@@ -214,7 +236,7 @@ local function line_bucket(position)
 end
 
 local function bucket_key(position)
-  return LINE .. ':' .. int(line_bucket(position))
+  return LINE .. ':' .. small_int(line_bucket(position))
 end
 
 local function mask_bytes(text)
@@ -240,10 +262,13 @@ end
 -- that changes.
 local function count_add(key, position, delta)
   local state = lane_state(key)
+  if not state.dirty then
+    state.pending, state.masks, state.changed_masks = {}, state.masks or {}, {}
+  end
   local bucket = line_bucket(position)
   local bytes = state.masks[bucket]
   if bytes == nil then
-    bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
+    bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
     state.masks[bucket] = bytes
   end
   local offset = position - bucket * LINE_BUCKET
@@ -289,9 +314,9 @@ local function mask_writes(state, writes, zeros)
       empty = empty and bytes[i] == 0
     end
     if empty then
-      zeros[#zeros + 1] = 'm' .. int(bucket)
+      zeros[#zeros + 1] = 'm' .. small_int(bucket)
     else
-      writes[#writes + 1] = 'm' .. int(bucket)
+      writes[#writes + 1] = 'm' .. small_int(bucket)
       writes[#writes + 1] = string.char(unpack(bytes))
     end
   end
@@ -301,10 +326,13 @@ end
 local function flush_lane(key, state)
   local changes, size = node_changes(state)
   local writes, zeros = {}, {}
+  if state.stored_n == 0 then
+    writes[1], writes[2] = 'hashtable', HASHTABLE_MARK
+  end
   mask_writes(state, writes, zeros)
   local fields = {}
   for node in pairs(changes) do
-    fields[#fields + 1] = int(node)
+    fields[#fields + 1] = small_int(node)
   end
   if #fields > 0 then
     local old = redis.call('HMGET', key, unpack(fields))
@@ -324,8 +352,7 @@ local function flush_lane(key, state)
   if #zeros > 0 then
     redis.call('HDEL', key, unpack(zeros))
   end
-  state.size, state.stored_n, state.pending, state.dirty = size, state.n, {}, false
-  state.changed_masks = {}
+  state.size, state.stored_n, state.dirty = size, state.n, false
 end
 
 -- Writes every pending change. The lanes' totals and sizes and the id index's state go to
@@ -363,7 +390,7 @@ local function prefix_nodes(key, leaf)
   local fields = {}
   local node = math.min(leaf, lane_state(key).size)
   while node > 0 do
-    fields[#fields + 1] = int(node)
+    fields[#fields + 1] = small_int(node)
     node = node - low_bit(node)
   end
   return fields
@@ -387,7 +414,7 @@ local function leaf_of_rank(key, rank)
   while step >= 1 do
     local node = leaf + step
     if node <= size then
-      local count = tonumber(redis.call('HGET', key, int(node)) or '0')
+      local count = tonumber(redis.call('HGET', key, small_int(node)) or '0')
       if count < rank then
         leaf, rank = node, rank - count
       end
@@ -415,7 +442,7 @@ local function nth_in_lane(key, rank)
     error('anteroom: the counts of ' .. key .. ' disagree with its tree')
   end
   local bucket = leaf - 1
-  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
+  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
   for byte = 1, MASK_BYTES do
     local value = bytes[byte]
     if BITS_SET[value] < within then
@@ -441,7 +468,7 @@ local function ahead_in_lane(key, position)
   flush_counts()
   local bucket = line_bucket(position)
   local fields = prefix_nodes(key, bucket)
-  fields[#fields + 1] = 'm' .. int(bucket)
+  fields[#fields + 1] = 'm' .. small_int(bucket)
   local values = redis.call('HMGET', key, unpack(fields))
   local ahead = sum(values, 1, #fields - 1)
   local mask = values[#fields]
@@ -473,7 +500,7 @@ local function id_hash(id)
 end
 
 local function index_key(bucket)
-  return LINE .. ':id:' .. int(bucket)
+  return LINE .. ':id:' .. small_int(bucket)
 end
 
 -- The index bucket key of an id (linear hashing): buckets below the split point have been
@@ -708,7 +735,7 @@ local function load_room()
   check_layout(loaded.layout)
   -- (A room just migrated has its lanes' state from the migration.)
   if lanes == nil then
-    load_lanes({ unpack(values, lane_values + 1, lane_values + #LANE_FIELDS) })
+    load_lanes(values, lane_values + 1)
   end
   room = {
     config_mode = loaded.mode,
@@ -935,10 +962,10 @@ local function get_ticket(id)
     return nil
   end
   local value = redis.call('HGET', bucket_key(position), int(position))
-  if not value or string.sub(value, 1, #id + 1) ~= id .. '|' then
+  local ticket = value and decode_waiting(position, value)
+  if not ticket or ticket.id ~= id then
     return nil
   end
-  local ticket = decode_waiting(position, value)
   ticket.index_key = index_bucket
   return ticket
 end
@@ -973,7 +1000,7 @@ end
 migrate_line = function(from)
   local idle = string.sub(META, 1, -5) .. 'idle'
   -- Layouts 1 and 2 kept no counts: the lanes start empty.
-  load_lanes({})
+  load_lanes({}, 1)
   local lines = {}
   for _, key in ipairs({ WAITING, PRIORITY }) do
     lines[key] = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
