@@ -785,23 +785,33 @@ async fn a_join_that_outlives_the_timeout_leaves_no_ticket() {
     }
 }
 
-#[tokio::test]
-async fn rooms_written_in_the_first_layout_are_migrated() {
-    // Layout 1 kept waiting records in `tickets` and last contacts in the zset `idle`: a room
-    // written that way is rewritten on first use, its line and contacts intact.
+/// A full room of its own (at 5,000 s on a manual clock) with `count` tickets waiting, to be
+/// rewritten as an older layout had it: its clock, store, id, key prefix and waiting tickets.
+async fn room_to_rewrite(
+    name: &str,
+    count: usize,
+) -> (Arc<ManualClock>, RedisStore, RoomId, String, Vec<TicketRef>) {
     let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let prefix = unique_prefix();
     let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
     let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
-    let id = room_id("old-layout");
+    let id = room_id(name);
     full_room(&store, &id, Duration::from_secs(60)).await;
     let mut waiting = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..count {
         waiting.push(waiting_ref(
             &store.join(&id, JoinRequest::default()).await.unwrap(),
         ));
     }
+    (clock, store, id, prefix, waiting)
+}
+
+#[tokio::test]
+async fn rooms_written_in_the_first_layout_are_migrated() {
+    // Layout 1 kept waiting records in `tickets` and last contacts in the zset `idle`: a room
+    // written that way is rewritten on first use, its line and contacts intact.
+    let (clock, store, id, prefix, waiting) = room_to_rewrite("old-layout", 3).await;
     let server = shared_server();
     let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
     // Rewrite the line as layout 1 had it: positions 2, 3, 4; the first one joined and was
@@ -890,19 +900,7 @@ async fn rooms_written_in_the_second_layout_are_migrated() {
     // its id in its line bucket: a room written that way (its exact keys, as the layout 2 form
     // of `ticket_and_session_records_keep_their_layout_3_form` pinned them) is rewritten on
     // first use, its line, its lanes and its contacts intact.
-    let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let prefix = unique_prefix();
-    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
-    let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
-    let id = room_id("layout-two");
-    full_room(&store, &id, Duration::from_secs(60)).await;
-    let mut waiting = Vec::new();
-    for _ in 0..200 {
-        waiting.push(waiting_ref(
-            &store.join(&id, JoinRequest::default()).await.unwrap(),
-        ));
-    }
+    let (_clock, store, id, prefix, waiting) = room_to_rewrite("layout-two", 200).await;
     let server = shared_server();
     let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
     drop_layout_3_line(server, &key);
