@@ -605,15 +605,29 @@ async fn complete_loop(
     }
 }
 
-/// TIME, ZCARD active, ZCARD admitted, HMGET serving/last_position/admitted, the lowest
-/// waiting entry.
+/// TIME, ZCARD active, ZCARD admitted, HMGET serving/last_position/admitted, the regular
+/// line's count hash (its masks of live positions, `m<bucket>`).
 type SampleReply = (
     (u64, u64),
     u64,
     u64,
     (Option<u64>, Option<u64>, Option<u64>),
-    Vec<(String, u64)>,
+    Vec<(String, Vec<u8>)>,
 );
+
+/// The lowest live position of a line, from its count hash (the store's layout 3, room.lua):
+/// `m<n>` is the mask of line bucket n's live positions, position n * 128 + k being bit k % 8
+/// of byte k / 8.
+fn lowest_waiting(counts: &[(String, Vec<u8>)]) -> Option<u64> {
+    counts
+        .iter()
+        .filter_map(|(field, mask)| {
+            let bucket: u64 = field.strip_prefix('m')?.parse().ok()?;
+            let (byte, value) = mask.iter().enumerate().find(|(_, value)| **value != 0)?;
+            Some(bucket * 128 + byte as u64 * 8 + u64::from(value.trailing_zeros()))
+        })
+        .min()
+}
 
 /// What one sample of the room's keys in Redis showed.
 #[derive(Debug, Clone)]
@@ -633,7 +647,7 @@ async fn sample_redis(url: String, observed: Arc<Observed>) -> Vec<Sample> {
     let key = |part: &str| format!("anteroom:{{{ROOM}}}:{part}");
     let mut samples = Vec::new();
     while !observed.stop.load(Ordering::SeqCst) {
-        let (time, active, admitted, meta, first_waiting): SampleReply = redis::pipe()
+        let (time, active, admitted, meta, counts): SampleReply = redis::pipe()
             .atomic()
             .cmd("TIME")
             .cmd("ZCARD")
@@ -645,11 +659,8 @@ async fn sample_redis(url: String, observed: Arc<Observed>) -> Vec<Sample> {
             .arg("serving")
             .arg("last_position")
             .arg("admitted")
-            .cmd("ZRANGE")
+            .cmd("HGETALL")
             .arg(key("waiting"))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
             .query_async(&mut connection)
             .await
             .unwrap();
@@ -663,8 +674,8 @@ async fn sample_redis(url: String, observed: Arc<Observed>) -> Vec<Sample> {
                 "I2: {active} active + {admitted} admitted > {MAX_ACTIVE}"
             ));
         }
-        if let Some((_, lowest)) = first_waiting.first()
-            && *lowest <= serving
+        if let Some(lowest) = lowest_waiting(&counts)
+            && lowest <= serving
         {
             observed.violation(format!(
                 "I4: position {lowest} still waits while serving is {serving}"

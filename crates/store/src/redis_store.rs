@@ -35,19 +35,22 @@
 //! - **Joins** into one room are group-committed (`join_batch.rs`): while a node's join call
 //!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
 //!   runs them in order and answers each; a few calls per room may be in flight at once.
-//! - **Layout** 2 (`room.lua`): a waiting ticket is its line's zset entry plus a short record
-//!   in a listpack-encoded hash of 128 positions; idle tickets are found by a bounded sweep.
-//!   Rooms written in layout 1 are migrated by the first script that touches them; an unknown
-//!   layout is refused with an error naming the meta key. The keys of a room, their types and
-//!   the record fields are listed at the top of `room.lua`: `:meta` (configuration as numbers,
-//!   the `RawRoom` JSON, schedule, latest lottery, counters, bucket, rate, totals), `:tickets`
-//!   (tickets no longer waiting), `:waiting` and `:priority` (zsets by position: `ahead` is a
-//!   ZCOUNT), `:line:<n>`, `:admitted` (by claim deadline), `:sessions`, `:active` (by expiry),
-//!   `:identities`, `:ended` and `:forget` (history trimmed by `tick`), `:session_ids` (all at
-//!   score 0, so session listings walk ids with ZRANGE BYLEX), `:cancelled`, `:outbox`. The
-//!   idle sweep runs from a cursor in meta over about 1,024 records a tick (`SWEEP_BUDGET`, then
-//!   the rest of its bucket), wrapping around; admission checks each ticket it is about to
-//!   admit, so no idle ticket is admitted.
+//! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
+//!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
+//!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash
+//!   (`:waiting`, `:priority`: a mask of live positions per line bucket and a Fenwick tree of
+//!   the buckets' counts, so `ahead` is exact in O(log n)); idle tickets are found by a bounded
+//!   sweep. Rooms written in layouts 1 and 2 are migrated by the first script that touches
+//!   them; an unknown layout is refused with an error naming the meta key. The keys of a room,
+//!   their types and the record fields are listed at the top of `room.lua`: `:meta`
+//!   (configuration as numbers, the `RawRoom` JSON, schedule, latest lottery, counters, bucket,
+//!   rate, totals, the lanes' totals), `:tickets` (tickets no longer waiting), `:waiting` and
+//!   `:priority`, `:line:<n>`, `:line:id:<n>`, `:admitted` (by claim deadline), `:sessions`,
+//!   `:active` (by expiry), `:identities`, `:ended` and `:forget` (history trimmed by
+//!   `tick`), `:session_ids` (all at score 0, so session listings walk ids with ZRANGE BYLEX),
+//!   `:cancelled`, `:outbox`. The idle sweep runs from a cursor in meta over about 1,024
+//!   records a tick (`SWEEP_BUDGET`, then the rest of its bucket), wrapping around; admission
+//!   checks each ticket it is about to admit, so no idle ticket is admitted.
 //! - **Cancelled joins**: `cancel_join.lua` takes the ticket out of the line, or, if the join
 //!   has not run yet, keeps its id in `:cancelled` for 10 minutes so the join refuses it. Each
 //!   join also carries the time after which its caller stops waiting (`server_clock.rs`).
@@ -124,7 +127,8 @@ return 0
 });
 
 /// The parts of a room's keys, in the order the scripts expect them (`room.lua`).
-/// `line` is not a key itself but the prefix of the waiting records' buckets (`line:<n>`).
+/// `line` is not a key itself but the prefix of the waiting records' buckets (`line:<n>`) and
+/// of the id index's (`line:id:<n>`).
 const ROOM_KEY_PARTS: [&str; 15] = [
     "meta",
     "tickets",

@@ -785,23 +785,33 @@ async fn a_join_that_outlives_the_timeout_leaves_no_ticket() {
     }
 }
 
-#[tokio::test]
-async fn rooms_written_in_the_first_layout_are_migrated() {
-    // Layout 1 kept waiting records in `tickets` and last contacts in the zset `idle`: a room
-    // written that way is rewritten on first use, its line and contacts intact.
+/// A full room of its own (at 5,000 s on a manual clock) with `count` tickets waiting, to be
+/// rewritten as an older layout had it: its clock, store, id, key prefix and waiting tickets.
+async fn room_to_rewrite(
+    name: &str,
+    count: usize,
+) -> (Arc<ManualClock>, RedisStore, RoomId, String, Vec<TicketRef>) {
     let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let prefix = unique_prefix();
     let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
     let store = RedisStore::new(config, Some(dyn_clock)).unwrap();
-    let id = room_id("old-layout");
+    let id = room_id(name);
     full_room(&store, &id, Duration::from_secs(60)).await;
     let mut waiting = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..count {
         waiting.push(waiting_ref(
             &store.join(&id, JoinRequest::default()).await.unwrap(),
         ));
     }
+    (clock, store, id, prefix, waiting)
+}
+
+#[tokio::test]
+async fn rooms_written_in_the_first_layout_are_migrated() {
+    // Layout 1 kept waiting records in `tickets` and last contacts in the zset `idle`: a room
+    // written that way is rewritten on first use, its line and contacts intact.
+    let (clock, store, id, prefix, waiting) = room_to_rewrite("old-layout", 3).await;
     let server = shared_server();
     let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
     // Rewrite the line as layout 1 had it: positions 2, 3, 4; the first one joined and was
@@ -826,14 +836,18 @@ async fn rooms_written_in_the_first_layout_are_migrated() {
             &ticket.id.to_string(),
         ]);
     }
-    server.cli(&["DEL", &key("line:0")]);
+    drop_layout_3_line(server, &key);
+    for (index, ticket) in waiting.iter().enumerate() {
+        let position = (index + 2).to_string();
+        server.cli(&["ZADD", &key("waiting"), &position, &ticket.id.to_string()]);
+    }
     server.cli(&["HSET", &key("meta"), "layout", "1"]);
 
     match store.status(&id, waiting[2]).await.unwrap() {
         Entry::Waiting(view) => assert_eq!((view.position, view.ahead), (4, 2)),
         other => panic!("{other:?}"),
     }
-    assert_eq!(server.cli(&["HGET", &key("meta"), "layout"]).trim(), "2");
+    assert_eq!(server.cli(&["HGET", &key("meta"), "layout"]).trim(), "3");
     assert_eq!(server.cli(&["EXISTS", &key("idle")]).trim(), "0");
     assert_eq!(server.cli(&["HLEN", &key("line:0")]).trim(), "3");
     let records = store.records(&id).await.unwrap();
@@ -857,7 +871,96 @@ async fn rooms_written_in_the_first_layout_are_migrated() {
     let refused = format!("{error}: {}", source.unwrap_or_default());
     assert!(refused.contains(&key("meta")), "{refused}");
     assert!(refused.contains("layout 9"), "{refused}");
+    server.cli(&["HSET", &key("meta"), "layout", "3"]);
+}
+
+/// Takes a room's waiting line back to what layouts 1 and 2 had besides their lanes' zsets:
+/// no count hashes (`waiting`, `priority`) and no counts in meta, no id index (`line:id:*`),
+/// no line buckets.
+fn drop_layout_3_line(server: &RedisServer, key: &dyn Fn(&str) -> String) {
+    let buckets = server.cli(&["--scan", "--pattern", &key("line:*")]);
+    for bucket in buckets.lines().filter(|bucket| !bucket.is_empty()) {
+        server.cli(&["DEL", bucket]);
+    }
+    server.cli(&["DEL", &key("waiting"), &key("priority")]);
+    let lane_fields = [
+        "waiting_n",
+        "waiting_size",
+        "priority_n",
+        "priority_size",
+        "index_level",
+        "index_split",
+    ];
+    server.cli(&[&["HDEL", &key("meta")][..], &lane_fields[..]].concat());
+}
+
+#[tokio::test]
+async fn rooms_written_in_the_second_layout_are_migrated() {
+    // Layout 2 kept each lane as a zset of ids by position, and each waiting record without
+    // its id in its line bucket: a room written that way (its exact keys, as the layout 2 form
+    // of `ticket_and_session_records_keep_their_layout_3_form` pinned them) is rewritten on
+    // first use, its line, its lanes and its contacts intact.
+    let (_clock, store, id, prefix, waiting) = room_to_rewrite("layout-two", 200).await;
+    let server = shared_server();
+    let key = |part: &str| format!("{prefix}:{{{id}}}:{part}");
+    drop_layout_3_line(server, &key);
+    // Positions 2 .. 201 over two buckets; position 3 in the priority lane, position 5 seen
+    // long ago, position 4 with an identity.
+    for (index, ticket) in waiting.iter().enumerate() {
+        let position = index + 2;
+        let (lane, record) = match position {
+            3 => ("priority", "5000000|0|||p".to_owned()),
+            4 => ("waiting", "5000000|0|=ann||".to_owned()),
+            5 => ("waiting", "1000000|0||".to_owned()),
+            _ => ("waiting", "5000000|0||".to_owned()),
+        };
+        let (position, id) = (position.to_string(), ticket.id.to_string());
+        server.cli(&["ZADD", &key(lane), &position, &id]);
+        let bucket = format!("line:{}", (index + 2) / 128);
+        server.cli(&["HSET", &key(&bucket), &position, &record]);
+    }
     server.cli(&["HSET", &key("meta"), "layout", "2"]);
+
+    // The last one: 198 of the regular line ahead (the priority ticket is in its own lane).
+    match store.status(&id, waiting[199]).await.unwrap() {
+        Entry::Waiting(view) => {
+            assert_eq!((view.position, view.ahead, view.waiting), (201, 198, 200))
+        }
+        other => panic!("{other:?}"),
+    }
+    match store.status(&id, waiting[1]).await.unwrap() {
+        Entry::Waiting(view) => assert_eq!((view.position, view.ahead), (3, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.cli(&["HGET", &key("meta"), "layout"]).trim(), "3");
+    assert_eq!(server.cli(&["TYPE", &key("waiting")]).trim(), "hash");
+    let value = server.cli(&["HGET", &key("line:0"), "4"]);
+    assert_eq!(value.trim(), format!("{}|5000000|0|=ann||", waiting[2].id));
+    let records = store.records(&id).await.unwrap();
+    let record = |ticket: TicketRef| records.tickets.iter().find(|t| t.id == ticket.id).unwrap();
+    assert!(record(waiting[1]).priority);
+    assert_eq!(record(waiting[2]).identity.as_deref(), Some("ann"));
+    assert_eq!(record(waiting[3]).last_seen, Timestamp(1_000_000));
+    // The idle one is abandoned, the priority one admitted first, the line goes on in order.
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!((report.abandoned, report.admitted), (1, 0));
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 3;
+    config.ticket_idle_ttl = Duration::from_secs(60);
+    store.put_room(config).await.unwrap();
+    assert_eq!(store.advance(&id, 2).await.unwrap().0, 2);
+    assert!(matches!(
+        store.status(&id, waiting[1]).await.unwrap(),
+        Entry::Admitted(_)
+    ));
+    assert!(matches!(
+        store.status(&id, waiting[0]).await.unwrap(),
+        Entry::Admitted(_)
+    ));
+    match store.status(&id, waiting[199]).await.unwrap() {
+        Entry::Waiting(view) => assert_eq!((view.ahead, view.waiting), (196, 197)),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -986,7 +1089,7 @@ async fn a_room_stored_without_its_retention_keeps_history_for_the_default() {
 }
 
 #[tokio::test]
-async fn ticket_and_session_records_keep_their_layout_2_form() {
+async fn ticket_and_session_records_keep_their_layout_3_form() {
     // The scripts write tickets and sessions from the store's field lists; rooms written before
     // must read the same, so the records an operation writes are pinned here, ids by name.
     let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
@@ -1083,9 +1186,9 @@ async fn ticket_and_session_records_keep_their_layout_2_form() {
     assert_eq!(
         waiting,
         [
-            "line:0 2 5001000|1000|=ann%7C100%25|=/back?x=1",
-            "line:0 3 5001000|0|||p",
-            "line:0 4 5001000|0||",
+            "line:0 2 T2|5001000|1000|=ann%7C100%25|=/back?x=1",
+            "line:0 3 T3|5001000|0|||p",
+            "line:0 4 T4|5001000|0||",
             "sessions S0 a||0|1|5000000|5000000|5060000|5060000|||=op%7Cx",
             "sessions S1 a|T1|1|1|5000000|5000000|5600000|8600000|||",
             "tickets T1 c|1|1|5000000|5000000|S1|||",

@@ -6,6 +6,9 @@
 //! ```sh
 //! cargo test -p anteroom-store --test redis_script_cost -- --nocapture
 //! ```
+//!
+//! It also measures what one waiting ticket costs Redis's memory in a line of 200,000: the
+//! `used_memory` the joins added, and `MEMORY USAGE` of each kind of key, per ticket.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -109,6 +112,10 @@ async fn cost_of_one_call_of_each_room_operation() {
         store.tick(&room).await.unwrap();
     }
     report(&server, "tick", 100);
+    for ticket in &tickets[2_000..2_500] {
+        store.leave(&room, *ticket).await.unwrap();
+    }
+    report(&server, "leave", 500);
     // Sessions issued directly need free slots: a room of their own.
     let room = RoomId::new("sessions").unwrap();
     let mut config = RoomConfig::with_defaults(room.clone());
@@ -136,4 +143,79 @@ async fn cost_of_one_call_of_each_room_operation() {
             .unwrap();
     }
     report(&server, "end_session", 200);
+}
+
+/// `INFO memory`'s `used_memory`.
+fn used_memory(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "memory"])
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap()
+}
+
+/// `MEMORY USAGE` of every key of `room`, summed by kind (the key's last part, a bucket's
+/// number dropped), and how many keys of each kind there are.
+fn memory_by_key_kind(server: &RedisServer, room: &str) -> Vec<(String, u64, usize)> {
+    let keys = server.cli(&["--scan", "--pattern", &format!("*{{{room}}}*")]);
+    let mut kinds: Vec<(String, u64, usize)> = Vec::new();
+    for key in keys.lines().filter(|key| !key.is_empty()) {
+        let bytes: u64 = server
+            .cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+            .trim()
+            .parse()
+            .unwrap();
+        let (_, part) = key.split_once("}:").unwrap();
+        let kind = part
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_owned();
+        match kinds.iter_mut().find(|(known, _, _)| *known == kind) {
+            Some(entry) => {
+                entry.1 += bytes;
+                entry.2 += 1;
+            }
+            None => kinds.push((kind, bytes, 1)),
+        }
+    }
+    kinds.sort();
+    kinds
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bytes_per_waiting_ticket_in_a_line_of_200_000() {
+    const WAITING: u64 = 200_000;
+    let server = RedisServer::start();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let store = RedisStore::new(RedisConfig::standalone(server.url()), Some(clock)).unwrap();
+    let room = RoomId::new("memory").unwrap();
+    let mut config = RoomConfig::with_defaults(room.clone());
+    config.max_active = 1;
+    store.put_room(config).await.unwrap();
+    // The first join takes the slot; every later one waits.
+    store.join(&room, JoinRequest::default()).await.unwrap();
+    let before = used_memory(&server);
+    let mut joined = 0;
+    while joined < WAITING {
+        let batch = BATCH.min((WAITING - joined) as usize);
+        let joins = (0..batch).map(|_| store.join(&room, JoinRequest::default()));
+        for answer in join_all(joins).await {
+            assert!(waiting_ticket(&answer.unwrap()).is_some());
+        }
+        joined += batch as u64;
+    }
+    let added = used_memory(&server) - before;
+    assert_eq!(store.snapshot(&room).await.unwrap().waiting, WAITING);
+    let per_ticket = added as f64 / WAITING as f64;
+    println!("{WAITING} waiting: used_memory +{added} bytes, {per_ticket:.1} bytes per ticket");
+    for (kind, bytes, keys) in memory_by_key_kind(&server, "memory") {
+        println!(
+            "  {kind:<12} {:>7.1} bytes per ticket ({keys} keys)",
+            bytes as f64 / WAITING as f64
+        );
+    }
+    assert!(
+        per_ticket <= 100.0,
+        "{per_ticket:.1} bytes per waiting ticket"
+    );
 }

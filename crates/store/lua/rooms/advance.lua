@@ -15,11 +15,9 @@ local admissions = math.min(tonumber(ARGV[5]), n_waiting(), free_slots())
 local admitted = 0
 -- The priority lane first, then the regular line, lowest positions first.
 for _, line in ipairs({ PRIORITY, WAITING }) do
-  if admissions - admitted > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', line, 0, admissions - admitted - 1)) do
-      admit(get_ticket(id))
-      admitted = admitted + 1
-    end
+  while admitted < admissions and lane_count(line) > 0 do
+    admit(decode_waiting(nth_in_lane(line, 1)))
+    admitted = admitted + 1
   end
 end
 if admitted > 0 then

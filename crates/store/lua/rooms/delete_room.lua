@@ -1,22 +1,26 @@
 -- delete_room: deletes a room and everything in it.
 -- Returns: 'ok' and '1' when the room existed, '0' when it did not.
 
-local existed = redis.call('EXISTS', META) == 1
--- The line buckets of the waiting tickets (in either layout: layout 1 has none, and its idle
--- zset is the meta key with its last part replaced).
-for _, line in ipairs({ WAITING, PRIORITY }) do
-  local entries = redis.call('ZRANGE', line, 0, -1, 'WITHSCORES')
-  local last = nil
-  for i = 2, #entries, 2 do
-    local key = bucket_key(tonumber(entries[i]))
-    if key ~= last then
-      redis.call('DEL', key)
-      last = key
+-- (A room in an older layout is migrated first, so its keys are those named here.)
+local existed = room_exists()
+if existed then
+  -- The line buckets of the waiting tickets, and the id index's buckets.
+  local buckets = {}
+  each_waiting(tonumber(redis.call('HGET', META, 'last_position')), function(position)
+    local key = bucket_key(position)
+    if buckets[#buckets] ~= key then
+      buckets[#buckets + 1] = key
     end
+  end)
+  for bucket = 0, index_buckets() - 1 do
+    buckets[#buckets + 1] = index_key(bucket)
+  end
+  for first = 1, #buckets, 1000 do
+    redis.call('DEL', unpack(buckets, first, math.min(first + 999, #buckets)))
   end
 end
 redis.call('DEL', META, TICKETS, WAITING, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED,
-  FORGET, PRIORITY, SESSION_IDS, CANCELLED, string.sub(META, 1, -5) .. 'idle')
+  FORGET, PRIORITY, SESSION_IDS, CANCELLED)
 if existed then
   redis.call('SPUBLISH', CHANNEL, 'deleted')
   return { 'ok', '1' }

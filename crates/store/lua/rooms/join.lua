@@ -77,8 +77,8 @@ local function new_ticket(join, priority)
   if join.identity ~= '' then
     redis.call('HSET', IDENTITIES, join.identity, join.ticket_id)
   end
-  redis.call('ZADD', line_of(ticket), int(ticket.position), join.ticket_id)
   put_ticket(ticket)
+  enter_lane(line_of(ticket), join.ticket_id, ticket.position)
   room.changed = true
   emit_ticket('ticket.joined', ticket)
 
@@ -128,7 +128,7 @@ local function join_one(join)
   local ticket = new_ticket(join, priority)
   if ticket.state == 'w' then
     -- Its record is as written, seen now; positions only grow, so it is its lane's last.
-    return waiting_reply(ticket, redis.call('ZCARD', line_of(ticket)) - 1), true
+    return waiting_reply(ticket, lane_count(line_of(ticket)) - 1), true
   end
   return status(join.ticket_id, room.generation, join.session_id), true
 end

@@ -7,11 +7,16 @@
 if not load_room() then
   return room_not_found()
 end
-for _, id in ipairs(redis.call('ZRANGE', PRIORITY, 0, -1)) do
-  end_ticket(get_ticket(id), 'reset')
-end
-for _, id in ipairs(redis.call('ZRANGE', WAITING, 0, -1)) do
-  end_ticket(get_ticket(id), 'reset')
+-- The priority lane's tickets end first, then the regular line's, each in position order.
+local waiting = { [PRIORITY] = {}, [WAITING] = {} }
+each_waiting(room.last_position, function(position, value)
+  local lane = waiting[lane_of_value(value)]
+  lane[#lane + 1] = decode_waiting(position, value)
+end)
+for _, line in ipairs({ PRIORITY, WAITING }) do
+  for _, ticket in ipairs(waiting[line]) do
+    end_ticket(ticket, 'reset')
+  end
 end
 for _, id in ipairs(redis.call('ZRANGE', ADMITTED, 0, -1)) do
   end_ticket(get_ticket(id), 'reset')
@@ -23,7 +28,9 @@ room.generation = room.generation + 1
 room.serving = room.last_position
 room.changed = true
 if ARGV[5] == '1' then
-  -- The line buckets emptied as their tickets ended.
+  -- The line buckets and the id index emptied as their tickets ended; the lanes' counts are
+  -- written (all at zero) before their keys go.
+  flush_counts()
   redis.call('DEL', TICKETS, WAITING, ADMITTED, SESSIONS, ACTIVE, IDENTITIES, ENDED, FORGET,
     PRIORITY, SESSION_IDS, CANCELLED)
 end

@@ -9,18 +9,20 @@
 --                        admission rate (decayed admissions and seconds), totals, and the
 --                        origin's latest load signal (`signal`, put_signal.lua)
 --   2 tickets     hash   ticket id -> ticket record, for tickets no longer waiting
---   3 waiting     zset   waiting ticket ids by position (ZCOUNT gives `ahead` exactly)
---   4 line        prefix of the waiting tickets' records: `<line>:<n>` is a hash from position
---                        to waiting record for the positions n*128 .. n*128+127, so it stays a
---                        small listpack-encoded hash (see LINE_BUCKET below)
+--   3 waiting     hash   the regular line's count tree (`ahead` exactly, the n-th ticket) and
+--                        the id index's state (see "The waiting line" below)
+--   4 line        prefix of the waiting tickets' keys: `<line>:<n>` is a hash from position
+--                        to the ticket's id and waiting record for the positions n*128 ..
+--                        n*128+127, so it stays a small listpack-encoded hash (see LINE_BUCKET
+--                        below); `<line>:id:<n>` are the id index's buckets (id -> position)
 --   5 admitted    zset   admitted, unclaimed ticket ids by claim deadline
 --   6 sessions    hash   session id -> session record
 --   7 active      zset   active session ids by expiry
 --   8 identities  hash   identity -> ticket id (identity rooms)
 --   9 ended       zset   ended ticket ids by end time (forgotten after the retention)
 --  10 forget      zset   ended session ids by the time they may be forgotten
---  11 priority    zset   waiting ids of the priority lane (SPEC §12) by position, admitted
---                        before `waiting`
+--  11 priority    hash   the priority lane's count tree (SPEC §12: its tickets are admitted
+--                        before the regular line's)
 --  12 session_ids zset   every remembered session id, all scored 0: ordered by id, for
 --                        bounded admin listings (ZRANGE BYLEX)
 --  13 cancelled   zset   ids of joins the caller gave up on (cancel_join.lua) by the time they
@@ -39,12 +41,13 @@
 -- Ticket record: state|position|generation|joined_at|last_seen|x|y|identity|return_to[|p]
 --   (a tenth field `p` marks a ticket of the priority lane). This is the record of a ticket
 --   that no longer waits, and the form every answer carries.
--- Waiting record (layout 2): joined_at|seen|identity|return_to[|p], kept under the ticket's
---   position in its line bucket; `seen` is the last contact minus joined_at, the position is
---   the field (and the ticket's score in its line), the generation is the room's (a reset ends
---   every waiting ticket), the id is the line's member at that position. A waiting ticket is
---   thus one zset entry and a short listpack entry. The meta field `seen_floor` is the
---   last time a store opened (reopen.lua): every waiting ticket counts as seen then.
+-- Waiting record (layouts 2 and 3): joined_at|seen|identity|return_to[|p], kept under the
+--   ticket's position in its line bucket after the ticket's id and a `|` (layout 3); `seen` is
+--   the last contact minus joined_at, the position is the field, the generation is the room's
+--   (a reset ends every waiting ticket). A waiting ticket is thus a short listpack entry in its
+--   line bucket, one in the id index and a count in its lane's tree. The meta field
+--   `seen_floor` is the last time a store opened (reopen.lua): every waiting ticket counts as
+--   seen then.
 --   state w (waiting), a (admitted: x = at, y = claim deadline), c (claimed: x = session id),
 --   e (ended: x = at, y = reason). identity and return_to are '' (none) or '=' followed by
 --   the text with '%' and '|' percent-escaped (done by the caller, never here).
@@ -82,9 +85,10 @@ local UNITS_PER_TOKEN = 60000
 -- Time constant of the admission-rate average, as in eta.rs.
 local RATE_TIME_CONSTANT_SECS = 120.0
 
--- The layout this prelude reads and writes (meta `layout`). Layout 1 kept waiting records in
--- `tickets` and last contacts in a zset `idle`; it is migrated on first use (migrate_layout).
-local LAYOUT = '2'
+-- The layout this prelude reads and writes (meta `layout`). Layouts 1 and 2 kept each lane as
+-- a zset of ids by position, layout 1 its waiting records in `tickets` and last contacts in a
+-- zset `idle`; they are migrated on first use (migrate_line).
+local LAYOUT = '3'
 -- Positions per line bucket: at most 128 entries, Redis's default hash-max-listpack-entries,
 -- so a bucket stays listpack-encoded as long as its records are under 64 bytes
 -- (hash-max-listpack-value; a long identity or return path turns its bucket into a hashtable).
@@ -97,6 +101,21 @@ local NOW
 
 local function int(number)
   return string.format('%.0f', number)
+end
+
+-- The text of small whole numbers (count tree nodes, bucket numbers), kept from call to call
+-- (the library's locals outlive a call): formatting a number is among the costlier steps of
+-- a call, and these are formatted over and over.
+local SMALL_TEXT = {}
+local function small_int(number)
+  local text = SMALL_TEXT[number]
+  if text == nil then
+    text = int(number)
+    if number < 65536 then
+      SMALL_TEXT[number] = text
+    end
+  end
+  return text
 end
 
 local function float(number)
@@ -125,6 +144,476 @@ local function split(record)
   return fields
 end
 
+-- The waiting line (layout 3) ---------------------------------------------------------------
+-- A waiting ticket is held in three compact places, none of them a structure per ticket:
+-- - its record under its position in its line bucket `<line>:<position / LINE_BUCKET>`, the
+--   ticket's id first (`encode_waiting`), so the id for a position is one HGET;
+-- - its id in the id index, listpack hashes `<line>:id:<n>` from id to position, the ids spread
+--   over the buckets by linear hashing on their SHA-1 (`index_key`): a bucket is split in two
+--   whenever the room holds more than INDEX_LOAD ids per bucket, so the position for an id is
+--   one HGET whatever the line's length, and no bucket outgrows a listpack;
+-- - a bit in its lane's count hash (`waiting` for the regular line, `priority` for the
+--   priority lane): `m<n>` is the mask of the lane's live positions in line bucket n (16
+--   bytes, position n*128 + k being bit k % 8 of byte k / 8 + 1; deleted when empty), and the
+--   fields `<node>` are a Fenwick tree over the line buckets (leaf n + 1 counts bucket n's
+--   live tickets; a node at zero is deleted), and `hashtable` (see HASHTABLE_MARK).
+-- The room's meta keeps each lane's total and its tree's size in leaves (`waiting_n`,
+-- `waiting_size`, `priority_n`, `priority_size`; the size a power of two, doubled when a bucket
+-- beyond it comes) and the id index's state (`index_level`, `index_split`), so they are read
+-- and written with the rest of the meta.
+-- `ahead` is the tree's prefix sum before the ticket's bucket and the bits below it in its
+-- mask: one HMGET of about log2(size) + 1 fields of a hash whose lookups are O(1); the n-th
+-- ticket of a lane is found by descending the tree, then in its bucket's mask.
+-- Changes to masks and counts gather during a call and are written once (flush_counts), before
+-- any count is read and when the call saves the room: a batch of joins writes its lane once.
+
+-- Ids per index bucket, on average, before one more bucket is split off: an unsplit bucket
+-- then holds at most about twice that, still under the 128 entries of a listpack.
+local INDEX_LOAD = 50
+-- Bytes of a bucket's mask.
+local MASK_BYTES = LINE_BUCKET / 8
+-- A count hash's field `hashtable` holds a value longer than hash-max-listpack-value (64), so
+-- Redis keeps the hash a hashtable from its first write: its fields are read and written a few
+-- at a time, and each lookup in a listpack scans it (a short line's hash would be one).
+-- (65 characters: `string` is not at hand while the library loads.)
+local HASHTABLE_MARK = 'hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh'
+
+-- The number of set bits of each byte value (made when the library loads, where `math` is
+-- not at hand).
+local BITS_SET = { [0] = 0 }
+for value = 1, 255 do
+  BITS_SET[value] = BITS_SET[(value - value % 2) / 2] + value % 2
+end
+
+-- The meta fields holding each lane's total and tree size and the id index's state, read with
+-- the room's meta (load_room) and written with it (save_room).
+local LANE_FIELDS = {
+  'waiting_n', 'waiting_size', 'priority_n', 'priority_size', 'index_level', 'index_split',
+}
+
+-- The lanes this call read, by key: { n, size, stored_n, dirty } and, once a count changes,
+-- pending = { leaf = delta }, masks = { bucket = bytes }, changed_masks = { bucket = true };
+-- and the id index's { level, split, dirty }. begin_call forgets them. (A call that changes
+-- no count makes no more tables than these: every table is work for Lua's collector.)
+local lanes, index_state = nil, nil
+
+local function new_lane(n, size)
+  n = tonumber(n or '0')
+  return { n = n, stored_n = n, size = tonumber(size or '1'), dirty = false }
+end
+
+-- Takes the lanes' state from the values of LANE_FIELDS at values[first ...].
+local function load_lanes(values, first)
+  lanes = {
+    [WAITING] = new_lane(values[first], values[first + 1]),
+    [PRIORITY] = new_lane(values[first + 2], values[first + 3]),
+  }
+  index_state = { level = tonumber(values[first + 4] or '0'),
+    split = tonumber(values[first + 5] or '0') }
+end
+
+local function lane_state(key)
+  if lanes == nil then
+    load_lanes(redis.call('HMGET', META, unpack(LANE_FIELDS)), 1)
+  end
+  return lanes[key]
+end
+
+local function lane_name(key)
+  if key == PRIORITY then
+    return 'priority'
+  end
+  return 'waiting'
+end
+
+-- The live tickets of a lane (its pending changes included).
+local function lane_count(key)
+  return lane_state(key).n
+end
+
+local function line_bucket(position)
+  return math.floor(position / LINE_BUCKET)
+end
+
+local function bucket_key(position)
+  return LINE .. ':' .. small_int(line_bucket(position))
+end
+
+local function mask_bytes(text)
+  if not text then
+    local bytes = {}
+    for i = 1, MASK_BYTES do
+      bytes[i] = 0
+    end
+    return bytes
+  end
+  return { string.byte(text, 1, MASK_BYTES) }
+end
+
+local function low_bit(i)
+  local value = 1
+  while i % (value * 2) == 0 do
+    value = value * 2
+  end
+  return value
+end
+
+-- Sets (delta 1) or clears (delta -1) a position's bit in its lane's mask; counts only a bit
+-- that changes.
+local function count_add(key, position, delta)
+  local state = lane_state(key)
+  if not state.dirty then
+    state.pending, state.masks, state.changed_masks = {}, state.masks or {}, {}
+  end
+  local bucket = line_bucket(position)
+  local bytes = state.masks[bucket]
+  if bytes == nil then
+    bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+    state.masks[bucket] = bytes
+  end
+  local offset = position - bucket * LINE_BUCKET
+  local byte = math.floor(offset / 8) + 1
+  local flag = 2 ^ (offset % 8)
+  local set = math.floor(bytes[byte] / flag) % 2 == 1
+  if set == (delta > 0) then
+    return
+  end
+  bytes[byte] = bytes[byte] + delta * flag
+  state.changed_masks[bucket] = true
+  state.pending[bucket + 1] = (state.pending[bucket + 1] or 0) + delta
+  state.n = state.n + delta
+  state.dirty = true
+end
+
+-- The node changes of a lane's pending counts, the tree grown first to hold every leaf: a
+-- new root 2 * size covers the whole tree so far, so it starts at the stored total.
+local function node_changes(state)
+  local changes, size = {}, state.size
+  for leaf in pairs(state.pending) do
+    while leaf > size do
+      size = size * 2
+      changes[size] = (changes[size] or 0) + state.stored_n
+    end
+  end
+  for leaf, delta in pairs(state.pending) do
+    local node = leaf
+    while node <= size do
+      changes[node] = (changes[node] or 0) + delta
+      node = node + low_bit(node)
+    end
+  end
+  return changes, size
+end
+
+-- The writes of a lane's changed masks: fields to set, and those of empty masks to delete.
+local function mask_writes(state, writes, zeros)
+  for bucket in pairs(state.changed_masks) do
+    local bytes = state.masks[bucket]
+    local empty = true
+    for i = 1, MASK_BYTES do
+      empty = empty and bytes[i] == 0
+    end
+    if empty then
+      zeros[#zeros + 1] = 'm' .. small_int(bucket)
+    else
+      writes[#writes + 1] = 'm' .. small_int(bucket)
+      writes[#writes + 1] = string.char(unpack(bytes))
+    end
+  end
+end
+
+-- Writes a lane's pending changes: one HMGET of the nodes they touch, one HSET, one HDEL.
+local function flush_lane(key, state)
+  local changes, size = node_changes(state)
+  local writes, zeros = {}, {}
+  if state.stored_n == 0 then
+    writes[1], writes[2] = 'hashtable', HASHTABLE_MARK
+  end
+  mask_writes(state, writes, zeros)
+  local fields = {}
+  for node in pairs(changes) do
+    fields[#fields + 1] = small_int(node)
+  end
+  if #fields > 0 then
+    local old = redis.call('HMGET', key, unpack(fields))
+    for i, field in ipairs(fields) do
+      local value = tonumber(old[i] or '0') + changes[tonumber(field)]
+      if value == 0 then
+        zeros[#zeros + 1] = field
+      else
+        writes[#writes + 1] = field
+        writes[#writes + 1] = int(value)
+      end
+    end
+  end
+  if #writes > 0 then
+    redis.call('HSET', key, unpack(writes))
+  end
+  if #zeros > 0 then
+    redis.call('HDEL', key, unpack(zeros))
+  end
+  state.size, state.stored_n, state.dirty = size, state.n, false
+end
+
+-- Writes every pending change. The lanes' totals and sizes and the id index's state go to
+-- the room's meta: appended to `meta_writes` when given (save_room's HSET), else set here.
+local function flush_counts(meta_writes)
+  if lanes == nil then
+    return
+  end
+  local writes = meta_writes or {}
+  local first = #writes
+  for key, state in pairs(lanes) do
+    if state.dirty then
+      flush_lane(key, state)
+      local name = lane_name(key)
+      writes[#writes + 1] = name .. '_n'
+      writes[#writes + 1] = int(state.n)
+      writes[#writes + 1] = name .. '_size'
+      writes[#writes + 1] = int(state.size)
+    end
+  end
+  if index_state.dirty then
+    writes[#writes + 1] = 'index_level'
+    writes[#writes + 1] = int(index_state.level)
+    writes[#writes + 1] = 'index_split'
+    writes[#writes + 1] = int(index_state.split)
+    index_state.dirty = false
+  end
+  if meta_writes == nil and #writes > first then
+    redis.call('HSET', META, unpack(writes))
+  end
+end
+
+-- The tree's nodes whose sum is the count of leaves 1 .. leaf.
+local function prefix_nodes(key, leaf)
+  local fields = {}
+  local node = math.min(leaf, lane_state(key).size)
+  while node > 0 do
+    fields[#fields + 1] = small_int(node)
+    node = node - low_bit(node)
+  end
+  return fields
+end
+
+local function sum(values, first, last)
+  local total = 0
+  for i = first, last do
+    total = total + tonumber(values[i] or '0')
+  end
+  return total
+end
+
+-- The leaf holding a lane's rank-th live ticket (1 <= rank <= its count), and that ticket's
+-- rank within the leaf: the tree's descent, one HGET a level. Nil when the tree holds fewer
+-- (counts that disagree with the tree must not send a caller past the line's end forever).
+local function leaf_of_rank(key, rank)
+  flush_counts()
+  local size = lane_state(key).size
+  local leaf, step = 0, size
+  while step >= 1 do
+    local node = leaf + step
+    if node <= size then
+      local count = tonumber(redis.call('HGET', key, small_int(node)) or '0')
+      if count < rank then
+        leaf, rank = node, rank - count
+      end
+    end
+    step = step / 2
+  end
+  if leaf + 1 > size then
+    return nil
+  end
+  return leaf + 1, rank
+end
+
+-- The lane a line bucket's value belongs to: a priority ticket's record ends in `|p`.
+local function lane_of_value(value)
+  if string.sub(value, -2) == '|p' then
+    return PRIORITY
+  end
+  return WAITING
+end
+
+-- The lane's rank-th live ticket: its position and its bucket value.
+local function nth_in_lane(key, rank)
+  local leaf, within = leaf_of_rank(key, rank)
+  if leaf == nil then
+    error('anteroom: the counts of ' .. key .. ' disagree with its tree')
+  end
+  local bucket = leaf - 1
+  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+  for byte = 1, MASK_BYTES do
+    local value = bytes[byte]
+    if BITS_SET[value] < within then
+      within = within - BITS_SET[value]
+    else
+      for offset = 0, 7 do
+        if math.floor(value / 2 ^ offset) % 2 == 1 then
+          within = within - 1
+          if within == 0 then
+            local position = bucket * LINE_BUCKET + (byte - 1) * 8 + offset
+            return position, redis.call('HGET', bucket_key(position), int(position))
+          end
+        end
+      end
+    end
+  end
+  error('anteroom: the counts of ' .. key .. ' disagree with its masks')
+end
+
+-- The live tickets of a lane before `position` (`ahead`, exact: I5): the tree's count of the
+-- buckets before its own and the bits below it in its bucket's mask, in one HMGET.
+local function ahead_in_lane(key, position)
+  flush_counts()
+  local bucket = line_bucket(position)
+  local fields = prefix_nodes(key, bucket)
+  fields[#fields + 1] = 'm' .. small_int(bucket)
+  local values = redis.call('HMGET', key, unpack(fields))
+  local ahead = sum(values, 1, #fields - 1)
+  local mask = values[#fields]
+  if not mask then
+    return ahead
+  end
+  local offset = position - bucket * LINE_BUCKET
+  local byte = math.floor(offset / 8) + 1
+  for i = 1, byte - 1 do
+    ahead = ahead + BITS_SET[string.byte(mask, i)]
+  end
+  return ahead + BITS_SET[string.byte(mask, byte) % 2 ^ (offset % 8)]
+end
+
+-- The live tickets of a lane in its buckets 0 .. bucket - 1.
+local function count_before_bucket(key, bucket)
+  flush_counts()
+  local fields = prefix_nodes(key, bucket)
+  if #fields == 0 then
+    return 0
+  end
+  return sum(redis.call('HMGET', key, unpack(fields)), 1, #fields)
+end
+
+-- The id index ----------------------------------------------------------------------------
+
+local function id_hash(id)
+  return tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
+end
+
+local function index_key(bucket)
+  return LINE .. ':id:' .. small_int(bucket)
+end
+
+-- The index bucket key of an id (linear hashing): buckets below the split point have been
+-- split and address by one bit more.
+local function index_key_of(id)
+  lane_state(WAITING)
+  local hash = id_hash(id)
+  local low = 2 ^ index_state.level
+  local bucket = hash % low
+  if bucket < index_state.split then
+    bucket = hash % (low * 2)
+  end
+  return index_key(bucket)
+end
+
+-- The index's buckets: 0 .. index_buckets() - 1.
+local function index_buckets()
+  lane_state(WAITING)
+  return 2 ^ index_state.level + index_state.split
+end
+
+-- The position of a waiting ticket's id, and the index bucket holding it.
+local function index_position(id)
+  local key = index_key_of(id)
+  return tonumber(redis.call('HGET', key, id)), key
+end
+
+local function index_set(id, position)
+  redis.call('HSET', index_key_of(id), id, int(position))
+end
+
+-- Splits the next index bucket in two: its ids whose hash has the next bit set move to the
+-- bucket 2^level above it.
+local function split_index_bucket()
+  local low = 2 ^ index_state.level
+  local from = index_state.split
+  local entries = redis.call('HGETALL', index_key(from))
+  local moved, gone = {}, {}
+  for i = 1, #entries, 2 do
+    if id_hash(entries[i]) % (low * 2) ~= from then
+      moved[#moved + 1] = entries[i]
+      moved[#moved + 1] = entries[i + 1]
+      gone[#gone + 1] = entries[i]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HSET', index_key(from + low), unpack(moved))
+    redis.call('HDEL', index_key(from), unpack(gone))
+  end
+  index_state.split = from + 1
+  if index_state.split == low then
+    index_state.level, index_state.split = index_state.level + 1, 0
+  end
+  index_state.dirty = true
+end
+
+-- Keeps the index at INDEX_LOAD ids a bucket; an empty line starts it again from one bucket.
+local function fit_index()
+  local ids = lane_count(WAITING) + lane_count(PRIORITY)
+  if ids == 0 then
+    if index_state.level ~= 0 or index_state.split ~= 0 then
+      index_state.level, index_state.split, index_state.dirty = 0, 0, true
+    end
+    return
+  end
+  if ids > INDEX_LOAD * index_buckets() then
+    split_index_bucket()
+  end
+end
+
+-- A waiting ticket joins its lane at `position`.
+local function enter_lane(key, id, position)
+  index_set(id, position)
+  count_add(key, position, 1)
+  fit_index()
+end
+
+-- A waiting ticket leaves its lane (`ticket.index_key` is its index bucket when get_ticket
+-- found it there).
+local function leave_lane(key, ticket)
+  redis.call('HDEL', ticket.index_key or index_key_of(ticket.id), ticket.id)
+  count_add(key, ticket.position, -1)
+  fit_index()
+end
+
+-- Calls visit(position, value) for every waiting ticket of both lanes, bucket by bucket in
+-- position order from the first live one to `last_position` (whole-room operations only).
+local function each_waiting(last_position, visit)
+  local first = nil
+  for _, key in ipairs({ WAITING, PRIORITY }) do
+    if lane_count(key) > 0 then
+      local position = nth_in_lane(key, 1)
+      first = math.min(first or position, position)
+    end
+  end
+  if first == nil then
+    return
+  end
+  for bucket = math.floor(first / LINE_BUCKET), math.floor(last_position / LINE_BUCKET) do
+    local entries = redis.call('HGETALL', LINE .. ':' .. int(bucket))
+    local positions, values = {}, {}
+    for i = 1, #entries, 2 do
+      local position = tonumber(entries[i])
+      positions[#positions + 1] = position
+      values[position] = entries[i + 1]
+    end
+    table.sort(positions)
+    for _, position in ipairs(positions) do
+      visit(position, values[position])
+    end
+  end
+end
+
 -- The room ----------------------------------------------------------------------------------
 
 local CONFIG_FIELDS = {
@@ -141,8 +630,8 @@ local STATE_FIELDS = {
 
 local room = nil
 
--- Defined with the tickets below; the room's loaders call it for a room in layout 1.
-local migrate_layout
+-- Defined with the tickets below; the room's loaders call it for a room in layout 1 or 2.
+local migrate_line
 
 -- Brings a room's layout (its meta field `layout`) to this prelude's; refuses one it does not
 -- know with an error naming the key, rather than misreading it.
@@ -150,8 +639,8 @@ local function check_layout(layout)
   if layout == LAYOUT then
     return
   end
-  if layout == '1' then
-    migrate_layout()
+  if layout == '1' or layout == '2' then
+    migrate_line(layout)
     return
   end
   error('anteroom: ' .. META .. ' has layout ' .. tostring(layout)
@@ -233,6 +722,8 @@ local function load_room()
   for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
   fields[#fields + 1] = 'layout'
   fields[#fields + 1] = 'seen_floor'
+  local lane_values = #fields
+  for _, name in ipairs(LANE_FIELDS) do fields[#fields + 1] = name end
   local values = redis.call('HMGET', META, unpack(fields))
   local loaded = {}
   for i, name in ipairs(fields) do
@@ -242,6 +733,10 @@ local function load_room()
     return false
   end
   check_layout(loaded.layout)
+  -- (A room just migrated has its lanes' state from the migration.)
+  if lanes == nil then
+    load_lanes(values, lane_values + 1)
+  end
   room = {
     config_mode = loaded.mode,
     order = loaded.order,
@@ -288,11 +783,12 @@ local function save_room()
     values[#values + 1] = name
     values[#values + 1] = int(room[name])
   end
+  flush_counts(values)
   redis.call('HSET', META, unpack(values))
 end
 
 local function n_waiting()
-  return redis.call('ZCARD', WAITING) + redis.call('ZCARD', PRIORITY)
+  return lane_count(WAITING) + lane_count(PRIORITY)
 end
 
 -- The waiting line a ticket is in: the priority lane or the regular line.
@@ -401,11 +897,7 @@ end
 
 local encode_ticket = ticket_record
 
--- Waiting tickets (layout 2, see the top of this file) -------------------------------------
-
-local function bucket_key(position)
-  return LINE .. ':' .. int(math.floor(position / LINE_BUCKET))
-end
+-- Waiting tickets (layout 3, see the top of this file and the waiting line above) -----------
 
 -- The room's generation and seen floor, also for scripts that do not load the room.
 local known_generation, known_floor = nil, nil
@@ -434,17 +926,19 @@ local function record_last_seen(joined_at, seen)
   return math.max(joined_at + seen, seen_floor())
 end
 
--- A waiting record holds the last contact as the time since joining.
+-- A waiting ticket's bucket value: its id, then its record, which holds the last contact as
+-- the time since joining.
 local function encode_waiting(ticket)
   local last_seen = ticket.last_seen
   ticket.last_seen = math.max(0, last_seen - ticket.joined_at)
   local record = waiting_record(ticket)
   ticket.last_seen = last_seen
-  return record
+  return ticket.id .. '|' .. record
 end
 
--- A waiting ticket from its id, position and waiting record.
-local function decode_waiting(id, position, record)
+-- A waiting ticket from its position and bucket value.
+local function decode_waiting(position, value)
+  local id, record = string.match(value, '^([^|]*)|(.*)$')
   local ticket = waiting_from_columns(split(record), {
     id = id,
     state = 'w',
@@ -458,25 +952,22 @@ local function decode_waiting(id, position, record)
   return ticket
 end
 
--- The waiting ticket `id` at `position` (its score in its line), or nil.
-local function get_waiting(id, position)
-  local record = redis.call('HGET', bucket_key(position), int(position))
-  if not record then
-    return nil
-  end
-  return decode_waiting(id, position, record)
-end
-
 local function get_ticket(id)
   local record = redis.call('HGET', TICKETS, id)
   if record then
     return decode_ticket(id, record)
   end
-  local position = redis.call('ZSCORE', WAITING, id) or redis.call('ZSCORE', PRIORITY, id)
+  local position, index_bucket = index_position(id)
   if not position then
     return nil
   end
-  return get_waiting(id, tonumber(position))
+  local value = redis.call('HGET', bucket_key(position), int(position))
+  local ticket = value and decode_waiting(position, value)
+  if not ticket or ticket.id ~= id then
+    return nil
+  end
+  ticket.index_key = index_bucket
+  return ticket
 end
 
 -- Writes a ticket where its state keeps it: a waiting one in its line bucket, any other in
@@ -502,28 +993,44 @@ local function touch_waiting(ticket)
   end
 end
 
--- Layout 1 to 2: every waiting ticket's record moves from `tickets` to its line bucket, with
--- the last contact from the `idle` zset, which goes. Runs once, over the whole line.
-migrate_layout = function()
-  -- The `idle` key of layout 1 is the meta key with its last part replaced.
+-- Layouts 1 and 2 to 3, once, over the whole line. Both kept each lane as a zset of ids by
+-- position (`waiting`, `priority`), which become the count trees. Layout 2 kept the record
+-- without its id in the line bucket; layout 1 kept it in `tickets`, with the last contact in a
+-- zset `idle` (the meta key with its last part replaced), which goes.
+migrate_line = function(from)
   local idle = string.sub(META, 1, -5) .. 'idle'
-  for _, line in ipairs({ WAITING, PRIORITY }) do
-    local entries = redis.call('ZRANGE', line, 0, -1, 'WITHSCORES')
+  -- Layouts 1 and 2 kept no counts: the lanes start empty.
+  load_lanes({}, 1)
+  local lines = {}
+  for _, key in ipairs({ WAITING, PRIORITY }) do
+    lines[key] = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  end
+  redis.call('DEL', WAITING, PRIORITY)
+  for _, key in ipairs({ WAITING, PRIORITY }) do
+    local entries = lines[key]
     for i = 1, #entries, 2 do
       local id, position = entries[i], tonumber(entries[i + 1])
-      local record = redis.call('HGET', TICKETS, id)
-      if record then
-        local ticket = decode_ticket(id, record)
-        local seen = redis.call('ZSCORE', idle, id)
-        if seen then
-          ticket.last_seen = tonumber(seen)
+      local value = nil
+      if from == '1' then
+        local record = redis.call('HGET', TICKETS, id)
+        if record then
+          local ticket = decode_ticket(id, record)
+          ticket.last_seen = tonumber(redis.call('ZSCORE', idle, id) or ticket.last_seen)
+          value = encode_waiting(ticket)
+          redis.call('HDEL', TICKETS, id)
         end
-        redis.call('HSET', bucket_key(position), int(position), encode_waiting(ticket))
-        redis.call('HDEL', TICKETS, id)
+      else
+        local record = redis.call('HGET', bucket_key(position), int(position))
+        value = record and (id .. '|' .. record)
+      end
+      if value then
+        redis.call('HSET', bucket_key(position), int(position), value)
+        enter_lane(key, id, position)
       end
     end
   end
   redis.call('DEL', idle)
+  flush_counts()
   redis.call('HSET', META, 'layout', LAYOUT)
 end
 
@@ -654,7 +1161,7 @@ end
 
 local function admit(ticket)
   local claim_deadline = NOW + room.claim_ttl
-  redis.call('ZREM', line_of(ticket), ticket.id)
+  leave_lane(line_of(ticket), ticket)
   ticket.state = 'a'
   ticket.x = int(NOW)
   ticket.y = int(claim_deadline)
@@ -706,7 +1213,7 @@ end
 
 local function end_ticket(ticket, reason)
   if ticket.state == 'w' then
-    redis.call('ZREM', line_of(ticket), ticket.id)
+    leave_lane(line_of(ticket), ticket)
   elseif ticket.state == 'a' then
     redis.call('ZREM', ADMITTED, ticket.id)
   end
@@ -839,13 +1346,15 @@ local function settle()
   if room.draw_opens_at and room.draw_opens_at >= event.opens_at then
     return
   end
-  local cohort = redis.call('ZRANGE', WAITING, 0, -1, 'WITHSCORES')
-  local ids, positions = {}, {}
-  for i = 1, #cohort, 2 do
-    ids[#ids + 1] = cohort[i]
-    positions[#positions + 1] = tonumber(cohort[i + 1])
-  end
-  local n = #ids
+  -- The regular line's tickets in position order, read a bucket at a time.
+  local positions, values = {}, {}
+  each_waiting(room.last_position, function(position, value)
+    if lane_of_value(value) == WAITING then
+      positions[#positions + 1] = position
+      values[#values + 1] = value
+    end
+  end)
+  local n = #positions
   local order = {}
   for i = 1, n do order[i] = i end
   local stream = chacha_stream(DRAW_SEED)
@@ -853,39 +1362,25 @@ local function settle()
     local j = below(stream, i + 1)
     order[i + 1], order[j + 1] = order[j + 1], order[i + 1]
   end
-  -- Records are read and written a bucket at a time: one command per ticket would keep Redis
-  -- busy several times longer for a large cohort. A waiting record holds no position, so each
-  -- ticket's record moves to its new position unchanged; the cohort's positions stay the same
-  -- set, so every field read is written again.
-  local records, buckets, writes = {}, {}, {}
-  for i = 1, n do
-    local key = bucket_key(positions[i])
+  -- Each ticket's value (its id and record, which holds no position) moves to its new
+  -- position unchanged, a bucket at a time: the cohort's positions stay the same set, so the
+  -- lane's counts stay as they are; each id's index entry follows it.
+  local buckets, writes = {}, {}
+  for slot = 1, n do
+    local to = positions[slot]
+    local key = bucket_key(to)
     if not writes[key] then
       writes[key] = {}
       buckets[#buckets + 1] = key
-      local entries = redis.call('HGETALL', key)
-      for j = 1, #entries, 2 do
-        records[tonumber(entries[j])] = entries[j + 1]
-      end
     end
-  end
-  for slot = 1, n do
-    local to = positions[slot]
-    local fields = writes[bucket_key(to)]
+    local value = values[order[slot]]
+    local fields = writes[key]
     fields[#fields + 1] = int(to)
-    fields[#fields + 1] = records[positions[order[slot]]]
+    fields[#fields + 1] = value
+    index_set(string.match(value, '^([^|]*)|'), to)
   end
   for _, key in ipairs(buckets) do
     redis.call('HSET', key, unpack(writes[key]))
-  end
-  local BATCH = 1000
-  for first = 1, n, BATCH do
-    local scores = {}
-    for slot = first, math.min(first + BATCH - 1, n) do
-      scores[#scores + 1] = int(positions[slot])
-      scores[#scores + 1] = ids[order[slot]]
-    end
-    redis.call('ZADD', WAITING, unpack(scores))
   end
   -- The fields in the store's DRAW_FIELDS order: opens_at, drawn_at, seed, cohort,
   -- through_position (records.rs reads them so).
@@ -907,17 +1402,16 @@ local function abandon(ticket, report)
   report.abandoned = report.abandoned + 1
 end
 
--- The first waiting position at or after `from` in either line, or nil.
+-- The first position of a line bucket holding a waiting ticket at or after `from`'s bucket,
+-- in either lane, or nil.
 local function next_waiting_position(from)
   local found = nil
-  for _, line in ipairs({ WAITING, PRIORITY }) do
-    local first = redis.call('ZRANGE', line, int(from), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
-      'WITHSCORES')
-    if first[2] then
-      local position = tonumber(first[2])
-      if found == nil or position < found then
-        found = position
-      end
+  for _, key in ipairs({ WAITING, PRIORITY }) do
+    local rank = count_before_bucket(key, line_bucket(from)) + 1
+    local leaf = rank <= lane_count(key) and leaf_of_rank(key, rank)
+    if leaf then
+      local position = (leaf - 1) * LINE_BUCKET
+      found = math.min(found or position, position)
     end
   end
   return found
@@ -949,19 +1443,10 @@ local function sweep_idle(report)
       end
     else
       for i = 1, #entries, 2 do
-        local position, record = tonumber(entries[i]), entries[i + 1]
-        local joined_at, seen = string.match(record, '^(%d+)|(%d+)|')
+        local position, value = tonumber(entries[i]), entries[i + 1]
+        local joined_at, seen = string.match(value, '^[^|]*|(%d+)|(%d+)|')
         if record_last_seen(tonumber(joined_at), tonumber(seen)) + room.idle_ttl <= NOW then
-          local line = WAITING
-          if string.sub(record, -2) == '|p' then
-            line = PRIORITY
-          end
-          local id = redis.call('ZRANGE', line, int(position), int(position), 'BYSCORE')[1]
-          if id then
-            abandon(decode_waiting(id, position, record), report)
-          else
-            redis.call('HDEL', key, entries[i])
-          end
+          abandon(decode_waiting(position, value), report)
         end
       end
       examined = examined + #entries / 2
@@ -1012,20 +1497,15 @@ local function tick(seed)
   end
   -- The next ticket to admit from `line` (the first, or at random), or nil when it is empty.
   local function next_of(line)
-    if line == WAITING and room.order == 'random' then
-      local count = redis.call('ZCARD', WAITING)
-      if count == 0 then
-        return nil
-      end
-      local index = math.random(count) - 1
-      local picked = redis.call('ZRANGE', WAITING, index, index, 'WITHSCORES')
-      return get_waiting(picked[1], tonumber(picked[2]))
-    end
-    local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
-    if first[1] == nil then
+    local count = lane_count(line)
+    if count == 0 then
       return nil
     end
-    return get_waiting(first[1], tonumber(first[2]))
+    local rank = 1
+    if line == WAITING and room.order == 'random' then
+      rank = math.random(count)
+    end
+    return decode_waiting(nth_in_lane(line, rank))
   end
   math.randomseed(seed)
   -- Idle tickets met on the way are abandoned, never admitted: at most SWEEP_BUDGET of them,
@@ -1090,7 +1570,7 @@ end
 -- counting it.
 local function waiting_reply(ticket, ahead)
   -- Each lane counts its own (RoomState::waiting_view).
-  ahead = ahead or redis.call('ZCOUNT', line_of(ticket), '-inf', '(' .. int(ticket.position))
+  ahead = ahead or ahead_in_lane(line_of(ticket), ticket.position)
   return {
     'waiting', ticket.id, encode_ticket(ticket), int(ahead), int(room.serving), int(n_waiting()),
     float(room.rate_admissions), float(room.rate_seconds), room.config_mode,
@@ -1160,6 +1640,7 @@ local function begin_call(keys, args)
   EVENT_CAP, EVENT_PREFIX, EVENT_ROOM = string.match(args[4], '^(%d+)|(%x+)|([a-z0-9-]+)$')
   events_emitted = 0
   room = nil
+  lanes, index_state = nil, nil
   DRAW_SEED = nil
   known_generation, known_floor = nil, nil
 end

@@ -5,8 +5,9 @@ if not room_exists() then
   return room_not_found()
 end
 local reply = { 'ok' }
-local line = redis.call('ZRANGE', WAITING, 0, -1, 'WITHSCORES')
-for i = 2, #line, 2 do
-  reply[#reply + 1] = line[i]
-end
+each_waiting(tonumber(redis.call('HGET', META, 'last_position')), function(position, value)
+  if lane_of_value(value) == WAITING then
+    reply[#reply + 1] = int(position)
+  end
+end)
 return reply
