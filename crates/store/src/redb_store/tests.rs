@@ -187,13 +187,22 @@ async fn a_crash_before_the_replayed_log_is_checkpointed_loses_nothing() {
 }
 
 /// Cuts the last `bytes` bytes off `file`, as a crash during an append leaves it.
-fn cut_short(file: &Path, bytes: u64) {
-    let length = std::fs::metadata(file).unwrap().len();
+/// Where the log in segment `path` ends (the zeros written ahead of it start there).
+fn log_end(path: &Path) -> usize {
+    let contents = wal::read_segment(path, true).unwrap();
+    assert_eq!(contents.torn_at, None);
+    contents.end
+}
+
+/// Tears the last frame of segment `file` as a crash during the append that grew the file
+/// can: the file ends `bytes` bytes before that frame does.
+fn cut_short(file: &Path, bytes: usize) {
+    let end = log_end(file) - bytes;
     std::fs::OpenOptions::new()
         .write(true)
         .open(file)
         .unwrap()
-        .set_len(length - bytes)
+        .set_len(u64::try_from(end).unwrap())
         .unwrap();
 }
 
@@ -232,6 +241,44 @@ async fn a_torn_tail_cut_off_reads_whole_in_an_older_segment() {
     wal::cut_torn_tail(&segment, torn.torn_at.unwrap()).unwrap();
     let cut = wal::read_segment(&segment, false).unwrap();
     assert_eq!((cut.frames.len(), cut.torn_at), (torn.frames.len(), None));
+}
+
+/// Most frames are written over zeros the file already holds (their sync then writes no
+/// metadata); the log ends where the zeros start, in the newest segment and in older ones.
+#[test]
+fn a_segment_grows_by_zeros_ahead_of_its_log_which_ends_where_they_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_path(dir.path());
+    let path = wal::segment_path(&store, 1);
+    let mut segment = wal::Segment::create(&store, 1).unwrap();
+    let mut frame = Vec::new();
+    let state = Write::State {
+        room: room(),
+        bytes: b"state".to_vec(),
+    };
+    wal::encode_frame(std::iter::once(&state), &mut frame);
+    segment.append(&frame).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size > segment.len, "zeros are written ahead of the log");
+    for _ in 0..9 {
+        segment.append(&frame).unwrap();
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+    let end = usize::try_from(segment.len).unwrap();
+    drop(segment);
+    for newest in [true, false] {
+        let contents = wal::read_segment(&path, newest).unwrap();
+        assert_eq!((contents.frames.len(), contents.torn_at), (10, None));
+        assert_eq!(contents.end, end);
+    }
+
+    // Bytes after the end: an append whose start a crash kept from the disk.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[end + 20] = 1;
+    std::fs::write(&path, bytes).unwrap();
+    let torn = wal::read_segment(&path, true).unwrap();
+    assert_eq!((torn.frames.len(), torn.torn_at), (10, Some(end)));
+    assert!(wal::read_segment(&path, false).is_err());
 }
 
 #[test]
@@ -333,12 +380,12 @@ async fn a_room_deleted_in_the_replayed_log_keeps_only_its_new_records() {
     assert_eq!(tickets(&store).await, before);
 }
 
-fn flip_byte(path: &Path, offset_from_end: Option<u64>, offset: u64) {
-    let mut bytes = std::fs::read(path).unwrap();
-    let index = match offset_from_end {
-        Some(back) => bytes.len() - usize::try_from(back).unwrap(),
+fn flip_byte(path: &Path, offset_from_log_end: Option<usize>, offset: u64) {
+    let index = match offset_from_log_end {
+        Some(back) => log_end(path) - back,
         None => usize::try_from(offset).unwrap(),
     };
+    let mut bytes = std::fs::read(path).unwrap();
     bytes[index] ^= 0x5a;
     std::fs::write(path, bytes).unwrap();
 }

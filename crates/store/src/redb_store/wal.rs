@@ -12,9 +12,13 @@
 //!
 //! Segments are named `<store file>.wal-<number>` beside the store file and numbered from 1 up;
 //! the checkpointer deletes the ones whose records redb holds durably.
+//!
+//! A segment grows ahead of its log by zeros written a chunk at a time, so that most frames
+//! are written over blocks the file already has and their sync writes no metadata; a zero
+//! frame header is the end of the log.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
+use std::io::{Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use anteroom_core::RoomId;
@@ -29,6 +33,8 @@ pub(crate) const HEADER_LEN: u64 = 16;
 const FRAME_HEADER_LEN: usize = 12;
 /// No frame the log writes comes near this; a larger length field is damage.
 const MAX_FRAME_BODY: usize = 1 << 30;
+/// A segment grows by zeros written this many bytes at a time ([`Segment::append`]).
+const PREALLOCATION_CHUNK: u64 = 1 << 20;
 
 const TAG_CONFIG: u8 = 1;
 const TAG_STATE: u8 = 2;
@@ -180,8 +186,10 @@ pub(crate) struct Segment {
     pub(crate) number: u64,
     path: PathBuf,
     file: File,
-    /// Bytes in the file, header included.
+    /// Bytes of log in the file, header included; the file's cursor stands here.
     pub(crate) len: u64,
+    /// Bytes in the file: the log and the zeros written ahead of it.
+    allocated: u64,
 }
 
 impl Segment {
@@ -202,16 +210,40 @@ impl Segment {
             path,
             file,
             len: HEADER_LEN,
+            allocated: HEADER_LEN,
         })
     }
 
     /// Appends `frame` (from [`encode_frame`]) and waits until it is on disk.
     pub(crate) fn append(&mut self, frame: &[u8]) -> Result<(), WalError> {
+        let end = self.len + frame.len() as u64;
+        if end > self.allocated {
+            self.preallocate(end).map_err(io_error(&self.path))?;
+        }
         self.file
             .write_all(frame)
             .and_then(|()| self.file.sync_data())
             .map_err(io_error(&self.path))?;
-        self.len += frame.len() as u64;
+        self.len = end;
+        Ok(())
+    }
+
+    /// Writes zeros past the log up to `end` rounded up to [`PREALLOCATION_CHUNK`], made
+    /// durable by the append's sync. A frame written over zeros already on disk leaves the
+    /// file's size and blocks as they are, so its `fdatasync` writes the data alone; a frame
+    /// that grows the file also makes it write the inode (on ext4, one more write waited for
+    /// in every sync). Space reserved with `fallocate` would not do: its blocks are marked
+    /// unwritten, and the first write into each changes the file's extents. Readers take a
+    /// zero frame header for the end of the log ([`read_segment`]).
+    fn preallocate(&mut self, end: u64) -> std::io::Result<()> {
+        let allocated = end.next_multiple_of(PREALLOCATION_CHUNK);
+        // At most one chunk plus the frame: well within memory.
+        let missing = usize::try_from(allocated - self.allocated).map_err(std::io::Error::other)?;
+        let zeros = vec![0u8; missing];
+        self.file.seek(SeekFrom::Start(self.allocated))?;
+        self.file.write_all(&zeros)?;
+        self.file.seek(SeekFrom::Start(self.len))?;
+        self.allocated = allocated;
         Ok(())
     }
 }
@@ -283,6 +315,8 @@ pub(crate) struct SegmentContents {
     /// Where a torn or damaged tail starts, if the segment has one (ignored: it was never
     /// acknowledged).
     pub(crate) torn_at: Option<usize>,
+    /// Where the log in it ends: the zeros written ahead of it, or a torn tail, start here.
+    pub(crate) end: usize,
 }
 
 /// Reads segment `path`. `newest` says whether it is the last one, where a torn tail is
@@ -304,8 +338,10 @@ pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<SegmentContents,
                 contents.torn_at = Some(offset);
                 break;
             }
+            FrameRead::End => break,
         }
     }
+    contents.end = contents.torn_at.unwrap_or(offset);
     Ok(contents)
 }
 
@@ -324,6 +360,7 @@ fn check_header(
             return Ok(Some(SegmentContents {
                 frames: Vec::new(),
                 torn_at: Some(0),
+                end: 0,
             }));
         }
         return Err(WalError::NotASegment {
@@ -346,6 +383,8 @@ enum FrameRead {
     Whole { writes: Vec<Write>, len: usize },
     /// The torn tail of the newest segment.
     Torn,
+    /// The end of the log: nothing but zeros from here.
+    End,
 }
 
 /// Reads the frame at `offset`. A torn frame ends the newest segment and is damage in any
@@ -369,6 +408,17 @@ fn read_frame(
         }
     };
     let rest = &bytes[offset..];
+    let header = &rest[..rest.len().min(FRAME_HEADER_LEN)];
+    if unwritten(header) {
+        // No frame is all zeros (the checksum of an empty body is not 0): this is where the
+        // log ends, in the zeros written ahead of it. Bytes after it are a frame whose start
+        // a crash kept from the disk.
+        return if unwritten(rest) {
+            Ok(FrameRead::End)
+        } else {
+            torn("a frame after the end of the log")
+        };
+    }
     if rest.len() < FRAME_HEADER_LEN {
         return torn("a short frame header");
     }
@@ -381,7 +431,7 @@ fn read_frame(
     if xxhash_rust::xxh3::xxh3_64(body) != checksum {
         // Frames are synced one at a time, so only the last one can be torn; a bad frame
         // with frames after it is damage.
-        if rest.len() > FRAME_HEADER_LEN + body_len {
+        if !unwritten(&rest[FRAME_HEADER_LEN + body_len..]) {
             return Err(damaged("a checksum mismatch before the last frame"));
         }
         return torn("a checksum mismatch");
@@ -395,6 +445,11 @@ fn read_frame(
         writes,
         len: FRAME_HEADER_LEN + body_len,
     })
+}
+
+/// Whether `bytes` are all zeros: never written, past the end of the log.
+fn unwritten(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&byte| byte == 0)
 }
 
 fn read_array<const N: usize>(bytes: &[u8]) -> [u8; N] {
