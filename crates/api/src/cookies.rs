@@ -144,17 +144,12 @@ const MAX_ASKED_PASSES: usize = 4;
 
 /// The pass tokens a request presents for `room`, at most `MAX_ASKED_PASSES` (4): its cookie,
 /// then `X-Anteroom-Pass`, then a bearer token (which may be the site's own token, not a
-/// pass: it then simply does not verify).
+/// pass: it then simply does not verify). The fields after the cookie are looked up only
+/// when the caller asks for more than the cookie (a valid cookie pass ends most searches).
 pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<Item = &'a str> {
     let cookie = read_room_cookie(headers, PASS_COOKIE_PREFIX, room.as_str());
-    let header = headers
-        .get_all(&PASS_HEADER)
-        .iter()
-        .filter_map(|value| value.to_str().ok());
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
+    let header = text_lines(headers, &PASS_HEADER);
+    let bearer = text_lines(headers, header::AUTHORIZATION)
         .filter_map(|value| value.strip_prefix("Bearer "));
     cookie
         .into_iter()
@@ -163,6 +158,16 @@ pub fn asked_passes<'a>(headers: &'a HeaderMap, room: &RoomId) -> impl Iterator<
         .map(str::trim)
         .filter(|token| !token.is_empty())
         .take(MAX_ASKED_PASSES)
+}
+
+/// The text values of field `name`, looked up when first asked for.
+fn text_lines<'a>(
+    headers: &'a HeaderMap,
+    name: impl header::AsHeaderName + 'a,
+) -> impl Iterator<Item = &'a str> {
+    std::iter::once(name)
+        .flat_map(|name| headers.get_all(name))
+        .filter_map(|value| value.to_str().ok())
 }
 
 #[cfg(test)]

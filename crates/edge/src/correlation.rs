@@ -43,6 +43,19 @@ impl Correlation {
     /// The ids of a request with `headers` from a peer that is (`trusted`) or is not a trusted
     /// proxy; the incoming headers are removed (see [`insert_into`](Self::insert_into)).
     pub(crate) fn take(headers: &mut HeaderMap, trusted: bool) -> Correlation {
+        // Most requests carry none of them: one pass over the names says so, where looking
+        // each one up hashes its name.
+        let any_sent = headers
+            .keys()
+            .any(|name| *name == X_REQUEST_ID || *name == TRACEPARENT || *name == TRACESTATE);
+        if !any_sent {
+            return Correlation {
+                request_id: new_request_id(),
+                received: None,
+                trace: TraceParent::new(),
+                tracestate: None,
+            };
+        }
         let sent_id = headers.remove(&X_REQUEST_ID);
         let request_id = sent_id
             .filter(|value| trusted && is_sane_request_id(value.as_bytes()))
@@ -216,6 +229,34 @@ mod tests {
         let replaced = out["traceparent"].to_str().unwrap();
         assert_ne!(&replaced[3..35], &VALID[3..35]);
         assert!(TraceParent::parse(replaced.as_bytes()).is_some());
+        assert!(!out.contains_key("tracestate"));
+    }
+
+    /// Each field alone, among others, is taken out of the request (the pass over the names
+    /// that skips the look-ups when none came must see every one of them), and a request
+    /// with none keeps its other fields and gets new ids.
+    #[test]
+    fn every_correlation_field_is_taken_out_even_alone() {
+        for (field, value) in [
+            ("x-request-id", "abc-123"),
+            ("traceparent", VALID),
+            ("tracestate", "vendor=1"),
+        ] {
+            for trusted in [true, false] {
+                let mut sent = headers(&[("accept", "*/*"), (field, value), ("cookie", "a=1")]);
+                Correlation::take(&mut sent, trusted);
+                assert!(!sent.contains_key(field), "{field}, trusted: {trusted}");
+                assert_eq!(sent.len(), 2, "{sent:?}");
+            }
+        }
+        let mut sent = headers(&[("accept", "*/*"), ("cookie", "a=1")]);
+        let fresh = Correlation::take(&mut sent, true);
+        assert_eq!(sent.len(), 2);
+        assert_eq!(fresh.received, None);
+        assert_eq!(fresh.request_id.len(), 32);
+        let mut out = HeaderMap::new();
+        fresh.insert_into(&mut out);
+        assert!(TraceParent::parse(out["traceparent"].as_bytes()).is_some());
         assert!(!out.contains_key("tracestate"));
     }
 

@@ -67,16 +67,19 @@ impl AnswerFraming {
         out.push(b' ');
         out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
         out.extend_from_slice(b"\r\n");
+        // Whether the answer has its own `Date`, seen on the way (not looked up again).
+        let mut dated = false;
         for (name, value) in headers {
             if name == CONNECTION || name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
                 continue;
             }
+            dated |= name == DATE;
             out.extend_from_slice(name.as_str().as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(value.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        if !headers.contains_key(DATE) {
+        if !dated {
             out.extend_from_slice(b"date: ");
             append_now(out);
             out.extend_from_slice(b"\r\n");
@@ -426,5 +429,19 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ndate: "));
         assert!(text.ends_with(" GMT\r\ncontent-length: 99\r\nconnection: close\r\n\r\n"));
+        // An answer with its own `Date`, anywhere among its fields, keeps it and gets no other.
+        headers.insert(
+            DATE,
+            HeaderValue::from_static("Tue, 01 Jan 2030 00:00:00 GMT"),
+        );
+        headers.insert("x-after", HeaderValue::from_static("1"));
+        let mut out = Vec::new();
+        framing.write_head(&mut out, StatusCode::OK, &headers, true, Version::HTTP_11);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("date: ").count(), 1, "{text}");
+        assert!(
+            text.contains("date: Tue, 01 Jan 2030 00:00:00 GMT\r\n"),
+            "{text}"
+        );
     }
 }

@@ -4,12 +4,11 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, Method, Request, Uri, Version};
+use http::{HeaderName, Method, Request, Uri, Version};
 
 use crate::bad_head::BadHead;
-use crate::fields::{header_map, parse_length, span_in};
-use crate::validity::check_request;
+use crate::fields::{header_map, span_in};
+use crate::validity::RequestFields;
 
 /// The largest request head read. Larger heads are answered 431.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -50,7 +49,8 @@ pub enum Framing {
 /// Parses the request head at the start of `buffer`: `Ok(None)` while it is incomplete. Once
 /// complete, the head's bytes are split off `buffer` and the request's target and header
 /// values are slices of them (no copy). A head that parses but could be read more than one
-/// way is refused ([`check_request`]).
+/// way is refused ([`check_request`](crate::check_request)): its `Host` and framing fields are
+/// read as the fields are, not looked up in the header map afterwards.
 pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> {
     // Left uninitialised: httparse writes the fields it finds (filling 64 empty ones first
     // cost more than parsing a small head).
@@ -79,8 +79,10 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
         .ok_or(BadHead::Malformed)?;
     let target = span_in(buffer, parsed.path.ok_or(BadHead::Malformed)?.as_bytes());
     let mut fields = Vec::with_capacity(parsed.headers.len());
+    let mut said = RequestFields::default();
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadHead::Malformed)?;
+        said.read(&name, field.value);
         fields.push((name, span_in(buffer, field.value)));
     }
     let head = buffer.split_to(length).freeze();
@@ -89,8 +91,8 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
     // keeps room for the correlation fields it sets (`X-Request-Id`, `traceparent`), so
     // setting them does not grow it.
     let headers = header_map(&head, fields, ADDED_FIELDS).ok_or(BadHead::Malformed)?;
-    check_request(version, &headers)?;
-    let framing = framing(&method, &headers);
+    said.check(version)?;
+    let framing = framing(&method, &said);
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
@@ -103,25 +105,16 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
     }))
 }
 
-/// How a request's body is framed, or that a streaming server should serve it.
-fn framing(method: &Method, headers: &HeaderMap) -> Framing {
-    if method == Method::CONNECT
-        || headers.contains_key(UPGRADE)
-        || headers.contains_key(EXPECT)
-        || headers.contains_key(TRANSFER_ENCODING)
-    {
+/// How a request's body is framed, or that a streaming server should serve it, from what its
+/// fields said (already checked: a lone length is digits only).
+fn framing(method: &Method, said: &RequestFields) -> Framing {
+    if method == Method::CONNECT || said.needs_streaming() {
         return Framing::ForHyper;
     }
-    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-    match (lengths.next(), lengths.next()) {
-        (None, _) => Framing::Length(0),
-        (Some(value), None) => match parse_length(value.as_bytes()) {
-            Some(length) if length <= MAX_INLINE_BODY as u64 => Framing::Length(length),
-            _ => Framing::ForHyper,
-        },
-        // Several alike (differing ones were refused): hyper reads them as one and forwards
-        // one.
-        (Some(_), Some(_)) => Framing::ForHyper,
+    match said.length() {
+        Some(length) if length <= MAX_INLINE_BODY as u64 => Framing::Length(length),
+        // A body too large to read whole: streamed.
+        _ => Framing::ForHyper,
     }
 }
 
@@ -279,6 +272,123 @@ mod tests {
         ));
         assert!(!wants("GET / HTTP/1.0\r\n\r\n"));
         assert!(wants("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    }
+
+    /// The refusal or framing a head's header map says, read the long way (each name looked
+    /// up, as before the fields were read while parsing), for
+    /// [`fields_read_while_parsing_decide_as_the_header_map_does`].
+    fn decided_by_lookup(
+        method: &Method,
+        version: Version,
+        headers: &http::HeaderMap,
+    ) -> Result<Framing, BadHead> {
+        use http::header::{CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
+        if !crate::has_one_host(version, headers) {
+            return Err(BadHead::Host);
+        }
+        let codings: Vec<_> = headers.get_all(TRANSFER_ENCODING).iter().collect();
+        let lengths: Vec<_> = headers.get_all(CONTENT_LENGTH).iter().collect();
+        let parsed: Vec<_> = lengths
+            .iter()
+            .map(|value| crate::parse_length(value.as_bytes()))
+            .collect();
+        let one_reading = match codings[..] {
+            [] => parsed
+                .iter()
+                .all(|length| length.is_some() && *length == parsed[0]),
+            [coding] => {
+                lengths.is_empty()
+                    && version == Version::HTTP_11
+                    && coding
+                        .as_bytes()
+                        .trim_ascii()
+                        .eq_ignore_ascii_case(b"chunked")
+            }
+            _ => false,
+        };
+        if !one_reading {
+            return Err(BadHead::Framing);
+        }
+        if method == Method::CONNECT
+            || [UPGRADE, EXPECT, TRANSFER_ENCODING]
+                .iter()
+                .any(|name| headers.contains_key(name))
+            || lengths.len() > 1
+        {
+            return Ok(Framing::ForHyper);
+        }
+        Ok(match parsed.first() {
+            None => Framing::Length(0),
+            Some(Some(length)) if *length <= MAX_INLINE_BODY as u64 => Framing::Length(*length),
+            Some(_) => Framing::ForHyper,
+        })
+    }
+
+    /// Every ordering of up to three of these lines, in both versions and two methods: the
+    /// `Host` and framing fields `take_head` reads while parsing, and those
+    /// [`check_request`](crate::check_request) reads from hyper's header map, refuse and frame
+    /// exactly as look-ups in the parsed header map do (this fails when the reading skips a
+    /// field, a line, or a spelling).
+    #[test]
+    fn fields_read_while_parsing_decide_as_the_header_map_does() {
+        let lines = [
+            "Host: a",
+            "hOST: b",
+            "Content-Length: 5",
+            "content-length: 5",
+            "Content-Length: 6",
+            "Content-Length: +5",
+            "Content-Length: 70000",
+            "Transfer-Encoding: chunked",
+            "transfer-encoding: gzip, chunked",
+            "Upgrade: websocket",
+            "EXPECT: 100-continue",
+            "X-Host: c",
+        ];
+        let mut heads: Vec<Vec<&str>> = vec![vec![]];
+        let mut last: Vec<Vec<&str>> = vec![vec![]];
+        for _ in 0..3 {
+            last = last
+                .iter()
+                .flat_map(|head| lines.iter().map(move |line| [&head[..], &[*line]].concat()))
+                .collect();
+            heads.extend(last.iter().cloned());
+        }
+        let mut checked = 0;
+        for fields in &heads {
+            for (method, version) in [("GET", "1.1"), ("POST", "1.0"), ("CONNECT", "1.1")] {
+                let mut text = format!("{method} / HTTP/{version}\r\n");
+                for line in fields {
+                    text.push_str(line);
+                    text.push_str("\r\n");
+                }
+                text.push_str("\r\n");
+                let mut map = http::HeaderMap::new();
+                for line in fields {
+                    let (name, value) = line.split_once(": ").unwrap();
+                    map.append(
+                        HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                        http::HeaderValue::from_str(value).unwrap(),
+                    );
+                }
+                let version = if version == "1.1" {
+                    Version::HTTP_11
+                } else {
+                    Version::HTTP_10
+                };
+                let method = Method::from_bytes(method.as_bytes()).unwrap();
+                let expected = decided_by_lookup(&method, version, &map);
+                assert_eq!(
+                    crate::check_request(version, &map).err().as_ref(),
+                    expected.as_ref().err(),
+                    "{text:?}"
+                );
+                let taken = head(&text).map(|head| head.unwrap().framing);
+                assert_eq!(taken, expected, "{text:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 3 * (1 + 12 + 144 + 1728));
     }
 
     #[test]

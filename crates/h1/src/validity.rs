@@ -19,8 +19,8 @@
 //! telling its service that there were several, so refusing them could not be done alike in
 //! both engines.
 
-use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
-use http::{HeaderMap, Version};
+use http::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderName, Version};
 
 use crate::bad_head::BadHead;
 use crate::fields::parse_length;
@@ -40,39 +40,101 @@ pub fn has_one_host(version: Version, headers: &HeaderMap) -> bool {
 /// Checks a request's `Host` and framing fields (see the module documentation):
 /// [`BadHead::Host`] or [`BadHead::Framing`] when it is refused.
 pub fn check_request(version: Version, headers: &HeaderMap) -> Result<(), BadHead> {
-    if !has_one_host(version, headers) {
-        return Err(BadHead::Host);
+    let mut fields = RequestFields::default();
+    for name in [HOST, TRANSFER_ENCODING, CONTENT_LENGTH] {
+        for value in headers.get_all(&name) {
+            fields.read(&name, value.as_bytes());
+        }
     }
-    if has_one_reading(version, headers) {
-        Ok(())
-    } else {
-        Err(BadHead::Framing)
-    }
+    fields.check(version)
 }
 
-/// Whether the body's framing fields say one thing only.
-fn has_one_reading(version: Version, headers: &HeaderMap) -> bool {
-    let mut codings = headers.get_all(TRANSFER_ENCODING).iter();
-    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-    match codings.next() {
-        // Chunked alone, on one line, in HTTP/1.1 (HTTP/1.0 has no transfer codings).
-        Some(coding) => {
-            codings.next().is_none()
-                && lengths.next().is_none()
-                && version == Version::HTTP_11
-                && coding
-                    .as_bytes()
-                    .trim_ascii()
-                    .eq_ignore_ascii_case(b"chunked")
+/// What a request head's fields say about its `Host` and its body, gathered field by field as
+/// the head is parsed (`take_head` reads them there instead of looking each name up in the
+/// header map afterwards).
+#[derive(Debug, Default)]
+pub(crate) struct RequestFields {
+    /// How many `Host` lines.
+    hosts: usize,
+    /// How many `Transfer-Encoding` lines.
+    codings: usize,
+    /// Whether the only `Transfer-Encoding` line says exactly `chunked`.
+    chunked: bool,
+    /// How many `Content-Length` lines.
+    lengths: usize,
+    /// The first `Content-Length`, when it is digits only.
+    length: Option<u64>,
+    /// Whether a later `Content-Length` says something else than the first (or is not digits).
+    lengths_differ: bool,
+    /// Whether an `Upgrade` or an `Expect` field came.
+    upgrade_or_expect: bool,
+}
+
+impl RequestFields {
+    /// Takes note of field `name` with `value`, when it is one of those that matter here.
+    pub(crate) fn read(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == HOST {
+            self.hosts += 1;
+        } else if *name == CONTENT_LENGTH {
+            let length = parse_length(value);
+            if self.lengths == 0 {
+                self.length = length;
+            } else if length.is_none() || length != self.length {
+                self.lengths_differ = true;
+            }
+            self.lengths += 1;
+        } else if *name == TRANSFER_ENCODING {
+            self.codings += 1;
+            self.chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if *name == UPGRADE || *name == EXPECT {
+            self.upgrade_or_expect = true;
         }
-        None => {
-            let Some(first) = lengths.next() else {
-                return true;
-            };
-            let Some(length) = parse_length(first.as_bytes()) else {
-                return false;
-            };
-            lengths.all(|other| parse_length(other.as_bytes()) == Some(length))
+    }
+
+    /// [`BadHead::Host`] or [`BadHead::Framing`] when the request is refused (see the module
+    /// documentation).
+    pub(crate) fn check(&self, version: Version) -> Result<(), BadHead> {
+        let one_host = match self.hosts {
+            0 => version != Version::HTTP_11,
+            1 => true,
+            _ => false,
+        };
+        if !one_host {
+            return Err(BadHead::Host);
+        }
+        if self.has_one_reading(version) {
+            Ok(())
+        } else {
+            Err(BadHead::Framing)
+        }
+    }
+
+    /// Whether the body's framing fields say one thing only.
+    fn has_one_reading(&self, version: Version) -> bool {
+        if self.codings > 0 {
+            // Chunked alone, on one line, in HTTP/1.1 (HTTP/1.0 has no transfer codings).
+            return self.codings == 1
+                && self.lengths == 0
+                && version == Version::HTTP_11
+                && self.chunked;
+        }
+        self.lengths == 0 || (self.length.is_some() && !self.lengths_differ)
+    }
+
+    /// Whether a streaming server should serve the request rather than the one that reads a
+    /// small body whole: an upgrade, `Expect`, a coded body, or several lengths (alike, as
+    /// differing ones are refused: hyper reads them as one and forwards one).
+    pub(crate) fn needs_streaming(&self) -> bool {
+        self.upgrade_or_expect || self.codings > 0 || self.lengths > 1
+    }
+
+    /// The body's length as its one `Content-Length` says (no field: none), when it is digits
+    /// only; the head was [`check`](Self::check)ed first.
+    pub(crate) fn length(&self) -> Option<u64> {
+        if self.lengths == 0 {
+            Some(0)
+        } else {
+            self.length
         }
     }
 }

@@ -74,14 +74,27 @@ impl Forwarding {
             push_joined(&mut for_chain, headers, &X_FORWARDED_FOR);
             push_joined(&mut forwarded, headers, &header::FORWARDED);
         }
+        let chain_before = for_chain.len();
         push_address(&mut for_chain, peer, false);
         forwarded.push_str("for=");
-        push_address(&mut forwarded, peer, true);
+        match peer {
+            // Quoted and bracketed in a `Forwarded` node.
+            Some(IpAddr::V6(_)) => push_address(&mut forwarded, peer, true),
+            // Written once, as it is in both.
+            _ => forwarded.push_str(&for_chain[chain_before..]),
+        }
         forwarded.push_str(";proto=");
         forwarded.push_str(scheme.as_str());
         if let Some(host) = host.and_then(|host| host.to_str().ok()) {
             forwarded.push_str(";host=\"");
-            forwarded.extend(host.chars().filter(|c| !matches!(c, '"' | '\\')));
+            // Without the quotes and backslashes that would end or escape the quoted string
+            // (a host has none: it is copied whole).
+            if host.bytes().any(|byte| byte == b'"' || byte == b'\\') {
+                host.split(['"', '\\'])
+                    .for_each(|part| forwarded.push_str(part));
+            } else {
+                forwarded.push_str(host);
+            }
             forwarded.push('"');
         }
         let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
@@ -268,6 +281,14 @@ mod tests {
                 ),
             ],
         );
+        let host = HeaderValue::from_static("shop.example\\\"; for=evil\\");
+        let mut map = HeaderMap::new();
+        set_forwarding(&mut map, None, ClientScheme::Https, Some(&host), &[]);
+        assert_eq!(
+            map["forwarded"],
+            "for=unknown;proto=https;host=\"shop.example; for=evil\""
+        );
+        assert_eq!(map["x-forwarded-for"], "unknown");
         check_forwarding(
             &[],
             "2001:db8::1",
