@@ -185,7 +185,7 @@ pub(crate) fn checkpoint(
     through: u64,
 ) -> Result<(), String> {
     let commit = || -> Result<(), redb::Error> {
-        let transaction = database.begin_write()?;
+        let transaction = super::begin_recoverable_write(database)?;
         dirty.apply(&transaction)?;
         transaction
             .open_table(WAL_STATE)?
