@@ -30,7 +30,7 @@
 //! `identities`, and the `active` / `admitted_unclaimed` counts) are kept consistent by its
 //! methods alone. A ticket that ends, and a session that ends with the ticket that claimed
 //! it, leave the ticket and session maps for `history` (`history.rs`), which holds them
-//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
+//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `IdOrderHash` and `RandomIdHash`
 //! (the ids are random and never chosen by a client); maps keyed by what a client picks
 //! (identities) keep SipHash.
 
@@ -48,7 +48,7 @@ use rand::Rng;
 
 use crate::clock::Timestamp;
 use crate::eta::{AdmissionRate, eta_seconds};
-use crate::ids::{RandomIdHash, SessionId, TicketId};
+use crate::ids::{IdOrderHash, RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::{LineLoader, WaitingLine};
@@ -409,7 +409,8 @@ fn restored_idle_index(
 #[derive(Debug, Clone)]
 pub struct RoomState {
     meta: RoomMeta,
-    tickets: HashMap<TicketId, HeldTicket, RandomIdHash>,
+    /// Hashed so that a restore, reading tickets in id order, fills the table front to back.
+    tickets: HashMap<TicketId, HeldTicket, IdOrderHash>,
     sessions: HashMap<SessionId, Session, RandomIdHash>,
     waiting: WaitingLine,
     /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
@@ -472,7 +473,10 @@ impl RoomState {
         let capacity = expected_tickets.max(tickets.size_hint().0);
         let mut room = RoomState {
             meta,
-            tickets: HashMap::with_capacity_and_hasher(capacity, RandomIdHash),
+            tickets: HashMap::with_capacity_and_hasher(
+                capacity,
+                IdOrderHash::for_capacity(capacity),
+            ),
             sessions: HashMap::with_capacity_and_hasher(sessions.len(), RandomIdHash),
             waiting: WaitingLine::new(),
             priority: WaitingLine::new(),
