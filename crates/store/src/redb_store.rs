@@ -288,22 +288,10 @@ fn replay(database: &Database, store: &Path) -> Result<(Option<Replayed>, u64), 
     ))
 }
 
-/// A write transaction that records redb's allocator state as it commits (redb's "quick
-/// repair"): an open after a crash loads that state instead of walking and checksumming the
-/// whole file, which took longer than replaying the log with millions of tickets stored. The
-/// price is a second sync per commit (redb's two-phase commit) and the state's pages; the
-/// store commits only checkpoints, outbox writes and the tables at opening, none on the path
-/// of an answer.
-fn begin_recoverable_write(database: &Database) -> Result<redb::WriteTransaction, redb::Error> {
-    let mut transaction = database.begin_write()?;
-    transaction.set_quick_repair(true);
-    Ok(transaction)
-}
-
 fn create_tables(database: &Database) -> Result<(), StoreError> {
     let fail =
         |e: redb::Error| StoreError::backend("cannot prepare the embedded store's tables", e);
-    let transaction = begin_recoverable_write(database).map_err(fail)?;
+    let transaction = checkpoint::begin_recoverable_write(database).map_err(fail)?;
     transaction
         .open_table(CONFIGS)
         .map_err(|e| fail(e.into()))?;
