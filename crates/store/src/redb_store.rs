@@ -291,7 +291,7 @@ fn replay(database: &Database, store: &Path) -> Result<(Option<Replayed>, u64), 
 fn create_tables(database: &Database) -> Result<(), StoreError> {
     let fail =
         |e: redb::Error| StoreError::backend("cannot prepare the embedded store's tables", e);
-    let transaction = database.begin_write().map_err(|e| fail(e.into()))?;
+    let transaction = checkpoint::begin_recoverable_write(database).map_err(fail)?;
     transaction
         .open_table(CONFIGS)
         .map_err(|e| fail(e.into()))?;

@@ -30,7 +30,7 @@
 //! `identities`, and the `active` / `admitted_unclaimed` counts) are kept consistent by its
 //! methods alone. A ticket that ends, and a session that ends with the ticket that claimed
 //! it, leave the ticket and session maps for `history` (`history.rs`), which holds them
-//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `RandomIdHash`
+//! compactly until `history_retention` is over and answers for them. Ticket and session maps hash their keys with `ids.rs`'s `IdOrderHash` and `RandomIdHash`
 //! (the ids are random and never chosen by a client); maps keyed by what a client picks
 //! (identities) keep SipHash.
 
@@ -41,14 +41,14 @@ mod session;
 mod ticket;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use rand::Rng;
 
 use crate::clock::Timestamp;
 use crate::eta::{AdmissionRate, eta_seconds};
-use crate::ids::{RandomIdHash, SessionId, TicketId};
+use crate::ids::{IdOrderHash, RandomIdHash, SessionId, TicketId};
 use crate::lottery::{self, Seed};
 use crate::room::{Limits, Mode, Order, Phase, RoomConfig};
 use crate::waiting::{LineLoader, WaitingLine};
@@ -380,11 +380,37 @@ pub enum EngineError {
     NothingToResume,
 }
 
+/// The idle index of a restored room. A waiting ticket's last contact is `now` unless it was
+/// seen later (a clock set back), so nearly every key is `(now, position)` and comes in order
+/// from the lines, already built: no sort of millions of keys read in the store's order (by
+/// id, positions at random). The few seen after `now` sort after them.
+fn restored_idle_index(
+    waiting: &WaitingLine,
+    priority: &WaitingLine,
+    now: Timestamp,
+    mut seen_after_now: Vec<(Timestamp, u64)>,
+) -> BTreeSet<(Timestamp, u64)> {
+    seen_after_now.sort_unstable();
+    let later: HashSet<u64> = seen_after_now
+        .iter()
+        .map(|(_, position)| *position)
+        .collect();
+    let at_now = waiting
+        .iter()
+        .chain(priority.iter())
+        .filter(|(position, _)| later.is_empty() || !later.contains(position))
+        .map(|(position, _)| (now, position));
+    // Three runs in order (the two lines, then the later ones): `collect` merges them in
+    // linear time and builds the tree bottom up, its nodes full.
+    at_now.chain(seen_after_now).collect()
+}
+
 /// One room: its meta state, tickets, sessions and the indexes over them.
 #[derive(Debug, Clone)]
 pub struct RoomState {
     meta: RoomMeta,
-    tickets: HashMap<TicketId, HeldTicket, RandomIdHash>,
+    /// Hashed so that a restore, reading tickets in id order, fills the table front to back.
+    tickets: HashMap<TicketId, HeldTicket, IdOrderHash>,
     sessions: HashMap<SessionId, Session, RandomIdHash>,
     waiting: WaitingLine,
     /// Waiting tickets that joined with a priority access code: admitted before `waiting`.
@@ -447,7 +473,10 @@ impl RoomState {
         let capacity = expected_tickets.max(tickets.size_hint().0);
         let mut room = RoomState {
             meta,
-            tickets: HashMap::with_capacity_and_hasher(capacity, RandomIdHash),
+            tickets: HashMap::with_capacity_and_hasher(
+                capacity,
+                IdOrderHash::for_capacity(capacity),
+            ),
             sessions: HashMap::with_capacity_and_hasher(sessions.len(), RandomIdHash),
             waiting: WaitingLine::new(),
             priority: WaitingLine::new(),
@@ -463,7 +492,7 @@ impl RoomState {
         // the idle index are built once at the end rather than updated ticket by ticket.
         let mut ended = Vec::new();
         let (mut waiting, mut priority) = (LineLoader::new(), LineLoader::new());
-        let mut idle = Vec::new();
+        let mut seen_after_now = Vec::new();
         for ticket in tickets {
             let (id, mut ticket) = HeldTicket::from_ticket(ticket);
             let state = ticket.state();
@@ -476,7 +505,9 @@ impl RoomState {
                         &mut waiting
                     };
                     line.insert(ticket.position, id);
-                    idle.push((ticket.last_seen, ticket.position));
+                    if ticket.last_seen > now {
+                        seen_after_now.push((ticket.last_seen, ticket.position));
+                    }
                 }
                 TicketState::Admitted { claim_deadline, .. } => {
                     room.admitted_unclaimed += 1;
@@ -496,8 +527,7 @@ impl RoomState {
         room.ended = ended.into();
         room.waiting = waiting.finish();
         room.priority = priority.finish();
-        // Collecting sorts once and builds the tree bottom up, its nodes full.
-        room.idle = idle.into_iter().collect();
+        room.idle = restored_idle_index(&room.waiting, &room.priority, now, seen_after_now);
         for session in sessions {
             if session.state == SessionState::Active {
                 room.active += 1;

@@ -393,6 +393,45 @@ fn restore_rebuilds_indexes_and_counts() {
     assert_eq!(waiting(&restored.status(&entries[4]).unwrap()).ahead, 2);
 }
 
+/// The idle index a restore builds from the lines holds what one built ticket by ticket would:
+/// every waiting ticket of both lanes at its last contact, `now` at the earliest.
+#[test]
+fn restore_keys_idle_tickets_by_last_contact_also_when_seen_after_the_restart() {
+    let mut h = Harness::new(|c| {
+        c.max_active = 1;
+        c.mode = Mode::Queue;
+    });
+    for _ in 0..40 {
+        h.join();
+    }
+    let restarted = Timestamp(h.now.0 + 1_000);
+    let seen_later = Timestamp(h.now.0 + 60_000);
+    let tickets: Vec<Ticket> = h
+        .room
+        .tickets()
+        .enumerate()
+        .map(|(index, mut ticket)| {
+            if ticket.state == TicketState::Waiting {
+                ticket.priority = index % 3 == 0;
+                if index % 5 == 0 {
+                    ticket.last_seen = seen_later;
+                }
+            }
+            ticket
+        })
+        .collect();
+    let expected: BTreeSet<(Timestamp, u64)> = tickets
+        .iter()
+        .filter(|ticket| ticket.state == TicketState::Waiting)
+        .map(|ticket| (ticket.last_seen.max(restarted), ticket.position))
+        .collect();
+    assert_eq!(expected.len(), 39);
+    assert!(expected.iter().any(|(at, _)| *at == seen_later));
+    assert!(tickets.iter().any(|ticket| ticket.priority));
+    let restored = RoomState::restore(h.room.meta().clone(), tickets, Vec::new(), restarted);
+    assert_eq!(restored.idle, expected);
+}
+
 #[test]
 fn history_is_forgotten_after_the_configured_retention_not_before() {
     let retention = Duration::from_secs(120);

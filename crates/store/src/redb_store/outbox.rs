@@ -133,7 +133,7 @@ impl EventOutbox for RedbEventOutbox {
     ) -> Result<(), StoreError> {
         let sink = sink.to_owned();
         self.blocking(move |database| {
-            let transaction = database.begin_write()?;
+            let transaction = checkpoint::begin_recoverable_write(database)?;
             {
                 let mut acks = transaction.open_table(EVENT_ACKS)?;
                 let current = acks.get(sink.as_str())?.map_or(0, |value| value.value());
@@ -152,7 +152,7 @@ impl EventOutbox for RedbEventOutbox {
         let beyond_cap = self.last_sequence().saturating_sub(self.limits.max_entries);
         let recent = self.recent.clone();
         self.blocking(move |database| {
-            let transaction = database.begin_write()?;
+            let transaction = checkpoint::begin_recoverable_write(database)?;
             let pruned = {
                 let acks = transaction.open_table(EVENT_ACKS)?;
                 let mut marks = BTreeMap::new();

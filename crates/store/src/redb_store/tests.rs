@@ -510,6 +510,45 @@ async fn frequent_checkpoints_keep_the_log_short_and_lose_nothing() {
     assert_eq!(tickets(&store).await, before);
 }
 
+/// Whether opening the redb file in `dir` needed redb's full repair (a walk of the whole file).
+fn opening_repairs(dir: &Path) -> bool {
+    let repaired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = repaired.clone();
+    let database = redb::Database::builder()
+        .set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::Relaxed))
+        .create(store_path(dir))
+        .unwrap();
+    drop(database);
+    repaired.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test]
+async fn a_crash_after_a_checkpoint_opens_without_walking_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), 60, 2048).await;
+    // Checkpoints run on their own thread: the image is taken once they are over.
+    let mut checkpoints = store.checkpoints();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if store.checkpoints() == checkpoints && segments(dir.path()).len() == 1 {
+            break;
+        }
+        checkpoints = store.checkpoints();
+    }
+    assert!(checkpoints >= 1, "no checkpoint ran");
+    let before = tickets(&store).await;
+    let image = crash_image(dir.path());
+    let probe = crash_image(image.path());
+    drop(store);
+
+    assert!(
+        !opening_repairs(probe.path()),
+        "the checkpoint recorded redb's allocator state"
+    );
+    let restarted = open(image.path()).unwrap();
+    assert_eq!(tickets(&restarted).await, before);
+}
+
 #[test]
 fn frames_carry_every_kind_of_record() {
     let dir = tempfile::tempdir().unwrap();
