@@ -40,9 +40,8 @@ pub(crate) struct Compacted {
 }
 
 /// A check that took `t` is not made again before `t` times this has passed: redb's
-/// statistics walk every page of the file (about a second for the 2 GB of ten million
-/// waiting tickets), and the check must not take a core from the node after every
-/// checkpoint. It takes at most about 1 % of the checkpoint thread's time this way.
+/// statistics walk every page of the file (2 GB with ten million waiting tickets), and the
+/// check must not take a core from the node after every checkpoint. It takes at most about 1 % of the checkpoint thread's time this way.
 const CHECK_SPACING: u32 = 100;
 
 /// When to compact: the most the file has held since it was last compacted.
