@@ -18,8 +18,7 @@
 //! frame header is the end of the log.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::FileExt as _;
+use std::io::{Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use anteroom_core::RoomId;
@@ -240,9 +239,10 @@ impl Segment {
         let allocated = end.next_multiple_of(PREALLOCATION_CHUNK);
         // At most one chunk plus the frame: well within memory.
         let missing = usize::try_from(allocated - self.allocated).map_err(std::io::Error::other)?;
-        // At its offset, leaving the file's cursor at the end of the log for the frame.
-        self.file
-            .write_all_at(&vec![0u8; missing], self.allocated)?;
+        let zeros = vec![0u8; missing];
+        self.file.seek(SeekFrom::Start(self.allocated))?;
+        self.file.write_all(&zeros)?;
+        self.file.seek(SeekFrom::Start(self.len))?;
         self.allocated = allocated;
         Ok(())
     }
