@@ -29,11 +29,15 @@ use crate::fields::parse_length;
 /// authority is in the target): with none or several, the route anteroom matches and the
 /// virtual host the origin serves could differ.
 pub fn has_one_host(version: Version, headers: &HeaderMap) -> bool {
-    let mut hosts = headers.get_all(HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(_), None) => true,
-        (None, _) => version != Version::HTTP_11,
-        (Some(_), Some(_)) => false,
+    one_host(version, headers.get_all(HOST).iter().take(2).count())
+}
+
+/// [`has_one_host`] for a request that named `hosts` of them.
+fn one_host(version: Version, hosts: usize) -> bool {
+    match hosts {
+        0 => version != Version::HTTP_11,
+        1 => true,
+        _ => false,
     }
 }
 
@@ -94,12 +98,7 @@ impl RequestFields {
     /// [`BadHead::Host`] or [`BadHead::Framing`] when the request is refused (see the module
     /// documentation).
     pub(crate) fn check(&self, version: Version) -> Result<(), BadHead> {
-        let one_host = match self.hosts {
-            0 => version != Version::HTTP_11,
-            1 => true,
-            _ => false,
-        };
-        if !one_host {
+        if !one_host(version, self.hosts) {
             return Err(BadHead::Host);
         }
         if self.has_one_reading(version) {

@@ -88,13 +88,9 @@ impl Forwarding {
         if let Some(host) = host.and_then(|host| host.to_str().ok()) {
             forwarded.push_str(";host=\"");
             // Without the quotes and backslashes that would end or escape the quoted string
-            // (a host has none: it is copied whole).
-            if host.bytes().any(|byte| byte == b'"' || byte == b'\\') {
-                host.split(['"', '\\'])
-                    .for_each(|part| forwarded.push_str(part));
-            } else {
-                forwarded.push_str(host);
-            }
+            // (a host has none: it is one piece, copied whole).
+            host.split(['"', '\\'])
+                .for_each(|part| forwarded.push_str(part));
             forwarded.push('"');
         }
         let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
