@@ -1054,15 +1054,21 @@ async fn a_torn_frame_in_a_prepared_segment_is_ignored() {
     assert_eq!(join_position(&store).await, last);
 }
 
+/// A crash image of a store after `joins` joins (no checkpoint), and its tickets.
+async fn crash_image_after_joins(joins: usize) -> (tempfile::TempDir, Vec<Ticket>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), joins, NEVER).await;
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    drop(store);
+    (image, before)
+}
+
 /// A crash after a prepared segment was renamed into place and before any frame went into
 /// it: it is the newest segment and empty, and the one before it reads whole.
 #[tokio::test]
 async fn a_crash_right_after_a_prepared_segment_is_renamed_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_with_joins(dir.path(), 40, NEVER).await;
-    let image = crash_image(dir.path());
-    let before = tickets(&store).await;
-    drop(store);
+    let (image, before) = crash_image_after_joins(40).await;
     let path = store_path(image.path());
     let prepared = wal::PreparedSegment::write(&path, 4096).unwrap();
     drop(wal::Segment::adopt(&path, 2, prepared).unwrap());
@@ -1076,11 +1082,7 @@ async fn a_crash_right_after_a_prepared_segment_is_renamed_loses_nothing() {
 /// the log never reads it, and it is replaced by the next preparation or removed at a stop.
 #[tokio::test]
 async fn a_segment_whose_preparation_a_crash_interrupted_is_ignored_and_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_with_joins(dir.path(), 40, NEVER).await;
-    let image = crash_image(dir.path());
-    let before = tickets(&store).await;
-    drop(store);
+    let (image, before) = crash_image_after_joins(40).await;
     let prepared = wal::prepared_path(&store_path(image.path()));
     std::fs::write(&prepared, b"anteroom-wal\x01\0\0\0\x07junk").unwrap();
 

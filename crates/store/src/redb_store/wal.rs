@@ -198,14 +198,8 @@ impl Segment {
     /// Creates segment `number` with its header, durably (file and directory entry).
     pub(crate) fn create(store: &Path, number: u64) -> Result<Segment, WalError> {
         let path = segment_path(store, number);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        file.write_all(&segment_header())
-            .and_then(|()| file.sync_data())
-            .map_err(io_error(&path))?;
+        let file = create_with_header(&path)?;
+        file.sync_data().map_err(io_error(&path))?;
         sync_directory(store)?;
         Ok(Segment {
             number,
@@ -315,17 +309,23 @@ impl PreparedSegment {
             .max(HEADER_LEN + 1)
             .next_multiple_of(PREALLOCATION_CHUNK);
         remove_if_present(&path)?;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        file.write_all(&segment_header())
-            .and_then(|()| write_zeros(&mut file, allocated - HEADER_LEN, File::sync_data))
+        let mut file = create_with_header(&path)?;
+        write_zeros(&mut file, allocated - HEADER_LEN, File::sync_data)
             .and_then(|()| file.seek(SeekFrom::Start(HEADER_LEN)))
             .map_err(io_error(&path))?;
         Ok(PreparedSegment { file, allocated })
     }
+}
+
+/// Creates the file of a new segment at `path` with its header, not synced yet.
+fn create_with_header(path: &Path) -> Result<File, WalError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_error(path))?;
+    file.write_all(&segment_header()).map_err(io_error(path))?;
+    Ok(file)
 }
 
 /// Removes `path` if it exists.
