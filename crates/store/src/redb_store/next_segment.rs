@@ -6,7 +6,7 @@
 //! One preparation at a time: the writer asks for the next one only once it has taken the
 //! last, so the file renamed into place is always the one whose handle it holds.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -93,8 +93,7 @@ fn prepare_on_request(
             break;
         }
     }
-    let unused: PathBuf = wal::prepared_path(store);
-    if let Err(error) = wal::remove_if_present(&unused) {
+    if let Err(error) = wal::remove_if_present(&wal::prepared_path(store)) {
         tracing::warn!(%error, "the embedded store could not remove its unused log segment");
     }
 }
