@@ -17,7 +17,8 @@
 //! rebuilt with `RoomState::restore`.
 //!
 //! The redb file is the checkpoint: once a log segment has grown past
-//! [`RedbOptions::checkpoint_bytes`], the writer starts a new segment and hands the latest
+//! [`RedbOptions::checkpoint_bytes`], the writer starts a new segment (one a thread wrote and
+//! synced ahead, renamed into place: `next_segment.rs`) and hands the latest
 //! version of every record logged before it to a checkpoint thread, which writes them into
 //! redb in one durable transaction (with the number of the last segment it covers) and
 //! deletes the covered segments. Opening the store replays whatever segments redb does not
@@ -42,6 +43,7 @@
 mod checkpoint;
 mod compaction;
 mod completion;
+mod next_segment;
 mod outbox;
 mod tables;
 #[cfg(test)]

@@ -975,3 +975,122 @@ async fn a_compaction_killed_midway_loses_nothing() {
     eprintln!("{interrupted} of 8 compactions killed before they finished");
     assert!(interrupted > 0, "no kill landed inside a compaction");
 }
+
+/// A segment prepared ahead and renamed into place is appended to without growing: the log
+/// goes over the zeros it came with, and reads back whole.
+#[test]
+fn a_prepared_segment_is_appended_to_over_its_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_path(dir.path());
+    let prepared = wal::PreparedSegment::write(&store, 4096).unwrap();
+    let size = std::fs::metadata(wal::prepared_path(&store)).unwrap().len();
+    assert_eq!(size, wal::PREALLOCATION_CHUNK, "zeros written ahead");
+    assert!(
+        segments(dir.path()).is_empty(),
+        "the log does not read it yet"
+    );
+    let mut segment = wal::Segment::adopt(&store, 1, prepared).unwrap();
+    assert!(!wal::prepared_path(&store).exists(), "renamed into place");
+    let path = wal::segment_path(&store, 1);
+    let mut frame = Vec::new();
+    let state = Write::State {
+        room: room(),
+        bytes: b"state".to_vec(),
+    };
+    wal::encode_frame(std::iter::once(&state), &mut frame);
+    for _ in 0..10 {
+        segment.append(&frame).unwrap();
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+    let end = usize::try_from(segment.len).unwrap();
+    drop(segment);
+    let contents = wal::read_segment(&path, true).unwrap();
+    assert_eq!((contents.frames.len(), contents.torn_at), (10, None));
+    assert_eq!(contents.end, end);
+}
+
+/// Joins until the store has started a segment it had prepared (its size is the prepared
+/// one, `checkpoint_bytes` and a chunk, not the single chunk a segment created on the commit
+/// path grows to) and the checkpoint of the segment before it is done.
+async fn store_on_a_prepared_segment(dir: &Path, checkpoint_bytes: u64) -> RedbStore {
+    let store = store_with_joins(dir, 0, checkpoint_bytes).await;
+    let prepared_size =
+        (checkpoint_bytes + wal::PREALLOCATION_CHUNK).next_multiple_of(wal::PREALLOCATION_CHUNK);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let newest = segments(dir).pop().unwrap();
+        if newest.0 > 1 && store.checkpoints() >= 1 && segments(dir).len() == 1 {
+            assert_eq!(
+                std::fs::metadata(&newest.1).unwrap().len(),
+                prepared_size,
+                "the new segment is the prepared one"
+            );
+            return store;
+        }
+        assert!(std::time::Instant::now() < deadline, "no segment started");
+        store.join(&room(), JoinRequest::default()).await.unwrap();
+        // Gives the preparing thread time to finish before the segment fills.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// A crash while frames are written into a prepared segment: a torn last frame over its
+/// zeros is cut off, everything before it comes back.
+#[tokio::test]
+async fn a_torn_frame_in_a_prepared_segment_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_on_a_prepared_segment(dir.path(), 32 * 1024).await;
+    for _ in 0..5 {
+        store.join(&room(), JoinRequest::default()).await.unwrap();
+    }
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    drop(store);
+    flip_byte(&newest_segment(image.path()), Some(1), 0);
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before[..before.len() - 1]);
+    let last = before.last().unwrap().position;
+    assert_eq!(join_position(&store).await, last);
+}
+
+/// A crash image of a store after `joins` joins (no checkpoint), and its tickets.
+async fn crash_image_after_joins(joins: usize) -> (tempfile::TempDir, Vec<Ticket>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_joins(dir.path(), joins, NEVER).await;
+    let image = crash_image(dir.path());
+    let before = tickets(&store).await;
+    drop(store);
+    (image, before)
+}
+
+/// A crash after a prepared segment was renamed into place and before any frame went into
+/// it: it is the newest segment and empty, and the one before it reads whole.
+#[tokio::test]
+async fn a_crash_right_after_a_prepared_segment_is_renamed_loses_nothing() {
+    let (image, before) = crash_image_after_joins(40).await;
+    let path = store_path(image.path());
+    let prepared = wal::PreparedSegment::write(&path, 4096).unwrap();
+    drop(wal::Segment::adopt(&path, 2, prepared).unwrap());
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before);
+    assert_eq!(join_position(&store).await, 41);
+}
+
+/// A crash while a segment was being prepared leaves a partial file under the prepared name:
+/// the log never reads it, and it is replaced by the next preparation or removed at a stop.
+#[tokio::test]
+async fn a_segment_whose_preparation_a_crash_interrupted_is_ignored_and_removed() {
+    let (image, before) = crash_image_after_joins(40).await;
+    let prepared = wal::prepared_path(&store_path(image.path()));
+    std::fs::write(&prepared, b"anteroom-wal\x01\0\0\0\x07junk").unwrap();
+
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await, before);
+    assert_eq!(join_position(&store).await, 41);
+    drop(store);
+    assert!(!prepared.exists(), "a stop removes it");
+    let store = open(image.path()).unwrap();
+    assert_eq!(tickets(&store).await.len(), before.len() + 1);
+}

@@ -15,7 +15,9 @@
 //!
 //! A segment grows ahead of its log by zeros written a chunk at a time, so that most frames
 //! are written over blocks the file already has and their sync writes no metadata; a zero
-//! frame header is the end of the log.
+//! frame header is the end of the log. Every segment after the first is written whole ahead
+//! of its turn, zeros synced, under a name that is not a segment's (`<store file>.wal-next`,
+//! `next_segment.rs`), and renamed into place when the log moves to it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek as _, SeekFrom, Write as _};
@@ -34,7 +36,7 @@ const FRAME_HEADER_LEN: usize = 12;
 /// No frame the log writes comes near this; a larger length field is damage.
 const MAX_FRAME_BODY: usize = 1 << 30;
 /// A segment grows by zeros written this many bytes at a time ([`Segment::append`]).
-const PREALLOCATION_CHUNK: u64 = 1 << 20;
+pub(crate) const PREALLOCATION_CHUNK: u64 = 1 << 20;
 
 const TAG_CONFIG: u8 = 1;
 const TAG_STATE: u8 = 2;
@@ -196,14 +198,8 @@ impl Segment {
     /// Creates segment `number` with its header, durably (file and directory entry).
     pub(crate) fn create(store: &Path, number: u64) -> Result<Segment, WalError> {
         let path = segment_path(store, number);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        file.write_all(&segment_header())
-            .and_then(|()| file.sync_data())
-            .map_err(io_error(&path))?;
+        let file = create_with_header(&path)?;
+        file.sync_data().map_err(io_error(&path))?;
         sync_directory(store)?;
         Ok(Segment {
             number,
@@ -228,23 +224,118 @@ impl Segment {
         Ok(())
     }
 
+    /// Makes `prepared` segment `number`: renamed into place and the rename made durable
+    /// before any frame is written into it. Its zeros are on disk already, so no append into
+    /// it writes any until the log outgrows them.
+    pub(crate) fn adopt(
+        store: &Path,
+        number: u64,
+        prepared: PreparedSegment,
+    ) -> Result<Segment, WalError> {
+        let from = prepared_path(store);
+        let path = segment_path(store, number);
+        std::fs::rename(&from, &path).map_err(io_error(&from))?;
+        sync_directory(store)?;
+        Ok(Segment {
+            number,
+            path,
+            file: prepared.file,
+            len: HEADER_LEN,
+            allocated: prepared.allocated,
+        })
+    }
+
     /// Writes zeros past the log up to `end` rounded up to [`PREALLOCATION_CHUNK`], made
     /// durable by the append's sync. A frame written over zeros already on disk leaves the
     /// file's size and blocks as they are, so its `fdatasync` writes the data alone; a frame
     /// that grows the file also makes it write the inode (on ext4, one more write waited for
     /// in every sync). Space reserved with `fallocate` would not do: its blocks are marked
     /// unwritten, and the first write into each changes the file's extents. Readers take a
-    /// zero frame header for the end of the log ([`read_segment`]).
+    /// zero frame header for the end of the log ([`read_segment`]). Segments after the first
+    /// come zeroed ahead of their turn ([`PreparedSegment`]); this serves the first one and a
+    /// segment that outgrows its zeros while a checkpoint runs.
     fn preallocate(&mut self, end: u64) -> std::io::Result<()> {
         let allocated = end.next_multiple_of(PREALLOCATION_CHUNK);
-        // At most one chunk plus the frame: well within memory.
-        let missing = usize::try_from(allocated - self.allocated).map_err(std::io::Error::other)?;
-        let zeros = vec![0u8; missing];
         self.file.seek(SeekFrom::Start(self.allocated))?;
-        self.file.write_all(&zeros)?;
+        write_zeros(&mut self.file, allocated - self.allocated, |_| Ok(()))?;
         self.file.seek(SeekFrom::Start(self.len))?;
         self.allocated = allocated;
         Ok(())
+    }
+}
+
+/// Writes `count` zeros at `file`'s cursor, at most [`PREALLOCATION_CHUNK`] bytes per
+/// `write`, calling `after_chunk` after each.
+fn write_zeros(
+    file: &mut File,
+    count: u64,
+    mut after_chunk: impl FnMut(&File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let zeros = vec![0u8; count.min(PREALLOCATION_CHUNK) as usize];
+    let mut left = count;
+    while left > 0 {
+        let chunk = left.min(PREALLOCATION_CHUNK);
+        file.write_all(&zeros[..chunk as usize])?;
+        after_chunk(file)?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// The file the next segment is prepared in ([`PreparedSegment`]) beside `store`. Its name
+/// is no segment's, so the log never reads it; a crash leaves it to be written again.
+pub(crate) fn prepared_path(store: &Path) -> PathBuf {
+    let mut name = store.file_name().unwrap_or_default().to_os_string();
+    name.push(".wal-next");
+    store.with_file_name(name)
+}
+
+/// A segment written ahead of its turn under [`prepared_path`]: its header and zeros, synced,
+/// the cursor after the header. [`Segment::adopt`] gives it its number.
+pub(crate) struct PreparedSegment {
+    file: File,
+    /// Bytes in the file, header included.
+    allocated: u64,
+}
+
+impl PreparedSegment {
+    /// Writes a segment of `size` bytes (rounded up to [`PREALLOCATION_CHUNK`]) at
+    /// [`prepared_path`], replacing what a crash or a stop left there. Each chunk of zeros is
+    /// synced before the next is written, so the disk's queue never holds more than one chunk
+    /// of them ahead of the log's own sync.
+    pub(crate) fn write(store: &Path, size: u64) -> Result<PreparedSegment, WalError> {
+        let path = prepared_path(store);
+        let allocated = size
+            .max(HEADER_LEN + 1)
+            .next_multiple_of(PREALLOCATION_CHUNK);
+        remove_if_present(&path)?;
+        let mut file = create_with_header(&path)?;
+        write_zeros(&mut file, allocated - HEADER_LEN, File::sync_data)
+            .and_then(|()| file.seek(SeekFrom::Start(HEADER_LEN)))
+            .map_err(io_error(&path))?;
+        Ok(PreparedSegment { file, allocated })
+    }
+}
+
+/// Creates the file of a new segment at `path` with its header, not synced yet.
+fn create_with_header(path: &Path) -> Result<File, WalError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_error(path))?;
+    file.write_all(&segment_header()).map_err(io_error(path))?;
+    Ok(file)
+}
+
+/// Removes `path` if it exists.
+pub(crate) fn remove_if_present(path: &Path) -> Result<(), WalError> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(WalError::Io {
+            path: path.to_owned(),
+            source: error,
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -17,6 +17,7 @@ use redb::Database;
 use super::checkpoint::{self, Dirty};
 use super::compaction::CompactionPolicy;
 use super::completion::Completion;
+use super::next_segment::SegmentPreparer;
 use super::tables::{RecentEvents, record_key};
 use super::wal::{self, Segment, Write};
 use crate::StoreError;
@@ -126,6 +127,7 @@ impl RedbWriter {
             failure: None,
             frame: Vec::new(),
             recent_events,
+            preparer: SegmentPreparer::start(store)?,
         };
         if let Some(replayed) = replayed {
             logger.checkpoint_replayed(replayed);
@@ -300,6 +302,8 @@ struct Logger {
     frame: Vec<u8>,
     /// Where events go once their frame is durable, until their checkpoint.
     recent_events: RecentEvents,
+    /// Writes the next segment while this one fills.
+    preparer: SegmentPreparer,
 }
 
 impl Logger {
@@ -413,13 +417,16 @@ impl Logger {
     /// Once the segment is big enough and no checkpoint is running, starts a new segment and
     /// hands everything logged before it to the checkpoint thread.
     fn maybe_checkpoint(&mut self) {
+        if self.segment.len >= self.checkpoint_bytes / 2 {
+            self.preparer.request(self.checkpoint_bytes);
+        }
         if self.checkpoint_running
             || self.failure.is_some()
             || self.segment.len < self.checkpoint_bytes
         {
             return;
         }
-        match Segment::create(&self.store, self.segment.number + 1) {
+        match self.next_segment() {
             Ok(next) => {
                 let through = std::mem::replace(&mut self.segment, next).number;
                 self.hand_off(through);
@@ -430,6 +437,21 @@ impl Logger {
                 ));
             }
         }
+    }
+
+    /// The segment after this one: the prepared one if it is ready (a rename), else one
+    /// created here.
+    fn next_segment(&mut self) -> Result<Segment, wal::WalError> {
+        let number = self.segment.number + 1;
+        if let Some(prepared) = self.preparer.take() {
+            match Segment::adopt(&self.store, number, prepared) {
+                Ok(segment) => return Ok(segment),
+                Err(error) => {
+                    tracing::warn!(%error, "the embedded store could not use its prepared log segment");
+                }
+            }
+        }
+        Segment::create(&self.store, number)
     }
 
     fn hand_off(&mut self, through: u64) {
@@ -473,8 +495,12 @@ impl Logger {
             self.collect_checkpoint(true);
         }
         let Logger {
-            jobs, checkpointer, ..
+            jobs,
+            checkpointer,
+            preparer,
+            ..
         } = self;
+        preparer.stop();
         drop(jobs);
         if let Some(thread) = checkpointer {
             let _ = thread.join();
