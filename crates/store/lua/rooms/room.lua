@@ -56,7 +56,8 @@
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
 -- These records' columns are read and written by `ticket_from_columns`, `ticket_record`,
 --   `waiting_from_columns`, `waiting_record`, `session_from_columns` and `session_record`,
---   which the store writes in front of this prelude from its field lists (one per record).
+--   which the store writes in front of this prelude from its field lists (one per record),
+--   numbers with `int` (below).
 --
 -- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
 -- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`
@@ -99,27 +100,50 @@ local SWEEP_BUDGET = 1024
 -- The call's time in milliseconds (begin_call).
 local NOW
 
-local function int(number)
-  return string.format('%.0f', number)
-end
+-- Whole numbers' texts, kept from call to call (at most TEXTS_KEPT, then started again):
+-- formatting a number is among the costlier steps of a call, and a call formats the same ones
+-- over and over (the time, the generation, bucket and tree node numbers, positions).
+local TEXTS_KEPT = 4096
+local int_text, int_texts = {}, 0
 
--- The text of small whole numbers (count tree nodes, bucket numbers), kept from call to call
--- (the library's locals outlive a call): formatting a number is among the costlier steps of
--- a call, and these are formatted over and over.
-local SMALL_TEXT = {}
-local function small_int(number)
-  local text = SMALL_TEXT[number]
-  if text == nil then
-    text = int(number)
-    if number < 65536 then
-      SMALL_TEXT[number] = text
-    end
+-- A whole number's text. `%d` formats a C integer, several times cheaper for Redis than `%.0f`
+-- (the C library's floating-point printing); a number that is not whole (or not finite) keeps
+-- the rounding of `%.0f`. (Declared in front of this prelude, with the record functions that
+-- use it.)
+int = function(number)
+  local text = int_text[number]
+  if text ~= nil then
+    return text
   end
+  if number % 1 ~= 0 then
+    return string.format('%.0f', number)
+  end
+  text = string.format('%d', number)
+  if int_texts == TEXTS_KEPT then
+    int_text, int_texts = {}, 0
+  end
+  int_text[number], int_texts = text, int_texts + 1
   return text
 end
 
+-- The texts of the numbers `float` formatted lately, kept from call to call (at most
+-- FLOAT_TEXTS, then started again): the rates it formats change only when tickets are
+-- admitted, and every status answer carries them.
+local FLOAT_TEXTS = 16
+local float_text, float_texts = {}, 0
 local function float(number)
-  return string.format('%.17g', number)
+  local text = float_text[number]
+  if text == nil then
+    text = string.format('%.17g', number)
+    -- (NaN is no table key.)
+    if number == number then
+      if float_texts == FLOAT_TEXTS then
+        float_text, float_texts = {}, 0
+      end
+      float_text[number], float_texts = text, float_texts + 1
+    end
+  end
+  return text
 end
 
 local function optional_int(number)
@@ -236,7 +260,7 @@ local function line_bucket(position)
 end
 
 local function bucket_key(position)
-  return LINE .. ':' .. small_int(line_bucket(position))
+  return LINE .. ':' .. int(line_bucket(position))
 end
 
 local function mask_bytes(text)
@@ -268,7 +292,7 @@ local function count_add(key, position, delta)
   local bucket = line_bucket(position)
   local bytes = state.masks[bucket]
   if bytes == nil then
-    bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+    bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
     state.masks[bucket] = bytes
   end
   local offset = position - bucket * LINE_BUCKET
@@ -314,9 +338,9 @@ local function mask_writes(state, writes, zeros)
       empty = empty and bytes[i] == 0
     end
     if empty then
-      zeros[#zeros + 1] = 'm' .. small_int(bucket)
+      zeros[#zeros + 1] = 'm' .. int(bucket)
     else
-      writes[#writes + 1] = 'm' .. small_int(bucket)
+      writes[#writes + 1] = 'm' .. int(bucket)
       writes[#writes + 1] = string.char(unpack(bytes))
     end
   end
@@ -332,7 +356,7 @@ local function flush_lane(key, state)
   mask_writes(state, writes, zeros)
   local fields = {}
   for node in pairs(changes) do
-    fields[#fields + 1] = small_int(node)
+    fields[#fields + 1] = int(node)
   end
   if #fields > 0 then
     local old = redis.call('HMGET', key, unpack(fields))
@@ -390,7 +414,7 @@ local function prefix_nodes(key, leaf)
   local fields = {}
   local node = math.min(leaf, lane_state(key).size)
   while node > 0 do
-    fields[#fields + 1] = small_int(node)
+    fields[#fields + 1] = int(node)
     node = node - low_bit(node)
   end
   return fields
@@ -414,7 +438,7 @@ local function leaf_of_rank(key, rank)
   while step >= 1 do
     local node = leaf + step
     if node <= size then
-      local count = tonumber(redis.call('HGET', key, small_int(node)) or '0')
+      local count = tonumber(redis.call('HGET', key, int(node)) or '0')
       if count < rank then
         leaf, rank = node, rank - count
       end
@@ -442,7 +466,7 @@ local function nth_in_lane(key, rank)
     error('anteroom: the counts of ' .. key .. ' disagree with its tree')
   end
   local bucket = leaf - 1
-  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
   for byte = 1, MASK_BYTES do
     local value = bytes[byte]
     if BITS_SET[value] < within then
@@ -468,7 +492,7 @@ local function ahead_in_lane(key, position)
   flush_counts()
   local bucket = line_bucket(position)
   local fields = prefix_nodes(key, bucket)
-  fields[#fields + 1] = 'm' .. small_int(bucket)
+  fields[#fields + 1] = 'm' .. int(bucket)
   local values = redis.call('HMGET', key, unpack(fields))
   local ahead = sum(values, 1, #fields - 1)
   local mask = values[#fields]
@@ -500,7 +524,7 @@ local function id_hash(id)
 end
 
 local function index_key(bucket)
-  return LINE .. ':id:' .. small_int(bucket)
+  return LINE .. ':id:' .. int(bucket)
 end
 
 -- The index bucket key of an id (linear hashing): buckets below the split point have been
@@ -714,55 +738,75 @@ local function apply_schedule()
   room.mode = room.after
 end
 
--- Loads the room's meta hash into `room`; false when the room does not exist.
-local function load_room()
-  local fields = {}
-  for _, name in ipairs(CONFIG_FIELDS) do fields[#fields + 1] = name end
-  for _, name in ipairs(STATE_FIELDS) do fields[#fields + 1] = name end
-  for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
-  fields[#fields + 1] = 'layout'
-  fields[#fields + 1] = 'seen_floor'
-  local lane_values = #fields
-  for _, name in ipairs(LANE_FIELDS) do fields[#fields + 1] = name end
-  local values = redis.call('HMGET', META, unpack(fields))
-  local loaded = {}
-  for i, name in ipairs(fields) do
-    loaded[name] = values[i]
+-- The meta fields load_room reads, made once when the library loads (where `ipairs` is not at
+-- hand); the lanes' fields last, after ROOM_LANE_VALUES others.
+local ROOM_FIELDS = {}
+local ROOM_LANE_VALUES = nil
+local ROOM_FIELD_LISTS = {
+  CONFIG_FIELDS, STATE_FIELDS, TOTAL_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
+}
+for l = 1, #ROOM_FIELD_LISTS do
+  local list = ROOM_FIELD_LISTS[l]
+  if list == LANE_FIELDS then
+    ROOM_LANE_VALUES = #ROOM_FIELDS
   end
-  if not loaded.generation then
+  for i = 1, #list do ROOM_FIELDS[#ROOM_FIELDS + 1] = list[i] end
+end
+
+-- Where each of ROOM_FIELDS is in load_room's HMGET answer.
+local ROOM_FIELD_AT = {}
+for i = 1, #ROOM_FIELDS do
+  ROOM_FIELD_AT[ROOM_FIELDS[i]] = i
+end
+
+-- Loads the room's meta hash into `room`; false when the room does not exist. The room is
+-- made by one table constructor, which sizes the table for its fields at once (a table
+-- filled field by field is rebuilt each time it outgrows its size).
+local function load_room()
+  local values = redis.call('HMGET', META, unpack(ROOM_FIELDS))
+  local at = ROOM_FIELD_AT
+  if not values[at.generation] then
     return false
   end
-  check_layout(loaded.layout)
+  check_layout(values[at.layout])
   -- (A room just migrated has its lanes' state from the migration.)
   if lanes == nil then
-    load_lanes(values, lane_values + 1)
+    load_lanes(values, ROOM_LANE_VALUES + 1)
   end
+  local draw = values[at.draw] or ''
   room = {
-    config_mode = loaded.mode,
-    order = loaded.order,
+    config_mode = values[at.mode],
+    order = values[at.order],
     changed = false,
-    events = parse_schedule(loaded.schedule),
-    before = loaded.before or 'passthrough',
-    after = loaded.after or 'passthrough',
-    base_max_active = tonumber(loaded.max_active),
-    base_per_minute = tonumber(loaded.per_minute),
-    base_capacity = tonumber(loaded.capacity),
+    events = parse_schedule(values[at.schedule]),
+    before = values[at.before] or 'passthrough',
+    after = values[at.after] or 'passthrough',
+    base_max_active = tonumber(values[at.max_active]),
+    base_per_minute = tonumber(values[at.per_minute]),
+    base_capacity = tonumber(values[at.capacity]),
+    session_ttl = tonumber(values[at.session_ttl]),
+    claim_ttl = tonumber(values[at.claim_ttl]),
+    idle_ttl = tonumber(values[at.idle_ttl]),
+    renew_after = tonumber(values[at.renew_after]),
+    generation = tonumber(values[at.generation]),
+    last_position = tonumber(values[at.last_position]),
+    serving = tonumber(values[at.serving]),
+    units = tonumber(values[at.units]),
+    units_at = tonumber(values[at.units_at]),
+    draw = draw,
+    seen_floor = tonumber(values[at.seen_floor] or '0'),
+    draw_opens_at = optional_number(string.match(draw, '^(%d+)|')),
+    session_max = optional_number(values[at.session_max]),
+    retention = tonumber(values[at.retention] or DEFAULT_RETENTION),
+    rate_admissions = tonumber(values[at.rate_admissions]),
+    rate_seconds = tonumber(values[at.rate_seconds]),
+    rate_at = optional_number(values[at.rate_at]),
+    -- (set by apply_schedule)
+    mode = false, max_active = false, per_minute = false, capacity = false,
   }
-  for _, name in ipairs({ 'session_ttl', 'claim_ttl', 'idle_ttl', 'renew_after', 'generation',
-    'last_position', 'serving', 'units', 'units_at' }) do
-    room[name] = tonumber(loaded[name])
-  end
-  room.draw = loaded.draw or ''
-  room.seen_floor = tonumber(loaded.seen_floor or '0')
-  room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
-  room.session_max = optional_number(loaded.session_max)
-  room.retention = tonumber(loaded.retention or DEFAULT_RETENTION)
-  room.rate_admissions = tonumber(loaded.rate_admissions)
-  room.rate_seconds = tonumber(loaded.rate_seconds)
-  room.rate_at = optional_number(loaded.rate_at)
   -- A total added since the room was written starts at zero.
   for _, name in ipairs(TOTAL_FIELDS) do
-    room[name] = tonumber(loaded[name] or '0')
+    room[name] = tonumber(values[at[name]] or '0')
   end
   apply_schedule()
   return true
