@@ -501,10 +501,12 @@ local function ahead_in_lane(key, position)
   end
   local offset = position - bucket * LINE_BUCKET
   local byte = math.floor(offset / 8) + 1
+  -- (the mask's bytes up to the position's in one call)
+  local bytes = { string.byte(mask, 1, byte) }
   for i = 1, byte - 1 do
-    ahead = ahead + BITS_SET[string.byte(mask, i)]
+    ahead = ahead + BITS_SET[bytes[i]]
   end
-  return ahead + BITS_SET[string.byte(mask, byte) % 2 ^ (offset % 8)]
+  return ahead + BITS_SET[bytes[byte] % 2 ^ (offset % 8)]
 end
 
 -- The live tickets of a lane in its buckets 0 .. bucket - 1.
@@ -640,13 +642,15 @@ end
 
 -- The room ----------------------------------------------------------------------------------
 
+-- The configuration's fields, written only by put_room, together with the configuration's
+-- text (`config`).
 local CONFIG_FIELDS = {
   'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
-  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw', 'retention',
+  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'retention',
 }
 local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
-  'rate_seconds', 'rate_at',
+  'rate_seconds', 'rate_at', 'draw', 'config',
 }
 -- TOTAL_FIELDS, the room's totals (meta fields, and their order in snapshot_reply), and
 -- TICK_REPORT_FIELDS, what a tick did (tick.lua's answer), are defined in front of this prelude
@@ -743,7 +747,7 @@ end
 local ROOM_FIELDS = {}
 local ROOM_LANE_VALUES = nil
 local ROOM_FIELD_LISTS = {
-  CONFIG_FIELDS, STATE_FIELDS, TOTAL_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
+  STATE_FIELDS, TOTAL_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
 }
 for l = 1, #ROOM_FIELD_LISTS do
   local list = ROOM_FIELD_LISTS[l]
@@ -757,6 +761,46 @@ end
 local ROOM_FIELD_AT = {}
 for i = 1, #ROOM_FIELDS do
   ROOM_FIELD_AT[ROOM_FIELDS[i]] = i
+end
+
+-- Rooms' configurations as read (room_config), by meta key, kept from call to call (at most
+-- CONFIGS_KEPT, then started again) with the configuration's text they were read with.
+local CONFIGS_KEPT = 64
+local configs, configs_kept = {}, 0
+
+-- The room's configuration: the one kept while the stored configuration's text (`text`,
+-- false for none) is the one it was read with, else read from meta. put_room writes the text
+-- with the fields in one HSET, so the same text means the same fields.
+local function room_config(text)
+  local config = configs[META]
+  if config and text and config.text == text then
+    return config
+  end
+  local values = redis.call('HMGET', META, unpack(CONFIG_FIELDS))
+  config = {
+    text = text,
+    mode = values[1],
+    order = values[2],
+    max_active = tonumber(values[3]),
+    per_minute = tonumber(values[4]),
+    capacity = tonumber(values[5]),
+    session_ttl = tonumber(values[6]),
+    session_max = optional_number(values[7]),
+    claim_ttl = tonumber(values[8]),
+    idle_ttl = tonumber(values[9]),
+    renew_after = tonumber(values[10]),
+    events = parse_schedule(values[11]),
+    before = values[12] or 'passthrough',
+    after = values[13] or 'passthrough',
+    retention = optional_number(values[14]),
+  }
+  if text then
+    if configs_kept == CONFIGS_KEPT then
+      configs, configs_kept = {}, 0
+    end
+    configs[META], configs_kept = config, configs_kept + 1
+  end
+  return config
 end
 
 -- Loads the room's meta hash into `room`; false when the room does not exist. The room is
@@ -773,21 +817,22 @@ local function load_room()
   if lanes == nil then
     load_lanes(values, ROOM_LANE_VALUES + 1)
   end
+  local config = room_config(values[at.config])
   local draw = values[at.draw] or ''
   room = {
-    config_mode = values[at.mode],
-    order = values[at.order],
+    config_mode = config.mode,
+    order = config.order,
     changed = false,
-    events = parse_schedule(values[at.schedule]),
-    before = values[at.before] or 'passthrough',
-    after = values[at.after] or 'passthrough',
-    base_max_active = tonumber(values[at.max_active]),
-    base_per_minute = tonumber(values[at.per_minute]),
-    base_capacity = tonumber(values[at.capacity]),
-    session_ttl = tonumber(values[at.session_ttl]),
-    claim_ttl = tonumber(values[at.claim_ttl]),
-    idle_ttl = tonumber(values[at.idle_ttl]),
-    renew_after = tonumber(values[at.renew_after]),
+    events = config.events,
+    before = config.before,
+    after = config.after,
+    base_max_active = config.max_active,
+    base_per_minute = config.per_minute,
+    base_capacity = config.capacity,
+    session_ttl = config.session_ttl,
+    claim_ttl = config.claim_ttl,
+    idle_ttl = config.idle_ttl,
+    renew_after = config.renew_after,
     generation = tonumber(values[at.generation]),
     last_position = tonumber(values[at.last_position]),
     serving = tonumber(values[at.serving]),
@@ -796,8 +841,8 @@ local function load_room()
     draw = draw,
     seen_floor = tonumber(values[at.seen_floor] or '0'),
     draw_opens_at = optional_number(string.match(draw, '^(%d+)|')),
-    session_max = optional_number(values[at.session_max]),
-    retention = tonumber(values[at.retention] or DEFAULT_RETENTION),
+    session_max = config.session_max,
+    retention = config.retention or DEFAULT_RETENTION,
     rate_admissions = tonumber(values[at.rate_admissions]),
     rate_seconds = tonumber(values[at.rate_seconds]),
     rate_at = optional_number(values[at.rate_at]),
@@ -996,22 +1041,20 @@ local function decode_waiting(position, value)
   return ticket
 end
 
+-- A ticket by id: looked for in the line first, where the tickets that ask most often (the
+-- waiting ones, on every status) are; a ticket that no longer waits has left the index.
 local function get_ticket(id)
-  local record = redis.call('HGET', TICKETS, id)
-  if record then
-    return decode_ticket(id, record)
-  end
   local position, index_bucket = index_position(id)
-  if not position then
-    return nil
+  if position then
+    local value = redis.call('HGET', bucket_key(position), int(position))
+    local ticket = value and decode_waiting(position, value)
+    if ticket and ticket.id == id then
+      ticket.index_key = index_bucket
+      return ticket
+    end
   end
-  local value = redis.call('HGET', bucket_key(position), int(position))
-  local ticket = value and decode_waiting(position, value)
-  if not ticket or ticket.id ~= id then
-    return nil
-  end
-  ticket.index_key = index_bucket
-  return ticket
+  local record = redis.call('HGET', TICKETS, id)
+  return record and decode_ticket(id, record) or nil
 end
 
 -- Writes a ticket where its state keeps it: a waiting one in its line bucket, any other in
