@@ -24,7 +24,7 @@
 
 local JOIN_ARGS = 10
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 if room.mode == 'closed' then

@@ -747,7 +747,7 @@ end
 local ROOM_FIELDS = {}
 local ROOM_LANE_VALUES = nil
 local ROOM_FIELD_LISTS = {
-  STATE_FIELDS, TOTAL_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
+  STATE_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
 }
 for l = 1, #ROOM_FIELD_LISTS do
   local list = ROOM_FIELD_LISTS[l]
@@ -757,11 +757,41 @@ for l = 1, #ROOM_FIELD_LISTS do
   for i = 1, #list do ROOM_FIELDS[#ROOM_FIELDS + 1] = list[i] end
 end
 
+-- ROOM_FIELDS and then the totals, for the operations that change or report totals.
+local ROOM_AND_TOTAL_FIELDS = {}
+for i = 1, #ROOM_FIELDS do ROOM_AND_TOTAL_FIELDS[i] = ROOM_FIELDS[i] end
+for i = 1, #TOTAL_FIELDS do ROOM_AND_TOTAL_FIELDS[#ROOM_FIELDS + i] = TOTAL_FIELDS[i] end
+
 -- Where each of ROOM_FIELDS is in load_room's HMGET answer.
 local ROOM_FIELD_AT = {}
 for i = 1, #ROOM_FIELDS do
   ROOM_FIELD_AT[ROOM_FIELDS[i]] = i
 end
+
+-- Sets the room's totals from values[first ...] (TOTAL_FIELDS' order).
+local function set_totals(loaded, values, first)
+  for i, total in ipairs(TOTAL_FIELDS) do
+    -- (a total added since the room was written starts at zero)
+    rawset(loaded, total, tonumber(values[first + i - 1] or '0'))
+  end
+  loaded.totals_read = true
+end
+
+-- The room's totals are read when one is first used if load_room did not read them (a status
+-- of a waiting ticket uses none): `room` looks a missing total up here, which reads them all.
+local IS_TOTAL = {}
+for i = 1, #TOTAL_FIELDS do
+  IS_TOTAL[TOTAL_FIELDS[i]] = true
+end
+local LAZY_TOTALS = {
+  __index = function(loaded, name)
+    if not IS_TOTAL[name] or loaded.totals_read then
+      return nil
+    end
+    set_totals(loaded, redis.call('HMGET', META, unpack(TOTAL_FIELDS)), 1)
+    return rawget(loaded, name)
+  end,
+}
 
 -- Rooms' configurations as read (room_config), by meta key, kept from call to call (at most
 -- CONFIGS_KEPT, then started again) with the configuration's text they were read with.
@@ -803,11 +833,13 @@ local function room_config(text)
   return config
 end
 
--- Loads the room's meta hash into `room`; false when the room does not exist. The room is
--- made by one table constructor, which sizes the table for its fields at once (a table
--- filled field by field is rebuilt each time it outgrows its size).
-local function load_room()
-  local values = redis.call('HMGET', META, unpack(ROOM_FIELDS))
+-- Loads the room's meta hash into `room`, its totals too when `with_totals` (else on first
+-- use); false when the room does not exist. The room is made by one table constructor, which
+-- sizes the table for its fields at once (a table filled field by field is rebuilt each time
+-- it outgrows its size).
+local function load_room(with_totals)
+  local values = redis.call('HMGET', META,
+    unpack(with_totals and ROOM_AND_TOTAL_FIELDS or ROOM_FIELDS))
   local at = ROOM_FIELD_AT
   if not values[at.generation] then
     return false
@@ -848,10 +880,11 @@ local function load_room()
     rate_at = optional_number(values[at.rate_at]),
     -- (set by apply_schedule)
     mode = false, max_active = false, per_minute = false, capacity = false,
+    totals_read = false,
   }
-  -- A total added since the room was written starts at zero.
-  for _, name in ipairs(TOTAL_FIELDS) do
-    room[name] = tonumber(values[at[name]] or '0')
+  setmetatable(room, LAZY_TOTALS)
+  if with_totals then
+    set_totals(room, values, #ROOM_FIELDS + 1)
   end
   apply_schedule()
   return true
@@ -868,9 +901,12 @@ local function save_room()
     'rate_seconds', float(room.rate_seconds),
     'rate_at', optional_int(room.rate_at),
   }
-  for _, name in ipairs(TOTAL_FIELDS) do
-    values[#values + 1] = name
-    values[#values + 1] = int(room[name])
+  -- (totals never read are as stored; a new room's, put_room's, are all written)
+  if room.totals_read ~= false then
+    for _, name in ipairs(TOTAL_FIELDS) do
+      values[#values + 1] = name
+      values[#values + 1] = int(room[name])
+    end
   end
   flush_counts(values)
   redis.call('HSET', META, unpack(values))
