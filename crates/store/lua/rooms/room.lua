@@ -1550,9 +1550,12 @@ end
 local function sweep_idle(report)
   local start = tonumber(redis.call('HGET', META, 'sweep') or '0')
   local bucket, examined, wrapped = start, 0, false
+  -- A ticket is idle when its last contact (record_last_seen: the seen floor included) is at
+  -- or before `cutoff`: none is while the floor is after it, else those whose own is.
+  local cutoff = NOW - room.idle_ttl
+  local floor_passed = seen_floor() <= cutoff
   while examined < SWEEP_BUDGET and not (wrapped and bucket >= start) do
-    local key = LINE .. ':' .. int(bucket)
-    local entries = redis.call('HGETALL', key)
+    local entries = redis.call('HGETALL', bucket_key(bucket * LINE_BUCKET))
     if #entries == 0 then
       local position = next_waiting_position(bucket * LINE_BUCKET)
       if position ~= nil then
@@ -1565,11 +1568,11 @@ local function sweep_idle(report)
         bucket, wrapped = 0, true
       end
     else
-      for i = 1, #entries, 2 do
-        local position, value = tonumber(entries[i]), entries[i + 1]
+      for i = 1, floor_passed and #entries or 0, 2 do
+        local value = entries[i + 1]
         local joined_at, seen = string.match(value, '^[^|]*|(%d+)|(%d+)|')
-        if record_last_seen(tonumber(joined_at), tonumber(seen)) + room.idle_ttl <= NOW then
-          abandon(decode_waiting(position, value), report)
+        if tonumber(joined_at) + tonumber(seen) <= cutoff then
+          abandon(decode_waiting(tonumber(entries[i]), value), report)
         end
       end
       examined = examined + #entries / 2
