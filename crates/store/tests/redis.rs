@@ -964,6 +964,51 @@ async fn rooms_written_in_the_second_layout_are_migrated() {
 }
 
 #[tokio::test]
+async fn deleting_a_room_leaves_none_of_its_keys_but_the_outbox() {
+    // delete_room names the line buckets from the lanes' masks and the index buckets from the
+    // index's state: a line of several buckets, with gaps where tickets left, goes whole.
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+    let prefix = unique_prefix();
+    let config = RedisConfig::standalone(shared_server().url()).with_key_prefix(prefix.as_str());
+    let store = RedisStore::new(config, Some(clock)).unwrap();
+    let id = room_id("deleted");
+    full_room(&store, &id, Duration::from_secs(600)).await;
+    let mut waiting = Vec::new();
+    for _ in 0..400 {
+        if let Entry::Waiting(view) = store.join(&id, JoinRequest::default()).await.unwrap() {
+            waiting.push(TicketRef {
+                id: view.ticket,
+                generation: view.generation,
+            });
+        }
+    }
+    assert_eq!(waiting.len(), 400);
+    for ticket in waiting.iter().skip(100).take(150) {
+        store.leave(&id, *ticket).await.unwrap();
+    }
+    let server = shared_server();
+    let pattern = format!("{prefix}:*");
+    let keys = server.cli(&["KEYS", &pattern]);
+    assert!(
+        keys.lines().filter(|key| key.contains(":line:id:")).count() > 4,
+        "{keys}"
+    );
+    assert!(
+        keys.lines().filter(|key| key.contains(":line:")).count() > 8,
+        "{keys}"
+    );
+
+    assert!(store.delete_room(&id).await.unwrap());
+    let left: Vec<String> = server
+        .cli(&["KEYS", &pattern])
+        .lines()
+        .filter(|key| !key.trim().is_empty() && !key.contains("outbox"))
+        .map(str::to_owned)
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
 async fn every_room_total_is_read_and_kept_by_the_scripts() {
     // The scripts name the totals from RoomTotals' field list: each one stored in the meta hash
     // comes back in the snapshot, and an operation writes each one back.

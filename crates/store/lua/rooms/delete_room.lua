@@ -4,14 +4,17 @@
 -- (A room in an older layout is migrated first, so its keys are those named here.)
 local existed = room_exists()
 if existed then
-  -- The line buckets of the waiting tickets, and the id index's buckets.
+  -- The line buckets holding waiting tickets, those with a mask (`m<n>`) in either lane's
+  -- counts (named without reading a record), and the id index's buckets.
   local buckets = {}
-  each_waiting(tonumber(redis.call('HGET', META, 'last_position')), function(position)
-    local key = bucket_key(position)
-    if buckets[#buckets] ~= key then
-      buckets[#buckets + 1] = key
+  for _, lane in ipairs({ WAITING, PRIORITY }) do
+    for _, field in ipairs(redis.call('HKEYS', lane)) do
+      local bucket = string.match(field, '^m(%d+)$')
+      if bucket then
+        buckets[#buckets + 1] = bucket_key(tonumber(bucket) * LINE_BUCKET)
+      end
     end
-  end)
+  end
   for bucket = 0, index_buckets() - 1 do
     buckets[#buckets + 1] = index_key(bucket)
   end

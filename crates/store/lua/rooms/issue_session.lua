@@ -6,7 +6,7 @@
 -- ARGV[7] lifetime in milliseconds
 -- Returns: 'ok', session id, session record; or 'error' and why ('room_full').
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 if room.mode ~= 'passthrough' and free_slots() == 0 then

@@ -24,7 +24,7 @@
 
 local JOIN_ARGS = 10
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 if room.mode == 'closed' then
@@ -99,7 +99,7 @@ end
 -- One join; true as its second result when it made a new ticket.
 local function join_one(join)
   -- The caller gave up on this join before it ran (cancel_join.lua): it must leave no ticket.
-  if redis.call('ZSCORE', CANCELLED, join.ticket_id) then
+  if join.cancelled then
     return { 'error', 'join_cancelled' }, false
   end
   DRAW_SEED = join.draw_seed
@@ -143,7 +143,14 @@ local function failure_text(failure)
 end
 
 local answers, joined = {}, false
-for i = 1, tonumber(ARGV[5]) do
+local count = tonumber(ARGV[5])
+-- Which joins were cancelled, in one look-up for the batch (no join of a batch cancels one).
+local ticket_ids = {}
+for i = 1, count do
+  ticket_ids[i] = ARGV[5 + (i - 1) * JOIN_ARGS + 1]
+end
+local cancelled = redis.call('ZMSCORE', CANCELLED, unpack(ticket_ids))
+for i = 1, count do
   local base = 5 + (i - 1) * JOIN_ARGS
   -- Each join is confined: an error in one is its own answer, and the joins before and after
   -- it keep theirs. Redis keeps what the failed join wrote before its error (scripts do not
@@ -159,6 +166,7 @@ for i = 1, tonumber(ARGV[5]) do
     code_digest = ARGV[base + 8],
     resume_only = ARGV[base + 9],
     deadline = ARGV[base + 10],
+    cancelled = cancelled[i],
   })
   if not ok then
     answer, made = { 'failed', failure_text(answer) }, false

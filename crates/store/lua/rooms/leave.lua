@@ -7,7 +7,7 @@
 -- ARGV[8] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok', or 'error' and why.
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 DRAW_SEED = ARGV[8]

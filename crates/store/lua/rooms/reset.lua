@@ -4,7 +4,7 @@
 -- ARGV[5] '1' to purge, '0' to keep the records
 -- Returns: 'ok' and the snapshot; or 'error' and why.
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 -- The priority lane's tickets end first, then the regular line's, each in position order.

@@ -56,7 +56,8 @@
 --   state a (active) or e (ended); ticket, hard_expires_at, ended_at, reason may be ''.
 -- These records' columns are read and written by `ticket_from_columns`, `ticket_record`,
 --   `waiting_from_columns`, `waiting_record`, `session_from_columns` and `session_record`,
---   which the store writes in front of this prelude from its field lists (one per record).
+--   which the store writes in front of this prelude from its field lists (one per record),
+--   numbers with `int` (below).
 --
 -- Meta also holds the schedule (SPEC §5.3), written by put_room: `schedule` is '' or events
 -- joined by ';', each `prequeue_at,opens_at,closes_at,shuffle,max_active,per_minute,capacity`
@@ -99,27 +100,50 @@ local SWEEP_BUDGET = 1024
 -- The call's time in milliseconds (begin_call).
 local NOW
 
-local function int(number)
-  return string.format('%.0f', number)
-end
+-- Whole numbers' texts, kept from call to call (at most TEXTS_KEPT, then started again):
+-- formatting a number is among the costlier steps of a call, and a call formats the same ones
+-- over and over (the time, the generation, bucket and tree node numbers, positions).
+local TEXTS_KEPT = 4096
+local int_text, int_texts = {}, 0
 
--- The text of small whole numbers (count tree nodes, bucket numbers), kept from call to call
--- (the library's locals outlive a call): formatting a number is among the costlier steps of
--- a call, and these are formatted over and over.
-local SMALL_TEXT = {}
-local function small_int(number)
-  local text = SMALL_TEXT[number]
-  if text == nil then
-    text = int(number)
-    if number < 65536 then
-      SMALL_TEXT[number] = text
-    end
+-- A whole number's text. `%d` formats a C integer, several times cheaper for Redis than `%.0f`
+-- (the C library's floating-point printing); a number that is not whole (or not finite) keeps
+-- the rounding of `%.0f`. (Declared in front of this prelude, with the record functions that
+-- use it.)
+int = function(number)
+  local text = int_text[number]
+  if text ~= nil then
+    return text
   end
+  if number % 1 ~= 0 then
+    return string.format('%.0f', number)
+  end
+  text = string.format('%d', number)
+  if int_texts == TEXTS_KEPT then
+    int_text, int_texts = {}, 0
+  end
+  int_text[number], int_texts = text, int_texts + 1
   return text
 end
 
+-- The texts of the numbers `float` formatted lately, kept from call to call (at most
+-- FLOAT_TEXTS, then started again): the rates it formats change only when tickets are
+-- admitted, and every status answer carries them.
+local FLOAT_TEXTS = 16
+local float_text, float_texts = {}, 0
 local function float(number)
-  return string.format('%.17g', number)
+  local text = float_text[number]
+  if text == nil then
+    text = string.format('%.17g', number)
+    -- (NaN is no table key.)
+    if number == number then
+      if float_texts == FLOAT_TEXTS then
+        float_text, float_texts = {}, 0
+      end
+      float_text[number], float_texts = text, float_texts + 1
+    end
+  end
+  return text
 end
 
 local function optional_int(number)
@@ -236,7 +260,7 @@ local function line_bucket(position)
 end
 
 local function bucket_key(position)
-  return LINE .. ':' .. small_int(line_bucket(position))
+  return LINE .. ':' .. int(line_bucket(position))
 end
 
 local function mask_bytes(text)
@@ -268,7 +292,7 @@ local function count_add(key, position, delta)
   local bucket = line_bucket(position)
   local bytes = state.masks[bucket]
   if bytes == nil then
-    bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+    bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
     state.masks[bucket] = bytes
   end
   local offset = position - bucket * LINE_BUCKET
@@ -314,9 +338,9 @@ local function mask_writes(state, writes, zeros)
       empty = empty and bytes[i] == 0
     end
     if empty then
-      zeros[#zeros + 1] = 'm' .. small_int(bucket)
+      zeros[#zeros + 1] = 'm' .. int(bucket)
     else
-      writes[#writes + 1] = 'm' .. small_int(bucket)
+      writes[#writes + 1] = 'm' .. int(bucket)
       writes[#writes + 1] = string.char(unpack(bytes))
     end
   end
@@ -332,7 +356,7 @@ local function flush_lane(key, state)
   mask_writes(state, writes, zeros)
   local fields = {}
   for node in pairs(changes) do
-    fields[#fields + 1] = small_int(node)
+    fields[#fields + 1] = int(node)
   end
   if #fields > 0 then
     local old = redis.call('HMGET', key, unpack(fields))
@@ -390,7 +414,7 @@ local function prefix_nodes(key, leaf)
   local fields = {}
   local node = math.min(leaf, lane_state(key).size)
   while node > 0 do
-    fields[#fields + 1] = small_int(node)
+    fields[#fields + 1] = int(node)
     node = node - low_bit(node)
   end
   return fields
@@ -414,7 +438,7 @@ local function leaf_of_rank(key, rank)
   while step >= 1 do
     local node = leaf + step
     if node <= size then
-      local count = tonumber(redis.call('HGET', key, small_int(node)) or '0')
+      local count = tonumber(redis.call('HGET', key, int(node)) or '0')
       if count < rank then
         leaf, rank = node, rank - count
       end
@@ -442,7 +466,7 @@ local function nth_in_lane(key, rank)
     error('anteroom: the counts of ' .. key .. ' disagree with its tree')
   end
   local bucket = leaf - 1
-  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. small_int(bucket)))
+  local bytes = mask_bytes(redis.call('HGET', key, 'm' .. int(bucket)))
   for byte = 1, MASK_BYTES do
     local value = bytes[byte]
     if BITS_SET[value] < within then
@@ -468,7 +492,7 @@ local function ahead_in_lane(key, position)
   flush_counts()
   local bucket = line_bucket(position)
   local fields = prefix_nodes(key, bucket)
-  fields[#fields + 1] = 'm' .. small_int(bucket)
+  fields[#fields + 1] = 'm' .. int(bucket)
   local values = redis.call('HMGET', key, unpack(fields))
   local ahead = sum(values, 1, #fields - 1)
   local mask = values[#fields]
@@ -477,10 +501,12 @@ local function ahead_in_lane(key, position)
   end
   local offset = position - bucket * LINE_BUCKET
   local byte = math.floor(offset / 8) + 1
+  -- (the mask's bytes up to the position's in one call)
+  local bytes = { string.byte(mask, 1, byte) }
   for i = 1, byte - 1 do
-    ahead = ahead + BITS_SET[string.byte(mask, i)]
+    ahead = ahead + BITS_SET[bytes[i]]
   end
-  return ahead + BITS_SET[string.byte(mask, byte) % 2 ^ (offset % 8)]
+  return ahead + BITS_SET[bytes[byte] % 2 ^ (offset % 8)]
 end
 
 -- The live tickets of a lane in its buckets 0 .. bucket - 1.
@@ -500,7 +526,7 @@ local function id_hash(id)
 end
 
 local function index_key(bucket)
-  return LINE .. ':id:' .. small_int(bucket)
+  return LINE .. ':id:' .. int(bucket)
 end
 
 -- The index bucket key of an id (linear hashing): buckets below the split point have been
@@ -616,13 +642,15 @@ end
 
 -- The room ----------------------------------------------------------------------------------
 
+-- The configuration's fields, written only by put_room, together with the configuration's
+-- text (`config`).
 local CONFIG_FIELDS = {
   'mode', 'order', 'max_active', 'per_minute', 'capacity', 'session_ttl', 'session_max',
-  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'draw', 'retention',
+  'claim_ttl', 'idle_ttl', 'renew_after', 'schedule', 'before', 'after', 'retention',
 }
 local STATE_FIELDS = {
   'generation', 'last_position', 'serving', 'units', 'units_at', 'rate_admissions',
-  'rate_seconds', 'rate_at',
+  'rate_seconds', 'rate_at', 'draw', 'config',
 }
 -- TOTAL_FIELDS, the room's totals (meta fields, and their order in snapshot_reply), and
 -- TICK_REPORT_FIELDS, what a tick did (tick.lua's answer), are defined in front of this prelude
@@ -714,55 +742,149 @@ local function apply_schedule()
   room.mode = room.after
 end
 
--- Loads the room's meta hash into `room`; false when the room does not exist.
-local function load_room()
-  local fields = {}
-  for _, name in ipairs(CONFIG_FIELDS) do fields[#fields + 1] = name end
-  for _, name in ipairs(STATE_FIELDS) do fields[#fields + 1] = name end
-  for _, name in ipairs(TOTAL_FIELDS) do fields[#fields + 1] = name end
-  fields[#fields + 1] = 'layout'
-  fields[#fields + 1] = 'seen_floor'
-  local lane_values = #fields
-  for _, name in ipairs(LANE_FIELDS) do fields[#fields + 1] = name end
-  local values = redis.call('HMGET', META, unpack(fields))
-  local loaded = {}
-  for i, name in ipairs(fields) do
-    loaded[name] = values[i]
+-- The meta fields load_room reads, made once when the library loads (where `ipairs` is not at
+-- hand); the lanes' fields last, after ROOM_LANE_VALUES others.
+local ROOM_FIELDS = {}
+local ROOM_LANE_VALUES = nil
+local ROOM_FIELD_LISTS = {
+  STATE_FIELDS, { 'layout', 'seen_floor' }, LANE_FIELDS,
+}
+for l = 1, #ROOM_FIELD_LISTS do
+  local list = ROOM_FIELD_LISTS[l]
+  if list == LANE_FIELDS then
+    ROOM_LANE_VALUES = #ROOM_FIELDS
   end
-  if not loaded.generation then
+  for i = 1, #list do ROOM_FIELDS[#ROOM_FIELDS + 1] = list[i] end
+end
+
+-- ROOM_FIELDS and then the totals, for the operations that change or report totals.
+local ROOM_AND_TOTAL_FIELDS = {}
+for i = 1, #ROOM_FIELDS do ROOM_AND_TOTAL_FIELDS[i] = ROOM_FIELDS[i] end
+for i = 1, #TOTAL_FIELDS do ROOM_AND_TOTAL_FIELDS[#ROOM_FIELDS + i] = TOTAL_FIELDS[i] end
+
+-- Where each of ROOM_FIELDS is in load_room's HMGET answer.
+local ROOM_FIELD_AT = {}
+for i = 1, #ROOM_FIELDS do
+  ROOM_FIELD_AT[ROOM_FIELDS[i]] = i
+end
+
+-- Sets the room's totals from values[first ...] (TOTAL_FIELDS' order).
+local function set_totals(loaded, values, first)
+  for i, total in ipairs(TOTAL_FIELDS) do
+    -- (a total added since the room was written starts at zero)
+    rawset(loaded, total, tonumber(values[first + i - 1] or '0'))
+  end
+  loaded.totals_read = true
+end
+
+-- The room's totals are read when one is first used if load_room did not read them (a status
+-- of a waiting ticket uses none): `room` looks a missing total up here, which reads them all.
+local IS_TOTAL = {}
+for i = 1, #TOTAL_FIELDS do
+  IS_TOTAL[TOTAL_FIELDS[i]] = true
+end
+local LAZY_TOTALS = {
+  __index = function(loaded, name)
+    if not IS_TOTAL[name] or loaded.totals_read then
+      return nil
+    end
+    set_totals(loaded, redis.call('HMGET', META, unpack(TOTAL_FIELDS)), 1)
+    return rawget(loaded, name)
+  end,
+}
+
+-- Rooms' configurations as read (room_config), by meta key, kept from call to call (at most
+-- CONFIGS_KEPT, then started again) with the configuration's text they were read with.
+local CONFIGS_KEPT = 64
+local configs, configs_kept = {}, 0
+
+-- The room's configuration: the one kept while the stored configuration's text (`text`,
+-- false for none) is the one it was read with, else read from meta. put_room writes the text
+-- with the fields in one HSET, so the same text means the same fields.
+local function room_config(text)
+  local config = configs[META]
+  if config and text and config.text == text then
+    return config
+  end
+  local values = redis.call('HMGET', META, unpack(CONFIG_FIELDS))
+  config = {
+    text = text,
+    mode = values[1],
+    order = values[2],
+    max_active = tonumber(values[3]),
+    per_minute = tonumber(values[4]),
+    capacity = tonumber(values[5]),
+    session_ttl = tonumber(values[6]),
+    session_max = optional_number(values[7]),
+    claim_ttl = tonumber(values[8]),
+    idle_ttl = tonumber(values[9]),
+    renew_after = tonumber(values[10]),
+    events = parse_schedule(values[11]),
+    before = values[12] or 'passthrough',
+    after = values[13] or 'passthrough',
+    retention = optional_number(values[14]),
+  }
+  if text then
+    if configs_kept == CONFIGS_KEPT then
+      configs, configs_kept = {}, 0
+    end
+    configs[META], configs_kept = config, configs_kept + 1
+  end
+  return config
+end
+
+-- Loads the room's meta hash into `room`, its totals too when `with_totals` (else on first
+-- use); false when the room does not exist. The room is made by one table constructor, which
+-- sizes the table for its fields at once (a table filled field by field is rebuilt each time
+-- it outgrows its size).
+local function load_room(with_totals)
+  local values = redis.call('HMGET', META,
+    unpack(with_totals and ROOM_AND_TOTAL_FIELDS or ROOM_FIELDS))
+  local at = ROOM_FIELD_AT
+  if not values[at.generation] then
     return false
   end
-  check_layout(loaded.layout)
+  check_layout(values[at.layout])
   -- (A room just migrated has its lanes' state from the migration.)
   if lanes == nil then
-    load_lanes(values, lane_values + 1)
+    load_lanes(values, ROOM_LANE_VALUES + 1)
   end
+  local config = room_config(values[at.config])
+  local draw = values[at.draw] or ''
   room = {
-    config_mode = loaded.mode,
-    order = loaded.order,
+    config_mode = config.mode,
+    order = config.order,
     changed = false,
-    events = parse_schedule(loaded.schedule),
-    before = loaded.before or 'passthrough',
-    after = loaded.after or 'passthrough',
-    base_max_active = tonumber(loaded.max_active),
-    base_per_minute = tonumber(loaded.per_minute),
-    base_capacity = tonumber(loaded.capacity),
+    events = config.events,
+    before = config.before,
+    after = config.after,
+    base_max_active = config.max_active,
+    base_per_minute = config.per_minute,
+    base_capacity = config.capacity,
+    session_ttl = config.session_ttl,
+    claim_ttl = config.claim_ttl,
+    idle_ttl = config.idle_ttl,
+    renew_after = config.renew_after,
+    generation = tonumber(values[at.generation]),
+    last_position = tonumber(values[at.last_position]),
+    serving = tonumber(values[at.serving]),
+    units = tonumber(values[at.units]),
+    units_at = tonumber(values[at.units_at]),
+    draw = draw,
+    seen_floor = tonumber(values[at.seen_floor] or '0'),
+    draw_opens_at = optional_number(string.match(draw, '^(%d+)|')),
+    session_max = config.session_max,
+    retention = config.retention or DEFAULT_RETENTION,
+    rate_admissions = tonumber(values[at.rate_admissions]),
+    rate_seconds = tonumber(values[at.rate_seconds]),
+    rate_at = optional_number(values[at.rate_at]),
+    -- (set by apply_schedule)
+    mode = false, max_active = false, per_minute = false, capacity = false,
+    totals_read = false,
   }
-  for _, name in ipairs({ 'session_ttl', 'claim_ttl', 'idle_ttl', 'renew_after', 'generation',
-    'last_position', 'serving', 'units', 'units_at' }) do
-    room[name] = tonumber(loaded[name])
-  end
-  room.draw = loaded.draw or ''
-  room.seen_floor = tonumber(loaded.seen_floor or '0')
-  room.draw_opens_at = optional_number(string.match(room.draw, '^(%d+)|'))
-  room.session_max = optional_number(loaded.session_max)
-  room.retention = tonumber(loaded.retention or DEFAULT_RETENTION)
-  room.rate_admissions = tonumber(loaded.rate_admissions)
-  room.rate_seconds = tonumber(loaded.rate_seconds)
-  room.rate_at = optional_number(loaded.rate_at)
-  -- A total added since the room was written starts at zero.
-  for _, name in ipairs(TOTAL_FIELDS) do
-    room[name] = tonumber(loaded[name] or '0')
+  setmetatable(room, LAZY_TOTALS)
+  if with_totals then
+    set_totals(room, values, #ROOM_FIELDS + 1)
   end
   apply_schedule()
   return true
@@ -779,9 +901,12 @@ local function save_room()
     'rate_seconds', float(room.rate_seconds),
     'rate_at', optional_int(room.rate_at),
   }
-  for _, name in ipairs(TOTAL_FIELDS) do
-    values[#values + 1] = name
-    values[#values + 1] = int(room[name])
+  -- (totals never read are as stored; a new room's, put_room's, are all written)
+  if room.totals_read ~= false then
+    for _, name in ipairs(TOTAL_FIELDS) do
+      values[#values + 1] = name
+      values[#values + 1] = int(room[name])
+    end
   end
   flush_counts(values)
   redis.call('HSET', META, unpack(values))
@@ -952,22 +1077,20 @@ local function decode_waiting(position, value)
   return ticket
 end
 
+-- A ticket by id: looked for in the line first, where the tickets that ask most often (the
+-- waiting ones, on every status) are; a ticket that no longer waits has left the index.
 local function get_ticket(id)
-  local record = redis.call('HGET', TICKETS, id)
-  if record then
-    return decode_ticket(id, record)
-  end
   local position, index_bucket = index_position(id)
-  if not position then
-    return nil
+  if position then
+    local value = redis.call('HGET', bucket_key(position), int(position))
+    local ticket = value and decode_waiting(position, value)
+    if ticket and ticket.id == id then
+      ticket.index_key = index_bucket
+      return ticket
+    end
   end
-  local value = redis.call('HGET', bucket_key(position), int(position))
-  local ticket = value and decode_waiting(position, value)
-  if not ticket or ticket.id ~= id then
-    return nil
-  end
-  ticket.index_key = index_bucket
-  return ticket
+  local record = redis.call('HGET', TICKETS, id)
+  return record and decode_ticket(id, record) or nil
 end
 
 -- Writes a ticket where its state keeps it: a waiting one in its line bucket, any other in
@@ -1427,9 +1550,12 @@ end
 local function sweep_idle(report)
   local start = tonumber(redis.call('HGET', META, 'sweep') or '0')
   local bucket, examined, wrapped = start, 0, false
+  -- A ticket is idle when its last contact (record_last_seen: the seen floor included) is at
+  -- or before `cutoff`: none is while the floor is after it, else those whose own is.
+  local cutoff = NOW - room.idle_ttl
+  local floor_passed = seen_floor() <= cutoff
   while examined < SWEEP_BUDGET and not (wrapped and bucket >= start) do
-    local key = LINE .. ':' .. int(bucket)
-    local entries = redis.call('HGETALL', key)
+    local entries = redis.call('HGETALL', bucket_key(bucket * LINE_BUCKET))
     if #entries == 0 then
       local position = next_waiting_position(bucket * LINE_BUCKET)
       if position ~= nil then
@@ -1442,11 +1568,11 @@ local function sweep_idle(report)
         bucket, wrapped = 0, true
       end
     else
-      for i = 1, #entries, 2 do
-        local position, value = tonumber(entries[i]), entries[i + 1]
+      for i = 1, floor_passed and #entries or 0, 2 do
+        local value = entries[i + 1]
         local joined_at, seen = string.match(value, '^[^|]*|(%d+)|(%d+)|')
-        if record_last_seen(tonumber(joined_at), tonumber(seen)) + room.idle_ttl <= NOW then
-          abandon(decode_waiting(position, value), report)
+        if tonumber(joined_at) + tonumber(seen) <= cutoff then
+          abandon(decode_waiting(tonumber(entries[i]), value), report)
         end
       end
       examined = examined + #entries / 2

@@ -5,7 +5,7 @@
 -- ARGV[6] seed for a pre-queue lottery due now (64 hex digits)
 -- Returns: 'ok' and the report's counts in TICK_REPORT_FIELDS order; or 'error' and why.
 
-if not load_room() then
+if not load_room(true) then
   return room_not_found()
 end
 DRAW_SEED = ARGV[6]

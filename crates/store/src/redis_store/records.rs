@@ -482,10 +482,8 @@ impl LuaKind {
     /// Lua writing the field `name` of the table `t` as its column.
     fn write(self, name: &str) -> String {
         match self {
-            LuaKind::Int => format!("string.format('%.0f', t.{name})"),
-            LuaKind::OptionalInt => {
-                format!("(t.{name} and string.format('%.0f', t.{name}) or '')")
-            }
+            LuaKind::Int => format!("int(t.{name})"),
+            LuaKind::OptionalInt => format!("(t.{name} and int(t.{name}) or '')"),
             LuaKind::Text => format!("t.{name}"),
             LuaKind::Flag => format!("(t.{name} and 'p' or '')"),
         }
@@ -555,7 +553,8 @@ fn waiting_columns<R>(fields: &Fields<R>) -> Vec<(&'static str, LuaKind)> {
 /// `<form>_from_columns(f, t)` fills the table `t` from the split record `f`, and
 /// `<form>_record(t)` writes `t` as a record. Written out field by field rather than by a loop
 /// over a list in Lua, which made a record's reading and writing about a third slower; and
-/// `SESSION_REASON_COLUMN`, where `session_page.lua` finds an end reason.
+/// `SESSION_REASON_COLUMN`, where `session_page.lua` finds an end reason. Numbers are written
+/// with room.lua's `int` (declared here, defined there: it keeps the texts it made).
 pub(crate) fn record_columns_lua() -> String {
     let session = record_columns(SESSION_FIELDS);
     let reason = session
@@ -563,6 +562,7 @@ pub(crate) fn record_columns_lua() -> String {
         .position(|(name, _)| *name == "reason")
         .map_or(0, |index| index + 1);
     [
+        "local int\n".to_owned(),
         lua_codec("ticket", &record_columns(TICKET_FIELDS)),
         lua_codec("waiting", &waiting_columns(TICKET_FIELDS)),
         lua_codec("session", &session),
