@@ -83,12 +83,30 @@ impl Correlation {
         }
     }
 
-    /// Puts the ids into the headers of the request to the upstream.
+    /// Puts the ids into the headers of the request to the upstream, for hyper's client and
+    /// WebSocket handshakes (the own client writes them: [`write_lines`](Self::write_lines)).
     pub(crate) fn insert_into(&self, headers: &mut HeaderMap) {
         headers.insert(X_REQUEST_ID.clone(), self.request_id.clone());
-        headers.insert(TRACEPARENT.clone(), self.trace.header_value());
+        headers.insert(TRACEPARENT.clone(), header_value(&self.trace.text()));
         if let Some(tracestate) = &self.tracestate {
             headers.insert(TRACESTATE.clone(), tracestate.clone());
+        }
+    }
+
+    /// Writes the ids as HTTP/1.1 header lines of the request to the upstream, as
+    /// [`insert_into`](Self::insert_into) would put them (without making, hashing and
+    /// inserting header values the writer reads straight back). Every value is a header
+    /// value or hex digits and dashes, so none holds a line break.
+    pub(crate) fn write_lines(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(self.request_id.as_bytes());
+        out.extend_from_slice(b"\r\ntraceparent: ");
+        out.extend_from_slice(&self.trace.text());
+        out.extend_from_slice(b"\r\n");
+        if let Some(tracestate) = &self.tracestate {
+            out.extend_from_slice(b"tracestate: ");
+            out.extend_from_slice(tracestate.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
     }
 }
@@ -173,13 +191,13 @@ impl TraceParent {
         format!("{:032x}", self.trace_id)
     }
 
-    fn header_value(&self) -> HeaderValue {
-        // `00-<32 hex>-<16 hex>-<2 hex>`
-        let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
-        write_hex(&mut value[3..35], self.trace_id);
-        write_hex(&mut value[36..52], u128::from(self.parent_id));
-        write_hex(&mut value[53..55], u128::from(self.flags));
-        header_value(&value)
+    /// `00-<32 hex>-<16 hex>-<2 hex>`, as the `traceparent` field says it.
+    fn text(&self) -> [u8; 55] {
+        let mut text = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        write_hex(&mut text[3..35], self.trace_id);
+        write_hex(&mut text[36..52], u128::from(self.parent_id));
+        write_hex(&mut text[53..55], u128::from(self.flags));
+        text
     }
 }
 
@@ -300,8 +318,42 @@ mod tests {
             parent_id: 0x00f0_67aa_0ba9_02b7,
             flags: 1,
         };
-        assert_eq!(trace.header_value(), VALID);
+        assert_eq!(&trace.text(), VALID.as_bytes());
         assert_eq!(new_request_id().len(), 32);
+    }
+
+    /// The lines the own client writes are the fields hyper's client gets in its map: the
+    /// same names and values, for a kept, a replaced and a new trace context.
+    #[test]
+    fn the_written_lines_are_the_inserted_fields() {
+        let sent: [&[(&'static str, &'static str)]; 3] = [
+            &[
+                ("x-request-id", "lb-1"),
+                ("traceparent", VALID),
+                ("tracestate", "v=1"),
+            ],
+            &[("traceparent", "garbage"), ("tracestate", "v=1")],
+            &[],
+        ];
+        for lines in sent {
+            let correlation = Correlation::take(&mut headers(lines), true);
+            let mut inserted = HeaderMap::new();
+            correlation.insert_into(&mut inserted);
+            let mut written = Vec::new();
+            correlation.write_lines(&mut written);
+            let mut expected = Vec::new();
+            for (name, value) in &inserted {
+                expected.extend_from_slice(name.as_str().as_bytes());
+                expected.extend_from_slice(b": ");
+                expected.extend_from_slice(value.as_bytes());
+                expected.extend_from_slice(b"\r\n");
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                String::from_utf8_lossy(&expected),
+                "{lines:?}"
+            );
+        }
     }
 
     #[test]

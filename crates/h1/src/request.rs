@@ -16,10 +16,6 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The most header fields a request head may have (hyper's default is 100; browsers send 15).
 pub const MAX_HEADERS: usize = 64;
 
-/// Fields a proxy adds to a request after it is parsed (`X-Request-Id`, `traceparent` and,
-/// beside a valid one, `tracestate`): the header map is made with room for them.
-const ADDED_FIELDS: usize = 3;
-
 /// Request bodies up to this size are read whole before the request is served; larger ones
 /// are streamed.
 pub const MAX_INLINE_BODY: usize = 64 * 1024;
@@ -87,10 +83,9 @@ pub fn take_head(buffer: &mut BytesMut) -> Result<Option<RequestHead>, BadHead> 
     }
     let head = buffer.split_to(length).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target)).map_err(|_| BadHead::Malformed)?;
-    // The gateway writes the forwarding fields into the upstream request itself; the map
-    // keeps room for the correlation fields it sets (`X-Request-Id`, `traceparent`), so
-    // setting them does not grow it.
-    let headers = header_map(&head, fields, ADDED_FIELDS).ok_or(BadHead::Malformed)?;
+    // The gateway writes the fields it adds (forwarding, correlation) into the upstream
+    // request itself: the map is made for the fields that came, with no room to spare.
+    let headers = header_map(&head, fields, 0).ok_or(BadHead::Malformed)?;
     said.check(version)?;
     let framing = framing(&method, &said);
     let mut request = Request::new(());

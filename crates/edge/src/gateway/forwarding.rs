@@ -40,15 +40,16 @@ pub(crate) fn set_forwarding(
 /// them straight into the request ([`write_lines`](Self::write_lines)); hyper's client and
 /// WebSocket handshakes get them in the header map ([`insert_into`](Self::insert_into)).
 pub(crate) struct Forwarding {
-    /// `X-Forwarded-For`: a trusted proxy's chain and the peer.
-    for_chain: String,
+    /// `X-Forwarded-For` (a trusted proxy's chain and the peer), then `Forwarded` (a trusted
+    /// proxy's elements and ours): one text, so one allocation.
+    text: String,
+    /// Where `X-Forwarded-For` ends in `text`.
+    for_end: usize,
     /// `X-Forwarded-Proto` (`http` or `https`), unless a trusted proxy's value stays in the
     /// map.
     proto: Option<&'static str>,
     /// `X-Forwarded-Host`, unless a trusted proxy's value stays in the map.
     host: Option<HeaderValue>,
-    /// `Forwarded`: a trusted proxy's elements and ours.
-    forwarded: String,
 }
 
 impl Forwarding {
@@ -68,30 +69,31 @@ impl Forwarding {
         // Most requests carry none of these: one pass over the names says so.
         let any_sent = headers.keys().any(is_forwarding);
         let kept = any_sent && trusted;
-        let mut for_chain = String::with_capacity(48);
-        let mut forwarded = String::with_capacity(96);
+        let mut text = String::with_capacity(144);
         if kept {
-            push_joined(&mut for_chain, headers, &X_FORWARDED_FOR);
-            push_joined(&mut forwarded, headers, &header::FORWARDED);
+            push_joined(&mut text, headers, &X_FORWARDED_FOR);
         }
-        let chain_before = for_chain.len();
-        push_address(&mut for_chain, peer, false);
-        forwarded.push_str("for=");
+        let peer_at = text.len();
+        push_address(&mut text, peer, false);
+        let for_end = text.len();
+        if kept {
+            push_joined(&mut text, headers, &header::FORWARDED);
+        }
+        text.push_str("for=");
         match peer {
             // Quoted and bracketed in a `Forwarded` node.
-            Some(IpAddr::V6(_)) => push_address(&mut forwarded, peer, true),
+            Some(IpAddr::V6(_)) => push_address(&mut text, peer, true),
             // Written once, as it is in both.
-            _ => forwarded.push_str(&for_chain[chain_before..]),
+            _ => text.extend_from_within(peer_at..for_end),
         }
-        forwarded.push_str(";proto=");
-        forwarded.push_str(scheme.as_str());
+        text.push_str(";proto=");
+        text.push_str(scheme.as_str());
         if let Some(host) = host.and_then(|host| host.to_str().ok()) {
-            forwarded.push_str(";host=\"");
+            text.push_str(";host=\"");
             // Without the quotes and backslashes that would end or escape the quoted string
             // (a host has none: it is one piece, copied whole).
-            host.split(['"', '\\'])
-                .for_each(|part| forwarded.push_str(part));
-            forwarded.push('"');
+            host.split(['"', '\\']).for_each(|part| text.push_str(part));
+            text.push('"');
         }
         let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
         let host = host
@@ -106,16 +108,27 @@ impl Forwarding {
             }
         }
         Forwarding {
-            for_chain,
+            text,
+            for_end,
             proto,
             host,
-            forwarded,
         }
+    }
+
+    /// `X-Forwarded-For`'s value.
+    fn for_chain(&self) -> &str {
+        &self.text[..self.for_end]
+    }
+
+    /// `Forwarded`'s value.
+    fn forwarded(&self) -> &str {
+        &self.text[self.for_end..]
     }
 
     /// Puts the fields into `headers`.
     pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
-        if let Ok(value) = HeaderValue::from_str(&self.for_chain) {
+        let forwarded = HeaderValue::from_str(self.forwarded());
+        if let Ok(value) = HeaderValue::from_str(self.for_chain()) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
         if let Some(proto) = self.proto {
@@ -124,7 +137,7 @@ impl Forwarding {
         if let Some(host) = self.host {
             headers.insert(X_FORWARDED_HOST.clone(), host);
         }
-        if let Ok(value) = HeaderValue::from_str(&self.forwarded) {
+        if let Ok(value) = forwarded {
             headers.insert(header::FORWARDED, value);
         }
     }
@@ -137,14 +150,14 @@ impl Forwarding {
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         };
-        line(b"x-forwarded-for: ", self.for_chain.as_bytes());
+        line(b"x-forwarded-for: ", self.for_chain().as_bytes());
         if let Some(proto) = self.proto {
             line(b"x-forwarded-proto: ", proto.as_bytes());
         }
         if let Some(host) = &self.host {
             line(b"x-forwarded-host: ", host.as_bytes());
         }
-        line(b"forwarded: ", self.forwarded.as_bytes());
+        line(b"forwarded: ", self.forwarded().as_bytes());
     }
 }
 

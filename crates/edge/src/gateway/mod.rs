@@ -247,13 +247,13 @@ impl Gateway {
             correlation.trace = span.trace_parent();
             span
         });
-        correlation.insert_into(&mut parts.headers);
         // Only with an access log is anything about the request kept for after it.
         let asked = self.inner.access_log.as_ref().map(|log| {
             let client = self.client_ip(&parts);
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
-        let mut response = self.steps(client, Request::from_parts(parts, body)).await;
+        let request = Request::from_parts(parts, body);
+        let mut response = self.steps(client, request, &correlation).await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
         }
@@ -284,8 +284,14 @@ impl Gateway {
         })
     }
 
-    /// The request's steps, outermost first: one future, no boxed middleware per step.
-    async fn steps(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+    /// The request's steps, outermost first: one future, no boxed middleware per step. The
+    /// `correlation` ids go to the upstream with the request.
+    async fn steps(
+        &self,
+        client: Option<&UpstreamPools>,
+        request: Request<Body>,
+        correlation: &correlation::Correlation,
+    ) -> Response {
         // The routes, upstream and limits in force when the request started, to its end.
         let live = self.live();
         let (mut parts, body) = request.into_parts();
@@ -308,7 +314,8 @@ impl Gateway {
             passes,
             decided,
         } = let_through;
-        let mut response = proxy_or_upgrade(self, &live, client, request, passes).await;
+        let mut response =
+            proxy_or_upgrade(self, &live, client, request, passes, correlation).await;
         let took = measuring.finish(&response);
         if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
@@ -370,8 +377,8 @@ impl Gateway {
     }
 }
 
-/// The last step: proxies `request` (or its WebSocket upgrade) to the upstream through
-/// `pools`.
+/// The last step: proxies `request` (or its WebSocket upgrade), with the `correlation` ids,
+/// to the upstream through `pools`.
 /// `passes` are those the request holds (an `Anteroom-Release` answer ends one). Here rather
 /// than in `proxy.rs`, so that `websocket.rs`, which builds on the proxy's `Upstream`, is
 /// not named by it in turn.
@@ -379,13 +386,15 @@ async fn proxy_or_upgrade(
     gateway: &Gateway,
     live: &live::LiveSettings,
     pools: Option<&UpstreamPools>,
-    request: Request<Body>,
+    mut request: Request<Body>,
     passes: Vec<passes::HeldPass>,
+    correlation: &correlation::Correlation,
 ) -> Response {
     let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
         return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
     };
     if websocket::is_upgrade(&request) {
+        correlation.insert_into(request.headers_mut());
         return websocket::proxy(gateway, upstream, &live.websocket, request).await;
     }
     let pools = pools.for_upstream(upstream);
@@ -398,6 +407,7 @@ async fn proxy_or_upgrade(
         &pools.client,
         request,
         passes,
+        correlation,
     )
     .await
 }

@@ -44,13 +44,14 @@ use anteroom_api::cookies::pass_cookie_name;
 use anteroom_api::error::ApiError;
 
 use crate::client_scheme::ClientScheme;
+use crate::correlation::Correlation;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
 use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
 
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
 use super::passes::HeldPass;
-use super::upstream_client::{UpstreamError, UpstreamPool, UpstreamTarget};
+use super::upstream_client::{AddedFields, UpstreamError, UpstreamPool, UpstreamTarget};
 
 /// The response header through which the origin ends the visitor's session.
 static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release");
@@ -242,6 +243,7 @@ pub(super) async fn forward(
     client: &UpstreamClient,
     request: Request<Body>,
     passes: Vec<HeldPass>,
+    correlation: &Correlation,
 ) -> Response {
     let config = &upstream.config;
     let (mut parts, body) = request.into_parts();
@@ -269,6 +271,7 @@ pub(super) async fn forward(
         path,
         headers,
         forwarding,
+        correlation,
         body,
     };
     let answer = match own_client {
@@ -288,6 +291,8 @@ struct Outgoing<'a> {
     path: &'a str,
     headers: HeaderMap,
     forwarding: Forwarding,
+    /// The request's ids, written by the own client, put in the map for hyper's.
+    correlation: &'a Correlation,
     body: Body,
 }
 
@@ -352,7 +357,10 @@ async fn send_own(
             &outgoing.method,
             outgoing.path,
             &outgoing.headers,
-            &outgoing.forwarding,
+            AddedFields {
+                correlation: outgoing.correlation,
+                forwarding: &outgoing.forwarding,
+            },
             bytes,
             config.header_timeout,
         )
@@ -411,6 +419,7 @@ fn hyper_request(
         path,
         mut headers,
         forwarding,
+        correlation,
         body,
     } = outgoing;
     let uri = Uri::builder()
@@ -434,6 +443,7 @@ fn hyper_request(
     ));
     *request.method_mut() = method;
     *request.uri_mut() = uri;
+    correlation.insert_into(&mut headers);
     forwarding.insert_into(&mut headers);
     *request.headers_mut() = headers;
     *request.version_mut() = if config.http2 {

@@ -47,6 +47,7 @@ use anteroom_h1::{
 use super::connection_cap::{ConnectionCap, IdleConnections, OpenSlot};
 use super::forwarding::Forwarding;
 use super::upstream_stream::UpstreamStream;
+use crate::correlation::Correlation;
 use crate::deadline::Deadline;
 use crate::tls::UpstreamTls;
 
@@ -262,13 +263,13 @@ impl UpstreamPool {
         method: &Method,
         target: &str,
         headers: &HeaderMap,
-        forwarding: &Forwarding,
+        added: AddedFields<'_>,
         body: Bytes,
         head_timeout: Duration,
     ) -> Result<Response<Body>, UpstreamError> {
         let answer_by = Instant::now() + head_timeout;
         let mut request = Vec::with_capacity(512 + body.len());
-        write_request(&mut request, method, target, headers, forwarding, &body);
+        write_request(&mut request, method, target, headers, added, &body);
         let connection = self.checkout(answer_by, false).await?;
         match self.exchange(connection, method, &request, answer_by).await {
             Ok(response) => Ok(response),
@@ -402,13 +403,23 @@ impl Failure {
     }
 }
 
+/// The fields the gateway adds to a request after the visitor's: written into the head as
+/// lines, never put in the request's header map.
+#[derive(Clone, Copy)]
+pub(crate) struct AddedFields<'a> {
+    /// `X-Request-Id` and the trace context.
+    pub(crate) correlation: &'a Correlation,
+    /// `X-Forwarded-*` and `Forwarded`.
+    pub(crate) forwarding: &'a Forwarding,
+}
+
 /// The request's head and body, as the upstream reads them.
 fn write_request(
     out: &mut Vec<u8>,
     method: &Method,
     target: &str,
     headers: &HeaderMap,
-    forwarding: &Forwarding,
+    added: AddedFields<'_>,
     body: &[u8],
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
@@ -424,7 +435,8 @@ fn write_request(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    forwarding.write_lines(out);
+    added.correlation.write_lines(out);
+    added.forwarding.write_lines(out);
     if request_states_length(method, body.len() as u64) {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
@@ -657,13 +669,18 @@ mod tests {
         });
         let forwarding =
             Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
+        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let added = AddedFields {
+            correlation: &correlation,
+            forwarding: &forwarding,
+        };
         let headers = HeaderMap::new();
         let send = || {
             pool.send(
                 &Method::GET,
                 "/",
                 &headers,
-                &forwarding,
+                added,
                 Bytes::new(),
                 Duration::from_millis(300),
             )
@@ -727,12 +744,17 @@ mod tests {
         });
         let forwarding =
             Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
+        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let added = AddedFields {
+            correlation: &correlation,
+            forwarding: &forwarding,
+        };
         let response = pool
             .send(
                 &Method::GET,
                 "/",
                 &HeaderMap::new(),
-                &forwarding,
+                added,
                 Bytes::new(),
                 Duration::from_secs(5),
             )
@@ -763,30 +785,29 @@ mod tests {
             None,
             &[],
         );
-        let forwarded = "x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: http\r\n\
-                         forwarded: for=192.0.2.1;proto=http\r\n";
-        let mut out = Vec::new();
-        write_request(
-            &mut out,
-            &Method::POST,
-            "/a?b",
-            &headers,
-            &forwarding,
-            b"xyz",
+        // A trusted proxy's ids, so that the lines are known.
+        let mut sent = HeaderMap::new();
+        sent.insert("x-request-id", HeaderValue::from_static("lb-1"));
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        sent.insert("traceparent", HeaderValue::from_static(trace));
+        let correlation = Correlation::take(&mut sent, true);
+        let added = AddedFields {
+            correlation: &correlation,
+            forwarding: &forwarding,
+        };
+        let forwarded = format!(
+            "x-request-id: lb-1\r\ntraceparent: {trace}\r\n\
+             x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: http\r\n\
+             forwarded: for=192.0.2.1;proto=http\r\n"
         );
+        let mut out = Vec::new();
+        write_request(&mut out, &Method::POST, "/a?b", &headers, added, b"xyz");
         assert_eq!(
             String::from_utf8(out.clone()).unwrap(),
             format!("POST /a?b HTTP/1.1\r\nhost: site\r\n{forwarded}content-length: 3\r\n\r\nxyz")
         );
         out.clear();
-        write_request(
-            &mut out,
-            &Method::GET,
-            "/",
-            &HeaderMap::new(),
-            &forwarding,
-            b"",
-        );
+        write_request(&mut out, &Method::GET, "/", &HeaderMap::new(), added, b"");
         assert_eq!(
             String::from_utf8(out).unwrap(),
             format!("GET / HTTP/1.1\r\n{forwarded}\r\n")
