@@ -580,6 +580,58 @@ async fn full_room(store: &RedisStore, id: &RoomId, idle: Duration) {
     assert!(matches!(first, Entry::Admitted(_)), "{first:?}");
 }
 
+/// How many `HGETALL`s `server` ran since it started, from scripts included.
+fn hgetall_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hgetall:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))
+        })
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_idle_sweep_reads_nothing_until_its_bound_is_passed() {
+    // A pass over the whole line leaves the earliest contact it kept; until the cutoff reaches
+    // it no ticket can be idle, so a tick (or the refill after an ended session, hundreds a
+    // second in a crowd) reads no line bucket. Once passed, the idle tickets go as before.
+    const TICKETS: usize = 300;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let store = RedisStore::new(RedisConfig::standalone(server.url()), Some(dyn_clock)).unwrap();
+    let id = room_id("idle-bound");
+    full_room(&store, &id, Duration::from_secs(60)).await;
+    // Past the room's seen floor, so that only the tickets' own contacts count.
+    clock.advance(Duration::from_secs(100));
+    let joins = (0..TICKETS).map(|_| store.join(&id, JoinRequest::default()));
+    for entry in futures_util::future::join_all(joins).await {
+        waiting_ref(&entry.unwrap());
+    }
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!((report.abandoned, report.admitted), (0, 0));
+
+    clock.advance(Duration::from_secs(59));
+    let before = hgetall_calls(&server);
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!((report.abandoned, report.admitted), (0, 0));
+    assert_eq!(
+        hgetall_calls(&server),
+        before,
+        "a sweep read the line within its bound"
+    );
+
+    clock.advance(Duration::from_secs(2));
+    let report = store.tick(&id).await.unwrap();
+    assert_eq!(report.abandoned, TICKETS as u64);
+    assert!(hgetall_calls(&server) > before);
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 0);
+}
+
 #[tokio::test]
 async fn idle_tickets_in_a_line_longer_than_one_sweep_are_all_abandoned() {
     // A tick examines about 1,024 waiting records for idleness (room.lua, SWEEP_BUDGET), where
