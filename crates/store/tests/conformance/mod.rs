@@ -999,7 +999,7 @@ pub async fn line_masks_tell_every_waiting_ticket_its_ahead(backend: &dyn Backen
     // Positions 1..=400: leave every third, and all of the bucket 128..256.
     for (index, reference) in references.iter().enumerate() {
         let position = index as u64 + 1;
-        if position % 3 == 0 || (128..256).contains(&position) {
+        if position.is_multiple_of(3) || (128..256).contains(&position) {
             store.leave(&id, *reference).await.unwrap();
         }
     }
