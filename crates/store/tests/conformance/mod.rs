@@ -960,7 +960,11 @@ pub async fn touching_keeps_waiting_tickets_alive_in_one_call(backend: &dyn Back
     assert_eq!(ahead(&store.status(&id, references[1]).await.unwrap()), 1);
 }
 
-pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend) {
+/// A paused room `r` with `joins` tickets waiting at positions 1 ..= `joins`.
+async fn paused_line(
+    backend: &dyn Backend,
+    joins: usize,
+) -> (Arc<dyn RoomStore>, RoomId, Vec<TicketRef>) {
     let store = backend.open(clock());
     let id = room_id("r");
     store
@@ -968,9 +972,14 @@ pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend
         .await
         .unwrap();
     let mut references = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..joins {
         references.push(reference(&join(&*store, &id).await, 1));
     }
+    (store, id, references)
+}
+
+pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend) {
+    let (store, id, references) = paused_line(backend, 5).await;
     store.leave(&id, references[1]).await.unwrap();
     store
         .put_room(room("r", |c| c.max_active = 1))
@@ -986,16 +995,7 @@ pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend
 /// empty: every waiting ticket's `ahead` from the masks is the one its status tells, and a
 /// position out of the line has none.
 pub async fn line_masks_tell_every_waiting_ticket_its_ahead(backend: &dyn Backend) {
-    let store = backend.open(clock());
-    let id = room_id("r");
-    store
-        .put_room(room("r", |c| c.mode = Mode::QueueAll))
-        .await
-        .unwrap();
-    let mut references = Vec::new();
-    for _ in 0..400 {
-        references.push(reference(&join(&*store, &id).await, 1));
-    }
+    let (store, id, references) = paused_line(backend, 400).await;
     // Positions 1..=400: leave every third, and all of the bucket 128..256.
     for (index, reference) in references.iter().enumerate() {
         let position = index as u64 + 1;
