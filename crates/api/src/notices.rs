@@ -25,8 +25,10 @@ use anteroom_store::Notice;
 
 use crate::AppState;
 
-/// Notices of one room arriving within this window share one view refresh.
-pub(crate) const COALESCE: Duration = Duration::from_millis(50);
+/// Notices of one room arriving within this window share one view refresh: at most five
+/// refreshes a second per room and node from notices (two store calls each), whatever the
+/// join rate, well inside the 2 s in which a stream must show a change.
+pub(crate) const COALESCE: Duration = Duration::from_millis(200);
 
 /// Applies the store's notices to this node until `shutdown` resolves; returns at once when
 /// the store has no notices (only this process uses it).

@@ -1,9 +1,9 @@
 //! Server-Sent Events for waiting visitors (SPEC §6.2).
 //!
 //! A node keeps one `TickerRoomView` (`sse_hub.rs`) per room that has listeners: the room's figures and the
-//! sorted positions of its live waiting tickets, refreshed by the ticker and shared by every
+//! live waiting positions of its line (one bit each), refreshed by the ticker and shared by every
 //! connection through a `watch` channel (latest state wins; a slow client skips stale views).
-//! Each connection computes its own `ahead` by binary search in the shared view, so the
+//! Each connection computes its own `ahead` from the shared view, so the
 //! broadcast costs no store read per connection. Only when a connection's position leaves the
 //! line does it ask the store once, to claim its pass or learn that the ticket ended. In a
 //! scheduled pre-queue the order is drawn at the opening, so once it opens a stream asks the

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use anteroom_core::config::SseLimits;
 use anteroom_core::engine::{RoomSnapshot, TicketRef};
 use anteroom_core::{RoomId, TicketId};
-use anteroom_store::RoomStore;
+use anteroom_store::{LineMasks, RoomStore};
 
 use crate::error::ApiError;
 
@@ -38,15 +38,14 @@ const RATE_ONLY_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) struct TickerRoomView {
     /// The room's summary.
     pub snapshot: RoomSnapshot,
-    /// Positions of live waiting tickets, ascending.
-    pub waiting_positions: Arc<[u64]>,
+    /// The live waiting positions of the regular line, one bit each.
+    pub line: LineMasks,
 }
 
 impl TickerRoomView {
     /// Live tickets ahead of `position`, or `None` when it is no longer waiting.
     pub(crate) fn ahead_of(&self, position: u64) -> Option<u64> {
-        let index = self.waiting_positions.partition_point(|&p| p < position);
-        (self.waiting_positions.get(index) == Some(&position)).then_some(index as u64)
+        self.line.ahead_of(position)
     }
 
     /// What a connection could show differently with `newer` than with this view: the line,
@@ -59,7 +58,7 @@ impl TickerRoomView {
             || shown.mode != next.mode
             || shown.serving != next.serving
             || shown.waiting != next.waiting
-            || self.waiting_positions != newer.waiting_positions
+            || self.line != newer.line
         {
             ViewChange::Line
         } else if rate_drifted(shown.admission_rate, next.admission_rate) {
@@ -212,14 +211,8 @@ impl SseHub {
             .or_default()
             .clone();
         let _turn = turn.lock().await;
-        let view = match (
-            store.snapshot(room).await,
-            store.waiting_positions(room).await,
-        ) {
-            (Ok(snapshot), Ok(positions)) => TickerRoomView {
-                snapshot,
-                waiting_positions: positions.into(),
-            },
+        let view = match (store.snapshot(room).await, store.line_masks(room).await) {
+            (Ok(snapshot), Ok(line)) => TickerRoomView { snapshot, line },
             (Err(error), _) | (_, Err(error)) => {
                 tracing::debug!(%room, %error, "cannot refresh the room view");
                 return;
@@ -370,7 +363,7 @@ mod tests {
                 totals: Default::default(),
                 draw: None,
             },
-            waiting_positions: positions.into(),
+            line: LineMasks::from_positions(positions.iter().copied()),
         }
     }
 

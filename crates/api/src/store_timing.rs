@@ -17,8 +17,8 @@ use anteroom_core::engine::{
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{RoomId, SessionId};
 use anteroom_store::{
-    ConfigWrite, EventOutbox, Notices, OutboxLimits, RoomRecords, RoomStore, SessionListing,
-    SessionQuery, StoreError,
+    ConfigWrite, EventOutbox, LineMasks, Notices, OutboxLimits, RoomRecords, RoomStore,
+    SessionListing, SessionQuery, StoreError,
 };
 use async_trait::async_trait;
 use metrics::{Histogram, histogram};
@@ -232,8 +232,8 @@ impl RoomStore for TimedStore {
         self.inner.config_version()
     }
 
-    async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
-        self.inner.waiting_positions(room).await
+    async fn line_masks(&self, room: &RoomId) -> Result<LineMasks, StoreError> {
+        self.inner.line_masks(room).await
     }
 
     async fn touch(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<u64, StoreError> {

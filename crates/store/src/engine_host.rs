@@ -673,12 +673,13 @@ macro_rules! delegate_room_store {
             ) -> Result<$crate::SessionListing, $crate::StoreError> {
                 self.host.session_page(room, query)
             }
-            async fn waiting_positions(
+            async fn line_masks(
                 &self,
                 room: &anteroom_core::RoomId,
-            ) -> Result<Vec<u64>, $crate::StoreError> {
-                self.host
-                    .read(room, |state| state.waiting_positions().collect())
+            ) -> Result<$crate::LineMasks, $crate::StoreError> {
+                self.host.read(room, |state| {
+                    $crate::LineMasks::from_positions(state.waiting_positions())
+                })
             }
             async fn touch(
                 &self,

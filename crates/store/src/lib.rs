@@ -29,6 +29,7 @@ mod codes;
 mod engine_host;
 mod error;
 pub mod limit;
+mod line_masks;
 pub mod marks;
 mod memory;
 mod notices;
@@ -51,6 +52,7 @@ use std::time::Duration;
 
 pub use codes::{CodeRedemptions, CodeUse, MemoryCodeRedemptions, Redemption};
 pub use error::StoreError;
+pub use line_masks::LineMasks;
 pub use memory::MemoryStore;
 pub use notices::{Change, Notice, NoticeFigures, Notices, RoomNotice};
 pub use outbox::{EventOutbox, MemoryOutbox, OutboxEntry, OutboxLimits};
@@ -235,20 +237,20 @@ pub trait RoomStore: Send + Sync + 'static {
         None
     }
 
-    /// Positions of the live waiting tickets of the regular line, ascending: what a node needs to compute every
-    /// connected visitor's `ahead` locally from one shared snapshot.
-    async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
+    /// The live waiting positions of the regular line as one bit each: what a node needs to
+    /// compute every connected visitor's `ahead` locally from one shared read, at a cost that
+    /// grows with the line's length / 128 (not with its tickets) on a shared store.
+    async fn line_masks(&self, room: &RoomId) -> Result<LineMasks, StoreError> {
         let records = self.records(room).await?;
-        let mut positions: Vec<u64> = records
-            .tickets
-            .iter()
-            .filter(|ticket| {
-                ticket.state == anteroom_core::engine::TicketState::Waiting && !ticket.priority
-            })
-            .map(|ticket| ticket.position)
-            .collect();
-        positions.sort_unstable();
-        Ok(positions)
+        Ok(LineMasks::from_positions(
+            records
+                .tickets
+                .iter()
+                .filter(|ticket| {
+                    ticket.state == anteroom_core::engine::TicketState::Waiting && !ticket.priority
+                })
+                .map(|ticket| ticket.position),
+        ))
     }
 
     /// Keeps the given waiting tickets alive in one batched operation (open SSE streams count

@@ -94,8 +94,8 @@ use tokio::sync::OnceCell;
 use crate::notices::Notices;
 use crate::persisted::{decode_config, encode_config};
 use crate::{
-    ConfigWrite, MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter, SessionListing,
-    SessionQuery, StoreError,
+    ConfigWrite, LineMasks, MAX_SESSIONS_EXAMINED, RoomRecords, RoomStore, SessionFilter,
+    SessionListing, SessionQuery, StoreError,
 };
 use connection::{Client, Connection};
 use node_keys::{outbox_rooms_key, rooms_key};
@@ -934,19 +934,21 @@ impl RoomStore for RedisStore {
         self.start_notices()
     }
 
-    async fn waiting_positions(&self, room: &RoomId) -> Result<Vec<u64>, StoreError> {
-        let mut answer = self
-            .eval(RoomFunction::WaitingPositions, room, Vec::new())
-            .await?;
+    async fn line_masks(&self, room: &RoomId) -> Result<LineMasks, StoreError> {
+        let mut answer = self.eval(RoomFunction::LineMasks, room, Vec::new()).await?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
-            let mut positions = Vec::new();
-            while !answer.is_empty() {
-                positions.push(answer.number()?);
+            if answer.is_empty() {
+                return Ok(LineMasks::default());
             }
-            Ok(positions)
+            let first_bucket = answer.number()?;
+            let mut masks = Vec::new();
+            while !answer.is_empty() {
+                masks.push(records::decode_line_mask(&answer.text()?)?);
+            }
+            Ok(LineMasks::from_masks(first_bucket, masks))
         };
-        read(&mut answer).map_err(|error| malformed("waiting_positions", error))
+        read(&mut answer).map_err(|error| malformed("line_masks", error))
     }
 
     async fn touch(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<u64, StoreError> {

@@ -234,7 +234,12 @@ impl Room {
             .map(|ticket| ticket.position)
             .collect();
         assert_eq!(
-            self.store.waiting_positions(&self.id).await.unwrap(),
+            self.store
+                .line_masks(&self.id)
+                .await
+                .unwrap()
+                .positions()
+                .collect::<Vec<_>>(),
             regular
         );
     }

@@ -361,9 +361,9 @@ async fn compare_rooms(
     let b = redis.snapshot(id).await;
     same(&format!("{context}: snapshot"), a, b)?;
     same(
-        &format!("{context}: waiting positions"),
-        reference.waiting_positions(id).await,
-        redis.waiting_positions(id).await,
+        &format!("{context}: line masks"),
+        reference.line_masks(id).await,
+        redis.line_masks(id).await,
     )?;
     let a = reference.records(id).await.map_err(|e| e.to_string())?;
     let b = redis.records(id).await.map_err(|e| e.to_string())?;

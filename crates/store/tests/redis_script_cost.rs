@@ -8,7 +8,8 @@
 //! ```
 //!
 //! It also measures what one waiting ticket costs Redis's memory in a line of 200,000: the
-//! `used_memory` the joins added, and `MEMORY USAGE` of each kind of key, per ticket.
+//! `used_memory` the joins added, and `MEMORY USAGE` of each kind of key, per ticket; and what
+//! a node's SSE view reads of that line (`line_masks`) costs a call.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -206,6 +207,12 @@ async fn bytes_per_waiting_ticket_in_a_line_of_200_000() {
     }
     let added = used_memory(&server) - before;
     assert_eq!(store.snapshot(&room).await.unwrap().waiting, WAITING);
+    // What a node's SSE view reads of this line on every refresh.
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        assert_eq!(store.line_masks(&room).await.unwrap().len(), WAITING);
+    }
+    report(&server, "line_masks, 200,000 waiting", 20);
     let per_ticket = added as f64 / WAITING as f64;
     println!("{WAITING} waiting: used_memory +{added} bytes, {per_ticket:.1} bytes per ticket");
     for (kind, bytes, keys) in memory_by_key_kind(&server, "memory") {

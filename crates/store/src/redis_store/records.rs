@@ -617,6 +617,24 @@ pub(crate) fn encode_signal(signal: &LoadSignal) -> String {
     )
 }
 
+/// Reads one bucket's mask of `line_masks.lua`: 32 hex digits, byte i of the Lua mask
+/// first (bit k of that byte is position bucket * 128 + 8 * i + k); empty for no position.
+pub(crate) fn decode_line_mask(text: &str) -> Result<u128, MalformedAnswer> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    let malformed = || MalformedAnswer(format!("line mask {text:?}"));
+    if text.len() != 32 {
+        return Err(malformed());
+    }
+    let mut bytes = [0u8; 16];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        let digits = text.get(2 * i..2 * i + 2).ok_or_else(malformed)?;
+        *byte = u8::from_str_radix(digits, 16).map_err(|_| malformed())?;
+    }
+    Ok(u128::from_le_bytes(bytes))
+}
+
 /// Reads a record written by [`encode_signal`]; `None` for the empty answer (no signal).
 pub(crate) fn decode_signal(record: &str) -> Result<Option<LoadSignal>, MalformedAnswer> {
     if record.is_empty() {

@@ -41,7 +41,7 @@ pub(crate) enum RoomFunction {
     SessionPage,
     Reopen,
     Touch,
-    WaitingPositions,
+    LineMasks,
     PutSignal,
     LoadSignal,
 }
@@ -66,7 +66,7 @@ impl RoomFunction {
         RoomFunction::SessionPage,
         RoomFunction::Reopen,
         RoomFunction::Touch,
-        RoomFunction::WaitingPositions,
+        RoomFunction::LineMasks,
         RoomFunction::PutSignal,
         RoomFunction::LoadSignal,
     ];
@@ -105,7 +105,7 @@ impl RoomFunction {
             RoomFunction::SessionPage => lua!("session_page"),
             RoomFunction::Reopen => lua!("reopen"),
             RoomFunction::Touch => lua!("touch"),
-            RoomFunction::WaitingPositions => lua!("waiting_positions"),
+            RoomFunction::LineMasks => lua!("line_masks"),
             RoomFunction::PutSignal => lua!("put_signal"),
             RoomFunction::LoadSignal => lua!("load_signal"),
         }

@@ -69,6 +69,7 @@ macro_rules! conformance_suite {
             acknowledged_state_survives_reopening,
             touching_keeps_waiting_tickets_alive_in_one_call,
             waiting_positions_list_the_live_line_in_order,
+            line_masks_tell_every_waiting_ticket_its_ahead,
             sessions_are_listed_in_bounded_pages_each_exactly_once,
             schedules_pass_through_or_close_outside_their_events,
             the_prequeue_admits_nobody_before_opens_at,
@@ -959,7 +960,11 @@ pub async fn touching_keeps_waiting_tickets_alive_in_one_call(backend: &dyn Back
     assert_eq!(ahead(&store.status(&id, references[1]).await.unwrap()), 1);
 }
 
-pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend) {
+/// A paused room `r` with `joins` tickets waiting at positions 1 ..= `joins`.
+async fn paused_line(
+    backend: &dyn Backend,
+    joins: usize,
+) -> (Arc<dyn RoomStore>, RoomId, Vec<TicketRef>) {
     let store = backend.open(clock());
     let id = room_id("r");
     store
@@ -967,16 +972,54 @@ pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend
         .await
         .unwrap();
     let mut references = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..joins {
         references.push(reference(&join(&*store, &id).await, 1));
     }
+    (store, id, references)
+}
+
+pub async fn waiting_positions_list_the_live_line_in_order(backend: &dyn Backend) {
+    let (store, id, references) = paused_line(backend, 5).await;
     store.leave(&id, references[1]).await.unwrap();
     store
         .put_room(room("r", |c| c.max_active = 1))
         .await
         .unwrap();
     store.tick(&id).await.unwrap();
-    assert_eq!(store.waiting_positions(&id).await.unwrap(), [3, 4, 5]);
+    let line = store.line_masks(&id).await.unwrap();
+    assert_eq!(line.positions().collect::<Vec<_>>(), [3, 4, 5]);
+    assert_eq!(line.len(), 3);
+}
+
+/// Over several of the line's buckets of 128 positions, with gaps and a whole bucket left
+/// empty: every waiting ticket's `ahead` from the masks is the one its status tells, and a
+/// position out of the line has none.
+pub async fn line_masks_tell_every_waiting_ticket_its_ahead(backend: &dyn Backend) {
+    let (store, id, references) = paused_line(backend, 400).await;
+    // Positions 1..=400: leave every third, and all of the bucket 128..256.
+    for (index, reference) in references.iter().enumerate() {
+        let position = index as u64 + 1;
+        if position.is_multiple_of(3) || (128..256).contains(&position) {
+            store.leave(&id, *reference).await.unwrap();
+        }
+    }
+    let line = store.line_masks(&id).await.unwrap();
+    let mut waiting = 0;
+    for (index, reference) in references.iter().enumerate() {
+        let position = index as u64 + 1;
+        match store.status(&id, *reference).await {
+            Ok(entry) => {
+                assert_eq!(line.ahead_of(position), Some(ahead(&entry)), "{position}");
+                waiting += 1;
+            }
+            Err(_) => assert_eq!(line.ahead_of(position), None, "{position} left"),
+        }
+    }
+    assert_eq!(line.len(), waiting);
+    assert_eq!(line.ahead_of(0), None);
+    assert_eq!(line.ahead_of(401), None);
+    let empty = store.line_masks(&room_id("none")).await;
+    assert!(empty.is_err(), "no room, no line: {empty:?}");
 }
 
 /// Follows `next_after` from the start, checking every page's bound and order.
