@@ -20,7 +20,7 @@ local HEX = string.rep('%02x', MASK_BYTES)
 for from = first, last, SLICE do
   local fields = {}
   for bucket = from, math.min(from + SLICE - 1, last) do
-    fields[#fields + 1] = 'm' .. small_int(bucket)
+    fields[#fields + 1] = 'm' .. int(bucket)
   end
   local masks = redis.call('HMGET', WAITING, unpack(fields))
   for i = 1, #fields do
