@@ -246,6 +246,12 @@ impl WaitingLine {
 
     /// Appends the empty leaves of one more block to the tree.
     fn grow_tree(&mut self) {
+        if self.len == 0 {
+            // Nobody waits, so every node sums to zero. An open room's line empties after each
+            // join (the visitor is admitted at once), so this is the usual case there.
+            self.tree.resize(self.tree.len() + BLOCK, 0);
+            return;
+        }
         for _ in 0..BLOCK {
             // Node i (1-based) sums the leaves (i - lowbit(i), i]; the new leaf i is empty,
             // so the node holds what the leaves before it in that range hold.
@@ -342,6 +348,28 @@ mod tests {
         assert_eq!(line.count_below(100), 8);
         assert_eq!(line.nth(2), Some((4, id(4))));
         assert_eq!(line.first(), Some((1, id(1))));
+    }
+
+    /// An open room's line: every ticket leaves it as soon as it came, across block borders,
+    /// and the counts are exact when tickets stay again (the tree grown while nobody waits).
+    #[test]
+    fn a_line_emptied_after_every_ticket_still_counts_exactly() {
+        let mut line = WaitingLine::new();
+        for p in 1..=600 {
+            line.insert(p, id(p));
+            assert_eq!(line.count_below(p + 1), 1);
+            assert_eq!(line.remove(p), Some(id(p)));
+            assert!(line.is_empty());
+        }
+        for p in 601..=1000 {
+            line.insert(p, id(p));
+        }
+        line.remove(700);
+        assert_eq!(line.count_below(601), 0);
+        assert_eq!(line.count_below(800), 198);
+        assert_eq!(line.count_below(1001), 399);
+        assert_eq!(line.nth(99), Some((701, id(701))));
+        assert_eq!(line.nth(100), Some((702, id(702))));
     }
 
     proptest! {
