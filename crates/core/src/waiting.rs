@@ -7,7 +7,8 @@
 //! while one of their positions waits. Positions are handed out densely in join order, so the
 //! regular lane costs about 16 bytes and a bit per ticket (a map ordered by position cost
 //! about 47, measured by the engine's memory test); a sparse line (the priority lane, whose
-//! positions are scattered among the regular ones) costs at most one block per ticket.
+//! positions are scattered among the regular ones) costs at most one block per ticket, and one
+//! emptied block is kept for the next (an open room's line empties after every join).
 
 use std::collections::VecDeque;
 
@@ -89,6 +90,9 @@ pub struct WaitingLine {
     len: u64,
     /// Fenwick tree (1-based internally) of 0/1 presence counts, one leaf per slot.
     tree: Vec<u32>,
+    /// The last block emptied, kept for the next block needed: in an open room every ticket
+    /// leaves the line as soon as it came, which would allocate and free a block per join.
+    spare: Option<Box<Block>>,
 }
 
 impl WaitingLine {
@@ -139,7 +143,9 @@ impl WaitingLine {
             }
         }
         let offset = (position % BLOCK as u64) as usize;
-        let block = self.blocks[index].get_or_insert_with(Block::empty);
+        let spare = &mut self.spare;
+        let block =
+            self.blocks[index].get_or_insert_with(|| spare.take().unwrap_or_else(Block::empty));
         block.ids[offset] = ticket;
         if block.holds(offset) {
             return false;
@@ -161,7 +167,8 @@ impl WaitingLine {
         block.count -= 1;
         let emptied = block.count == 0;
         if emptied {
-            *slot = None;
+            // Nothing in it waits any more (its ids are only read where a bit is set).
+            self.spare = slot.take();
         }
         self.len -= 1;
         self.add(position - self.base, -1);
