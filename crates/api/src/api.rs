@@ -405,13 +405,13 @@ pub(crate) fn validate_return(path: &str) -> Result<String, ApiError> {
     Ok(path.to_owned())
 }
 
-/// What a ticket's entry means for the client: the status JSON, and the pass (with its cookie
-/// lifetime) once admitted.
+/// What a ticket's entry means for the client: the status JSON (with the signed pass once
+/// admitted), and the pass cookie's lifetime.
 pub(crate) struct EntryAnswer {
-    /// The status JSON.
+    /// The status JSON, with the signed pass in `pass` once admitted.
     pub(crate) body: StatusBody,
-    /// The signed pass and its cookie lifetime in seconds, once admitted.
-    pub(crate) pass: Option<(String, u64)>,
+    /// The pass cookie's lifetime in seconds, once admitted.
+    pub(crate) pass_max_age: Option<u64>,
 }
 
 /// The signed ticket token for a ticket.
@@ -439,7 +439,7 @@ pub(crate) fn entry_answer(
 ) -> Result<EntryAnswer, ApiError> {
     match entry {
         Entry::Waiting(view) => Ok(waiting_answer(app, room, terms, &view)),
-        Entry::Admitted(view) => admitted_answer(app, room, &view),
+        Entry::Admitted(view) => admitted_answer(app, room, view),
     }
 }
 
@@ -480,14 +480,17 @@ fn waiting_answer(
         pass_expires_at: None,
         redirect: None,
     };
-    EntryAnswer { body, pass: None }
+    EntryAnswer {
+        body,
+        pass_max_age: None,
+    }
 }
 
 /// The status JSON of an admitted ticket, with its pass signed.
 fn admitted_answer(
     app: &AppState,
     room: &RoomId,
-    view: &AdmittedView,
+    view: AdmittedView,
 ) -> Result<EntryAnswer, ApiError> {
     let session = &view.session;
     let pass = sign_pass(app, room, session)?;
@@ -503,9 +506,9 @@ fn admitted_answer(
         eta_basis: Some(EtaBasisName::Measured),
         next_poll_ms: next_poll_ms(0, &mut rand::thread_rng()),
         opens_at: None,
-        pass: Some(pass.clone()),
+        pass: Some(pass),
         pass_expires_at: Some(format_time(session.expires_at)),
-        redirect: Some(view.return_to.clone().unwrap_or_else(|| "/".to_owned())),
+        redirect: Some(view.return_to.unwrap_or_else(|| "/".to_owned())),
     };
     let max_age = session
         .expires_at
@@ -513,17 +516,19 @@ fn admitted_answer(
         .saturating_sub(app.now().as_secs());
     Ok(EntryAnswer {
         body,
-        pass: Some((pass, max_age)),
+        pass_max_age: Some(max_age),
     })
 }
 
 /// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.
 pub(crate) fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
+    // The session id is both `sub` and `jti`: written out once.
+    let id = session.id.to_string();
     PassClaims {
         iss: app.settings().issuer.clone(),
         aud: room.to_string(),
-        sub: session.id.to_string(),
-        jti: session.id.to_string(),
+        sub: id.clone(),
+        jti: id,
         iat: session.renewed_at.as_secs(),
         nbf: session.issued_at.as_secs(),
         exp: session.expires_at.as_secs(),
@@ -582,10 +587,10 @@ pub(crate) fn set_entry_cookies(
     ) {
         headers.append(header::SET_COOKIE, cookie);
     }
-    if let Some((pass, max_age)) = &answer.pass
+    if let (Some(pass), Some(max_age)) = (&answer.body.pass, answer.pass_max_age)
         && let Some(cookie) =
             app.cookies()
-                .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, *max_age)
+                .set_for_room(PASS_COOKIE_PREFIX, room.as_str(), pass, max_age)
     {
         headers.append(header::SET_COOKIE, cookie);
     }

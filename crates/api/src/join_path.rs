@@ -67,7 +67,7 @@ pub struct GivenEntry {
 impl GivenEntry {
     /// The signed pass, once admitted.
     pub fn pass(&self) -> Option<&str> {
-        self.answer.pass.as_ref().map(|(token, _)| token.as_str())
+        self.answer.body.pass.as_deref()
     }
 
     /// The status JSON (SPEC §6.1).

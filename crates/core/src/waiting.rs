@@ -7,7 +7,8 @@
 //! while one of their positions waits. Positions are handed out densely in join order, so the
 //! regular lane costs about 16 bytes and a bit per ticket (a map ordered by position cost
 //! about 47, measured by the engine's memory test); a sparse line (the priority lane, whose
-//! positions are scattered among the regular ones) costs at most one block per ticket.
+//! positions are scattered among the regular ones) costs at most one block per ticket, and one
+//! emptied block is kept for the next (an open room's line empties after every join).
 
 use std::collections::VecDeque;
 
@@ -89,6 +90,9 @@ pub struct WaitingLine {
     len: u64,
     /// Fenwick tree (1-based internally) of 0/1 presence counts, one leaf per slot.
     tree: Vec<u32>,
+    /// The last block emptied, kept for the next block needed: in an open room every ticket
+    /// leaves the line as soon as it came, which would allocate and free a block per join.
+    spare: Option<Box<Block>>,
 }
 
 impl WaitingLine {
@@ -139,7 +143,9 @@ impl WaitingLine {
             }
         }
         let offset = (position % BLOCK as u64) as usize;
-        let block = self.blocks[index].get_or_insert_with(Block::empty);
+        let spare = &mut self.spare;
+        let block =
+            self.blocks[index].get_or_insert_with(|| spare.take().unwrap_or_else(Block::empty));
         block.ids[offset] = ticket;
         if block.holds(offset) {
             return false;
@@ -161,7 +167,8 @@ impl WaitingLine {
         block.count -= 1;
         let emptied = block.count == 0;
         if emptied {
-            *slot = None;
+            // Nothing in it waits any more (its ids are only read where a bit is set).
+            self.spare = slot.take();
         }
         self.len -= 1;
         self.add(position - self.base, -1);
@@ -246,6 +253,12 @@ impl WaitingLine {
 
     /// Appends the empty leaves of one more block to the tree.
     fn grow_tree(&mut self) {
+        if self.len == 0 {
+            // Nobody waits, so every node sums to zero. An open room's line empties after each
+            // join (the visitor is admitted at once), so this is the usual case there.
+            self.tree.resize(self.tree.len() + BLOCK, 0);
+            return;
+        }
         for _ in 0..BLOCK {
             // Node i (1-based) sums the leaves (i - lowbit(i), i]; the new leaf i is empty,
             // so the node holds what the leaves before it in that range hold.
@@ -342,6 +355,28 @@ mod tests {
         assert_eq!(line.count_below(100), 8);
         assert_eq!(line.nth(2), Some((4, id(4))));
         assert_eq!(line.first(), Some((1, id(1))));
+    }
+
+    /// An open room's line: every ticket leaves it as soon as it came, across block borders,
+    /// and the counts are exact when tickets stay again (the tree grown while nobody waits).
+    #[test]
+    fn a_line_emptied_after_every_ticket_still_counts_exactly() {
+        let mut line = WaitingLine::new();
+        for p in 1..=600 {
+            line.insert(p, id(p));
+            assert_eq!(line.count_below(p + 1), 1);
+            assert_eq!(line.remove(p), Some(id(p)));
+            assert!(line.is_empty());
+        }
+        for p in 601..=1000 {
+            line.insert(p, id(p));
+        }
+        line.remove(700);
+        assert_eq!(line.count_below(601), 0);
+        assert_eq!(line.count_below(800), 198);
+        assert_eq!(line.count_below(1001), 399);
+        assert_eq!(line.nth(99), Some((701, id(701))));
+        assert_eq!(line.nth(100), Some((702, id(702))));
     }
 
     proptest! {

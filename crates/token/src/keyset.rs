@@ -10,6 +10,8 @@ use std::fmt;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{DecodingKey, EncodingKey};
 use serde_json::{Value, json};
 
@@ -94,6 +96,8 @@ pub enum KeptBecause {
 pub(crate) struct LoadedKey {
     pub(crate) kid: String,
     pub(crate) material: KeyMaterial,
+    /// The JOSE header of its passes in base64url: the same on every pass, so encoded once.
+    pub(crate) encoded_header: String,
 }
 
 impl KeySet {
@@ -140,10 +144,7 @@ impl KeySet {
             let text = dir.read(&file.name)?;
             let material = keys::parse(file.algorithm, &text)
                 .map_err(|reason| TokenError::corrupt(dir.location(&file.name), reason))?;
-            keys.push(LoadedKey {
-                kid: file.kid.clone(),
-                material,
-            });
+            keys.push(LoadedKey::new(file.kid.clone(), material)?);
         }
         // `list` sorts by kid; a stable sort on "is not active" moves the active key first.
         keys.sort_by_key(|key| key.kid != active);
@@ -290,6 +291,21 @@ impl KeySet {
 }
 
 impl LoadedKey {
+    fn new(kid: String, material: KeyMaterial) -> Result<LoadedKey, TokenError> {
+        let header = jws_header(material.algorithm, &kid);
+        let json = serde_json::to_vec(&header).map_err(|e| TokenError::Signing(e.to_string()))?;
+        Ok(LoadedKey {
+            encoded_header: URL_SAFE_NO_PAD.encode(json),
+            kid,
+            material,
+        })
+    }
+
+    /// The JOSE header of the passes this key signs: `alg`, `kid` and `typ: JWT`.
+    pub(crate) fn jws_header(&self) -> jsonwebtoken::Header {
+        jws_header(self.material.algorithm, &self.kid)
+    }
+
     pub(crate) fn encoding_key(&self) -> &EncodingKey {
         &self.material.encoding
     }
@@ -307,6 +323,12 @@ impl fmt::Debug for KeySet {
             .field("kids", &self.kids())
             .finish_non_exhaustive()
     }
+}
+
+fn jws_header(algorithm: SigningAlgorithm, kid: &str) -> jsonwebtoken::Header {
+    let mut header = jsonwebtoken::Header::new(algorithm.jsonwebtoken());
+    header.kid = Some(kid.to_owned());
+    header
 }
 
 /// jsonwebtoken picks its crypto backend from a process-wide provider. Installing the

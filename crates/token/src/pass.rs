@@ -114,6 +114,10 @@ impl Inspection {
     }
 }
 
+/// Characters of the longest signature a [`PassSigner`](crate::keys::PassSigner) makes (64
+/// bytes, Ed25519's and ES256's) in base64url.
+const SIGNATURE_TEXT_MAX: usize = 86;
+
 fn to_json(value: &impl Serialize) -> Result<Vec<u8>, TokenError> {
     serde_json::to_vec(value).map_err(|error| TokenError::Signing(error.to_string()))
 }
@@ -122,17 +126,20 @@ impl KeySet {
     /// Signs `claims` with the active key; the header carries `alg`, `kid` and `typ: JWT`.
     pub fn sign_pass(&self, claims: &PassClaims) -> Result<String, TokenError> {
         let key = self.active();
-        let mut header = jsonwebtoken::Header::new(key.material.algorithm.jsonwebtoken());
-        header.kid = Some(key.kid.clone());
         let Some(signer) = &key.material.signer else {
-            return jsonwebtoken::encode(&header, claims, key.encoding_key())
+            return jsonwebtoken::encode(&key.jws_header(), claims, key.encoding_key())
                 .map_err(|error| TokenError::Signing(error.to_string()));
         };
         // The compact serialization (RFC 7515 §7.1) as `jsonwebtoken::encode` writes it, with
-        // the key parsed once (`keys.rs`, `PassSigner`).
-        let mut token = URL_SAFE_NO_PAD.encode(to_json(&header)?);
+        // the key parsed once (`keys.rs`, `PassSigner`) and its header encoded once, when the
+        // key was loaded: the token is written into a buffer of its final size.
+        let claims = to_json(claims)?;
+        let mut token = String::with_capacity(
+            key.encoded_header.len() + 2 + claims.len().div_ceil(3) * 4 + SIGNATURE_TEXT_MAX,
+        );
+        token.push_str(&key.encoded_header);
         token.push('.');
-        URL_SAFE_NO_PAD.encode_string(to_json(claims)?, &mut token);
+        URL_SAFE_NO_PAD.encode_string(claims, &mut token);
         let signature = signer.sign(token.as_bytes()).map_err(TokenError::Signing)?;
         token.push('.');
         URL_SAFE_NO_PAD.encode_string(signature, &mut token);
