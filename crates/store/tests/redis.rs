@@ -149,18 +149,26 @@ fn room_libraries(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
-/// How many `FCALL`s `server` answered with an error since it started.
-fn failed_function_calls(server: &RedisServer) -> u64 {
+/// One count of `command` in `server`'s `INFO commandstats` (`calls`, `failed_calls`, …),
+/// commands run by scripts included; 0 before its first call.
+fn command_stat(server: &RedisServer, command: &str, count: &str) -> u64 {
+    let line_prefix = format!("cmdstat_{command}:");
+    let field_prefix = format!("{count}=");
     server
         .cli(&["INFO", "commandstats"])
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_fcall:"))
+        .find_map(|line| line.strip_prefix(line_prefix.as_str()))
         .and_then(|stats| {
             stats
                 .split(',')
-                .find_map(|field| field.strip_prefix("failed_calls="))
+                .find_map(|field| field.strip_prefix(field_prefix.as_str()))
         })
-        .map_or(0, |count| count.trim().parse().unwrap())
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
+/// How many `FCALL`s `server` answered with an error since it started.
+fn failed_function_calls(server: &RedisServer) -> u64 {
+    command_stat(server, "fcall", "failed_calls")
 }
 
 /// The room operations are one library of Redis functions, loaded once when the store
@@ -582,16 +590,7 @@ async fn full_room(store: &RedisStore, id: &RoomId, idle: Duration) {
 
 /// How many `HGETALL`s `server` ran since it started, from scripts included.
 fn hgetall_calls(server: &RedisServer) -> u64 {
-    server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_hgetall:"))
-        .and_then(|stats| {
-            stats
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))
-        })
-        .map_or(0, |count| count.trim().parse().unwrap())
+    command_stat(server, "hgetall", "calls")
 }
 
 #[tokio::test]
