@@ -1600,10 +1600,11 @@ local function sweep_idle(report)
       bucket = bucket + 1
     end
   end
-  redis.call('HSET', META, 'sweep', int(bucket), 'sweep_min', pass_min and int(pass_min) or '')
+  local writes = { 'sweep', int(bucket), 'sweep_min', pass_min and int(pass_min) or '' }
   if bound then
-    redis.call('HSET', META, 'idle_bound', int(bound))
+    writes[5], writes[6] = 'idle_bound', int(bound)
   end
+  redis.call('HSET', META, unpack(writes))
   return examined
 end
 
