@@ -7,12 +7,14 @@
 //! [`Dirty`] collects the records (a room's state changes with every join, but only its last
 //! version is written); recovery uses the same collection to replay the log. The log writer
 //! adds every record it logs, so tickets and sessions go into hash maps (a few hundred
-//! nanoseconds less per record than an ordered map of byte keys); the checkpoint thread sorts
-//! them when it writes them.
+//! nanoseconds less per record than an ordered map of byte keys), hashed with aHash rather
+//! than SipHash (the keys are the server's random ids, and aHash's keys are random per map);
+//! the checkpoint thread sorts them when it writes them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
+use ahash::RandomState;
 use anteroom_core::RoomId;
 use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
@@ -27,6 +29,9 @@ pub(crate) const CHECKPOINTED_THROUGH: &str = "checkpointed_through_segment";
 /// has been delivered and pruned, so sequences never start over.
 pub(crate) const LAST_EVENT_SEQUENCE: &str = "last_event_sequence";
 
+/// Ticket or session records by key (`None`: forgotten).
+type Records = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
+
 /// The latest version of every record changed since the last checkpoint.
 #[derive(Debug, Default)]
 pub(crate) struct Dirty {
@@ -34,8 +39,8 @@ pub(crate) struct Dirty {
     deleted_rooms: BTreeSet<RoomId>,
     configs: BTreeMap<RoomId, Vec<u8>>,
     states: BTreeMap<RoomId, Vec<u8>>,
-    tickets: HashMap<Vec<u8>, Option<Vec<u8>>>,
-    sessions: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    tickets: Records,
+    sessions: Records,
     /// Events for the sinks by sequence (never overwritten: each is logged once).
     events: BTreeMap<u64, Vec<u8>>,
 }
@@ -162,10 +167,7 @@ impl Dirty {
     }
 }
 
-fn records_of<'a>(
-    records: &'a HashMap<Vec<u8>, Option<Vec<u8>>>,
-    room: &RoomId,
-) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+fn records_of<'a>(records: &'a Records, room: &RoomId) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
     let (start, _) = room_range(room);
     let mut of_room: Vec<_> = records
         .iter()
