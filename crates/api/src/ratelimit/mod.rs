@@ -190,6 +190,8 @@ struct RuleSet {
     rules: Vec<RateLimitRule>,
     counters: Vec<Arc<RuleCounters>>,
     budgets: Vec<Arc<KeyBudget>>,
+    /// Each rule's name, shared: marking a request with the lone rule applied copies none.
+    names: Vec<Arc<str>>,
     /// One rule only, counted in the local store and rejecting at its limit: the common setup
     /// (a per-IP limit in front of a site), which [`RateLimiter::check_lone_rule`] decides
     /// without the general engine's lists.
@@ -354,7 +356,7 @@ impl RateLimiter {
         };
         parts
             .extensions
-            .insert(AppliedRateLimits(vec![rule.name.clone()]));
+            .insert(AppliedRateLimits::One(set.names[0].clone()));
         let request = LimitRequest {
             key: &key,
             params: &rule.params,
@@ -440,9 +442,7 @@ impl RateLimiter {
             let done = parts.extensions.get::<AppliedRateLimits>();
             let view = HttpView::new(parts, client_ip);
             applicable_rules(&set.rules, &view, &route_rules)
-                .filter(|applied| {
-                    done.is_none_or(|AppliedRateLimits(names)| !names.contains(&applied.rule.name))
-                })
+                .filter(|applied| done.is_none_or(|done| !done.contains(&applied.rule.name)))
                 .map(|applied| Pending {
                     index: applied.index,
                     key: applied.key,
@@ -452,9 +452,11 @@ impl RateLimiter {
         if !pending.is_empty() {
             let names = pending.iter().map(|p| set.rules[p.index].name.clone());
             match parts.extensions.get_mut::<AppliedRateLimits>() {
-                Some(AppliedRateLimits(done)) => done.extend(names),
+                Some(done) => done.extend(names),
                 None => {
-                    parts.extensions.insert(AppliedRateLimits(names.collect()));
+                    parts
+                        .extensions
+                        .insert(AppliedRateLimits::Several(names.collect()));
                 }
             }
         }
@@ -480,6 +482,10 @@ fn rule_set(
         .map(|rule| metrics.counters(&rule.name))
         .collect();
     let budgets = rules.iter().map(|rule| metrics.budget(rule)).collect();
+    let names = rules
+        .iter()
+        .map(|rule| Arc::from(rule.name.as_str()))
+        .collect();
     let lone_rule = matches!(
         rules.as_slice(),
         [rule] if rule.store == LimitBackend::Local && rule.action == Action::Reject
@@ -488,6 +494,7 @@ fn rule_set(
         rules,
         counters,
         budgets,
+        names,
         lone_rule,
     })
 }

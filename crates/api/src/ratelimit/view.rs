@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
 use axum::extract::connect_info::MockConnectInfo;
@@ -54,8 +55,36 @@ pub struct RouteRateLimits(pub Vec<String>);
 
 /// The rules already evaluated for a request, so a rule applies at most once per request even
 /// behind several rate-limit layers.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct AppliedRateLimits(pub(crate) Vec<String>);
+#[derive(Debug, Clone)]
+pub(crate) enum AppliedRateLimits {
+    /// The lone rule's shortcut applied its rule: the name is the rule set's own, shared (a
+    /// list with a copy of the name cost two allocations on every request).
+    One(Arc<str>),
+    /// The general engine applied these.
+    Several(Vec<String>),
+}
+
+impl AppliedRateLimits {
+    /// Whether the rule named `name` was applied.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        match self {
+            AppliedRateLimits::One(one) => **one == *name,
+            AppliedRateLimits::Several(names) => names.iter().any(|applied| applied == name),
+        }
+    }
+
+    /// Records the rules named `names` as applied too.
+    pub(crate) fn extend(&mut self, names: impl Iterator<Item = String>) {
+        match self {
+            AppliedRateLimits::One(one) => {
+                let mut several = vec![one.to_string()];
+                several.extend(names);
+                *self = AppliedRateLimits::Several(several);
+            }
+            AppliedRateLimits::Several(applied) => applied.extend(names),
+        }
+    }
+}
 
 /// The client address the rate limiter settled on, left in the request's extensions for the
 /// handlers and layers after it.

@@ -124,13 +124,22 @@ pub(crate) async fn decide(
 ) -> Verdict {
     let now = gateway.app().now();
     let mut gathered = Gathered::default();
-    for room in gateway.inner.rooms.with_requirements(&route.rooms) {
-        let info = match look_up(gateway, route, asked, &room, now, &mut gathered).await {
+    for room in gateway.inner.rooms.with_requirements(&route.rooms).iter() {
+        let info = match look_up(gateway, route, asked, room, now, &mut gathered).await {
             Looked::Found(info) => info,
             Looked::GoOn => continue,
             Looked::Answer(verdict) => return verdict,
         };
-        let verdict = decide_room(gateway, asked, join, room, &info, now, &mut gathered).await;
+        let verdict = decide_room(
+            gateway,
+            asked,
+            join,
+            room.clone(),
+            &info,
+            now,
+            &mut gathered,
+        )
+        .await;
         if let Some(verdict) = verdict {
             return verdict;
         }

@@ -3,6 +3,7 @@
 //! protecting a request costs no store read. A reset (new generation) or a room changed through
 //! the admin API is seen within a second.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,8 +192,10 @@ impl RoomsReadEverySecond {
     }
 
     /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's
-    /// `requires` (recursively) before the room, each room once.
-    pub(crate) fn with_requirements(&self, rooms: &[RoomId]) -> Vec<RoomId> {
+    /// `requires` (recursively) before the room, each room once. When no room of `rooms`
+    /// requires another and none is named twice (nearly every route), that is `rooms` itself,
+    /// borrowed: no list is made for each request.
+    pub(crate) fn with_requirements<'r>(&self, rooms: &'r [RoomId]) -> Cow<'r, [RoomId]> {
         let copies = self.rooms.read();
         let configured = self.configured.load();
         let requires = |room: &RoomId| -> &[RoomId] {
@@ -206,11 +209,17 @@ impl RoomsReadEverySecond {
                 })
                 .unwrap_or_default()
         };
+        let named_once = |(at, room): (usize, &RoomId)| !rooms[..at].contains(room);
+        if rooms.iter().all(|room| requires(room).is_empty())
+            && rooms.iter().enumerate().all(named_once)
+        {
+            return Cow::Borrowed(rooms);
+        }
         let mut ordered = Vec::with_capacity(rooms.len());
         for room in rooms {
             add_with_requirements(room, &requires, &mut ordered, 0);
         }
-        ordered
+        Cow::Owned(ordered)
     }
 }
 
@@ -259,13 +268,26 @@ mod tests {
         pay.requires = vec![id("checkout")];
         let cache = RoomsReadEverySecond::new(vec![site, checkout, pay]);
         assert_eq!(
-            cache.with_requirements(&[id("pay")]),
+            *cache.with_requirements(&[id("pay")]),
             [id("site"), id("checkout"), id("pay")]
         );
         assert_eq!(
-            cache.with_requirements(&[id("site"), id("checkout")]),
+            *cache.with_requirements(&[id("site"), id("checkout")]),
             [id("site"), id("checkout")]
         );
-        assert_eq!(cache.with_requirements(&[id("other")]), [id("other")]);
+        assert_eq!(*cache.with_requirements(&[id("other")]), [id("other")]);
+        // Rooms that require nothing are the route's own list, borrowed; a room named twice
+        // still comes once.
+        let plain = [id("site"), id("other")];
+        assert!(matches!(cache.with_requirements(&plain), Cow::Borrowed(_)));
+        assert_eq!(*cache.with_requirements(&plain), plain);
+        assert_eq!(
+            *cache.with_requirements(&[id("site"), id("other"), id("site")]),
+            [id("site"), id("other")]
+        );
+        assert!(matches!(
+            cache.with_requirements(&[id("site"), id("checkout")]),
+            Cow::Owned(_)
+        ));
     }
 }
