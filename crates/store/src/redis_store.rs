@@ -88,7 +88,6 @@ use anteroom_core::lottery::seed_to_hex;
 use anteroom_core::room::{RoomConfig, Schedule, priority_code_hash};
 use anteroom_core::{Clock, RoomId, SessionId, TicketId};
 use async_trait::async_trait;
-use rand::rngs::OsRng;
 use tokio::sync::OnceCell;
 
 use crate::notices::Notices;
@@ -101,7 +100,7 @@ use connection::{Client, Connection};
 use node_keys::{outbox_rooms_key, rooms_key};
 use records::{Answer, Refusal, encode_text};
 use room_call::{MAX_SCRIPT_MILLIS, RoomCall, RoomPrelude};
-use room_call::{admission_seed, lottery_seed, malformed, millis, safe_number};
+use room_call::{admission_seed, lottery_seed, malformed, millis, safe_number, thread_rng};
 use scripts::RoomFunction;
 
 pub(crate) use connection::{DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT};
@@ -653,10 +652,10 @@ impl RoomStore for RedisStore {
             Some(held) => (held.id.to_string(), held.generation.to_string()),
             None => (String::new(), String::new()),
         };
-        let ticket = TicketId::random(&mut OsRng).to_string();
+        let ticket = TicketId::random(&mut thread_rng()).to_string();
         // `join.lua`'s arguments after the ticket id.
         let mut args = vec![
-            SessionId::random(&mut OsRng).to_string(),
+            SessionId::random(&mut thread_rng()).to_string(),
             resume_id,
             resume_generation,
             encode_text(identity.as_deref()),
@@ -692,7 +691,7 @@ impl RoomStore for RedisStore {
         let args = vec![
             ticket.id.to_string(),
             ticket.generation.to_string(),
-            SessionId::random(&mut OsRng).to_string(),
+            SessionId::random(&mut thread_rng()).to_string(),
             lottery_seed(),
         ];
         self.eval(RoomFunction::Status, room, args)
@@ -776,7 +775,7 @@ impl RoomStore for RedisStore {
         ttl: Duration,
     ) -> Result<Session, StoreError> {
         let args = vec![
-            SessionId::random(&mut OsRng).to_string(),
+            SessionId::random(&mut thread_rng()).to_string(),
             encode_text(uid.as_deref()),
             millis(ttl),
         ];

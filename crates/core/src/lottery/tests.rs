@@ -40,6 +40,24 @@ fn seeds_round_trip_through_hex() {
     assert_eq!(seed_from_hex(&"g".repeat(64)), None);
 }
 
+/// Every byte value is written as its two lowercase digits, high digit first.
+#[test]
+fn seeds_are_written_as_lowercase_hex() {
+    let mut seed: Seed = [0; 32];
+    for (index, byte) in seed.iter_mut().enumerate() {
+        *byte = u8::try_from(index * 8 + 7).expect("below 256");
+    }
+    assert_eq!(
+        seed_to_hex(&seed),
+        "070f171f272f373f474f575f676f777f878f979fa7afb7bfc7cfd7dfe7eff7ff"
+    );
+    for value in 0..=u8::MAX {
+        let text = seed_to_hex(&[value; 32]);
+        assert_eq!(text, format!("{value:02x}").repeat(32));
+        assert_eq!(seed_from_hex(&text), Some([value; 32]));
+    }
+}
+
 /// The upper `1 - alpha` quantile of chi-square with `df` degrees of freedom, by the
 /// Wilson-Hilferty approximation (`z` the normal quantile).
 fn chi_square_critical(df: f64, z: f64) -> f64 {
