@@ -1314,3 +1314,67 @@ async fn ticket_and_session_records_keep_their_layout_3_form() {
         (Some("op|x"), None)
     );
 }
+
+#[tokio::test]
+async fn status_calls_beyond_the_nodes_bound_are_refused_without_reaching_redis() {
+    // In a flash crowd a node's polls must not pile up in Redis ahead of the calls that admit
+    // and join: past its bound of status calls in flight, a poll is refused at once and
+    // costs Redis nothing; the ones in flight are answered when Redis is back.
+    let server = RedisServer::start();
+    let config = RedisConfig::standalone(server.url())
+        .with_key_prefix(unique_prefix())
+        .with_timeout(Duration::from_secs(10));
+    let store = Arc::new(RedisStore::new(config, None).unwrap());
+    let id = room_id("polled");
+    full_room(&store, &id, Duration::from_secs(300)).await;
+    let waiting = waiting_ref(&store.join(&id, JoinRequest::default()).await.unwrap());
+    // The first poll opens the lane's connection.
+    store.status(&id, waiting).await.unwrap();
+    let calls_before = command_stat(&server, "fcall", "calls");
+
+    let bound = RedisStore::MAX_STATUSES_IN_FLIGHT;
+    let beyond = 40;
+    server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]);
+    let started = Instant::now();
+    let polls: Vec<_> = (0..bound + beyond)
+        .map(|_| {
+            let store = store.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let answer = store.status(&id, waiting).await;
+                (answer, started.elapsed())
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    let mut refused = 0;
+    for poll in polls {
+        match poll.await.unwrap() {
+            (Ok(Entry::Waiting(view)), _) => {
+                assert_eq!(view.ahead, 0);
+                answered += 1;
+            }
+            (Err(StoreError::Backend { message, .. }), elapsed) => {
+                assert!(message.contains("in flight"), "{message}");
+                assert!(
+                    elapsed < Duration::from_millis(500),
+                    "refused after {elapsed:?}"
+                );
+                refused += 1;
+            }
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((answered, refused), (bound, beyond));
+    assert_eq!(
+        command_stat(&server, "fcall", "calls"),
+        calls_before + bound as u64,
+        "only the polls within the bound reached redis"
+    );
+    // The refusals changed nothing, and the lane is free again.
+    let after = store.status(&id, waiting).await.unwrap();
+    assert!(
+        matches!(after, Entry::Waiting(ref view) if view.ahead == 0),
+        "{after:?}"
+    );
+}
