@@ -73,7 +73,6 @@ mod records;
 mod room_call;
 mod scripts;
 mod server_clock;
-mod status_lane;
 mod subscriber;
 
 use std::sync::Arc;
@@ -222,8 +221,6 @@ pub struct RedisStore {
     outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
     /// Joins waiting for their room's next call (`join_batch.rs`).
     joins: join_batch::JoinQueues,
-    /// The status polls' own connection and bound (`status_lane.rs`).
-    statuses: status_lane::StatusLane,
 }
 
 impl RedisStore {
@@ -251,13 +248,8 @@ impl RedisStore {
             server_clock: server_clock::ServerClock::default(),
             outbox: Arc::default(),
             joins: join_batch::JoinQueues::default(),
-            statuses: status_lane::StatusLane::default(),
         })
     }
-
-    /// How many status calls a node has in flight to Redis at most; one more is refused at
-    /// once without being sent (`status_lane.rs`).
-    pub const MAX_STATUSES_IN_FLIGHT: usize = status_lane::MAX_STATUSES_IN_FLIGHT;
 
     /// Connects now (if not yet connected) and checks the server answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
@@ -703,18 +695,10 @@ impl RoomStore for RedisStore {
             SessionId::random(&mut OsRng).to_string(),
             lottery_seed(),
         ];
-        let _slot = self.statuses.slot()?;
-        self.bounded(RoomFunction::Status.name(), async {
-            // The store's own connection first: opening it reopens the rooms.
-            self.connection().await?;
-            let connection = self.statuses.connection(&self.client, self.timeout).await?;
-            self.eval_on(&connection, RoomFunction::Status, room, args)
-                .await?
-                .map_err(|refusal| refusal.into_error(room))
-        })
-        .await?
-        .entry()
-        .map_err(|error| malformed("status", error))
+        self.eval(RoomFunction::Status, room, args)
+            .await?
+            .entry()
+            .map_err(|error| malformed("status", error))
     }
 
     async fn leave(&self, room: &RoomId, ticket: TicketRef) -> Result<(), StoreError> {
