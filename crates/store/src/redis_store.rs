@@ -934,20 +934,17 @@ impl RoomStore for RedisStore {
     }
 
     async fn line_masks(&self, room: &RoomId) -> Result<LineMasks, StoreError> {
-        let mut answer = self.eval(RoomFunction::LineMasks, room, Vec::new()).await?;
-        let read = |answer: &mut Answer| {
-            answer.expect("ok")?;
-            if answer.is_empty() {
-                return Ok(LineMasks::default());
-            }
-            let first_bucket = answer.number()?;
-            let mut masks = Vec::new();
-            while !answer.is_empty() {
-                masks.push(records::decode_line_mask(&answer.text()?)?);
-            }
-            Ok(LineMasks::from_masks(first_bucket, masks))
-        };
-        read(&mut answer).map_err(|error| malformed("line_masks", error))
+        let fields: Vec<Vec<u8>> = self
+            .bounded(RoomFunction::LineMasks.name(), async {
+                let connection = self.connection().await?;
+                self.room_call(RoomFunction::LineMasks, room, Vec::new())
+                    .reply(&connection)
+                    .await
+            })
+            .await?;
+        records::decode_line_masks(fields)
+            .map_err(|error| malformed("line_masks", error))?
+            .map_err(|refusal| refusal.into_error(room))
     }
 
     async fn touch(&self, room: &RoomId, tickets: &[TicketRef]) -> Result<u64, StoreError> {

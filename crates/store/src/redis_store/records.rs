@@ -19,6 +19,7 @@ use anteroom_core::lottery::seed_from_hex;
 use anteroom_core::room::Mode;
 use anteroom_core::{SessionId, TicketId, Timestamp};
 
+use crate::LineMasks;
 use crate::persisted::fields::{
     DRAW_FIELDS, Field, Fields, Redis, SESSION_FIELDS, TICKET_FIELDS, blank_draw, blank_session,
     blank_ticket,
@@ -617,22 +618,52 @@ pub(crate) fn encode_signal(signal: &LoadSignal) -> String {
     )
 }
 
-/// Reads one bucket's mask of `line_masks.lua`: 32 hex digits, byte i of the Lua mask
-/// first (bit k of that byte is position bucket * 128 + 8 * i + k); empty for no position.
-pub(crate) fn decode_line_mask(text: &str) -> Result<u128, MalformedAnswer> {
-    if text.is_empty() {
-        return Ok(0);
+/// Reads `line_masks.lua`'s answer: `ok`, then for a line with someone waiting its first
+/// bucket and one string of 16 raw bytes a bucket from it on (byte i of the Lua mask first,
+/// bit k of that byte is position bucket * 128 + 8 * i + k); or a refusal.
+pub(crate) fn decode_line_masks(
+    fields: Vec<Vec<u8>>,
+) -> Result<Result<LineMasks, Refusal>, MalformedAnswer> {
+    match fields.as_slice() {
+        [ok] if ok.as_slice() == b"ok" => Ok(Ok(LineMasks::default())),
+        [ok, first, masks] if ok.as_slice() == b"ok" => {
+            let first = std::str::from_utf8(first)
+                .map_err(|_| MalformedAnswer(format!("first bucket {first:?}")))
+                .and_then(parse_number)?;
+            let chunks = masks.chunks_exact(16);
+            if !chunks.remainder().is_empty() {
+                return Err(MalformedAnswer(format!(
+                    "line masks of {} bytes, not a multiple of 16",
+                    masks.len()
+                )));
+            }
+            let masks = chunks
+                .map(|chunk| {
+                    let mut bytes = [0u8; 16];
+                    bytes.copy_from_slice(chunk);
+                    u128::from_le_bytes(bytes)
+                })
+                .collect();
+            Ok(Ok(LineMasks::from_masks(first, masks)))
+        }
+        _ => {
+            // A refusal is text, as every other script's answer.
+            let text = fields
+                .into_iter()
+                .map(|field| {
+                    String::from_utf8(field)
+                        .map_err(|error| MalformedAnswer(format!("line masks answer {error}")))
+                })
+                .collect::<Result<Vec<String>, _>>()?;
+            match Answer::new(text)? {
+                Err(refusal) => Ok(Err(refusal)),
+                Ok(mut answer) => Err(MalformedAnswer(format!(
+                    "line masks answer starting {:?}",
+                    answer.text().unwrap_or_default()
+                ))),
+            }
+        }
     }
-    let malformed = || MalformedAnswer(format!("line mask {text:?}"));
-    if text.len() != 32 {
-        return Err(malformed());
-    }
-    let mut bytes = [0u8; 16];
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        let digits = text.get(2 * i..2 * i + 2).ok_or_else(malformed)?;
-        *byte = u8::from_str_radix(digits, 16).map_err(|_| malformed())?;
-    }
-    Ok(u128::from_le_bytes(bytes))
 }
 
 /// Reads a record written by [`encode_signal`]; `None` for the empty answer (no signal).
@@ -693,6 +724,38 @@ fn parse_session_end(text: &str) -> Result<SessionEnd, MalformedAnswer> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_masks_are_read_as_raw_bytes() {
+        // Bucket 7 holds positions 7 * 128 + 0 and + 9 (byte 0 bit 0, byte 1 bit 1); bucket 8
+        // none; bucket 9 position 9 * 128 + 127 (byte 15 bit 7), bytes that are not UTF-8.
+        let mut masks = vec![0u8; 48];
+        masks[0] = 0b1;
+        masks[1] = 0b10;
+        masks[47] = 0x80;
+        let fields = vec![b"ok".to_vec(), b"7".to_vec(), masks];
+        let line = decode_line_masks(fields).unwrap().unwrap();
+        assert_eq!(
+            line,
+            LineMasks::from_positions([7 * 128, 7 * 128 + 9, 9 * 128 + 127])
+        );
+        let empty = decode_line_masks(vec![b"ok".to_vec()]).unwrap().unwrap();
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn line_masks_of_a_broken_length_or_a_refusal_are_told_apart() {
+        let short = vec![b"ok".to_vec(), b"7".to_vec(), vec![0u8; 17]];
+        assert!(decode_line_masks(short).is_err());
+        let bucket = vec![b"ok".to_vec(), b"x".to_vec(), vec![0u8; 16]];
+        assert!(decode_line_masks(bucket).is_err());
+        let refused = vec![b"error".to_vec(), b"room_not_found".to_vec()];
+        assert!(matches!(
+            decode_line_masks(refused),
+            Ok(Err(Refusal::RoomNotFound))
+        ));
+        assert!(decode_line_masks(vec![b"what".to_vec()]).is_err());
+    }
 
     #[test]
     fn free_text_survives_the_separator_and_escapes() {
