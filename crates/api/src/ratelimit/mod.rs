@@ -190,12 +190,11 @@ struct RuleSet {
     rules: Vec<RateLimitRule>,
     counters: Vec<Arc<RuleCounters>>,
     budgets: Vec<Arc<KeyBudget>>,
-    /// Each rule's name, shared: marking a request with the lone rule applied copies none.
-    names: Vec<Arc<str>>,
     /// One rule only, counted in the local store and rejecting at its limit: the common setup
     /// (a per-IP limit in front of a site), which [`RateLimiter::check_lone_rule`] decides
-    /// without the general engine's lists.
-    lone_rule: bool,
+    /// without the general engine's lists. Holds that rule's name, shared: marking a request
+    /// with the rule applied copies none.
+    lone_rule: Option<Arc<str>>,
 }
 
 /// What the rate limiter decided for one request.
@@ -312,8 +311,13 @@ impl RateLimiter {
                 headers: HeaderMap::new(),
             };
         }
-        if set.lone_rule && route_rules.is_empty() && !needs_general_engine(&parts.extensions) {
-            return self.check_lone_rule(&set, parts, client_ip).await;
+        if let Some(name) = &set.lone_rule
+            && route_rules.is_empty()
+            && !needs_general_engine(&parts.extensions)
+        {
+            return self
+                .check_lone_rule(&set, name.clone(), parts, client_ip)
+                .await;
         }
         let pending = self.applying(&set, parts, client_ip, route_rules);
         if pending.is_empty() {
@@ -339,6 +343,7 @@ impl RateLimiter {
     async fn check_lone_rule(
         &self,
         set: &RuleSet,
+        name: Arc<str>,
         parts: &mut Parts,
         client_ip: IpAddr,
     ) -> RateLimitVerdict {
@@ -354,9 +359,7 @@ impl RateLimiter {
                 }
             }
         };
-        parts
-            .extensions
-            .insert(AppliedRateLimits::One(set.names[0].clone()));
+        parts.extensions.insert(AppliedRateLimits::One(name));
         let request = LimitRequest {
             key: &key,
             params: &rule.params,
@@ -482,19 +485,16 @@ fn rule_set(
         .map(|rule| metrics.counters(&rule.name))
         .collect();
     let budgets = rules.iter().map(|rule| metrics.budget(rule)).collect();
-    let names = rules
-        .iter()
-        .map(|rule| Arc::from(rule.name.as_str()))
-        .collect();
-    let lone_rule = matches!(
-        rules.as_slice(),
-        [rule] if rule.store == LimitBackend::Local && rule.action == Action::Reject
-    );
+    let lone_rule = match rules.as_slice() {
+        [rule] if rule.store == LimitBackend::Local && rule.action == Action::Reject => {
+            Some(Arc::from(rule.name.as_str()))
+        }
+        _ => None,
+    };
     Ok(RuleSet {
         rules,
         counters,
         budgets,
-        names,
         lone_rule,
     })
 }
