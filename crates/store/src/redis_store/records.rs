@@ -618,9 +618,12 @@ pub(crate) fn encode_signal(signal: &LoadSignal) -> String {
     )
 }
 
+/// Bytes of one bucket's mask in `line_masks.lua`'s answer (its `MASK_BYTES`): one `u128`.
+const MASK_BYTES: usize = size_of::<u128>();
+
 /// Reads `line_masks.lua`'s answer: `ok`, then for a line with someone waiting its first
-/// bucket and one string of 16 raw bytes a bucket from it on (byte i of the Lua mask first,
-/// bit k of that byte is position bucket * 128 + 8 * i + k); or a refusal.
+/// bucket and one string of [`MASK_BYTES`] raw bytes a bucket from it on (byte i of the Lua
+/// mask first, bit k of that byte is position bucket * 128 + 8 * i + k); or a refusal.
 pub(crate) fn decode_line_masks(
     fields: Vec<Vec<u8>>,
 ) -> Result<Result<LineMasks, Refusal>, MalformedAnswer> {
@@ -630,16 +633,16 @@ pub(crate) fn decode_line_masks(
             let first = std::str::from_utf8(first)
                 .map_err(|_| MalformedAnswer(format!("first bucket {first:?}")))
                 .and_then(parse_number)?;
-            let chunks = masks.chunks_exact(16);
+            let chunks = masks.chunks_exact(MASK_BYTES);
             if !chunks.remainder().is_empty() {
                 return Err(MalformedAnswer(format!(
-                    "line masks of {} bytes, not a multiple of 16",
+                    "line masks of {} bytes, not a multiple of {MASK_BYTES}",
                     masks.len()
                 )));
             }
             let masks = chunks
                 .map(|chunk| {
-                    let mut bytes = [0u8; 16];
+                    let mut bytes = [0u8; MASK_BYTES];
                     bytes.copy_from_slice(chunk);
                     u128::from_le_bytes(bytes)
                 })
