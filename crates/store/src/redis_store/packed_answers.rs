@@ -4,9 +4,9 @@
 //! parsing ten replies a join took the client about 16,000 instructions a join.
 //!
 //! Only what `cmsgpack` writes for arrays of Lua strings is read (fixarray, array 16/32,
-//! fixstr, str 8/16/32, and bin 8/16/32, which some `cmsgpack` versions write for strings);
-//! anything else, a length past the end, text that is not UTF-8, or bytes after the value is
-//! an error: a malformed reply never becomes an answer.
+//! fixstr, str 8/16/32); anything else, a length past the end, text that is not UTF-8, bytes
+//! after the value, or a shared answer that is not a refusal is an error: a malformed reply
+//! never becomes an answer.
 
 use super::records::MalformedAnswer;
 
@@ -15,7 +15,8 @@ use super::records::MalformedAnswer;
 pub(crate) enum PackedAnswers {
     /// One answer per join, in order, each its text fields.
     PerJoin(Vec<Vec<String>>),
-    /// One answer for every join of the batch (the room is missing or closed).
+    /// One refusal (`error` and why) for every join of the batch (the room is missing or
+    /// closed).
     Shared(Vec<String>),
 }
 
@@ -37,7 +38,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<PackedAnswers, MalformedAnswer> {
         }
         PackedAnswers::PerJoin(answers)
     } else {
-        PackedAnswers::Shared(reader.fields(outer)?)
+        let fields = reader.fields(outer)?;
+        // Only a refusal is shared: an answer given to every join would hand one ticket out
+        // many times.
+        if fields.first().map(String::as_str) != Some("error") {
+            return Err(MalformedAnswer(
+                "a join answer shared by the batch that is not a refusal".to_owned(),
+            ));
+        }
+        PackedAnswers::Shared(fields)
     };
     if reader.at != bytes.len() {
         return Err(MalformedAnswer(format!(
@@ -113,9 +122,9 @@ impl Reader<'_> {
     fn text(&mut self) -> Result<String, MalformedAnswer> {
         let length = match self.byte()? {
             marker @ 0xa0..=0xbf => usize::from(marker & 0x1f),
-            0xd9 | 0xc4 => self.length(1)?,
-            0xda | 0xc5 => self.length(2)?,
-            0xdb | 0xc6 => self.length(4)?,
+            0xd9 => self.length(1)?,
+            0xda => self.length(2)?,
+            0xdb => self.length(4)?,
             other => {
                 return Err(MalformedAnswer(format!(
                     "expected text in the join answer, found marker {other:#04x}"
@@ -157,6 +166,8 @@ mod tests {
         let length = text.len();
         let mut bytes = if length < 32 {
             vec![0xa0 | u8::try_from(length).expect("short")]
+        } else if let Ok(short) = u8::try_from(length) {
+            vec![0xd9, short]
         } else {
             let mut header = vec![0xda];
             header.extend(u16::try_from(length).expect("short").to_be_bytes());
@@ -172,12 +183,12 @@ mod tests {
 
     #[test]
     fn answers_per_join_and_shared_answers_are_read() {
-        let long = "x".repeat(300);
-        let bytes = pack(&[&["waiting", "t1", &long], &["error", "join_cancelled"]]);
+        let (record, long) = ("w".repeat(40), "x".repeat(300));
+        let bytes = pack(&[&["waiting", &record, &long], &["error", "join_cancelled"]]);
         assert_eq!(
             decode(&bytes).expect("well formed"),
             PackedAnswers::PerJoin(vec![
-                owned(&["waiting", "t1", &long]),
+                owned(&["waiting", &record, &long]),
                 owned(&["error", "join_cancelled"])
             ])
         );
@@ -221,7 +232,13 @@ mod tests {
         assert!(decode(&pack(&[&many])).is_err());
         // Text that is not UTF-8.
         assert!(decode(&[0x91, 0x91, 0xa2, 0xff, 0xfe]).is_err());
-        // A join's answer mixed into a shared one.
+        // A join's answer mixed into a shared one, and a shared answer that is not a refusal.
         assert!(decode(&[0x92, 0xa1, b'a', 0x91, 0xa1, b'b']).is_err());
+        let mut shared = vec![0x92];
+        shared.extend(pack_text("waiting"));
+        shared.extend(pack_text("t1"));
+        assert!(decode(&shared).is_err());
+        // Binary (bin 8) where text belongs: cmsgpack writes strings as str.
+        assert!(decode(&[0x91, 0x91, 0xc4, 0x01, b'a']).is_err());
     }
 }
