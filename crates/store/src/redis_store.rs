@@ -69,6 +69,7 @@ mod join_batch;
 mod key_entries;
 mod node_keys;
 mod outbox;
+mod packed_answers;
 mod records;
 mod room_call;
 mod scripts;
@@ -660,7 +661,6 @@ impl RoomStore for RedisStore {
             resume_generation,
             encode_text(identity.as_deref()),
             encode_text(return_to.as_deref()),
-            lottery_seed(),
             request
                 .priority_code
                 .as_deref()
@@ -681,10 +681,16 @@ impl RoomStore for RedisStore {
             .joins
             .join(room, ticket, args, start + self.timeout, sender)
             .await?;
-        answer
-            .map_err(|refusal| refusal.into_error(room))?
-            .entry()
-            .map_err(|error| malformed("join", error))
+        let mut answer = answer.map_err(|refusal| refusal.into_error(room))?;
+        let entry = answer.entry().map_err(|error| malformed("join", error))?;
+        // Every field read: an answer longer than its kind's is malformed, not half-read.
+        if !answer.is_empty() {
+            return Err(malformed(
+                "join",
+                records::MalformedAnswer("fields after the join's answer".to_owned()),
+            ));
+        }
+        Ok(entry)
     }
 
     async fn status(&self, room: &RoomId, ticket: TicketRef) -> Result<Entry, StoreError> {

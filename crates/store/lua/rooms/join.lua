@@ -5,30 +5,33 @@
 -- A node sends the joins that gathered for a room while its previous call ran (see
 -- redis_store/join_batch.rs): the room's meta is read and written once per call, and one change
 -- notice tells of them all, while each join sees the room as the joins before it left it.
--- ARGV[5] the number of joins, n (at least 1); then JOIN_ARGS arguments per join, the i-th
--- join's k-th argument at ARGV[5 + (i - 1) * JOIN_ARGS + k]:
+-- ARGV[5] the number of joins, n (at least 1); ARGV[6] the seed for a pre-queue lottery due now
+-- (64 hex digits): the call's first join settles what is due, so the later ones find no draw
+-- due at the same time and one seed serves the call. Then JOIN_ARGS arguments per join, the
+-- i-th join's k-th argument at ARGV[6 + (i - 1) * JOIN_ARGS + k]:
 --   1 id for a new ticket
 --   2 id for a new session (used only if this join claims one)
 --   3 held ticket id or ''
 --   4 held ticket's generation or ''
 --   5 identity ('' or '=' and the escaped identity)
 --   6 return path ('' or '=' and the escaped path)
---   7 seed for a pre-queue lottery due now (64 hex digits)
---   8 SHA-256 (hex) of a priority access code presented, or ''
---   9 '1': resume only (the join gate, SPEC §14.2): never make a new ticket
---  10 the time (ms, the scripts' clock) after which the caller no longer awaits the answer,
+--   7 SHA-256 (hex) of a priority access code presented, or ''
+--   8 '1': resume only (the join gate, SPEC §14.2): never make a new ticket
+--   9 the time (ms, the scripts' clock) after which the caller no longer awaits the answer,
 --     or '': a join that runs later refuses, so it leaves no ticket nobody holds
--- Returns: one answer per join, in order, each a status answer (see room.lua), 'error' and
+-- Returns one MessagePack string (cmsgpack, written in C: the node reads one string instead of
+-- Redis writing, and the node's client parsing, ten replies a join): an array of one answer per
+-- join, in order, each an array of text fields, a status answer (see room.lua), 'error' and
 -- why, or 'failed' and the error a command or the script raised in that join alone; or, for
--- the whole batch, 'error' and why when the room is missing or closed.
+-- the whole batch, the array 'error' and why when the room is missing or closed.
 
-local JOIN_ARGS = 10
+local JOIN_ARGS = 9
 
 if not load_room(true) then
-  return room_not_found()
+  return cmsgpack.pack(room_not_found())
 end
 if room.mode == 'closed' then
-  return { 'error', 'room_closed' }
+  return cmsgpack.pack({ 'error', 'room_closed' })
 end
 
 -- In an identity room the identity decides which ticket is resumed: a ticket presented by
@@ -102,7 +105,6 @@ local function join_one(join)
   if join.cancelled then
     return { 'error', 'join_cancelled' }, false
   end
-  DRAW_SEED = join.draw_seed
   settle()
 
   local resumable = resumable_ticket(join)
@@ -144,14 +146,15 @@ end
 
 local answers, joined = {}, false
 local count = tonumber(ARGV[5])
+DRAW_SEED = ARGV[6]
 -- Which joins were cancelled, in one look-up for the batch (no join of a batch cancels one).
 local ticket_ids = {}
 for i = 1, count do
-  ticket_ids[i] = ARGV[5 + (i - 1) * JOIN_ARGS + 1]
+  ticket_ids[i] = ARGV[6 + (i - 1) * JOIN_ARGS + 1]
 end
 local cancelled = redis.call('ZMSCORE', CANCELLED, unpack(ticket_ids))
 for i = 1, count do
-  local base = 5 + (i - 1) * JOIN_ARGS
+  local base = 6 + (i - 1) * JOIN_ARGS
   -- Each join is confined: an error in one is its own answer, and the joins before and after
   -- it keep theirs. Redis keeps what the failed join wrote before its error (scripts do not
   -- roll back), so the store takes its ticket back (cancel_join.lua).
@@ -162,10 +165,9 @@ for i = 1, count do
     held_generation = ARGV[base + 4],
     identity = ARGV[base + 5],
     return_to = ARGV[base + 6],
-    draw_seed = ARGV[base + 7],
-    code_digest = ARGV[base + 8],
-    resume_only = ARGV[base + 9],
-    deadline = ARGV[base + 10],
+    code_digest = ARGV[base + 7],
+    resume_only = ARGV[base + 8],
+    deadline = ARGV[base + 9],
     cancelled = cancelled[i],
   })
   if not ok then
@@ -178,4 +180,4 @@ if room.changed then
   save_room()
   notify(joined and 'join' or 'status')
 end
-return answers
+return cmsgpack.pack(answers)

@@ -40,6 +40,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::connection::{Connection, bounded};
+use super::packed_answers::{PackedAnswers, decode};
 use super::records::{Answer, Refusal};
 use super::room_call::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
 use super::scripts::RoomFunction;
@@ -127,7 +128,7 @@ impl Claim {
 }
 
 /// One join waiting for its room's next call: its ticket id and its other `join.lua`
-/// arguments (ten per join in all), when its caller stops waiting, and where its answer goes.
+/// arguments (nine per join in all), when its caller stops waiting, and where its answer goes.
 struct QueuedJoin {
     ticket: String,
     args: Vec<String>,
@@ -364,8 +365,10 @@ async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
     let started = Instant::now();
     let count = batch.len();
     let per_join = batch.first().map_or(0, |join| 1 + join.args.len());
-    let mut args = Vec::with_capacity(1 + count * per_join);
+    let mut args = Vec::with_capacity(2 + count * per_join);
     args.push(count.to_string());
+    // One lottery seed for the call: its first join settles what is due (`join.lua`).
+    args.push(lottery_seed());
     let mut joins = Vec::with_capacity(count);
     for join in batch {
         args.push(join.ticket.clone());
@@ -379,7 +382,7 @@ async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
     let call = sender.prelude.call(RoomFunction::Join, args);
     let outcomes = match bounded(sender.timeout, "join", call.reply(&sender.connection))
         .await
-        .and_then(|values: Vec<redis::Value>| answers(values, count))
+        .and_then(|packed: Vec<u8>| answers(&packed, count))
     {
         Ok(outcomes) => outcomes,
         Err(error) => shared_failure(&error, count),
@@ -454,34 +457,27 @@ async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
     );
 }
 
-/// Reads the script's reply: one outcome per join, or one refusal for the whole batch (the
-/// room is missing or closed) given to every join.
-fn answers(values: Vec<redis::Value>, count: usize) -> Result<Vec<JoinOutcome>, StoreError> {
-    let per_join = matches!(values.first(), Some(redis::Value::Array(_)));
-    if !per_join {
-        let fields: Vec<String> = redis::from_redis_value(redis::Value::Array(values))
-            .map_err(|error| StoreError::backend("redis script join answered badly", error))?;
-        return Ok((0..count)
-            .map(|_| Answer::new(fields.clone()).map_err(|error| malformed("join", error)))
-            .collect());
-    }
-    if values.len() != count {
+/// Reads the script's reply (`packed_answers.rs`): one outcome per join, or one refusal for
+/// the whole batch (the room is missing or closed) given to every join.
+fn answers(packed: &[u8], count: usize) -> Result<Vec<JoinOutcome>, StoreError> {
+    let answers = match decode(packed).map_err(|error| malformed("join", error))? {
+        PackedAnswers::Shared(fields) => {
+            return Ok((0..count)
+                .map(|_| Answer::new(fields.clone()).map_err(|error| malformed("join", error)))
+                .collect());
+        }
+        PackedAnswers::PerJoin(answers) => answers,
+    };
+    if answers.len() != count {
         return Err(StoreError::Backend {
             message: format!(
                 "redis script join answered {} joins of {count}",
-                values.len()
+                answers.len()
             ),
             source: None,
         });
     }
-    values
-        .into_iter()
-        .map(|value| {
-            let fields: Vec<String> = redis::from_redis_value(value)
-                .map_err(|error| StoreError::backend("redis script join answered badly", error))?;
-            Ok(one_answer(fields))
-        })
-        .collect()
+    Ok(answers.into_iter().map(one_answer).collect())
 }
 
 /// One join's answer: its status or refusal, or the error it alone failed with (`failed`).

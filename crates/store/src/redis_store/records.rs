@@ -330,6 +330,10 @@ pub(crate) fn decode_session(id: &str, record: &str) -> Result<Session, Malforme
     Ok(session)
 }
 
+/// The most columns a record's fields place (tickets and sessions have fewer); a wider list
+/// of fields fails every decode, which the record tests would show.
+const MAX_RECORD_COLUMNS: usize = 16;
+
 /// Fills `value` from a `|`-separated record stored under `id`. A record may end before
 /// trailing flags (records written before a flag existed, or with it unset); no other column
 /// may be missing, and none may be extra.
@@ -339,10 +343,20 @@ fn decode_record<R>(
     value: &mut R,
     fields: &Fields<R>,
 ) -> Result<(), MalformedAnswer> {
-    let columns: Vec<&str> = record.split('|').collect();
     let (required, width) = column_count(fields);
-    if columns.len() < required || columns.len() > width {
-        return Err(MalformedAnswer(format!("{} columns", columns.len())));
+    // The columns on the stack: a record is decoded with every join's and status' answer.
+    let mut columns = [""; MAX_RECORD_COLUMNS];
+    let mut count = 0;
+    for text in record.split('|') {
+        let slot = columns
+            .get_mut(count)
+            .filter(|_| count < width)
+            .ok_or_else(|| MalformedAnswer(format!("more than {width} columns")))?;
+        *slot = text;
+        count += 1;
+    }
+    if count < required {
+        return Err(MalformedAnswer(format!("{count} columns")));
     }
     let column = |at: usize| columns.get(at - 1).copied().unwrap_or("");
     for stored in fields {
@@ -814,6 +828,10 @@ mod tests {
             }
         );
         assert!(decode_ticket(&ticket_id, "w|1|1").is_err());
+        // Ten columns at most (the last a flag), and never past the stack's room for them.
+        assert!(decode_ticket(&ticket_id, "w|1|1|10|99|||||p").is_ok());
+        assert!(decode_ticket(&ticket_id, "w|1|1|10|99|||||p|").is_err());
+        assert!(decode_ticket(&ticket_id, &format!("w|1|1|10|99{}", "|".repeat(40))).is_err());
     }
 
     fn column_names(columns: &[(&'static str, LuaKind)]) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! The server's clock as seen from this node, so a join can carry the time after which its
-//! caller no longer awaits the answer (`join.lua`, ARGV[13]): a join that Redis runs later than
+//! caller no longer awaits the answer (`join.lua`, a join's last argument): a join that Redis runs later than
 //! that (queued behind a slow server, a pause, a failover) refuses instead of making a ticket
 //! that nobody holds (SPEC §14.2, ghost tickets).
 //!
