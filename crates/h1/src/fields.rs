@@ -100,6 +100,23 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether the field named `name` (in any case, as it came on the wire) always concerns one
+/// connection only: the set [`is_hop_by_hop`] names.
+pub(crate) fn is_hop_by_hop_name(name: &[u8]) -> bool {
+    // By length first: most names are none of these, and are told so by one comparison.
+    let set: &[&[u8]] = match name.len() {
+        2 => &[b"te"],
+        7 => &[b"trailer", b"upgrade"],
+        10 => &[b"connection", b"keep-alive"],
+        16 => &[b"proxy-connection"],
+        17 => &[b"transfer-encoding"],
+        18 => &[b"proxy-authenticate"],
+        19 => &[b"proxy-authorization"],
+        _ => return false,
+    };
+    set.iter().any(|hop| name.eq_ignore_ascii_case(hop))
+}
+
 /// Whether `name` is one of the fields that always concern one connection only.
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == CONNECTION
@@ -146,6 +163,40 @@ mod tests {
         remove_hop_by_hop(&mut map);
         let left: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_told_in_any_case() {
+        let names = [
+            "connection",
+            "keep-alive",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "content-length",
+            "content-type",
+            "tes",
+            "t",
+            "trailers",
+            "upgrade-insecure-requests",
+            "x-connection",
+            "keep-alives",
+            "date",
+        ];
+        for name in names {
+            let header = HeaderName::from_static(name);
+            for spelling in [name.to_owned(), name.to_ascii_uppercase()] {
+                assert_eq!(
+                    is_hop_by_hop_name(spelling.as_bytes()),
+                    is_hop_by_hop(&header),
+                    "{spelling}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,10 @@ mod fields;
 mod request;
 mod validity;
 
-pub use answer::{AnswerFraming, AnswerHead, BodyFraming, MalformedAnswer, parse_answer_head};
+pub use answer::{
+    AnswerFields, AnswerFraming, AnswerHead, BodyFraming, MalformedAnswer, PassedFields,
+    parse_answer_head,
+};
 pub use bad_head::BadHead;
 pub use chunked::{ChunkedDecoder, Decoded, MalformedChunk, push_chunk};
 pub use date::append_now as append_date;

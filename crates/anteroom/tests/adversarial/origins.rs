@@ -45,6 +45,9 @@ enum Hostility {
     /// A well-formed answer carrying fields of the origin's connection (and fields its
     /// `Connection` lines name) and `Anteroom-Release`.
     ConnectionFields,
+    /// A well-formed answer carrying its own `X-Request-Id`, `Date`, two `Set-Cookie` and a
+    /// field on two lines, in mixed case ([`OWN_FIELDS`]).
+    OwnFields,
 }
 
 /// What the origin saw.
@@ -183,6 +186,11 @@ async fn serve(mut stream: TcpStream, hostility: Hostility, seen: &Seen) {
                 answer.extend(body.bytes());
                 answer
             }
+            Hostility::OwnFields => {
+                let mut answer = head("200 OK", &format!("{OWN_FIELDS}{}", length(&body)));
+                answer.extend(body.bytes());
+                answer
+            }
             Hostility::Late | Hostility::IdleClose | Hostility::Slow => {
                 if hostility == Hostility::Slow {
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -265,6 +273,20 @@ fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
             .eq_ignore_ascii_case(name)
             .then_some(value.trim())
     })
+}
+
+/// The values of every header field `name` in `head`, in order.
+fn fields<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|line| {
+            let (field, value) = line.split_once(':')?;
+            field
+                .trim()
+                .eq_ignore_ascii_case(name)
+                .then_some(value.trim())
+        })
+        .collect()
 }
 
 /// One answer as a visitor read it.
@@ -546,6 +568,50 @@ async fn the_origins_connection_fields_never_reach_the_visitor() {
                     None,
                     "{name} on {engine}: {answer:?}"
                 );
+            }
+        }
+    }
+}
+
+/// The fields [`Hostility::OwnFields`] adds to its answers.
+const OWN_FIELDS: &str = "X-Request-Id: from-the-origin\r\nSet-Cookie: o=1\r\n\
+    DATE: Tue, 01 Jan 2030 00:00:00 GMT\r\nx-multi: a\r\nset-cookie: p=2\r\nX-Multi: b\r\n";
+
+/// The origin's answers carry fields the gateway passes on as they came, one it replaces
+/// (`X-Request-Id`) and one it would otherwise add (`Date`). Must hold on both engines, on
+/// fresh and kept-alive connections: each visitor gets its own answer with the origin's
+/// fields once each, values of one name in the order sent, the node's request id alone, the
+/// origin's `Date` and no other, one `Content-Length`.
+#[tokio::test]
+async fn the_origins_own_fields_reach_the_visitor_once() {
+    for engine in ENGINES {
+        let origin = Origin::start(Hostility::OwnFields).await;
+        let gate = gate(engine, &origin).await;
+        for fresh in [true, false] {
+            let mut visitor = Visitor::connect(&gate).await;
+            for n in 0..3 {
+                if fresh && n > 0 {
+                    visitor = Visitor::connect(&gate).await;
+                }
+                let (method, target) = get(n);
+                let answer = visitor.ask(method, &target, "").await;
+                check_own(n, &answer, 0, false, engine);
+                let context = format!("visitor {n} on {engine}: {answer:?}");
+                let ids = fields(&answer.head, "x-request-id");
+                assert_eq!(ids.len(), 1, "{context}");
+                assert_ne!(ids[0], "from-the-origin", "{context}");
+                assert_eq!(
+                    fields(&answer.head, "set-cookie"),
+                    ["o=1", "p=2"],
+                    "{context}"
+                );
+                assert_eq!(fields(&answer.head, "x-multi"), ["a", "b"], "{context}");
+                assert_eq!(
+                    fields(&answer.head, "date"),
+                    ["Tue, 01 Jan 2030 00:00:00 GMT"],
+                    "{context}"
+                );
+                assert_eq!(fields(&answer.head, "content-length").len(), 1, "{context}");
             }
         }
     }

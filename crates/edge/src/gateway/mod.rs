@@ -83,6 +83,8 @@ use anteroom_api::AppState;
 use anteroom_api::error::ApiError;
 use anteroom_api::ratelimit::{self, ClientIp, RateLimitLayer, RateLimiter};
 
+use anteroom_h1::PassedFields;
+
 use crate::access_log::{AccessLog, Decided, UpstreamPart};
 use crate::correlation;
 use crate::span_export::SpanExport;
@@ -217,7 +219,11 @@ impl Gateway {
         let service = service_fn(move |request: Request<Body>| {
             let gateway = gateway.clone();
             let client = client.clone();
-            async move { Ok::<_, Infallible>(gateway.handle(client.as_ref(), request).await) }
+            async move {
+                // hyper writes what the router answers: every field in the map.
+                let (response, _) = gateway.handle(client.as_ref(), request, false).await;
+                Ok::<_, Infallible>(response)
+            }
         });
         Router::new().fallback_service(service)
     }
@@ -233,8 +239,15 @@ impl Gateway {
     }
 
     /// The request's way through the gateway: its correlation ids first (sent upstream and
-    /// returned to the visitor), then [`steps`](Self::steps).
-    async fn handle(&self, client: Option<&UpstreamPools>, request: Request<Body>) -> Response {
+    /// returned to the visitor), then [`steps`](Self::steps). With `as_read`, the origin's
+    /// answer fields the gateway does not read may come back passed as read, beside the
+    /// response, for a writer that writes them (`h1/server.rs`).
+    async fn handle(
+        &self,
+        client: Option<&UpstreamPools>,
+        request: Request<Body>,
+        as_read: bool,
+    ) -> (Response, PassedFields) {
         let (mut parts, body) = request.into_parts();
         let trusted = self.app().is_trusted_peer(&parts.extensions);
         let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
@@ -253,7 +266,7 @@ impl Gateway {
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
         let request = Request::from_parts(parts, body);
-        let mut response = self.steps(client, request, &correlation).await;
+        let (mut response, passed) = self.steps(client, request, &correlation, as_read).await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
         }
@@ -262,10 +275,12 @@ impl Gateway {
             let decided = response.extensions().get::<Decided>();
             span.finish(request_id, response.status().as_u16(), decided);
         }
+        // The origin's own `X-Request-Id` is in the map whichever way its fields came
+        // (`proxy::READ_FROM_ANSWERS`): replaced here, never written beside ours.
         response
             .headers_mut()
             .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
-        response
+        (response, passed)
     }
 
     /// The visitor's address as the rate limiter settled on it in front of the gateway
@@ -285,24 +300,26 @@ impl Gateway {
     }
 
     /// The request's steps, outermost first: one future, no boxed middleware per step. The
-    /// `correlation` ids go to the upstream with the request.
+    /// `correlation` ids go to the upstream with the request; `as_read` as in
+    /// [`handle`](Self::handle).
     async fn steps(
         &self,
         client: Option<&UpstreamPools>,
         request: Request<Body>,
         correlation: &correlation::Correlation,
-    ) -> Response {
+        as_read: bool,
+    ) -> (Response, PassedFields) {
         // The routes, upstream and limits in force when the request started, to its end.
         let live = self.live();
         let (mut parts, body) = request.into_parts();
         // The checks every protected request passes, shared with `WaitingRoomLayer`.
         let route = match self.route_of(&live, &mut parts) {
             Ok(route) => route,
-            Err(refused) => return refused.into_response(),
+            Err(refused) => return (refused.into_response(), PassedFields::default()),
         };
         let let_through = match self.check(route, &mut parts).await {
             Ok(let_through) => let_through,
-            Err(held_back) => return held_back,
+            Err(held_back) => return (held_back, PassedFields::default()),
         };
         // Measure only what reaches the upstream, per route.
         let measuring = upstream_stats::Measuring::start(&route.stats);
@@ -314,8 +331,11 @@ impl Gateway {
             passes,
             decided,
         } = let_through;
-        let mut response =
-            proxy_or_upgrade(self, &live, client, request, passes, correlation).await;
+        // Rate-limit fields are added only where the origin sent none: an answer that may
+        // get them keeps all its fields in the map, where that is looked up.
+        let fields = proxy::answer_fields(as_read && limit_headers.is_empty());
+        let (mut response, passed) =
+            proxy_or_upgrade(self, &live, client, request, passes, correlation, fields).await;
         let took = measuring.finish(&response);
         if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
@@ -327,7 +347,7 @@ impl Gateway {
         }
         protect::add_cookies(&mut response, cookies);
         ratelimit::add_headers(&mut response, &limit_headers);
-        response
+        (response, passed)
     }
 
     /// The first steps, before anything waits: the request's path in its one spelling, then
@@ -378,7 +398,7 @@ impl Gateway {
 }
 
 /// The last step: proxies `request` (or its WebSocket upgrade), with the `correlation` ids,
-/// to the upstream through `pools`.
+/// to the upstream through `pools`, the answer's fields as `fields` says.
 /// `passes` are those the request holds (an `Anteroom-Release` answer ends one). Here rather
 /// than in `proxy.rs`, so that `websocket.rs`, which builds on the proxy's `Upstream`, is
 /// not named by it in turn.
@@ -389,25 +409,26 @@ async fn proxy_or_upgrade(
     mut request: Request<Body>,
     passes: Vec<passes::HeldPass>,
     correlation: &correlation::Correlation,
-) -> Response {
+    fields: anteroom_h1::AnswerFields<'static>,
+) -> (Response, PassedFields) {
     let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
-        return ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page").into_response();
+        let missing = ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page");
+        return (missing.into_response(), PassedFields::default());
     };
     if websocket::is_upgrade(&request) {
         correlation.insert_into(request.headers_mut());
-        return websocket::proxy(gateway, upstream, &live.websocket, request).await;
+        let upgraded = websocket::proxy(gateway, upstream, &live.websocket, request).await;
+        return (upgraded, PassedFields::default());
     }
     let pools = pools.for_upstream(upstream);
-    let app = gateway.app();
-    let trusted_proxies = &app.settings().trusted_proxies;
     proxy::forward(
-        app,
-        trusted_proxies,
+        gateway.app(),
         upstream,
         &pools.client,
         request,
         passes,
         correlation,
+        fields,
     )
     .await
 }
@@ -444,21 +465,27 @@ impl SiteLane {
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
     }
 
-    /// Answers `request` as the public router's rate-limit layer and site fallback would.
-    pub(crate) async fn handle(&self, request: Request<Body>) -> Response {
+    /// Answers `request` as the public router's rate-limit layer and site fallback would,
+    /// for the connection loop's writer: the origin's fields the gateway does not read come
+    /// back passed as read (written after the status line, before the response's own).
+    pub(crate) async fn handle(&self, request: Request<Body>) -> (Response, PassedFields) {
         let Some(limits) = &self.limits else {
-            return self.gateway.handle(Some(&self.client), request).await;
+            return self.gateway.handle(Some(&self.client), request, true).await;
         };
         let (mut parts, body) = request.into_parts();
         let headers = match limits.decide(&mut parts).await {
             Ok(headers) => headers,
-            Err(refused) => return refused,
+            Err(refused) => return (refused, PassedFields::default()),
         };
-        let mut response = self
+        // The public limits' fields go in only where the origin sent none: then the origin's
+        // fields stay in the map, where that is looked up.
+        let request = Request::from_parts(parts, body);
+        let as_read = headers.is_empty();
+        let (mut response, passed) = self
             .gateway
-            .handle(Some(&self.client), Request::from_parts(parts, body))
+            .handle(Some(&self.client), request, as_read)
             .await;
         ratelimit::add_headers(&mut response, &headers);
-        response
+        (response, passed)
     }
 }

@@ -8,7 +8,10 @@
 //! upstream failures answered 502/504 problem+json (503 `upstream_busy` when `[upstream]
 //! max_connections` leaves no connection), and the origin's `Anteroom-Release` header acted on
 //! and stripped. A `Content-Length` the origin sent beside a `Transfer-Encoding` never reaches
-//! the visitor, whichever client read the answer.
+//! the visitor, whichever client read the answer. For the engine's own connection loop the
+//! own client leaves the origin's fields as it read them (`anteroom_h1::PassedFields`, written
+//! by the loop after the status line) and puts in the header map only those the gateway reads
+//! ([`READ_FROM_ANSWERS`]): no `HeaderName`, `HeaderValue` or map entry per field.
 
 use std::error::Error as _;
 use std::future::Future;
@@ -46,15 +49,44 @@ use anteroom_api::error::ApiError;
 use crate::client_scheme::ClientScheme;
 use crate::correlation::Correlation;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
-use anteroom_h1::{MAX_INLINE_BODY, remove_hop_by_hop, request_states_length};
+use anteroom_h1::{
+    AnswerFields, MAX_INLINE_BODY, PassedFields, remove_hop_by_hop, request_states_length,
+};
 
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
 use super::passes::HeldPass;
-use super::upstream_client::{AddedFields, UpstreamError, UpstreamPool, UpstreamTarget};
+use super::upstream_client::{
+    AddedFields, OwnRequest, UpstreamError, UpstreamPool, UpstreamTarget,
+};
 
 /// The response header through which the origin ends the visitor's session.
 static ANTEROOM_RELEASE: HeaderName = HeaderName::from_static("anteroom-release");
+
+/// The origin's answer fields the gateway reads or replaces after the proxy, whichever way
+/// the others travel: `Anteroom-Release` (acted on and removed) and `X-Request-Id` (the
+/// node's replaces the origin's). The rate-limit fields the gateway adds only when the
+/// origin sent none are not here: an answer that may get them has all its fields in the map
+/// ([`answer_fields`]).
+static READ_FROM_ANSWERS: [HeaderName; 2] = [
+    HeaderName::from_static("anteroom-release"),
+    HeaderName::from_static("x-request-id"),
+];
+
+/// Where the own client puts the origin's answer fields: only those the gateway reads in the
+/// header map when the answer goes `as_read` to a writer that writes the others as they came
+/// (the engine's own connection loop); all of them otherwise (hyper's writers, an HTTP/2
+/// visitor, steps that look for other fields).
+pub(super) fn answer_fields(as_read: bool) -> AnswerFields<'static> {
+    if as_read {
+        AnswerFields::Passed {
+            read: &READ_FROM_ANSWERS,
+        }
+    } else {
+        // Room for what the gateway adds (the request id, a cookie).
+        AnswerFields::Map { spare: 2 }
+    }
+}
 
 /// The protected site.
 pub(crate) struct Upstream {
@@ -235,23 +267,25 @@ fn tls_settings(
 
 /// Forwards the request as the upstream is to get it, through the own client when its body is
 /// already in memory and through hyper's otherwise, and hands back the answer as the visitor
-/// gets it.
+/// gets it, with the origin's fields the own client passed as read (`fields`; none from
+/// hyper's client).
 pub(super) async fn forward(
     app: &AppState,
-    trusted_proxies: &[Cidr],
     upstream: &Upstream,
     client: &UpstreamClient,
     request: Request<Body>,
     passes: Vec<HeldPass>,
     correlation: &Correlation,
-) -> Response {
+    fields: AnswerFields<'static>,
+) -> (Response, PassedFields) {
     let config = &upstream.config;
     let (mut parts, body) = request.into_parts();
     if let (Some(limit), Some(length)) = (config.max_request_body, content_length(&parts.headers))
         && length > limit
     {
-        return body_too_large(limit);
+        return (body_too_large(limit), PassedFields::default());
     }
+    let trusted_proxies = &app.settings().trusted_proxies;
     let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts);
     let path = parts
         .uri
@@ -275,12 +309,14 @@ pub(super) async fn forward(
         body,
     };
     let answer = match own_client {
-        Some(own_client) => send_own(own_client, config, outgoing).await,
-        None => send_hyper(&client.hyper, upstream, outgoing).await,
+        Some(own_client) => send_own(own_client, config, outgoing, fields).await,
+        None => send_hyper(&client.hyper, upstream, outgoing)
+            .await
+            .map(|response| (response, PassedFields::default())),
     };
     match answer {
-        Ok(response) => finish(app, passes, response).await,
-        Err(refused) => refused,
+        Ok((response, passed)) => (finish(app, passes, response).await, passed),
+        Err(refused) => (refused, PassedFields::default()),
     }
 }
 
@@ -333,14 +369,15 @@ fn upstream_headers(
     (headers, forwarding)
 }
 
-/// Sends a request whose body is in memory through the own client; `Err` is the answer to
-/// the visitor when it could not be.
+/// Sends a request whose body is in memory through the own client, the answer's fields as
+/// `fields` says; `Err` is the answer to the visitor when it could not be.
 #[inline]
 async fn send_own(
     own_client: &Arc<UpstreamPool>,
     config: &UpstreamConfig,
     outgoing: Outgoing<'_>,
-) -> Result<Response, Response> {
+    fields: AnswerFields<'static>,
+) -> Result<(Response, PassedFields), Response> {
     let Ok(bytes) = outgoing.body.collect().await.map(Collected::to_bytes) else {
         return Err(
             ApiError::bad_request("invalid_body", "the request body could not be read")
@@ -352,18 +389,18 @@ async fn send_own(
     {
         return Err(body_too_large(limit));
     }
+    let request = OwnRequest {
+        method: &outgoing.method,
+        target: outgoing.path,
+        headers: &outgoing.headers,
+        added: AddedFields {
+            correlation: outgoing.correlation,
+            forwarding: &outgoing.forwarding,
+        },
+        body: bytes,
+    };
     own_client
-        .send(
-            &outgoing.method,
-            outgoing.path,
-            &outgoing.headers,
-            AddedFields {
-                correlation: outgoing.correlation,
-                forwarding: &outgoing.forwarding,
-            },
-            bytes,
-            config.header_timeout,
-        )
+        .send(request, config.header_timeout, fields)
         .await
         .map_err(|error| own_client_failure(&error, config))
 }
@@ -455,7 +492,8 @@ fn hyper_request(
 }
 
 /// The upstream's answer (its hop-by-hop headers already removed by the client that read
-/// it) as the visitor gets it: `Anteroom-Release` acted on and stripped.
+/// it) as the visitor gets it: `Anteroom-Release` acted on and stripped (the own client puts
+/// it in the map however the other fields travel: [`READ_FROM_ANSWERS`]).
 async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -> Response {
     *response.version_mut() = Version::HTTP_11;
     release_if_asked(app, passes, &mut response).await;

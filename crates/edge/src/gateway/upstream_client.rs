@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use axum::http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use axum::http::{HeaderMap, Method, Response};
 use bytes::BytesMut;
 use parking_lot::Mutex;
@@ -41,7 +41,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use anteroom_h1::{
-    AnswerHead, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head, request_states_length,
+    AnswerFields, AnswerHead, BodyFraming, ChunkedDecoder, Decoded, PassedFields,
+    parse_answer_head, request_states_length,
 };
 
 use super::connection_cap::{ConnectionCap, IdleConnections, OpenSlot};
@@ -56,6 +57,12 @@ const READ_STEP: usize = 8 * 1024;
 
 /// Idle connections a pool keeps; more are closed when they come back.
 const MAX_IDLE: usize = 512;
+
+/// Room in a request's buffer for what [`write_request`] writes beside the visitor's fields:
+/// the request line's method and version, the ids and trace context, the forwarding fields
+/// and the length (about 300 bytes through no proxy; a trusted proxy's longer chains may
+/// grow the buffer).
+const ADDED_ROOM: usize = 512;
 
 /// What the client needs to know of the upstream (from `[upstream]`).
 #[derive(Debug, Clone)]
@@ -255,28 +262,37 @@ impl UpstreamPool {
     /// Sends one request (`headers` already prepared for the upstream, `Host` included, then
     /// the `forwarding` fields; any `Content-Length` is replaced by the body's) and reads the
     /// answer's head, which must come within `head_timeout` (waiting for a connection and
-    /// connecting included). A request that failed before any byte of its answer came is sent
+    /// connecting included); its fields come out as `fields` says (those passed as read
+    /// beside the answer). A request that failed before any byte of its answer came is sent
     /// once more on a new connection when its method is idempotent (RFC 9110 §9.2.2: the
     /// origin may have closed the connection as the request went out, or may not have).
     pub(crate) async fn send(
         self: &Arc<Self>,
-        method: &Method,
-        target: &str,
-        headers: &HeaderMap,
-        added: AddedFields<'_>,
-        body: Bytes,
+        outgoing: OwnRequest<'_>,
         head_timeout: Duration,
-    ) -> Result<Response<Body>, UpstreamError> {
+        fields: AnswerFields<'_>,
+    ) -> Result<(Response<Body>, PassedFields), UpstreamError> {
+        let OwnRequest {
+            method,
+            target,
+            headers,
+            added,
+            body,
+        } = outgoing;
         let answer_by = Instant::now() + head_timeout;
-        let mut request = Vec::with_capacity(512 + body.len());
+        // Sized for the whole request: a buffer grown while it is written copies it again.
+        let mut request = Vec::with_capacity(request_capacity(target, headers, body.len()));
         write_request(&mut request, method, target, headers, added, &body);
         let connection = self.checkout(answer_by, false).await?;
-        match self.exchange(connection, method, &request, answer_by).await {
-            Ok(response) => Ok(response),
+        match self
+            .exchange(connection, method, &request, answer_by, fields)
+            .await
+        {
+            Ok(answer) => Ok(answer),
             Err(Failure::BeforeAnswer(error)) if is_idempotent(method) => {
                 tracing::debug!(%error, "the upstream connection failed before answering; retrying");
                 let connection = self.checkout(answer_by, true).await?;
-                self.exchange(connection, method, &request, answer_by)
+                self.exchange(connection, method, &request, answer_by, fields)
                     .await
                     .map_err(Failure::into_error)
             }
@@ -290,15 +306,23 @@ impl UpstreamPool {
         method: &Method,
         request: &[u8],
         answer_by: Instant,
-    ) -> Result<Response<Body>, Failure> {
+        fields: AnswerFields<'_>,
+    ) -> Result<(Response<Body>, PassedFields), Failure> {
         let head = connection
-            .send_and_read_head(request, answer_by, self.target.idle_timeout)
+            .send_and_read_head(request, answer_by, self.target.idle_timeout, fields)
             .await?;
         let framing = head.body_framing(method == Method::HEAD);
-        let reusable = head.reusable && framing != BodyFraming::UntilClose;
+        let AnswerHead {
+            status,
+            headers,
+            passed,
+            reusable,
+            ..
+        } = head;
+        let reusable = reusable && framing != BodyFraming::UntilClose;
         let mut response = Response::new(Body::empty());
-        *response.status_mut() = head.status;
-        *response.headers_mut() = head.headers;
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
         match framing {
             BodyFraming::Length(length)
                 if connection.buffer.len() as u64 >= length
@@ -334,7 +358,7 @@ impl UpstreamPool {
                 *response.body_mut() = Body::from_stream(reader.into_stream());
             }
         }
-        Ok(response)
+        Ok((response, passed))
     }
 }
 
@@ -348,12 +372,14 @@ impl IdleConnections for UpstreamPool {
 
 impl Connection {
     /// Writes `request`, which the origin must read within `write_timeout` (and before
-    /// `answer_by`), then reads the answer's head, which must come by `answer_by`.
+    /// `answer_by`), then reads the answer's head (its fields as `fields` says), which must
+    /// come by `answer_by`.
     async fn send_and_read_head(
         &mut self,
         request: &[u8],
         answer_by: Instant,
         write_timeout: Duration,
+        fields: AnswerFields<'_>,
     ) -> Result<AnswerHead, Failure> {
         let Connection {
             stream,
@@ -375,7 +401,7 @@ impl Connection {
         }
         deadline.set(answer_by);
         tokio::select! {
-            head = read_head(stream, buffer) => head,
+            head = read_head(stream, buffer, fields) => head,
             () = deadline.passed() => Err(Failure::After(UpstreamError::HeadTimeout)),
         }
     }
@@ -403,6 +429,17 @@ impl Failure {
     }
 }
 
+/// A request whose body is in memory, as the own client sends it.
+pub(crate) struct OwnRequest<'a> {
+    pub(crate) method: &'a Method,
+    /// The path and query.
+    pub(crate) target: &'a str,
+    /// The visitor's fields as the upstream gets them (`Host` included).
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) added: AddedFields<'a>,
+    pub(crate) body: Bytes,
+}
+
 /// The fields the gateway adds to a request after the visitor's: written into the head as
 /// lines, never put in the request's header map.
 #[derive(Clone, Copy)]
@@ -411,6 +448,20 @@ pub(crate) struct AddedFields<'a> {
     pub(crate) correlation: &'a Correlation,
     /// `X-Forwarded-*` and `Forwarded`.
     pub(crate) forwarding: &'a Forwarding,
+}
+
+/// The room [`write_request`] needs for a request to `target` with the visitor's `headers`
+/// and a body of `body` bytes: the visitor's fields as written, the host twice more (in
+/// `X-Forwarded-Host` and `Forwarded`), and [`ADDED_ROOM`].
+fn request_capacity(target: &str, headers: &HeaderMap, body: usize) -> usize {
+    let fields: usize = headers
+        .iter()
+        .map(|(name, value)| {
+            let again = if name == HOST { 2 * value.len() } else { 0 };
+            name.as_str().len() + value.len() + b": \r\n".len() + again
+        })
+        .sum();
+    target.len() + fields + ADDED_ROOM + body
 }
 
 /// The request's head and body, as the upstream reads them.
@@ -450,11 +501,12 @@ fn write_request(
 async fn read_head(
     stream: &mut UpstreamStream,
     buffer: &mut BytesMut,
+    fields: AnswerFields<'_>,
 ) -> Result<AnswerHead, Failure> {
     let mut answered = false;
     loop {
         if !buffer.is_empty() {
-            match parse_answer_head(buffer, 2)
+            match parse_answer_head(buffer, fields)
                 .map_err(|_| Failure::After(UpstreamError::Malformed))?
             {
                 Some(head) if head.status.is_informational() => continue,
@@ -631,10 +683,12 @@ async fn fill(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderName, HeaderValue};
 
     use super::*;
     use crate::client_scheme::ClientScheme;
+
+    const IN_MAP: AnswerFields<'static> = AnswerFields::Map { spare: 2 };
 
     #[tokio::test]
     async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {
@@ -676,17 +730,17 @@ mod tests {
         };
         let headers = HeaderMap::new();
         let send = || {
-            pool.send(
-                &Method::GET,
-                "/",
-                &headers,
+            let outgoing = OwnRequest {
+                method: &Method::GET,
+                target: "/",
+                headers: &headers,
                 added,
-                Bytes::new(),
-                Duration::from_millis(300),
-            )
+                body: Bytes::new(),
+            };
+            pool.send(outgoing, Duration::from_millis(300), IN_MAP)
         };
         let started = Instant::now();
-        let response = send().await.unwrap();
+        let (response, _) = send().await.unwrap();
         let mut body = response.into_body().into_data_stream();
         assert_eq!(body.next().await.unwrap().unwrap(), "abc");
         assert!(
@@ -718,29 +772,26 @@ mod tests {
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
+        // Each connection gets the one answer, then is held open.
         let upstream = tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = vec![0u8; 4096];
-            let _ = stream.read(&mut request).await.unwrap();
-            stream
-                .write_all(
-                    b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nx-secret: 1\r\n\
-                      Keep-Alive: timeout=5\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n\
-                      x-kept: yes\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n\
-                      2\r\nok\r\n0\r\n\r\n",
-                )
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        });
-        let pool = UpstreamPool::new(UpstreamTarget {
-            address,
-            connect_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(5),
-            pool_idle_timeout: Duration::from_secs(60),
-            max_response_body: None,
-            cap: None,
-            tls: None,
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut request = vec![0u8; 4096];
+                let _ = stream.read(&mut request).await.unwrap();
+                stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nx-secret: 1\r\n\
+                          Keep-Alive: timeout=5\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n\
+                          X-Kept: yes\r\nX-Request-Id: origin\r\nContent-Length: 9\r\n\
+                          Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                    )
+                    .await
+                    .unwrap();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    drop(stream);
+                });
+            }
         });
         let forwarding =
             Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
@@ -749,28 +800,85 @@ mod tests {
             correlation: &correlation,
             forwarding: &forwarding,
         };
-        let response = pool
-            .send(
-                &Method::GET,
-                "/",
-                &HeaderMap::new(),
+        let read = [HeaderName::from_static("x-request-id")];
+        // In the map, or passed as read beside the one field read: the same fields either way.
+        for fields in [IN_MAP, AnswerFields::Passed { read: &read }] {
+            let pool = UpstreamPool::new(UpstreamTarget {
+                address: address.clone(),
+                connect_timeout: Duration::from_secs(5),
+                idle_timeout: Duration::from_secs(5),
+                pool_idle_timeout: Duration::from_secs(60),
+                max_response_body: None,
+                cap: None,
+                tls: None,
+            });
+            let outgoing = OwnRequest {
+                method: &Method::GET,
+                target: "/",
+                headers: &HeaderMap::new(),
                 added,
-                Bytes::new(),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
-        let names: Vec<&str> = response
-            .headers()
-            .keys()
-            .map(|name| name.as_str())
-            .collect();
-        assert_eq!(names, ["x-kept"]);
-        let body = axum::body::to_bytes(response.into_body(), 1024)
-            .await
-            .unwrap();
-        assert_eq!(body, "ok");
+                body: Bytes::new(),
+            };
+            let (response, passed) = pool
+                .send(outgoing, Duration::from_secs(5), fields)
+                .await
+                .unwrap();
+            let mut names: Vec<String> = response
+                .headers()
+                .keys()
+                .map(|name| name.as_str().to_owned())
+                .collect();
+            names.extend(
+                passed
+                    .iter()
+                    .map(|(name, _)| String::from_utf8_lossy(name).to_ascii_lowercase()),
+            );
+            names.sort();
+            assert_eq!(names, ["x-kept", "x-request-id"], "{fields:?}");
+            if let AnswerFields::Passed { .. } = fields {
+                assert_eq!(
+                    response.headers().len(),
+                    1,
+                    "only the field read is in the map"
+                );
+                assert_eq!(response.headers()["x-request-id"], "origin");
+            }
+            let body = axum::body::to_bytes(response.into_body(), 1024)
+                .await
+                .unwrap();
+            assert_eq!(body, "ok");
+        }
         upstream.abort();
+    }
+
+    /// A visitor's request through no proxy (new ids, a long pass cookie, an IPv6 peer, a
+    /// long host) fits the buffer sized for it.
+    #[test]
+    fn a_request_is_written_without_growing_its_buffer() {
+        let mut headers = HeaderMap::new();
+        let host = format!("{}.example", "h".repeat(200));
+        headers.insert("host", HeaderValue::from_str(&host).unwrap());
+        let cookie = format!("anteroom_p_sale={}", "j".repeat(2_000));
+        headers.insert("cookie", HeaderValue::from_str(&cookie).unwrap());
+        let forwarding = Forwarding::take(
+            &mut HeaderMap::new(),
+            Some("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap()),
+            ClientScheme::Https,
+            Some(&HeaderValue::from_str(&host).unwrap()),
+            &[],
+        );
+        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let added = AddedFields {
+            correlation: &correlation,
+            forwarding: &forwarding,
+        };
+        let target = format!("/{}", "p".repeat(500));
+        for body in [&b""[..], b"a small body"] {
+            let mut out = Vec::with_capacity(request_capacity(&target, &headers, body.len()));
+            let room = out.capacity();
+            write_request(&mut out, &Method::POST, &target, &headers, added, body);
+            assert_eq!(out.capacity(), room, "{} bytes", out.len());
+        }
     }
 
     #[test]
@@ -800,8 +908,10 @@ mod tests {
              x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: http\r\n\
              forwarded: for=192.0.2.1;proto=http\r\n"
         );
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(request_capacity("/a?b", &headers, 3));
+        let room = out.capacity();
         write_request(&mut out, &Method::POST, "/a?b", &headers, added, b"xyz");
+        assert_eq!(out.capacity(), room, "written without growing");
         assert_eq!(
             String::from_utf8(out.clone()).unwrap(),
             format!("POST /a?b HTTP/1.1\r\nhost: site\r\n{forwarded}content-length: 3\r\n\r\nxyz")

@@ -54,8 +54,8 @@ use tower::Service as _;
 
 use anteroom_core::config::ConnectionLimits;
 use anteroom_h1::{
-    AnswerFraming, BadHead, Framing, RequestHead, check_request, connection_says, keeps_alive,
-    push_chunk, take_head,
+    AnswerFraming, BadHead, Framing, PassedFields, RequestHead, check_request, connection_says,
+    keeps_alive, push_chunk, take_head,
 };
 
 use super::bodies::{Holding, TimedBody};
@@ -198,10 +198,12 @@ pub(crate) async fn serve<S: Transport>(
         mark_connection(&mut request, peer, scheme);
         // The per-address permit is held until the answer is written.
         let limits = &hand_over.limits;
-        let (response, _permit) = answer_request(&mut router, &site, limits, peer, request).await;
+        let (response, passed, _permit) =
+            answer_request(&mut router, &site, limits, peer, request).await;
         hand_over.requests.answered(response.status(), started);
         output.clear();
-        let written = write_response(&mut stream, &mut output, response, answer, &mut stop);
+        let answered = (response, passed);
+        let written = write_response(&mut stream, &mut output, answered, answer, &mut stop);
         if !goes_on(written.await, &mut stream, peer).await {
             return;
         }
@@ -316,9 +318,9 @@ fn mark_connection(
 }
 
 /// Answers the request: in front of a site, paths the router would send to the gateway go to
-/// its lane directly, the rest to the router. Behind a trusted proxy, the per-address cap counts
-/// the forwarded client's requests: the permit is returned to be held while the answer is
-/// written.
+/// its lane directly (with the origin's fields the lane passes as read), the rest to the
+/// router. Behind a trusted proxy, the per-address cap counts the forwarded client's
+/// requests: the permit is returned to be held while the answer is written.
 #[inline]
 async fn answer_request(
     router: &mut Router,
@@ -326,19 +328,19 @@ async fn answer_request(
     limits: &ServerLimits,
     peer: SocketAddr,
     request: axum::http::Request<Body>,
-) -> (Response<Body>, Option<AddressPermit>) {
+) -> (Response<Body>, PassedFields, Option<AddressPermit>) {
     let permit = match forwarded_client_permit(limits, peer, &request) {
-        Err(OverAddressCap) => return (over_address_cap(), None),
+        Err(OverAddressCap) => return (over_address_cap(), PassedFields::default(), None),
         Ok(permit) => permit,
     };
-    let response = match site {
+    let (response, passed) = match site {
         Some(site) if SiteLane::takes(request.uri().path()) => site.handle(request).await,
         _ => match router.call(request).await {
-            Ok(response) => response,
+            Ok(response) => (response, PassedFields::default()),
             Err(never) => match never {},
         },
     };
-    (response, permit)
+    (response, passed, permit)
 }
 
 /// Drops buffers grown past their usual size: a connection that held a large answer does not
@@ -544,11 +546,12 @@ impl Answer {
     }
 }
 
-/// Writes `response`; `Ok(true)` when the connection may serve another request.
+/// Writes `response` with the origin's fields `passed` as read; `Ok(true)` when the
+/// connection may serve another request.
 async fn write_response<S: Transport>(
     stream: &mut Client<S>,
     output: &mut Vec<u8>,
-    response: Response<Body>,
+    (response, passed): (Response<Body>, PassedFields),
     answer: Answer,
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<bool> {
@@ -559,7 +562,13 @@ async fn write_response<S: Transport>(
     } else {
         body.size_hint().exact()
     };
-    let framing = AnswerFraming::new(parts.status, &parts.headers, known_length, answer.version);
+    let framing = AnswerFraming::new(
+        parts.status,
+        &parts.headers,
+        &passed,
+        known_length,
+        answer.version,
+    );
     let AnswerFraming {
         bodiless,
         length,
@@ -572,10 +581,13 @@ async fn write_response<S: Transport>(
     framing.write_head(
         output,
         parts.status,
+        &passed,
         &parts.headers,
         keep_alive,
         answer.version,
     );
+    // The head is written: the origin's head it was read from is let go before the body.
+    drop(passed);
     if bodiless || answer.head_only {
         stream.write_all(output).await?;
         return Ok(keep_alive);

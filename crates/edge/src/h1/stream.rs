@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
-use anteroom_h1::{AnswerFraming, BadHead, push_chunk, take_head};
+use anteroom_h1::{AnswerFraming, BadHead, PassedFields, push_chunk, take_head};
 
 use super::server::{Client, refuse};
 use crate::request_metrics::RequestMetrics;
@@ -159,14 +159,24 @@ async fn read_head(stream: &mut Client) -> Result<Request<Body>, BadHead> {
 /// stream's life.
 fn start_answer(response: Response<Body>, version: Version) -> (AnswerFraming, Vec<u8>, Body) {
     let (parts, body) = response.into_parts();
+    // An event stream's answer is the node's own: no origin fields passed as read.
+    let none = PassedFields::default();
     let framing = AnswerFraming::new(
         parts.status,
         &parts.headers,
+        &none,
         body.size_hint().exact(),
         version,
     );
     let mut head = Vec::with_capacity(256);
-    framing.write_head(&mut head, parts.status, &parts.headers, false, version);
+    framing.write_head(
+        &mut head,
+        parts.status,
+        &none,
+        &parts.headers,
+        false,
+        version,
+    );
     (framing, head, body)
 }
 
