@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 use anteroom_core::config::format_time;
 use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, WaitingView};
 use anteroom_core::eta::{ConfiguredPace, Estimate, next_poll_ms, with_configured_fallback};
+use anteroom_core::ids::IdText;
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{RoomId, TicketId};
-use anteroom_token::PassClaims;
+use anteroom_token::{PassClaims, PassClaimsView};
 
 use crate::AppState;
 use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX};
@@ -522,20 +523,30 @@ fn admitted_answer(
 
 /// The claims of the pass of `session`: `iat` is its last renewal, `exp` its current expiry.
 pub(crate) fn pass_claims(app: &AppState, room: &RoomId, session: &Session) -> PassClaims {
-    // The session id is both `sub` and `jti`: written out once.
-    let id = session.id.to_string();
-    PassClaims {
-        iss: app.settings().issuer.clone(),
-        aud: room.to_string(),
-        sub: id.clone(),
-        jti: id,
+    let id = session.id.to_text();
+    pass_claims_view(app, room, session, &id).to_claims()
+}
+
+/// [`pass_claims`] borrowed from the session, its room and `id`, the session id's text (both
+/// `sub` and `jti`): what the pass is signed from.
+fn pass_claims_view<'a>(
+    app: &'a AppState,
+    room: &'a RoomId,
+    session: &'a Session,
+    id: &'a IdText,
+) -> PassClaimsView<'a> {
+    PassClaimsView {
+        iss: &app.settings().issuer,
+        aud: room.as_str(),
+        sub: id.as_str(),
+        jti: id.as_str(),
         iat: session.renewed_at.as_secs(),
         nbf: session.issued_at.as_secs(),
         exp: session.expires_at.as_secs(),
         pos: session.position,
         r#gen: session.generation,
-        uid: session.uid.clone(),
-        scope: anteroom_token::PASS_SCOPE.to_owned(),
+        uid: session.uid.as_deref(),
+        scope: anteroom_token::PASS_SCOPE,
     }
 }
 
@@ -545,8 +556,9 @@ pub(crate) fn sign_pass(
     room: &RoomId,
     session: &Session,
 ) -> Result<String, ApiError> {
+    let id = session.id.to_text();
     app.keys()
-        .sign_pass(&pass_claims(app, room, session))
+        .sign_pass_view(&pass_claims_view(app, room, session, &id))
         .map_err(|error| {
             tracing::error!(%error, "cannot sign a pass");
             ApiError::new(

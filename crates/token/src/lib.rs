@@ -87,6 +87,6 @@ pub use key_sealing::KeyEncryptionKey;
 pub use keyset::{KeptBecause, KeySet, NODE_CLOCK_SKEW_SECS, PruneReport, prune_horizon_secs};
 pub use leeway::LEEWAY_SECS;
 pub use oidc::{ACCESS_TOKEN_SCOPE, AccessTokenClaims, IdTokenClaims, SealError};
-pub use pass::{Inspection, PASS_SCOPE, PassClaims, PassError, PassExpectations};
+pub use pass::{Inspection, PASS_SCOPE, PassClaims, PassClaimsView, PassError, PassExpectations};
 pub use storage::{KeyRecords, KeyStorage};
 pub use ticket::{TicketClaims, TicketSigner, TicketTokenError};

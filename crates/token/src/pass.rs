@@ -45,6 +45,74 @@ pub struct PassClaims {
     pub scope: String,
 }
 
+impl PassClaims {
+    /// The claims borrowed, as [`KeySet::sign_pass_view`] takes them.
+    pub fn view(&self) -> PassClaimsView<'_> {
+        PassClaimsView {
+            iss: &self.iss,
+            aud: &self.aud,
+            sub: &self.sub,
+            jti: &self.jti,
+            iat: self.iat,
+            nbf: self.nbf,
+            exp: self.exp,
+            pos: self.pos,
+            r#gen: self.r#gen,
+            uid: self.uid.as_deref(),
+            scope: &self.scope,
+        }
+    }
+}
+
+/// The claims of a pass with their text borrowed: what a pass is signed from, so that a
+/// caller holding the session's fields signs without owning copies of them first (every join
+/// admitted at once signs a pass). Serialised as [`PassClaims`] is, field for field.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassClaimsView<'a> {
+    /// Issuer: the configured issuer, by default the public base URL.
+    pub iss: &'a str,
+    /// Audience: the room id.
+    pub aud: &'a str,
+    /// Subject: the session id.
+    pub sub: &'a str,
+    /// Token id: the session id.
+    pub jti: &'a str,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// Not before (Unix seconds).
+    pub nbf: u64,
+    /// Expires at (Unix seconds).
+    pub exp: u64,
+    /// The ticket position the pass was issued to.
+    pub pos: u64,
+    /// The room generation the pass belongs to (`gen` on the wire).
+    pub r#gen: u32,
+    /// The visitor's identity, when the room's identity is not anonymous.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<&'a str>,
+    /// Always [`PASS_SCOPE`] for a room pass.
+    pub scope: &'a str,
+}
+
+impl PassClaimsView<'_> {
+    /// The claims owned.
+    pub fn to_claims(&self) -> PassClaims {
+        PassClaims {
+            iss: self.iss.to_owned(),
+            aud: self.aud.to_owned(),
+            sub: self.sub.to_owned(),
+            jti: self.jti.to_owned(),
+            iat: self.iat,
+            nbf: self.nbf,
+            exp: self.exp,
+            pos: self.pos,
+            r#gen: self.r#gen,
+            uid: self.uid.map(str::to_owned),
+            scope: self.scope.to_owned(),
+        }
+    }
+}
+
 /// What a pass must say to be accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassExpectations<'a> {
@@ -114,36 +182,40 @@ impl Inspection {
     }
 }
 
-/// Characters of the longest signature a [`PassSigner`](crate::keys::PassSigner) makes (64
-/// bytes, Ed25519's and ES256's) in base64url.
-const SIGNATURE_TEXT_MAX: usize = 86;
-
-fn to_json(value: &impl Serialize) -> Result<Vec<u8>, TokenError> {
-    serde_json::to_vec(value).map_err(|error| TokenError::Signing(error.to_string()))
-}
+/// Bytes of the longest signature a [`PassSigner`](crate::keys::PassSigner) makes: Ed25519's
+/// and ES256's.
+const SIGNATURE_MAX_LEN: usize = 64;
 
 impl KeySet {
     /// Signs `claims` with the active key; the header carries `alg`, `kid` and `typ: JWT`.
     pub fn sign_pass(&self, claims: &PassClaims) -> Result<String, TokenError> {
+        self.sign_pass_view(&claims.view())
+    }
+
+    /// [`sign_pass`](Self::sign_pass) from borrowed claims.
+    pub fn sign_pass_view(&self, claims: &PassClaimsView<'_>) -> Result<String, TokenError> {
         let key = self.active();
         let Some(signer) = &key.material.signer else {
             return jsonwebtoken::encode(&key.jws_header(), claims, key.encoding_key())
                 .map_err(|error| TokenError::Signing(error.to_string()));
         };
         // The compact serialization (RFC 7515 §7.1) as `jsonwebtoken::encode` writes it, with
-        // the key parsed once (`keys.rs`, `PassSigner`) and its header encoded once, when the
-        // key was loaded: the token is written into a buffer of its final size.
-        let claims = to_json(claims)?;
-        let mut token = String::with_capacity(
-            key.encoded_header.len() + 2 + claims.len().div_ceil(3) * 4 + SIGNATURE_TEXT_MAX,
+        // the key parsed once (`keys.rs`, `PassSigner`), its header encoded once, when the key
+        // was loaded, and the claims written in their one layout (`claims_json`) rather than
+        // through serde's generic path: the token is written into a buffer of its final size.
+        let claims = claims_json(claims);
+        let mut token = Vec::with_capacity(
+            key.encoded_header.len() + 2 + base64_len(claims.len()) + base64_len(SIGNATURE_MAX_LEN),
         );
-        token.push_str(&key.encoded_header);
-        token.push('.');
-        URL_SAFE_NO_PAD.encode_string(claims, &mut token);
-        let signature = signer.sign(token.as_bytes()).map_err(TokenError::Signing)?;
-        token.push('.');
-        URL_SAFE_NO_PAD.encode_string(signature, &mut token);
-        Ok(token)
+        token.extend_from_slice(key.encoded_header.as_bytes());
+        token.push(b'.');
+        push_base64(&mut token, &claims)?;
+        let signature = signer.sign(&token).map_err(TokenError::Signing)?;
+        token.push(b'.');
+        push_base64(&mut token, &signature)?;
+        // Base64url and the header's own base64url text: ASCII throughout.
+        String::from_utf8(token)
+            .map_err(|_| TokenError::Signing("the pass is not ASCII text".into()))
     }
 
     /// Verifies a pass: its `alg` must be the algorithm of the key its `kid` names (never
@@ -320,6 +392,111 @@ pub(crate) fn check_time(exp: u64, nbf: u64, now_secs: u64) -> Result<(), PassEr
         return Err(PassError::NotYetValid);
     }
     Ok(())
+}
+
+/// Characters of `len` bytes in unpadded base64url.
+fn base64_len(len: usize) -> usize {
+    (len * 4).div_ceil(3)
+}
+
+/// Appends `bytes` in unpadded base64url, encoded in place at the end of `out`.
+fn push_base64(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), TokenError> {
+    let start = out.len();
+    out.resize(start + base64_len(bytes.len()), 0);
+    let written = URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut out[start..])
+        .map_err(|error| TokenError::Signing(error.to_string()))?;
+    out.truncate(start + written);
+    Ok(())
+}
+
+/// The claims' JSON text, byte for byte what `serde_json` writes for them (the members in
+/// the order of their declaration, `uid` left out when absent, no spaces), written in the one
+/// layout a pass has.
+fn claims_json(claims: &PassClaimsView<'_>) -> Vec<u8> {
+    // Names, quotes and punctuation take 83 bytes (92 with `uid`), each number at most 20.
+    let strings = [claims.iss, claims.aud, claims.sub, claims.jti, claims.scope];
+    let mut out = Vec::with_capacity(
+        96 + 5 * 20
+            + strings.iter().map(|text| text.len()).sum::<usize>()
+            + claims.uid.map_or(0, str::len),
+    );
+    out.extend_from_slice(b"{\"iss\":");
+    push_json_string(&mut out, claims.iss);
+    out.extend_from_slice(b",\"aud\":");
+    push_json_string(&mut out, claims.aud);
+    out.extend_from_slice(b",\"sub\":");
+    push_json_string(&mut out, claims.sub);
+    out.extend_from_slice(b",\"jti\":");
+    push_json_string(&mut out, claims.jti);
+    let mut digits = itoa::Buffer::new();
+    for (name, value) in [
+        (&b",\"iat\":"[..], claims.iat),
+        (b",\"nbf\":", claims.nbf),
+        (b",\"exp\":", claims.exp),
+        (b",\"pos\":", claims.pos),
+        (b",\"gen\":", u64::from(claims.r#gen)),
+    ] {
+        out.extend_from_slice(name);
+        out.extend_from_slice(digits.format(value).as_bytes());
+    }
+    if let Some(uid) = claims.uid {
+        out.extend_from_slice(b",\"uid\":");
+        push_json_string(&mut out, uid);
+    }
+    out.extend_from_slice(b",\"scope\":");
+    push_json_string(&mut out, claims.scope);
+    out.push(b'}');
+    out
+}
+
+/// Appends `text` as a JSON string escaped as `serde_json` escapes it: `"` and `\\` with a
+/// backslash, control characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`, everything else
+/// (other ASCII, and UTF-8 beyond it) as it is.
+fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    // Claims rarely hold a character to escape: one pass without branches (which the compiler
+    // can vectorise) decides, and plain text is copied whole.
+    let escapes = bytes.iter().fold(false, |found, &byte| {
+        found | (byte < 0x20) | (byte == b'"') | (byte == b'\\')
+    });
+    if !escapes {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    let mut plain = 0;
+    for (index, &byte) in bytes.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x09 => b't',
+            0x0a => b'n',
+            0x0c => b'f',
+            0x0d => b'r',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain..index]);
+        if short == b'u' {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', short]);
+        }
+        plain = index + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]

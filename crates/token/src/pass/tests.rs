@@ -559,3 +559,67 @@ fn a_pass_signed_with_the_parsed_key_is_what_jsonwebtoken_signs() {
         );
     }
 }
+
+/// Claims whose text needs every kind of escape JSON has, and some that needs none.
+fn awkward_claims() -> Vec<PassClaims> {
+    let every_ascii: String = (0u8..=0x7f).map(char::from).collect();
+    let mut all = Vec::new();
+    for (text, uid) in [
+        ("plain", None),
+        ("", Some("")),
+        (every_ascii.as_str(), Some(every_ascii.as_str())),
+        (
+            "quote \" backslash \\ slash /",
+            Some("tab\tnewline\nreturn\r"),
+        ),
+        (
+            "é ü \u{2028} \u{2029} \u{7f} \u{1F600}",
+            Some("\u{0}\u{1f}\u{8}\u{c}"),
+        ),
+    ] {
+        let mut claims = fixtures::claims();
+        claims.iss = format!("https://shop.example/{text}");
+        claims.sub = text.to_owned();
+        claims.jti = text.chars().rev().collect();
+        claims.uid = uid.map(str::to_owned);
+        claims.scope = text.to_owned();
+        all.push(claims);
+    }
+    let mut extremes = fixtures::claims();
+    (extremes.iat, extremes.nbf, extremes.exp, extremes.pos) = (0, 9, u64::MAX, 10);
+    extremes.r#gen = u32::MAX;
+    all.push(extremes);
+    all
+}
+
+/// The claims' text written in its one layout is byte for byte what `serde_json` writes.
+#[test]
+fn claims_are_written_as_serde_json_writes_them() {
+    for claims in awkward_claims() {
+        let expected = serde_json::to_vec(&claims).expect("serde_json writes the claims");
+        assert_eq!(
+            String::from_utf8_lossy(&super::claims_json(&claims.view())),
+            String::from_utf8_lossy(&expected)
+        );
+        assert_eq!(claims.view().to_claims(), claims);
+    }
+}
+
+/// Passes of claims that need escapes are still the tokens `jsonwebtoken` signs, and verify.
+#[test]
+fn awkward_passes_are_what_jsonwebtoken_signs() {
+    for algorithm in [SigningAlgorithm::EdDsa, SigningAlgorithm::Es256] {
+        let (_dir, keys) = fixtures::key_set(algorithm);
+        let key = keys.active();
+        let mut header = jsonwebtoken::Header::new(algorithm.jsonwebtoken());
+        header.kid = Some(key.kid.clone());
+        for claims in awkward_claims() {
+            let expected = jsonwebtoken::encode(&header, &claims, key.encoding_key())
+                .expect("jsonwebtoken signs");
+            let pass = keys.sign_pass(&claims).expect("sign");
+            assert_eq!(pass, expected, "{algorithm:?}");
+            let signed: PassClaims = keys.verify_signature(&pass).expect("verifies");
+            assert_eq!(signed, claims);
+        }
+    }
+}
