@@ -19,6 +19,7 @@ use std::sync::Arc;
 use anteroom_core::RoomId;
 use anteroom_core::room::RoomConfig;
 use metrics::gauge;
+use tokio::task::JoinHandle;
 
 use crate::AppState;
 
@@ -33,7 +34,8 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     let mut interval = tokio::time::interval(intervals.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_touch: HashMap<RoomId, tokio::time::Instant> = HashMap::new();
-    let mut last_polled_touch: HashMap<RoomId, tokio::time::Instant> = HashMap::new();
+    let mut polled_touches: HashMap<RoomId, (tokio::time::Instant, JoinHandle<()>)> =
+        HashMap::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -63,16 +65,23 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
                 }
                 // A poll the view answered is contact at most `ticket_idle_ttl / 3` before
                 // its touch: polls come every 15 s at most, so the line's polled tickets are
-                // written in batches a few times per idle limit, not once per poll.
+                // written in batches a few times per idle limit, not once per poll. A line of
+                // 100,000 is many batches: they run beside this loop (one run per room at a
+                // time), so the ticks that admit never wait for them.
                 for room in hub.rooms_with_polled_tickets() {
                     let every = rooms
                         .iter()
                         .find(|config| config.id == room)
                         .map_or(intervals.touch, |config| config.ticket_idle_ttl / 3);
-                    let due = last_polled_touch.get(&room).is_none_or(|at| at.elapsed() >= every);
+                    let due = polled_touches
+                        .get(&room)
+                        .is_none_or(|(at, run)| run.is_finished() && at.elapsed() >= every);
                     if due {
-                        hub.touch_polled(&*store, &room).await;
-                        last_polled_touch.insert(room, tokio::time::Instant::now());
+                        let (hub, store, touched) = (hub.clone(), store.clone(), room.clone());
+                        let run = tokio::spawn(async move {
+                            hub.touch_polled(&*store, &touched).await;
+                        });
+                        polled_touches.insert(room, (tokio::time::Instant::now(), run));
                     }
                 }
                 // A round that ends long after its start means admissions run late.
