@@ -48,10 +48,11 @@ use crate::AppState;
 use crate::error::ApiError;
 
 /// The oldest view a poll is answered from. The ticker rereads a polled room's view every
-/// `tick_interval` (at most a second), so a view older than this means the store is slow to
-/// answer; a ticket admitted meanwhile learns it from its next poll, which the view, no longer
-/// showing it waiting, sends to the store.
-pub(crate) const VIEW_MAX_AGE: Duration = Duration::from_secs(2);
+/// `tick_interval` (at most a second), so an older view means the store is slow to answer;
+/// a bound much tighter than that turns a slow refresh into every poll asking the store at
+/// once, just when it is slowest. Age costs no correctness: the front guard grows with it
+/// (the room may admit more in a longer time), and `ahead` never exceeds what was shown.
+pub(crate) const VIEW_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The header a polling client sends the `ahead` of the last status it was shown in.
 static SHOWN_AHEAD_HEADER: HeaderName = HeaderName::from_static("x-anteroom-ahead");
