@@ -13,8 +13,9 @@
 //!   chooses between the view and the store, each of which tells the truth at its time, so a
 //!   client that sends a false one can neither advance nor be shown a line that was not;
 //! - the view's read began at most [`VIEW_MAX_AGE`] ago, and the room admits in order
-//!   (`fifo`) no faster than a bound, so the ticket cannot have been admitted since: the
-//!   view shows at least as many people ahead of it as the room may admit in the view's age
+//!   (`fifo`) no faster than a bound, so the ticket cannot have been admitted since unless
+//!   people ahead of it left: the view shows at least as many ahead as the room may admit in
+//!   the view's age
 //!   (I3: `admit_per_minute` over that time plus `admit_burst`; the adaptive controller's
 //!   ceiling when it sets the rate). The front of the line, which the next admissions reach,
 //!   always asks the store, so an admitted visitor hears of it at its next poll;
@@ -26,8 +27,8 @@
 //!
 //! Anything else goes to the store: a ticket the view no longer shows waiting (admitted,
 //! left, expired, unknown) above all, so passes only ever come from the store (I7). A poll
-//! is contact (§5.2): the tickets answered here are touched by the ticker in batches, at most
-//! `ticket_idle_ttl / 3` after their poll.
+//! is contact (§5.2): the tickets answered here are touched in batches beside the ticker, at
+//! most `ticket_idle_ttl / 3` after their poll.
 //!
 //! An answer from the view carries an `Age` header (RFC 9111 §5.1, whole seconds since the
 //! view's read began), as a cache's answer does: it describes the line as it was then. The
