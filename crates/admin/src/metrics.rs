@@ -431,6 +431,11 @@ const DESCRIPTIONS: &[(SeriesKind, &str, &str)] = &[
     ),
     (
         SeriesKind::Counter,
+        "anteroom_status_from_view_total",
+        "Status polls answered from this node's view of the line, and those its view was older than.",
+    ),
+    (
+        SeriesKind::Counter,
         "anteroom_http_requests_total",
         "Requests answered, by listener and status class.",
     ),

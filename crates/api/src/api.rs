@@ -32,6 +32,7 @@ use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk};
 use crate::status_json::{EtaBasisName, StatusBody, TicketState};
 use crate::ticket_request::{TicketQuery, held_ticket, parse_room, parse_session, ticket_query};
+use crate::view_status;
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
 const TICKET_COOKIE_MAX_AGE_SECS: u64 = 24 * 3600;
@@ -172,12 +173,15 @@ pub(crate) async fn join(
 }
 
 /// The caller's ticket status; keeps the ticket alive. Once admitted, issues (or re-returns)
-/// the pass and sets the pass cookie.
+/// the pass and sets the pass cookie. A waiting ticket whose client says which `ahead` it was
+/// last shown (`X-Anteroom-Ahead`) may be answered from the node's view of the line instead
+/// of the store.
 #[utoipa::path(get, path = "/_anteroom/v1/rooms/{room}/status", tag = "public",
     params(("room" = String, Path, description = "Room id"),
-        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket")),
+        ("ticket" = Option<String>, Query, description = "The ticket token, unless sent as cookie or X-Anteroom-Ticket"),
+        ("X-Anteroom-Ahead" = Option<u64>, Header, description = "The `ahead` of the last status the client was shown: the node may then answer from its view of the line, never with more people ahead (400 `invalid_ahead` when not a whole number)")),
     responses(
-        (status = 200, description = "The ticket's status", body = StatusBody),
+        (status = 200, description = "The ticket's status; with an `Age` header (seconds) when answered from the node's view of the line, which shows the line as that view read it", body = StatusBody),
         crate::problem_answers::HeldTicket, crate::problem_answers::TicketGone, crate::problem_answers::StoreUnreachable,
     ))]
 pub(crate) async fn status(
@@ -190,8 +194,19 @@ pub(crate) async fn status(
     let (room, query) = room_and_ticket_query(&room, query)?;
     let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
-    let reference = app.verify_ticket(&room, token)?;
+    let shown_ahead = view_status::shown_ahead(request.headers())?;
+    let (reference, position) = app.verify_ticket_at(&room, token)?;
     let config = app.api_room_config(&room).await?;
+    if let Some(answer) =
+        view_status::answer(&app, &room, &config, reference, position, shown_ahead)
+    {
+        // Like a cache's answer, it states how old the line it shows is.
+        let mut response = entry_response(&app, &room, &config, answer.entry);
+        response
+            .headers_mut()
+            .insert(header::AGE, HeaderValue::from(answer.age.as_secs()));
+        return Ok(response);
+    }
     let entry = app
         .store()
         .status(&room, reference)

@@ -46,6 +46,7 @@ mod status_json;
 mod store_failure;
 mod ticker;
 mod ticket_request;
+mod view_status;
 mod webhook_client;
 
 // Building and running a node: its state, routes and background tasks (the binary, the

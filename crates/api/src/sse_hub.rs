@@ -1,7 +1,8 @@
-//! The node's SSE hub (SPEC §6.2): one shared [`TickerRoomView`] per room that has listeners,
-//! refreshed by the ticker and the change notices, the connected tickets the ticker keeps
-//! alive, and the bounds on open streams ([`SseLimits`]). The streams themselves are served
-//! in `sse.rs`.
+//! The node's SSE hub (SPEC §6.2): one shared [`TickerRoomView`] per room that has listeners
+//! or was polled lately, refreshed by the ticker and the change notices, the tickets the
+//! ticker keeps alive (connected ones, and waiting ones whose polls the view answered), and
+//! the bounds on open streams ([`SseLimits`]). The streams themselves are served in `sse.rs`,
+//! the polls the view answers in `view_status.rs`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,6 +33,16 @@ const REFUSED_RETRY_AFTER_SECS: u64 = 5;
 /// second, while the line itself stood still.
 const RATE_DRIFT: f64 = 0.02;
 const RATE_ONLY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long after its last poll a room without listeners keeps its view refreshed: polls come
+/// every 2 to 15 s (SPEC §5.5), so a room being polled stays watched between them.
+const POLLED_ROOM_KEPT: Duration = Duration::from_secs(30);
+
+/// The most tickets one batched touch carries: the store runs each batch as one call (one
+/// script on Redis, which serves nothing else meanwhile: about 19 µs a ticket in a crowd of
+/// 200,000), so a line of 100,000 polled tickets is touched in many short calls rather than
+/// one long one.
+const TOUCH_BATCH: usize = 250;
 
 /// One room's figures as all of a node's connections see them.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +102,22 @@ fn rate_drifted(shown: Option<f64>, now: Option<f64>) -> bool {
 /// The tickets of one room with open streams, and how many streams each has open.
 type ConnectedTickets = HashMap<TicketId, (TicketRef, usize)>;
 
+/// A room whose polls the view answers: when it was last polled, and the tickets answered
+/// since the last touch (a poll is contact, SPEC §5.2: the ticker touches them in batches).
+#[derive(Default)]
+struct PolledRoom {
+    last_poll: Option<tokio::time::Instant>,
+    untouched: HashMap<TicketId, TicketRef>,
+}
+
+impl PolledRoom {
+    /// Whether the room was polled within [`POLLED_ROOM_KEPT`] of `now`.
+    fn lately(&self, now: tokio::time::Instant) -> bool {
+        self.last_poll
+            .is_some_and(|at| now.duration_since(at) < POLLED_ROOM_KEPT)
+    }
+}
+
 /// The node's shared room views, its connection count and its connected tickets.
 pub struct SseHub {
     views: Mutex<HashMap<RoomId, watch::Sender<Option<Arc<TickerRoomView>>>>>,
@@ -100,6 +127,11 @@ pub struct SseHub {
     refreshing: Mutex<HashMap<RoomId, Arc<tokio::sync::Mutex<()>>>>,
     /// When each room's view was last published, to pace estimate-only updates.
     published_at: Mutex<HashMap<RoomId, tokio::time::Instant>>,
+    /// When the read behind each room's current view began (a read that changed nothing
+    /// still proves the view current): how old a view a poll would be answered from.
+    read_at: Mutex<HashMap<RoomId, tokio::time::Instant>>,
+    /// Rooms whose polls the view answered, and the tickets those polls keep alive.
+    polled: Mutex<HashMap<RoomId, PolledRoom>>,
     connected: Mutex<HashMap<RoomId, ConnectedTickets>>,
     /// Open streams by client address (IPv6 by /64).
     by_address: Mutex<HashMap<IpAddr, usize>>,
@@ -157,6 +189,8 @@ impl SseHub {
             views: Mutex::new(HashMap::new()),
             refreshing: Mutex::new(HashMap::new()),
             published_at: Mutex::new(HashMap::new()),
+            read_at: Mutex::new(HashMap::new()),
+            polled: Mutex::new(HashMap::new()),
             connected: Mutex::new(HashMap::new()),
             by_address: Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
@@ -182,22 +216,74 @@ impl SseHub {
             .subscribe()
     }
 
-    /// Rooms some connection on this node listens to.
+    /// Rooms some connection on this node listens to, or polled within [`POLLED_ROOM_KEPT`].
     pub(crate) fn watched_rooms(&self) -> Vec<RoomId> {
+        let now = tokio::time::Instant::now();
         let mut views = self.views.lock();
-        views.retain(|_, sender| sender.receiver_count() > 0);
+        let mut polled = self.polled.lock();
+        polled.retain(|_, room| !room.untouched.is_empty() || room.lately(now));
+        views.retain(|room, sender| {
+            sender.receiver_count() > 0 || polled.get(room).is_some_and(|room| room.lately(now))
+        });
         self.published_at
+            .lock()
+            .retain(|room, _| views.contains_key(room));
+        self.read_at
             .lock()
             .retain(|room, _| views.contains_key(room));
         views.keys().cloned().collect()
     }
 
-    /// Whether some connection on this node listens to `room`.
+    /// The room's view and how long ago its read began, when that is at most `max_age`;
+    /// `None` otherwise. Marks the room polled, so the ticker keeps its view refreshed from
+    /// now on.
+    pub(crate) fn view_for_poll(
+        &self,
+        room: &RoomId,
+        max_age: Duration,
+    ) -> Option<(Arc<TickerRoomView>, Duration)> {
+        let now = tokio::time::Instant::now();
+        self.polled
+            .lock()
+            .entry(room.clone())
+            .or_default()
+            .last_poll = Some(now);
+        // Both under the views' lock, which a refresh holds while it sets them.
+        let mut views = self.views.lock();
+        let sender = views
+            .entry(room.clone())
+            .or_insert_with(|| watch::channel(None).0);
+        let view = sender.borrow().clone()?;
+        let age = now.duration_since(self.read_at.lock().get(room).copied()?);
+        (age <= max_age).then_some((view, age))
+    }
+
+    /// Counts a poll the view answered as the ticket's contact: the ticker touches it with
+    /// the next batch (SPEC §5.2).
+    pub(crate) fn polled_from_view(&self, room: &RoomId, ticket: TicketRef) {
+        self.polled
+            .lock()
+            .entry(room.clone())
+            .or_default()
+            .untouched
+            .insert(ticket.id, ticket);
+    }
+
+    /// Whether some connection on this node listens to `room`, or it was polled within
+    /// [`POLLED_ROOM_KEPT`].
     pub fn watches(&self, room: &RoomId) -> bool {
-        self.views
+        let listened = self
+            .views
             .lock()
             .get(room)
-            .is_some_and(|sender| sender.receiver_count() > 0)
+            .is_some_and(|sender| sender.receiver_count() > 0);
+        let now = tokio::time::Instant::now();
+        listened
+            || self
+                .polled
+                .lock()
+                .get(room)
+                .is_some_and(|polled| polled.lately(now))
     }
 
     /// Re-reads a watched room's figures and publishes them when a connection could show
@@ -211,6 +297,7 @@ impl SseHub {
             .or_default()
             .clone();
         let _turn = turn.lock().await;
+        let started = tokio::time::Instant::now();
         let view = match (store.snapshot(room).await, store.line_masks(room).await) {
             (Ok(snapshot), Ok(line)) => TickerRoomView { snapshot, line },
             (Err(error), _) | (_, Err(error)) => {
@@ -223,6 +310,9 @@ impl SseHub {
         let Some(sender) = views.get(room) else {
             return;
         };
+        // Under the views' lock, as a poll reads both: it never pairs this read's time with
+        // the view before it.
+        self.read_at.lock().insert(room.clone(), started);
         let mut published_at = self.published_at.lock();
         let last_published = published_at.get(room).copied();
         let published = sender.send_if_modified(|current| {
@@ -243,7 +333,7 @@ impl SseHub {
         }
     }
 
-    /// Keeps every connected waiting ticket of `room` alive in one store call.
+    /// Keeps every connected waiting ticket of `room` alive, in batched store calls.
     pub(crate) async fn touch_connected(&self, store: &dyn RoomStore, room: &RoomId) {
         let tickets: Vec<TicketRef> = self
             .connected
@@ -251,17 +341,43 @@ impl SseHub {
             .get(room)
             .map(|tickets| tickets.values().map(|(reference, _)| *reference).collect())
             .unwrap_or_default();
-        if tickets.is_empty() {
-            return;
-        }
-        if let Err(error) = store.touch(room, &tickets).await {
-            tracing::warn!(%room, %error, "cannot refresh connected tickets");
+        // (Connected tickets are all touched again at the next call.)
+        touch_in_batches(store, room, &tickets, "connected").await;
+    }
+
+    /// Keeps the tickets of `room` whose polls the view answered since the last call alive,
+    /// in batched store calls. When a batch fails, it and the batches not sent yet wait for
+    /// the next call: their polls were contact all the same.
+    pub(crate) async fn touch_polled(&self, store: &dyn RoomStore, room: &RoomId) {
+        let tickets: Vec<TicketRef> = self
+            .polled
+            .lock()
+            .get_mut(room)
+            .map(|polled| polled.untouched.drain().map(|(_, ticket)| ticket).collect())
+            .unwrap_or_default();
+        let untouched = touch_in_batches(store, room, &tickets, "polled").await;
+        if !untouched.is_empty() {
+            let mut polled = self.polled.lock();
+            let again = &mut polled.entry(room.clone()).or_default().untouched;
+            for ticket in untouched {
+                again.entry(ticket.id).or_insert(*ticket);
+            }
         }
     }
 
     /// Rooms with connected tickets.
     pub(crate) fn rooms_with_connections(&self) -> Vec<RoomId> {
         self.connected.lock().keys().cloned().collect()
+    }
+
+    /// Rooms with tickets whose polls the view answered and that are not touched yet.
+    pub(crate) fn rooms_with_polled_tickets(&self) -> Vec<RoomId> {
+        self.polled
+            .lock()
+            .iter()
+            .filter(|(_, polled)| !polled.untouched.is_empty())
+            .map(|(room, _)| room.clone())
+            .collect()
     }
 
     pub(crate) fn connect(
@@ -304,6 +420,23 @@ impl SseHub {
             client,
         })
     }
+}
+
+/// Touches `tickets` of `room` in calls of at most [`TOUCH_BATCH`], until one fails; the
+/// tickets not touched (empty when all were). `which` names them in the log.
+async fn touch_in_batches<'a>(
+    store: &dyn RoomStore,
+    room: &RoomId,
+    tickets: &'a [TicketRef],
+    which: &str,
+) -> &'a [TicketRef] {
+    for (index, batch) in tickets.chunks(TOUCH_BATCH).enumerate() {
+        if let Err(error) = store.touch(room, batch).await {
+            tracing::warn!(%room, %error, which, "cannot refresh waiting tickets");
+            return &tickets[index * TOUCH_BATCH..];
+        }
+    }
+    &[]
 }
 
 /// One open stream; unregisters itself when dropped (the client went away).

@@ -429,12 +429,23 @@ impl AppState {
     }
 
     pub(crate) fn verify_ticket(&self, room: &RoomId, token: &str) -> Result<TicketRef, ApiError> {
+        self.verify_ticket_at(room, token)
+            .map(|(reference, _)| reference)
+    }
+
+    /// The ticket a token names, and the position it was signed with.
+    pub(crate) fn verify_ticket_at(
+        &self,
+        room: &RoomId,
+        token: &str,
+    ) -> Result<(TicketRef, u64), ApiError> {
         let claims = self
             .keys()
             .ticket_signer()
             .verify(token, room.as_str(), self.now().as_secs())
             .map_err(|_| ApiError::ticket_invalid())?;
-        ticket_reference(&claims).ok_or_else(ApiError::ticket_invalid)
+        let reference = ticket_reference(&claims).ok_or_else(ApiError::ticket_invalid)?;
+        Ok((reference, claims.position))
     }
 
     pub(crate) fn require_service_key(&self, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -1,6 +1,6 @@
 //! The admission ticker (SPEC §5.1): ticks every room at least once a second (`[server]
-//! tick_interval`), then refreshes the room views this node's SSE streams share and keeps
-//! their tickets alive (§5.2, §6.2).
+//! tick_interval`), then refreshes the room views this node's SSE streams share (and its
+//! polls are answered from) and keeps their tickets alive (§5.2, §6.2).
 //!
 //! Ending a session or leaving with an admitted ticket ticks the room inside the same store
 //! operation, so a freed slot is refilled at once; this loop covers everything time does
@@ -19,12 +19,14 @@ use std::sync::Arc;
 use anteroom_core::RoomId;
 use anteroom_core::room::RoomConfig;
 use metrics::gauge;
+use tokio::task::JoinHandle;
 
 use crate::AppState;
 
 /// Ticks every room every `[server] tick_interval` until `shutdown` resolves; refreshes the
-/// views of rooms with SSE listeners, and touches their connected tickets every
-/// `ticket_idle_ttl / 3`, `[server] sse_touch_interval` at most.
+/// views of rooms with SSE listeners or polled lately, touches their connected tickets every
+/// `ticket_idle_ttl / 3`, `[server] sse_touch_interval` at most, and the tickets whose polls
+/// the view answered every `ticket_idle_ttl / 3`.
 pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     let store = app.store().clone();
     let hub = app.hub().clone();
@@ -32,6 +34,8 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
     let mut interval = tokio::time::interval(intervals.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_touch: HashMap<RoomId, tokio::time::Instant> = HashMap::new();
+    let mut polled_touches: HashMap<RoomId, (tokio::time::Instant, JoinHandle<()>)> =
+        HashMap::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -57,6 +61,27 @@ pub async fn run_ticker(app: AppState, shutdown: impl Future<Output = ()>) {
                     if due {
                         hub.touch_connected(&*store, &room).await;
                         last_touch.insert(room, tokio::time::Instant::now());
+                    }
+                }
+                // A poll the view answered is contact at most `ticket_idle_ttl / 3` before
+                // its touch: polls come every 15 s at most, so the line's polled tickets are
+                // written in batches a few times per idle limit, not once per poll. A line of
+                // 100,000 is many batches: they run beside this loop (one run per room at a
+                // time), so the ticks that admit never wait for them.
+                for room in hub.rooms_with_polled_tickets() {
+                    let every = rooms
+                        .iter()
+                        .find(|config| config.id == room)
+                        .map_or(intervals.touch, |config| config.ticket_idle_ttl / 3);
+                    let due = polled_touches
+                        .get(&room)
+                        .is_none_or(|(at, run)| run.is_finished() && at.elapsed() >= every);
+                    if due {
+                        let (hub, store, touched) = (hub.clone(), store.clone(), room.clone());
+                        let run = tokio::spawn(async move {
+                            hub.touch_polled(&*store, &touched).await;
+                        });
+                        polled_touches.insert(room, (tokio::time::Instant::now(), run));
                     }
                 }
                 // A round that ends long after its start means admissions run late.

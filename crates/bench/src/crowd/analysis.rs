@@ -7,7 +7,8 @@
 //! after its request was sent, so the send time of the last one that said "waiting" is such a
 //! moment. An SSE `status` event is not: it carries no time for the view it shows, and a
 //! node's view can be seconds old under load (a bound assumed here was broken by real runs),
-//! so SSE events do not narrow the interval. Two visitors are in a known order when their
+//! so SSE events do not narrow the interval. Nor does a poll a node answered from that same
+//! view (its answer has an `Age` header): it shows the line as the view read it. Two visitors are in a known order when their
 //! intervals do not overlap; Kendall's tau is counted over those pairs
 //! (`(concordant - discordant) / (concordant + discordant)`), so visitors admitted in the same
 //! tick are a tie, not a coin toss, and a single proven inversion makes tau < 1.
@@ -473,7 +474,7 @@ fn admission_interval(record: &VisitorRecord) -> Option<(u64, f64, f64)> {
     let waiting_until = record
         .observations
         .iter()
-        .filter(|o| !o.sse)
+        .filter(|o| !o.sse && !o.from_view)
         .map(|o| o.sent)
         .fold(join.sent, f64::max);
     Some((join.position, waiting_until, admitted))
@@ -708,6 +709,17 @@ mod tests {
     use super::*;
 
     fn visitor(id: usize, position: u64, waiting_polls: &[f64], admitted: f64) -> VisitorRecord {
+        answered(id, position, waiting_polls, false, admitted)
+    }
+
+    /// A visitor whose polls at `waiting_polls` said "waiting", from a node's view or not.
+    fn answered(
+        id: usize,
+        position: u64,
+        waiting_polls: &[f64],
+        from_view: bool,
+        admitted: f64,
+    ) -> VisitorRecord {
         VisitorRecord {
             id,
             join: Some(Join {
@@ -723,6 +735,7 @@ mod tests {
                     sent: at,
                     received: at + 0.01,
                     sse: false,
+                    from_view,
                     ahead: 0,
                     serving: 0,
                     waiting: 0,
@@ -752,6 +765,26 @@ mod tests {
         assert_eq!(check.concordant, 4);
         assert_eq!(check.tau, Some(3.0 / 5.0));
         assert_eq!(check.inversions[0].earlier, 3);
+    }
+
+    /// A "waiting" a node answered from its view of the line proves nothing about when the
+    /// poll was sent: it does not narrow the interval, so it makes no inversion.
+    #[test]
+    fn polls_answered_from_a_view_prove_no_order() {
+        let records = [
+            answered(0, 1, &[4.0], true, 4.5),
+            visitor(1, 2, &[3.0], 3.5),
+        ];
+        let joined: Vec<&VisitorRecord> = records.iter().collect();
+        let check = order_check(&joined);
+        assert_eq!((check.discordant, check.ties), (0, 1));
+        let proven = [visitor(0, 1, &[4.0], 4.5), visitor(1, 2, &[3.0], 3.5)];
+        let joined: Vec<&VisitorRecord> = proven.iter().collect();
+        assert_eq!(
+            order_check(&joined).discordant,
+            1,
+            "the same poll from the store"
+        );
     }
 
     #[test]

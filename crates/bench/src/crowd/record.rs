@@ -55,6 +55,10 @@ pub(crate) struct Observation {
     pub(crate) sent: f64,
     pub(crate) received: f64,
     pub(crate) sse: bool,
+    /// A poll answered from a node's view of the line (the answer had an `Age` header): it
+    /// shows the line as the view read it, not as it was when the poll was sent.
+    #[serde(default)]
+    pub(crate) from_view: bool,
     pub(crate) ahead: u64,
     pub(crate) serving: u64,
     pub(crate) waiting: u64,

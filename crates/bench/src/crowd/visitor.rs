@@ -63,6 +63,9 @@ struct Status {
     next_poll_ms: u64,
     #[serde(default)]
     pass: Option<String>,
+    /// The answer had an `Age` header: a node answered from its view of the line.
+    #[serde(skip)]
+    from_view: bool,
 }
 
 /// How waiting ended.
@@ -155,11 +158,17 @@ async fn wait(
             () = until(give_up_at) => return Waited::Stopped,
         }
     }
+    // The `ahead` last shown, by the join or the stream, is what the first poll sends back.
+    let shown_ahead = record
+        .observations
+        .last()
+        .map_or(status.ahead, |seen| seen.ahead);
     poll(
         context,
         target,
         &ticket,
         status.next_poll_ms,
+        shown_ahead,
         give_up_at,
         record,
     )
@@ -176,11 +185,14 @@ async fn until(at: Option<Instant>) {
 
 /// Polls the status, as the page does without a stream, until admission, a failure that ends
 /// the wait, or `give_up_at`. The first poll comes after `next_poll_ms`, as the join said.
+/// Each poll sends the `ahead` it was last shown (`X-Anteroom-Ahead`, starting with
+/// `shown_ahead`), as the page does, so a node may answer from its view of the line.
 async fn poll(
     context: &Context,
     target: &str,
     ticket: &str,
     next_poll_ms: u64,
+    mut shown_ahead: u64,
     give_up_at: Option<Instant>,
     record: &mut VisitorRecord,
 ) -> Waited {
@@ -199,6 +211,7 @@ async fn poll(
             .client
             .get(&url)
             .header("x-anteroom-ticket", ticket)
+            .header("x-anteroom-ahead", shown_ahead)
             .header(header::ACCEPT, "application/json")
             .timeout(REQUEST_TIMEOUT)
             .send()
@@ -206,6 +219,7 @@ async fn poll(
         match read_status(answer).await {
             Ok(next) => {
                 failures = 0;
+                shown_ahead = next.ahead;
                 let received = context.now();
                 if next.state == "admitted"
                     && let Some(pass) = next.pass
@@ -238,6 +252,7 @@ fn observe(record: &mut VisitorRecord, sent: f64, received: f64, sse: bool, stat
         sent,
         received,
         sse,
+        from_view: status.from_view,
         ahead: status.ahead,
         serving: status.serving,
         waiting: status.waiting,
@@ -547,6 +562,7 @@ async fn read_status(answer: reqwest::Result<reqwest::Response>) -> Result<Statu
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok())
         .map(Duration::from_secs);
+    let response_age = response.headers().get(header::AGE).cloned();
     let body = response.bytes().await.map_err(|error| Failure {
         text: error_kind(&error),
         code: None,
@@ -570,11 +586,14 @@ async fn read_status(answer: reqwest::Result<reqwest::Response>) -> Result<Statu
             retry_after,
         });
     }
-    serde_json::from_slice(&body).map_err(|_| Failure {
+    let from_view = response_age.is_some();
+    let mut status: Status = serde_json::from_slice(&body).map_err(|_| Failure {
         text: "not a status".to_owned(),
         code: None,
         retry_after,
-    })
+    })?;
+    status.from_view = from_view;
+    Ok(status)
 }
 
 /// A short, stable name for a transport error, to count errors by kind.
