@@ -11,6 +11,7 @@
 use serde::Serialize;
 
 use anteroom_core::eta::EtaBasis;
+use anteroom_token::json_text;
 
 /// Status JSON (join, status, and later the SSE `status` event).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -129,11 +130,7 @@ impl Sink for Length {
     }
 
     fn string(&mut self, text: &str) {
-        self.0 += 2 + if needs_escapes(text) {
-            text.bytes().map(escaped_len).sum()
-        } else {
-            text.len()
-        };
+        self.0 += 2 + json_text::escaped_len(text);
     }
 }
 
@@ -151,11 +148,7 @@ impl Sink for Text {
 
     fn string(&mut self, text: &str) {
         self.put(b"\"");
-        if needs_escapes(text) {
-            escape(&mut self.0, text);
-        } else {
-            self.put(text.as_bytes());
-        }
+        json_text::push_escaped(&mut self.0, text);
         self.put(b"\"");
     }
 }
@@ -205,64 +198,6 @@ fn optional_number(out: &mut impl Sink, value: Option<u64>) {
         Some(value) => out.number(value),
         None => out.put(b"null"),
     }
-}
-
-/// Whether `byte` is written escaped: `"`, `\\` and the control characters, as `serde_json`
-/// escapes them (and nothing else: not `/`, not DEL, not non-ASCII).
-fn is_escaped(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
-}
-
-/// Whether any byte of `text` is escaped. Looks at every byte without stopping early, which
-/// the compiler turns into a few wide comparisons (tickets and passes never need escaping).
-fn needs_escapes(text: &str) -> bool {
-    text.bytes()
-        .fold(false, |found, byte| found | is_escaped(byte))
-}
-
-/// How many bytes `byte` takes in a JSON string.
-fn escaped_len(byte: u8) -> usize {
-    match byte {
-        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
-        0x00..=0x1f => 6,
-        _ => 1,
-    }
-}
-
-/// `text` escaped as `serde_json` escapes it: `"` and `\\` with a backslash, control
-/// characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`; everything else as it is.
-fn escape(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = text.as_bytes();
-    let mut plain = 0;
-    for (index, &byte) in bytes.iter().enumerate() {
-        let short = match byte {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            0x08 => b'b',
-            0x09 => b't',
-            0x0a => b'n',
-            0x0c => b'f',
-            0x0d => b'r',
-            0x00..=0x1f => b'u',
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[plain..index]);
-        if short == b'u' {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ]);
-        } else {
-            out.extend_from_slice(&[b'\\', short]);
-        }
-        plain = index + 1;
-    }
-    out.extend_from_slice(&bytes[plain..]);
 }
 
 #[cfg(test)]

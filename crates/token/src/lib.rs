@@ -69,6 +69,7 @@ mod challenge;
 mod error;
 #[cfg(test)]
 mod fixtures;
+pub mod json_text;
 mod key_dir;
 mod key_sealing;
 mod keys;

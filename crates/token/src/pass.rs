@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::keyset::LoadedKey;
 use crate::leeway::LEEWAY_SECS;
-use crate::{KeySet, SigningAlgorithm, TokenError};
+use crate::{KeySet, SigningAlgorithm, TokenError, json_text};
 
 /// The only `scope` a room pass carries.
 pub const PASS_SCOPE: &str = "room";
@@ -450,52 +450,10 @@ fn claims_json(claims: &PassClaimsView<'_>) -> Vec<u8> {
     out
 }
 
-/// Appends `text` as a JSON string escaped as `serde_json` escapes it: `"` and `\\` with a
-/// backslash, control characters as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00XX`, everything else
-/// (other ASCII, and UTF-8 beyond it) as it is.
+/// Appends `text` as a JSON string, quoted and escaped as `serde_json` writes it.
 fn push_json_string(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let bytes = text.as_bytes();
-    // Claims rarely hold a character to escape: one pass without branches (which the compiler
-    // can vectorise) decides, and plain text is copied whole.
-    let escapes = bytes.iter().fold(false, |found, &byte| {
-        found | (byte < 0x20) | (byte == b'"') | (byte == b'\\')
-    });
-    if !escapes {
-        out.extend_from_slice(bytes);
-        out.push(b'"');
-        return;
-    }
-    let mut plain = 0;
-    for (index, &byte) in bytes.iter().enumerate() {
-        let short = match byte {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            0x08 => b'b',
-            0x09 => b't',
-            0x0a => b'n',
-            0x0c => b'f',
-            0x0d => b'r',
-            0x00..=0x1f => b'u',
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[plain..index]);
-        if short == b'u' {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ]);
-        } else {
-            out.extend_from_slice(&[b'\\', short]);
-        }
-        plain = index + 1;
-    }
-    out.extend_from_slice(&bytes[plain..]);
+    json_text::push_escaped(out, text);
     out.push(b'"');
 }
 
