@@ -4,9 +4,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use http::header::{
-    CONNECTION, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
-};
+use http::header::CONNECTION;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 
 /// A `Content-Length` value: digits only (no sign, no spaces, no list).
@@ -101,7 +99,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Whether the field named `name` (in any case, as it came on the wire) always concerns one
-/// connection only: the set [`is_hop_by_hop`] names.
+/// connection only: `Connection`, `Keep-Alive`, `Proxy-Authenticate`, `Proxy-Authorization`,
+/// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding` and `Upgrade`.
 pub(crate) fn is_hop_by_hop_name(name: &[u8]) -> bool {
     // By length first: most names are none of these, and are told so by one comparison.
     let set: &[&[u8]] = match name.len() {
@@ -117,17 +116,10 @@ pub(crate) fn is_hop_by_hop_name(name: &[u8]) -> bool {
     set.iter().any(|hop| name.eq_ignore_ascii_case(hop))
 }
 
-/// Whether `name` is one of the fields that always concern one connection only.
+/// Whether `name` is one of the fields that always concern one connection only (the set
+/// [`is_hop_by_hop_name`] names).
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == CONNECTION
-        || name == PROXY_AUTHENTICATE
-        || name == PROXY_AUTHORIZATION
-        || name == TE
-        || name == TRAILER
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
+    is_hop_by_hop_name(name.as_str().as_bytes())
 }
 
 #[cfg(test)]
@@ -167,7 +159,7 @@ mod tests {
 
     #[test]
     fn hop_by_hop_names_are_told_in_any_case() {
-        let names = [
+        let hop_by_hop = [
             "connection",
             "keep-alive",
             "proxy-authenticate",
@@ -177,6 +169,8 @@ mod tests {
             "trailer",
             "transfer-encoding",
             "upgrade",
+        ];
+        let end_to_end = [
             "content-length",
             "content-type",
             "tes",
@@ -187,14 +181,16 @@ mod tests {
             "keep-alives",
             "date",
         ];
-        for name in names {
-            let header = HeaderName::from_static(name);
-            for spelling in [name.to_owned(), name.to_ascii_uppercase()] {
-                assert_eq!(
-                    is_hop_by_hop_name(spelling.as_bytes()),
-                    is_hop_by_hop(&header),
-                    "{spelling}"
-                );
+        for (names, expected) in [(hop_by_hop, true), (end_to_end, false)] {
+            for name in names {
+                assert_eq!(is_hop_by_hop(&HeaderName::from_static(name)), expected);
+                for spelling in [name.to_owned(), name.to_ascii_uppercase()] {
+                    assert_eq!(
+                        is_hop_by_hop_name(spelling.as_bytes()),
+                        expected,
+                        "{spelling}"
+                    );
+                }
             }
         }
     }
