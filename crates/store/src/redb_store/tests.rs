@@ -550,6 +550,35 @@ async fn a_crash_after_a_checkpoint_opens_without_walking_the_whole_file() {
 }
 
 #[test]
+fn a_frame_of_many_rooms_keeps_each_room_s_last_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_path(dir.path());
+    // Two rounds of state records over more rooms than a frame looks up in a list, so the
+    // first round's records are all superseded.
+    let state = |round: usize, room: usize| Write::State {
+        room: RoomId::new(&format!("room-{room}")).unwrap(),
+        bytes: format!("state {round} of room {room}").into_bytes(),
+    };
+    for rooms in [3, 20] {
+        let writes: Vec<Write> = (0..2)
+            .flat_map(|round| (0..rooms).map(move |room| state(round, room)))
+            .collect();
+        let mut segment = wal::Segment::create(&store, 1).unwrap();
+        let mut frame = Vec::new();
+        wal::encode_frame(writes.iter(), &mut frame);
+        segment.append(&frame).unwrap();
+        let contents = wal::read_segment(&wal::segment_path(&store, 1), true).unwrap();
+        assert_eq!(
+            contents.frames,
+            vec![writes[rooms..].to_vec()],
+            "{rooms} rooms"
+        );
+        drop(segment);
+        std::fs::remove_file(wal::segment_path(&store, 1)).unwrap();
+    }
+}
+
+#[test]
 fn frames_carry_every_kind_of_record() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_path(dir.path());

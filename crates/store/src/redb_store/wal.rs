@@ -345,17 +345,12 @@ pub(crate) fn remove_if_present(path: &Path) -> Result<(), WalError> {
 pub(crate) fn encode_frame<'a>(writes: impl Iterator<Item = &'a Write> + Clone, out: &mut Vec<u8>) {
     out.clear();
     out.resize(FRAME_HEADER_LEN, 0);
-    let mut last_state: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (index, write) in writes.clone().enumerate() {
-        if let Write::State { room, .. } = write {
-            last_state.insert(room.as_str(), index);
-        }
-    }
+    let last_state = LastStates::of(writes.clone());
     for (index, write) in writes.enumerate() {
         match write {
             Write::Config { room, bytes } => put(out, TAG_CONFIG, room.as_str().as_bytes(), bytes),
             Write::State { room, bytes } => {
-                if last_state.get(room.as_str()) == Some(&index) {
+                if last_state.is_last(room.as_str(), index) {
                     put(out, TAG_STATE, room.as_str().as_bytes(), bytes);
                 }
             }
@@ -383,6 +378,47 @@ pub(crate) fn encode_frame<'a>(writes: impl Iterator<Item = &'a Write> + Clone, 
     let body_len = u32::try_from(body_len).unwrap_or(u32::MAX);
     out[..4].copy_from_slice(&body_len.to_le_bytes());
     out[4..FRAME_HEADER_LEN].copy_from_slice(&checksum.to_le_bytes());
+}
+
+/// Past this many rooms in one frame, [`LastStates`] looks them up in a hash map.
+const FEW_ROOMS: usize = 8;
+
+/// Where each room's last state record stands in a frame's records. A frame carries one
+/// state record per operation, nearly always of one room or a few: a short list searched
+/// in place then costs less than hashing every record's room into a map built per frame; a
+/// frame of many rooms takes the map, so its cost stays linear.
+enum LastStates<'a> {
+    Few(Vec<(&'a str, usize)>),
+    Many(std::collections::HashMap<&'a str, usize>),
+}
+
+impl<'a> LastStates<'a> {
+    fn of(writes: impl Iterator<Item = &'a Write> + Clone) -> LastStates<'a> {
+        let states = writes.enumerate().filter_map(|(index, write)| match write {
+            Write::State { room, .. } => Some((room.as_str(), index)),
+            _ => None,
+        });
+        let mut few: Vec<(&str, usize)> = Vec::new();
+        for (room, index) in states.clone() {
+            if let Some(last) = few.iter_mut().find(|(known, _)| *known == room) {
+                last.1 = index;
+            } else if few.len() < FEW_ROOMS {
+                few.push((room, index));
+            } else {
+                return LastStates::Many(states.collect());
+            }
+        }
+        LastStates::Few(few)
+    }
+
+    fn is_last(&self, room: &str, index: usize) -> bool {
+        match self {
+            LastStates::Few(few) => few
+                .iter()
+                .any(|&(known, last)| last == index && known == room),
+            LastStates::Many(many) => many.get(room) == Some(&index),
+        }
+    }
 }
 
 fn delete(out: &mut Vec<u8>, tag: u8, key: &[u8]) {
