@@ -241,7 +241,8 @@ impl Gateway {
     /// The request's way through the gateway: its correlation ids first (sent upstream and
     /// returned to the visitor), then [`steps`](Self::steps). With `as_read`, the origin's
     /// answer fields the gateway does not read may come back passed as read, beside the
-    /// response, for a writer that writes them (`h1/server.rs`).
+    /// response, for a writer that writes them (`h1/server.rs`), and the request id goes
+    /// with them rather than into the response's map.
     async fn handle(
         &self,
         client: Option<&UpstreamPools>,
@@ -266,7 +267,7 @@ impl Gateway {
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
         let request = Request::from_parts(parts, body);
-        let (mut response, passed) = self.steps(client, request, &correlation, as_read).await;
+        let (mut response, mut passed) = self.steps(client, request, &correlation, as_read).await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
         }
@@ -277,9 +278,16 @@ impl Gateway {
         }
         // The origin's own `X-Request-Id` is in the map whichever way its fields came
         // (`proxy::READ_FROM_ANSWERS`): replaced here, never written beside ours.
-        response
-            .headers_mut()
-            .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        if as_read {
+            // The own loop writes ours after the passed fields: an answer whose fields are
+            // all passed (and with no cookie) needs no header map of its own.
+            response.headers_mut().remove(&correlation::X_REQUEST_ID);
+            passed.add_field(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        } else {
+            response
+                .headers_mut()
+                .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        }
         (response, passed)
     }
 
