@@ -85,7 +85,7 @@ use anteroom_api::ratelimit::{self, ClientIp, RateLimitLayer, RateLimiter};
 
 use anteroom_h1::PassedFields;
 
-use crate::access_log::{AccessLog, Decided, UpstreamPart};
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
 use crate::correlation;
 use crate::span_export::SpanExport;
 
@@ -337,7 +337,7 @@ impl Gateway {
             limit_headers,
             cookies,
             passes,
-            decided,
+            decision,
         } = let_through;
         // Rate-limit fields are added only where the origin sent none: an answer that may
         // get them keeps all its fields in the map, where that is looked up.
@@ -351,7 +351,9 @@ impl Gateway {
                 took,
             };
             response.extensions_mut().insert(upstream);
-            response.extensions_mut().insert(decided);
+            response
+                .extensions_mut()
+                .insert(let_through_decided(decision, route));
         }
         protect::add_cookies(&mut response, cookies);
         ratelimit::add_headers(&mut response, &limit_headers);
@@ -395,12 +397,12 @@ impl Gateway {
             extensions: &parts.extensions,
             uri: &parts.uri,
         };
-        let (cookies, passes, decided) = protect::protect(self, route, &asked).await?;
+        let (cookies, passes, decision) = protect::protect(self, route, &asked).await?;
         Ok(LetThrough {
             limit_headers,
             cookies,
             passes,
-            decided,
+            decision,
         })
     }
 }
@@ -441,6 +443,17 @@ async fn proxy_or_upgrade(
     .await
 }
 
+/// What the access log says of a request [`Gateway::check`] let through on `route` with
+/// `decision`: the room named is the route's first (none for a bypass), its id copied only
+/// when a log line or span is written.
+fn let_through_decided(decision: Decision, route: &routes::Route) -> Decided {
+    let room = match decision {
+        Decision::Bypass => None,
+        _ => route.rooms.first().cloned(),
+    };
+    Decided { decision, room }
+}
+
 /// What goes with the answer to a request [`Gateway::check`] let through.
 pub(crate) struct LetThrough {
     /// The route's rate-limit headers.
@@ -449,8 +462,9 @@ pub(crate) struct LetThrough {
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
     pub(crate) passes: Vec<passes::HeldPass>,
-    /// What the rooms decided, for the access log.
-    pub(crate) decided: Decided,
+    /// What the rooms decided, for the access log (which names the route's first room with
+    /// it: [`Decided::let_through`]).
+    pub(crate) decision: Decision,
 }
 
 /// The site as the connection loop serves it without the public router: the public router's
