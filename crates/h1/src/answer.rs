@@ -202,6 +202,8 @@ pub struct PassedFields {
     length: Option<u64>,
     /// Whether a `Date` is among the fields.
     dated: bool,
+    /// The one field the caller adds after them ([`add_field`](Self::add_field)).
+    added: Option<(HeaderName, HeaderValue)>,
 }
 
 /// Where one passed field's name and value lie in the head.
@@ -238,9 +240,21 @@ impl PassedFields {
         })
     }
 
-    /// Appends the fields to `out` as `name: value` lines.
+    /// Has `name: value` written right after the passed fields (it replaces a field added
+    /// before): a field the caller sets on every answer (the gateway's request id), so that
+    /// an answer whose other fields are all passed needs no header map and no entry hashed
+    /// into one. Not for the framing, connection or `Date` fields, which the writer settles.
+    pub fn add_field(&mut self, name: HeaderName, value: HeaderValue) {
+        self.added = Some((name, value));
+    }
+
+    /// Appends the fields to `out` as `name: value` lines, the added one last.
     fn write(&self, out: &mut Vec<u8>) {
-        for (name, value) in self.iter() {
+        let added = self
+            .added
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        for (name, value) in self.iter().chain(added) {
             out.extend_from_slice(name);
             out.extend_from_slice(b": ");
             out.extend_from_slice(value);
@@ -380,6 +394,7 @@ fn pass_fields(
         lines,
         length,
         dated,
+        added: None,
     };
     Ok((headers, passed))
 }
@@ -459,6 +474,8 @@ mod tests {
     use super::*;
 
     const MAP: AnswerFields<'static> = AnswerFields::Map { spare: 0 };
+
+    const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
     fn parsed(text: &str) -> AnswerHead {
         let mut buffer = BytesMut::from(text.as_bytes());
@@ -592,29 +609,39 @@ mod tests {
                     })
                     .collect();
                 assert_eq!(as_passed, by_name_order(&rest, &as_passed), "{text:?}");
-                // Written to a visitor, both say the same.
+                // Written to a visitor, both say the same, with the node's request id set
+                // as the gateway sets it for each writer: in the map (replacing the
+                // origin's), or added after the passed fields (the origin's taken out of
+                // the map).
+                let id = HeaderValue::from_static("the-node-s-id");
+                let mut map_headers = map.headers.clone();
+                map_headers.insert(X_REQUEST_ID, id.clone());
+                let mut passed_headers = passed.headers.clone();
+                passed_headers.remove(X_REQUEST_ID);
+                let mut passed_fields = passed.passed.clone();
+                passed_fields.add_field(X_REQUEST_ID, id);
                 for keep_alive in [false, true] {
-                    let write = |head: &AnswerHead| {
+                    let write = |headers: &HeaderMap, passed: &PassedFields| {
                         let framing = AnswerFraming::new(
-                            head.status,
-                            &head.headers,
-                            &head.passed,
+                            map.status,
+                            headers,
+                            passed,
                             Some(5),
                             Version::HTTP_11,
                         );
                         let mut out = Vec::new();
                         framing.write_head(
                             &mut out,
-                            head.status,
-                            &head.passed,
-                            &head.headers,
+                            map.status,
+                            passed,
+                            headers,
                             keep_alive,
                             Version::HTTP_11,
                         );
                         (framing, out)
                     };
-                    let (map_framing, map_out) = write(&map);
-                    let (passed_framing, passed_out) = write(&passed);
+                    let (map_framing, map_out) = write(&map_headers, &map.passed);
+                    let (passed_framing, passed_out) = write(&passed_headers, &passed_fields);
                     assert_eq!(map_framing, passed_framing, "{text:?}");
                     let fields = |out: &[u8]| {
                         let mut fields = written_fields(out);

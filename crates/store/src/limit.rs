@@ -157,6 +157,17 @@ pub trait LimitStore: Send + Sync + 'static {
     ) -> Result<Vec<Decision>, LimitStoreError> {
         Ok(self.reserve(requests).await?.decisions)
     }
+
+    /// Decides one request at once, with no future and no allocation, when this store keeps
+    /// its state in this process: the decision, and the effect on the key's state, that
+    /// [`LimitStore::acquire`] of that one request would have. `None` when the store must be
+    /// asked through [`LimitStore::reserve`] (the default: a store elsewhere).
+    fn acquire_one_now(
+        &self,
+        _request: &LimitRequest<'_>,
+    ) -> Option<Result<Decision, LimitStoreError>> {
+        None
+    }
 }
 
 /// A refund names one reservation (or none) per request.

@@ -392,4 +392,39 @@ proptest! {
         }
         prop_assert!(flood.full_total() > 0, "the flood filled its budget");
     }
+
+    /// The trait's synchronous decision of one request (the lone rule's way) is what
+    /// `acquire` of that one request decides, step by step, with costs, peeks, a budget of
+    /// keys and time passing: on two stores seeing the same requests, the same decisions.
+    #[test]
+    fn one_request_decided_at_once_is_decided_as_acquire_does(
+        steps in proptest::collection::vec((0usize..5, 0u64..700, 0u64..3), 1..80),
+        algorithm in proptest::sample::select(Algorithm::ALL.to_vec()),
+    ) {
+        let limit = LimitParams {
+            burst: if algorithm == Algorithm::LeakyBucket { 2 } else { 0 },
+            ..params(algorithm, 3, Duration::from_secs(1))
+        };
+        let (async_clock, asked) = store(1000);
+        let (sync_clock, at_once) = store(1000);
+        let async_budget = Arc::new(KeyBudget::new("per-ip", 3, OnKeysFull::Reject));
+        let sync_budget = Arc::new(KeyBudget::new("per-ip", 3, OnKeysFull::Reject));
+        let at_once: Arc<dyn LimitStore> = at_once;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for (client, advance_ms, cost) in steps {
+            for clock in [&async_clock, &sync_clock] {
+                clock.advance(Duration::from_millis(advance_ms));
+            }
+            let key = format!("per-ip|{client}");
+            let request = |budget| LimitRequest { key: &key, params: &limit, cost, budget };
+            let expected = runtime
+                .block_on(asked.acquire(&[request(Some(&async_budget))]))
+                .unwrap()[0];
+            let found = at_once
+                .acquire_one_now(&request(Some(&sync_budget)))
+                .expect("a local store decides at once")
+                .unwrap();
+            prop_assert_eq!(found, expected);
+        }
+    }
 }

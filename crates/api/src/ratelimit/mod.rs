@@ -366,7 +366,18 @@ impl RateLimiter {
             cost: rule.cost,
             budget: Some(&set.budgets[0]),
         };
-        let reserved = reserve(self.shared.local.as_ref(), std::slice::from_ref(&request)).await;
+        // A store in this process decides at once (no boxed future, no vectors of one
+        // decision and one reservation: one rule, all or nothing, nothing to refund).
+        let decision = match self.shared.local.acquire_one_now(&request) {
+            Some(Ok(decision)) => Some(decision),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "rate-limit store failed");
+                None
+            }
+            None => reserve(self.shared.local.as_ref(), std::slice::from_ref(&request))
+                .await
+                .and_then(|reserved| reserved.decisions.first().copied()),
+        };
         let mut evaluation = Evaluation {
             limiter: self,
             set,
@@ -374,8 +385,7 @@ impl RateLimiter {
             budget: self.shared.max_delay,
             held_by: Vec::new(),
         };
-        let Some(decision) = reserved.and_then(|reserved| reserved.decisions.first().copied())
-        else {
+        let Some(decision) = decision else {
             return match evaluation.store_failed([0]) {
                 Some(verdict) => verdict,
                 None => evaluation.allow(&[]).await,

@@ -85,7 +85,7 @@ use anteroom_api::ratelimit::{self, ClientIp, RateLimitLayer, RateLimiter};
 
 use anteroom_h1::PassedFields;
 
-use crate::access_log::{AccessLog, Decided, UpstreamPart};
+use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
 use crate::correlation;
 use crate::span_export::SpanExport;
 
@@ -241,7 +241,8 @@ impl Gateway {
     /// The request's way through the gateway: its correlation ids first (sent upstream and
     /// returned to the visitor), then [`steps`](Self::steps). With `as_read`, the origin's
     /// answer fields the gateway does not read may come back passed as read, beside the
-    /// response, for a writer that writes them (`h1/server.rs`).
+    /// response, for a writer that writes them (`h1/server.rs`), and the request id goes
+    /// with them rather than into the response's map.
     async fn handle(
         &self,
         client: Option<&UpstreamPools>,
@@ -266,7 +267,7 @@ impl Gateway {
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
         let request = Request::from_parts(parts, body);
-        let (mut response, passed) = self.steps(client, request, &correlation, as_read).await;
+        let (mut response, mut passed) = self.steps(client, request, &correlation, as_read).await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
         }
@@ -277,9 +278,16 @@ impl Gateway {
         }
         // The origin's own `X-Request-Id` is in the map whichever way its fields came
         // (`proxy::READ_FROM_ANSWERS`): replaced here, never written beside ours.
-        response
-            .headers_mut()
-            .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        if as_read {
+            // The own loop writes ours after the passed fields: an answer whose fields are
+            // all passed (and with no cookie) needs no header map of its own.
+            response.headers_mut().remove(&correlation::X_REQUEST_ID);
+            passed.add_field(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        } else {
+            response
+                .headers_mut()
+                .insert(correlation::X_REQUEST_ID.clone(), correlation.request_id);
+        }
         (response, passed)
     }
 
@@ -329,7 +337,7 @@ impl Gateway {
             limit_headers,
             cookies,
             passes,
-            decided,
+            decision,
         } = let_through;
         // Rate-limit fields are added only where the origin sent none: an answer that may
         // get them keeps all its fields in the map, where that is looked up.
@@ -343,7 +351,9 @@ impl Gateway {
                 took,
             };
             response.extensions_mut().insert(upstream);
-            response.extensions_mut().insert(decided);
+            response
+                .extensions_mut()
+                .insert(let_through_decided(decision, route));
         }
         protect::add_cookies(&mut response, cookies);
         ratelimit::add_headers(&mut response, &limit_headers);
@@ -387,12 +397,12 @@ impl Gateway {
             extensions: &parts.extensions,
             uri: &parts.uri,
         };
-        let (cookies, passes, decided) = protect::protect(self, route, &asked).await?;
+        let (cookies, passes, decision) = protect::protect(self, route, &asked).await?;
         Ok(LetThrough {
             limit_headers,
             cookies,
             passes,
-            decided,
+            decision,
         })
     }
 }
@@ -433,6 +443,17 @@ async fn proxy_or_upgrade(
     .await
 }
 
+/// What the access log says of a request [`Gateway::check`] let through on `route` with
+/// `decision`: the room named is the route's first (none for a bypass), its id copied only
+/// when a log line or span is written.
+fn let_through_decided(decision: Decision, route: &routes::Route) -> Decided {
+    let room = match decision {
+        Decision::Bypass => None,
+        _ => route.rooms.first().cloned(),
+    };
+    Decided { decision, room }
+}
+
 /// What goes with the answer to a request [`Gateway::check`] let through.
 pub(crate) struct LetThrough {
     /// The route's rate-limit headers.
@@ -441,8 +462,9 @@ pub(crate) struct LetThrough {
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
     pub(crate) passes: Vec<passes::HeldPass>,
-    /// What the rooms decided, for the access log.
-    pub(crate) decided: Decided,
+    /// What the rooms decided, for the access log (which names the route's first room with
+    /// it: [`Decided::let_through`]).
+    pub(crate) decision: Decision,
 }
 
 /// The site as the connection loop serves it without the public router: the public router's

@@ -28,11 +28,19 @@ pub(crate) const RECHECK_MS: u64 = 1_000;
 /// `checked_at_ms` of a pass whose session was never looked up.
 const NEVER: u64 = u64::MAX;
 
-/// A pass the request holds, left in its extensions for the proxy (`Anteroom-Release`).
+/// A pass the request holds, for the proxy (`Anteroom-Release`). A pass is held only for
+/// the room it was verified or issued for, so its room is the cached pass's own: no copy of
+/// the room's id per request.
 #[derive(Clone)]
 pub(crate) struct HeldPass {
-    pub(crate) room: RoomId,
     pub(crate) pass: Arc<CachedPass>,
+}
+
+impl HeldPass {
+    /// The room the pass is held for.
+    pub(crate) fn room(&self) -> &RoomId {
+        &self.pass.room
+    }
 }
 
 /// A verified pass.

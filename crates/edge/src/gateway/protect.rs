@@ -130,16 +130,7 @@ pub(crate) async fn decide(
             Looked::GoOn => continue,
             Looked::Answer(verdict) => return verdict,
         };
-        let verdict = decide_room(
-            gateway,
-            asked,
-            join,
-            room.clone(),
-            &info,
-            now,
-            &mut gathered,
-        )
-        .await;
+        let verdict = decide_room(gateway, asked, join, room, &info, now, &mut gathered).await;
         if let Some(verdict) = verdict {
             return verdict;
         }
@@ -188,10 +179,7 @@ async fn look_up(
     if let Some(info) = last.as_ref() {
         for token in asked_passes(asked.headers, room) {
             if let Some(pass) = cached_or_verified(gateway, room, info, token, now).await {
-                gathered.passes.push(HeldPass {
-                    room: room.clone(),
-                    pass,
-                });
+                gathered.passes.push(HeldPass { pass });
                 return Looked::GoOn;
             }
         }
@@ -208,7 +196,7 @@ async fn decide_room(
     gateway: &Gateway,
     asked: &Asked<'_>,
     join: JoinWhen,
-    room: RoomId,
+    room: &RoomId,
     info: &RoomInfo,
     now: Timestamp,
     gathered: &mut Gathered,
@@ -216,24 +204,26 @@ async fn decide_room(
     let app = gateway.app();
     if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
         return Some(Verdict::Closed {
-            room,
+            room: room.clone(),
             config: Box::new(info.config.clone()),
         });
     }
-    if let Some(pass) = valid_pass(gateway, &room, info, asked.headers, now).await {
+    if let Some(pass) = valid_pass(gateway, room, info, asked.headers, now).await {
         if let Err(refusal) = check_identity(app, &info.config, asked, &pass).await {
             return Some(Verdict::Refuse(JoinRefusal::Identity(refusal)));
         }
-        if let Some(cookie) = renew(gateway, &room, info, &pass, now).await {
+        if let Some(cookie) = renew(gateway, room, info, &pass, now).await {
             gathered.cookies.push(cookie);
         }
-        gathered.passes.push(HeldPass { room, pass });
+        gathered.passes.push(HeldPass { pass });
         return None;
     }
     if join == JoinWhen::AdmitsAtOnce && !info.admits_at_once(now) {
         let cookies = std::mem::take(&mut gathered.cookies);
         return Some(Verdict::Wait(Box::new(waiting_without_entry(
-            room, info, cookies,
+            room.clone(),
+            info,
+            cookies,
         ))));
     }
     join_room(gateway, asked, room, info, now, gathered).await
@@ -244,7 +234,7 @@ async fn decide_room(
 async fn join_room(
     gateway: &Gateway,
     asked: &Asked<'_>,
-    room: RoomId,
+    room: &RoomId,
     info: &RoomInfo,
     now: Timestamp,
     gathered: &mut Gathered,
@@ -255,7 +245,7 @@ async fn join_room(
     let proven: Vec<RoomId> = gathered
         .passes
         .iter()
-        .map(|held| held.room.clone())
+        .map(|held| held.room().clone())
         .collect();
     let visitor = GatewayVisitor {
         headers: asked.headers,
@@ -263,8 +253,8 @@ async fn join_room(
         proven_passes: &proven,
         return_to: return_path(asked.uri),
     };
-    let joined = join_path::join(app, &room, &info.config, visitor).await;
-    gateway.inner.rooms.invalidate(&room);
+    let joined = join_path::join(app, room, &info.config, visitor).await;
+    gateway.inner.rooms.invalidate(room);
     match joined {
         Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
         Ok(Entry::Waiting(view)) => {
@@ -274,7 +264,7 @@ async fn join_room(
                     .div_ceil(1000),
             );
             Some(Verdict::Wait(Box::new(Waiting {
-                room,
+                room: room.clone(),
                 config: info.config.clone(),
                 entry: Some(Entry::Waiting(view)),
                 cookies: std::mem::take(&mut gathered.cookies),
@@ -283,18 +273,18 @@ async fn join_room(
         }
         Err(JoinRefusal::ChallengeNeeded(_) | JoinRefusal::PassRequired(_)) => {
             Some(Verdict::Wait(Box::new(waiting_without_entry(
-                room,
+                room.clone(),
                 info,
                 std::mem::take(&mut gathered.cookies),
             ))))
         }
         Err(JoinRefusal::Limited(response)) => Some(Verdict::Limited(response)),
         Err(JoinRefusal::Closed) => Some(Verdict::Closed {
-            room,
+            room: room.clone(),
             config: Box::new(info.config.clone()),
         }),
         Err(JoinRefusal::StoreUnavailable(_)) => {
-            store_down(gateway, room, Some(info.config.clone()))
+            store_down(gateway, room.clone(), Some(info.config.clone()))
         }
         Err(refusal) => Some(Verdict::Refuse(refusal)),
     }
@@ -304,7 +294,7 @@ async fn join_room(
 /// (cached as just issued) goes on with the request.
 fn admit(
     gateway: &Gateway,
-    room: RoomId,
+    room: &RoomId,
     info: &RoomInfo,
     view: AdmittedView,
     now: Timestamp,
@@ -312,14 +302,14 @@ fn admit(
 ) -> Option<Verdict> {
     let app = gateway.app();
     let session = view.session.clone();
-    let mut given = match join_path::give_entry(app, &room, &info.config, Entry::Admitted(view)) {
+    let mut given = match join_path::give_entry(app, room, &info.config, Entry::Admitted(view)) {
         Ok(given) => given,
         Err(error) => return Some(Verdict::Refuse(JoinRefusal::Failed(error))),
     };
     gathered.cookies.append(&mut given.cookies);
     if let Some(token) = given.pass() {
-        let pass = remember_issued(gateway, &room, info, token, &session, now);
-        gathered.passes.push(HeldPass { room, pass });
+        let pass = remember_issued(gateway, room, info, token, &session, now);
+        gathered.passes.push(HeldPass { pass });
         gathered.admitted = true;
     }
     None
@@ -657,19 +647,15 @@ pub(crate) fn entry_status(
 }
 
 /// The step after the route's limits: lets the request through with its passes (the
-/// cookies to send with its response: passes issued or renewed), or answers for the room.
+/// cookies to send with its response: passes issued or renewed) and what the rooms decided,
+/// or answers for the room (the answer carries its [`Decided`]).
 pub(crate) async fn protect(
     gateway: &Gateway,
     route: &Route,
     asked: &Asked<'_>,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decided), Response> {
-    let first_room = route.rooms.first().cloned();
+) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decision), Response> {
     if route.bypass || route.rooms.is_empty() {
-        let decided = Decided {
-            decision: Decision::Bypass,
-            room: None,
-        };
-        return Ok((Vec::new(), Vec::new(), decided));
+        return Ok((Vec::new(), Vec::new(), Decision::Bypass));
     }
     let navigation = is_navigation(asked.method, asked.headers);
     let join = if navigation && route.page == PageMode::Inline {
@@ -678,12 +664,16 @@ pub(crate) async fn protect(
         JoinWhen::AdmitsAtOnce
     };
     let verdict = decide(gateway, route, asked, join).await;
-    let decided = decided(&verdict, first_room);
+    let decision = decision(&verdict);
+    // The room's id is copied for an answer that holds the request back, not for every
+    // request let through (the access log names the route's first room for those).
+    let holding_room = holding_room(&verdict);
     match answer(gateway, route, asked, navigation, verdict) {
-        Ok((cookies, passes)) => Ok((cookies, passes, decided)),
+        Ok((cookies, passes)) => Ok((cookies, passes, decision)),
         Err(response) => {
             let mut response = *response;
-            response.extensions_mut().insert(decided);
+            let room = holding_room.or_else(|| route.rooms.first().cloned());
+            response.extensions_mut().insert(Decided { decision, room });
             Err(response)
         }
     }
@@ -733,19 +723,27 @@ fn answer(
     }))
 }
 
-/// What the access log says of `verdict` on a route whose first room is `first_room`.
-fn decided(verdict: &Verdict, first_room: Option<RoomId>) -> Decided {
-    let (decision, room) = match verdict {
-        Verdict::Allow { admitted: true, .. } => (Decision::Admitted, first_room),
-        Verdict::Allow { .. } => (Decision::Passed, first_room),
-        Verdict::Wait(waiting) => (Decision::Queued, Some(waiting.room.clone())),
-        Verdict::Closed { room, .. } | Verdict::Unavailable { room, .. } => {
-            (Decision::Refused, Some(room.clone()))
+/// What the access log says of `verdict`.
+fn decision(verdict: &Verdict) -> Decision {
+    match verdict {
+        Verdict::Allow { admitted: true, .. } => Decision::Admitted,
+        Verdict::Allow { .. } => Decision::Passed,
+        Verdict::Wait(_) => Decision::Queued,
+        Verdict::Closed { .. } | Verdict::Unavailable { .. } | Verdict::Refuse(_) => {
+            Decision::Refused
         }
-        Verdict::Refuse(_) => (Decision::Refused, first_room),
-        Verdict::Limited(_) => (Decision::Limited, first_room),
-    };
-    Decided { decision, room }
+        Verdict::Limited(_) => Decision::Limited,
+    }
+}
+
+/// The room that holds the request back, when `verdict` names one (else the access log
+/// names the route's first room).
+fn holding_room(verdict: &Verdict) -> Option<RoomId> {
+    match verdict {
+        Verdict::Wait(waiting) => Some(waiting.room.clone()),
+        Verdict::Closed { room, .. } | Verdict::Unavailable { room, .. } => Some(room.clone()),
+        Verdict::Allow { .. } | Verdict::Refuse(_) | Verdict::Limited(_) => None,
+    }
 }
 
 /// Sends the cookies [`protect`] gave (passes issued or renewed) with the response to the

@@ -550,7 +550,7 @@ async fn end_session(
     let held = if named == "1" || named.eq_ignore_ascii_case("true") {
         passes.last()
     } else {
-        passes.iter().find(|held| held.room.as_str() == named)
+        passes.iter().find(|held| held.room().as_str() == named)
     };
     let Some(held) = held else {
         tracing::debug!(
@@ -561,17 +561,17 @@ async fn end_session(
     };
     match app
         .store()
-        .end_session(&held.room, held.pass.session, SessionEnd::Completed)
+        .end_session(held.room(), held.pass.session, SessionEnd::Completed)
         .await
     {
         Ok(_) | Err(StoreError::Engine(_)) => {
             held.pass.revoke();
-            if let Some(clear) = app.cookies().clear(&pass_cookie_name(held.room.as_str())) {
+            if let Some(clear) = app.cookies().clear(&pass_cookie_name(held.room().as_str())) {
                 response.headers_mut().append(header::SET_COOKIE, clear);
             }
         }
         Err(error) => {
-            tracing::warn!(room = %held.room, %error, "cannot end the session the origin released");
+            tracing::warn!(room = %held.room(), %error, "cannot end the session the origin released");
         }
     }
 }

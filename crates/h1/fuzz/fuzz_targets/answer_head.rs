@@ -6,13 +6,18 @@
 //! bytes are left. The same head read with its fields passed as read
 //! ([`AnswerFields::Passed`]) parses or fails alike, with the same framing, the same fields
 //! (those read in the map, the others passed, the length kept aside), and a head written to
-//! the visitor from it parses again with the same fields as one written from the map.
+//! the visitor from it parses again with the same fields as one written from the map, with
+//! the node's request id set both ways (in the map, or added after the passed fields).
 #![no_main]
 
-use anteroom_h1::{AnswerFields, AnswerFraming, AnswerHead, BodyFraming, parse_answer_head};
+use anteroom_h1::{
+    AnswerFields, AnswerFraming, AnswerHead, BodyFraming, PassedFields, parse_answer_head,
+};
 use bytes::BytesMut;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 use libfuzzer_sys::fuzz_target;
 
 /// The fields of a written head, lower-cased, grouped by name (each name's values in order).
@@ -33,20 +38,19 @@ fn written_fields(head: &[u8]) -> Vec<(String, Vec<Vec<u8>>)> {
     named
 }
 
-fn written(head: &AnswerHead, keep_alive: bool) -> (AnswerFraming, Vec<u8>) {
-    let framing = AnswerFraming::new(
-        head.status,
-        &head.headers,
-        &head.passed,
-        None,
-        Version::HTTP_11,
-    );
+fn written(
+    head: &AnswerHead,
+    headers: &HeaderMap,
+    passed: &PassedFields,
+    keep_alive: bool,
+) -> (AnswerFraming, Vec<u8>) {
+    let framing = AnswerFraming::new(head.status, headers, passed, None, Version::HTTP_11);
     let mut out = Vec::new();
     framing.write_head(
         &mut out,
         head.status,
-        &head.passed,
-        &head.headers,
+        passed,
+        headers,
         keep_alive,
         Version::HTTP_11,
     );
@@ -126,9 +130,19 @@ fuzz_target!(|data: &[u8]| {
         .map(|value| anteroom_h1::parse_length(value.as_bytes()).expect("a length"));
     assert_eq!(passed.passed.declared_length(), declared);
     assert_eq!(passed.passed.has_date(), head.headers.contains_key(DATE));
+    // The node's request id as the gateway sets it for each writer: in the map, replacing
+    // the origin's; or added after the passed fields, the origin's taken out of the map.
+    let id = HeaderValue::from_static("the-node-s-id");
+    let mut map_headers = head.headers.clone();
+    map_headers.insert(X_REQUEST_ID, id.clone());
+    let mut passed_headers = passed.headers.clone();
+    passed_headers.remove(X_REQUEST_ID);
+    let mut passed_fields = passed.passed.clone();
+    passed_fields.add_field(X_REQUEST_ID, id);
     for keep_alive in [false, true] {
-        let (map_framing, map_out) = written(&head, keep_alive);
-        let (passed_framing, passed_out) = written(&passed, keep_alive);
+        let (map_framing, map_out) = written(&head, &map_headers, &head.passed, keep_alive);
+        let (passed_framing, passed_out) =
+            written(&passed, &passed_headers, &passed_fields, keep_alive);
         assert_eq!(map_framing, passed_framing);
         let strip_date = |mut fields: Vec<(String, Vec<Vec<u8>>)>| {
             // A `Date` the writer adds reads the clock: compared only when the origin sent one.

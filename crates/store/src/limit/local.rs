@@ -512,4 +512,11 @@ impl LimitStore for LocalLimitStore {
     ) -> Result<(), LimitStoreError> {
         self.refund_now(requests, reservations)
     }
+
+    fn acquire_one_now(
+        &self,
+        request: &LimitRequest<'_>,
+    ) -> Option<Result<Decision, LimitStoreError>> {
+        Some(self.acquire_one(request))
+    }
 }
