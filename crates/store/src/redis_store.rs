@@ -34,7 +34,8 @@
 //!   Redis nothing.
 //! - **Joins** into one room are group-committed (`join_batch.rs`): while a node's join call
 //!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
-//!   runs them in order and answers each; a few calls per room may be in flight at once.
+//!   runs them in order and answers each; a few calls per room may be in flight at once. A
+//!   busy room's next call waits (at most 2 ms) for as many joins as its last one carried.
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash

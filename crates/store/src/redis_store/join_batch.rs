@@ -8,6 +8,14 @@
 //! runs one script instead of many: a room's join rate on one Redis core is the script's rate
 //! per join, not per call. Each join's answer goes back to its own caller.
 //!
+//! A busy room's calls are kept as big as the last one: when a call of at least
+//! [`GATHER_FROM`] joins comes back with fewer joins queued than it carried, the next call
+//! waits for that many (the visitors just answered tend to come back with their next join),
+//! but no longer than the last call took and never more than [`GATHER_AT_MOST`]. A room whose
+//! calls carry one join or a few (an idle node) sends each at once, as before. Fewer, bigger
+//! calls cost Redis and the node less per join: each call reads and writes the room's meta,
+//! publishes a notice and is one request and one reply on the socket.
+//!
 //! A full batch does not wait for the calls before it: up to [`MAX_CALLS_IN_FLIGHT`] calls of
 //! a room may be in flight, so a slow server (or a node that gets the CPU late) does not hold
 //! a whole crowd behind one round trip. They keep their order: one task sends a room's calls
@@ -54,6 +62,14 @@ pub(crate) const MAX_JOINS_PER_CALL: usize = 128;
 /// without waiting for the node's turn between round trips, few enough that a node's joins
 /// queued in Redis stay a few milliseconds of script.
 pub(crate) const MAX_CALLS_IN_FLIGHT: usize = 4;
+
+/// The smallest call after which the next one gathers (see the module docs): below it a room
+/// is not busy enough for waiting to pay, and each join is sent at once.
+pub(crate) const GATHER_FROM: usize = 4;
+
+/// The longest a room's next call waits to gather as many joins as its last one carried: a
+/// bound on the latency gathering adds, well under a join's store bound.
+pub(crate) const GATHER_AT_MOST: Duration = Duration::from_millis(2);
 
 /// How long a room remembers the ticket id of a join cancelled before it ran
 /// (`cancel_join.lua`): far longer than any call may wait in a queue or a socket.
@@ -137,9 +153,11 @@ struct QueuedJoin {
     reply: oneshot::Sender<JoinOutcome>,
 }
 
-/// A room's joins not sent yet, and the bell that tells its task a full batch has gathered.
+/// A room's joins not sent yet, and the bell that tells its task a batch has gathered: a full
+/// one, or while the task gathers, as many joins as it waits for (`ring_at`).
 struct RoomQueue {
     joins: VecDeque<QueuedJoin>,
+    ring_at: usize,
     full_batch: Arc<Notify>,
 }
 
@@ -163,6 +181,9 @@ enum Next {
     Send(Vec<QueuedJoin>),
     /// Wait for a call to finish or a full batch to gather.
     Wait,
+    /// No call in flight: wait until this instant at most for the next call's joins to
+    /// gather (the queue rings when they have).
+    Gather(Instant),
     /// Nothing queued and nothing in flight: the room left the map, the task ends.
     Done,
 }
@@ -232,7 +253,7 @@ impl JoinQueues {
             MapEntry::Occupied(mut queue) => {
                 let queue = queue.get_mut();
                 queue.joins.push_back(join);
-                if queue.joins.len() >= MAX_JOINS_PER_CALL {
+                if queue.joins.len() >= queue.ring_at {
                     queue.full_batch.notify_one();
                 }
             }
@@ -240,6 +261,7 @@ impl JoinQueues {
                 let full_batch = Arc::new(Notify::new());
                 slot.insert(RoomQueue {
                     joins: VecDeque::from([join]),
+                    ring_at: MAX_JOINS_PER_CALL,
                     full_batch: full_batch.clone(),
                 });
                 tokio::spawn(self.clone().send_all(room.clone(), sender(), full_batch));
@@ -247,15 +269,16 @@ impl JoinQueues {
         }
     }
 
-    /// What `room`'s task does next, with `in_flight` calls out and the last one having taken
-    /// `call_time`: joins whose callers are gone are dropped, and, while calls are in flight,
-    /// joins with less time left than `call_time` go to `unsent` (answered without a call).
-    /// A batch is sent when no call is in flight, or when a full one has gathered.
+    /// What `room`'s task does next, with `in_flight` calls out, the last one (`last`) having
+    /// taken `call_time`: joins whose callers are gone are dropped, and, while calls are in
+    /// flight, joins with less time left than `call_time` go to `unsent` (answered without a
+    /// call). A batch is sent when a full one has gathered, or when no call is in flight and
+    /// the gathering the last call asks for (see [`Gathering`]) is over.
     fn next(
         &self,
         room: &RoomId,
         in_flight: usize,
-        call_time: Duration,
+        last: &mut Gathering,
         unsent: &mut Vec<QueuedJoin>,
     ) -> Next {
         let mut rooms = self.rooms.lock();
@@ -263,7 +286,11 @@ impl JoinQueues {
             return Next::Done;
         };
         let now = Instant::now();
-        let shed_before = if in_flight == 0 { now } else { now + call_time };
+        let shed_before = if in_flight == 0 {
+            now
+        } else {
+            now + last.call_time
+        };
         loop {
             let mut kept = VecDeque::with_capacity(queue.joins.len());
             for join in queue.joins.drain(..) {
@@ -279,6 +306,13 @@ impl JoinQueues {
                 kept.push_back(join);
             }
             queue.joins = kept;
+            if in_flight == 0
+                && let Some(until) = last.gathers(queue.joins.len(), now)
+            {
+                queue.ring_at = last.wanted();
+                return Next::Gather(until);
+            }
+            queue.ring_at = MAX_JOINS_PER_CALL;
             if queue.joins.is_empty() && in_flight == 0 {
                 rooms.remove(room);
                 return Next::Done;
@@ -293,6 +327,7 @@ impl JoinQueues {
                 .filter(|join| join.claim.send())
                 .collect();
             if !batch.is_empty() {
+                last.sent(batch.len());
                 return Next::Send(batch);
             }
         }
@@ -302,26 +337,80 @@ impl JoinQueues {
     /// at once, until its queue is empty and no call is in flight.
     async fn send_all(self, room: RoomId, sender: Sender, full_batch: Arc<Notify>) {
         let mut calls = FuturesUnordered::new();
-        let mut call_time = Duration::ZERO;
+        let mut last = Gathering::default();
         let mut unsent = Vec::new();
         loop {
+            let mut gather_until = None;
             while calls.len() < MAX_CALLS_IN_FLIGHT {
-                let next = self.next(&room, calls.len(), call_time, &mut unsent);
+                let next = self.next(&room, calls.len(), &mut last, &mut unsent);
                 answer_unsent(&room, unsent.drain(..));
                 match next {
                     Next::Send(batch) => calls.push(run_call(&sender, batch)),
                     Next::Wait => break,
+                    Next::Gather(until) => {
+                        gather_until = Some(until);
+                        break;
+                    }
                     Next::Done => return,
                 }
             }
+            let gathering = async {
+                match gather_until {
+                    Some(until) => tokio::time::sleep_until(until).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 Some(finished) = calls.next() => {
-                    call_time = finished.took;
+                    last.call_time = finished.took;
                     finished.deliver(&sender);
                 }
                 () = full_batch.notified() => {}
+                () = gathering => last.gather_over(),
             }
         }
+    }
+}
+
+/// What a room's task remembers of its last call, to size the next: how many joins it carried,
+/// how long it took, and until when the next one gathers.
+#[derive(Debug, Default)]
+struct Gathering {
+    last_batch: usize,
+    call_time: Duration,
+    until: Option<Instant>,
+    over: bool,
+}
+
+impl Gathering {
+    /// How many joins the next call waits for.
+    fn wanted(&self) -> usize {
+        self.last_batch.min(MAX_JOINS_PER_CALL)
+    }
+
+    /// With `queued` joins and no call in flight at `now`: until when the next call still
+    /// gathers, or `None` when it goes now (the last call was small, enough have gathered, or
+    /// the wait is over).
+    fn gathers(&mut self, queued: usize, now: Instant) -> Option<Instant> {
+        if self.over || self.last_batch < GATHER_FROM || queued >= self.wanted() {
+            return None;
+        }
+        let until = *self
+            .until
+            .get_or_insert(now + self.call_time.min(GATHER_AT_MOST));
+        (now < until).then_some(until)
+    }
+
+    /// The wait ran out: the next call goes with what has gathered (or the task ends).
+    fn gather_over(&mut self) {
+        self.over = true;
+    }
+
+    /// A call of `count` joins was sent: the one after it gathers afresh.
+    fn sent(&mut self, count: usize) {
+        self.last_batch = count;
+        self.until = None;
+        self.over = false;
     }
 }
 
@@ -538,6 +627,7 @@ mod tests {
             room.clone(),
             RoomQueue {
                 joins: joins.into(),
+                ring_at: MAX_JOINS_PER_CALL,
                 full_batch: Arc::new(Notify::new()),
             },
         );
@@ -556,11 +646,14 @@ mod tests {
         let (long, mut long_caller) = queued(now + Duration::from_secs(2));
         drop(withdrawn_caller);
         let queues = queues(&room, vec![short, withdrawn, long]);
-        let call_time = Duration::from_millis(500);
+        let mut last = Gathering {
+            call_time: Duration::from_millis(500),
+            ..Gathering::default()
+        };
 
         let mut unsent = Vec::new();
         assert!(matches!(
-            queues.next(&room, 1, call_time, &mut unsent),
+            queues.next(&room, 1, &mut last, &mut unsent),
             Next::Wait
         ));
         assert_eq!(unsent.len(), 1);
@@ -569,7 +662,7 @@ mod tests {
         assert_eq!(short_caller.claim.give_up(), GaveUp::Answered);
 
         // No call in flight: what is left goes, whatever the last call took.
-        match queues.next(&room, 0, call_time, &mut unsent) {
+        match queues.next(&room, 0, &mut last, &mut unsent) {
             Next::Send(batch) => assert_eq!(batch.len(), 1),
             _ => panic!("the long join is sent"),
         }
@@ -577,9 +670,95 @@ mod tests {
         assert!(long_caller.receiver.try_recv().is_err());
         assert_eq!(long_caller.claim.give_up(), GaveUp::InFlight);
         assert!(matches!(
-            queues.next(&room, 0, call_time, &mut unsent),
+            queues.next(&room, 0, &mut last, &mut unsent),
             Next::Done
         ));
         assert!(queues.rooms.lock().is_empty());
+    }
+
+    /// After a call of 20 joins that took 5 ms, the next call waits (at most the bound on
+    /// gathering) until 20 have queued; the queue rings the task when they have, and they go
+    /// as one call. Once the wait is over, what has gathered goes; with nothing queued the
+    /// task ends.
+    #[test]
+    fn a_busy_room_gathers_as_many_joins_as_its_last_call_carried() {
+        let room = RoomId::new("gather").expect("room id");
+        let far = Instant::now() + Duration::from_secs(2);
+        let (first, _first_caller) = queued(far);
+        let queues = queues(&room, vec![first]);
+        let mut last = Gathering {
+            last_batch: 20,
+            call_time: Duration::from_millis(5),
+            ..Gathering::default()
+        };
+        let mut unsent = Vec::new();
+        let started = Instant::now();
+        let until = match queues.next(&room, 0, &mut last, &mut unsent) {
+            Next::Gather(until) => until,
+            _ => panic!("one join after a call of 20 gathers"),
+        };
+        assert!(until <= started + GATHER_AT_MOST + Duration::from_millis(50));
+        let bell = queues.rooms.lock()[&room].full_batch.clone();
+        let mut callers = Vec::new();
+        for _ in 0..19 {
+            let (join, caller) = queued(far);
+            callers.push(caller);
+            queues.enqueue(&room, join, || unreachable!("the room's task runs"));
+        }
+        // The twentieth join rang the bell: the task wakes at once, not at the bound.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(1), bell.notified())
+                .await
+                .expect("the queue rings when twenty have gathered");
+        });
+        match queues.next(&room, 0, &mut last, &mut unsent) {
+            Next::Send(batch) => assert_eq!(batch.len(), 20),
+            _ => panic!("twenty gathered joins go as one call"),
+        }
+
+        // Three queued after that call: the next one gathers, and once the wait is over the
+        // three go alone.
+        for _ in 0..3 {
+            let (join, caller) = queued(far);
+            callers.push(caller);
+            queues.enqueue(&room, join, || unreachable!("the room's task runs"));
+        }
+        assert!(matches!(
+            queues.next(&room, 0, &mut last, &mut unsent),
+            Next::Gather(_)
+        ));
+        last.gather_over();
+        match queues.next(&room, 0, &mut last, &mut unsent) {
+            Next::Send(batch) => assert_eq!(batch.len(), 3),
+            _ => panic!("what gathered goes once the wait is over"),
+        }
+        // A call of three is below the threshold: nothing gathers, the task ends.
+        assert!(matches!(
+            queues.next(&room, 0, &mut last, &mut unsent),
+            Next::Done
+        ));
+        assert!(unsent.is_empty());
+    }
+
+    /// An idle room's join goes at once: a call of one join asks for no gathering.
+    #[test]
+    fn an_idle_room_sends_each_join_at_once() {
+        let room = RoomId::new("idle").expect("room id");
+        let (join, _caller) = queued(Instant::now() + Duration::from_secs(2));
+        let queues = queues(&room, vec![join]);
+        let mut last = Gathering {
+            last_batch: 1,
+            call_time: Duration::from_millis(5),
+            ..Gathering::default()
+        };
+        let mut unsent = Vec::new();
+        match queues.next(&room, 0, &mut last, &mut unsent) {
+            Next::Send(batch) => assert_eq!(batch.len(), 1),
+            _ => panic!("an idle room's join is sent at once"),
+        }
     }
 }
