@@ -304,6 +304,7 @@ fn checks(summary: &Summary) -> Vec<Check> {
     if summary.fifo {
         checks.extend(fifo_checks(&summary.order));
     }
+    checks.push(join_check(summary));
     checks.push(Check {
         name: "`ahead` never increases".to_owned(),
         invariant: true,
@@ -318,6 +319,22 @@ fn checks(summary: &Summary) -> Vec<Check> {
     }
     checks.push(eta_check(&summary.eta));
     checks
+}
+
+/// Every visitor got a ticket: a join refused or never answered (the store's bound, a
+/// refused connection, a timeout) is a visitor the room failed at its door.
+fn join_check(summary: &Summary) -> Check {
+    Check {
+        name: "every visitor joined".to_owned(),
+        invariant: false,
+        met: summary.joined == summary.visitors,
+        detail: format!(
+            "{} of {} joined, {} did not",
+            summary.joined,
+            summary.visitors,
+            summary.visitors - summary.joined
+        ),
+    }
 }
 
 /// A FIFO room admits in the order of positions and never shows a passed visitor waiting.
@@ -746,6 +763,51 @@ mod tests {
             admitted: Some(admitted),
             ..VisitorRecord::default()
         }
+    }
+
+    /// A visitor whose join was never answered fails the "every visitor joined" target,
+    /// which is reported but decides nothing (it is not an invariant).
+    #[test]
+    fn a_visitor_without_a_ticket_fails_the_join_target() {
+        let scenario: Scenario = toml::from_str(
+            r#"
+            name = "joins"
+            visitors = 3
+            [arrival]
+            shape = "spike"
+            over = "1s"
+            [room]
+            id = "r"
+            max_active = 1
+            "#,
+        )
+        .expect("scenario");
+        let join_target = |records: &[VisitorRecord]| {
+            let (summary, _) = analyse(&scenario, 1, records, None);
+            summary
+                .checks
+                .into_iter()
+                .find(|check| check.name == "every visitor joined")
+                .expect("the join target is checked")
+        };
+        let all = [
+            visitor(0, 1, &[], 0.5),
+            visitor(1, 2, &[1.0], 1.5),
+            visitor(2, 3, &[1.0], 2.5),
+        ];
+        let check = join_target(&all);
+        assert!(check.met && !check.invariant, "{check:?}");
+        assert_eq!(check.detail, "3 of 3 joined, 0 did not");
+
+        let refused = VisitorRecord {
+            id: 2,
+            outcome: Outcome::Failed,
+            ..VisitorRecord::default()
+        };
+        let one_short = [all[0].clone(), all[1].clone(), refused];
+        let check = join_target(&one_short);
+        assert!(!check.met && !check.invariant, "{check:?}");
+        assert_eq!(check.detail, "2 of 3 joined, 1 did not");
     }
 
     #[test]
