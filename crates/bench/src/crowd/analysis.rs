@@ -304,7 +304,6 @@ fn checks(summary: &Summary) -> Vec<Check> {
     if summary.fifo {
         checks.extend(fifo_checks(&summary.order));
     }
-    checks.push(join_check(summary));
     checks.push(Check {
         name: "`ahead` never increases".to_owned(),
         invariant: true,
@@ -314,6 +313,7 @@ fn checks(summary: &Summary) -> Vec<Check> {
     if summary.origin.enabled && summary.max_active > 0 {
         checks.push(origin_check(&summary.origin, summary.max_active));
     }
+    checks.push(join_check(summary));
     if summary.admit_per_minute > 0 {
         checks.push(rate_check(&summary.admission, summary.admit_per_minute));
     }
