@@ -36,6 +36,9 @@
 //!   for the room is in flight, its further joins gather and go as one `join.lua` call, which
 //!   runs them in order and answers each; a few calls per room may be in flight at once. A
 //!   busy room's next call waits (at most 2 ms) for as many joins as its last one carried.
+//! - **Session ends** into one room go together too (`end_batch.rs`): the ends a node queues
+//!   while its end call for the room is in flight go as one `end_session.lua` call, which ends
+//!   each and ticks once (one refill for all of them instead of a tick per end).
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash
@@ -66,6 +69,7 @@
 
 mod codes;
 pub(crate) mod connection;
+mod end_batch;
 mod join_batch;
 mod key_entries;
 mod node_keys;
@@ -222,6 +226,8 @@ pub struct RedisStore {
     outbox: Arc<std::sync::OnceLock<Arc<RedisOutbox>>>,
     /// Joins waiting for their room's next call (`join_batch.rs`).
     joins: join_batch::JoinQueues,
+    /// Session ends waiting for their room's next call (`end_batch.rs`).
+    ends: end_batch::EndQueues,
 }
 
 impl RedisStore {
@@ -249,6 +255,7 @@ impl RedisStore {
             server_clock: server_clock::ServerClock::default(),
             outbox: Arc::default(),
             joins: join_batch::JoinQueues::default(),
+            ends: end_batch::EndQueues::default(),
         })
     }
 
@@ -726,13 +733,26 @@ impl RoomStore for RedisStore {
         session: SessionId,
         reason: SessionEnd,
     ) -> Result<Session, StoreError> {
-        let args = vec![
-            session.to_string(),
-            reason.as_str().to_owned(),
-            admission_seed(),
-            lottery_seed(),
-        ];
-        let mut answer = self.eval(RoomFunction::EndSession, room, args).await?;
+        // The node's ends for this room go together, one tick for all (`end_batch.rs`).
+        let outcome = self
+            .bounded("end_session", async {
+                let connection = self.connection().await?;
+                let sender = || join_batch::Sender {
+                    prelude: self.room_prelude(room),
+                    connection,
+                    timeout: self.timeout,
+                };
+                self.ends
+                    .end(
+                        room,
+                        session.to_string(),
+                        reason.as_str().to_owned(),
+                        sender,
+                    )
+                    .await
+            })
+            .await?;
+        let mut answer = outcome.map_err(|refusal| refusal.into_error(room))?;
         answer
             .expect("ok")
             .and_then(|()| answer.session())

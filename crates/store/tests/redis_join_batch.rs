@@ -7,7 +7,10 @@
 //! Behind a stalled Redis (CLIENT PAUSE) a room has several calls in flight, the joins still
 //! queued in the node fail at their bound without reaching Redis, and the sent ones are taken
 //! back, one cancellation per call. Events switched on reach the calls of a room's batch
-//! task that started before.
+//! task that started before. Session ends queued together go as one call of
+//! `end_session.lua` with one tick: the freed slots are refilled in line order, the cap holds,
+//! an unknown session is refused alone, and the room ends as the in-memory engine's after the
+//! same ends one at a time.
 //!
 //! The tests run on a current-thread runtime: every join is queued before the store's sending
 //! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
@@ -18,9 +21,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{EngineError, Entry, JoinRequest, TicketRef};
+use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, SessionState, TicketRef};
 use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
-use anteroom_core::{Clock, ManualClock, RoomId, TicketId, Timestamp};
+use anteroom_core::{Clock, ManualClock, RoomId, SessionId, TicketId, Timestamp};
 use anteroom_store::{MemoryStore, OutboxLimits, RedisConfig, RedisStore, RoomStore, StoreError};
 use anteroom_test_support::redis::RedisServer;
 use futures_util::future::join_all;
@@ -454,4 +457,143 @@ async fn events_switched_on_reach_a_batch_task_started_before() {
         .parse()
         .unwrap();
     assert!(events >= 1, "the join's events were written: {events}");
+}
+
+/// Three slots, a line of seven behind them; the three sessions end together, with one unknown
+/// session among them.
+#[tokio::test(flavor = "current_thread")]
+async fn ends_queued_together_go_as_one_call_refill_in_line_order_and_keep_the_cap() {
+    let server = RedisServer::start();
+    let (_clock, redis, memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("ends");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 3;
+    config.admit_per_minute = 60_000;
+    config.admit_burst = 10;
+    redis.put_room(config.clone()).await.unwrap();
+    memory.put_room(config).await.unwrap();
+    let mut entries = Vec::new();
+    let mut memory_entries = Vec::new();
+    for _ in 0..10 {
+        entries.push(redis.join(&id, JoinRequest::default()).await.unwrap());
+        memory_entries.push(memory.join(&id, JoinRequest::default()).await.unwrap());
+    }
+    let sessions = |entries: &[Entry]| -> Vec<SessionId> {
+        entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Admitted(view) => Some(view.session.id),
+                Entry::Waiting(_) => None,
+            })
+            .collect()
+    };
+    let admitted = sessions(&entries);
+    assert_eq!(admitted.len(), 3, "the first three hold the slots");
+    let unknown = SessionId::from_bytes([9; 16]);
+    let mut ends = admitted.clone();
+    ends.insert(1, unknown);
+
+    let calls_before = script_calls(&server);
+    let answers = join_all(
+        ends.iter()
+            .map(|session| redis.end_session(&id, *session, SessionEnd::Completed)),
+    )
+    .await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        1,
+        "the four ends went as one call"
+    );
+    for (session, answer) in ends.iter().zip(&answers) {
+        if *session == unknown {
+            assert!(
+                matches!(answer, Err(StoreError::Engine(EngineError::SessionUnknown))),
+                "{answer:?}"
+            );
+            continue;
+        }
+        let ended = answer.as_ref().expect("an ended session");
+        assert_eq!(ended.id, *session);
+        assert!(matches!(
+            ended.state,
+            SessionState::Ended {
+                reason: SessionEnd::Completed,
+                ..
+            }
+        ));
+    }
+    for session in sessions(&memory_entries) {
+        memory
+            .end_session(&id, session, SessionEnd::Completed)
+            .await
+            .unwrap_or_else(|error| panic!("memory end: {error}"));
+    }
+
+    // The next three in line were admitted by that call, nobody behind them (I1, I2).
+    let mut statuses = Vec::new();
+    for entry in &entries[3..] {
+        let ticket = match entry {
+            Entry::Waiting(view) => view.ticket,
+            Entry::Admitted(_) => panic!("only three were admitted at once"),
+        };
+        statuses.push(
+            redis
+                .status(
+                    &id,
+                    TicketRef {
+                        id: ticket,
+                        generation: 1,
+                    },
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let admitted_now: Vec<bool> = statuses
+        .iter()
+        .map(|status| matches!(status, Entry::Admitted(_)))
+        .collect();
+    assert_eq!(
+        admitted_now,
+        [true, true, true, false, false, false, false],
+        "the freed slots went to the front of the line"
+    );
+    let snapshot = redis.snapshot(&id).await.unwrap();
+    assert_eq!(snapshot.active, 3, "the cap holds");
+    assert_eq!(snapshot.totals.completed, 3);
+    assert_eq!(snapshot.waiting, 4);
+    for session in &admitted {
+        let stored = redis.session(&id, *session).await.unwrap().unwrap();
+        assert_ne!(
+            stored.state,
+            SessionState::Active,
+            "the ended pass is revoked"
+        );
+    }
+    // Ending them again, together, changes nothing.
+    let again = join_all(
+        admitted
+            .iter()
+            .map(|session| redis.end_session(&id, *session, SessionEnd::Abandoned)),
+    )
+    .await;
+    assert!(again.iter().all(Result::is_ok));
+    let after = redis.snapshot(&id).await.unwrap();
+    assert_eq!((after.active, after.totals.completed), (3, 3));
+    assert_eq!(after.totals.sessions_abandoned, 0);
+
+    // The in-memory engine, ending the same sessions one at a time, admitted as many.
+    let memory_snapshot = memory.snapshot(&id).await.unwrap();
+    assert_eq!(
+        (
+            memory_snapshot.admitted_unclaimed + memory_snapshot.active,
+            memory_snapshot.waiting
+        ),
+        (
+            snapshot.admitted_unclaimed + snapshot.active,
+            snapshot.waiting
+        ),
+        "the room after the ends, against ending one at a time"
+    );
 }

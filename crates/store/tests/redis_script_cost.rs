@@ -9,7 +9,9 @@
 //!
 //! It also measures what one waiting ticket costs Redis's memory in a line of 200,000: the
 //! `used_memory` the joins added, and `MEMORY USAGE` of each kind of key, per ticket; and what
-//! a node's SSE view reads of that line (`line_masks`) costs a call.
+//! a node's SSE view reads of that line (`line_masks`) costs a call. Session ends that refill
+//! their slots from a line are measured one per call and as a node sends them when they queue
+//! together (two calls for 72 ends).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -144,6 +146,42 @@ async fn cost_of_one_call_of_each_room_operation() {
             .unwrap();
     }
     report(&server, "end_session", 200);
+
+    // Ends that refill their slots from a line, one call per end and then a node's ends sent
+    // together (`end_batch.rs`: at most 64 a call, one tick for them all).
+    let room = RoomId::new("ends").unwrap();
+    let mut config = RoomConfig::with_defaults(room.clone());
+    config.max_active = 200;
+    config.admit_per_minute = 600_000;
+    config.admit_burst = 10_000;
+    config.ticket_idle_ttl = Duration::from_secs(3600);
+    store.put_room(config).await.unwrap();
+    let mut sessions = Vec::new();
+    for _ in 0..10 {
+        let joins = (0..BATCH).map(|_| store.join(&room, JoinRequest::default()));
+        for answer in join_all(joins).await {
+            if let Entry::Admitted(view) = answer.unwrap() {
+                sessions.push(view.session.id);
+            }
+        }
+    }
+    assert_eq!(sessions.len(), 200, "the first 200 hold the slots");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for session in &sessions[..128] {
+        store
+            .end_session(&room, *session, SessionEnd::Completed)
+            .await
+            .unwrap();
+    }
+    report(&server, "end_session, refills", 128);
+    let ends = sessions[128..]
+        .iter()
+        .map(|session| store.end_session(&room, *session, SessionEnd::Completed));
+    for answer in join_all(ends).await {
+        answer.unwrap();
+    }
+    report(&server, "end_session, 72 queued", 2);
+    assert_eq!(store.snapshot(&room).await.unwrap().admitted_unclaimed, 200);
 }
 
 /// `INFO memory`'s `used_memory`.

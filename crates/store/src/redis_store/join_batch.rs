@@ -582,8 +582,9 @@ fn one_answer(fields: Vec<String>) -> JoinOutcome {
     Answer::new(fields).map_err(|error| malformed("join", error))
 }
 
-/// The failure of a batch's call, told to each of its `count` joins.
-fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
+/// The failure of a batch's call, told to each of its `count` joins (or session ends,
+/// `end_batch.rs`).
+pub(super) fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
     let mut message = match error {
         StoreError::Backend { message, .. } => message.clone(),
         other => other.to_string(),
