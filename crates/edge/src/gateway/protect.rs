@@ -48,6 +48,7 @@ use super::Gateway;
 use super::passes::{CachedPass, HeldPass};
 use super::rooms::{RoomInfo, RoomLookup};
 use super::routes::Route;
+use crate::visitor::Visitor;
 
 /// When a visitor without a pass is joined to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +63,10 @@ pub(crate) enum JoinWhen {
 pub(crate) struct Asked<'a> {
     pub(crate) method: &'a Method,
     pub(crate) headers: &'a HeaderMap,
-    /// The connection's details (the peer address) and what earlier layers left.
+    /// What earlier layers left (and, for a request through the router, its connection).
     pub(crate) extensions: &'a Extensions,
+    /// The connection's details (the peer address) and what the rate limiter settled.
+    pub(crate) visitor: &'a Visitor,
     /// What was asked for: where the visitor goes once admitted ([`return_path`]).
     pub(crate) uri: &'a Uri,
 }
@@ -247,9 +250,11 @@ async fn join_room(
         .iter()
         .map(|held| held.room().clone())
         .collect();
+    // The join gate reads the peer and the client address from the extensions.
+    let extensions = asked.visitor.marked(asked.extensions);
     let visitor = GatewayVisitor {
         headers: asked.headers,
-        extensions: asked.extensions,
+        extensions: &extensions,
         proven_passes: &proven,
         return_to: return_path(asked.uri),
     };

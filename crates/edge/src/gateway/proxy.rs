@@ -15,7 +15,6 @@
 
 use std::error::Error as _;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,7 +24,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use axum::BoxError;
 use axum::body::{Body, Bytes};
-use axum::extract::ConnectInfo;
 use axum::http::uri::{Authority, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
@@ -46,9 +44,9 @@ use anteroom_api::AppState;
 use anteroom_api::cookies::pass_cookie_name;
 use anteroom_api::error::ApiError;
 
-use crate::client_scheme::ClientScheme;
 use crate::correlation::Correlation;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
+use crate::visitor::Visitor;
 use anteroom_h1::{
     AnswerFields, MAX_INLINE_BODY, PassedFields, remove_hop_by_hop, request_states_length,
 };
@@ -273,7 +271,7 @@ pub(super) async fn forward(
     app: &AppState,
     upstream: &Upstream,
     client: &UpstreamClient,
-    request: Request<Body>,
+    (request, visitor): (Request<Body>, &Visitor),
     passes: Vec<HeldPass>,
     correlation: &Correlation,
     fields: AnswerFields<'static>,
@@ -286,7 +284,7 @@ pub(super) async fn forward(
         return (body_too_large(limit), PassedFields::default());
     }
     let trusted_proxies = &app.settings().trusted_proxies;
-    let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts);
+    let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts, visitor);
     let path = parts
         .uri
         .path_and_query()
@@ -339,18 +337,15 @@ fn upstream_headers(
     trusted_proxies: &[Cidr],
     upstream: &Upstream,
     parts: &mut axum::http::request::Parts,
+    visitor: &Visitor,
 ) -> (HeaderMap, Forwarding) {
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(address)| address.ip());
     let mut headers = std::mem::take(&mut parts.headers);
     let host = request_host(&parts.uri, &headers);
     remove_hop_by_hop(&mut headers);
     let forwarding = Forwarding::take(
         &mut headers,
-        peer,
-        ClientScheme::of(&parts.extensions),
+        visitor.peer_ip(),
+        visitor.scheme(),
         host.as_ref(),
         trusted_proxies,
     );
