@@ -438,7 +438,7 @@ async fn proxy_or_upgrade(
     pools: Option<&UpstreamPools>,
     mut request: Request<Body>,
     visitor: &Visitor,
-    (passes, correlation): (Vec<passes::HeldPass>, &correlation::Correlation),
+    (passes, correlation): (passes::HeldPasses, &correlation::Correlation),
     fields: anteroom_h1::AnswerFields<'static>,
 ) -> (Response, PassedFields) {
     let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
@@ -483,7 +483,7 @@ pub(crate) struct LetThrough {
     /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
-    pub(crate) passes: Vec<passes::HeldPass>,
+    pub(crate) passes: passes::HeldPasses,
     /// What the rooms decided, for the access log (which names the route's first room with
     /// it: [`Decided::let_through`]).
     pub(crate) decision: Decision,

@@ -45,7 +45,7 @@ use anteroom_api::join_path::{
 use anteroom_api::site_identity::SiteTokenError;
 
 use super::Gateway;
-use super::passes::{CachedPass, HeldPass};
+use super::passes::{CachedPass, HeldPass, HeldPasses};
 use super::rooms::{RoomInfo, RoomLookup};
 use super::routes::Route;
 use crate::visitor::Visitor;
@@ -76,7 +76,7 @@ pub(crate) enum Verdict {
     /// Go on; these cookies (new or renewed passes, tickets) go out with the response.
     Allow {
         cookies: Vec<HeaderValue>,
-        passes: Vec<HeldPass>,
+        passes: HeldPasses,
         /// A pass was issued with this request (not only shown).
         admitted: bool,
     },
@@ -114,7 +114,7 @@ pub(crate) struct Waiting {
 #[derive(Default)]
 struct Gathered {
     cookies: Vec<HeaderValue>,
-    passes: Vec<HeldPass>,
+    passes: HeldPasses,
     admitted: bool,
 }
 
@@ -658,9 +658,9 @@ pub(crate) async fn protect(
     gateway: &Gateway,
     route: &Route,
     asked: &Asked<'_>,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decision), Response> {
+) -> Result<(Vec<HeaderValue>, HeldPasses, Decision), Response> {
     if route.bypass || route.rooms.is_empty() {
-        return Ok((Vec::new(), Vec::new(), Decision::Bypass));
+        return Ok((Vec::new(), HeldPasses::new(), Decision::Bypass));
     }
     let navigation = is_navigation(asked.method, asked.headers);
     let join = if navigation && route.page == PageMode::Inline {
@@ -692,7 +692,7 @@ fn answer(
     asked: &Asked<'_>,
     navigation: bool,
     verdict: Verdict,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Box<Response>> {
+) -> Result<(Vec<HeaderValue>, HeldPasses), Box<Response>> {
     let app = gateway.app();
     // Only a request held back is told where it was going.
     let return_to = || return_path(asked.uri);

@@ -53,7 +53,7 @@ use anteroom_h1::{
 
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
-use super::passes::HeldPass;
+use super::passes::HeldPasses;
 use super::upstream_client::{
     AddedFields, OwnRequest, UpstreamError, UpstreamPool, UpstreamTarget,
 };
@@ -272,7 +272,7 @@ pub(super) async fn forward(
     upstream: &Upstream,
     client: &UpstreamClient,
     (request, visitor): (Request<Body>, &Visitor),
-    passes: Vec<HeldPass>,
+    passes: HeldPasses,
     correlation: &Correlation,
     fields: AnswerFields<'static>,
 ) -> (Response, PassedFields) {
@@ -489,7 +489,7 @@ fn hyper_request(
 /// The upstream's answer (its hop-by-hop headers already removed by the client that read
 /// it) as the visitor gets it: `Anteroom-Release` acted on and stripped (the own client puts
 /// it in the map however the other fields travel: [`READ_FROM_ANSWERS`]).
-async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -> Response {
+async fn finish(app: &AppState, passes: HeldPasses, mut response: Response) -> Response {
     *response.version_mut() = Version::HTTP_11;
     release_if_asked(app, passes, &mut response).await;
     response
@@ -497,11 +497,7 @@ async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -
 
 /// Acts on the origin's `Anteroom-Release` header and strips it (see [`end_session`]); the
 /// gateway's answers and `WaitingRoomLayer`'s inner service's alike.
-pub(crate) async fn release_if_asked(
-    app: &AppState,
-    passes: Vec<HeldPass>,
-    response: &mut Response,
-) {
+pub(crate) async fn release_if_asked(app: &AppState, passes: HeldPasses, response: &mut Response) {
     // Most answers carry none: one pass over the names says so, where removing it would
     // hash its name. Every line of it goes (`remove` takes them all).
     if !response
@@ -537,7 +533,7 @@ fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Respons
 /// ticks the room in the same operation) and the pass cookie is cleared.
 async fn end_session(
     app: &AppState,
-    passes: Vec<HeldPass>,
+    passes: HeldPasses,
     value: &HeaderValue,
     response: &mut Response,
 ) {

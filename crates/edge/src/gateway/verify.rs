@@ -33,6 +33,7 @@ use axum::response::{IntoResponse, Response};
 use anteroom_api::error::ApiError;
 use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
+use super::passes::HeldPasses;
 use super::protect::{self, Asked, JoinWhen, Verdict};
 use super::{Gateway, canonical};
 use crate::visitor::Visitor;
@@ -100,7 +101,7 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
     let verdict = if route.rooms.is_empty() {
         Verdict::Allow {
             cookies: Vec::new(),
-            passes: Vec::new(),
+            passes: HeldPasses::new(),
             admitted: false,
         }
     } else {
