@@ -329,8 +329,17 @@ async fn https_origin(authority: &Authority, dir: &Path, name: &str) -> u16 {
     .with_no_client_auth()
     .with_single_cert(chain, key)
     .unwrap();
-    let app = axum::Router::new()
-        .fallback(|uri: axum::http::Uri| async move { format!("origin over tls: {}", uri.path()) });
+    // The answer names the scheme the node told the origin the visitor used.
+    let app = axum::Router::new().fallback(
+        |uri: axum::http::Uri, headers: axum::http::HeaderMap| async move {
+            let proto = headers
+                .get("x-forwarded-proto")
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("-")
+                .to_owned();
+            format!("origin over tls: {} ({proto})", uri.path())
+        },
+    );
     support::serve_tls(config, app).await
 }
 
@@ -348,13 +357,22 @@ async fn an_https_upstream_is_reached_through_a_private_authority() {
         )
     };
     let node = TlsNode::start(&upstream(&private_file)).await;
-    let output = node.curl().arg(node.url("/tickets/42")).output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "origin over tls: /tickets/42",
-        "{}",
-        node.server.log()
-    );
+    // Over HTTP/2 (hyper's server) and HTTP/1.1 (the own engine's lane) alike, the origin is
+    // told the visitor came over TLS.
+    for version in ["--http2", "--http1.1"] {
+        let output = node
+            .curl()
+            .arg(version)
+            .arg(node.url("/tickets/42"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "origin over tls: /tickets/42 (https)",
+            "{version}: {}",
+            node.server.log()
+        );
+    }
     // Trusting another authority, the node refuses the origin's certificate: 502, never the
     // origin's answer.
     let stranger = Authority::new("someone else");

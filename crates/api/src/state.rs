@@ -309,9 +309,15 @@ impl AppState {
     /// `[server] trusted_proxies` (SPEC §14.1): the one check behind every header that is
     /// believed about the visitor only from such a peer.
     pub fn is_trusted_peer(&self, extensions: &axum::http::Extensions) -> bool {
+        self.is_trusted_address(ratelimit::peer_address(extensions))
+    }
+
+    /// [`is_trusted_peer`](Self::is_trusted_peer) for a peer address carried beside the
+    /// request rather than in its extensions.
+    pub fn is_trusted_address(&self, peer: Option<std::net::IpAddr>) -> bool {
         let trusted = &self.settings().trusted_proxies;
         !trusted.is_empty()
-            && ratelimit::peer_address(extensions)
+            && peer
                 .is_some_and(|peer| anteroom_core::ratelimit::client_ip::is_trusted(peer, trusted))
     }
 

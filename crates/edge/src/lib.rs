@@ -21,6 +21,7 @@ mod request_metrics;
 mod server_limits;
 mod span_export;
 mod tls;
+mod visitor;
 mod waiting_room;
 mod workers;
 

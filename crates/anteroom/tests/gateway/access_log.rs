@@ -133,3 +133,64 @@ async fn a_json_line_per_request_with_its_decision() {
     assert_eq!(limited["decision"], "limited", "{limited}");
     assert_eq!(limited["upstream_status"], Value::Null);
 }
+
+/// One rule with a `match` that the route names too, on a node behind a trusted proxy (the
+/// test, on 127.0.0.1): the rule is decided once per request in front of the gateway (on the
+/// own engine, with the connection carried beside the request rather than in its
+/// extensions), the route's step does not count it again, and each forwarded client counts
+/// apart and is the client the access log names.
+const ONE_RULE_BEHIND_A_PROXY: &str = r#"
+[log]
+access = "json"
+
+[upstream]
+url = "{upstream}"
+
+[[rate_limit]]
+name = "per-ip"
+match = { paths = ["/**"] }
+key = ["ip"]
+limit = 2
+period = "1m"
+
+[[route]]
+paths = ["/**"]
+rate_limits = ["per-ip"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_counts_each_forwarded_client_once_per_request() {
+    let name = crate::support::test_engine();
+    let gate = Gate::start_with(
+        r#"trusted_proxies = ["127.0.0.1/32"]"#,
+        ONE_RULE_BEHIND_A_PROXY,
+    )
+    .await;
+    let from = |client: &'static str| [("x-forwarded-for", client)];
+    let mut statuses = Vec::new();
+    for client in ["203.0.113.1", "203.0.113.1", "203.0.113.2", "203.0.113.1"] {
+        let response = gate
+            .send(
+                reqwest::Method::GET,
+                "/a",
+                &mut Jar::default(),
+                JSON,
+                &from(client),
+            )
+            .await;
+        let status = response.status();
+        statuses.push(status.as_u16());
+        if status != StatusCode::OK {
+            // Refused in front of the gateway: no line of its own.
+            continue;
+        }
+        let request_id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let line = line_of(&gate, &request_id).await;
+        assert_eq!(line["client"], client, "{name}: {line}");
+    }
+    // Counted twice, the first client's second request would have been refused.
+    assert_eq!(statuses, [200, 200, 200, 429], "{name}");
+}

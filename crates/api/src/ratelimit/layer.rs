@@ -6,6 +6,7 @@
 //! ([`super::ClientIp`]) and calls the inner service directly.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -20,7 +21,7 @@ use tower::{Layer, Service};
 use anteroom_core::ratelimit::rules::RateLimitRule;
 use anteroom_store::limit::LimitStore;
 
-use super::{RateLimitSetupError, RateLimitVerdict, RateLimiter};
+use super::{RateLimitSetupError, RateLimitVerdict, RateLimiter, Settled};
 
 /// A tower layer that rate-limits requests with a [`RateLimiter`].
 ///
@@ -103,6 +104,25 @@ impl RateLimitLayer {
                 Err(response)
             }
             RateLimitVerdict::Allowed { headers } => Ok(headers),
+        }
+    }
+    /// [`decide`](Self::decide) for a request whose peer the caller carries beside it
+    /// (`peer`, not `ConnectInfo` in its extensions): what the limiter settled comes back
+    /// beside the headers instead of going into the request's extensions.
+    pub async fn decide_from(
+        &self,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+    ) -> Result<(HeaderMap, Settled), Response<Body>> {
+        match self
+            .limiter
+            .decide_from(parts, &self.route_rules, peer)
+            .await
+        {
+            (RateLimitVerdict::Refused(response) | RateLimitVerdict::Unavailable(response), _) => {
+                Err(response)
+            }
+            (RateLimitVerdict::Allowed { headers }, settled) => Ok((headers, settled)),
         }
     }
 }

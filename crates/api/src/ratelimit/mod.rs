@@ -301,29 +301,53 @@ impl RateLimiter {
         parts: &mut Parts,
         route_rules: &[String],
     ) -> RateLimitVerdict {
+        let peer = view::peer_address(&parts.extensions);
+        let (verdict, settled) = self.decide_from(parts, route_rules, peer).await;
+        parts.extensions.insert(ClientIp(settled.client_ip));
+        if let Some(name) = settled.lone_rule {
+            parts.extensions.insert(AppliedRateLimits::One(name));
+        }
+        verdict
+    }
+
+    /// Decides a request from `peer` as [`check_with_route`](Self::check_with_route) does, but
+    /// leaves what it settled (the client address, the lone rule's mark) to the caller
+    /// instead of the request's extensions: a caller that carries them beside the request
+    /// saves the extensions' allocations. The general engine still records the rules it
+    /// applied in the extensions.
+    async fn decide_from(
+        &self,
+        parts: &mut Parts,
+        route_rules: &[String],
+        peer: Option<IpAddr>,
+    ) -> (RateLimitVerdict, Settled) {
         let set = self.current();
-        let client_ip = self.client_ip(&parts.headers, &parts.extensions);
-        parts.extensions.insert(ClientIp(client_ip));
+        let client_ip = self.client_ip(&parts.headers, peer);
+        let mut settled = Settled {
+            client_ip,
+            lone_rule: None,
+        };
         // No rules installed (the common case for the reserved API routes when only the
         // built-in join rule is off): nothing to match, so no request view is built.
         if set.rules.is_empty() {
-            return RateLimitVerdict::Allowed {
+            let verdict = RateLimitVerdict::Allowed {
                 headers: HeaderMap::new(),
             };
+            return (verdict, settled);
         }
         if let Some(name) = &set.lone_rule
             && route_rules.is_empty()
             && !needs_general_engine(&parts.extensions)
         {
-            return self
-                .check_lone_rule(&set, name.clone(), parts, client_ip)
-                .await;
+            let verdict = self.check_lone_rule(&set, name, parts, &mut settled).await;
+            return (verdict, settled);
         }
         let pending = self.applying(&set, parts, client_ip, route_rules);
         if pending.is_empty() {
-            return RateLimitVerdict::Allowed {
+            let verdict = RateLimitVerdict::Allowed {
                 headers: HeaderMap::new(),
             };
+            return (verdict, settled);
         }
         let mut request = Evaluation {
             limiter: self,
@@ -332,7 +356,7 @@ impl RateLimiter {
             budget: self.shared.max_delay,
             held_by: Vec::new(),
         };
-        request.decide(pending).await
+        (request.decide(pending).await, settled)
     }
 
     /// [`check_with_route`](Self::check_with_route) for a rule set of one local rejecting rule
@@ -343,10 +367,11 @@ impl RateLimiter {
     async fn check_lone_rule(
         &self,
         set: &RuleSet,
-        name: Arc<str>,
-        parts: &mut Parts,
-        client_ip: IpAddr,
+        name: &Arc<str>,
+        parts: &Parts,
+        settled: &mut Settled,
     ) -> RateLimitVerdict {
+        let client_ip = settled.client_ip;
         let rule = &set.rules[0];
         let key = {
             let view = HttpView::new(parts, client_ip);
@@ -359,7 +384,7 @@ impl RateLimiter {
                 }
             }
         };
-        parts.extensions.insert(AppliedRateLimits::One(name));
+        settled.lone_rule = Some(name.clone());
         let request = LimitRequest {
             key: &key,
             params: &rule.params,
@@ -420,14 +445,15 @@ impl RateLimiter {
             .rules
             .is_empty();
         if no_rules {
-            let client_ip = self.client_ip(request.headers(), request.extensions());
+            let peer = view::peer_address(request.extensions());
+            let client_ip = self.client_ip(request.headers(), peer);
             request.extensions_mut().insert(ClientIp(client_ip));
         }
         no_rules
     }
 
-    fn client_ip(&self, headers: &HeaderMap, extensions: &Extensions) -> IpAddr {
-        let peer = view::peer_address(extensions).unwrap_or_else(|| {
+    fn client_ip(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> IpAddr {
+        let peer = peer.unwrap_or_else(|| {
             if !self.shared.warned_unknown_peer.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     "rate limiting a request without a peer address (serve with connect info): such requests share one per-IP counter"
@@ -516,6 +542,28 @@ fn needs_general_engine(extensions: &Extensions) -> bool {
         .get::<RouteRateLimits>()
         .is_some_and(|RouteRateLimits(names)| !names.is_empty())
         || extensions.get::<AppliedRateLimits>().is_some()
+}
+
+/// What a decision settled about a request beyond its verdict, for a caller that carries it
+/// beside the request rather than in its extensions ([`RateLimitLayer::decide_from`]).
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The client address the limiter settled on (what [`ClientIp`] would hold).
+    pub client_ip: IpAddr,
+    /// The lone rule's name when its shortcut applied it: a later check of the same request
+    /// must not apply it again.
+    lone_rule: Option<Arc<str>>,
+}
+
+impl Settled {
+    /// Puts what was settled into `extensions`, as [`RateLimiter::check`] leaves it there,
+    /// for the steps that read it from them (a later check, the join gate).
+    pub fn mark(&self, extensions: &mut Extensions) {
+        extensions.insert(ClientIp(self.client_ip));
+        if let Some(name) = &self.lone_rule {
+            extensions.insert(AppliedRateLimits::One(name.clone()));
+        }
+    }
 }
 
 /// A rule that applies to the request, not yet decided.

@@ -26,6 +26,7 @@ use futures_util::future::Either;
 use tower::{Layer, Service};
 
 use super::{Gateway, LetThrough, protect, proxy};
+use crate::visitor::Visitor;
 use anteroom_api::ratelimit::{LayerFuture, call_at_once, take_ready};
 
 /// A tower layer that holds requests on protected routes back until their visitor has a pass
@@ -93,13 +94,14 @@ where
         }
         let mut inner = take_ready(&mut self.inner);
         let gateway = self.gateway.clone();
+        let visitor = Visitor::of(&parts.extensions);
         Either::Right(Box::pin(async move {
             let LetThrough {
                 limit_headers,
                 cookies,
                 passes,
                 ..
-            } = match gateway.check(&route, &mut parts).await {
+            } = match gateway.check(&route, &mut parts, &visitor).await {
                 Ok(let_through) => let_through,
                 Err(held_back) => return Ok(held_back),
             };

@@ -11,6 +11,8 @@ use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
 use crate::access_log::Decision;
 
+use crate::visitor::Visitor;
+
 use super::Gateway;
 use super::routes::Route;
 
@@ -21,6 +23,7 @@ pub(crate) async fn route_rate_limits(
     gateway: &Gateway,
     route: &Route,
     parts: &mut Parts,
+    visitor: &Visitor,
 ) -> Result<HeaderMap, (Decision, Response)> {
     let Some(limiter) = gateway.app().rate_limiter() else {
         return Ok(HeaderMap::new());
@@ -29,6 +32,9 @@ pub(crate) async fn route_rate_limits(
         return Ok(HeaderMap::new());
     }
     let names = route.rate_limits.clone();
+    // The engine reads the peer, the client address and what it applied before from the
+    // extensions.
+    visitor.mark(&mut parts.extensions);
     parts.extensions.insert(RouteRateLimits(names));
     match limiter.check(parts).await {
         RateLimitVerdict::Refused(response) => Err((Decision::Limited, response)),

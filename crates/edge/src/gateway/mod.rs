@@ -88,6 +88,7 @@ use anteroom_h1::PassedFields;
 use crate::access_log::{AccessLog, Decided, Decision, UpstreamPart};
 use crate::correlation;
 use crate::span_export::SpanExport;
+use crate::visitor::Visitor;
 
 pub use layer::{WaitingRoomLayer, WaitingRoomService};
 pub(crate) use proxy::UpstreamPools;
@@ -221,7 +222,9 @@ impl Gateway {
             let client = client.clone();
             async move {
                 // hyper writes what the router answers: every field in the map.
-                let (response, _) = gateway.handle(client.as_ref(), request, false).await;
+                let visitor = Visitor::of(request.extensions());
+                let handled = gateway.handle(client.as_ref(), request, &visitor, false);
+                let (response, _) = handled.await;
                 Ok::<_, Infallible>(response)
             }
         });
@@ -238,8 +241,8 @@ impl Gateway {
         }
     }
 
-    /// The request's way through the gateway: its correlation ids first (sent upstream and
-    /// returned to the visitor), then [`steps`](Self::steps). With `as_read`, the origin's
+    /// The request's way through the gateway from `visitor`: its correlation ids first (sent
+    /// upstream and returned to the visitor), then [`steps`](Self::steps). With `as_read`, the origin's
     /// answer fields the gateway does not read may come back passed as read, beside the
     /// response, for a writer that writes them (`h1/server.rs`), and the request id goes
     /// with them rather than into the response's map.
@@ -247,10 +250,11 @@ impl Gateway {
         &self,
         client: Option<&UpstreamPools>,
         request: Request<Body>,
+        visitor: &Visitor,
         as_read: bool,
     ) -> (Response, PassedFields) {
         let (mut parts, body) = request.into_parts();
-        let trusted = self.app().is_trusted_peer(&parts.extensions);
+        let trusted = self.app().is_trusted_address(visitor.peer_ip());
         let mut correlation = correlation::Correlation::take(&mut parts.headers, trusted);
         let span = self.inner.spans.as_ref().map(|spans| {
             let span = spans.request_span(
@@ -263,11 +267,12 @@ impl Gateway {
         });
         // Only with an access log is anything about the request kept for after it.
         let asked = self.inner.access_log.as_ref().map(|log| {
-            let client = self.client_ip(&parts);
+            let client = self.client_ip(&parts, visitor);
             (log, access::Asked::of(&parts, client, self.app().now()))
         });
         let request = Request::from_parts(parts, body);
-        let (mut response, mut passed) = self.steps(client, request, &correlation, as_read).await;
+        let steps = self.steps(client, request, visitor, &correlation, as_read);
+        let (mut response, mut passed) = steps.await;
         if let Some((log, asked)) = asked {
             asked.log(log, &correlation, &response);
         }
@@ -292,13 +297,17 @@ impl Gateway {
     }
 
     /// The visitor's address as the rate limiter settled on it in front of the gateway
-    /// ([`ClientIp`], set by the server, never read from the request), else resolved from
-    /// the peer and the forwarding headers a trusted proxy sent.
-    fn client_ip(&self, parts: &Parts) -> std::net::IpAddr {
+    /// (carried by `visitor`, or [`ClientIp`] in the extensions: set by the server, never
+    /// read from the request), else resolved from the peer and the forwarding headers a
+    /// trusted proxy sent.
+    fn client_ip(&self, parts: &Parts, visitor: &Visitor) -> std::net::IpAddr {
+        if let Some(client) = visitor.settled_client_ip() {
+            return client;
+        }
         if let Some(ClientIp(client)) = parts.extensions.get::<ClientIp>() {
             return *client;
         }
-        ratelimit::peer_address(&parts.extensions).map_or(ratelimit::UNKNOWN_PEER, |peer| {
+        visitor.peer_ip().map_or(ratelimit::UNKNOWN_PEER, |peer| {
             ratelimit::resolve_client_ip(
                 &parts.headers,
                 peer,
@@ -308,12 +317,13 @@ impl Gateway {
     }
 
     /// The request's steps, outermost first: one future, no boxed middleware per step. The
-    /// `correlation` ids go to the upstream with the request; `as_read` as in
+    /// `correlation` ids go to the upstream with the request; `visitor` and `as_read` as in
     /// [`handle`](Self::handle).
     async fn steps(
         &self,
         client: Option<&UpstreamPools>,
         request: Request<Body>,
+        visitor: &Visitor,
         correlation: &correlation::Correlation,
         as_read: bool,
     ) -> (Response, PassedFields) {
@@ -325,7 +335,7 @@ impl Gateway {
             Ok(route) => route,
             Err(refused) => return (refused.into_response(), PassedFields::default()),
         };
-        let let_through = match self.check(route, &mut parts).await {
+        let let_through = match self.check(route, &mut parts, visitor).await {
             Ok(let_through) => let_through,
             Err(held_back) => return (held_back, PassedFields::default()),
         };
@@ -342,8 +352,16 @@ impl Gateway {
         // Rate-limit fields are added only where the origin sent none: an answer that may
         // get them keeps all its fields in the map, where that is looked up.
         let fields = proxy::answer_fields(as_read && limit_headers.is_empty());
-        let (mut response, passed) =
-            proxy_or_upgrade(self, &live, client, request, passes, correlation, fields).await;
+        let (mut response, passed) = proxy_or_upgrade(
+            self,
+            &live,
+            client,
+            request,
+            visitor,
+            (passes, correlation),
+            fields,
+        )
+        .await;
         let took = measuring.finish(&response);
         if self.inner.access_log.is_some() || self.inner.spans.is_some() {
             let upstream = UpstreamPart {
@@ -374,16 +392,17 @@ impl Gateway {
         Ok(routes::match_route(&live.routes, parts))
     }
 
-    /// The checks of a request on `route`: what goes with its answer when it may go on, or
-    /// the answer that holds it back.
+    /// The checks of a request on `route` from `visitor`: what goes with its answer when it
+    /// may go on, or the answer that holds it back.
     pub(crate) async fn check(
         &self,
         route: &routes::Route,
         parts: &mut Parts,
+        visitor: &Visitor,
     ) -> Result<LetThrough, Response> {
         // The route's own rate limits before anything costs store work or the upstream's
         // time; rules with a `match` already ran in the public router's outer layer.
-        let limit_headers = limits::route_rate_limits(self, route, parts)
+        let limit_headers = limits::route_rate_limits(self, route, parts, visitor)
             .await
             .map_err(|(decision, mut refused)| {
                 let room = route.rooms.first().cloned();
@@ -395,6 +414,7 @@ impl Gateway {
             method: &parts.method,
             headers: &parts.headers,
             extensions: &parts.extensions,
+            visitor,
             uri: &parts.uri,
         };
         let (cookies, passes, decision) = protect::protect(self, route, &asked).await?;
@@ -407,8 +427,8 @@ impl Gateway {
     }
 }
 
-/// The last step: proxies `request` (or its WebSocket upgrade), with the `correlation` ids,
-/// to the upstream through `pools`, the answer's fields as `fields` says.
+/// The last step: proxies `request` from `visitor` (or its WebSocket upgrade), with the
+/// `correlation` ids, to the upstream through `pools`, the answer's fields as `fields` says.
 /// `passes` are those the request holds (an `Anteroom-Release` answer ends one). Here rather
 /// than in `proxy.rs`, so that `websocket.rs`, which builds on the proxy's `Upstream`, is
 /// not named by it in turn.
@@ -417,8 +437,8 @@ async fn proxy_or_upgrade(
     live: &live::LiveSettings,
     pools: Option<&UpstreamPools>,
     mut request: Request<Body>,
-    passes: Vec<passes::HeldPass>,
-    correlation: &correlation::Correlation,
+    visitor: &Visitor,
+    (passes, correlation): (passes::HeldPasses, &correlation::Correlation),
     fields: anteroom_h1::AnswerFields<'static>,
 ) -> (Response, PassedFields) {
     let (Some(upstream), Some(pools)) = (&live.upstream, pools) else {
@@ -427,6 +447,8 @@ async fn proxy_or_upgrade(
     };
     if websocket::is_upgrade(&request) {
         correlation.insert_into(request.headers_mut());
+        // The upgrade's steps read the connection from the extensions.
+        visitor.mark(request.extensions_mut());
         let upgraded = websocket::proxy(gateway, upstream, &live.websocket, request).await;
         return (upgraded, PassedFields::default());
     }
@@ -435,7 +457,7 @@ async fn proxy_or_upgrade(
         gateway.app(),
         upstream,
         &pools.client,
-        request,
+        (request, visitor),
         passes,
         correlation,
         fields,
@@ -461,7 +483,7 @@ pub(crate) struct LetThrough {
     /// Passes issued or renewed (and tickets), as `Set-Cookie` values.
     pub(crate) cookies: Vec<HeaderValue>,
     /// The passes the request holds, room by room (for `Anteroom-Release`).
-    pub(crate) passes: Vec<passes::HeldPass>,
+    pub(crate) passes: passes::HeldPasses,
     /// What the rooms decided, for the access log (which names the route's first room with
     /// it: [`Decided::let_through`]).
     pub(crate) decision: Decision,
@@ -487,16 +509,27 @@ impl SiteLane {
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
     }
 
-    /// Answers `request` as the public router's rate-limit layer and site fallback would,
-    /// for the connection loop's writer: the origin's fields the gateway does not read come
-    /// back passed as read (written after the status line, before the response's own).
-    pub(crate) async fn handle(&self, request: Request<Body>) -> (Response, PassedFields) {
+    /// Answers `request` from `visitor` (its connection carried beside it, not in its
+    /// extensions) as the public router's rate-limit layer and site fallback would, for the
+    /// connection loop's writer: the origin's fields the gateway does not read come back
+    /// passed as read (written after the status line, before the response's own).
+    pub(crate) async fn handle(
+        &self,
+        request: Request<Body>,
+        visitor: &mut Visitor,
+    ) -> (Response, PassedFields) {
         let Some(limits) = &self.limits else {
-            return self.gateway.handle(Some(&self.client), request, true).await;
+            let handled = self
+                .gateway
+                .handle(Some(&self.client), request, visitor, true);
+            return handled.await;
         };
         let (mut parts, body) = request.into_parts();
-        let headers = match limits.decide(&mut parts).await {
-            Ok(headers) => headers,
+        let headers = match limits.decide_from(&mut parts, visitor.peer_ip()).await {
+            Ok((headers, settled)) => {
+                visitor.settle(settled);
+                headers
+            }
             Err(refused) => return (refused, PassedFields::default()),
         };
         // The public limits' fields go in only where the origin sent none: then the origin's
@@ -505,7 +538,7 @@ impl SiteLane {
         let as_read = headers.is_empty();
         let (mut response, passed) = self
             .gateway
-            .handle(Some(&self.client), request, as_read)
+            .handle(Some(&self.client), request, visitor, as_read)
             .await;
         ratelimit::add_headers(&mut response, &headers);
         (response, passed)

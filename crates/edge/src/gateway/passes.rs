@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 
 use anteroom_core::{RoomId, SessionId};
 use anteroom_token::{LEEWAY_SECS, PassClaims};
@@ -27,6 +28,10 @@ pub(crate) const RECHECK_MS: u64 = 1_000;
 
 /// `checked_at_ms` of a pass whose session was never looked up.
 const NEVER: u64 = u64::MAX;
+
+/// The passes a request holds, room by room: inline while it holds one (a route of one room,
+/// the usual case), so a request let through with its pass allocates no list for it.
+pub(crate) type HeldPasses = SmallVec<[HeldPass; 1]>;
 
 /// A pass the request holds, for the proxy (`Anteroom-Release`). A pass is held only for
 /// the room it was verified or issued for, so its room is the cached pass's own: no copy of

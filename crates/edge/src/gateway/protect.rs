@@ -45,9 +45,10 @@ use anteroom_api::join_path::{
 use anteroom_api::site_identity::SiteTokenError;
 
 use super::Gateway;
-use super::passes::{CachedPass, HeldPass};
+use super::passes::{CachedPass, HeldPass, HeldPasses};
 use super::rooms::{RoomInfo, RoomLookup};
 use super::routes::Route;
+use crate::visitor::Visitor;
 
 /// When a visitor without a pass is joined to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +63,10 @@ pub(crate) enum JoinWhen {
 pub(crate) struct Asked<'a> {
     pub(crate) method: &'a Method,
     pub(crate) headers: &'a HeaderMap,
-    /// The connection's details (the peer address) and what earlier layers left.
+    /// What earlier layers left (and, for a request through the router, its connection).
     pub(crate) extensions: &'a Extensions,
+    /// The connection's details (the peer address) and what the rate limiter settled.
+    pub(crate) visitor: &'a Visitor,
     /// What was asked for: where the visitor goes once admitted ([`return_path`]).
     pub(crate) uri: &'a Uri,
 }
@@ -73,7 +76,7 @@ pub(crate) enum Verdict {
     /// Go on; these cookies (new or renewed passes, tickets) go out with the response.
     Allow {
         cookies: Vec<HeaderValue>,
-        passes: Vec<HeldPass>,
+        passes: HeldPasses,
         /// A pass was issued with this request (not only shown).
         admitted: bool,
     },
@@ -111,7 +114,7 @@ pub(crate) struct Waiting {
 #[derive(Default)]
 struct Gathered {
     cookies: Vec<HeaderValue>,
-    passes: Vec<HeldPass>,
+    passes: HeldPasses,
     admitted: bool,
 }
 
@@ -247,9 +250,11 @@ async fn join_room(
         .iter()
         .map(|held| held.room().clone())
         .collect();
+    // The join gate reads the peer and the client address from the extensions.
+    let extensions = asked.visitor.marked(asked.extensions);
     let visitor = GatewayVisitor {
         headers: asked.headers,
-        extensions: asked.extensions,
+        extensions: &extensions,
         proven_passes: &proven,
         return_to: return_path(asked.uri),
     };
@@ -653,9 +658,9 @@ pub(crate) async fn protect(
     gateway: &Gateway,
     route: &Route,
     asked: &Asked<'_>,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>, Decision), Response> {
+) -> Result<(Vec<HeaderValue>, HeldPasses, Decision), Response> {
     if route.bypass || route.rooms.is_empty() {
-        return Ok((Vec::new(), Vec::new(), Decision::Bypass));
+        return Ok((Vec::new(), HeldPasses::new(), Decision::Bypass));
     }
     let navigation = is_navigation(asked.method, asked.headers);
     let join = if navigation && route.page == PageMode::Inline {
@@ -687,7 +692,7 @@ fn answer(
     asked: &Asked<'_>,
     navigation: bool,
     verdict: Verdict,
-) -> Result<(Vec<HeaderValue>, Vec<HeldPass>), Box<Response>> {
+) -> Result<(Vec<HeaderValue>, HeldPasses), Box<Response>> {
     let app = gateway.app();
     // Only a request held back is told where it was going.
     let return_to = || return_path(asked.uri);

@@ -15,7 +15,6 @@
 
 use std::error::Error as _;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,7 +24,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use axum::BoxError;
 use axum::body::{Body, Bytes};
-use axum::extract::ConnectInfo;
 use axum::http::uri::{Authority, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
@@ -46,16 +44,16 @@ use anteroom_api::AppState;
 use anteroom_api::cookies::pass_cookie_name;
 use anteroom_api::error::ApiError;
 
-use crate::client_scheme::ClientScheme;
 use crate::correlation::Correlation;
 use crate::tls::{TlsSetupError, UpstreamTls, plain_upstream_config, upstream_tls};
+use crate::visitor::Visitor;
 use anteroom_h1::{
     AnswerFields, MAX_INLINE_BODY, PassedFields, remove_hop_by_hop, request_states_length,
 };
 
 use super::connection_cap::ConnectionCap;
 use super::forwarding::Forwarding;
-use super::passes::HeldPass;
+use super::passes::HeldPasses;
 use super::upstream_client::{
     AddedFields, OwnRequest, UpstreamError, UpstreamPool, UpstreamTarget,
 };
@@ -273,8 +271,8 @@ pub(super) async fn forward(
     app: &AppState,
     upstream: &Upstream,
     client: &UpstreamClient,
-    request: Request<Body>,
-    passes: Vec<HeldPass>,
+    (request, visitor): (Request<Body>, &Visitor),
+    passes: HeldPasses,
     correlation: &Correlation,
     fields: AnswerFields<'static>,
 ) -> (Response, PassedFields) {
@@ -286,7 +284,7 @@ pub(super) async fn forward(
         return (body_too_large(limit), PassedFields::default());
     }
     let trusted_proxies = &app.settings().trusted_proxies;
-    let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts);
+    let (headers, forwarding) = upstream_headers(trusted_proxies, upstream, &mut parts, visitor);
     let path = parts
         .uri
         .path_and_query()
@@ -339,18 +337,15 @@ fn upstream_headers(
     trusted_proxies: &[Cidr],
     upstream: &Upstream,
     parts: &mut axum::http::request::Parts,
+    visitor: &Visitor,
 ) -> (HeaderMap, Forwarding) {
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(address)| address.ip());
     let mut headers = std::mem::take(&mut parts.headers);
     let host = request_host(&parts.uri, &headers);
     remove_hop_by_hop(&mut headers);
     let forwarding = Forwarding::take(
         &mut headers,
-        peer,
-        ClientScheme::of(&parts.extensions),
+        visitor.peer_ip(),
+        visitor.scheme(),
         host.as_ref(),
         trusted_proxies,
     );
@@ -494,7 +489,7 @@ fn hyper_request(
 /// The upstream's answer (its hop-by-hop headers already removed by the client that read
 /// it) as the visitor gets it: `Anteroom-Release` acted on and stripped (the own client puts
 /// it in the map however the other fields travel: [`READ_FROM_ANSWERS`]).
-async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -> Response {
+async fn finish(app: &AppState, passes: HeldPasses, mut response: Response) -> Response {
     *response.version_mut() = Version::HTTP_11;
     release_if_asked(app, passes, &mut response).await;
     response
@@ -502,11 +497,7 @@ async fn finish(app: &AppState, passes: Vec<HeldPass>, mut response: Response) -
 
 /// Acts on the origin's `Anteroom-Release` header and strips it (see [`end_session`]); the
 /// gateway's answers and `WaitingRoomLayer`'s inner service's alike.
-pub(crate) async fn release_if_asked(
-    app: &AppState,
-    passes: Vec<HeldPass>,
-    response: &mut Response,
-) {
+pub(crate) async fn release_if_asked(app: &AppState, passes: HeldPasses, response: &mut Response) {
     // Most answers carry none: one pass over the names says so, where removing it would
     // hash its name. Every line of it goes (`remove` takes them all).
     if !response
@@ -542,7 +533,7 @@ fn own_client_failure(error: &UpstreamError, config: &UpstreamConfig) -> Respons
 /// ticks the room in the same operation) and the pass cookie is cleared.
 async fn end_session(
     app: &AppState,
-    passes: Vec<HeldPass>,
+    passes: HeldPasses,
     value: &HeaderValue,
     response: &mut Response,
 ) {

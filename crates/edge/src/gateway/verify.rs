@@ -33,8 +33,10 @@ use axum::response::{IntoResponse, Response};
 use anteroom_api::error::ApiError;
 use anteroom_api::ratelimit::{RateLimitVerdict, RouteRateLimits};
 
+use super::passes::HeldPasses;
 use super::protect::{self, Asked, JoinWhen, Verdict};
 use super::{Gateway, canonical};
+use crate::visitor::Visitor;
 
 /// The endpoint; Envoy appends the visitor's path to it.
 pub(crate) const VERIFY_PATH: &str = "/_anteroom/verify";
@@ -88,16 +90,18 @@ pub(crate) async fn verify(State(gateway): State<Gateway>, request: Request) -> 
         Ok(headers) => headers,
         Err(refused) => return refused,
     };
+    let connection = Visitor::of(&visitor.extensions);
     let asked = Asked {
         method: &visitor.method,
         headers: &visitor.headers,
         extensions: &visitor.extensions,
+        visitor: &connection,
         uri: &visitor.uri,
     };
     let verdict = if route.rooms.is_empty() {
         Verdict::Allow {
             cookies: Vec::new(),
-            passes: Vec::new(),
+            passes: HeldPasses::new(),
             admitted: false,
         }
     } else {

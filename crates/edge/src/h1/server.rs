@@ -67,6 +67,7 @@ use crate::gateway::SiteLane;
 use crate::public_app::PublicApp;
 use crate::request_metrics::RequestMetrics;
 use crate::server_limits::{AddressPermit, ServerLimits, over_address_cap};
+use crate::visitor::Visitor;
 use anteroom_api::ratelimit::resolve_client_ip;
 
 /// A client connection as the own loop holds it: plain TCP, or TLS over it.
@@ -202,11 +203,10 @@ pub(crate) async fn serve<S: Transport>(
             *request.body_mut() = body;
         }
         let answer = Answer::to(&request, &stop);
-        mark_connection(&mut request, peer, scheme);
         // The per-address permit is held until the answer is written.
         let limits = &hand_over.limits;
         let (response, passed, _permit) =
-            answer_request(&mut router, &site, limits, peer, request).await;
+            answer_request(&mut router, &site, limits, (peer, scheme), request).await;
         hand_over.requests.answered(response.status(), started);
         output.clear();
         let answered = (response, passed);
@@ -311,42 +311,35 @@ async fn read_inline_body<S: Transport>(
     Some(Body::from(input.split_to(length).freeze()))
 }
 
-/// Marks the request with its connection: the peer's address and, over TLS, the scheme.
-#[inline]
-fn mark_connection(
-    request: &mut axum::http::Request<Body>,
-    peer: SocketAddr,
-    scheme: ClientScheme,
-) {
-    request.extensions_mut().insert(ConnectInfo(peer));
-    if scheme == ClientScheme::Https {
-        // Plain HTTP is what a request without the mark means: no insert per request.
-        request.extensions_mut().insert(scheme);
-    }
-}
-
-/// Answers the request: in front of a site, paths the router would send to the gateway go to
-/// its lane directly (with the origin's fields the lane passes as read), the rest to the
-/// router. Behind a trusted proxy, the per-address cap counts the forwarded client's
+/// Answers the request from `peer` over `scheme`: in front of a site, paths the router would send to the
+/// gateway go to its lane directly (with the origin's fields the lane passes as read, and the
+/// visitor beside the request), the rest to the router (the visitor in the request's
+/// extensions, where the router's handlers read it). Behind a trusted proxy, the per-address cap counts the forwarded client's
 /// requests: the permit is returned to be held while the answer is written.
 #[inline]
 async fn answer_request(
     router: &mut Router,
     site: &Option<SiteLane>,
     limits: &ServerLimits,
-    peer: SocketAddr,
-    request: axum::http::Request<Body>,
+    (peer, scheme): (SocketAddr, ClientScheme),
+    mut request: axum::http::Request<Body>,
 ) -> (Response<Body>, PassedFields, Option<AddressPermit>) {
     let permit = match forwarded_client_permit(limits, peer, &request) {
         Err(OverAddressCap) => return (over_address_cap(), PassedFields::default(), None),
         Ok(permit) => permit,
     };
+    let mut visitor = Visitor::new(peer, scheme);
     let (response, passed) = match site {
-        Some(site) if SiteLane::takes(request.uri().path()) => site.handle(request).await,
-        _ => match router.call(request).await {
-            Ok(response) => (response, PassedFields::default()),
-            Err(never) => match never {},
-        },
+        Some(site) if SiteLane::takes(request.uri().path()) => {
+            site.handle(request, &mut visitor).await
+        }
+        _ => {
+            visitor.mark(request.extensions_mut());
+            match router.call(request).await {
+                Ok(response) => (response, PassedFields::default()),
+                Err(never) => match never {},
+            }
+        }
     };
     (response, passed, permit)
 }
