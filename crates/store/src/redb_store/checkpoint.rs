@@ -34,26 +34,25 @@ pub(crate) const LAST_EVENT_SEQUENCE: &str = "last_event_sequence";
 /// Ticket or session records (`None`: forgotten) in log order, a key once per version.
 type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
+/// A record as read: its key and its bytes (`None`: forgotten).
+type Version<'a> = (&'a [u8], Option<&'a [u8]>);
+
 /// The latest version of each of `records` whose key `keep`s, in key order.
-fn latest<'a>(
-    records: &'a Records,
-    keep: impl Fn(&[u8]) -> bool,
-) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
-    let mut kept: Vec<(usize, &'a [u8], Option<&'a [u8]>)> = records
+fn latest<'a>(records: &'a Records, keep: impl Fn(&[u8]) -> bool) -> Vec<Version<'a>> {
+    let mut kept: Vec<(usize, Version<'a>)> = records
         .iter()
         .enumerate()
         .filter(|(_, (key, _))| keep(key))
-        .map(|(index, (key, bytes))| (index, key.as_slice(), bytes.as_deref()))
+        .map(|(index, (key, bytes))| (index, (key.as_slice(), bytes.as_deref())))
         .collect();
     // By key, the latest version first: the deduplication keeps the first of each key.
-    kept.sort_unstable_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)));
-    kept.dedup_by(|later, first| later.1 == first.1);
-    kept.into_iter()
-        .map(|(_, key, bytes)| (key, bytes))
-        .collect()
+    kept.sort_unstable_by(|(a, (a_key, _)), (b, (b_key, _))| a_key.cmp(b_key).then(b.cmp(a)));
+    kept.dedup_by(|(_, (later, _)), (_, (first, _))| later == first);
+    kept.into_iter().map(|(_, version)| version).collect()
 }
 
-/// The latest version of every record changed since the last checkpoint.
+/// The records changed since the last checkpoint: the latest configuration and state of each
+/// room, and every version of the tickets and sessions (read through `latest`).
 #[derive(Debug, Default)]
 pub(crate) struct Dirty {
     /// Rooms deleted: cleared before the records below are written (those came later).
@@ -112,12 +111,12 @@ impl Dirty {
     }
 
     /// The latest version of each ticket of `room` logged (`None`: forgotten), in key order.
-    pub(crate) fn tickets_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+    pub(crate) fn tickets_of(&self, room: &RoomId) -> Vec<Version<'_>> {
         records_of(&self.tickets, room)
     }
 
     /// The latest version of each session of `room` logged (`None`: forgotten), in key order.
-    pub(crate) fn sessions_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+    pub(crate) fn sessions_of(&self, room: &RoomId) -> Vec<Version<'_>> {
         records_of(&self.sessions, room)
     }
 
@@ -182,7 +181,7 @@ impl Dirty {
     }
 }
 
-fn records_of<'a>(records: &'a Records, room: &RoomId) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+fn records_of<'a>(records: &'a Records, room: &RoomId) -> Vec<Version<'a>> {
     let (start, _) = room_range(room);
     latest(records, |key| key.starts_with(&start))
 }
