@@ -6,15 +6,17 @@
 //!
 //! [`Dirty`] collects the records (a room's state changes with every join, but only its last
 //! version is written); recovery uses the same collection to replay the log. The log writer
-//! adds every record it logs, so tickets and sessions go into hash maps (a few hundred
-//! nanoseconds less per record than an ordered map of byte keys), hashed with aHash rather
-//! than SipHash (the keys are the server's random ids, and aHash's keys are random per map);
-//! the checkpoint thread sorts them when it writes them.
+//! adds every record it logs, on the commit path, so tickets and sessions are only appended
+//! in log order there: a hash map by key cost the writer a probe into a table of up to a
+//! segment's records (a cache miss or two per record, and a stall of the commit each time the
+//! table doubled). The latest version of each key is found where the records are read, by the
+//! sort the checkpoint thread (or the restore) does anyway to write or lay them in key order.
+//! A key written many times is held once per version until its checkpoint: at most the bytes
+//! of the log segments it covers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use ahash::RandomState;
 use anteroom_core::RoomId;
 use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
@@ -29,10 +31,28 @@ pub(crate) const CHECKPOINTED_THROUGH: &str = "checkpointed_through_segment";
 /// has been delivered and pruned, so sequences never start over.
 pub(crate) const LAST_EVENT_SEQUENCE: &str = "last_event_sequence";
 
-/// Ticket or session records by key (`None`: forgotten).
-type Records = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
+/// Ticket or session records (`None`: forgotten) in log order, a key once per version.
+type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
-/// The latest version of every record changed since the last checkpoint.
+/// A record as read: its key and its bytes (`None`: forgotten).
+type Version<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// The latest version of each of `records` whose key `keep`s, in key order.
+fn latest<'a>(records: &'a Records, keep: impl Fn(&[u8]) -> bool) -> Vec<Version<'a>> {
+    let mut kept: Vec<(usize, Version<'a>)> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, (key, _))| keep(key))
+        .map(|(index, (key, bytes))| (index, (key.as_slice(), bytes.as_deref())))
+        .collect();
+    // By key, the latest version first: the deduplication keeps the first of each key.
+    kept.sort_unstable_by(|(a, (a_key, _)), (b, (b_key, _))| a_key.cmp(b_key).then(b.cmp(a)));
+    kept.dedup_by(|(_, (later, _)), (_, (first, _))| later == first);
+    kept.into_iter().map(|(_, version)| version).collect()
+}
+
+/// The records changed since the last checkpoint: the latest configuration and state of each
+/// room, and every version of the tickets and sessions (read through `latest`).
 #[derive(Debug, Default)]
 pub(crate) struct Dirty {
     /// Rooms deleted: cleared before the records below are written (those came later).
@@ -55,12 +75,8 @@ impl Dirty {
             Write::State { room, bytes } => {
                 self.states.insert(room, bytes);
             }
-            Write::Ticket { key, bytes } => {
-                self.tickets.insert(key, bytes);
-            }
-            Write::Session { key, bytes } => {
-                self.sessions.insert(key, bytes);
-            }
+            Write::Ticket { key, bytes } => self.tickets.push((key, bytes)),
+            Write::Session { key, bytes } => self.sessions.push((key, bytes)),
             Write::Event { sequence, payload } => {
                 self.events.insert(sequence, payload);
             }
@@ -69,7 +85,7 @@ impl Dirty {
                 self.states.remove(&room);
                 let (start, _) = room_range(&room);
                 for records in [&mut self.tickets, &mut self.sessions] {
-                    records.retain(|key, _| !key.starts_with(&start));
+                    records.retain(|(key, _)| !key.starts_with(&start));
                 }
                 self.deleted_rooms.insert(room);
             }
@@ -94,13 +110,13 @@ impl Dirty {
         self.states.get(room).map(Vec::as_slice)
     }
 
-    /// The tickets of `room` logged (`None`: forgotten), in key order.
-    pub(crate) fn tickets_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+    /// The latest version of each ticket of `room` logged (`None`: forgotten), in key order.
+    pub(crate) fn tickets_of(&self, room: &RoomId) -> Vec<Version<'_>> {
         records_of(&self.tickets, room)
     }
 
-    /// The sessions of `room` logged (`None`: forgotten), in key order.
-    pub(crate) fn sessions_of(&self, room: &RoomId) -> Vec<(&[u8], Option<&[u8]>)> {
+    /// The latest version of each session of `room` logged (`None`: forgotten), in key order.
+    pub(crate) fn sessions_of(&self, room: &RoomId) -> Vec<Version<'_>> {
         records_of(&self.sessions, room)
     }
 
@@ -150,15 +166,13 @@ impl Dirty {
             (&mut tickets, &self.tickets),
             (&mut sessions, &self.sessions),
         ] {
-            let mut records: Vec<_> = records.iter().collect();
-            records.sort_unstable_by_key(|(key, _)| *key);
-            for (key, bytes) in records {
+            for (key, bytes) in latest(records, |_| true) {
                 match bytes {
                     Some(bytes) => {
-                        table.insert(key.as_slice(), bytes.as_slice())?;
+                        table.insert(key, bytes)?;
                     }
                     None => {
-                        table.remove(key.as_slice())?;
+                        table.remove(key)?;
                     }
                 }
             }
@@ -167,15 +181,9 @@ impl Dirty {
     }
 }
 
-fn records_of<'a>(records: &'a Records, room: &RoomId) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+fn records_of<'a>(records: &'a Records, room: &RoomId) -> Vec<Version<'a>> {
     let (start, _) = room_range(room);
-    let mut of_room: Vec<_> = records
-        .iter()
-        .filter(|(key, _)| key.starts_with(&start))
-        .map(|(key, bytes)| (key.as_slice(), bytes.as_deref()))
-        .collect();
-    of_room.sort_unstable_by_key(|(key, _)| *key);
-    of_room
+    latest(records, |key| key.starts_with(&start))
 }
 
 /// A write transaction that records redb's allocator state as it commits (redb's "quick

@@ -356,6 +356,58 @@ fn the_replayed_log_is_laid_over_redb() {
     );
 }
 
+/// Records are kept in log order, a key once per version: the checkpoint and the restore both
+/// take the latest version of each key, a forgetting included, whatever the order of keys.
+#[test]
+fn the_latest_version_of_a_record_is_the_one_written_and_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(dir.path());
+    let database = redb::Database::create(&path).unwrap();
+    super::create_tables(&database).unwrap();
+    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
+    let mut dirty = Dirty::default();
+    for (id, bytes) in [
+        (7, Some(1)),
+        (3, Some(2)),
+        (7, Some(3)),
+        (5, Some(4)),
+        (3, None),
+        (7, Some(5)),
+        (5, None),
+        (5, Some(6)),
+    ] {
+        dirty.absorb(Write::Ticket {
+            key: key(id),
+            bytes: bytes.map(|byte| vec![byte]),
+        });
+    }
+    let expected = vec![
+        (key(3), None),
+        (key(5), Some(vec![6])),
+        (key(7), Some(vec![5])),
+    ];
+    let read: Vec<(Vec<u8>, Option<Vec<u8>>)> = dirty
+        .tickets_of(&room())
+        .into_iter()
+        .map(|(key, bytes)| (key.to_vec(), bytes.map(<[u8]>::to_vec)))
+        .collect();
+    assert_eq!(read, expected);
+
+    checkpoint::checkpoint(&database, &path, &dirty, 1).unwrap();
+    use redb::{ReadableDatabase, ReadableTable};
+    let read = database.begin_read().unwrap();
+    let table = read.open_table(super::TICKETS).unwrap();
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = table
+        .iter()
+        .unwrap()
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.value().to_vec(), value.value().to_vec())
+        })
+        .collect();
+    assert_eq!(stored, vec![(key(5), vec![6]), (key(7), vec![5])]);
+}
+
 /// A room deleted and created again in the replayed log: what redb held of it before the
 /// deletion stays gone although the checkpoint has not run yet.
 #[tokio::test]

@@ -310,8 +310,11 @@ impl Logger {
     fn run(mut self, receiver: &mpsc::Receiver<Batch>, durable: &Completion, stats: &CommitStats) {
         // Operations in the last commit and how long its sync took.
         let mut previous = (0, Duration::ZERO);
+        // The commit's batches, its allocation kept from one commit to the next (grown a step
+        // at a time it was reallocated a few times in every commit).
+        let mut batches = Vec::new();
         while let Ok(first) = receiver.recv() {
-            let mut batches = vec![first];
+            batches.push(first);
             take_queued(receiver, &mut batches);
             if batches.len() < previous.0 {
                 // Fewer operations than last time: the visitors answered by the last commit
@@ -342,12 +345,15 @@ impl Logger {
                 Ok(()) => {
                     self.publish_events(&batches);
                     durable.complete_through(through);
-                    for write in batches.into_iter().flat_map(|batch| batch.writes) {
+                    for write in batches.drain(..).flat_map(|batch| batch.writes) {
                         self.dirty.absorb(write);
                     }
                     self.maybe_checkpoint();
                 }
-                Err(message) => durable.fail(message),
+                Err(message) => {
+                    batches.clear();
+                    durable.fail(message);
+                }
             }
         }
         durable.fail("the embedded store's writer has stopped".to_owned());
