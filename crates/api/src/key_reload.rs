@@ -62,10 +62,11 @@ async fn prune(app: &AppState) {
         }
     };
     let keep_secs = key_retention_secs(&rooms);
+    let change = app.change_keys().await;
     match reload.source.prune(keep_secs, app.now().as_secs()).await {
         Ok((keys, report)) if !report.removed.is_empty() => {
             tracing::info!(removed = ?report.removed, kept = keys.kids().len(), "pruned signing keys no pass can need");
-            app.set_keys(keys);
+            change.install(keys);
         }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "cannot prune the signing keys; trying again later"),
@@ -81,6 +82,9 @@ pub async fn reload_if_changed(app: &AppState) -> bool {
     if !reload.take_turn() {
         return false;
     }
+    // The look and the load are one change: a rotation on this node waits for it, or it for
+    // the rotation, so keys read before a rotation are never installed after it.
+    let change = app.change_keys().await;
     let fingerprint = match reload.source.fingerprint().await {
         Ok(fingerprint) => fingerprint,
         Err(error) => {
@@ -98,7 +102,7 @@ pub async fn reload_if_changed(app: &AppState) -> bool {
                 kids = keys.kids().len(),
                 "signing keys reloaded"
             );
-            app.set_keys(keys);
+            change.install(keys);
             reload.seen.lock().fingerprint = Some(fingerprint);
             true
         }

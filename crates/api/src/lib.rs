@@ -59,7 +59,7 @@ pub use page_render::{PageError, PageRenderer};
 pub use revocations::Revocations;
 pub use router::{public_router, public_router_with_site, waiting_room_routes};
 pub use sse_hub::SseHub;
-pub use state::{AppState, NodeOptions, PublicSettings, key_matches};
+pub use state::{AppState, KeysChange, NodeOptions, PublicSettings, key_matches};
 pub use store_failure::{StoreErrorCounts, StoreFailures};
 pub use ticker::run_ticker;
 pub use ticket_request::{parse_room, parse_session};

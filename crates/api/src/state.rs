@@ -104,6 +104,10 @@ struct Shared {
     store: Arc<dyn RoomStore>,
     /// Swapped whole by a key rotation; every reader takes a cheap clone.
     keys: parking_lot::RwLock<KeySet>,
+    /// Held by whoever reads the key source and then installs what it read (a rotation, a
+    /// prune, a reload), so a reload that read the keys before a rotation cannot install them
+    /// after the rotation's: the node would sign with the retired key until its next look.
+    keys_changing: tokio::sync::Mutex<()>,
     clock: Arc<dyn Clock>,
     settings: PublicSettings,
     cookies: CookiePolicy,
@@ -174,6 +178,7 @@ impl AppState {
                 code_redemptions,
                 store,
                 keys: parking_lot::RwLock::new(keys),
+                keys_changing: tokio::sync::Mutex::new(()),
                 clock,
                 settings,
                 cookies,
@@ -387,10 +392,15 @@ impl AppState {
         self.inner.keys.read().clone()
     }
 
-    /// Replaces the signing keys, as a key rotation does; requests already signing keep the
-    /// set they took.
-    pub fn set_keys(&self, keys: KeySet) {
-        *self.inner.keys.write() = keys;
+    /// Starts a change of the signing keys: whoever reads the key source and then installs
+    /// what it read (a rotation, a prune, a reload) holds this while doing both, so a change
+    /// that read the source before another is installed before the other starts, never over
+    /// it.
+    pub async fn change_keys(&self) -> KeysChange<'_> {
+        KeysChange {
+            keys: &self.inner.keys,
+            _one_at_a_time: self.inner.keys_changing.lock().await,
+        }
     }
 
     /// Keeps an HS256 secret read at start (`read_secret_file`) for the rooms naming its
@@ -500,4 +510,18 @@ async fn take_one_token(
     };
     let decisions = store.acquire(&[request]).await?;
     Ok(decisions.first().is_some_and(|decision| decision.allowed))
+}
+
+/// A change of the node's signing keys under way ([`AppState::change_keys`]): no other
+/// change reads the key source or installs keys until it is dropped.
+pub struct KeysChange<'a> {
+    keys: &'a parking_lot::RwLock<KeySet>,
+    _one_at_a_time: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl KeysChange<'_> {
+    /// Replaces the signing keys; requests already signing keep the set they took.
+    pub fn install(&self, keys: KeySet) {
+        *self.keys.write() = keys;
+    }
 }

@@ -104,13 +104,17 @@ pub(crate) async fn rotate_keys(
         })?,
     };
     let retention = admin.settings().ticket_secret_retention;
+    // The rotation and its install are one change: a reload in flight on this node cannot
+    // put the retired key back over it.
+    let change = admin.app().change_keys().await;
     let rotated = admin
         .settings()
         .key_source
         .rotate(algorithm, retention, admin.now().as_secs())
         .await
         .map_err(|error| internal("rotated", &error))?;
-    admin.app().set_keys(rotated.clone());
+    change.install(rotated.clone());
+    drop(change);
     admin
         .record(AdminEvent::new(
             "keys.rotated",
@@ -147,13 +151,15 @@ pub(crate) async fn prune_keys(
         ApiError::store_unavailable()
     })?;
     let keep_secs = key_retention_secs(&rooms);
+    let change = admin.app().change_keys().await;
     let (keys, report) = admin
         .settings()
         .key_source
         .prune(keep_secs, admin.now().as_secs())
         .await
         .map_err(|error| internal("pruned", &error))?;
-    admin.app().set_keys(keys);
+    change.install(keys);
+    drop(change);
     admin
         .record(AdminEvent::new(
             "keys.pruned",

@@ -94,6 +94,27 @@ async fn wait_for_kid(client: &reqwest::Client, node: &str, kid: &str) {
     }
 }
 
+/// Waits until `node` re-signs `ticket` with the rotated ticket secret (`t2.`), as every
+/// node does within about a second of a rotation.
+async fn wait_for_new_secret(client: &reqwest::Client, node: &str, ticket: &str) {
+    let started = Instant::now();
+    loop {
+        let (code, body) = status(client, node, ticket).await;
+        assert_eq!(code, StatusCode::OK, "{node}: {body}");
+        if body["ticket"]
+            .as_str()
+            .is_some_and(|fresh| fresh.starts_with("t2."))
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{node} did not take the rotated ticket secret: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Asserts that `ticket` still resumes its place on `node`: 200, same position, and the
 /// answer hands back a token made with the current secret.
 async fn assert_resumes(client: &reqwest::Client, node: &str, ticket: &str, position: u64) {
@@ -145,6 +166,10 @@ async fn a_ticket_from_before_a_rotation_resumes_on_every_node_after_it() {
         .unwrap();
     let kid = rotated["active_kid"].as_str().unwrap();
     wait_for_kid(&client, &b, kid).await;
+    // The JWKS lists a new key as soon as its file is there; the other node may have read the
+    // directory half written (the key, not yet the switch to it) and follows within a second.
+    // The node that rotated signs with the new secret at once (below, without waiting).
+    wait_for_new_secret(&client, &b, &before.ticket).await;
 
     for node in [&a, &b] {
         assert_resumes(&client, node, &before.ticket, before.position).await;
