@@ -40,6 +40,21 @@ fn store_path(dir: &Path) -> PathBuf {
     dir.join("store.redb")
 }
 
+/// Every ticket record in `database`'s tickets table, in key order.
+fn stored_tickets(database: &redb::Database) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let read = database.begin_read().unwrap();
+    let table = read.open_table(super::TICKETS).unwrap();
+    table
+        .iter()
+        .unwrap()
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.value().to_vec(), value.value().to_vec())
+        })
+        .collect()
+}
+
 /// A store with one room where everybody after the first waits, and `joins` joins made one
 /// after another (one log frame each).
 async fn store_with_joins(dir: &Path, joins: usize, checkpoint_bytes: u64) -> RedbStore {
@@ -394,17 +409,7 @@ fn the_latest_version_of_a_record_is_the_one_written_and_read() {
     assert_eq!(read, expected);
 
     checkpoint::checkpoint(&database, &path, &dirty, 1).unwrap();
-    use redb::{ReadableDatabase, ReadableTable};
-    let read = database.begin_read().unwrap();
-    let table = read.open_table(super::TICKETS).unwrap();
-    let stored: Vec<(Vec<u8>, Vec<u8>)> = table
-        .iter()
-        .unwrap()
-        .map(|entry| {
-            let (key, value) = entry.unwrap();
-            (key.value().to_vec(), value.value().to_vec())
-        })
-        .collect();
+    let stored = stored_tickets(&database);
     assert_eq!(stored, vec![(key(5), vec![6]), (key(7), vec![5])]);
 }
 
@@ -729,17 +734,7 @@ fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
     });
     checkpoint::checkpoint(&database, &path, &dirty, 3).unwrap();
 
-    use redb::{ReadableDatabase, ReadableTable};
-    let read = database.begin_read().unwrap();
-    let table = read.open_table(super::TICKETS).unwrap();
-    let stored: Vec<(Vec<u8>, Vec<u8>)> = table
-        .iter()
-        .unwrap()
-        .map(|entry| {
-            let (key, value) = entry.unwrap();
-            (key.value().to_vec(), value.value().to_vec())
-        })
-        .collect();
+    let stored = stored_tickets(&database);
     assert_eq!(stored, vec![(key(4), b"newest".to_vec())]);
     assert_eq!(checkpoint::checkpointed_through(&database).unwrap(), 3);
 }
