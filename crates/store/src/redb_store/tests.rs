@@ -40,6 +40,18 @@ fn store_path(dir: &Path) -> PathBuf {
     dir.join("store.redb")
 }
 
+/// A new redb database at `path` with the store's tables.
+fn database_with_tables(path: &Path) -> redb::Database {
+    let database = redb::Database::create(path).unwrap();
+    super::create_tables(&database).unwrap();
+    database
+}
+
+/// The key of ticket `id` (its 16 bytes all `id`) in the test's room.
+fn ticket_key(id: u8) -> Vec<u8> {
+    super::tables::record_key(&room(), &[id; 16])
+}
+
 /// Every ticket record in `database`'s tickets table, in key order.
 fn stored_tickets(database: &redb::Database) -> Vec<(Vec<u8>, Vec<u8>)> {
     use redb::{ReadableDatabase, ReadableTable};
@@ -321,9 +333,8 @@ fn a_segment_header_cut_short_is_written_again() {
 fn the_replayed_log_is_laid_over_redb() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
-    let database = redb::Database::create(&path).unwrap();
-    super::create_tables(&database).unwrap();
-    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
+    let database = database_with_tables(&path);
+    let key = ticket_key;
     let mut stored = Dirty::default();
     for id in [1, 2, 3, 5] {
         stored.absorb(Write::Ticket {
@@ -377,9 +388,8 @@ fn the_replayed_log_is_laid_over_redb() {
 fn the_latest_version_of_a_record_is_the_one_written_and_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
-    let database = redb::Database::create(&path).unwrap();
-    super::create_tables(&database).unwrap();
-    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
+    let database = database_with_tables(&path);
+    let key = ticket_key;
     let mut dirty = Dirty::default();
     for (id, bytes) in [
         (7, Some(1)),
@@ -701,9 +711,8 @@ fn frames_carry_every_kind_of_record() {
 fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
-    let database = redb::Database::create(&path).unwrap();
-    super::create_tables(&database).unwrap();
-    let key = |id: u8| super::tables::record_key(&room(), &[id; 16]);
+    let database = database_with_tables(&path);
+    let key = ticket_key;
     let mut dirty = Dirty::default();
     for write in [
         Write::Ticket {

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use super::connection::bounded;
 use super::join_batch::Sender;
-use super::records::{Answer, MalformedAnswer, Refusal};
+use super::records::{Answer, MalformedAnswer};
 use super::room_call::{admission_seed, lottery_seed, malformed};
 use super::scripts::RoomFunction;
 use crate::StoreError;
@@ -36,8 +36,9 @@ use crate::StoreError;
 /// kept to a few milliseconds of script.
 pub(crate) const MAX_ENDS_PER_CALL: usize = 64;
 
-/// What a caller hears of its end: the script's answer or refusal, or why the call failed.
-pub(crate) type EndOutcome = Result<Result<Answer, Refusal>, StoreError>;
+/// What a caller hears of its end: the script's answer or refusal, or why the call failed
+/// (as a join hears of its own, so a failed call answers both alike: `shared_failure`).
+pub(crate) type EndOutcome = super::join_batch::JoinOutcome;
 
 /// One end waiting for its room's next call.
 struct QueuedEnd {
