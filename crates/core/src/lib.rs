@@ -19,6 +19,7 @@ pub mod duration;
 pub mod engine;
 pub mod eta;
 pub mod ids;
+pub mod inline_text;
 mod key_hash;
 pub mod lottery;
 pub mod page_template;

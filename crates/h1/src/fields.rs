@@ -56,11 +56,12 @@ pub fn span_in(buffer: &[u8], part: &[u8]) -> Range<usize> {
 
 /// The header map of a head whose bytes are `head`: each value a slice of them (no copy).
 /// `spare` is room kept for fields added later.
-pub fn header_map(
-    head: &Bytes,
-    fields: Vec<(HeaderName, Range<usize>)>,
-    spare: usize,
-) -> Option<HeaderMap> {
+pub fn header_map<F>(head: &Bytes, fields: F, spare: usize) -> Option<HeaderMap>
+where
+    F: IntoIterator<Item = (HeaderName, Range<usize>)>,
+    F::IntoIter: ExactSizeIterator,
+{
+    let fields = fields.into_iter();
     let mut headers = HeaderMap::with_capacity(fields.len() + spare);
     for (name, value) in fields {
         headers.append(

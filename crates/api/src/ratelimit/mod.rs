@@ -64,6 +64,7 @@ use axum::response::{IntoResponse, Response};
 
 use anteroom_core::config::Cidr;
 use anteroom_core::duration::format_duration;
+use anteroom_core::inline_text::InlineText;
 use anteroom_core::ratelimit::Decision;
 use anteroom_core::ratelimit::rules::{
     Action, LimitBackend, OnStoreError, RateLimitRule, applicable_rules,
@@ -87,6 +88,10 @@ pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(10);
 /// How many times one request is decided again (after a `delay` wait or a shadow refusal)
 /// before it is refused; a bound against a store that keeps answering "retry now".
 const MAX_ATTEMPTS: usize = 16;
+
+/// Room on the stack for the lone rule's counter key: its name (at most 64 bytes) and a
+/// client address; longer keys (header or cookie values) spill to the heap.
+const LONE_RULE_KEY: usize = 112;
 
 /// Settings of a [`RateLimiter`] besides its rules and local store.
 #[derive(Clone)]
@@ -373,35 +378,49 @@ impl RateLimiter {
     ) -> RateLimitVerdict {
         let client_ip = settled.client_ip;
         let rule = &set.rules[0];
-        let key = {
+        // The key on the stack, and only while a store in this process decides at once (no
+        // boxed future, no vectors of one decision and one reservation: one rule, all or
+        // nothing, nothing to refund): a `String` key was an allocation a request, and a key
+        // kept across the store's wait below would make every request's future larger.
+        let now = {
+            let mut key = InlineText::<LONE_RULE_KEY>::new();
             let view = HttpView::new(parts, client_ip);
-            match rule.selects(&view).then(|| rule.key_for(&view)).flatten() {
-                Some(key) => key,
-                None => {
-                    return RateLimitVerdict::Allowed {
-                        headers: HeaderMap::new(),
-                    };
-                }
+            if !(rule.selects(&view) && rule.write_key(&view, &mut key).is_some()) {
+                return RateLimitVerdict::Allowed {
+                    headers: HeaderMap::new(),
+                };
             }
+            let request = LimitRequest {
+                key: key.as_str(),
+                params: &rule.params,
+                cost: rule.cost,
+                budget: Some(&set.budgets[0]),
+            };
+            self.shared.local.acquire_one_now(&request)
         };
         settled.lone_rule = Some(name.clone());
-        let request = LimitRequest {
-            key: &key,
-            params: &rule.params,
-            cost: rule.cost,
-            budget: Some(&set.budgets[0]),
-        };
-        // A store in this process decides at once (no boxed future, no vectors of one
-        // decision and one reservation: one rule, all or nothing, nothing to refund).
-        let decision = match self.shared.local.acquire_one_now(&request) {
+        let decision = match now {
             Some(Ok(decision)) => Some(decision),
             Some(Err(error)) => {
                 tracing::warn!(%error, "rate-limit store failed");
                 None
             }
-            None => reserve(self.shared.local.as_ref(), std::slice::from_ref(&request))
-                .await
-                .and_then(|reserved| reserved.decisions.first().copied()),
+            // A store elsewhere: the key again, as the general engine makes it.
+            None => match rule.key_for(&HttpView::new(parts, client_ip)) {
+                Some(key) => {
+                    let request = LimitRequest {
+                        key: &key,
+                        params: &rule.params,
+                        cost: rule.cost,
+                        budget: Some(&set.budgets[0]),
+                    };
+                    reserve(self.shared.local.as_ref(), std::slice::from_ref(&request))
+                        .await
+                        .and_then(|reserved| reserved.decisions.first().copied())
+                }
+                // Not reached: the same request has the key it had above.
+                None => None,
+            },
         };
         let mut evaluation = Evaluation {
             limiter: self,

@@ -104,50 +104,64 @@ pub fn is_trusted(ip: IpAddr, trusted_proxies: &[Cidr]) -> bool {
 /// ```
 pub fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> String {
     let mut key = String::with_capacity(15);
-    push_ip_key(&mut key, ip, ipv6_prefix);
+    // Writing into a String cannot fail.
+    let _ = push_ip_key(&mut key, ip, ipv6_prefix);
     key
 }
 
-/// Appends [`ip_key`] of `ip` to `key` (a rate-limit counter key being built).
-pub fn push_ip_key(key: &mut String, ip: IpAddr, ipv6_prefix: u8) {
-    use std::fmt::Write as _;
+/// Appends [`ip_key`] of `ip` to `key` (a rate-limit counter key being built: a `String`, or
+/// text on the stack). Fails only when `key` does.
+pub fn push_ip_key(
+    key: &mut impl std::fmt::Write,
+    ip: IpAddr,
+    ipv6_prefix: u8,
+) -> std::fmt::Result {
     match ip.to_canonical() {
         IpAddr::V4(v4) => push_ipv4(key, v4),
-        // Writing into a String cannot fail.
-        IpAddr::V6(v6) if ipv6_prefix >= 128 => {
-            let _ = write!(key, "{v6}");
-        }
+        IpAddr::V6(v6) if ipv6_prefix >= 128 => write!(key, "{v6}"),
         IpAddr::V6(v6) => {
             let mask = u128::MAX
                 .checked_shl(128 - u32::from(ipv6_prefix))
                 .unwrap_or(0);
             let network = Ipv6Addr::from(u128::from(v6) & mask);
-            let _ = write!(key, "{network}/{ipv6_prefix}");
+            write!(key, "{network}/{ipv6_prefix}")
         }
     }
 }
 
 /// Appends `ip` in dotted decimal, as `Display` writes it, without the formatting machinery
-/// (it runs for every request a per-address rule or the gateway's forwarding headers see).
+/// (it runs for every request a per-address rule or the gateway's forwarding headers see),
+/// to any text: a `String`, or a buffer kept on the stack. Fails only when `out` does.
 ///
 /// ```
 /// let mut text = String::from("for=");
-/// anteroom_core::ratelimit::client_ip::push_ipv4(&mut text, "203.0.10.7".parse().expect("valid"));
+/// anteroom_core::ratelimit::client_ip::push_ipv4(&mut text, "203.0.10.7".parse().expect("valid"))
+///     .expect("a String takes any text");
 /// assert_eq!(text, "for=203.0.10.7");
 /// ```
-pub fn push_ipv4(out: &mut String, ip: Ipv4Addr) {
+pub fn push_ipv4(out: &mut impl std::fmt::Write, ip: Ipv4Addr) -> std::fmt::Result {
+    // Put together first and written once: a write per digit costs a call each.
+    let mut text = [0u8; 15];
+    let mut len = 0;
+    let mut put = |byte: u8| {
+        if let Some(place) = text.get_mut(len) {
+            *place = byte;
+            len += 1;
+        }
+    };
     for (index, octet) in ip.octets().into_iter().enumerate() {
         if index > 0 {
-            out.push('.');
+            put(b'.');
         }
         if octet >= 100 {
-            out.push(char::from(b'0' + octet / 100));
+            put(b'0' + octet / 100);
         }
         if octet >= 10 {
-            out.push(char::from(b'0' + octet / 10 % 10));
+            put(b'0' + octet / 10 % 10);
         }
-        out.push(char::from(b'0' + octet % 10));
+        put(b'0' + octet % 10);
     }
+    out.write_str(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
 }
 
 /// One `X-Forwarded-For` entry (or the node of a `for=`): an address, optionally with a port

@@ -237,7 +237,20 @@ impl RateLimitRule {
     /// The counter key of `request` under this rule: the rule's name and every key part, or
     /// `None` when the request lacks one of the parts (it is then not counted by this rule).
     pub fn key_for(&self, request: &impl RequestView) -> Option<String> {
-        key::build_key(&self.name, &self.key, self.ipv6_prefix, request)
+        let mut key = String::with_capacity(self.name.len() + 48);
+        self.write_key(request, &mut key)?;
+        Some(key)
+    }
+
+    /// Writes [`key_for`](Self::key_for)'s key into `key` (text on the stack, for a request
+    /// decided at once, where a `String` would be allocated and freed again); `None` when the
+    /// request lacks a part, and then what was written is no key.
+    pub fn write_key(
+        &self,
+        request: &impl RequestView,
+        key: &mut impl std::fmt::Write,
+    ) -> Option<()> {
+        key::write_key(&self.name, &self.key, self.ipv6_prefix, request, key)
     }
 }
 

@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use bytes::Bytes;
 
 use anteroom_core::config::Cidr;
 use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
@@ -37,19 +38,32 @@ pub(crate) fn set_forwarding(
 
 /// The forwarding fields of a request to the upstream: `X-Forwarded-For`,
 /// `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`. Our own upstream client writes
-/// them straight into the request ([`write_lines`](Self::write_lines)); hyper's client and
-/// WebSocket handshakes get them in the header map ([`insert_into`](Self::insert_into)).
+/// them straight into the request ([`write_lines`](Self::write_lines)), from the peer, the
+/// scheme and the host, with no text of their own made first (a text made per request was
+/// an allocation, or, kept on the stack, a larger request to move from step to step);
+/// hyper's client and WebSocket handshakes get them in the header map
+/// ([`insert_into`](Self::insert_into)), each value written by the same code.
 pub(crate) struct Forwarding {
-    /// `X-Forwarded-For` (a trusted proxy's chain and the peer), then `Forwarded` (a trusted
-    /// proxy's elements and ours): one text, so one allocation.
-    text: String,
-    /// Where `X-Forwarded-For` ends in `text`.
-    for_end: usize,
+    /// The peer's address, canonical (`None`: unknown).
+    peer: Option<IpAddr>,
+    scheme: ClientScheme,
+    /// A trusted proxy's `X-Forwarded-For` chain and `Forwarded` elements, each joined with a
+    /// trailing `, `, when it sent any (kept to be extended; rare: one allocation then).
+    kept: Option<Box<KeptChains>>,
     /// `X-Forwarded-Proto` (`http` or `https`), unless a trusted proxy's value stays in the
     /// map.
     proto: Option<&'static str>,
-    /// `X-Forwarded-Host`, unless a trusted proxy's value stays in the map.
+    /// The request's host: named in `Forwarded` when it is text.
     host: Option<HeaderValue>,
+    /// Whether `X-Forwarded-Host` is the host (not when a trusted proxy's value stays in the
+    /// map).
+    x_forwarded_host: bool,
+}
+
+/// What a trusted proxy sent: its chains, each joined with a trailing `, `.
+struct KeptChains {
+    for_chain: String,
+    forwarded: String,
 }
 
 impl Forwarding {
@@ -69,36 +83,21 @@ impl Forwarding {
         // Most requests carry none of these: one pass over the names says so.
         let any_sent = headers.keys().any(is_forwarding);
         let kept = any_sent && trusted;
-        let mut text = String::with_capacity(144);
-        if kept {
-            push_joined(&mut text, headers, &X_FORWARDED_FOR);
-        }
-        let peer_at = text.len();
-        push_address(&mut text, peer, false);
-        let for_end = text.len();
-        if kept {
-            push_joined(&mut text, headers, &header::FORWARDED);
-        }
-        text.push_str("for=");
-        match peer {
-            // Quoted and bracketed in a `Forwarded` node.
-            Some(IpAddr::V6(_)) => push_address(&mut text, peer, true),
-            // Written once, as it is in both.
-            _ => text.extend_from_within(peer_at..for_end),
-        }
-        text.push_str(";proto=");
-        text.push_str(scheme.as_str());
-        if let Some(host) = host.and_then(|host| host.to_str().ok()) {
-            text.push_str(";host=\"");
-            // Without the quotes and backslashes that would end or escape the quoted string
-            // (a host has none: it is one piece, copied whole).
-            host.split(['"', '\\']).for_each(|part| text.push_str(part));
-            text.push('"');
-        }
+        let chains = kept.then(|| {
+            let mut chains = KeptChains {
+                for_chain: String::new(),
+                forwarded: String::new(),
+            };
+            push_joined(&mut chains.for_chain, headers, &X_FORWARDED_FOR);
+            push_joined(&mut chains.forwarded, headers, &header::FORWARDED);
+            Box::new(chains)
+        });
+        let chains =
+            chains.filter(|chains| !chains.for_chain.is_empty() || !chains.forwarded.is_empty());
         let proto = (!kept || !headers.contains_key(&X_FORWARDED_PROTO)).then(|| scheme.as_str());
-        let host = host
-            .filter(|_| !kept || !headers.contains_key(&X_FORWARDED_HOST))
-            .cloned();
+        let x_forwarded_host =
+            host.is_some() && (!kept || !headers.contains_key(&X_FORWARDED_HOST));
+        let host = host.cloned();
         if any_sent {
             headers.remove(&X_FORWARDED_FOR);
             headers.remove(header::FORWARDED);
@@ -108,33 +107,59 @@ impl Forwarding {
             }
         }
         Forwarding {
-            text,
-            for_end,
+            peer,
+            scheme,
+            kept: chains,
             proto,
             host,
+            x_forwarded_host,
         }
     }
 
-    /// `X-Forwarded-For`'s value.
-    fn for_chain(&self) -> &str {
-        &self.text[..self.for_end]
+    /// Writes `X-Forwarded-For`'s value: a trusted proxy's chain, then the peer.
+    fn write_for_chain(&self, out: &mut Vec<u8>) {
+        if let Some(kept) = &self.kept {
+            out.extend_from_slice(kept.for_chain.as_bytes());
+        }
+        push_address(out, self.peer, false);
     }
 
-    /// `Forwarded`'s value.
-    fn forwarded(&self) -> &str {
-        &self.text[self.for_end..]
+    /// Writes `Forwarded`'s value: a trusted proxy's elements, then ours.
+    fn write_forwarded(&self, out: &mut Vec<u8>) {
+        if let Some(kept) = &self.kept {
+            out.extend_from_slice(kept.forwarded.as_bytes());
+        }
+        out.extend_from_slice(b"for=");
+        // Quoted and bracketed in a `Forwarded` node when IPv6.
+        push_address(out, self.peer, true);
+        out.extend_from_slice(b";proto=");
+        out.extend_from_slice(self.scheme.as_str().as_bytes());
+        if let Some(host) = self.host.as_ref().filter(|host| host.to_str().is_ok()) {
+            out.extend_from_slice(b";host=\"");
+            // Without the quotes and backslashes that would end or escape the quoted string
+            // (a host has none: it is one piece, copied whole).
+            host.as_bytes()
+                .split(|byte| *byte == b'"' || *byte == b'\\')
+                .for_each(|part| out.extend_from_slice(part));
+            out.push(b'"');
+        }
     }
 
     /// Puts the fields into `headers`.
     pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
-        let forwarded = HeaderValue::from_str(self.forwarded());
-        if let Ok(value) = HeaderValue::from_str(self.for_chain()) {
+        let value = |write: &dyn Fn(&mut Vec<u8>)| {
+            let mut text = Vec::new();
+            write(&mut text);
+            HeaderValue::from_maybe_shared(Bytes::from(text))
+        };
+        let forwarded = value(&|out| self.write_forwarded(out));
+        if let Ok(value) = value(&|out| self.write_for_chain(out)) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
         if let Some(proto) = self.proto {
             headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
         }
-        if let Some(host) = self.host {
+        if let Some(host) = self.host.filter(|_| self.x_forwarded_host) {
             headers.insert(X_FORWARDED_HOST.clone(), host);
         }
         if let Ok(value) = forwarded {
@@ -145,19 +170,22 @@ impl Forwarding {
     /// Writes the fields as HTTP/1.1 header lines. Their values are text from header values
     /// and addresses, so they hold no line breaks.
     pub(crate) fn write_lines(&self, out: &mut Vec<u8>) {
-        let mut line = |name: &[u8], value: &[u8]| {
-            out.extend_from_slice(name);
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        };
-        line(b"x-forwarded-for: ", self.for_chain().as_bytes());
+        out.extend_from_slice(b"x-forwarded-for: ");
+        self.write_for_chain(out);
+        out.extend_from_slice(b"\r\n");
         if let Some(proto) = self.proto {
-            line(b"x-forwarded-proto: ", proto.as_bytes());
+            out.extend_from_slice(b"x-forwarded-proto: ");
+            out.extend_from_slice(proto.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        if let Some(host) = &self.host {
-            line(b"x-forwarded-host: ", host.as_bytes());
+        if let Some(host) = self.host.as_ref().filter(|_| self.x_forwarded_host) {
+            out.extend_from_slice(b"x-forwarded-host: ");
+            out.extend_from_slice(host.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        line(b"forwarded: ", self.forwarded().as_bytes());
+        out.extend_from_slice(b"forwarded: ");
+        self.write_forwarded(out);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -176,18 +204,30 @@ fn push_joined(out: &mut String, headers: &HeaderMap, name: &HeaderName) {
 
 /// Appends the peer's address: `unknown` when there is none; an IPv6 address quoted and
 /// bracketed in a `Forwarded` node (`quoted`).
-fn push_address(out: &mut String, peer: Option<IpAddr>, quoted: bool) {
-    use std::fmt::Write as _;
-    // Writing into a String cannot fail.
+fn push_address(out: &mut Vec<u8>, peer: Option<IpAddr>, quoted: bool) {
+    use std::io::Write as _;
+    // Writing into a vector cannot fail.
     match peer {
-        None => out.push_str("unknown"),
-        Some(IpAddr::V4(v4)) => push_ipv4(out, v4),
+        None => out.extend_from_slice(b"unknown"),
+        Some(IpAddr::V4(v4)) => {
+            let _ = push_ipv4(&mut Appended(out), v4);
+        }
         Some(IpAddr::V6(v6)) if quoted => {
             let _ = write!(out, "\"[{v6}]\"");
         }
         Some(IpAddr::V6(v6)) => {
             let _ = write!(out, "{v6}");
         }
+    }
+}
+
+/// Text appended to the bytes of a head being written.
+struct Appended<'o>(&'o mut Vec<u8>);
+
+impl std::fmt::Write for Appended<'_> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(text.as_bytes());
+        Ok(())
     }
 }
 

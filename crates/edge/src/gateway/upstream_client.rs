@@ -683,7 +683,7 @@ async fn fill(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use axum::http::{HeaderName, HeaderValue};
+    use axum::http::{HeaderName, HeaderValue, StatusCode};
 
     use super::*;
     use crate::client_scheme::ClientScheme;
@@ -762,6 +762,112 @@ mod tests {
             "{waited:?}"
         );
         upstream.abort();
+    }
+
+    /// Each request is written whole and alone: the second request on a kept-alive
+    /// connection carries nothing of the larger first, and when that connection breaks
+    /// before answering, the idempotent request sent again on a new one is the same bytes.
+    #[tokio::test]
+    async fn each_request_is_written_afresh_on_a_kept_connection_and_on_a_retry() {
+        use tokio::io::AsyncReadExt as _;
+
+        /// Reads until `buffer` ends with `end`.
+        async fn read_until(stream: &mut tokio::net::TcpStream, end: &[u8]) -> Vec<u8> {
+            let mut buffer = Vec::new();
+            while !buffer.ends_with(end) {
+                let mut piece = [0u8; 4096];
+                let read = stream.read(&mut piece).await.unwrap();
+                assert!(read > 0, "closed after {buffer:?}");
+                buffer.extend_from_slice(&piece[..read]);
+            }
+            buffer
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let upstream = tokio::spawn(async move {
+            let (mut first, _) = listener.accept().await.unwrap();
+            let large = read_until(&mut first, b"the-first-body").await;
+            first
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            let small = read_until(&mut first, b"\r\n\r\n").await;
+            // Broken before any answer: the idempotent request goes again on a new one.
+            drop(first);
+            let (mut second, _) = listener.accept().await.unwrap();
+            let again = read_until(&mut second, b"\r\n\r\n").await;
+            second
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            (large, small, again)
+        });
+        let pool = UpstreamPool::new(UpstreamTarget {
+            address,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            pool_idle_timeout: Duration::from_secs(60),
+            max_response_body: None,
+            cap: None,
+            tls: None,
+        });
+        let forwarding =
+            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
+        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let added = AddedFields {
+            correlation: &correlation,
+            forwarding: &forwarding,
+        };
+        let mut large_headers = HeaderMap::new();
+        large_headers.insert(
+            "x-large",
+            HeaderValue::from_static("a-value-of-some-length"),
+        );
+        let long_target = "/a-first-target-longer-than-the-second";
+        let outgoing = OwnRequest {
+            method: &Method::POST,
+            target: long_target,
+            headers: &large_headers,
+            added,
+            body: Bytes::from_static(b"the-first-body"),
+        };
+        let (first, _) = pool
+            .send(outgoing, Duration::from_secs(5), IN_MAP)
+            .await
+            .unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        // Read whole, so that its connection is back in the pool for the next request.
+        let body = http_body_util::BodyExt::collect(first.into_body())
+            .await
+            .unwrap();
+        assert_eq!(body.to_bytes(), "ok");
+        let small_headers = HeaderMap::new();
+        let outgoing = OwnRequest {
+            method: &Method::GET,
+            target: "/2",
+            headers: &small_headers,
+            added,
+            body: Bytes::new(),
+        };
+        let (second, _) = pool
+            .send(outgoing, Duration::from_secs(5), IN_MAP)
+            .await
+            .unwrap();
+        assert_eq!(second.status(), StatusCode::OK);
+        let (large, small, again) = upstream.await.unwrap();
+        assert!(large.starts_with(b"POST /a-first-target"), "{large:?}");
+        let mut expected = Vec::new();
+        write_request(
+            &mut expected,
+            &Method::GET,
+            "/2",
+            &small_headers,
+            added,
+            b"",
+        );
+        assert_eq!(small, expected);
+        assert_eq!(again, expected);
     }
 
     /// The origin's connection fields (and the fields `Connection` names) stay with its

@@ -339,7 +339,7 @@ fn ipv4_addresses_are_written_as_display_writes_them() {
             Ipv4Addr::new(1, 20, octet, octet),
         ] {
             let mut text = String::new();
-            push_ipv4(&mut text, ip);
+            push_ipv4(&mut text, ip).unwrap();
             assert_eq!(text, ip.to_string());
         }
     }

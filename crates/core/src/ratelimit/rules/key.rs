@@ -80,49 +80,56 @@ fn is_claim_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The key of `request` under a rule named `rule` keyed by `parts`; `None` when a part is
-/// missing or empty.
-pub(super) fn build_key(
+/// Writes the key of `request` under a rule named `rule` keyed by `parts` into `key` (a
+/// `String`, or text on the stack for a request decided at once); `None` when a part is
+/// missing or empty, and then what was written is no key.
+pub(super) fn write_key(
     rule: &str,
     parts: &[KeyPart],
     ipv6_prefix: u8,
     request: &impl RequestView,
-) -> Option<String> {
-    let mut key = String::with_capacity(rule.len() + 48);
-    key.push_str(rule);
+    key: &mut impl fmt::Write,
+) -> Option<()> {
+    key.write_str(rule).ok()?;
     for part in parts {
-        key.push('|');
+        key.write_char('|').ok()?;
         match part {
-            KeyPart::Ip => push_ip_key(&mut key, request.client_ip(), ipv6_prefix),
-            KeyPart::Header(name) => push_value(&mut key, request.header(name)?.trim())?,
-            KeyPart::Cookie(name) => push_value(&mut key, request.cookie(name)?)?,
-            KeyPart::Claim(name) => push_value(&mut key, request.claim(name)?)?,
-            KeyPart::Path => push_value(&mut key, request.path())?,
-            KeyPart::Host => push_value(&mut key, request.host()?)?,
+            KeyPart::Ip => push_ip_key(key, request.client_ip(), ipv6_prefix).ok()?,
+            KeyPart::Header(name) => push_value(key, request.header(name)?.trim())?,
+            KeyPart::Cookie(name) => push_value(key, request.cookie(name)?)?,
+            KeyPart::Claim(name) => push_value(key, request.claim(name)?)?,
+            KeyPart::Path => push_value(key, request.path())?,
+            KeyPart::Host => push_value(key, request.host()?)?,
         }
     }
-    Some(key)
+    Some(())
 }
 
 /// Appends `value` escaped (or hashed when long); `None` for an empty value.
-fn push_value(key: &mut String, value: &str) -> Option<()> {
+fn push_value(key: &mut impl fmt::Write, value: &str) -> Option<()> {
     if value.is_empty() {
         return None;
     }
     if value.len() > MAX_KEY_PART_LEN {
-        key.push('#');
+        key.write_char('#').ok()?;
         for byte in &Sha256::digest(value.as_bytes())[..16] {
-            key.push_str(&format!("{byte:02x}"));
+            write!(key, "{byte:02x}").ok()?;
         }
         return Some(());
     }
-    for c in value.chars() {
-        match c {
-            '%' => key.push_str("%25"),
-            '|' => key.push_str("%7C"),
-            '#' => key.push_str("%23"),
-            _ => key.push(c),
-        }
+    // The runs between the bytes escaped are written whole (the escaped ones are ASCII, so
+    // they never split a character).
+    let mut rest = value;
+    while let Some(at) = rest.find(['%', '|', '#']) {
+        let (run, escaped) = rest.split_at(at);
+        key.write_str(run).ok()?;
+        let escape = match escaped.as_bytes().first() {
+            Some(b'%') => "%25",
+            Some(b'|') => "%7C",
+            _ => "%23",
+        };
+        key.write_str(escape).ok()?;
+        rest = escaped.get(1..)?;
     }
-    Some(())
+    key.write_str(rest).ok()
 }

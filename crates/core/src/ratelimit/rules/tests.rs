@@ -408,6 +408,17 @@ fn keys() {
         let mut keyed = rule("r");
         keyed.key = parts.iter().map(|part| part.parse().unwrap()).collect();
         assert_eq!(keyed.key_for(request).as_deref(), expected, "{parts:?}");
+        // Written into text on the stack (as the lone rule's key is), whether it fits or
+        // spills to the heap: the same key.
+        let mut short = crate::inline_text::InlineText::<8>::new();
+        let mut long = crate::inline_text::InlineText::<256>::new();
+        let written = [
+            keyed
+                .write_key(request, &mut short)
+                .map(|()| short.as_str()),
+            keyed.write_key(request, &mut long).map(|()| long.as_str()),
+        ];
+        assert_eq!(written, [expected, expected], "{parts:?}");
     };
     check(&["ip"], &request, Some("r|203.0.113.7"));
     check(&["header:X-Api-Key"], &request, Some("r|key-1"));
