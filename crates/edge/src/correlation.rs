@@ -11,10 +11,7 @@
 //! is dropped and the node starts a new trace (whose sampling the node's own sampler decides),
 //! and `tracestate` goes on only beside a kept `traceparent`.
 
-use std::cell::RefCell;
-
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use bytes::BytesMut;
 
 /// `X-Request-Id`.
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -122,30 +119,11 @@ fn is_sane_request_id(value: &[u8]) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || b"-_.:+/=@".contains(byte))
 }
 
-/// How many new request ids one block of bytes holds.
-const IDS_PER_BLOCK: usize = 128;
-
-thread_local! {
-    /// The serving thread's block the next request ids are written into: each id is a slice
-    /// of it (a header value made from bytes copies them into an allocation of their own, one
-    /// a request). A block is freed once its last id is dropped.
-    static ID_BLOCK: RefCell<BytesMut> = RefCell::new(BytesMut::new());
-}
-
 /// A new request id: 128 random bits in hex.
 fn new_request_id() -> HeaderValue {
     let mut id = [0; 32];
     write_hex(&mut id, rand::random::<u128>());
-    let written = ID_BLOCK.try_with(|block| {
-        let mut block = block.try_borrow_mut().ok()?;
-        if block.capacity() - block.len() < id.len() {
-            *block = BytesMut::with_capacity(id.len() * IDS_PER_BLOCK);
-        }
-        block.extend_from_slice(&id);
-        HeaderValue::from_maybe_shared(block.split().freeze()).ok()
-    });
-    // Only while the thread ends is its block gone: then the id is made on its own.
-    written.ok().flatten().unwrap_or_else(|| header_value(&id))
+    header_value(&id)
 }
 
 /// `value`'s lowest `4 × out.len()` bits as lowercase hex digits, filling `out` (what
@@ -342,35 +320,6 @@ mod tests {
         };
         assert_eq!(&trace.text(), VALID.as_bytes());
         assert_eq!(new_request_id().len(), 32);
-    }
-
-    /// Ids written into a thread's blocks are each their own 32 hex digits, across blocks,
-    /// with ids of an earlier block still held or dropped.
-    #[test]
-    fn ids_from_shared_blocks_stay_apart() {
-        let held: Vec<HeaderValue> = (0..IDS_PER_BLOCK * 3 + 7)
-            .map(|_| new_request_id())
-            .collect();
-        let mut seen = std::collections::HashSet::new();
-        for id in &held {
-            assert_eq!(id.len(), 32);
-            assert!(
-                id.as_bytes()
-                    .iter()
-                    .all(|byte| byte.is_ascii_hexdigit() && !byte.is_ascii_uppercase())
-            );
-            assert!(seen.insert(id.as_bytes().to_vec()), "{id:?} twice");
-        }
-        let copies: Vec<Vec<u8>> = held.iter().map(|id| id.as_bytes().to_vec()).collect();
-        drop(held);
-        for _ in 0..IDS_PER_BLOCK * 2 {
-            let id = new_request_id();
-            assert!(!copies.contains(&id.as_bytes().to_vec()));
-            assert!(seen.insert(id.as_bytes().to_vec()));
-        }
-        // A thread of its own starts a block of its own.
-        let other = std::thread::spawn(|| new_request_id().as_bytes().to_vec());
-        assert!(seen.insert(other.join().unwrap()));
     }
 
     /// The lines the own client writes are the fields hyper's client gets in its map: the
