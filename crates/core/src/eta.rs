@@ -192,17 +192,18 @@ pub fn next_poll_ms(ahead: u64, rng: &mut impl Rng) -> u64 {
     jittered.clamp(MIN_POLL_MS, MAX_POLL_MS)
 }
 
-/// [`next_poll_ms`] for a visitor shown the wait `eta_seconds`: never later than that wait
-/// (still at least 1 s). The schedule counts people, not time: in a room admitting 500 a
-/// second, 2,001 ahead is four seconds from the door, yet the schedule says 10. An admitted
-/// ticket holds a slot of `max_active` until its visitor sees the admission and claims the
-/// pass (I2), so every second a poll comes after the admission is a second of a slot nobody
-/// uses, and a fast room polled by the plain schedule fills its cap with such tickets and
-/// admits below its rate.
+/// [`next_poll_ms`] for a visitor shown the wait `eta_seconds`: never later than that wait,
+/// nor sooner than the schedule's shortest interval (2 s) for it. The schedule counts people,
+/// not time: in a room admitting 500 a second, 2,001 ahead is four seconds from the door, yet
+/// the schedule says 10. An admitted ticket holds a slot of `max_active` until its visitor
+/// sees the admission and claims the pass (I2), so every second a poll comes after the
+/// admission is a second of a slot nobody uses, and a fast room polled by the plain schedule
+/// fills its cap with such tickets and admits below its rate. The floor keeps the front of
+/// the line, whose polls the store answers, polling no more often than the schedule has it.
 pub fn next_poll_ms_within(ahead: u64, eta_seconds: Option<u64>, rng: &mut impl Rng) -> u64 {
     let scheduled = next_poll_ms(ahead, rng);
     match eta_seconds {
-        Some(seconds) => scheduled.min(seconds.saturating_mul(1_000).max(MIN_POLL_MS)),
+        Some(seconds) => scheduled.min(seconds.saturating_mul(1_000).max(SHORTEST_BASE_MS)),
         None => scheduled,
     }
 }
@@ -210,6 +211,9 @@ pub fn next_poll_ms_within(ahead: u64, eta_seconds: Option<u64>, rng: &mut impl 
 /// Bounds of every poll interval (SPEC §5.5).
 const MIN_POLL_MS: u64 = 1_000;
 const MAX_POLL_MS: u64 = 60_000;
+
+/// The schedule's shortest interval before jitter (up to 500 ahead).
+const SHORTEST_BASE_MS: u64 = 2_000;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -359,8 +363,13 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         // 2,001 ahead at 500 a second: four seconds, not the schedule's ten.
         assert_eq!(next_poll_ms_within(2_001, Some(4), &mut rng), 4_000);
-        // A wait shorter than a second still waits a second; a wait of zero too.
-        assert_eq!(next_poll_ms_within(300, Some(0), &mut rng), 1_000);
+        // 1,000 ahead at 1,000 a second: 2 s, the schedule's shortest interval, not sooner.
+        assert_eq!(next_poll_ms_within(1_000, Some(1), &mut rng), 2_000);
+        // At the front the schedule stands (2 s ± 20 %), capped at 2 s.
+        for _ in 0..200 {
+            let poll = next_poll_ms_within(300, Some(0), &mut rng);
+            assert!((1_600..=2_000).contains(&poll), "{poll}");
+        }
         // A wait longer than the schedule leaves the schedule as it is.
         for _ in 0..200 {
             let poll = next_poll_ms_within(20_000, Some(600), &mut rng);
@@ -374,8 +383,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Over any line and any estimate, a poll is within [1 s, the schedule's jittered
-        /// interval] and no later than the estimated wait, unless that wait is under a second.
+        /// Over any line and any estimate, a poll is the schedule's jittered interval brought
+        /// forward to the estimated wait, never below 2 s unless the schedule is.
         #[test]
         fn the_poll_is_the_earlier_of_schedule_and_wait(
             ahead in 0u64..1_000_000,
@@ -388,11 +397,13 @@ mod tests {
             let poll = next_poll_ms_within(ahead, eta, &mut rng);
             proptest::prop_assert!(poll >= MIN_POLL_MS);
             proptest::prop_assert!(poll <= scheduled);
-            if let Some(eta) = eta {
-                proptest::prop_assert!(poll <= (eta * 1_000).max(MIN_POLL_MS));
-                proptest::prop_assert!(poll == scheduled || poll == (eta * 1_000).max(MIN_POLL_MS));
-            } else {
-                proptest::prop_assert_eq!(poll, scheduled);
+            proptest::prop_assert!(poll >= scheduled.min(SHORTEST_BASE_MS));
+            match eta {
+                Some(eta) => proptest::prop_assert_eq!(
+                    poll,
+                    scheduled.min((eta * 1_000).max(SHORTEST_BASE_MS))
+                ),
+                None => proptest::prop_assert_eq!(poll, scheduled),
             }
         }
     }
