@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
 use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, WaitingView};
-use anteroom_core::eta::{ConfiguredPace, Estimate, next_poll_ms, with_configured_fallback};
+use anteroom_core::eta::{
+    ConfiguredPace, Estimate, next_poll_ms, next_poll_ms_within, with_configured_fallback,
+};
 use anteroom_core::ids::IdText;
 use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{RoomId, TicketId};
@@ -490,7 +492,8 @@ fn waiting_answer(
         waiting: view.waiting,
         eta_seconds,
         eta_basis,
-        next_poll_ms: next_poll_ms(ahead.unwrap_or(0), &mut rand::thread_rng()),
+        // No later than the wait shown: an admission seen late holds a slot unused (I2).
+        next_poll_ms: next_poll_ms_within(ahead.unwrap_or(0), eta_seconds, &mut rand::thread_rng()),
         opens_at: view.opens_at.map(format_time),
         pass: None,
         pass_expires_at: None,

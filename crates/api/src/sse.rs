@@ -34,7 +34,9 @@ use futures_util::stream::{self, Stream};
 use tokio::sync::watch;
 
 use anteroom_core::engine::{Entry, TicketRef};
-use anteroom_core::eta::{AdmissionRate, ConfiguredPace, estimate, next_poll_ms};
+use anteroom_core::eta::{
+    AdmissionRate, ConfiguredPace, estimate, next_poll_ms, next_poll_ms_within,
+};
 use anteroom_core::room::Mode;
 use anteroom_core::{RoomId, Timestamp};
 
@@ -485,7 +487,7 @@ fn status_body(state: &StreamState, view: &TickerRoomView, ahead: u64) -> serde_
         "waiting": view.snapshot.waiting,
         "eta_seconds": eta_seconds,
         "eta_basis": eta_basis,
-        "next_poll_ms": next_poll_ms(ahead, &mut rand::thread_rng()),
+        "next_poll_ms": next_poll_ms_within(ahead, eta_seconds, &mut rand::thread_rng()),
     })
 }
 

@@ -13,7 +13,9 @@
 //! observed one.
 //!
 //! [`next_poll_ms`] spaces a polling client's calls by how far back it waits, with ±20 %
-//! jitter so a crowd that joined together does not poll together.
+//! jitter so a crowd that joined together does not poll together; [`next_poll_ms_within`]
+//! brings the next poll forward to the wait the visitor is shown, so a visitor of a fast room
+//! hears of its admission when it comes, not a schedule's interval later.
 
 use rand::Rng;
 
@@ -187,8 +189,31 @@ pub fn next_poll_ms(ahead: u64, rng: &mut impl Rng) -> u64 {
     };
     let jitter: f64 = rng.gen_range(-0.2..=0.2);
     let jittered = (base as f64 * (1.0 + jitter)).round() as u64;
-    jittered.clamp(1_000, 60_000)
+    jittered.clamp(MIN_POLL_MS, MAX_POLL_MS)
 }
+
+/// [`next_poll_ms`] for a visitor shown the wait `eta_seconds`: never later than that wait,
+/// nor sooner than the schedule's shortest interval (2 s) for it. The schedule counts people,
+/// not time: in a room admitting 500 a second, 2,001 ahead is four seconds from the door, yet
+/// the schedule says 10. An admitted ticket holds a slot of `max_active` until its visitor
+/// sees the admission and claims the pass (I2), so every second a poll comes after the
+/// admission is a second of a slot nobody uses, and a fast room polled by the plain schedule
+/// fills its cap with such tickets and admits below its rate. The floor keeps the front of
+/// the line, whose polls the store answers, polling no more often than the schedule has it.
+pub fn next_poll_ms_within(ahead: u64, eta_seconds: Option<u64>, rng: &mut impl Rng) -> u64 {
+    let scheduled = next_poll_ms(ahead, rng);
+    match eta_seconds {
+        Some(seconds) => scheduled.min(seconds.saturating_mul(1_000).max(SHORTEST_BASE_MS)),
+        None => scheduled,
+    }
+}
+
+/// Bounds of every poll interval (SPEC §5.5).
+const MIN_POLL_MS: u64 = 1_000;
+const MAX_POLL_MS: u64 = 60_000;
+
+/// The schedule's shortest interval before jitter (up to 500 ahead).
+const SHORTEST_BASE_MS: u64 = 2_000;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -329,6 +354,56 @@ mod tests {
                     poll >= base * 8 / 10 && poll <= base * 12 / 10,
                     "ahead {ahead}: {poll}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn a_poll_comes_no_later_than_the_estimated_wait() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        // 2,001 ahead at 500 a second: four seconds, not the schedule's ten.
+        assert_eq!(next_poll_ms_within(2_001, Some(4), &mut rng), 4_000);
+        // 1,000 ahead at 1,000 a second: 2 s, the schedule's shortest interval, not sooner.
+        assert_eq!(next_poll_ms_within(1_000, Some(1), &mut rng), 2_000);
+        // At the front the schedule stands (2 s ± 20 %), capped at 2 s.
+        for _ in 0..200 {
+            let poll = next_poll_ms_within(300, Some(0), &mut rng);
+            assert!((1_600..=2_000).contains(&poll), "{poll}");
+        }
+        // A wait longer than the schedule leaves the schedule as it is.
+        for _ in 0..200 {
+            let poll = next_poll_ms_within(20_000, Some(600), &mut rng);
+            assert!((12_000..=18_000).contains(&poll), "{poll}");
+        }
+        // No estimate: the schedule.
+        for _ in 0..200 {
+            let poll = next_poll_ms_within(1_000, None, &mut rng);
+            assert!((4_000..=6_000).contains(&poll), "{poll}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Over any line and any estimate, a poll is the schedule's jittered interval brought
+        /// forward to the estimated wait, never below 2 s unless the schedule is.
+        #[test]
+        fn the_poll_is_the_earlier_of_schedule_and_wait(
+            ahead in 0u64..1_000_000,
+            eta in proptest::option::of(0u64..100_000),
+            seed in proptest::num::u64::ANY,
+        ) {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let scheduled = next_poll_ms(ahead, &mut rng);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let poll = next_poll_ms_within(ahead, eta, &mut rng);
+            proptest::prop_assert!(poll >= MIN_POLL_MS);
+            proptest::prop_assert!(poll <= scheduled);
+            proptest::prop_assert!(poll >= scheduled.min(SHORTEST_BASE_MS));
+            match eta {
+                Some(eta) => proptest::prop_assert_eq!(
+                    poll,
+                    scheduled.min((eta * 1_000).max(SHORTEST_BASE_MS))
+                ),
+                None => proptest::prop_assert_eq!(poll, scheduled),
             }
         }
     }

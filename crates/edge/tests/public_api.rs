@@ -250,6 +250,11 @@ async fn join_into_a_full_room_waits_with_exactly_the_status_fields() {
     let line = reply.set_cookie("anteroom_t_sale").unwrap();
     assert_hardened_cookie(line, "anteroom_t_sale", reply.text("ticket"), true);
     assert_eq!(reply.set_cookie("anteroom_p_sale"), None);
+    // Next in line, told a wait of 0 s: polled again within 2 s (the schedule's 2 s ± 20 %,
+    // brought forward to the wait shown but never sooner than 2 s).
+    assert_eq!(reply.number("eta_seconds"), 0, "{}", reply.body);
+    let poll = reply.number("next_poll_ms");
+    assert!((1_600..=2_000).contains(&poll), "next_poll_ms {poll}");
 
     // Nobody has been admitted by the admitter yet, so the rate is unknown: somebody with
     // people ahead gets the estimate of the room's configured pace, one slot turning over
@@ -258,6 +263,9 @@ async fn join_into_a_full_room_waits_with_exactly_the_status_fields() {
     assert_eq!(behind.number("ahead"), 1);
     assert_eq!(behind.number("eta_seconds"), 600, "{}", behind.body);
     assert_eq!(behind.text("eta_basis"), "configured");
+    // A wait longer than the schedule's interval leaves the schedule (2 s ± 20 %).
+    let poll = behind.number("next_poll_ms");
+    assert!((1_600..=2_400).contains(&poll), "next_poll_ms {poll}");
 }
 
 #[tokio::test]
