@@ -193,19 +193,28 @@ pub fn next_poll_ms(ahead: u64, rng: &mut impl Rng) -> u64 {
 }
 
 /// [`next_poll_ms`] for a visitor shown the wait `eta_seconds`: never later than that wait,
-/// nor sooner than the schedule's shortest interval (2 s) for it. The schedule counts people,
+/// nor sooner than the schedule's shortest interval for it (2 s, less the jitter below). The schedule counts people,
 /// not time: in a room admitting 500 a second, 2,001 ahead is four seconds from the door, yet
 /// the schedule says 10. An admitted ticket holds a slot of `max_active` until its visitor
 /// sees the admission and claims the pass (I2), so every second a poll comes after the
 /// admission is a second of a slot nobody uses, and a fast room polled by the plain schedule
 /// fills its cap with such tickets and admits below its rate. The floor keeps the front of
 /// the line, whose polls the store answers, polling no more often than the schedule has it.
+///
+/// A poll brought forward keeps a jitter of its own, below the wait (up to 20 % sooner):
+/// visitors of a fast room joined in the same second are shown the same whole seconds, and
+/// would otherwise all poll in the same millisecond.
 pub fn next_poll_ms_within(ahead: u64, eta_seconds: Option<u64>, rng: &mut impl Rng) -> u64 {
     let scheduled = next_poll_ms(ahead, rng);
-    match eta_seconds {
-        Some(seconds) => scheduled.min(seconds.saturating_mul(1_000).max(SHORTEST_BASE_MS)),
-        None => scheduled,
+    let Some(seconds) = eta_seconds else {
+        return scheduled;
+    };
+    let wait_ms = seconds.saturating_mul(1_000).max(SHORTEST_BASE_MS);
+    if scheduled <= wait_ms {
+        return scheduled;
     }
+    let sooner: f64 = rng.gen_range(0.0..=0.2);
+    (wait_ms as f64 * (1.0 - sooner)).round() as u64
 }
 
 /// Bounds of every poll interval (SPEC §5.5).
@@ -361,10 +370,22 @@ mod tests {
     #[test]
     fn a_poll_comes_no_later_than_the_estimated_wait() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
-        // 2,001 ahead at 500 a second: four seconds, not the schedule's ten.
-        assert_eq!(next_poll_ms_within(2_001, Some(4), &mut rng), 4_000);
-        // 1,000 ahead at 1,000 a second: 2 s, the schedule's shortest interval, not sooner.
-        assert_eq!(next_poll_ms_within(1_000, Some(1), &mut rng), 2_000);
+        // 2,001 ahead at 500 a second: four seconds (up to 20 % sooner), not the schedule's
+        // ten; spread, not all at one millisecond.
+        let polls: std::collections::BTreeSet<u64> = (0..200)
+            .map(|_| next_poll_ms_within(2_001, Some(4), &mut rng))
+            .collect();
+        assert!(
+            polls.iter().all(|poll| (3_200..=4_000).contains(poll)),
+            "{polls:?}"
+        );
+        assert!(polls.len() > 100, "{} distinct polls", polls.len());
+        // 1,000 ahead at 1,000 a second: 2 s, the schedule's shortest interval (up to 20 %
+        // sooner, as the schedule's own jitter has it), not 1 s.
+        for _ in 0..200 {
+            let poll = next_poll_ms_within(1_000, Some(1), &mut rng);
+            assert!((1_600..=2_000).contains(&poll), "{poll}");
+        }
         // At the front the schedule stands (2 s ± 20 %), capped at 2 s.
         for _ in 0..200 {
             let poll = next_poll_ms_within(300, Some(0), &mut rng);
@@ -383,8 +404,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Over any line and any estimate, a poll is the schedule's jittered interval brought
-        /// forward to the estimated wait, never below 2 s unless the schedule is.
+        /// Over any line and any estimate, a poll is the schedule's jittered interval, or, when
+        /// that is later than the estimated wait (at least 2 s), up to 20 % before that wait.
         #[test]
         fn the_poll_is_the_earlier_of_schedule_and_wait(
             ahead in 0u64..1_000_000,
@@ -397,12 +418,16 @@ mod tests {
             let poll = next_poll_ms_within(ahead, eta, &mut rng);
             proptest::prop_assert!(poll >= MIN_POLL_MS);
             proptest::prop_assert!(poll <= scheduled);
-            proptest::prop_assert!(poll >= scheduled.min(SHORTEST_BASE_MS));
+            proptest::prop_assert!(poll >= scheduled.min(SHORTEST_BASE_MS * 4 / 5));
             match eta {
-                Some(eta) => proptest::prop_assert_eq!(
-                    poll,
-                    scheduled.min((eta * 1_000).max(SHORTEST_BASE_MS))
-                ),
+                Some(eta) => {
+                    let wait = (eta * 1_000).max(SHORTEST_BASE_MS);
+                    if scheduled <= wait {
+                        proptest::prop_assert_eq!(poll, scheduled);
+                    } else {
+                        proptest::prop_assert!(poll <= wait && poll >= wait * 4 / 5, "{poll} {wait}");
+                    }
+                }
                 None => proptest::prop_assert_eq!(poll, scheduled),
             }
         }
