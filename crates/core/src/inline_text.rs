@@ -29,14 +29,6 @@ impl<const N: usize> InlineText<N> {
         }
     }
 
-    /// The text's bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        match &self.held {
-            Held::Inline { bytes, len } => &bytes[..*len],
-            Held::Heap(text) => text.as_bytes(),
-        }
-    }
-
     /// The text. Only `&str` and `char` are ever written into it, in whole, so its bytes are
     /// UTF-8; were they not, the empty text is answered rather than a panic.
     pub fn as_str(&self) -> &str {
@@ -46,41 +38,8 @@ impl<const N: usize> InlineText<N> {
         }
     }
 
-    /// The text's length in bytes.
-    pub fn len(&self) -> usize {
-        self.as_bytes().len()
-    }
-
-    /// Whether the text is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Appends the bytes `range` of the text itself again (a range of lengths the text had
-    /// after whole writes, so at char boundaries); nothing when it is not such a range.
-    pub fn extend_from_within(&mut self, range: std::ops::Range<usize>) {
-        if self.as_str().get(range.clone()).is_none() {
-            return;
-        }
-        match &mut self.held {
-            Held::Inline { bytes, len } => {
-                let end = *len + range.len();
-                if end <= N {
-                    bytes.copy_within(range, *len);
-                    *len = end;
-                    return;
-                }
-                let mut spilled = String::with_capacity(end.max(2 * N));
-                spilled.push_str(std::str::from_utf8(&bytes[..*len]).unwrap_or_default());
-                spilled.extend_from_within(range);
-                self.held = Held::Heap(spilled);
-            }
-            Held::Heap(held) => held.extend_from_within(range),
-        }
-    }
-
     /// Appends `text`.
-    pub fn push_str(&mut self, text: &str) {
+    fn push_str(&mut self, text: &str) {
         match &mut self.held {
             Held::Inline { bytes, len } => {
                 let end = *len + text.len();
@@ -102,14 +61,6 @@ impl<const N: usize> InlineText<N> {
 impl<const N: usize> Default for InlineText<N> {
     fn default() -> InlineText<N> {
         InlineText::new()
-    }
-}
-
-impl<const N: usize> From<&str> for InlineText<N> {
-    fn from(text: &str) -> InlineText<N> {
-        let mut inline = InlineText::new();
-        inline.push_str(text);
-        inline
     }
 }
 
@@ -157,30 +108,11 @@ mod tests {
                         string.push_str(piece);
                         write!(string, "{piece}|").unwrap();
                     }
-                    let at = string.len() / 2;
-                    if string.is_char_boundary(at) {
-                        inline.extend_from_within(0..at);
-                        string.extend_from_within(0..at);
-                    }
                     assert_eq!(inline.as_str(), string);
-                    assert_eq!(inline.as_bytes(), string.as_bytes());
-                    assert_eq!(inline.len(), string.len());
-                    assert_eq!(inline.is_empty(), string.is_empty());
                     let spilled = matches!(inline.held, Held::Heap(_));
                     assert_eq!(spilled, string.len() > 12, "{string:?}");
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_range_outside_the_text_appends_nothing() {
-        let mut text = InlineText::<8>::from("abc");
-        text.extend_from_within(2..9);
-        text.extend_from_within(0..1);
-        assert_eq!(text.as_str(), "abca");
-        let mut text = InlineText::<8>::from("é");
-        text.extend_from_within(0..1);
-        assert_eq!(text.as_str(), "é");
     }
 }
