@@ -690,6 +690,28 @@ mod tests {
 
     const IN_MAP: AnswerFields<'static> = AnswerFields::Map { spare: 2 };
 
+    /// A pool to `address` over plain TCP, without a cap or a body limit, whose answers may
+    /// go quiet for `idle_timeout`.
+    fn plain_pool(address: String, idle_timeout: Duration) -> Arc<UpstreamPool> {
+        UpstreamPool::new(UpstreamTarget {
+            address,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout,
+            pool_idle_timeout: Duration::from_secs(60),
+            max_response_body: None,
+            cap: None,
+            tls: None,
+        })
+    }
+
+    /// The fields a request from no known peer adds: a new request id, forwarding from
+    /// `unknown`.
+    fn fields_of_an_unknown_peer() -> (Forwarding, Correlation) {
+        let forwarding =
+            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
+        (forwarding, Correlation::take(&mut HeaderMap::new(), false))
+    }
+
     #[tokio::test]
     async fn a_streamed_body_that_stalls_fails_after_the_idle_timeout_and_heads_after_theirs() {
         use futures_util::StreamExt as _;
@@ -712,18 +734,8 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(5)).await;
             drop((stream, second));
         });
-        let pool = UpstreamPool::new(UpstreamTarget {
-            address,
-            connect_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_millis(200),
-            pool_idle_timeout: Duration::from_secs(60),
-            max_response_body: None,
-            cap: None,
-            tls: None,
-        });
-        let forwarding =
-            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
-        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let pool = plain_pool(address, Duration::from_millis(200));
+        let (forwarding, correlation) = fields_of_an_unknown_peer();
         let added = AddedFields {
             correlation: &correlation,
             forwarding: &forwarding,
@@ -803,18 +815,8 @@ mod tests {
                 .unwrap();
             (large, small, again)
         });
-        let pool = UpstreamPool::new(UpstreamTarget {
-            address,
-            connect_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(5),
-            pool_idle_timeout: Duration::from_secs(60),
-            max_response_body: None,
-            cap: None,
-            tls: None,
-        });
-        let forwarding =
-            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
-        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let pool = plain_pool(address, Duration::from_secs(5));
+        let (forwarding, correlation) = fields_of_an_unknown_peer();
         let added = AddedFields {
             correlation: &correlation,
             forwarding: &forwarding,
@@ -899,9 +901,7 @@ mod tests {
                 });
             }
         });
-        let forwarding =
-            Forwarding::take(&mut HeaderMap::new(), None, ClientScheme::Http, None, &[]);
-        let correlation = Correlation::take(&mut HeaderMap::new(), false);
+        let (forwarding, correlation) = fields_of_an_unknown_peer();
         let added = AddedFields {
             correlation: &correlation,
             forwarding: &forwarding,
@@ -909,15 +909,7 @@ mod tests {
         let read = [HeaderName::from_static("x-request-id")];
         // In the map, or passed as read beside the one field read: the same fields either way.
         for fields in [IN_MAP, AnswerFields::Passed { read: &read }] {
-            let pool = UpstreamPool::new(UpstreamTarget {
-                address: address.clone(),
-                connect_timeout: Duration::from_secs(5),
-                idle_timeout: Duration::from_secs(5),
-                pool_idle_timeout: Duration::from_secs(60),
-                max_response_body: None,
-                cap: None,
-                tls: None,
-            });
+            let pool = plain_pool(address.clone(), Duration::from_secs(5));
             let outgoing = OwnRequest {
                 method: &Method::GET,
                 target: "/",
