@@ -334,11 +334,10 @@ fn the_replayed_log_is_laid_over_redb() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
     let database = database_with_tables(&path);
-    let key = ticket_key;
     let mut stored = Dirty::default();
     for id in [1, 2, 3, 5] {
         stored.absorb(Write::Ticket {
-            key: key(id),
+            key: ticket_key(id),
             bytes: Some(vec![id]),
         });
     }
@@ -352,7 +351,7 @@ fn the_replayed_log_is_laid_over_redb() {
         (6, Some(16)),
     ] {
         log.absorb(Write::Ticket {
-            key: key(id),
+            key: ticket_key(id),
             bytes: bytes.map(|byte| vec![byte]),
         });
     }
@@ -389,7 +388,6 @@ fn the_latest_version_of_a_record_is_the_one_written_and_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
     let database = database_with_tables(&path);
-    let key = ticket_key;
     let mut dirty = Dirty::default();
     for (id, bytes) in [
         (7, Some(1)),
@@ -402,14 +400,14 @@ fn the_latest_version_of_a_record_is_the_one_written_and_read() {
         (5, Some(6)),
     ] {
         dirty.absorb(Write::Ticket {
-            key: key(id),
+            key: ticket_key(id),
             bytes: bytes.map(|byte| vec![byte]),
         });
     }
     let expected = vec![
-        (key(3), None),
-        (key(5), Some(vec![6])),
-        (key(7), Some(vec![5])),
+        (ticket_key(3), None),
+        (ticket_key(5), Some(vec![6])),
+        (ticket_key(7), Some(vec![5])),
     ];
     let read: Vec<(Vec<u8>, Option<Vec<u8>>)> = dirty
         .tickets_of(&room())
@@ -420,7 +418,10 @@ fn the_latest_version_of_a_record_is_the_one_written_and_read() {
 
     checkpoint::checkpoint(&database, &path, &dirty, 1).unwrap();
     let stored = stored_tickets(&database);
-    assert_eq!(stored, vec![(key(5), vec![6]), (key(7), vec![5])]);
+    assert_eq!(
+        stored,
+        vec![(ticket_key(5), vec![6]), (ticket_key(7), vec![5])]
+    );
 }
 
 /// A room deleted and created again in the replayed log: what redb held of it before the
@@ -712,16 +713,15 @@ fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = store_path(dir.path());
     let database = database_with_tables(&path);
-    let key = ticket_key;
     let mut dirty = Dirty::default();
     for write in [
         Write::Ticket {
-            key: key(1),
+            key: ticket_key(1),
             bytes: Some(b"old".to_vec()),
         },
         Write::DeleteRoom { room: room() },
         Write::Ticket {
-            key: key(2),
+            key: ticket_key(2),
             bytes: Some(b"new".to_vec()),
         },
     ] {
@@ -731,20 +731,20 @@ fn a_room_deleted_and_created_again_keeps_only_its_new_records() {
     // A ticket redb already held before the room was deleted goes too.
     let mut dirty = Dirty::default();
     dirty.absorb(Write::Ticket {
-        key: key(3),
+        key: ticket_key(3),
         bytes: Some(b"older".to_vec()),
     });
     checkpoint::checkpoint(&database, &path, &dirty, 2).unwrap();
     let mut dirty = Dirty::default();
     dirty.absorb(Write::DeleteRoom { room: room() });
     dirty.absorb(Write::Ticket {
-        key: key(4),
+        key: ticket_key(4),
         bytes: Some(b"newest".to_vec()),
     });
     checkpoint::checkpoint(&database, &path, &dirty, 3).unwrap();
 
     let stored = stored_tickets(&database);
-    assert_eq!(stored, vec![(key(4), b"newest".to_vec())]);
+    assert_eq!(stored, vec![(ticket_key(4), b"newest".to_vec())]);
     assert_eq!(checkpoint::checkpointed_through(&database).unwrap(), 3);
 }
 
@@ -769,11 +769,11 @@ async fn a_log_of_version_1_json_records_is_replayed() {
             bytes: state.to_vec(),
         },
         Write::Ticket {
-            key: super::tables::record_key(&room(), &[6; 16]),
+            key: ticket_key(6),
             bytes: Some(admitted.to_vec()),
         },
         Write::Ticket {
-            key: super::tables::record_key(&room(), &[7; 16]),
+            key: ticket_key(7),
             bytes: Some(waiting.to_vec()),
         },
     ];
@@ -863,11 +863,11 @@ fn an_unreadable_ticket_in_redb_refuses_to_open() {
             bytes: persisted::encode_config(&RoomConfig::with_defaults(room())),
         },
         Write::Ticket {
-            key: super::tables::record_key(&room(), &[1; 16]),
+            key: ticket_key(1),
             bytes: Some(persisted::encode_ticket(&ticket)),
         },
         Write::Ticket {
-            key: super::tables::record_key(&room(), &[2; 16]),
+            key: ticket_key(2),
             bytes: Some(b"not a ticket".to_vec()),
         },
     ] {
