@@ -396,31 +396,31 @@ impl RateLimiter {
                 cost: rule.cost,
                 budget: Some(&set.budgets[0]),
             };
-            self.shared.local.acquire_one_now(&request)
+            // A store elsewhere decides after a wait: the key, already written, goes on as a
+            // `String` of its own.
+            self.shared
+                .local
+                .acquire_one_now(&request)
+                .ok_or_else(|| key.as_str().to_owned())
         };
         settled.lone_rule = Some(name.clone());
         let decision = match now {
-            Some(Ok(decision)) => Some(decision),
-            Some(Err(error)) => {
+            Ok(Ok(decision)) => Some(decision),
+            Ok(Err(error)) => {
                 tracing::warn!(%error, "rate-limit store failed");
                 None
             }
-            // A store elsewhere: the key again, as the general engine makes it.
-            None => match rule.key_for(&HttpView::new(parts, client_ip)) {
-                Some(key) => {
-                    let request = LimitRequest {
-                        key: &key,
-                        params: &rule.params,
-                        cost: rule.cost,
-                        budget: Some(&set.budgets[0]),
-                    };
-                    reserve(self.shared.local.as_ref(), std::slice::from_ref(&request))
-                        .await
-                        .and_then(|reserved| reserved.decisions.first().copied())
-                }
-                // Not reached: the same request has the key it had above.
-                None => None,
-            },
+            Err(key) => {
+                let request = LimitRequest {
+                    key: &key,
+                    params: &rule.params,
+                    cost: rule.cost,
+                    budget: Some(&set.budgets[0]),
+                };
+                reserve(self.shared.local.as_ref(), std::slice::from_ref(&request))
+                    .await
+                    .and_then(|reserved| reserved.decisions.first().copied())
+            }
         };
         let mut evaluation = Evaluation {
             limiter: self,
