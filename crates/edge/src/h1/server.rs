@@ -20,6 +20,14 @@
 //! alike (SPEC §14.4, [`anteroom_h1::check_request`]): the route matched here, the body a proxy
 //! in front delimits and the virtual host the origin serves must all be the same.
 //!
+//! A request whose client leaves before its answer is not answered: while the answer is
+//! pending, the loop watches the client's side of the connection ([`unless_abandoned`]), and
+//! an end of file (a half-close too, as nginx reads one for a proxied request) or a reset drops
+//! the answer's future (a join queued for Redis is withdrawn, one sent is taken back, the
+//! origin's exchange is closed) and the connection, counted as abandoned. hyper's HTTP/1 server
+//! does the same for what it serves (it reads the connection while a request waits), and its
+//! HTTP/2 server drops a request whose stream or connection ends.
+//!
 //! Timeouts (`[server]`, SPEC §14.4): a connection's first head must arrive within
 //! `header_timeout` of the accept; a kept-alive connection waits `idle_timeout` for the first
 //! byte of its next request, which then has `header_timeout` to complete its head; a body
@@ -205,8 +213,24 @@ pub(crate) async fn serve<S: Transport>(
         let answer = Answer::to(&request, &stop);
         // The per-address permit is held until the answer is written.
         let limits = &hand_over.limits;
-        let (response, passed, _permit) =
-            answer_request(&mut router, &site, limits, (peer, scheme), request).await;
+        // Pinned here and watched through a reference: the answer's future is large, and
+        // moving it into the watch's future cost a copy of it a request.
+        let answering = std::pin::pin!(answer_request(
+            &mut router,
+            &site,
+            limits,
+            (peer, scheme),
+            request
+        ));
+        let Some((response, passed, _permit)) =
+            unless_abandoned(answering, &mut stream, &mut input).await
+        else {
+            // The client is gone: the answer's work was dropped unfinished (a queued join
+            // withdrawn, a sent one taken back, the origin's exchange closed) and nobody is
+            // left to answer.
+            hand_over.requests.abandoned();
+            return;
+        };
         hand_over.requests.answered(response.status(), started);
         output.clear();
         let answered = (response, passed);
@@ -344,6 +368,71 @@ async fn answer_request(
     (response, passed, permit)
 }
 
+/// `answer` unless the client closes its side of the connection before it is ready: then
+/// `None`, and `answer` is dropped unfinished. A close is an end of file (a half-close too, as
+/// nginx reads it for a proxied request) or a broken connection.
+///
+/// The answer is polled first, so one ready at once never touches the connection. While it
+/// waits, the client's side is watched until it sends anything: bytes that come (a pipelined
+/// next request) are the client's, still there, and the watch ends, so a client cannot keep
+/// the loop reading. On plain TCP the watch only peeks, leaving them in the socket; over TLS,
+/// where only a read sees a close, the one byte read is kept at the end of `input` (empty
+/// while watching: bytes already read after the request end the watch before it starts).
+#[inline]
+async fn unless_abandoned<S: Transport, T>(
+    mut answer: Pin<&mut impl Future<Output = T>>,
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+) -> Option<T> {
+    let mut watching = input.is_empty();
+    std::future::poll_fn(|context| {
+        if let Poll::Ready(answered) = answer.as_mut().poll(context) {
+            return Poll::Ready(Some(answered));
+        }
+        if watching {
+            match poll_client_side(stream, input, context) {
+                Poll::Pending => {}
+                Poll::Ready(ClientSide::Sent) => watching = false,
+                Poll::Ready(ClientSide::Closed) => return Poll::Ready(None),
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// What the client's side of a connection showed while an answer waited.
+enum ClientSide {
+    /// Bytes: the client is there.
+    Sent,
+    /// An end of file or a broken connection.
+    Closed,
+}
+
+/// Polls the client's side of the connection for one byte (see [`unless_abandoned`]).
+fn poll_client_side<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    context: &mut Context<'_>,
+) -> Poll<ClientSide> {
+    let mut byte = [0u8; 1];
+    let mut buffer = ReadBuf::new(&mut byte);
+    let polled = match stream.get_ref().as_tcp() {
+        Some(tcp) => tcp.poll_peek(context, &mut buffer).map_ok(|_peeked| ()),
+        None => {
+            let read = Pin::new(&mut *stream).poll_read(context, &mut buffer);
+            // A read byte is the start of the next request: it is kept in order.
+            input.extend_from_slice(buffer.filled());
+            read
+        }
+    };
+    match polled {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Ok(())) if !buffer.filled().is_empty() => Poll::Ready(ClientSide::Sent),
+        Poll::Ready(_) => Poll::Ready(ClientSide::Closed),
+    }
+}
+
 /// Drops buffers grown past their usual size: a connection that held a large answer does not
 /// keep its output buffer, nor one that read a large body its input buffer while it waits for
 /// the next request.
@@ -468,7 +557,10 @@ pub(crate) fn serve_with_hyper<I>(
                 if scheme == ClientScheme::Https {
                     request.extensions_mut().insert(scheme);
                 }
+                // hyper drops this future when the client closes the connection first.
+                let unanswered = Unanswered(counted);
                 let response = router.call(request).await?;
+                std::mem::forget(unanswered);
                 counted.answered(response.status(), started);
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
@@ -488,6 +580,16 @@ pub(crate) fn serve_with_hyper<I>(
             tracing::debug!(%peer, error = %error, "connection ended with an error");
         }
     });
+}
+
+/// Counts a request hyper serves as abandoned if it is dropped before its answer is ready
+/// (forgotten once it is).
+struct Unanswered(&'static RequestMetrics);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.abandoned();
+    }
 }
 
 /// What the own loop checks before a request is served, for a request hyper parsed: its
