@@ -1,4 +1,4 @@
-//! Requests whose client leaves before the answer (SPEC §14.4): the node drops the request's
+//! Requests whose client leaves before the answer: the node drops the request's
 //! work, closes the connection without answering and counts it
 //! (`anteroom_http_requests_abandoned_total`), as nginx does for a proxied request whose client
 //! closed (499). A join held up in Redis whose client left leaves nothing behind once Redis
