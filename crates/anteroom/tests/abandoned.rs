@@ -31,6 +31,9 @@ const JOIN: &[u8] =
 /// A request the node proxies to the slow origin.
 const SLOW: &[u8] = b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
 
+/// The admin key the node accepts.
+const ADMIN_KEY: &str = "abandoned-test-admin-key-0123456789";
+
 /// A request the node answers at once (`ok`).
 const HEALTHZ: &[u8] = b"GET /_anteroom/healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 
@@ -71,6 +74,7 @@ impl Node {
              \n\
              [auth]\n\
              service_keys = [\"{service}\"]\n\
+             admin_keys = [\"{admin}\"]\n\
              \n\
              [[room]]\n\
              id = \"shop\"\n\
@@ -82,6 +86,7 @@ impl Node {
             redis = redis.url(),
             keys = toml_string(&site.keys_dir()),
             service = key_hash(SERVICE_KEY),
+            admin = key_hash(ADMIN_KEY),
         );
         std::fs::write(site.config_path(), text).unwrap();
         let mut server = site.start();
@@ -114,6 +119,12 @@ impl Node {
 
     /// `anteroom_http_requests_abandoned_total` of the public listener.
     async fn abandoned(&self) -> u64 {
+        self.metric("anteroom_http_requests_abandoned_total{listener=\"public\"}")
+            .await
+    }
+
+    /// The value of the sample `series` (name and labels) in the node's metrics.
+    async fn metric(&self, series: &str) -> u64 {
         let text = client()
             .get(format!("http://127.0.0.1:{}/metrics", self.admin_port))
             .send()
@@ -123,10 +134,8 @@ impl Node {
             .await
             .unwrap();
         text.lines()
-            .find_map(|line| {
-                line.strip_prefix("anteroom_http_requests_abandoned_total{listener=\"public\"} ")
-            })
-            .unwrap_or_else(|| panic!("no abandoned requests series in:\n{text}"))
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
             .trim()
             .parse()
             .unwrap()
@@ -346,4 +355,40 @@ async fn requests_served_by_hyper_are_dropped_when_their_client_leaves() {
         node.server.log()
     );
     assert_eq!(node.abandoned().await, 2);
+}
+
+/// The admin listener's requests run to their end when their client leaves (an admin change
+/// goes on to its audit event once begun). The admin listener is served by the own engine
+/// whatever `http_engine` says.
+#[tokio::test]
+async fn an_admin_request_whose_client_leaves_runs_to_its_end() {
+    let origin = SlowOrigin::start(Duration::from_secs(1)).await;
+    let node = Node::start(&origin).await;
+    let answered = "anteroom_http_requests_total{listener=\"admin\",class=\"2xx\"}";
+    let before = node.metric(answered).await;
+    let paused = node.redis.pause();
+    let request = format!(
+        "GET /admin/v1/rooms/shop/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_KEY}\r\n\r\n"
+    );
+    let mut stream = TcpStream::connect(("127.0.0.1", node.admin_port))
+        .await
+        .unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(HELD_UP / 2).await;
+    let mut byte = [0u8; 1];
+    let early = stream.try_read(&mut byte);
+    assert!(
+        matches!(&early, Err(error) if error.kind() == std::io::ErrorKind::WouldBlock),
+        "answered while Redis was stopped: {early:?}"
+    );
+    drop(stream);
+    tokio::time::sleep(HELD_UP / 2).await;
+    RedisServer::resume(paused);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The scrape itself is counted once its answer is written, after the sample is read.
+    let after = node.metric(answered).await;
+    let dropped = node
+        .metric("anteroom_http_requests_abandoned_total{listener=\"admin\"}")
+        .await;
+    assert_eq!((after - before, dropped), (2, 0));
 }

@@ -20,8 +20,8 @@
 //! alike (SPEC §14.4, [`anteroom_h1::check_request`]): the route matched here, the body a proxy
 //! in front delimits and the virtual host the origin serves must all be the same.
 //!
-//! A request whose client leaves before its answer is not answered: while the answer is
-//! pending, the loop watches the client's side of the connection ([`unless_abandoned`]), and
+//! A request to the public listener whose client leaves before its answer is not answered:
+//! while the answer is pending, the loop watches the client's side ([`unless_abandoned`]), and
 //! an end of file (a half-close too, as nginx reads one for a proxied request) or a reset drops
 //! the answer's future (a join queued for Redis is withdrawn, one sent is taken back, the
 //! origin's exchange is closed) and the connection, counted as abandoned. hyper's HTTP/1 server
@@ -73,7 +73,7 @@ use crate::client_scheme::ClientScheme;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
 use crate::public_app::PublicApp;
-use crate::request_metrics::RequestMetrics;
+use crate::request_metrics::{Listener, RequestMetrics};
 use crate::server_limits::{AddressPermit, ServerLimits, over_address_cap};
 use crate::visitor::Visitor;
 use anteroom_api::ratelimit::resolve_client_ip;
@@ -165,8 +165,15 @@ pub(crate) async fn serve<S: Transport>(
     mut stop: watch::Receiver<bool>,
 ) {
     let PublicApp {
-        mut router, site, ..
+        mut router,
+        site,
+        listener,
+        ..
     } = app;
+    // Only the public listener's requests are dropped when their client leaves: an admin
+    // change goes on to its audit event once begun (few requests, and a change without its
+    // event would be worse than the work saved).
+    let watched = listener == Listener::Public;
     let timeouts = hand_over.limits.timeouts;
     let scheme = stream.get_ref().scheme();
     let mut input = BytesMut::new();
@@ -223,7 +230,7 @@ pub(crate) async fn serve<S: Transport>(
             request
         ));
         let Some((response, passed, _permit)) =
-            unless_abandoned(answering, &mut stream, &mut input).await
+            unless_abandoned(answering, &mut stream, &mut input, watched).await
         else {
             // The client is gone: the answer's work was dropped unfinished (a queued join
             // withdrawn, a sent one taken back, the origin's exchange closed) and nobody is
@@ -369,7 +376,7 @@ async fn answer_request(
 }
 
 /// `answer` unless the client closes its side of the connection before it is ready: then
-/// `None`, and `answer` is dropped unfinished. A close is an end of file (a half-close too, as
+/// `None`, and `answer` is dropped unfinished (when `watched`; otherwise `answer` alone). A close is an end of file (a half-close too, as
 /// nginx reads it for a proxied request) or a broken connection.
 ///
 /// The answer is polled first, so one ready at once never touches the connection. While it
@@ -383,8 +390,9 @@ async fn unless_abandoned<S: Transport, T>(
     mut answer: Pin<&mut impl Future<Output = T>>,
     stream: &mut Client<S>,
     input: &mut BytesMut,
+    watched: bool,
 ) -> Option<T> {
-    let mut watching = input.is_empty();
+    let mut watching = watched && input.is_empty();
     std::future::poll_fn(|context| {
         if let Poll::Ready(answered) = answer.as_mut().poll(context) {
             return Poll::Ready(Some(answered));
