@@ -445,6 +445,11 @@ const DESCRIPTIONS: &[(SeriesKind, &str, &str)] = &[
         "Time from a request's head to its answer's head, by listener.",
     ),
     (
+        SeriesKind::Counter,
+        "anteroom_http_requests_abandoned_total",
+        "Requests dropped unanswered because their client closed the connection first, by listener.",
+    ),
+    (
         SeriesKind::Gauge,
         "anteroom_ticker_lag_seconds",
         "How late the ticker's last round finished after its scheduled start.",

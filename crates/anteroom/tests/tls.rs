@@ -17,6 +17,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use support::slow_origin::{Fate, SLOW_BODY, SlowOrigin};
 use support::{Server, Site, toml_string};
 
 /// The name the node's default certificate is for.
@@ -387,4 +388,63 @@ async fn an_https_upstream_is_reached_through_a_private_authority() {
     let answer = String::from_utf8_lossy(&output.stdout);
     assert!(answer.ends_with("\n502"), "{answer}");
     assert!(!answer.contains("origin over tls"), "{answer}");
+}
+
+/// Over TLS, where only a read sees the client's close: a proxied request whose client sends
+/// its next request while the first waits for the origin is answered, then the next (the byte
+/// read while watching is kept); one whose client leaves, with a `close_notify` or without, is
+/// dropped at the origin.
+#[tokio::test]
+async fn over_tls_a_client_that_leaves_is_not_answered_and_a_pipelined_request_is() {
+    let origin = SlowOrigin::start(Duration::from_millis(1500)).await;
+    let node = TlsNode::start(&format!("[upstream]\nurl = \"{}\"\n", origin.url())).await;
+
+    let mut stream = node.connect(SHOP).await;
+    let slow = format!("GET /slow HTTP/1.1\r\nHost: {SHOP}\r\n\r\n");
+    stream.write_all(slow.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let healthz = format!("GET /_anteroom/healthz HTTP/1.1\r\nHost: {SHOP}\r\n\r\n");
+    stream.write_all(healthz.as_bytes()).await.unwrap();
+    // Both answers, in one read or more.
+    let mut answers = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answers.ends_with(b"\r\n\r\nok") {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            read > 0,
+            "closed early: {}",
+            String::from_utf8_lossy(&answers)
+        );
+        answers.extend_from_slice(&buffer[..read]);
+    }
+    let answers = String::from_utf8_lossy(&answers).into_owned();
+    assert_eq!(answers.matches("HTTP/1.1 200 ").count(), 2, "{answers}");
+    assert!(answers.find(SLOW_BODY).unwrap() < answers.rfind("HTTP/1.1 200 ").unwrap());
+    // The connection goes on.
+    assert_eq!(
+        get(&mut stream, "/_anteroom/healthz").await,
+        (200, "ok".to_owned())
+    );
+
+    for close_notify in [true, false] {
+        let mut stream = node.connect(SHOP).await;
+        stream
+            .write_all(format!("GET /slow HTTP/1.1\r\nHost: {SHOP}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if close_notify {
+            stream.shutdown().await.unwrap();
+        }
+        drop(stream);
+    }
+    assert_eq!(
+        origin.fates(3, Duration::from_secs(5)).await,
+        vec![Fate::Answered, Fate::ClosedBefore, Fate::ClosedBefore],
+        "log:\n{}",
+        node.server.log()
+    );
 }

@@ -1,7 +1,8 @@
 //! The request series of the listeners (`anteroom_http_requests_total`,
-//! `anteroom_http_request_duration_seconds`), counted by the HTTP engine where each answer's
-//! head is ready. Handles are resolved once per listener, so counting a request is an atomic
-//! add and a histogram record, no name lookup.
+//! `anteroom_http_request_duration_seconds`, `anteroom_http_requests_abandoned_total`), counted
+//! by the HTTP engine where each answer's head is ready, or where a request whose client left
+//! is dropped unanswered. Handles are resolved once per listener, so counting a request is an
+//! atomic add and a histogram record, no name lookup.
 
 use std::sync::OnceLock;
 
@@ -22,6 +23,8 @@ pub(crate) struct RequestMetrics {
     /// Answers by status class, `1xx` to `5xx`.
     by_class: [Counter; 5],
     duration: Histogram,
+    /// Requests dropped unanswered because their client closed the connection first.
+    abandoned: Counter,
 }
 
 impl RequestMetrics {
@@ -39,6 +42,7 @@ impl RequestMetrics {
                 counter!("anteroom_http_requests_total", "listener" => label, "class" => class)
             }),
             duration: histogram!("anteroom_http_request_duration_seconds", "listener" => label),
+            abandoned: counter!("anteroom_http_requests_abandoned_total", "listener" => label),
         }
         })
     }
@@ -49,5 +53,11 @@ impl RequestMetrics {
         let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
         self.by_class[class].increment(1);
         self.duration.record(since.elapsed().as_secs_f64());
+    }
+
+    /// Counts one request dropped unanswered: its client closed the connection before the
+    /// answer was ready (nginx logs these as 499).
+    pub(crate) fn abandoned(&self) {
+        self.abandoned.increment(1);
     }
 }

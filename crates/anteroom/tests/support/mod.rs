@@ -7,6 +7,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub(crate) mod proxies;
+pub(crate) mod slow_origin;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -20,6 +20,14 @@
 //! alike (SPEC §14.4, [`anteroom_h1::check_request`]): the route matched here, the body a proxy
 //! in front delimits and the virtual host the origin serves must all be the same.
 //!
+//! A request to the public listener whose client leaves before its answer is not answered:
+//! while the answer is pending, the loop watches the client's side ([`unless_abandoned`]), and
+//! an end of file (a half-close too, as nginx reads one for a proxied request) or a reset drops
+//! the answer's future (a join queued for Redis is withdrawn, one sent is taken back, the
+//! origin's exchange is closed) and the connection, counted as abandoned. hyper's HTTP/1 server
+//! does the same for what it serves (it reads the connection while a request waits), and its
+//! HTTP/2 server drops a request whose stream or connection ends.
+//!
 //! Timeouts (`[server]`, SPEC §14.4): a connection's first head must arrive within
 //! `header_timeout` of the accept; a kept-alive connection waits `idle_timeout` for the first
 //! byte of its next request, which then has `header_timeout` to complete its head; a body
@@ -65,7 +73,7 @@ use crate::client_scheme::ClientScheme;
 use crate::deadline::Deadline;
 use crate::gateway::SiteLane;
 use crate::public_app::PublicApp;
-use crate::request_metrics::RequestMetrics;
+use crate::request_metrics::{Listener, RequestMetrics};
 use crate::server_limits::{AddressPermit, ServerLimits, over_address_cap};
 use crate::visitor::Visitor;
 use anteroom_api::ratelimit::resolve_client_ip;
@@ -157,8 +165,15 @@ pub(crate) async fn serve<S: Transport>(
     mut stop: watch::Receiver<bool>,
 ) {
     let PublicApp {
-        mut router, site, ..
+        mut router,
+        site,
+        listener,
+        ..
     } = app;
+    // Only the public listener's requests are dropped when their client leaves: an admin
+    // change goes on to its audit event once begun (few requests, and a change without its
+    // event would be worse than the work saved).
+    let watched = listener == Listener::Public;
     let timeouts = hand_over.limits.timeouts;
     let scheme = stream.get_ref().scheme();
     let mut input = BytesMut::new();
@@ -205,8 +220,24 @@ pub(crate) async fn serve<S: Transport>(
         let answer = Answer::to(&request, &stop);
         // The per-address permit is held until the answer is written.
         let limits = &hand_over.limits;
-        let (response, passed, _permit) =
-            answer_request(&mut router, &site, limits, (peer, scheme), request).await;
+        // Pinned here and watched through a reference: the answer's future is large, and
+        // moving it into the watch's future cost a copy of it a request.
+        let answering = std::pin::pin!(answer_request(
+            &mut router,
+            &site,
+            limits,
+            (peer, scheme),
+            request
+        ));
+        let Some((response, passed, _permit)) =
+            unless_abandoned(answering, &mut stream, &mut input, watched).await
+        else {
+            // The client is gone: the answer's work was dropped unfinished (a queued join
+            // withdrawn, a sent one taken back, the origin's exchange closed) and nobody is
+            // left to answer.
+            hand_over.requests.abandoned();
+            return;
+        };
         hand_over.requests.answered(response.status(), started);
         output.clear();
         let answered = (response, passed);
@@ -344,6 +375,72 @@ async fn answer_request(
     (response, passed, permit)
 }
 
+/// `answer` unless the client closes its side of the connection before it is ready: then
+/// `None`, and `answer` is dropped unfinished (when `watched`; otherwise `answer` alone). A close is an end of file (a half-close too, as
+/// nginx reads it for a proxied request) or a broken connection.
+///
+/// The answer is polled first, so one ready at once never touches the connection. While it
+/// waits, the client's side is watched until it sends anything: bytes that come (a pipelined
+/// next request) are the client's, still there, and the watch ends, so a client cannot keep
+/// the loop reading. On plain TCP the watch only peeks, leaving them in the socket; over TLS,
+/// where only a read sees a close, the one byte read is kept at the end of `input` (empty
+/// while watching: bytes already read after the request end the watch before it starts).
+#[inline]
+async fn unless_abandoned<S: Transport, T>(
+    mut answer: Pin<&mut impl Future<Output = T>>,
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    watched: bool,
+) -> Option<T> {
+    let mut watching = watched && input.is_empty();
+    std::future::poll_fn(|context| {
+        if let Poll::Ready(answered) = answer.as_mut().poll(context) {
+            return Poll::Ready(Some(answered));
+        }
+        if watching {
+            match poll_client_side(stream, input, context) {
+                Poll::Pending => {}
+                Poll::Ready(ClientSide::Sent) => watching = false,
+                Poll::Ready(ClientSide::Closed) => return Poll::Ready(None),
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// What the client's side of a connection showed while an answer waited.
+enum ClientSide {
+    /// Bytes: the client is there.
+    Sent,
+    /// An end of file or a broken connection.
+    Closed,
+}
+
+/// Polls the client's side of the connection for one byte (see [`unless_abandoned`]).
+fn poll_client_side<S: Transport>(
+    stream: &mut Client<S>,
+    input: &mut BytesMut,
+    context: &mut Context<'_>,
+) -> Poll<ClientSide> {
+    let mut byte = [0u8; 1];
+    let mut buffer = ReadBuf::new(&mut byte);
+    let polled = match stream.get_ref().as_tcp() {
+        Some(tcp) => tcp.poll_peek(context, &mut buffer).map_ok(|_peeked| ()),
+        None => {
+            let read = Pin::new(&mut *stream).poll_read(context, &mut buffer);
+            // A read byte is the start of the next request: it is kept in order.
+            input.extend_from_slice(buffer.filled());
+            read
+        }
+    };
+    match polled {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Ok(())) if !buffer.filled().is_empty() => Poll::Ready(ClientSide::Sent),
+        Poll::Ready(_) => Poll::Ready(ClientSide::Closed),
+    }
+}
+
 /// Drops buffers grown past their usual size: a connection that held a large answer does not
 /// keep its output buffer, nor one that read a large body its input buffer while it waits for
 /// the next request.
@@ -468,7 +565,10 @@ pub(crate) fn serve_with_hyper<I>(
                 if scheme == ClientScheme::Https {
                     request.extensions_mut().insert(scheme);
                 }
+                // hyper drops this future when the client closes the connection first.
+                let unanswered = Unanswered(counted);
                 let response = router.call(request).await?;
+                std::mem::forget(unanswered);
                 counted.answered(response.status(), started);
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
@@ -488,6 +588,16 @@ pub(crate) fn serve_with_hyper<I>(
             tracing::debug!(%peer, error = %error, "connection ended with an error");
         }
     });
+}
+
+/// Counts a request hyper serves as abandoned if it is dropped before its answer is ready
+/// (forgotten once it is).
+struct Unanswered(&'static RequestMetrics);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.abandoned();
+    }
 }
 
 /// What the own loop checks before a request is served, for a request hyper parsed: its
