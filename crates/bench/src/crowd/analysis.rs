@@ -32,12 +32,6 @@ pub(crate) const ETA_MIN_ACTUAL: f64 = 1.0;
 /// measured admission rate needs that long to settle.
 pub(crate) const ETA_WARM_UP: f64 = 60.0;
 
-/// Admission rate tolerance of the report's target.
-pub(crate) const RATE_TOLERANCE: f64 = 0.05;
-
-/// Median ETA error of the report's target.
-pub(crate) const ETA_TOLERANCE: f64 = 0.20;
-
 /// Everything the report says, as `summary.json`.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Summary {
@@ -315,9 +309,13 @@ fn checks(summary: &Summary) -> Vec<Check> {
     }
     checks.push(join_check(summary));
     if summary.admit_per_minute > 0 {
-        checks.push(rate_check(&summary.admission, summary.admit_per_minute));
+        checks.push(rate_check(
+            &summary.admission,
+            summary.admit_per_minute,
+            summary.settings.targets.admission_rate,
+        ));
     }
-    checks.push(eta_check(&summary.eta));
+    checks.push(eta_check(&summary.eta, summary.settings.targets.eta_error));
     checks
 }
 
@@ -377,16 +375,16 @@ fn origin_check(origin: &OriginFigures, max_active: u64) -> Check {
 }
 
 /// The measured admission rate is near the configured one while people wait.
-fn rate_check(admission: &AdmissionRate, admit_per_minute: u64) -> Check {
+fn rate_check(admission: &AdmissionRate, admit_per_minute: u64, tolerance: f64) -> Check {
     Check {
         name: format!(
             "admission rate within {:.0} % of admit_per_minute while people wait",
-            RATE_TOLERANCE * 100.0
+            tolerance * 100.0
         ),
         invariant: false,
         met: admission
             .deviation
-            .is_some_and(|deviation| deviation.abs() <= RATE_TOLERANCE),
+            .is_some_and(|deviation| deviation.abs() <= tolerance),
         detail: match (admission.measured_per_minute, admission.deviation) {
             (Some(rate), Some(deviation)) => format!(
                 "{rate:.0}/min measured, {} configured ({:+.1} %)",
@@ -399,17 +397,17 @@ fn rate_check(admission: &AdmissionRate, admit_per_minute: u64) -> Check {
 }
 
 /// The ETAs shown after the first minute are near the actual waits.
-fn eta_check(eta: &EtaErrors) -> Check {
+fn eta_check(eta: &EtaErrors, tolerance: f64) -> Check {
     Check {
         name: format!(
             "median ETA error <= {:.0} % after the first minute",
-            ETA_TOLERANCE * 100.0
+            tolerance * 100.0
         ),
         invariant: false,
         met: eta
             .after_first_minute
             .median
-            .is_some_and(|median| median <= ETA_TOLERANCE),
+            .is_some_and(|median| median <= tolerance),
         detail: match eta.after_first_minute.median {
             Some(median) => format!(
                 "median {:.1} % over {} statuses",
@@ -724,6 +722,24 @@ fn admission_series(joined: &[&VisitorRecord], duration: f64) -> Vec<(f64, f64)>
 mod tests {
     use super::super::record::{Join, Observation, Span};
     use super::*;
+
+    #[test]
+    fn the_eta_target_is_the_scenarios() {
+        let eta = EtaErrors {
+            after_first_minute: ErrorStats {
+                count: 10,
+                median: Some(0.15),
+                p90: Some(0.3),
+            },
+            ..EtaErrors::default()
+        };
+        let loose = eta_check(&eta, 0.20);
+        assert!(loose.met);
+        assert!(loose.name.contains("<= 20 %"), "{}", loose.name);
+        let tight = eta_check(&eta, 0.10);
+        assert!(!tight.met);
+        assert!(tight.name.contains("<= 10 %"), "{}", tight.name);
+    }
 
     fn visitor(id: usize, position: u64, waiting_polls: &[f64], admitted: f64) -> VisitorRecord {
         answered(id, position, waiting_polls, false, admitted)

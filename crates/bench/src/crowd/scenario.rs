@@ -44,6 +44,9 @@ pub(crate) struct Scenario {
     pub(crate) behaviour: Behaviour,
     #[serde(default)]
     pub(crate) origin: OriginSettings,
+    /// The figures the report's targets are judged against.
+    #[serde(default)]
+    pub(crate) targets: Targets,
 }
 
 fn default_time_limit() -> Duration {
@@ -196,6 +199,26 @@ impl Default for OriginSettings {
     }
 }
 
+/// The figures the report judges its targets against (the invariants have none: they hold or
+/// not), each a fraction.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct Targets {
+    /// The largest deviation of the measured admission rate from `admit_per_minute`.
+    pub(crate) admission_rate: f64,
+    /// The largest median ETA error after the first minute, relative to the actual wait.
+    pub(crate) eta_error: f64,
+}
+
+impl Default for Targets {
+    fn default() -> Targets {
+        Targets {
+            admission_rate: 0.05,
+            eta_error: 0.20,
+        }
+    }
+}
+
 /// One visitor's plan, the same in every process.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
@@ -241,6 +264,14 @@ impl Scenario {
         ] {
             if !(0.0..=1.0).contains(&p) {
                 bail!("behaviour.{name} must be within 0 and 1, not {p}");
+            }
+        }
+        for (name, fraction) in [
+            ("admission_rate", self.targets.admission_rate),
+            ("eta_error", self.targets.eta_error),
+        ] {
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                bail!("targets.{name} must be a fraction above 0 and at most 1, not {fraction}");
             }
         }
         if !behaviour.path.starts_with('/') {
@@ -442,5 +473,30 @@ mod tests {
         )
         .expect("valid scenario");
         assert!((0..5).all(|id| !polling_only.plan(id, 1).follows_stream));
+    }
+
+    #[test]
+    fn targets_are_fractions_the_scenario_may_tighten() {
+        let base = "name = \"t\"\nvisitors = 5\n[arrival]\nshape = \"spike\"\nover = \"1s\"\n\
+                    [room]\nid = \"r\"\n";
+        let plain: Scenario = toml::from_str(base).expect("valid scenario");
+        assert_eq!(plain.targets.admission_rate, 0.05);
+        assert_eq!(plain.targets.eta_error, 0.20);
+        let tight: Scenario =
+            toml::from_str(&format!("{base}[targets]\neta_error = 0.1\n")).expect("valid");
+        assert_eq!(tight.targets.eta_error, 0.1);
+        assert_eq!(tight.targets.admission_rate, 0.05);
+        tight.check().expect("a fraction is a target");
+        for bad in [
+            "eta_error = 0.0",
+            "eta_error = 1.5",
+            "admission_rate = -0.05",
+        ] {
+            let scenario: Scenario =
+                toml::from_str(&format!("{base}[targets]\n{bad}\n")).expect("parses");
+            let refused = scenario.check().expect_err(bad).to_string();
+            assert!(refused.starts_with("targets."), "{refused}");
+        }
+        assert!(toml::from_str::<Scenario>(&format!("{base}[targets]\neta = 0.1\n")).is_err());
     }
 }
