@@ -63,17 +63,15 @@ async fn serve(mut connection: TcpStream, delay: Duration, fates: Arc<Mutex<Vec<
     let mut input = Vec::new();
     let mut buffer = [0u8; 4096];
     loop {
-        while !input.windows(4).any(|window| window == b"\r\n\r\n") {
+        let end = loop {
+            if let Some(at) = input.windows(4).position(|window| window == b"\r\n\r\n") {
+                break at + 4;
+            }
             match connection.read(&mut buffer).await {
                 Ok(0) | Err(_) => return,
                 Ok(read) => input.extend_from_slice(&buffer[..read]),
             }
-        }
-        let end = input
-            .windows(4)
-            .position(|window| window == b"\r\n\r\n")
-            .unwrap()
-            + 4;
+        };
         input.drain(..end);
         // A read that ends before the answer is due is the node closing the connection.
         let due = tokio::time::Instant::now() + delay;

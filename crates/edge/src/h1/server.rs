@@ -376,8 +376,9 @@ async fn answer_request(
 }
 
 /// `answer` unless the client closes its side of the connection before it is ready: then
-/// `None`, and `answer` is dropped unfinished (when `watched`; otherwise `answer` alone). A close is an end of file (a half-close too, as
-/// nginx reads it for a proxied request) or a broken connection.
+/// `None`, and `answer` is dropped unfinished. A close is an end of file (a half-close too,
+/// as nginx reads it for a proxied request) or a broken connection. Unless `watched` (the
+/// admin listener), the client's side is not looked at and `answer` always runs to its end.
 ///
 /// The answer is polled first, so one ready at once never touches the connection. While it
 /// waits, the client's side is watched until it sends anything: bytes that come (a pipelined
