@@ -14,6 +14,7 @@
 //! stops at the scenario's time limit.
 
 mod analysis;
+mod client;
 mod origin;
 mod record;
 mod report;
@@ -31,6 +32,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use tokio::time::Instant;
 
+use self::client::Client;
 use self::origin::Origin;
 use self::record::{OriginLog, VisitorRecord, WorkerOutput};
 use self::scenario::Scenario;
@@ -307,12 +309,9 @@ async fn work(
 ) -> anyhow::Result<WorkerOutput> {
     // Workers connect from different loopback addresses, so each has its own local ports.
     let source = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + (args.worker % 8) as u8));
-    let client = reqwest::Client::builder()
-        .local_address(source)
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build()?;
+    let client = Client::new(&targets, source)
+        .await
+        .context("resolving the targets")?;
     let plans: Vec<_> = (0..scenario.visitors)
         .filter(|id| id % args.workers.max(1) == args.worker)
         .map(|id| scenario.plan(id, targets.len()))
@@ -321,7 +320,6 @@ async fn work(
     let deadline = start + scenario.time_limit;
     let context = Arc::new(Context {
         client,
-        targets,
         room: scenario.room.id.clone(),
         behaviour: scenario.behaviour.clone(),
         start,

@@ -10,12 +10,13 @@
 
 use std::time::Duration;
 
+use http::{StatusCode, header};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use reqwest::{Client, StatusCode, header};
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use super::client::{Answer, Client, ClientError, Streaming};
 use super::record::{Join, Observation, Outcome, VisitorRecord};
 use super::scenario::{Behaviour, Plan, uniform};
 
@@ -31,7 +32,6 @@ const MAX_POLL_FAILURES: u32 = 5;
 /// What every visitor of one process shares.
 pub(crate) struct Context {
     pub(crate) client: Client,
-    pub(crate) targets: Vec<String>,
     pub(crate) room: String,
     pub(crate) behaviour: Behaviour,
     pub(crate) start: Instant,
@@ -81,17 +81,15 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
     record.node = plan.node;
     record.arrival = plan.arrival.as_secs_f64();
     tokio::time::sleep_until(context.start + plan.arrival).await;
-    let target = &context.targets[plan.node];
-    let url = format!("{target}/_anteroom/v1/rooms/{}/join", context.room);
+    let node = plan.node;
+    let path = format!("/_anteroom/v1/rooms/{}/join", context.room);
     let sent = context.now();
-    let answer = context
+    let request = context
         .client
-        .post(&url)
-        .header(header::ACCEPT, "application/json")
-        .timeout(REQUEST_TIMEOUT)
-        .send()
-        .await;
-    let status = match read_status(answer).await {
+        .request(node, "POST", &path)
+        .field("accept", "application/json");
+    let answer = context.client.send(request, REQUEST_TIMEOUT).await;
+    let status = match read_status(answer) {
         Ok(status) => status,
         Err(error) => {
             record.errors.push(format!("join: {error}"));
@@ -118,26 +116,26 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
                 .abandon_after
                 .map(|after| context.start + Duration::from_secs_f64(received) + after);
             let ticket = status.ticket.clone();
-            match wait(context, target, plan, status, give_up_at, record).await {
+            match wait(context, node, plan, status, give_up_at, record).await {
                 Waited::Pass(pass) => pass,
                 Waited::Stopped => {
                     // Stopped without a failure: the visitor gave up.
                     if record.outcome == Outcome::Unfinished {
-                        leave_or_vanish(context, target, plan, &ticket, record).await;
+                        leave_or_vanish(context, node, plan, &ticket, record).await;
                     }
                     return;
                 }
             }
         }
     };
-    use_the_site(context, target, plan, pass, record).await;
+    use_the_site(context, node, plan, pass, record).await;
 }
 
 /// Follows the line until admission, giving up at `give_up_at`: over an event stream when the
 /// behaviour says so, then (or else) by polling.
 async fn wait(
     context: &Context,
-    target: &str,
+    node: usize,
     plan: &Plan,
     status: Status,
     give_up_at: Option<Instant>,
@@ -146,7 +144,7 @@ async fn wait(
     let ticket = status.ticket.clone();
     if plan.follows_stream {
         tokio::select! {
-            outcome = follow_stream(context, target, &ticket, record) => match outcome {
+            outcome = follow_stream(context, node, &ticket, record) => match outcome {
                 Stream::Admitted(pass) => return Waited::Pass(pass),
                 Stream::Closed => {
                     record.errors.push("events: room closed".to_owned());
@@ -165,7 +163,7 @@ async fn wait(
         .map_or(status.ahead, |seen| seen.ahead);
     poll(
         context,
-        target,
+        node,
         &ticket,
         status.next_poll_ms,
         shown_ahead,
@@ -189,7 +187,7 @@ async fn until(at: Option<Instant>) {
 /// `shown_ahead`), as the page does, so a node may answer from its view of the line.
 async fn poll(
     context: &Context,
-    target: &str,
+    node: usize,
     ticket: &str,
     next_poll_ms: u64,
     mut shown_ahead: u64,
@@ -198,7 +196,8 @@ async fn poll(
 ) -> Waited {
     let give_up = until(give_up_at);
     tokio::pin!(give_up);
-    let url = format!("{target}/_anteroom/v1/rooms/{}/status", context.room);
+    let path = format!("/_anteroom/v1/rooms/{}/status", context.room);
+    let mut ahead = itoa::Buffer::new();
     let mut delay = Duration::from_millis(next_poll_ms.clamp(1_000, 60_000));
     let mut failures = 0;
     loop {
@@ -207,16 +206,14 @@ async fn poll(
             () = &mut give_up => return Waited::Stopped,
         }
         let sent = context.now();
-        let answer = context
+        let request = context
             .client
-            .get(&url)
-            .header("x-anteroom-ticket", ticket)
-            .header("x-anteroom-ahead", shown_ahead)
-            .header(header::ACCEPT, "application/json")
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await;
-        match read_status(answer).await {
+            .request(node, "GET", &path)
+            .field("x-anteroom-ticket", ticket)
+            .field("x-anteroom-ahead", ahead.format(shown_ahead))
+            .field("accept", "application/json");
+        let answer = context.client.send(request, REQUEST_TIMEOUT).await;
+        match read_status(answer) {
             Ok(next) => {
                 failures = 0;
                 shown_ahead = next.ahead;
@@ -273,24 +270,22 @@ enum Stream {
 /// Follows the room's event stream until it admits the visitor, closes or ends.
 async fn follow_stream(
     context: &Context,
-    target: &str,
+    node: usize,
     ticket: &str,
     record: &mut VisitorRecord,
 ) -> Stream {
-    let mut response = match open_stream(context, target, ticket, record).await {
-        Ok(response) => response,
+    let mut body = match open_stream(context, node, ticket, record).await {
+        Ok(body) => body,
         Err(refused) => return refused,
     };
     record.sse = true;
     let mut buffer = Vec::new();
     loop {
-        let chunk = match response.chunk().await {
+        let chunk = match body.chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return Stream::Ended,
             Err(error) => {
-                record
-                    .errors
-                    .push(format!("events: {}", error_kind(&error)));
+                record.errors.push(format!("events: {error}"));
                 return Stream::Ended;
             }
         };
@@ -311,27 +306,36 @@ async fn follow_stream(
 /// Opens the event stream; [`Stream::Refused`] when the node answers with anything else.
 async fn open_stream(
     context: &Context,
-    target: &str,
+    node: usize,
     ticket: &str,
     record: &mut VisitorRecord,
-) -> Result<reqwest::Response, Stream> {
+) -> Result<Streaming, Stream> {
     // Ticket tokens are URL-safe (base64url and dots).
-    let url = format!(
-        "{target}/_anteroom/v1/rooms/{}/events?ticket={ticket}",
+    let path = format!(
+        "/_anteroom/v1/rooms/{}/events?ticket={ticket}",
         context.room
     );
-    let answer = context
+    let request = context
         .client
-        .get(&url)
-        .header(header::ACCEPT, "text/event-stream")
-        .send()
-        .await;
-    match answer {
-        Ok(response) if response.status() == StatusCode::OK => Ok(response),
-        Ok(response) => {
+        .request(node, "GET", &path)
+        .field("accept", "text/event-stream");
+    let opened = tokio::time::timeout(REQUEST_TIMEOUT, context.client.stream(request))
+        .await
+        .unwrap_or(Err(ClientError::Timeout));
+    match opened {
+        Ok((StatusCode::OK, _, body)) => Ok(body),
+        Ok((status, headers, mut body)) => {
             // Not a stream: a node at its stream limit says so (503 `too_many_connections`);
             // anything else is an error. Either way the visitor polls, as the page does.
-            match read_status(Ok(response)).await {
+            let answer = tokio::time::timeout(REQUEST_TIMEOUT, body.read_whole())
+                .await
+                .unwrap_or(Err(ClientError::Timeout))
+                .map(|body| Answer {
+                    status,
+                    headers,
+                    body,
+                });
+            match read_status(answer) {
                 Err(failure) if failure.code.as_deref() == Some("too_many_connections") => {
                     record.sse_refused = true;
                 }
@@ -341,9 +345,7 @@ async fn open_stream(
             Err(Stream::Refused)
         }
         Err(error) => {
-            record
-                .errors
-                .push(format!("events: {}", error_kind(&error)));
+            record.errors.push(format!("events: {error}"));
             Err(Stream::Refused)
         }
     }
@@ -421,7 +423,7 @@ fn parse_event(block: &[u8]) -> Option<(String, String)> {
 
 async fn leave_or_vanish(
     context: &Context,
-    target: &str,
+    node: usize,
     plan: &Plan,
     ticket: &str,
     record: &mut VisitorRecord,
@@ -433,33 +435,30 @@ async fn leave_or_vanish(
         return;
     }
     record.outcome = Outcome::Left;
-    let url = format!("{target}/_anteroom/v1/rooms/{}/ticket", context.room);
-    let answer = context
+    let path = format!("/_anteroom/v1/rooms/{}/ticket", context.room);
+    let request = context
         .client
-        .delete(&url)
-        .header("x-anteroom-ticket", ticket)
-        .timeout(REQUEST_TIMEOUT)
-        .send()
-        .await;
-    match answer {
-        Ok(response) if response.status().is_success() => {}
-        Ok(response) => record
+        .request(node, "DELETE", &path)
+        .field("x-anteroom-ticket", ticket);
+    match context.client.send(request, REQUEST_TIMEOUT).await {
+        Ok(answer) if answer.status.is_success() => {}
+        Ok(answer) => record
             .errors
-            .push(format!("leave: HTTP {}", response.status().as_u16())),
-        Err(error) => record.errors.push(format!("leave: {}", error_kind(&error))),
+            .push(format!("leave: HTTP {}", answer.status.as_u16())),
+        Err(error) => record.errors.push(format!("leave: {error}")),
     }
 }
 
 /// Uses the site with the pass for the planned session length.
 async fn use_the_site(
     context: &Context,
-    target: &str,
+    node: usize,
     plan: &Plan,
     mut pass: String,
     record: &mut VisitorRecord,
 ) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
-    let url = format!("{target}{}", context.behaviour.path);
+
     let claimed = Instant::now();
     let pass_cookie = format!("anteroom_p_{}=", context.room);
     loop {
@@ -467,33 +466,27 @@ async fn use_the_site(
         let last = claimed.elapsed() + think >= plan.session;
         let mut request = context
             .client
-            .get(&url)
-            .header("x-anteroom-pass", &pass)
-            .timeout(REQUEST_TIMEOUT);
+            .request(node, "GET", &context.behaviour.path)
+            .field("x-anteroom-pass", &pass);
         if last && !plan.expires {
-            request = request.header(RELEASE_REQUEST, "1");
+            request = request.field(RELEASE_REQUEST, "1");
         }
         record.requests += 1;
-        match request.send().await {
-            Ok(response) => {
-                if let Some(renewed) = renewed_pass(&response, &pass_cookie) {
+        match context.client.send(request, REQUEST_TIMEOUT).await {
+            Ok(answer) => {
+                if let Some(renewed) = renewed_pass(&answer, &pass_cookie) {
                     pass = renewed;
                 }
-                let code = response.status();
-                // Read the body so the connection goes back to the pool.
-                let _ = response.bytes().await;
-                if !code.is_success() {
+                if !answer.status.is_success() {
                     record.request_failures += 1;
                     record
                         .errors
-                        .push(format!("request: HTTP {}", code.as_u16()));
+                        .push(format!("request: HTTP {}", answer.status.as_u16()));
                 }
             }
             Err(error) => {
                 record.request_failures += 1;
-                record
-                    .errors
-                    .push(format!("request: {}", error_kind(&error)));
+                record.errors.push(format!("request: {error}"));
             }
         }
         if last {
@@ -511,9 +504,9 @@ async fn use_the_site(
 
 /// The renewed pass an answer sets as the cookie starting `pass_cookie` (`anteroom_p_<room>=`),
 /// the last one when it sets several.
-fn renewed_pass(response: &reqwest::Response, pass_cookie: &str) -> Option<String> {
-    response
-        .headers()
+fn renewed_pass(answer: &Answer, pass_cookie: &str) -> Option<String> {
+    answer
+        .headers
         .get_all(header::SET_COOKIE)
         .iter()
         .filter_map(|value| {
@@ -549,27 +542,21 @@ impl std::fmt::Display for Failure {
     }
 }
 
-async fn read_status(answer: reqwest::Result<reqwest::Response>) -> Result<Status, Failure> {
-    let response = answer.map_err(|error| Failure {
-        text: error_kind(&error),
+fn read_status(answer: Result<Answer, ClientError>) -> Result<Status, Failure> {
+    let answer = answer.map_err(|error| Failure {
+        text: error.to_string(),
         code: None,
         retry_after: None,
     })?;
-    let code = response.status();
-    let retry_after = response
-        .headers()
+    let code = answer.status;
+    let retry_after = answer
+        .headers
         .get(header::RETRY_AFTER)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok())
         .map(Duration::from_secs);
-    let response_age = response.headers().get(header::AGE).cloned();
-    let body = response.bytes().await.map_err(|error| Failure {
-        text: error_kind(&error),
-        code: None,
-        retry_after: None,
-    })?;
     if !code.is_success() {
-        let problem = serde_json::from_slice::<serde_json::Value>(&body)
+        let problem = serde_json::from_slice::<serde_json::Value>(&answer.body)
             .ok()
             .and_then(|value| {
                 value
@@ -586,27 +573,13 @@ async fn read_status(answer: reqwest::Result<reqwest::Response>) -> Result<Statu
             retry_after,
         });
     }
-    let from_view = response_age.is_some();
-    let mut status: Status = serde_json::from_slice(&body).map_err(|_| Failure {
+    let mut status: Status = serde_json::from_slice(&answer.body).map_err(|_| Failure {
         text: "not a status".to_owned(),
         code: None,
         retry_after,
     })?;
-    status.from_view = from_view;
+    status.from_view = answer.headers.contains_key(header::AGE);
     Ok(status)
-}
-
-/// A short, stable name for a transport error, to count errors by kind.
-fn error_kind(error: &reqwest::Error) -> String {
-    if error.is_timeout() {
-        "timeout".to_owned()
-    } else if error.is_connect() {
-        "connect".to_owned()
-    } else if error.is_body() || error.is_decode() {
-        "body".to_owned()
-    } else {
-        "transport".to_owned()
-    }
 }
 
 #[cfg(test)]
