@@ -31,12 +31,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
 /// The answer fields a visitor reads; the others are skipped unparsed.
-const READ_FIELDS: [HeaderName; 4] = [
-    header::RETRY_AFTER,
-    header::AGE,
-    header::SET_COOKIE,
-    header::CONTENT_TYPE,
-];
+const READ_FIELDS: [HeaderName; 3] = [header::RETRY_AFTER, header::AGE, header::SET_COOKIE];
 
 /// How much a connection's read buffer grows by at a time.
 const READ_STEP: usize = 4 * 1024;

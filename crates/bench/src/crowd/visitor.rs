@@ -197,7 +197,6 @@ async fn poll(
     let give_up = until(give_up_at);
     tokio::pin!(give_up);
     let path = format!("/_anteroom/v1/rooms/{}/status", context.room);
-    let mut ahead = itoa::Buffer::new();
     let mut delay = Duration::from_millis(next_poll_ms.clamp(1_000, 60_000));
     let mut failures = 0;
     loop {
@@ -210,7 +209,7 @@ async fn poll(
             .client
             .request(node, "GET", &path)
             .field("x-anteroom-ticket", ticket)
-            .field("x-anteroom-ahead", ahead.format(shown_ahead))
+            .field("x-anteroom-ahead", itoa::Buffer::new().format(shown_ahead))
             .field("accept", "application/json");
         let answer = context.client.send(request, REQUEST_TIMEOUT).await;
         match read_status(answer) {
