@@ -11,10 +11,11 @@
 //!
 //! An idle connection is reused only while the node has neither closed it nor sent anything
 //! on it since its last answer (asked of the socket without blocking), and only within
-//! [`POOL_IDLE`], well inside a node's default `idle_timeout` (30 s). A request that failed
-//! before any byte of its answer on a reused connection (the node closed it as the request
-//! went out) is sent once more on a new one: the node never read it, or read it on a
-//! connection it was closing, as a browser retries it.
+//! [`POOL_IDLE`], well inside a node's default `idle_timeout` (30 s). An idempotent request
+//! (the status poll, the leave, the site's pages) that failed before any byte of its answer on
+//! a reused connection (the node closed it as the request went out) is sent once more on a new
+//! one; a join never is (RFC 9110 §9.2.2: a node that read it may have queued the visitor, and
+//! a second join would put a ticket nobody holds in the line the crowd measures).
 
 use std::fmt;
 use std::io;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use anteroom_h1::{AnswerFields, BodyFraming, ChunkedDecoder, Decoded, parse_answer_head};
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, StatusCode, Uri, header};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
@@ -100,12 +101,18 @@ pub(crate) struct Client {
 /// A request to one node, written as it is built.
 pub(crate) struct Request {
     node: usize,
+    /// Whether it may be sent again after a failure (RFC 9110 §9.2.2).
+    idempotent: bool,
     bytes: Vec<u8>,
+    /// A field value held a line break (a value the node gave, such as a ticket): the request
+    /// is not sent, as no field may smuggle another line into it.
+    broken: bool,
 }
 
 impl Request {
     /// Adds the field `name: value`.
     pub(crate) fn field(mut self, name: &str, value: &str) -> Request {
+        self.broken |= value.bytes().any(|byte| byte == b'\r' || byte == b'\n');
         self.bytes.extend_from_slice(name.as_bytes());
         self.bytes.extend_from_slice(b": ");
         self.bytes.extend_from_slice(value.as_bytes());
@@ -143,12 +150,19 @@ impl Client {
     pub(crate) async fn new(targets: &[String], source: IpAddr) -> io::Result<Client> {
         let mut nodes = Vec::with_capacity(targets.len());
         for target in targets {
-            let host = target
-                .strip_prefix("http://")
-                .unwrap_or(target)
-                .trim_end_matches('/')
-                .to_owned();
-            let address = tokio::net::lookup_host(host.as_str())
+            let authority = target
+                .parse::<Uri>()
+                .ok()
+                .and_then(|uri| uri.authority().cloned())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{target} names no host"),
+                    )
+                })?;
+            let host = authority.as_str().to_owned();
+            let port = authority.port_u16().unwrap_or(80);
+            let address = tokio::net::lookup_host((authority.host(), port))
                 .await?
                 .find(|address| address.is_ipv4() == source.is_ipv4())
                 .ok_or_else(|| {
@@ -166,17 +180,23 @@ impl Client {
         Ok(Client { nodes, source })
     }
 
-    /// A request `method target` to node `node`, its `Host` field written.
-    pub(crate) fn request(&self, node: usize, method: &str, target: &str) -> Request {
+    /// A request `method target` to node `node` (an index into the targets), its `Host`
+    /// field written.
+    pub(crate) fn request(&self, node: usize, method: &Method, target: &str) -> Request {
         let host = self.nodes.get(node).map_or("", |node| node.host.as_str());
         let mut bytes = Vec::with_capacity(256 + target.len());
-        bytes.extend_from_slice(method.as_bytes());
+        bytes.extend_from_slice(method.as_str().as_bytes());
         bytes.push(b' ');
         bytes.extend_from_slice(target.as_bytes());
         bytes.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         bytes.extend_from_slice(host.as_bytes());
         bytes.extend_from_slice(b"\r\n");
-        Request { node, bytes }
+        Request {
+            node,
+            idempotent: method.is_idempotent(),
+            bytes,
+            broken: false,
+        }
     }
 
     /// Sends `request` and reads its answer whole, within `timeout`.
@@ -186,6 +206,9 @@ impl Client {
         timeout: Duration,
     ) -> Result<Answer, ClientError> {
         let node = self.nodes.get(request.node).ok_or(ClientError::Connect)?;
+        if request.broken {
+            return Err(ClientError::Transport);
+        }
         let exchange = async {
             let (status, headers, mut streaming) = self.open(node, request).await?;
             let body = streaming.read_whole().await?;
@@ -210,11 +233,15 @@ impl Client {
         request: Request,
     ) -> Result<(StatusCode, HeaderMap, Streaming), ClientError> {
         let node = self.nodes.get(request.node).ok_or(ClientError::Connect)?;
+        if request.broken {
+            return Err(ClientError::Transport);
+        }
         self.open(node, request).await
     }
 
-    /// Writes `request` on an idle connection or a new one and reads the answer's head; a
-    /// reused connection that fails before any byte of the answer is replaced once.
+    /// Writes `request` on an idle connection or a new one and reads the answer's head; when
+    /// the request is idempotent, a reused connection that fails before any byte of the
+    /// answer is replaced once.
     async fn open(
         &self,
         node: &Node,
@@ -225,7 +252,8 @@ impl Client {
         if let Some(connection) = take_idle(node) {
             match exchange_head(connection, &bytes).await {
                 Ok(opened) => return Ok(opened),
-                Err(Failed::BeforeAnswer) => {}
+                Err(Failed::BeforeAnswer) if request.idempotent => {}
+                Err(Failed::BeforeAnswer) => return Err(ClientError::Transport),
                 Err(Failed::After(error)) => return Err(error),
             }
         }
@@ -267,7 +295,8 @@ enum Failed {
     After(ClientError),
 }
 
-/// Writes `request` on `connection` and reads the answer's head.
+/// Writes `request` on `connection` and reads the answer's head, past any interim (1xx)
+/// answer.
 async fn exchange_head(
     mut connection: Connection,
     request: &[u8],
@@ -275,33 +304,41 @@ async fn exchange_head(
     if connection.stream.write_all(request).await.is_err() {
         return Err(Failed::BeforeAnswer);
     }
+    let mut heard = false;
     loop {
         match parse_answer_head(
             &mut connection.buffer,
             AnswerFields::Passed { read: &READ_FIELDS },
         ) {
+            Ok(Some(head)) if head.status == StatusCode::SWITCHING_PROTOCOLS => {
+                // No request of a visitor asks for an upgrade.
+                return Err(Failed::After(ClientError::Transport));
+            }
+            Ok(Some(head)) if head.status.is_informational() => continue,
             Ok(Some(head)) => {
-                let body = match head.body_framing(false) {
-                    BodyFraming::Length(0) => BodyState::Ended,
-                    BodyFraming::Length(length) => BodyState::Length(length),
-                    BodyFraming::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
-                    BodyFraming::UntilClose => BodyState::UntilClose,
+                let (body, reusable) = match head.body_framing(false) {
+                    BodyFraming::Length(0) => (BodyState::Ended, head.reusable),
+                    BodyFraming::Length(length) => (BodyState::Length(length), head.reusable),
+                    BodyFraming::Chunked => {
+                        (BodyState::Chunked(ChunkedDecoder::default()), head.reusable)
+                    }
+                    // Its end is the connection's.
+                    BodyFraming::UntilClose => (BodyState::UntilClose, false),
                 };
                 let streaming = Streaming {
                     connection,
                     body,
-                    reusable: head.reusable,
+                    reusable,
                 };
                 return Ok((head.status, head.headers, streaming));
             }
             Ok(None) => {}
             Err(_) => return Err(Failed::After(ClientError::Transport)),
         }
-        let first = connection.buffer.is_empty();
         match read_more(&mut connection).await {
-            Ok(0) | Err(_) if first => return Err(Failed::BeforeAnswer),
+            Ok(0) | Err(_) if !heard => return Err(Failed::BeforeAnswer),
             Ok(0) | Err(_) => return Err(Failed::After(ClientError::Transport)),
-            Ok(_) => {}
+            Ok(_) => heard = true,
         }
     }
 }
@@ -381,7 +418,7 @@ impl Streaming {
 
 /// The most recently used idle connection of `node` that is younger than [`POOL_IDLE`] and
 /// quiet (the node has neither closed it nor sent anything since its last answer); the others
-/// met on the way are closed.
+/// met on the way, and those past [`POOL_IDLE`] at the bottom of the pool, are closed.
 fn take_idle(node: &Node) -> Option<Connection> {
     let mut idle = node.idle.lock();
     while let Some(newest) = idle.pop() {
@@ -391,6 +428,11 @@ fn take_idle(node: &Node) -> Option<Connection> {
             return None;
         }
         if is_quiet(&newest.connection.stream) {
+            let expired = idle
+                .iter()
+                .take_while(|oldest| oldest.since.elapsed() >= POOL_IDLE)
+                .count();
+            idle.drain(..expired);
             return Some(newest.connection);
         }
     }
@@ -430,9 +472,10 @@ mod tests {
     use super::*;
 
     /// A node that answers each connection's requests with `answers` in turn (one per request
-    /// head read), then reads one more request and closes the connection without answering it
-    /// (or closes it at once after an answer where `answers` says [`CLOSE`]); counts the
-    /// connections it accepted.
+    /// head read), then reads one more request and closes the connection without answering it;
+    /// where `answers` says [`CLOSE`] it closes the connection at once, and an answer starting
+    /// with [`LATE`] is sent a moment after the one before, unasked. Counts the connections it
+    /// accepted.
     async fn node(answers: Vec<&'static str>) -> (String, Arc<AtomicUsize>) {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .await
@@ -449,6 +492,13 @@ mod tests {
                     for answer in answers.into_iter().chain([UNANSWERED]) {
                         if answer == CLOSE {
                             return;
+                        }
+                        if let Some(late) = answer.strip_prefix(LATE) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            if stream.write_all(late.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
                         }
                         while !read.windows(4).any(|window| window == b"\r\n\r\n") {
                             let mut chunk = [0u8; 1024];
@@ -478,7 +528,9 @@ mod tests {
     }
 
     async fn get(client: &Client) -> Result<Answer, ClientError> {
-        let request = client.request(0, "GET", "/").field("accept", "text/plain");
+        let request = client
+            .request(0, &Method::GET, "/")
+            .field("accept", "text/plain");
         client.send(request, Duration::from_secs(5)).await
     }
 
@@ -489,6 +541,9 @@ mod tests {
 
     /// The node reads a request and closes the connection instead of answering it.
     const UNANSWERED: &str = "-";
+
+    /// The start of an answer the node sends unasked.
+    const LATE: &str = "late:";
 
     #[tokio::test]
     async fn a_kept_alive_connection_carries_the_next_request() {
@@ -515,6 +570,68 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_node_sent_late_bytes_on_is_not_taken() {
+        let late = "late:HTTP/1.1 500 Late\r\ncontent-length: 0\r\n\r\n";
+        let (target, accepted) = node(vec![OK, late, OK]).await;
+        let client = client(&target).await;
+        assert_eq!(&get(&client).await.expect("an answer").body[..], b"ok");
+        // The late answer arrives while the connection is idle.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = get(&client).await.expect("an answer");
+        assert_eq!(answer.status, StatusCode::OK, "the late answer was taken");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_join_the_node_closes_on_unanswered_is_not_sent_again() {
+        let (target, accepted) = node(vec![OK]).await;
+        let client = client(&target).await;
+        let join = || client.request(0, &Method::POST, "/join");
+        let first = client.send(join(), Duration::from_secs(5)).await;
+        assert_eq!(&first.expect("an answer").body[..], b"ok");
+        let second = client.send(join(), Duration::from_secs(5)).await;
+        assert!(matches!(second, Err(ClientError::Transport)));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_passed_over() {
+        let interim = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (target, accepted) = node(vec![interim, OK]).await;
+        let client = client(&target).await;
+        let answer = get(&client).await.expect("an answer");
+        assert_eq!(
+            (answer.status, &answer.body[..]),
+            (StatusCode::OK, &b"ok"[..])
+        );
+        assert_eq!(&get(&client).await.expect("an answer").body[..], b"ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_ends_with_the_connection_is_read_and_the_connection_not_reused() {
+        let until_close = "HTTP/1.1 200 OK\r\n\r\nok";
+        let (target, accepted) = node(vec![until_close, CLOSE]).await;
+        let client = client(&target).await;
+        for _ in 0..2 {
+            assert_eq!(&get(&client).await.expect("an answer").body[..], b"ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_field_value_with_a_line_break_is_not_sent() {
+        let (target, accepted) = node(vec![OK]).await;
+        let client = client(&target).await;
+        let request = client
+            .request(0, &Method::GET, "/")
+            .field("x-anteroom-ticket", "t\r\nx-smuggled: 1");
+        let refused = client.send(request, Duration::from_secs(5)).await;
+        assert!(matches!(refused, Err(ClientError::Transport)));
+        assert_eq!(accepted.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
@@ -566,7 +683,7 @@ mod tests {
         let events = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nevent:\r\n";
         let (target, _) = node(vec![events, CLOSE]).await;
         let client = client(&target).await;
-        let request = client.request(0, "GET", "/events");
+        let request = client.request(0, &Method::GET, "/events");
         let (status, _, mut body) = client.stream(request).await.expect("a stream");
         assert_eq!(status, StatusCode::OK);
         assert_eq!(
@@ -584,11 +701,11 @@ mod tests {
             .expect("a free port");
         let target = format!("http://{}", silent.local_addr().expect("its address"));
         let client = client(&target).await;
-        let request = client.request(0, "GET", "/");
+        let request = client.request(0, &Method::GET, "/");
         let timed_out = client.send(request, Duration::from_millis(200)).await;
         assert!(matches!(timed_out, Err(ClientError::Timeout)));
         drop(silent);
-        let request = client.request(0, "GET", "/");
+        let request = client.request(0, &Method::GET, "/");
         let refused = client.send(request, Duration::from_secs(5)).await;
         assert!(matches!(refused, Err(ClientError::Connect)));
     }

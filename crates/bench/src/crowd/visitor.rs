@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use http::{StatusCode, header};
+use http::{Method, StatusCode, header};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::Deserialize;
@@ -23,7 +23,7 @@ use super::scenario::{Behaviour, Plan, uniform};
 /// The request header that asks the simulator's origin to release the session.
 pub(crate) const RELEASE_REQUEST: &str = "x-crowd-release";
 
-/// Requests other than the event stream give up after this long.
+/// Requests give up after this long (an event stream: its opening, not its events).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Consecutive failed polls after which a visitor stops.
@@ -86,7 +86,7 @@ pub(crate) async fn visit(context: &Context, plan: &Plan, record: &mut VisitorRe
     let sent = context.now();
     let request = context
         .client
-        .request(node, "POST", &path)
+        .request(node, &Method::POST, &path)
         .field("accept", "application/json");
     let answer = context.client.send(request, REQUEST_TIMEOUT).await;
     let status = match read_status(answer) {
@@ -207,7 +207,7 @@ async fn poll(
         let sent = context.now();
         let request = context
             .client
-            .request(node, "GET", &path)
+            .request(node, &Method::GET, &path)
             .field("x-anteroom-ticket", ticket)
             .field("x-anteroom-ahead", itoa::Buffer::new().format(shown_ahead))
             .field("accept", "application/json");
@@ -316,7 +316,7 @@ async fn open_stream(
     );
     let request = context
         .client
-        .request(node, "GET", &path)
+        .request(node, &Method::GET, &path)
         .field("accept", "text/event-stream");
     let opened = tokio::time::timeout(REQUEST_TIMEOUT, context.client.stream(request))
         .await
@@ -437,7 +437,7 @@ async fn leave_or_vanish(
     let path = format!("/_anteroom/v1/rooms/{}/ticket", context.room);
     let request = context
         .client
-        .request(node, "DELETE", &path)
+        .request(node, &Method::DELETE, &path)
         .field("x-anteroom-ticket", ticket);
     match context.client.send(request, REQUEST_TIMEOUT).await {
         Ok(answer) if answer.status.is_success() => {}
@@ -457,7 +457,6 @@ async fn use_the_site(
     record: &mut VisitorRecord,
 ) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
-
     let claimed = Instant::now();
     let pass_cookie = format!("anteroom_p_{}=", context.room);
     loop {
@@ -465,7 +464,7 @@ async fn use_the_site(
         let last = claimed.elapsed() + think >= plan.session;
         let mut request = context
             .client
-            .request(node, "GET", &context.behaviour.path)
+            .request(node, &Method::GET, &context.behaviour.path)
             .field("x-anteroom-pass", &pass);
         if last && !plan.expires {
             request = request.field(RELEASE_REQUEST, "1");
