@@ -125,14 +125,8 @@ impl Node {
 
     /// The value of the sample `series` (name and labels) in the node's metrics.
     async fn metric(&self, series: &str) -> u64 {
-        let text = client()
-            .get(format!("http://127.0.0.1:{}/metrics", self.admin_port))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let admin_url = format!("http://127.0.0.1:{}", self.admin_port);
+        let text = support::scrape_metrics(&client(), &admin_url).await;
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
             .unwrap_or_else(|| panic!("no {series} in:\n{text}"))

@@ -231,14 +231,7 @@ async fn the_rate_settles_where_the_origin_meets_its_latency_target() {
         "the rate went up from the minimum"
     );
 
-    let metrics = client
-        .get(format!("{}/metrics", site.admin_url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::scrape_metrics(&client, &site.admin_url()).await;
     assert!(
         metrics.contains(&format!(
             "anteroom_adaptive_rate_per_minute{{room=\"shop\"}} {last_rate}"
@@ -294,14 +287,7 @@ async fn an_idle_interval_publishes_no_p95_rather_than_zero() {
     };
     assert_eq!(adaptive["responses"], 0, "{adaptive}");
     assert!(adaptive["p95_ms"].is_null(), "{adaptive}");
-    let metrics = client
-        .get(format!("{}/metrics", site.admin_url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::scrape_metrics(&client, &site.admin_url()).await;
     for gauge in ["anteroom_adaptive_p95_seconds", "anteroom_adaptive_p95_ms"] {
         let line = format!("{gauge}{{room=\"quiet\"}} NaN");
         assert!(

@@ -88,19 +88,8 @@ async fn a_room_created_at_run_time_survives_a_restart() {
     assert_eq!(third.position, 3);
     let (status, _) = admin.admin(Method::DELETE, "/rooms/late", None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let metrics = client
-        .get(format!("{}/metrics", site.admin_url()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(metrics.status(), StatusCode::OK);
-    assert!(
-        metrics
-            .text()
-            .await
-            .unwrap()
-            .contains("anteroom_sse_connections")
-    );
+    let metrics = support::scrape_metrics(&client, &site.admin_url()).await;
+    assert!(metrics.contains("anteroom_sse_connections"), "{metrics}");
 }
 
 const CONTESTED: &str = r#"

@@ -285,14 +285,7 @@ async fn a_live_scrape_follows_the_conventions_and_holds_what_the_rules_and_dash
     // The sampler, the adaptive controller and the sink's first failure each take a moment.
     let started = Instant::now();
     let (text, scraped) = loop {
-        let text = client
-            .get(format!("{}/metrics", site.admin_url()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = support::scrape_metrics(&client, &site.admin_url()).await;
         let scraped = families(&text);
         let missing: Vec<_> = REQUIRED
             .iter()

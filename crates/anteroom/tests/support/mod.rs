@@ -165,6 +165,22 @@ pub(crate) async fn join(client: &reqwest::Client, base: &str, room: &str) -> St
     response.json().await.expect("status JSON")
 }
 
+/// The text of `GET /metrics` on the admin listener at `admin_url` (`http://host:port`),
+/// answered 200.
+pub(crate) async fn scrape_metrics(client: &reqwest::Client, admin_url: &str) -> String {
+    let response = client
+        .get(format!("{admin_url}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(
+        response.status(),
+        reqwest::StatusCode::OK,
+        "/metrics answered"
+    );
+    response.text().await.expect("the metrics text")
+}
+
 /// The payload of a JWT, decoded without checking anything.
 pub(crate) fn jwt_claims(token: &str) -> serde_json::Value {
     jwt_part(token, 1)
