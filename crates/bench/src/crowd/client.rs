@@ -205,10 +205,7 @@ impl Client {
         request: Request,
         timeout: Duration,
     ) -> Result<Answer, ClientError> {
-        let node = self.nodes.get(request.node).ok_or(ClientError::Connect)?;
-        if request.broken {
-            return Err(ClientError::Transport);
-        }
+        let node = self.node_for(&request)?;
         let exchange = async {
             let (status, headers, mut streaming) = self.open(node, request).await?;
             let body = streaming.read_whole().await?;
@@ -232,11 +229,17 @@ impl Client {
         &self,
         request: Request,
     ) -> Result<(StatusCode, HeaderMap, Streaming), ClientError> {
-        let node = self.nodes.get(request.node).ok_or(ClientError::Connect)?;
+        let node = self.node_for(&request)?;
+        self.open(node, request).await
+    }
+
+    /// The node `request` goes to, unless it cannot be sent: an unknown node, or a field
+    /// value with a line break.
+    fn node_for(&self, request: &Request) -> Result<&Node, ClientError> {
         if request.broken {
             return Err(ClientError::Transport);
         }
-        self.open(node, request).await
+        self.nodes.get(request.node).ok_or(ClientError::Connect)
     }
 
     /// Writes `request` on an idle connection or a new one and reads the answer's head; when
@@ -314,7 +317,11 @@ async fn exchange_head(
                 // No request of a visitor asks for an upgrade.
                 return Err(Failed::After(ClientError::Transport));
             }
-            Ok(Some(head)) if head.status.is_informational() => continue,
+            Ok(Some(head)) if head.status.is_informational() => {
+                // An interim answer came: the request was read, so it is never sent again.
+                heard = true;
+                continue;
+            }
             Ok(Some(head)) => {
                 let (body, reusable) = match head.body_framing(false) {
                     BodyFraming::Length(0) => (BodyState::Ended, head.reusable),
