@@ -38,7 +38,10 @@
 //!   busy room's next call waits (at most 2 ms) for as many joins as its last one carried.
 //! - **Session ends** into one room go together too (`end_batch.rs`): the ends a node queues
 //!   while its end call for the room is in flight go as one `end_session.lua` call, which ends
-//!   each and ticks once (one refill for all of them instead of a tick per end).
+//!   each and ticks once (one refill for all of them instead of a tick per end). Statuses
+//!   (polls) likewise (`status_batch.rs`): one `status.lua` call answers the polls a node
+//!   queued for the room while its last status call was in flight, reading and writing the
+//!   room's meta once for all of them (`room_queue.rs` is the queue both use).
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash
@@ -77,8 +80,10 @@ mod outbox;
 mod packed_answers;
 mod records;
 mod room_call;
+mod room_queue;
 mod scripts;
 mod server_clock;
+mod status_batch;
 mod subscriber;
 
 use std::sync::Arc;
@@ -228,6 +233,8 @@ pub struct RedisStore {
     joins: join_batch::JoinQueues,
     /// Session ends waiting for their room's next call (`end_batch.rs`).
     ends: end_batch::EndQueues,
+    /// Statuses waiting for their room's next call (`status_batch.rs`).
+    statuses: status_batch::StatusQueues,
 }
 
 impl RedisStore {
@@ -256,6 +263,7 @@ impl RedisStore {
             outbox: Arc::default(),
             joins: join_batch::JoinQueues::default(),
             ends: end_batch::EndQueues::default(),
+            statuses: status_batch::StatusQueues::default(),
         })
     }
 
@@ -702,14 +710,25 @@ impl RoomStore for RedisStore {
     }
 
     async fn status(&self, room: &RoomId, ticket: TicketRef) -> Result<Entry, StoreError> {
-        let args = vec![
-            ticket.id.to_string(),
-            ticket.generation.to_string(),
-            SessionId::random(&mut thread_rng()).to_string(),
-            lottery_seed(),
-        ];
-        self.eval(RoomFunction::Status, room, args)
-            .await?
+        // The node's polls of this room go together, one call for many (`status_batch.rs`).
+        let outcome = self
+            .bounded("status", async {
+                let connection = self.connection().await?;
+                let sender = || join_batch::Sender {
+                    prelude: self.room_prelude(room),
+                    connection,
+                    timeout: self.timeout,
+                };
+                let status = status_batch::StatusRequest {
+                    ticket: ticket.id.to_string(),
+                    generation: ticket.generation.to_string(),
+                    session: SessionId::random(&mut thread_rng()).to_string(),
+                };
+                self.statuses.submit(room, status, "status", sender).await
+            })
+            .await?;
+        outcome
+            .map_err(|refusal| refusal.into_error(room))?
             .entry()
             .map_err(|error| malformed("status", error))
     }
@@ -742,13 +761,12 @@ impl RoomStore for RedisStore {
                     connection,
                     timeout: self.timeout,
                 };
+                let end = end_batch::EndRequest {
+                    session: session.to_string(),
+                    reason: reason.as_str().to_owned(),
+                };
                 self.ends
-                    .end(
-                        room,
-                        session.to_string(),
-                        reason.as_str().to_owned(),
-                        sender,
-                    )
+                    .submit(room, end, "end of a session", sender)
                     .await
             })
             .await?;

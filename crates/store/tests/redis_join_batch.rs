@@ -10,7 +10,10 @@
 //! task that started before. Session ends queued together go as one call of
 //! `end_session.lua` with one tick: the freed slots are refilled in line order, the cap holds,
 //! an unknown session is refused alone, and the room ends as the in-memory engine's after the
-//! same ends one at a time.
+//! same ends one at a time. Statuses queued together go as one call of `status.lua`, each
+//! answered as the in-memory engine answers it alone (a claim saved, the same session for a
+//! ticket asked twice, unknown and stale tickets refused alone); statuses into a missing room
+//! are refused together.
 //!
 //! The tests run on a current-thread runtime: every join is queued before the store's sending
 //! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
@@ -313,7 +316,7 @@ async fn a_join_that_fails_in_the_script_fails_alone() {
     );
     match &answers[1] {
         Err(StoreError::Backend { message, .. }) => {
-            assert!(message.contains("failed for this join"), "{message}");
+            assert!(message.contains("failed for this request"), "{message}");
             assert!(message.contains("WRONGTYPE"), "{message}");
         }
         other => panic!("alice's join: {other:?}"),
@@ -596,4 +599,142 @@ async fn ends_queued_together_go_as_one_call_refill_in_line_order_and_keep_the_c
         ),
         "the room after the ends, against ending one at a time"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn statuses_queued_together_go_as_one_call_each_answered_as_alone() {
+    let server = RedisServer::start();
+    let (_clock, redis, memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("polls");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 2;
+    config.admit_per_minute = 60_000;
+    config.admit_burst = 10;
+    let mut redis_tickets = Vec::new();
+    let mut memory_tickets = Vec::new();
+    let mut first_sessions = Vec::new();
+    for (store, tickets) in [
+        (&redis as &dyn RoomStore, &mut redis_tickets),
+        (&memory as &dyn RoomStore, &mut memory_tickets),
+    ] {
+        store.put_room(config.clone()).await.unwrap();
+        for _ in 0..6 {
+            let entry = store.join(&id, JoinRequest::default()).await;
+            tickets.push(TicketRef {
+                id: ticket(&entry),
+                generation: 1,
+            });
+        }
+        // The first visitor leaves: the tick of its end admits the third, who has not claimed.
+        let Ok(Entry::Admitted(first)) = store.status(&id, tickets[0]).await else {
+            panic!("the first visitor holds a slot");
+        };
+        first_sessions.push(first.session.id);
+        store
+            .end_session(&id, first.session.id, SessionEnd::Completed)
+            .await
+            .unwrap();
+    }
+    // Per store: the second (claimed at its join), the third (admitted, claims now, and asks
+    // again in the same call), two waiting, an unknown ticket and a stale generation.
+    let asks = |tickets: &[TicketRef]| {
+        vec![
+            tickets[1],
+            tickets[2],
+            tickets[3],
+            tickets[2],
+            tickets[5],
+            TicketRef {
+                id: TicketId::from_bytes([7; 16]),
+                generation: 1,
+            },
+            TicketRef {
+                id: tickets[4].id,
+                generation: 2,
+            },
+        ]
+    };
+
+    let calls_before = script_calls(&server);
+    let answers = join_all(
+        asks(&redis_tickets)
+            .into_iter()
+            .map(|asked| redis.status(&id, asked)),
+    )
+    .await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        1,
+        "the seven statuses went as one call"
+    );
+    let mut alone = Vec::new();
+    for asked in asks(&memory_tickets) {
+        alone.push(memory.status(&id, asked).await);
+    }
+    let shapes = |answers: &[Result<Entry, StoreError>]| -> Vec<String> {
+        answers.iter().map(shape).collect()
+    };
+    assert_eq!(
+        shapes(&answers),
+        shapes(&alone),
+        "each status as the in-memory engine answers it alone"
+    );
+    let session = |answer: &Result<Entry, StoreError>| match answer {
+        Ok(Entry::Admitted(view)) => view.session.id,
+        other => panic!("not admitted: {other:?}"),
+    };
+    assert_eq!(
+        session(&answers[1]),
+        session(&answers[3]),
+        "asked twice in one call, the claimed session is the same (I7)"
+    );
+    assert!(matches!(
+        answers[5],
+        Err(StoreError::Engine(EngineError::TicketUnknown))
+    ));
+    assert!(matches!(
+        answers[6],
+        Err(StoreError::Engine(EngineError::TicketExpired))
+    ));
+    let snapshot = redis.snapshot(&id).await.unwrap();
+    assert_eq!(
+        (
+            snapshot.active,
+            snapshot.admitted_unclaimed,
+            snapshot.waiting
+        ),
+        (2, 0, 3),
+        "the claim was made"
+    );
+    assert_eq!(
+        snapshot.totals.passes,
+        memory.snapshot(&id).await.unwrap().totals.passes,
+        "the room's totals were saved with the claim"
+    );
+    assert_eq!(
+        redis
+            .session(&id, session(&answers[1]))
+            .await
+            .unwrap()
+            .map(|s| s.state),
+        Some(SessionState::Active)
+    );
+
+    // Statuses into a missing room are refused together, in one call.
+    let missing = room_id("missing");
+    let calls_before = script_calls(&server);
+    let refused = join_all(
+        redis_tickets[..2]
+            .iter()
+            .map(|asked| redis.status(&missing, *asked)),
+    )
+    .await;
+    assert_eq!(script_calls(&server) - calls_before, 1);
+    for answer in refused {
+        assert!(
+            matches!(answer, Err(StoreError::RoomNotFound(ref room)) if *room == missing),
+            "{answer:?}"
+        );
+    }
 }

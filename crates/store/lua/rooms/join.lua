@@ -135,15 +135,6 @@ local function join_one(join)
   return status(join.ticket_id, room.generation, join.session_id), true
 end
 
--- The text of an error `pcall` caught: a table with `err` for a command Redis refused, a
--- string for an error of the script's own.
-local function failure_text(failure)
-  if type(failure) == 'table' then
-    return tostring(failure.err)
-  end
-  return tostring(failure)
-end
-
 local answers, joined = {}, false
 local count = tonumber(ARGV[5])
 DRAW_SEED = ARGV[6]

@@ -1772,6 +1772,15 @@ local function room_not_found()
   return { 'error', 'room_not_found' }
 end
 
+-- The text of an error `pcall` caught in one request of a batch (join.lua, status.lua): a
+-- table with `err` for a command Redis refused, a string for an error of the script's own.
+local function failure_text(failure)
+  if type(failure) == 'table' then
+    return tostring(failure.err)
+  end
+  return tostring(failure)
+end
+
 -- Binds one call's keys and arguments, and starts it from a clean state: every function of the
 -- library begins with this (scripts.rs), since the library's locals outlive a call.
 local function begin_call(keys, args)

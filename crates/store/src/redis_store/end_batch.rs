@@ -9,139 +9,63 @@
 //! many sessions ticks once, and that tick admits as many as the ends freed (and the bucket
 //! allows), so each caller still hears of its end only once the refill is done.
 //!
-//! The first end into a room with no call in flight is sent at once (no added latency); ends
-//! that arrive while that call is in flight gather and go together in the next one (at most
-//! [`MAX_ENDS_PER_CALL`]), so the slower Redis answers, the more ends a call carries. One call
-//! of a room is in flight from a node at a time, and the calls are sent in the order their ends
-//! were queued. The calls are sent by a task of the room's own, so a caller that stops waiting
-//! (its bound ran out) strands nobody: its end is still made, as an end whose answer came too
-//! late may have been made before (ending a session twice changes nothing).
-
-use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-
-use anteroom_core::RoomId;
-use parking_lot::Mutex;
-use tokio::sync::oneshot;
+//! The ends are queued and sent by the room's queue (`room_queue.rs`): the first end into a
+//! room with no call in flight goes at once, and ends that arrive while it is in flight go
+//! together in the next call. A caller that stops waiting strands nobody: its end is still
+//! made, as an end whose answer came too late may have been made before (ending a session
+//! twice changes nothing).
 
 use super::connection::bounded;
-use super::join_batch::Sender;
+use super::join_batch::{Sender, shared_failure};
 use super::records::{Answer, MalformedAnswer};
 use super::room_call::{admission_seed, lottery_seed, malformed};
+use super::room_queue::{BatchedCall, Outcome, RoomQueues};
 use super::scripts::RoomFunction;
 use crate::StoreError;
 
-/// The most ends one call carries: Redis runs nothing else while a script runs, so a call is
-/// kept to a few milliseconds of script.
-pub(crate) const MAX_ENDS_PER_CALL: usize = 64;
+/// Session ends waiting for their room's next call.
+pub(crate) type EndQueues = RoomQueues<EndCall>;
 
-/// What a caller hears of its end: the script's answer or refusal, or why the call failed
-/// (as a join hears of its own, so a failed call answers both alike: `shared_failure`).
-pub(crate) type EndOutcome = super::join_batch::JoinOutcome;
-
-/// One end waiting for its room's next call.
-struct QueuedEnd {
-    session: String,
-    reason: String,
-    reply: oneshot::Sender<EndOutcome>,
+/// One session to end, and why (the reason's stored word).
+pub(crate) struct EndRequest {
+    pub(crate) session: String,
+    pub(crate) reason: String,
 }
 
-/// The ends per room not sent yet. A room is in the map while a task sends its ends.
-#[derive(Clone, Default)]
-pub(crate) struct EndQueues {
-    rooms: Arc<Mutex<HashMap<RoomId, VecDeque<QueuedEnd>>>>,
-}
+/// A call of `end_session.lua` for the ends queued for one room.
+pub(crate) struct EndCall;
 
-impl EndQueues {
-    /// Ends `session` in `room` for `reason` (the reason's stored word), waiting for the call
-    /// that makes it; the room's sending task is made by `sender` when none runs. The caller
-    /// bounds the wait.
-    pub(crate) async fn end(
-        &self,
-        room: &RoomId,
-        session: String,
-        reason: String,
-        sender: impl FnOnce() -> Sender,
-    ) -> EndOutcome {
-        let (reply, receiver) = oneshot::channel();
-        let end = QueuedEnd {
-            session,
-            reason,
-            reply,
-        };
+impl BatchedCall for EndCall {
+    type Request = EndRequest;
+    const MAX_PER_CALL: usize = 64;
+
+    async fn call(sender: &Sender, batch: Vec<EndRequest>) -> Vec<Outcome> {
+        let count = batch.len();
+        let mut args = Vec::with_capacity(3 + 2 * count);
+        args.push(admission_seed());
+        args.push(lottery_seed());
+        args.push(count.to_string());
+        for end in batch {
+            args.push(end.session);
+            args.push(end.reason);
+        }
+        let call = sender.prelude.call(RoomFunction::EndSession, args);
+        match bounded(
+            sender.timeout,
+            "end_session",
+            call.reply::<Vec<Vec<String>>>(&sender.connection),
+        )
+        .await
+        .and_then(|answers| read_answers(answers, count))
         {
-            let mut rooms = self.rooms.lock();
-            match rooms.entry(room.clone()) {
-                MapEntry::Occupied(mut queue) => queue.get_mut().push_back(end),
-                MapEntry::Vacant(slot) => {
-                    slot.insert(VecDeque::from([end]));
-                    tokio::spawn(self.clone().send_all(room.clone(), sender()));
-                }
-            }
+            Ok(outcomes) => outcomes,
+            Err(error) => shared_failure(&error, count),
         }
-        receiver.await.unwrap_or_else(|_| {
-            Err(StoreError::Backend {
-                message: format!("the end of a session in {room} was dropped unsent"),
-                source: None,
-            })
-        })
-    }
-
-    /// The next call's ends for `room` (at most [`MAX_ENDS_PER_CALL`], in the order queued), or
-    /// `None` when none are queued: the room then leaves the map and its task ends.
-    fn next_batch(&self, room: &RoomId) -> Option<Vec<QueuedEnd>> {
-        let mut rooms = self.rooms.lock();
-        let queue = rooms.get_mut(room)?;
-        if queue.is_empty() {
-            rooms.remove(room);
-            return None;
-        }
-        let count = queue.len().min(MAX_ENDS_PER_CALL);
-        Some(queue.drain(..count).collect())
-    }
-
-    /// Sends `room`'s queued ends, one call at a time, until none are queued.
-    async fn send_all(self, room: RoomId, sender: Sender) {
-        while let Some(batch) = self.next_batch(&room) {
-            run_call(&sender, batch).await;
-        }
-    }
-}
-
-/// Runs one call of `end_session.lua` for `batch` and answers each end.
-async fn run_call(sender: &Sender, batch: Vec<QueuedEnd>) {
-    let count = batch.len();
-    let mut args = Vec::with_capacity(3 + 2 * count);
-    args.push(admission_seed());
-    args.push(lottery_seed());
-    args.push(count.to_string());
-    let mut replies = Vec::with_capacity(count);
-    for end in batch {
-        args.push(end.session);
-        args.push(end.reason);
-        replies.push(end.reply);
-    }
-    let call = sender.prelude.call(RoomFunction::EndSession, args);
-    let outcomes = match bounded(
-        sender.timeout,
-        "end_session",
-        call.reply::<Vec<Vec<String>>>(&sender.connection),
-    )
-    .await
-    .and_then(|answers| read_answers(answers, count))
-    {
-        Ok(outcomes) => outcomes,
-        Err(error) => super::join_batch::shared_failure(&error, count),
-    };
-    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-        // A caller that stopped waiting hears nothing; its end was made all the same.
-        let _ = reply.send(outcome);
     }
 }
 
 /// The script's answers, one per end; a reply with another count of answers is malformed.
-fn read_answers(answers: Vec<Vec<String>>, count: usize) -> Result<Vec<EndOutcome>, StoreError> {
+fn read_answers(answers: Vec<Vec<String>>, count: usize) -> Result<Vec<Outcome>, StoreError> {
     if answers.len() != count {
         return Err(malformed(
             "end_session",
@@ -157,42 +81,6 @@ fn read_answers(answers: Vec<Vec<String>>, count: usize) -> Result<Vec<EndOutcom
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn queued(session: &str) -> (QueuedEnd, oneshot::Receiver<EndOutcome>) {
-        let (reply, receiver) = oneshot::channel();
-        let end = QueuedEnd {
-            session: session.to_owned(),
-            reason: "completed".to_owned(),
-            reply,
-        };
-        (end, receiver)
-    }
-
-    /// A call takes the ends queued, oldest first, at most [`MAX_ENDS_PER_CALL`]; once the
-    /// queue is empty the room leaves the map (its task ends).
-    #[test]
-    fn batches_take_the_oldest_ends_first_and_an_empty_queue_ends_the_task() {
-        let room = RoomId::new("r").expect("a valid id");
-        let queues = EndQueues::default();
-        let mut receivers = Vec::new();
-        let ends: VecDeque<QueuedEnd> = (0..MAX_ENDS_PER_CALL + 3)
-            .map(|i| {
-                let (end, receiver) = queued(&i.to_string());
-                receivers.push(receiver);
-                end
-            })
-            .collect();
-        queues.rooms.lock().insert(room.clone(), ends);
-        let first = queues.next_batch(&room).expect("a full batch");
-        let sessions: Vec<&str> = first.iter().map(|end| end.session.as_str()).collect();
-        let expected: Vec<String> = (0..MAX_ENDS_PER_CALL).map(|i| i.to_string()).collect();
-        assert_eq!(sessions, expected);
-        let second = queues.next_batch(&room).expect("the rest");
-        assert_eq!(second.len(), 3);
-        assert_eq!(second[0].session, MAX_ENDS_PER_CALL.to_string());
-        assert!(queues.next_batch(&room).is_none());
-        assert!(queues.rooms.lock().is_empty(), "the room left the map");
-    }
 
     /// A reply with fewer or more answers than ends is refused, not matched up by guess.
     #[test]

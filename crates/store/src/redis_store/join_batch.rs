@@ -48,9 +48,9 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::connection::{Connection, bounded};
-use super::packed_answers::{PackedAnswers, decode};
+use super::packed_answers::outcomes;
 use super::records::{Answer, Refusal};
-use super::room_call::{RoomPrelude, admission_seed, lottery_seed, malformed, millis};
+use super::room_call::{RoomPrelude, admission_seed, lottery_seed, millis};
 use super::scripts::RoomFunction;
 use crate::StoreError;
 
@@ -471,7 +471,7 @@ async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
     let call = sender.prelude.call(RoomFunction::Join, args);
     let outcomes = match bounded(sender.timeout, "join", call.reply(&sender.connection))
         .await
-        .and_then(|packed: Vec<u8>| answers(&packed, count))
+        .and_then(|packed: Vec<u8>| outcomes("join", &packed, count))
     {
         Ok(outcomes) => outcomes,
         Err(error) => shared_failure(&error, count),
@@ -546,44 +546,8 @@ async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
     );
 }
 
-/// Reads the script's reply (`packed_answers.rs`): one outcome per join, or one refusal for
-/// the whole batch (the room is missing or closed) given to every join.
-fn answers(packed: &[u8], count: usize) -> Result<Vec<JoinOutcome>, StoreError> {
-    let answers = match decode(packed).map_err(|error| malformed("join", error))? {
-        PackedAnswers::Shared(fields) => {
-            return Ok((0..count)
-                .map(|_| Answer::new(fields.clone()).map_err(|error| malformed("join", error)))
-                .collect());
-        }
-        PackedAnswers::PerJoin(answers) => answers,
-    };
-    if answers.len() != count {
-        return Err(StoreError::Backend {
-            message: format!(
-                "redis script join answered {} joins of {count}",
-                answers.len()
-            ),
-            source: None,
-        });
-    }
-    Ok(answers.into_iter().map(one_answer).collect())
-}
-
-/// One join's answer: its status or refusal, or the error it alone failed with (`failed`).
-fn one_answer(fields: Vec<String>) -> JoinOutcome {
-    if let [word, why] = fields.as_slice()
-        && word == "failed"
-    {
-        return Err(StoreError::Backend {
-            message: format!("redis script join failed for this join: {why}"),
-            source: None,
-        });
-    }
-    Answer::new(fields).map_err(|error| malformed("join", error))
-}
-
-/// The failure of a batch's call, told to each of its `count` joins (or session ends,
-/// `end_batch.rs`).
+/// The failure of a batch's call, told to each of its `count` joins (or session ends and
+/// statuses, `room_queue.rs`).
 pub(super) fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
     let mut message = match error {
         StoreError::Backend { message, .. } => message.clone(),

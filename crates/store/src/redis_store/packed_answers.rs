@@ -1,4 +1,4 @@
-//! A batch of joins' answers as `join.lua` sends them: one MessagePack string (Lua's
+//! A batch's answers as `join.lua` and `status.lua` send them: one MessagePack string (Lua's
 //! `cmsgpack.pack`) holding an array of answers, each an array of text fields, or one array
 //! of text fields for the whole batch (a refusal). Read here instead of by the Redis client:
 //! parsing ten replies a join took the client about 16,000 instructions a join.
@@ -8,14 +8,17 @@
 //! after the value, or a shared answer that is not a refusal is an error: a malformed reply
 //! never becomes an answer.
 
-use super::records::MalformedAnswer;
+use super::join_batch::JoinOutcome;
+use super::records::{Answer, MalformedAnswer};
+use super::room_call::malformed;
+use crate::StoreError;
 
-/// What a join call answered.
+/// What a batched call answered.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PackedAnswers {
-    /// One answer per join, in order, each its text fields.
-    PerJoin(Vec<Vec<String>>),
-    /// One refusal (`error` and why) for every join of the batch (the room is missing or
+    /// One answer per request, in order, each its text fields.
+    PerRequest(Vec<Vec<String>>),
+    /// One refusal (`error` and why) for every request of the batch (the room is missing or
     /// closed).
     Shared(Vec<String>),
 }
@@ -28,7 +31,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<PackedAnswers, MalformedAnswer> {
     let mut reader = Reader { bytes, at: 0 };
     let outer = reader.array()?;
     if outer == 0 {
-        return Err(MalformedAnswer("an empty join answer".to_owned()));
+        return Err(MalformedAnswer("an empty batch answer".to_owned()));
     }
     let answers = if reader.next_is_array()? {
         let mut answers = Vec::with_capacity(outer);
@@ -36,25 +39,69 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<PackedAnswers, MalformedAnswer> {
             let fields = reader.array()?;
             answers.push(reader.fields(fields)?);
         }
-        PackedAnswers::PerJoin(answers)
+        PackedAnswers::PerRequest(answers)
     } else {
         let fields = reader.fields(outer)?;
         // Only a refusal is shared: an answer given to every join would hand one ticket out
-        // many times.
+        // many times (and every status would be another's).
         if fields.first().map(String::as_str) != Some("error") {
             return Err(MalformedAnswer(
-                "a join answer shared by the batch that is not a refusal".to_owned(),
+                "an answer shared by the batch that is not a refusal".to_owned(),
             ));
         }
         PackedAnswers::Shared(fields)
     };
     if reader.at != bytes.len() {
         return Err(MalformedAnswer(format!(
-            "{} bytes after the join answer",
+            "{} bytes after the batch answer",
             bytes.len() - reader.at
         )));
     }
     Ok(answers)
+}
+
+/// Reads the reply of a batched call of `function` (`join`, `status`): one outcome per
+/// request, or one refusal for the whole batch (the room is missing or closed) given to every
+/// request. A reply with another count of answers is malformed.
+pub(super) fn outcomes(
+    function: &str,
+    packed: &[u8],
+    count: usize,
+) -> Result<Vec<JoinOutcome>, StoreError> {
+    let answers = match decode(packed).map_err(|error| malformed(function, error))? {
+        PackedAnswers::Shared(fields) => {
+            return Ok((0..count)
+                .map(|_| Answer::new(fields.clone()).map_err(|error| malformed(function, error)))
+                .collect());
+        }
+        PackedAnswers::PerRequest(answers) => answers,
+    };
+    if answers.len() != count {
+        return Err(StoreError::Backend {
+            message: format!(
+                "redis function {function} answered {} requests of {count}",
+                answers.len()
+            ),
+            source: None,
+        });
+    }
+    Ok(answers
+        .into_iter()
+        .map(|fields| one_outcome(function, fields))
+        .collect())
+}
+
+/// One request's answer: its status or refusal, or the error it alone failed with (`failed`).
+fn one_outcome(function: &str, fields: Vec<String>) -> JoinOutcome {
+    if let [word, why] = fields.as_slice()
+        && word == "failed"
+    {
+        return Err(StoreError::Backend {
+            message: format!("redis function {function} failed for this request: {why}"),
+            source: None,
+        });
+    }
+    Answer::new(fields).map_err(|error| malformed(function, error))
 }
 
 struct Reader<'a> {
@@ -187,7 +234,7 @@ mod tests {
         let bytes = pack(&[&["waiting", &record, &long], &["error", "join_cancelled"]]);
         assert_eq!(
             decode(&bytes).expect("well formed"),
-            PackedAnswers::PerJoin(vec![
+            PackedAnswers::PerRequest(vec![
                 owned(&["waiting", &record, &long]),
                 owned(&["error", "join_cancelled"])
             ])
