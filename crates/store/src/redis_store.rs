@@ -687,7 +687,7 @@ impl RoomStore for RedisStore {
         let start = tokio::time::Instant::now();
         let connection = self.bounded("join", self.connection()).await?;
         args.push(self.join_deadline(&connection));
-        let sender = || join_batch::Sender {
+        let sender = || room_call::RoomCaller {
             prelude: self.room_prelude(room),
             connection,
             timeout: self.timeout,
@@ -714,7 +714,7 @@ impl RoomStore for RedisStore {
         let outcome = self
             .bounded("status", async {
                 let connection = self.connection().await?;
-                let sender = || join_batch::Sender {
+                let sender = || room_call::RoomCaller {
                     prelude: self.room_prelude(room),
                     connection,
                     timeout: self.timeout,
@@ -724,7 +724,7 @@ impl RoomStore for RedisStore {
                     generation: ticket.generation.to_string(),
                     session: SessionId::random(&mut thread_rng()).to_string(),
                 };
-                self.statuses.submit(room, status, "status", sender).await
+                self.statuses.submit(room, status, sender).await
             })
             .await?;
         outcome
@@ -756,7 +756,7 @@ impl RoomStore for RedisStore {
         let outcome = self
             .bounded("end_session", async {
                 let connection = self.connection().await?;
-                let sender = || join_batch::Sender {
+                let sender = || room_call::RoomCaller {
                     prelude: self.room_prelude(room),
                     connection,
                     timeout: self.timeout,
@@ -765,9 +765,7 @@ impl RoomStore for RedisStore {
                     session: session.to_string(),
                     reason: reason.as_str().to_owned(),
                 };
-                self.ends
-                    .submit(room, end, "end of a session", sender)
-                    .await
+                self.ends.submit(room, end, sender).await
             })
             .await?;
         let mut answer = outcome.map_err(|refusal| refusal.into_error(room))?;

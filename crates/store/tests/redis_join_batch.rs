@@ -738,3 +738,130 @@ async fn statuses_queued_together_go_as_one_call_each_answered_as_alone() {
         );
     }
 }
+
+/// The tickets of `entries`, as a status asks for them.
+fn tickets_of(entries: &[Result<Entry, StoreError>]) -> Vec<TicketRef> {
+    entries
+        .iter()
+        .map(|entry| TicketRef {
+            id: ticket(entry),
+            generation: 1,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_status_that_fails_in_the_script_fails_alone_and_a_failed_call_fails_every_status() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("broken");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 2;
+    config.admit_per_minute = 60_000;
+    config.admit_burst = 10;
+    redis.put_room(config).await.unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..4 {
+        entries.push(redis.join(&id, JoinRequest::default()).await);
+    }
+    let first_session = match &entries[0] {
+        Ok(Entry::Admitted(view)) => view.session.id,
+        other => panic!("the first holds a slot: {other:?}"),
+    };
+    let tickets = tickets_of(&entries);
+    // The first leaves: the third is admitted and has not claimed yet.
+    redis
+        .end_session(&id, first_session, SessionEnd::Completed)
+        .await
+        .unwrap();
+    let passes_before = redis.snapshot(&id).await.unwrap().totals.passes;
+    // The fourth's record in the line is broken (no columns): its status fails in the script.
+    let Ok(Entry::Waiting(fourth)) = &entries[3] else {
+        panic!("the fourth waits: {:?}", entries[3]);
+    };
+    server.cli(&[
+        "HSET",
+        &format!("anteroom:{{{id}}}:line:0"),
+        &fourth.position.to_string(),
+        &format!("{}|", fourth.ticket),
+    ]);
+    let calls_before = script_calls(&server);
+    let answers = join_all([tickets[3], tickets[2]].map(|asked| redis.status(&id, asked))).await;
+    assert_eq!(script_calls(&server) - calls_before, 1, "one call for both");
+    match &answers[0] {
+        Err(StoreError::Backend { message, .. }) => {
+            assert!(message.contains("failed for this request"), "{message}");
+        }
+        other => panic!("the broken status: {other:?}"),
+    }
+    assert!(
+        matches!(answers[1], Ok(Entry::Admitted(_))),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(
+        redis.snapshot(&id).await.unwrap().totals.passes,
+        passes_before + 1,
+        "the claim beside the failed status was saved with the room"
+    );
+
+    // A call that fails as a whole (the room's meta is not a hash) fails every status of it.
+    let id = room_id("wrong-type");
+    redis
+        .put_room(RoomConfig::with_defaults(id.clone()))
+        .await
+        .unwrap();
+    let waiting = tickets_of(&[
+        redis.join(&id, JoinRequest::default()).await,
+        redis.join(&id, JoinRequest::default()).await,
+    ]);
+    let meta = format!("anteroom:{{{id}}}:meta");
+    server.cli(&["DEL", &meta]);
+    server.cli(&["SET", &meta, "not a hash"]);
+    let failed = join_all(waiting.into_iter().map(|asked| redis.status(&id, asked))).await;
+    for answer in failed {
+        match answer {
+            Err(StoreError::Backend { message, .. }) => {
+                assert!(message.contains("status"), "{message}");
+            }
+            other => panic!("a status of the failed call: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn more_statuses_than_a_call_carries_go_in_two_calls_each_answered_its_own() {
+    let server = RedisServer::start();
+    let (_clock, redis, _memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("many");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 1;
+    redis.put_room(config).await.unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..140 {
+        entries.push(redis.join(&id, JoinRequest::default()).await);
+    }
+    // The first holds the slot; the other 139 wait, in order.
+    let asked = &tickets_of(&entries)[1..];
+    let calls_before = script_calls(&server);
+    let answers = join_all(asked.iter().map(|ticket| redis.status(&id, *ticket))).await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        2,
+        "139 statuses: a call of 128, then one of 11"
+    );
+    for (index, (ticket, answer)) in asked.iter().zip(&answers).enumerate() {
+        match answer {
+            Ok(Entry::Waiting(view)) => {
+                assert_eq!(
+                    view.ticket, ticket.id,
+                    "each caller hears of its own ticket"
+                );
+                assert_eq!(view.ahead, index as u64);
+            }
+            other => panic!("status {index}: {other:?}"),
+        }
+    }
+}

@@ -10,7 +10,7 @@
 -- id for a new session (used only if this status claims one) at ARGV[6 + 3i]
 -- Returns one MessagePack string (as join.lua): an array of one answer per status, in order,
 -- each 'waiting', ticket id, ticket record, ahead, serving, waiting, decayed admissions,
--- decayed seconds, mode; or 'admitted', ticket id, ticket record, session id, session record,
+-- decayed seconds, mode, opening time (or ''); or 'admitted', ticket id, ticket record, session id, session record,
 -- serving, waiting; or 'error' and why; or 'failed' and the error a command or the script
 -- raised in that status alone. Or, for the whole batch, the array 'error', 'room_not_found'.
 

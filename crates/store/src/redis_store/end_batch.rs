@@ -16,10 +16,11 @@
 //! twice changes nothing).
 
 use super::connection::bounded;
-use super::join_batch::{Sender, shared_failure};
 use super::records::{Answer, MalformedAnswer};
-use super::room_call::{admission_seed, lottery_seed, malformed};
-use super::room_queue::{BatchedCall, Outcome, RoomQueues};
+use super::room_call::{
+    Outcome, RoomCaller, admission_seed, lottery_seed, malformed, shared_failure,
+};
+use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
 use crate::StoreError;
 
@@ -37,9 +38,18 @@ pub(crate) struct EndCall;
 
 impl BatchedCall for EndCall {
     type Request = EndRequest;
+    type Context = RoomCaller;
+    const WHAT: &'static str = "end of a session";
+    /// An end's share of a call is a session's record and its slot; the call's one tick
+    /// refills up to this many slots: 64 keep a call to a millisecond or two of script.
     const MAX_PER_CALL: usize = 64;
+    /// Sixteen calls' worth: a room whose ends queue deeper on one node has a Redis far
+    /// behind; an end refused then leaves its session to expire at its TTL.
+    const MAX_QUEUED: usize = 16 * 64;
+    /// An end is owed whether or not its caller still waits to hear of it.
+    const SEND_ABANDONED: bool = true;
 
-    async fn call(sender: &Sender, batch: Vec<EndRequest>) -> Vec<Outcome> {
+    async fn call(sender: &RoomCaller, batch: Vec<EndRequest>) -> Vec<Outcome> {
         let count = batch.len();
         let mut args = Vec::with_capacity(3 + 2 * count);
         args.push(admission_seed());

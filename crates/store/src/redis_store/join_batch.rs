@@ -47,10 +47,9 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::connection::{Connection, bounded};
+use super::connection::bounded;
 use super::packed_answers::outcomes;
-use super::records::{Answer, Refusal};
-use super::room_call::{RoomPrelude, admission_seed, lottery_seed, millis};
+use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, millis, shared_failure};
 use super::scripts::RoomFunction;
 use crate::StoreError;
 
@@ -77,9 +76,6 @@ const CANCELLED_JOIN_MEMORY: Duration = Duration::from_secs(600);
 
 /// How often a cancellation is tried before it is given up (one try per store timeout).
 const CANCEL_ATTEMPTS: u32 = 3;
-
-/// What a caller hears of its join: the script's answer or refusal, or why the call failed.
-pub(crate) type JoinOutcome = Result<Result<Answer, Refusal>, StoreError>;
 
 /// Where a join is, shared by its caller and the room's task; whichever moves it first from
 /// queued (or sent) decides what giving up costs.
@@ -150,7 +146,7 @@ struct QueuedJoin {
     args: Vec<String>,
     deadline: Instant,
     claim: Arc<Claim>,
-    reply: oneshot::Sender<JoinOutcome>,
+    reply: oneshot::Sender<Outcome>,
 }
 
 /// A room's joins not sent yet, and the bell that tells its task a batch has gathered: a full
@@ -165,14 +161,6 @@ struct RoomQueue {
 #[derive(Clone, Default)]
 pub(crate) struct JoinQueues {
     rooms: Arc<Mutex<HashMap<RoomId, RoomQueue>>>,
-}
-
-/// What a room's sending task needs: the room's calls, a connection, and the bound on each call.
-#[derive(Clone)]
-pub(crate) struct Sender {
-    pub(crate) prelude: RoomPrelude,
-    pub(crate) connection: Connection,
-    pub(crate) timeout: Duration,
 }
 
 /// What the room's task does next.
@@ -192,7 +180,7 @@ enum Next {
 /// request went away), it withdraws the join if it was not sent yet.
 struct PendingJoin {
     claim: Arc<Claim>,
-    receiver: oneshot::Receiver<JoinOutcome>,
+    receiver: oneshot::Receiver<Outcome>,
 }
 
 impl Drop for PendingJoin {
@@ -211,8 +199,8 @@ impl JoinQueues {
         ticket: String,
         args: Vec<String>,
         deadline: Instant,
-        sender: impl FnOnce() -> Sender,
-    ) -> JoinOutcome {
+        sender: impl FnOnce() -> RoomCaller,
+    ) -> Outcome {
         let (reply, receiver) = oneshot::channel();
         let claim = Arc::new(Claim::default());
         let join = QueuedJoin {
@@ -247,7 +235,7 @@ impl JoinQueues {
     }
 
     /// Queues `join` for `room`, making the room's sending task (by `sender`) when none runs.
-    fn enqueue(&self, room: &RoomId, join: QueuedJoin, sender: impl FnOnce() -> Sender) {
+    fn enqueue(&self, room: &RoomId, join: QueuedJoin, sender: impl FnOnce() -> RoomCaller) {
         let mut rooms = self.rooms.lock();
         match rooms.entry(room.clone()) {
             MapEntry::Occupied(mut queue) => {
@@ -335,7 +323,7 @@ impl JoinQueues {
 
     /// Sends `room`'s queued joins, a batch per call and up to [`MAX_CALLS_IN_FLIGHT`] calls
     /// at once, until its queue is empty and no call is in flight.
-    async fn send_all(self, room: RoomId, sender: Sender, full_batch: Arc<Notify>) {
+    async fn send_all(self, room: RoomId, sender: RoomCaller, full_batch: Arc<Notify>) {
         let mut calls = FuturesUnordered::new();
         let mut last = Gathering::default();
         let mut unsent = Vec::new();
@@ -438,19 +426,19 @@ fn answer_unsent(room: &RoomId, joins: impl Iterator<Item = QueuedJoin>) {
 struct SentJoin {
     ticket: String,
     claim: Arc<Claim>,
-    reply: oneshot::Sender<JoinOutcome>,
+    reply: oneshot::Sender<Outcome>,
 }
 
 /// A call that finished (answered, failed or timed out): its joins, one outcome each, and
 /// how long it took.
 struct FinishedCall {
     joins: Vec<SentJoin>,
-    outcomes: Vec<JoinOutcome>,
+    outcomes: Vec<Outcome>,
     took: Duration,
 }
 
 /// Runs one call of `join.lua` for `batch`.
-async fn run_call(sender: &Sender, batch: Vec<QueuedJoin>) -> FinishedCall {
+async fn run_call(sender: &RoomCaller, batch: Vec<QueuedJoin>) -> FinishedCall {
     let started = Instant::now();
     let count = batch.len();
     let per_join = batch.first().map_or(0, |join| 1 + join.args.len());
@@ -487,7 +475,7 @@ impl FinishedCall {
     /// Gives each waiting caller its outcome, and takes back the tickets nobody holds: those of
     /// joins that failed (the visitor is told so, yet the join may have run) and those whose
     /// callers left before their answer came.
-    fn deliver(self, sender: &Sender) {
+    fn deliver(self, sender: &RoomCaller) {
         let mut take_back = Vec::new();
         for (join, outcome) in self.joins.into_iter().zip(self.outcomes) {
             // A refusal made no ticket; an answer made or resumed one, which its caller holds
@@ -509,7 +497,7 @@ impl FinishedCall {
 /// `cancel_join.lua`, tried up to [`CANCEL_ATTEMPTS`] times. The connection keeps calls in
 /// order, so joins still queued in Redis run before their cancellation; a join that runs after
 /// it anyway is refused (its id is remembered as cancelled).
-async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
+async fn cancel_joins(sender: RoomCaller, tickets: Vec<String>) {
     let count = tickets.len();
     let mut args = vec![
         millis(CANCELLED_JOIN_MEMORY),
@@ -544,28 +532,6 @@ async fn cancel_joins(sender: Sender, tickets: Vec<String>) {
         "joins whose call failed could not be cancelled; if they ran, their tickets wait \
          until they are abandoned"
     );
-}
-
-/// The failure of a batch's call, told to each of its `count` joins (or session ends and
-/// statuses, `room_queue.rs`).
-pub(super) fn shared_failure(error: &StoreError, count: usize) -> Vec<JoinOutcome> {
-    let mut message = match error {
-        StoreError::Backend { message, .. } => message.clone(),
-        other => other.to_string(),
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        message = format!("{message}: {cause}");
-        source = cause.source();
-    }
-    (0..count)
-        .map(|_| {
-            Err(StoreError::Backend {
-                message: message.clone(),
-                source: None,
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -8,9 +8,8 @@
 //! after the value, or a shared answer that is not a refusal is an error: a malformed reply
 //! never becomes an answer.
 
-use super::join_batch::JoinOutcome;
 use super::records::{Answer, MalformedAnswer};
-use super::room_call::malformed;
+use super::room_call::{Outcome, malformed};
 use crate::StoreError;
 
 /// What a batched call answered.
@@ -67,7 +66,7 @@ pub(super) fn outcomes(
     function: &str,
     packed: &[u8],
     count: usize,
-) -> Result<Vec<JoinOutcome>, StoreError> {
+) -> Result<Vec<Outcome>, StoreError> {
     let answers = match decode(packed).map_err(|error| malformed(function, error))? {
         PackedAnswers::Shared(fields) => {
             return Ok((0..count)
@@ -77,13 +76,10 @@ pub(super) fn outcomes(
         PackedAnswers::PerRequest(answers) => answers,
     };
     if answers.len() != count {
-        return Err(StoreError::Backend {
-            message: format!(
-                "redis function {function} answered {} requests of {count}",
-                answers.len()
-            ),
-            source: None,
-        });
+        return Err(malformed(
+            function,
+            MalformedAnswer(format!("{} answers for {count} requests", answers.len())),
+        ));
     }
     Ok(answers
         .into_iter()
@@ -92,7 +88,7 @@ pub(super) fn outcomes(
 }
 
 /// One request's answer: its status or refusal, or the error it alone failed with (`failed`).
-fn one_outcome(function: &str, fields: Vec<String>) -> JoinOutcome {
+fn one_outcome(function: &str, fields: Vec<String>) -> Outcome {
     if let [word, why] = fields.as_slice()
         && word == "failed"
     {
@@ -114,7 +110,7 @@ impl Reader<'_> {
         let byte = *self
             .bytes
             .get(self.at)
-            .ok_or_else(|| MalformedAnswer("the join answer ends early".to_owned()))?;
+            .ok_or_else(|| MalformedAnswer("the batch answer ends early".to_owned()))?;
         self.at += 1;
         Ok(byte)
     }
@@ -125,7 +121,7 @@ impl Reader<'_> {
             .at
             .checked_add(n)
             .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| MalformedAnswer("the join answer ends early".to_owned()))?;
+            .ok_or_else(|| MalformedAnswer("the batch answer ends early".to_owned()))?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
@@ -143,7 +139,7 @@ impl Reader<'_> {
     fn next_is_array(&self) -> Result<bool, MalformedAnswer> {
         match self.bytes.get(self.at) {
             Some(&marker) => Ok(matches!(marker, 0x90..=0x9f | 0xdc | 0xdd)),
-            None => Err(MalformedAnswer("the join answer ends early".to_owned())),
+            None => Err(MalformedAnswer("the batch answer ends early".to_owned())),
         }
     }
 
@@ -156,12 +152,12 @@ impl Reader<'_> {
             0xdd => self.length(4)?,
             other => {
                 return Err(MalformedAnswer(format!(
-                    "expected an array in the join answer, found marker {other:#04x}"
+                    "expected an array in the batch answer, found marker {other:#04x}"
                 )));
             }
         };
         if length > self.bytes.len() - self.at {
-            return Err(MalformedAnswer("the join answer ends early".to_owned()));
+            return Err(MalformedAnswer("the batch answer ends early".to_owned()));
         }
         Ok(length)
     }
@@ -174,20 +170,20 @@ impl Reader<'_> {
             0xdb => self.length(4)?,
             other => {
                 return Err(MalformedAnswer(format!(
-                    "expected text in the join answer, found marker {other:#04x}"
+                    "expected text in the batch answer, found marker {other:#04x}"
                 )));
             }
         };
         let bytes = self.take(length)?;
         std::str::from_utf8(bytes)
             .map(str::to_owned)
-            .map_err(|_| MalformedAnswer("text in the join answer is not UTF-8".to_owned()))
+            .map_err(|_| MalformedAnswer("text in the batch answer is not UTF-8".to_owned()))
     }
 
     /// An answer of `count` text fields (at least one, at most [`MAX_FIELDS`]).
     fn fields(&mut self, count: usize) -> Result<Vec<String>, MalformedAnswer> {
         if count == 0 || count > MAX_FIELDS {
-            return Err(MalformedAnswer(format!("a join answer of {count} fields")));
+            return Err(MalformedAnswer(format!("an answer of {count} fields")));
         }
         (0..count).map(|_| self.text()).collect()
     }
@@ -229,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn answers_per_join_and_shared_answers_are_read() {
+    fn answers_per_request_and_shared_answers_are_read() {
         let (record, long) = ("w".repeat(40), "x".repeat(300));
         let bytes = pack(&[&["waiting", &record, &long], &["error", "join_cancelled"]]);
         assert_eq!(

@@ -67,6 +67,19 @@ impl RoomPrelude {
     }
 }
 
+/// What a caller of a batched call (`join_batch.rs`, `room_queue.rs`) hears of its request:
+/// the script's answer or refusal, or why the call failed.
+pub(crate) type Outcome = Result<Result<Answer, Refusal>, StoreError>;
+
+/// What a room's sending task (a join batch's, a room queue's) needs: the room's calls, a
+/// connection, and the bound on each call.
+#[derive(Clone)]
+pub(crate) struct RoomCaller {
+    pub(crate) prelude: RoomPrelude,
+    pub(crate) connection: Connection,
+    pub(crate) timeout: Duration,
+}
+
 /// One room function's call, owned, so that it can also run from a task of its own.
 pub(super) struct RoomCall {
     function: RoomFunction,
@@ -101,6 +114,28 @@ impl RoomCall {
             )
         })
     }
+}
+
+/// The failure of a batched call, told to each of its `count` requests (joins, session ends,
+/// statuses).
+pub(super) fn shared_failure(error: &StoreError, count: usize) -> Vec<Outcome> {
+    let mut message = match error {
+        StoreError::Backend { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    (0..count)
+        .map(|_| {
+            Err(StoreError::Backend {
+                message: message.clone(),
+                source: None,
+            })
+        })
+        .collect()
 }
 
 pub(super) fn malformed(name: &str, error: MalformedAnswer) -> StoreError {
