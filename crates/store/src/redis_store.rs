@@ -40,8 +40,8 @@
 //!   while its end call for the room is in flight go as one `end_session.lua` call, which ends
 //!   each and ticks once (one refill for all of them instead of a tick per end). Statuses
 //!   (polls) likewise (`status_batch.rs`): one `status.lua` call answers the polls a node
-//!   queued for the room while its last status call was in flight, reading and writing the
-//!   room's meta once for all of them (`room_queue.rs` is the queue both use).
+//!   queued for the room while four of its status calls were in flight, reading and writing
+//!   the room's meta once for all of them (`room_queue.rs` is the queue both use).
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash

@@ -41,8 +41,10 @@ impl BatchedCall for EndCall {
     type Context = RoomCaller;
     const WHAT: &'static str = "end of a session";
     /// An end's share of a call is a session's record and its slot; the call's one tick
-    /// refills up to this many slots: 64 keep a call to a millisecond or two of script.
+    /// refills up to this many slots: 64 keep a call to a few milliseconds of script.
     const MAX_PER_CALL: usize = 64;
+    /// One: the ends that queue behind a call share the next call's one tick.
+    const MAX_CALLS_IN_FLIGHT: usize = 1;
     /// Sixteen calls' worth: a room whose ends queue deeper on one node has a Redis far
     /// behind; an end refused then leaves its session to expire at its TTL.
     const MAX_QUEUED: usize = 16 * 64;

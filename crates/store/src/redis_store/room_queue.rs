@@ -1,20 +1,18 @@
 //! The queue that sends one room's requests of one kind (session ends, statuses) as calls
-//! that carry several: the first request into a room with no call in flight goes at once (no
-//! added latency); requests that arrive while that call is in flight gather and go together in
-//! the next one (at most [`BatchedCall::MAX_PER_CALL`]), so the slower Redis answers, the more
-//! a call carries. The calls are sent in the order their requests were queued.
+//! that carry several: a request into a room with fewer than
+//! [`BatchedCall::MAX_CALLS_IN_FLIGHT`] calls in flight goes at once, with whatever else is
+//! queued (no added latency); requests that arrive while that many are in flight gather and
+//! go together in the next call (at most [`BatchedCall::MAX_PER_CALL`]), sent as soon as a
+//! call in flight comes back. So the slower Redis answers, the more a call carries, and a
+//! request waits for at most one call before its own goes.
 //!
-//! One call of a room is in flight from a node at a time: a call carries up to
-//! `MAX_PER_CALL` requests and takes Redis a few milliseconds at most, so one room's calls
-//! keep up with tens of thousands of requests a second from a node, and a Redis that falls
-//! behind gets bigger calls rather than more of them.
-//!
-//! The calls are sent by a task of the room's own, so a caller that stops waiting (its bound
-//! ran out, its client left) strands nobody behind it. Whether its request is still made is
-//! the kind's choice ([`BatchedCall::SEND_ABANDONED`]): an end is (ending a session is owed
-//! even when nobody waits to hear of it), a status is not (nobody would read its answer, and
-//! under overload the requests of callers gone would hold up the living ones). Only requests
-//! that may be made twice without harm are queued here (ending a session again changes
+//! Each call in flight is made by a task of its own, which, once its call is answered, sends
+//! what queued meanwhile, so a caller that stops waiting (its bound ran out, its client left)
+//! strands nobody behind it. Whether its request is still made is the kind's choice
+//! ([`BatchedCall::SEND_ABANDONED`]): an end is (ending a session is owed even when nobody
+//! waits to hear of it), a status is not (nobody would read its answer, and under overload
+//! the requests of callers gone would hold up the living ones). Only requests that may be
+//! made twice, and in any order, without harm are queued here (ending a session again changes
 //! nothing; a status claims a session once and then returns the same one, I7). Joins, which
 //! may not, have their own queue (`join_batch.rs`).
 //!
@@ -22,7 +20,6 @@
 //! far behind this node, and a request is refused at once (the caller's bound would run out
 //! in the queue anyway) instead of growing the queue without end.
 
-use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
@@ -45,6 +42,8 @@ pub(crate) trait BatchedCall: 'static {
     /// The most requests one call carries: Redis runs nothing else while a script runs, so a
     /// call is kept to a few milliseconds of script.
     const MAX_PER_CALL: usize;
+    /// The most calls of one room in flight from a node at once.
+    const MAX_CALLS_IN_FLIGHT: usize;
     /// The most requests one room's queue holds on a node; more are refused at once.
     const MAX_QUEUED: usize;
     /// Whether a request whose caller stopped waiting before it was sent is still made.
@@ -63,9 +62,14 @@ struct Queued<R> {
     reply: oneshot::Sender<Outcome>,
 }
 
-/// Each room's requests not sent yet, oldest first. A room is in the map while a task sends
-/// its calls.
-type Waiting<R> = HashMap<RoomId, VecDeque<Queued<R>>>;
+/// A room's requests not sent yet, oldest first, and how many of its calls are in flight.
+struct RoomState<R> {
+    queued: VecDeque<Queued<R>>,
+    in_flight: usize,
+}
+
+/// The rooms with requests queued or calls in flight (a room leaves once it has neither).
+type Waiting<R> = HashMap<RoomId, RoomState<R>>;
 
 /// The requests per room not sent yet, shared by the callers and the rooms' sending tasks.
 pub(crate) struct RoomQueues<C: BatchedCall> {
@@ -89,8 +93,8 @@ impl<C: BatchedCall> Clone for RoomQueues<C> {
 }
 
 impl<C: BatchedCall> RoomQueues<C> {
-    /// Queues `request` for `room` and waits for the call that makes it; the room's sending
-    /// task is given `context()` when none runs. The caller bounds the wait.
+    /// Queues `request` for `room` and waits for the call that makes it; a call's task is
+    /// given `context()` when one starts. The caller bounds the wait.
     pub(crate) async fn submit(
         &self,
         room: &RoomId,
@@ -99,33 +103,33 @@ impl<C: BatchedCall> RoomQueues<C> {
     ) -> Outcome {
         let (reply, receiver) = oneshot::channel();
         let queued = Queued { request, reply };
-        let first = {
+        let start = {
             let mut rooms = self.rooms.lock();
-            match rooms.entry(room.clone()) {
-                MapEntry::Occupied(mut queue) => {
-                    if queue.get().len() >= C::MAX_QUEUED {
-                        return Err(StoreError::Backend {
-                            message: format!(
-                                "{} {}s are already queued for {room} on this node",
-                                C::MAX_QUEUED,
-                                C::WHAT
-                            ),
-                            source: None,
-                        });
-                    }
-                    queue.get_mut().push_back(queued);
-                    false
-                }
-                MapEntry::Vacant(slot) => {
-                    slot.insert(VecDeque::from([queued]));
-                    true
-                }
+            let state = rooms.entry(room.clone()).or_insert_with(|| RoomState {
+                queued: VecDeque::new(),
+                in_flight: 0,
+            });
+            if state.queued.len() >= C::MAX_QUEUED {
+                return Err(StoreError::Backend {
+                    message: format!(
+                        "{} {}s are already queued for {room} on this node",
+                        C::MAX_QUEUED,
+                        C::WHAT
+                    ),
+                    source: None,
+                });
             }
+            state.queued.push_back(queued);
+            let start = state.in_flight < C::MAX_CALLS_IN_FLIGHT;
+            if start {
+                state.in_flight += 1;
+            }
+            start
         };
         // The task is made outside the lock every room shares: its context may take a while
         // to build (a room's keys). Until it runs, requests for the room gather in its queue.
-        if first {
-            tokio::spawn(self.clone().send_all(room.clone(), context()));
+        if start {
+            tokio::spawn(self.clone().send_calls(room.clone(), context()));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StoreError::Backend {
@@ -137,27 +141,32 @@ impl<C: BatchedCall> RoomQueues<C> {
 
     /// The next call's requests for `room` (at most [`BatchedCall::MAX_PER_CALL`], in the order
     /// queued; unless [`BatchedCall::SEND_ABANDONED`], without those whose callers stopped
-    /// waiting), or `None` when none are queued: the room then leaves the map and its task
-    /// ends.
+    /// waiting), or `None` when none are queued: the calling task then ends (and the room
+    /// leaves the map if no other call of it is in flight).
     fn next_batch(&self, room: &RoomId) -> Option<Vec<Queued<C::Request>>> {
         let mut rooms = self.rooms.lock();
-        let queue = rooms.get_mut(room)?;
+        let state = rooms.get_mut(room)?;
         if !C::SEND_ABANDONED {
-            queue.retain(|queued| !queued.reply.is_closed());
+            state.queued.retain(|queued| !queued.reply.is_closed());
         }
-        if queue.is_empty() {
-            rooms.remove(room);
+        if state.queued.is_empty() {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            if state.in_flight == 0 {
+                rooms.remove(room);
+            }
             return None;
         }
-        let count = queue.len().min(C::MAX_PER_CALL);
-        Some(queue.drain(..count).collect())
+        let count = state.queued.len().min(C::MAX_PER_CALL);
+        Some(state.queued.drain(..count).collect())
     }
 
-    /// Sends `room`'s queued requests, one call at a time, until none are queued.
-    async fn send_all(self, room: RoomId, context: C::Context) {
-        // Should a call panic, the room leaves the map with the task (its queued callers hear
-        // that their requests were dropped), so the room's next request starts a new task
-        // instead of queueing behind one that is gone.
+    /// Makes one of `room`'s calls in flight, then the calls of what queued meanwhile, until
+    /// nothing is queued.
+    async fn send_calls(self, room: RoomId, context: C::Context) {
+        // Should a call panic, this task is counted out of the room's calls in flight, and the
+        // last one out takes the room out of the map (its queued callers hear that their
+        // requests were dropped), so the room's next request starts anew instead of queueing
+        // behind tasks that are gone.
         let mut guard = LeaveOnUnwind {
             rooms: &self.rooms,
             room: &room,
@@ -178,8 +187,8 @@ impl<C: BatchedCall> RoomQueues<C> {
     }
 }
 
-/// Takes a room out of the map when its sending task ends other than by running out of
-/// requests (see [`RoomQueues::send_all`]).
+/// Counts a room's calling task out when it ends other than by running out of requests (see
+/// [`RoomQueues::send_calls`]); the last one out takes the room out of the map.
 struct LeaveOnUnwind<'a, R> {
     rooms: &'a Mutex<Waiting<R>>,
     room: &'a RoomId,
@@ -188,8 +197,15 @@ struct LeaveOnUnwind<'a, R> {
 
 impl<R> Drop for LeaveOnUnwind<'_, R> {
     fn drop(&mut self) {
-        if !self.done {
-            self.rooms.lock().remove(self.room);
+        if self.done {
+            return;
+        }
+        let mut rooms = self.rooms.lock();
+        if let Some(state) = rooms.get_mut(self.room) {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            if state.in_flight == 0 {
+                rooms.remove(self.room);
+            }
         }
     }
 }
@@ -213,6 +229,7 @@ mod tests {
         type Context = Arc<AtomicUsize>;
         const WHAT: &'static str = "number";
         const MAX_PER_CALL: usize = 4;
+        const MAX_CALLS_IN_FLIGHT: usize = 1;
         const MAX_QUEUED: usize = 6;
         const SEND_ABANDONED: bool = false;
 
@@ -315,5 +332,70 @@ mod tests {
             .await
             .expect("the next request is not stuck behind the task that panicked");
         assert_eq!(number(answered), 7);
+    }
+
+    /// Numbers whose calls wait for a permit each, up to two calls in flight.
+    struct Gated;
+
+    /// The calls begun, and the permits they wait for.
+    struct Gate {
+        begun: AtomicUsize,
+        permits: tokio::sync::Semaphore,
+    }
+
+    impl BatchedCall for Gated {
+        type Request = usize;
+        type Context = Arc<Gate>;
+        const WHAT: &'static str = "number";
+        const MAX_PER_CALL: usize = 4;
+        const MAX_CALLS_IN_FLIGHT: usize = 2;
+        const MAX_QUEUED: usize = 16;
+        const SEND_ABANDONED: bool = false;
+
+        async fn call(gate: &Arc<Gate>, batch: Vec<usize>) -> Vec<Outcome> {
+            gate.begun.fetch_add(1, Ordering::SeqCst);
+            gate.permits.acquire().await.expect("open").forget();
+            Numbered::call(&Arc::default(), batch).await
+        }
+    }
+
+    /// A request goes at once while fewer than `MAX_CALLS_IN_FLIGHT` calls are in flight;
+    /// past that it waits, and the first call back sends what queued meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn requests_go_at_once_until_the_calls_in_flight_are_many_then_gather() {
+        let queues = RoomQueues::<Gated>::default();
+        let gate = Arc::new(Gate {
+            begun: AtomicUsize::new(0),
+            permits: tokio::sync::Semaphore::new(0),
+        });
+        let submit = |number: usize| {
+            let (queues, gate) = (queues.clone(), gate.clone());
+            tokio::spawn(async move { queues.submit(&room(), number, || gate).await })
+        };
+        let settle = || async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        };
+        let first = submit(0);
+        settle().await;
+        let second = submit(1);
+        settle().await;
+        assert_eq!(gate.begun.load(Ordering::SeqCst), 2, "two calls in flight");
+        let waiting: Vec<_> = (2..5).map(submit).collect();
+        settle().await;
+        assert_eq!(gate.begun.load(Ordering::SeqCst), 2, "the others queue");
+        gate.permits.add_permits(3);
+        assert_eq!(number(first.await.expect("answered")), 0);
+        assert_eq!(number(second.await.expect("answered")), 1);
+        for (task, expected) in waiting.into_iter().zip(2..5) {
+            assert_eq!(number(task.await.expect("answered")), expected);
+        }
+        assert_eq!(
+            gate.begun.load(Ordering::SeqCst),
+            3,
+            "the three that queued went as one call"
+        );
+        assert!(queues.rooms.lock().is_empty(), "the room left the map");
     }
 }

@@ -10,10 +10,10 @@
 //! ticket; a call that answers many does that once, and the node sends one request and reads
 //! one reply (a MessagePack string, `packed_answers.rs`) for all of them.
 //!
-//! The statuses are queued and sent by the room's queue (`room_queue.rs`): the first into a
-//! room with no call in flight goes at once, and those that arrive while it is in flight go
-//! together in the next call. A status whose caller stopped waiting before it was sent is
-//! left out.
+//! The statuses are queued and sent by the room's queue (`room_queue.rs`): a status into a
+//! room with fewer than four status calls in flight goes at once, and those that arrive while
+//! four are in flight go together in the next call. A status whose caller stopped waiting
+//! before it was sent is left out.
 
 use super::connection::bounded;
 use super::packed_answers::outcomes;
@@ -42,6 +42,11 @@ impl BatchedCall for StatusCall {
     /// A status costs Redis 13 to 17 µs within a call (a ticket's record, its count tree's
     /// path, its answer), against 40 to 50 µs alone: 128 keep a call to about 2 ms of script.
     const MAX_PER_CALL: usize = 128;
+    /// As many as a room's joins (`join_batch::MAX_CALLS_IN_FLIGHT`): a status waits behind
+    /// calls only when a Redis slow to answer has four of them, and then its call carries
+    /// what queued meanwhile. (With one, every status that came while a call was in flight
+    /// waited for two round trips, which under a crowd's load ran past the store's bound.)
+    const MAX_CALLS_IN_FLIGHT: usize = 4;
     /// Eight calls' worth: deeper, and the statuses at its end would wait out their bound in
     /// the queue anyway; they are refused at once instead.
     const MAX_QUEUED: usize = 8 * 128;
