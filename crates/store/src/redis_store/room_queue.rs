@@ -4,7 +4,8 @@
 //! queued (no added latency); requests that arrive while that many are in flight gather and
 //! go together in the next call (at most [`BatchedCall::MAX_PER_CALL`]), sent as soon as a
 //! call in flight comes back. So the slower Redis answers, the more a call carries, and a
-//! request waits for at most one call before its own goes.
+//! request with fewer than `MAX_PER_CALL` queued ahead of it waits for one call at most
+//! before its own goes.
 //!
 //! Each call in flight is made by a task of its own, which, once its call is answered, sends
 //! what queued meanwhile, so a caller that stops waiting (its bound ran out, its client left)
@@ -109,12 +110,17 @@ impl<C: BatchedCall> RoomQueues<C> {
                 queued: VecDeque::new(),
                 in_flight: 0,
             });
+            if state.queued.len() >= C::MAX_QUEUED && !C::SEND_ABANDONED {
+                // Callers gone since do not count against the living.
+                state.queued.retain(|queued| !queued.reply.is_closed());
+            }
             if state.queued.len() >= C::MAX_QUEUED {
                 return Err(StoreError::Backend {
                     message: format!(
-                        "{} {}s are already queued for {room} on this node",
-                        C::MAX_QUEUED,
-                        C::WHAT
+                        "{} refused: {} requests of its kind are already queued for {room} on \
+                         this node",
+                        C::WHAT,
+                        C::MAX_QUEUED
                     ),
                     source: None,
                 });
@@ -126,14 +132,26 @@ impl<C: BatchedCall> RoomQueues<C> {
             }
             start
         };
-        // The task is made outside the lock every room shares: its context may take a while
-        // to build (a room's keys). Until it runs, requests for the room gather in its queue.
         if start {
-            tokio::spawn(self.clone().send_calls(room.clone(), context()));
+            // Counted in flight from here: should the context's building panic, or the task
+            // never run (a runtime shutting down), the slot is still given back.
+            let slot = CallSlot {
+                rooms: self.rooms.clone(),
+                room: room.clone(),
+                done: false,
+            };
+            // Built outside the lock every room shares: a context may take a while to build
+            // (a room's keys).
+            let context = context();
+            tokio::spawn(self.clone().send_calls(slot, context));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StoreError::Backend {
-                message: format!("the {} in {room} was dropped unsent", C::WHAT),
+                message: format!(
+                    "the {} in {room} was dropped unanswered (its call failed in this node; it \
+                     may or may not have been made)",
+                    C::WHAT
+                ),
                 source: None,
             })
         })
@@ -160,19 +178,10 @@ impl<C: BatchedCall> RoomQueues<C> {
         Some(state.queued.drain(..count).collect())
     }
 
-    /// Makes one of `room`'s calls in flight, then the calls of what queued meanwhile, until
-    /// nothing is queued.
-    async fn send_calls(self, room: RoomId, context: C::Context) {
-        // Should a call panic, this task is counted out of the room's calls in flight, and the
-        // last one out takes the room out of the map (its queued callers hear that their
-        // requests were dropped), so the room's next request starts anew instead of queueing
-        // behind tasks that are gone.
-        let mut guard = LeaveOnUnwind {
-            rooms: &self.rooms,
-            room: &room,
-            done: false,
-        };
-        while let Some(batch) = self.next_batch(&room) {
+    /// Makes one of the room's calls in flight (its `slot`), then the calls of what queued
+    /// meanwhile, until nothing is queued.
+    async fn send_calls(self, mut slot: CallSlot<C::Request>, context: C::Context) {
+        while let Some(batch) = self.next_batch(&slot.room) {
             let (requests, replies): (Vec<_>, Vec<_>) = batch
                 .into_iter()
                 .map(|queued| (queued.request, queued.reply))
@@ -183,28 +192,32 @@ impl<C: BatchedCall> RoomQueues<C> {
                 let _ = reply.send(outcome);
             }
         }
-        guard.done = true;
+        // `next_batch` gave the slot back with the empty queue.
+        slot.done = true;
     }
 }
 
-/// Counts a room's calling task out when it ends other than by running out of requests (see
-/// [`RoomQueues::send_calls`]); the last one out takes the room out of the map.
-struct LeaveOnUnwind<'a, R> {
-    rooms: &'a Mutex<Waiting<R>>,
-    room: &'a RoomId,
+/// One of a room's calls in flight, counted from the moment a request decides to start it.
+/// Should its task end other than by finding the queue empty (a panicking call or context, a
+/// task dropped unrun), the slot is given back, and the last one out takes the room out of
+/// the map (its queued callers hear that their requests were dropped), so the room's next
+/// request starts anew instead of queueing behind tasks that are gone.
+struct CallSlot<R> {
+    rooms: Arc<Mutex<Waiting<R>>>,
+    room: RoomId,
     done: bool,
 }
 
-impl<R> Drop for LeaveOnUnwind<'_, R> {
+impl<R> Drop for CallSlot<R> {
     fn drop(&mut self) {
         if self.done {
             return;
         }
         let mut rooms = self.rooms.lock();
-        if let Some(state) = rooms.get_mut(self.room) {
+        if let Some(state) = rooms.get_mut(&self.room) {
             state.in_flight = state.in_flight.saturating_sub(1);
             if state.in_flight == 0 {
-                rooms.remove(self.room);
+                rooms.remove(&self.room);
             }
         }
     }
@@ -284,28 +297,32 @@ mod tests {
         let queues = RoomQueues::<Numbered>::default();
         let calls = Arc::new(AtomicUsize::new(0));
         let room = room();
+        // One closure for every request, so that their futures have one type.
+        let context = || calls.clone();
         let mut waiting: Vec<_> = (0..Numbered::MAX_QUEUED)
-            .map(|n| Box::pin(queues.submit(&room, n, || calls.clone())))
+            .map(|n| Box::pin(queues.submit(&room, n, context)))
             .collect();
         // Queued, not sent: the room's task has not run yet.
         for request in &mut waiting {
             assert!(futures_util::poll!(request.as_mut()).is_pending());
         }
-        let refused = queues.submit(&room, 99, || calls.clone()).await;
+        let refused = queues.submit(&room, 99, context).await;
         assert!(
-            matches!(&refused, Err(StoreError::Backend { message, .. }) if message.contains("6 numbers are already queued")),
+            matches!(&refused, Err(StoreError::Backend { message, .. }) if message.contains("number refused: 6 requests")),
             "{:?}",
             refused.err()
         );
-        // The first four callers leave; the last two are answered by one call.
-        let kept = waiting.split_off(4);
+        // The first four callers leave: they no longer count against the queue's bound, and
+        // the last two and a new one are answered by one call.
+        let mut kept = waiting.split_off(4);
         drop(waiting);
+        kept.push(Box::pin(queues.submit(&room, 7, context)));
         let numbers: Vec<usize> = futures_util::future::join_all(kept)
             .await
             .into_iter()
             .map(number)
             .collect();
-        assert_eq!(numbers, [4, 5]);
+        assert_eq!(numbers, [4, 5, 7]);
         assert_eq!(
             calls.load(Ordering::SeqCst),
             1,
@@ -321,7 +338,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let dropped = queues.submit(&room(), PANIC, || calls.clone()).await;
         assert!(
-            matches!(&dropped, Err(StoreError::Backend { message, .. }) if message.contains("dropped unsent")),
+            matches!(&dropped, Err(StoreError::Backend { message, .. }) if message.contains("dropped unanswered")),
             "{:?}",
             dropped.err()
         );

@@ -40,7 +40,7 @@ impl BatchedCall for StatusCall {
     type Context = RoomCaller;
     const WHAT: &'static str = "status";
     /// A status costs Redis 13 to 17 µs within a call (a ticket's record, its count tree's
-    /// path, its answer), against 40 to 50 µs alone: 128 keep a call to about 2 ms of script.
+    /// path, its answer), against 39 to 49 µs alone: 128 keep a call to about 2 ms of script.
     const MAX_PER_CALL: usize = 128;
     /// As many as a room's joins (`join_batch::MAX_CALLS_IN_FLIGHT`): a status waits behind
     /// calls only when a Redis slow to answer has four of them, and then its call carries
