@@ -400,6 +400,16 @@ impl RedisStore {
         self.room_prelude(room).call(function, args)
     }
 
+    /// What a task of its own needs to make `room`'s batched calls on `connection` (a join
+    /// batch's, a room queue's).
+    fn room_caller(&self, room: &RoomId, connection: Connection) -> room_call::RoomCaller {
+        room_call::RoomCaller {
+            prelude: self.room_prelude(room),
+            connection,
+            timeout: self.timeout,
+        }
+    }
+
     /// What every script call on `room` carries besides its own arguments.
     fn room_prelude(&self, room: &RoomId) -> RoomPrelude {
         RoomPrelude {
@@ -687,11 +697,7 @@ impl RoomStore for RedisStore {
         let start = tokio::time::Instant::now();
         let connection = self.bounded("join", self.connection()).await?;
         args.push(self.join_deadline(&connection));
-        let sender = || room_call::RoomCaller {
-            prelude: self.room_prelude(room),
-            connection,
-            timeout: self.timeout,
-        };
+        let sender = || self.room_caller(room, connection);
         // The node bounds every call (SPEC §9.4): the join's bound counts from its start.
         let answer = self
             .joins
@@ -714,11 +720,7 @@ impl RoomStore for RedisStore {
         let outcome = self
             .bounded("status", async {
                 let connection = self.connection().await?;
-                let sender = || room_call::RoomCaller {
-                    prelude: self.room_prelude(room),
-                    connection,
-                    timeout: self.timeout,
-                };
+                let sender = || self.room_caller(room, connection);
                 let status = status_batch::StatusRequest {
                     ticket: ticket.id.to_string(),
                     generation: ticket.generation.to_string(),
@@ -756,11 +758,7 @@ impl RoomStore for RedisStore {
         let outcome = self
             .bounded("end_session", async {
                 let connection = self.connection().await?;
-                let sender = || room_call::RoomCaller {
-                    prelude: self.room_prelude(room),
-                    connection,
-                    timeout: self.timeout,
-                };
+                let sender = || self.room_caller(room, connection);
                 let end = end_batch::EndRequest {
                     session: session.to_string(),
                     reason: reason.as_str().to_owned(),
