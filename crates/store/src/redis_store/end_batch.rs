@@ -15,11 +15,8 @@
 //! made, as an end whose answer came too late may have been made before (ending a session
 //! twice changes nothing).
 
-use super::connection::bounded;
 use super::records::{Answer, MalformedAnswer};
-use super::room_call::{
-    Outcome, RoomCaller, admission_seed, lottery_seed, malformed, shared_failure,
-};
+use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, malformed};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
 use crate::StoreError;
@@ -61,18 +58,9 @@ impl BatchedCall for EndCall {
             args.push(end.session);
             args.push(end.reason);
         }
-        let call = sender.prelude.call(RoomFunction::EndSession, args);
-        match bounded(
-            sender.timeout,
-            "end_session",
-            call.reply::<Vec<Vec<String>>>(&sender.connection),
-        )
-        .await
-        .and_then(|answers| read_answers(answers, count))
-        {
-            Ok(outcomes) => outcomes,
-            Err(error) => shared_failure(&error, count),
-        }
+        sender
+            .batched(RoomFunction::EndSession, args, count, read_answers)
+            .await
     }
 }
 

@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use super::connection::bounded;
 use super::packed_answers::outcomes;
-use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, millis, shared_failure};
+use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, millis};
 use super::scripts::RoomFunction;
 use crate::StoreError;
 
@@ -456,14 +456,11 @@ async fn run_call(sender: &RoomCaller, batch: Vec<QueuedJoin>) -> FinishedCall {
             reply: join.reply,
         });
     }
-    let call = sender.prelude.call(RoomFunction::Join, args);
-    let outcomes = match bounded(sender.timeout, "join", call.reply(&sender.connection))
-        .await
-        .and_then(|packed: Vec<u8>| outcomes("join", &packed, count))
-    {
-        Ok(outcomes) => outcomes,
-        Err(error) => shared_failure(&error, count),
-    };
+    let outcomes = sender
+        .batched(RoomFunction::Join, args, count, |packed: Vec<u8>, count| {
+            outcomes("join", &packed, count)
+        })
+        .await;
     FinishedCall {
         joins,
         outcomes,

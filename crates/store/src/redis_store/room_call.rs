@@ -12,7 +12,7 @@ use anteroom_core::{Clock, RoomId};
 use rand::Rng;
 use rand::rngs::ThreadRng;
 
-use super::connection::Connection;
+use super::connection::{Connection, bounded};
 use super::outbox::RedisOutbox;
 use super::records::{Answer, MalformedAnswer, Refusal};
 use super::scripts::RoomFunction;
@@ -80,6 +80,28 @@ pub(crate) struct RoomCaller {
     pub(crate) timeout: Duration,
 }
 
+impl RoomCaller {
+    /// Calls `function` for a batch of `count` requests (`args` after the prelude's) within
+    /// the bound, and reads its reply into one outcome per request with `read`; a call that
+    /// fails, or whose reply `read` refuses, fails each of the batch's requests alike.
+    pub(crate) async fn batched<T: redis::FromRedisValue>(
+        &self,
+        function: RoomFunction,
+        args: Vec<String>,
+        count: usize,
+        read: impl FnOnce(T, usize) -> Result<Vec<Outcome>, StoreError>,
+    ) -> Vec<Outcome> {
+        let call = self.prelude.call(function, args);
+        match bounded(self.timeout, function.name(), call.reply(&self.connection))
+            .await
+            .and_then(|reply| read(reply, count))
+        {
+            Ok(outcomes) => outcomes,
+            Err(error) => shared_failure(&error, count),
+        }
+    }
+}
+
 /// One room function's call, owned, so that it can also run from a task of its own.
 pub(super) struct RoomCall {
     function: RoomFunction,
@@ -118,7 +140,7 @@ impl RoomCall {
 
 /// The failure of a batched call, told to each of its `count` requests (joins, session ends,
 /// statuses).
-pub(super) fn shared_failure(error: &StoreError, count: usize) -> Vec<Outcome> {
+fn shared_failure(error: &StoreError, count: usize) -> Vec<Outcome> {
     let mut message = match error {
         StoreError::Backend { message, .. } => message.clone(),
         other => other.to_string(),

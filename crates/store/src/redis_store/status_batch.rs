@@ -15,9 +15,8 @@
 //! four are in flight go together in the next call. A status whose caller stopped waiting
 //! before it was sent is left out.
 
-use super::connection::bounded;
 use super::packed_answers::outcomes;
-use super::room_call::{Outcome, RoomCaller, lottery_seed, shared_failure};
+use super::room_call::{Outcome, RoomCaller, lottery_seed};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
 
@@ -65,13 +64,13 @@ impl BatchedCall for StatusCall {
             args.push(status.generation);
             args.push(status.session);
         }
-        let call = sender.prelude.call(RoomFunction::Status, args);
-        match bounded(sender.timeout, "status", call.reply(&sender.connection))
+        sender
+            .batched(
+                RoomFunction::Status,
+                args,
+                count,
+                |packed: Vec<u8>, count| outcomes("status", &packed, count),
+            )
             .await
-            .and_then(|packed: Vec<u8>| outcomes("status", &packed, count))
-        {
-            Ok(outcomes) => outcomes,
-            Err(error) => shared_failure(&error, count),
-        }
     }
 }
