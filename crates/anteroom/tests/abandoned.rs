@@ -3,9 +3,11 @@
 //! (`anteroom_http_requests_abandoned_total`), as nginx does for a proxied request whose client
 //! closed (499). A join held up in Redis whose client left leaves nothing behind once Redis
 //! runs again (no ticket nobody holds, later admitted as a no-show, no session holding a
-//! place); a proxied request whose client left is dropped at the origin. A client that stays,
-//! or sends its next request while the first waits (pipelining, a half-close after it
-//! included), is answered as before, in order. Run with either engine
+//! place); a proxied request whose client left is dropped at the origin. A leave or a backend's
+//! session end whose client closes while Redis holds it up is still made: it reaches the store
+//! with the request's first step, and the place it frees is not held for someone gone. A client
+//! that stays, or sends its next request while the first waits (pipelining, a half-close after
+//! it included), is answered as before, in order. Run with either engine
 //! (`ANTEROOM_TEST_HTTP_ENGINE`).
 #![allow(clippy::unwrap_used)]
 
@@ -385,4 +387,69 @@ async fn an_admin_request_whose_client_leaves_runs_to_its_end() {
         .metric("anteroom_http_requests_abandoned_total{listener=\"admin\"}")
         .await;
     assert_eq!((after - before, dropped), (2, 0));
+}
+
+/// Sends `request` on a new connection while Redis is held up, closes the connection before
+/// Redis runs again (as a page that sent a beacon and went away, or a backend's client that
+/// timed out), then lets Redis run.
+async fn sent_and_left_while_redis_holds_it_up(node: &Node, request: &[u8]) {
+    let paused = node.redis.pause();
+    let stream = node.send(request).await;
+    tokio::time::sleep(HELD_UP / 2).await;
+    drop(stream);
+    tokio::time::sleep(HELD_UP / 2).await;
+    RedisServer::resume(paused);
+}
+
+/// A leave is the visitor's last word (a page's `sendBeacon` on its way out): the visitor
+/// does not wait to hear it was made, and a place kept for someone gone would hold up the
+/// line behind it. It is made even when the connection closes before its answer.
+#[tokio::test]
+async fn a_leave_whose_client_closes_before_its_answer_is_made() {
+    let origin = SlowOrigin::start(Duration::from_secs(1)).await;
+    let node = Node::start(&origin).await;
+    let visitor = support::join(&client(), &node.server.url(), "shop").await;
+    assert_eq!(visitor.state, "admitted");
+    assert_eq!(node.active(), 1);
+
+    let beacon = format!(
+        "POST /_anteroom/v1/rooms/shop/leave?ticket={} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        visitor.ticket
+    );
+    sent_and_left_while_redis_holds_it_up(&node, beacon.as_bytes()).await;
+
+    assert_eq!(
+        active_becomes(&node, 0, Duration::from_secs(5)).await,
+        0,
+        "the visitor who left still holds a place; log:\n{}",
+        node.server.log()
+    );
+}
+
+/// A backend's end of a session frees its place however soon the backend's client gives up
+/// on the answer.
+#[tokio::test]
+async fn a_session_end_whose_client_closes_before_its_answer_is_made() {
+    let origin = SlowOrigin::start(Duration::from_secs(1)).await;
+    let node = Node::start(&origin).await;
+    let visitor = support::join(&client(), &node.server.url(), "shop").await;
+    let pass = visitor.pass.expect("an admitted visitor's pass");
+    let session = support::jwt_claims(&pass)["sub"]
+        .as_str()
+        .expect("the pass's session")
+        .to_owned();
+    assert_eq!(node.active(), 1);
+
+    let end = format!(
+        "POST /_anteroom/v1/rooms/shop/sessions/{session}/complete HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {SERVICE_KEY}\r\nContent-Length: 0\r\n\r\n"
+    );
+    sent_and_left_while_redis_holds_it_up(&node, end.as_bytes()).await;
+
+    assert_eq!(
+        active_becomes(&node, 0, Duration::from_secs(5)).await,
+        0,
+        "the ended session still holds a place; log:\n{}",
+        node.server.log()
+    );
 }
