@@ -41,7 +41,9 @@
 //!   each and ticks once (one refill for all of them instead of a tick per end). Statuses
 //!   (polls) likewise (`status_batch.rs`): one `status.lua` call answers the polls a node
 //!   queued for the room while four of its status calls were in flight, reading and writing
-//!   the room's meta once for all of them (`room_queue.rs` is the queue both use).
+//!   the room's meta once for all of them, and session checks (the gateway's, when a pass is
+//!   not in its cache) are read with one `HMGET` a call (`session_batch.rs`; `room_queue.rs`
+//!   is the queue all three use).
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash
@@ -83,6 +85,7 @@ mod room_call;
 mod room_queue;
 mod scripts;
 mod server_clock;
+mod session_batch;
 mod status_batch;
 mod subscriber;
 
@@ -235,6 +238,8 @@ pub struct RedisStore {
     ends: end_batch::EndQueues,
     /// Statuses waiting for their room's next call (`status_batch.rs`).
     statuses: status_batch::StatusQueues,
+    /// Session checks waiting for their room's next call (`session_batch.rs`).
+    sessions: session_batch::SessionQueues,
 }
 
 impl RedisStore {
@@ -264,6 +269,7 @@ impl RedisStore {
             joins: join_batch::JoinQueues::default(),
             ends: end_batch::EndQueues::default(),
             statuses: status_batch::StatusQueues::default(),
+            sessions: session_batch::SessionQueues::default(),
         })
     }
 
@@ -795,9 +801,15 @@ impl RoomStore for RedisStore {
         session: SessionId,
     ) -> Result<Option<Session>, StoreError> {
         let id = session.to_string();
-        let mut answer = self
-            .eval(RoomFunction::Session, room, vec![id.clone()])
+        // The node's checks of this room go together, one call for many (`session_batch.rs`).
+        let outcome = self
+            .bounded("session", async {
+                let connection = self.connection().await?;
+                let sender = || self.room_caller(room, connection);
+                self.sessions.submit(room, id.clone(), sender).await
+            })
             .await?;
+        let mut answer = outcome.map_err(|refusal| refusal.into_error(room))?;
         let read = |answer: &mut Answer| {
             answer.expect("ok")?;
             let record = answer.text()?;

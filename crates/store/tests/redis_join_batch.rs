@@ -24,7 +24,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anteroom_core::engine::{EngineError, Entry, JoinRequest, SessionEnd, SessionState, TicketRef};
+use anteroom_core::engine::{
+    EngineError, Entry, JoinRequest, Session, SessionEnd, SessionState, TicketRef,
+};
 use anteroom_core::room::{Identity, Mode, PriorityCodes, RoomConfig, priority_code_hash};
 use anteroom_core::{Clock, ManualClock, RoomId, SessionId, TicketId, Timestamp};
 use anteroom_store::{MemoryStore, OutboxLimits, RedisConfig, RedisStore, RoomStore, StoreError};
@@ -863,5 +865,93 @@ async fn more_statuses_than_a_call_carries_go_in_two_calls_each_answered_its_own
             }
             other => panic!("status {index}: {other:?}"),
         }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn session_checks_queued_together_go_as_one_call_each_answered_as_alone() {
+    let server = RedisServer::start();
+    let (_clock, redis, memory) = stores(&server);
+    warm_up(&redis).await;
+    let id = room_id("checks");
+    let mut config = RoomConfig::with_defaults(id.clone());
+    config.max_active = 3;
+    config.admit_per_minute = 60_000;
+    config.admit_burst = 10;
+    // Per store: three visitors admitted at their joins, the first of them ended since.
+    let mut sessions = Vec::new();
+    for store in [&redis as &dyn RoomStore, &memory as &dyn RoomStore] {
+        store.put_room(config.clone()).await.unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let entry = store.join(&id, JoinRequest::default()).await;
+            let Ok(Entry::Admitted(admitted)) = entry else {
+                panic!("admitted at the join: {entry:?}");
+            };
+            ids.push(admitted.session.id);
+        }
+        store
+            .end_session(&id, ids[0], SessionEnd::Completed)
+            .await
+            .unwrap();
+        sessions.push(ids);
+    }
+    let unknown = SessionId::from_bytes([9; 16]);
+    // The ended one, the two open ones (one asked twice) and one the room never had.
+    let asks = |ids: &[SessionId]| vec![ids[0], ids[1], ids[2], unknown, ids[1]];
+
+    let calls_before = script_calls(&server);
+    let answers = join_all(
+        asks(&sessions[0])
+            .into_iter()
+            .map(|session| redis.session(&id, session)),
+    )
+    .await;
+    assert_eq!(
+        script_calls(&server) - calls_before,
+        1,
+        "the five checks went as one call"
+    );
+    let mut alone = Vec::new();
+    for session in asks(&sessions[0]) {
+        alone.push(redis.session(&id, session).await.unwrap());
+    }
+    let answers: Vec<Option<Session>> = answers.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        answers, alone,
+        "each check as the same store answers it alone"
+    );
+    // What each answer says, held to the in-memory engine's.
+    let states = |answers: Vec<Option<Session>>| -> Vec<Option<SessionState>> {
+        answers
+            .into_iter()
+            .map(|session| session.map(|session| session.state))
+            .collect()
+    };
+    let mut in_memory = Vec::new();
+    for session in asks(&sessions[1]) {
+        in_memory.push(memory.session(&id, session).await.unwrap());
+    }
+    assert_eq!(states(answers.clone()), states(in_memory));
+    assert!(matches!(
+        answers[0].as_ref().map(|session| session.state),
+        Some(SessionState::Ended { .. })
+    ));
+    assert_eq!(
+        answers[1].as_ref().map(|session| session.id),
+        Some(sessions[0][1])
+    );
+    assert_eq!(answers[3], None, "a session the room never had");
+
+    // Checks into a room that does not exist are refused together, in one call.
+    let missing = room_id("no-such-room");
+    let calls_before = script_calls(&server);
+    let refused = join_all((0..3).map(|_| redis.session(&missing, unknown))).await;
+    assert_eq!(script_calls(&server) - calls_before, 1);
+    for answer in refused {
+        assert!(
+            matches!(answer, Err(StoreError::RoomNotFound(ref room)) if *room == missing),
+            "{answer:?}"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! What one call of each room operation costs Redis, as Redis measures it: `INFO
 //! commandstats` (`usec` over `calls` of the script command) reset before each operation, in a
 //! room with a line of 6,000 waiting. It checks that each operation is one call (a batch of
-//! 128 joins one call, as a batch of 128 statuses), so the figures it prints are per call of
-//! that operation:
+//! 128 joins one call, as a batch of 128 statuses or of 128 session checks), so the figures it
+//! prints are per call of that operation:
 //!
 //! ```sh
 //! cargo test -p anteroom-store --test redis_script_cost -- --nocapture
@@ -142,6 +142,18 @@ async fn cost_of_one_call_of_each_room_operation() {
         sessions.push(session.id);
     }
     report(&server, "issue_session", 200);
+    for session in &sessions {
+        store.session(&room, *session).await.unwrap().unwrap();
+    }
+    report(&server, "session, 1 per call", 200);
+    // Checks as a busy node sends them (the gateway's, `session_batch.rs`): 128 in a call.
+    let checked: Vec<_> = sessions.iter().cycle().take(7 * BATCH).collect();
+    for asked in checked.chunks(BATCH) {
+        for answer in join_all(asked.iter().map(|session| store.session(&room, **session))).await {
+            answer.unwrap().unwrap();
+        }
+    }
+    report(&server, "session, 128 per call", 7);
     clock.advance(Duration::from_secs(400));
     for session in &sessions {
         store.renew_session(&room, *session).await.unwrap();

@@ -1,7 +1,7 @@
-//! A batch's answers as `join.lua` and `status.lua` send them: one MessagePack string (Lua's
-//! `cmsgpack.pack`) holding an array of answers, each an array of text fields, or one array
-//! of text fields for the whole batch (a refusal). Read here instead of by the Redis client:
-//! parsing ten replies a join took the client about 16,000 instructions a join.
+//! A batch's answers as `join.lua`, `status.lua` and `session.lua` send them: one MessagePack
+//! string (Lua's `cmsgpack.pack`) holding an array of answers, each an array of text fields,
+//! or one array of text fields for the whole batch (a refusal). Read here instead of by the
+//! Redis client: parsing ten replies a join took the client about 16,000 instructions a join.
 //!
 //! Only what `cmsgpack` writes for arrays of Lua strings is read (fixarray, array 16/32,
 //! fixstr, str 8/16/32); anything else, a length past the end, text that is not UTF-8, bytes
@@ -59,9 +59,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<PackedAnswers, MalformedAnswer> {
     Ok(answers)
 }
 
-/// Reads the reply of a batched call of `function` (`join`, `status`): one outcome per
-/// request, or one refusal for the whole batch (the room is missing or closed) given to every
-/// request. A reply with another count of answers is malformed.
+/// Reads the reply of a batched call of `function` (`join`, `status`, `session`): one outcome
+/// per request, or one refusal for the whole batch (the room is missing or closed) given to
+/// every request. A reply with another count of answers is malformed.
 pub(super) fn outcomes(
     function: &str,
     packed: &[u8],

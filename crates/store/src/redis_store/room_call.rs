@@ -139,7 +139,7 @@ impl RoomCall {
 }
 
 /// The failure of a batched call, told to each of its `count` requests (joins, session ends,
-/// statuses).
+/// statuses, session checks).
 fn shared_failure(error: &StoreError, count: usize) -> Vec<Outcome> {
     let mut message = match error {
         StoreError::Backend { message, .. } => message.clone(),

@@ -1,5 +1,5 @@
-//! The queue that sends one room's requests of one kind (session ends, statuses) as calls
-//! that carry several: a request into a room with fewer than
+//! The queue that sends one room's requests of one kind (session ends, statuses, session
+//! checks) as calls that carry several: a request into a room with fewer than
 //! [`BatchedCall::MAX_CALLS_IN_FLIGHT`] calls in flight goes at once, with whatever else is
 //! queued (no added latency); requests that arrive while that many are in flight gather and
 //! go together in the next call (at most [`BatchedCall::MAX_PER_CALL`]), sent as soon as a
