@@ -13,7 +13,9 @@
 //! same ends one at a time. Statuses queued together go as one call of `status.lua`, each
 //! answered as the in-memory engine answers it alone (a claim saved, the same session for a
 //! ticket asked twice, unknown and stale tickets refused alone); statuses into a missing room
-//! are refused together.
+//! are refused together. Session checks queued together go as one call of `session.lua`, each
+//! answered as the same store answers it alone (an ended session, an open one asked twice, one
+//! the room never had); checks into a missing room are refused together.
 //!
 //! The tests run on a current-thread runtime: every join is queued before the store's sending
 //! task first runs, so the batch is the whole list, in order. Each test has a redis-server of
