@@ -171,6 +171,18 @@ async fn active_becomes(node: &Node, count: u64, limit: Duration) -> u64 {
     }
 }
 
+/// Sends `request` on a new connection while Redis is held up, closes the connection before
+/// Redis runs again (as a page that sent a beacon and went away, or a backend's client that
+/// timed out), then lets Redis run.
+async fn sent_and_left_while_redis_holds_it_up(node: &Node, request: &[u8]) {
+    let paused = node.redis.pause();
+    let stream = node.send(request).await;
+    tokio::time::sleep(HELD_UP / 2).await;
+    drop(stream);
+    tokio::time::sleep(HELD_UP / 2).await;
+    RedisServer::resume(paused);
+}
+
 #[tokio::test]
 async fn a_join_whose_client_leaves_while_redis_holds_it_up_leaves_no_ticket() {
     let origin = SlowOrigin::start(Duration::from_secs(1)).await;
@@ -180,13 +192,8 @@ async fn a_join_whose_client_leaves_while_redis_holds_it_up_leaves_no_ticket() {
     assert_eq!(first.state, "admitted");
     assert_eq!(node.active(), 1);
 
-    let paused = node.redis.pause();
-    let stream = node.send(JOIN).await;
-    tokio::time::sleep(HELD_UP / 2).await;
     // The visitor gives up (a browser closed, a client timed out).
-    drop(stream);
-    tokio::time::sleep(HELD_UP / 2).await;
-    RedisServer::resume(paused);
+    sent_and_left_while_redis_holds_it_up(&node, JOIN).await;
 
     // A join the node kept would run now and its session hold a place nobody uses; the node
     // took it back (or never sent it).
@@ -387,18 +394,6 @@ async fn an_admin_request_whose_client_leaves_runs_to_its_end() {
         .metric("anteroom_http_requests_abandoned_total{listener=\"admin\"}")
         .await;
     assert_eq!((after - before, dropped), (2, 0));
-}
-
-/// Sends `request` on a new connection while Redis is held up, closes the connection before
-/// Redis runs again (as a page that sent a beacon and went away, or a backend's client that
-/// timed out), then lets Redis run.
-async fn sent_and_left_while_redis_holds_it_up(node: &Node, request: &[u8]) {
-    let paused = node.redis.pause();
-    let stream = node.send(request).await;
-    tokio::time::sleep(HELD_UP / 2).await;
-    drop(stream);
-    tokio::time::sleep(HELD_UP / 2).await;
-    RedisServer::resume(paused);
 }
 
 /// A leave is the visitor's last word (a page's `sendBeacon` on its way out): the visitor
