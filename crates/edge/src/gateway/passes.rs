@@ -5,7 +5,9 @@
 //! What a cached pass still needs is checked on use: its expiry, its room's current generation
 //! (the room copy is at most a second old), and whether its session still holds: the session is
 //! looked up in the store at most once a second per pass (one request looks it up while the
-//! others go on), so a completed, abandoned or revoked session is refused within a second.
+//! others go on; should it go away before the store answers, its client gone, the next request
+//! looks), so a completed, abandoned or revoked session is refused within a second. Renewals
+//! likewise: one request at a time, and one that goes away hands the renewal to the next.
 //!
 //! The cache is bounded: when full, expired passes are dropped, and if that is not enough the
 //! cache starts over (every pass is then verified again once).
@@ -98,22 +100,13 @@ impl CachedPass {
     }
 
     /// Whether this request should look the session up: the last look is a second old and no
-    /// other request is looking. The caller then calls [`checked`](Self::checked).
-    pub(crate) fn begin_check(&self, now_ms: u64) -> bool {
+    /// other request is looking. The look ends with [`SessionCheck::finish`]; a look dropped
+    /// before it (the request went away while the store answered) lets the next request look.
+    pub(crate) fn begin_check(&self, now_ms: u64) -> Option<SessionCheck<'_>> {
         let last = self.checked_at_ms.load(Ordering::Acquire);
-        (last == NEVER || now_ms.saturating_sub(last) >= RECHECK_MS)
-            && !self.checking.swap(true, Ordering::AcqRel)
-    }
-
-    /// The outcome of a look at the session: `Some(true)` active, `Some(false)` ended (the
-    /// pass is refused from now on), `None` the store could not say.
-    pub(crate) fn checked(&self, active: Option<bool>, now_ms: u64) {
-        match active {
-            Some(true) => self.checked_at_ms.store(now_ms, Ordering::Release),
-            Some(false) => self.revoke(),
-            None => {}
-        }
-        self.checking.store(false, Ordering::Release);
+        ((last == NEVER || now_ms.saturating_sub(last) >= RECHECK_MS)
+            && !self.checking.swap(true, Ordering::AcqRel))
+        .then_some(SessionCheck(self))
     }
 
     /// Refuses the pass from now on (its session ended).
@@ -122,27 +115,67 @@ impl CachedPass {
     }
 
     /// Whether this request should renew the session: due, and no other request is renewing.
-    /// The caller then calls [`renewed`](Self::renewed).
-    pub(crate) fn begin_renewal(&self, now_ms: u64) -> bool {
-        now_ms >= self.renew_due_ms.load(Ordering::Acquire)
-            && !self.renewing.swap(true, Ordering::AcqRel)
-    }
-
-    /// The outcome of a renewal: the replacing pass and its expiry, or when the next
-    /// renewal is due (`None` when the store could not renew; tried again at once).
-    pub(crate) fn renewed(&self, replacement: Option<(String, u64)>, next_due_ms: Option<u64>) {
-        if let Some(replacement) = replacement {
-            *self.replaced_by.lock() = Some(replacement);
-            self.renew_due_ms.store(u64::MAX, Ordering::Release);
-        } else if let Some(due) = next_due_ms {
-            self.renew_due_ms.store(due, Ordering::Release);
-        }
-        self.renewing.store(false, Ordering::Release);
+    /// The renewal ends with [`Renewal::finish`]; a renewal dropped before it (the request went
+    /// away while the store answered) lets the next request renew.
+    pub(crate) fn begin_renewal(&self, now_ms: u64) -> Option<Renewal<'_>> {
+        (now_ms >= self.renew_due_ms.load(Ordering::Acquire)
+            && !self.renewing.swap(true, Ordering::AcqRel))
+        .then_some(Renewal(self))
     }
 
     /// The pass that replaced this one on renewal, with its expiry (Unix seconds).
     pub(crate) fn replacement(&self) -> Option<(String, u64)> {
         self.replaced_by.lock().clone()
+    }
+}
+
+/// A look at a pass's session in the store, begun by [`CachedPass::begin_check`]. While it is
+/// held no other request looks; dropped, finished or not, it lets the next one (a request that
+/// went away mid-look must not leave the pass unchecked from then on).
+#[must_use]
+pub(crate) struct SessionCheck<'p>(&'p CachedPass);
+
+impl SessionCheck<'_> {
+    /// The outcome of the look: `Some(true)` active, `Some(false)` ended (the pass is refused
+    /// from now on), `None` the store could not say.
+    pub(crate) fn finish(self, active: Option<bool>, now_ms: u64) {
+        match active {
+            Some(true) => self.0.checked_at_ms.store(now_ms, Ordering::Release),
+            Some(false) => self.0.revoke(),
+            None => {}
+        }
+    }
+}
+
+impl Drop for SessionCheck<'_> {
+    fn drop(&mut self) {
+        self.0.checking.store(false, Ordering::Release);
+    }
+}
+
+/// A renewal of a pass's session, begun by [`CachedPass::begin_renewal`]. While it is held no
+/// other request renews; dropped, finished or not, it lets the next one (a request that went
+/// away mid-renewal must not stop the session's renewals on this node).
+#[must_use]
+pub(crate) struct Renewal<'p>(&'p CachedPass);
+
+impl Renewal<'_> {
+    /// The outcome of the renewal: the replacing pass and its expiry, or when the next renewal
+    /// is due (`None` when the store could not renew; tried again at once).
+    pub(crate) fn finish(self, replacement: Option<(String, u64)>, next_due_ms: Option<u64>) {
+        let pass = self.0;
+        if let Some(replacement) = replacement {
+            *pass.replaced_by.lock() = Some(replacement);
+            pass.renew_due_ms.store(u64::MAX, Ordering::Release);
+        } else if let Some(due) = next_due_ms {
+            pass.renew_due_ms.store(due, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Renewal<'_> {
+    fn drop(&mut self) {
+        self.0.renewing.store(false, Ordering::Release);
     }
 }
 
@@ -211,22 +244,47 @@ mod tests {
     #[test]
     fn one_check_a_second_one_renewal_at_a_time() {
         let pass = pass(100);
-        assert!(pass.begin_check(10));
-        assert!(!pass.begin_check(20), "another request is checking");
-        pass.checked(Some(true), 20);
-        assert!(!pass.begin_check(20 + RECHECK_MS - 1));
-        assert!(pass.begin_check(20 + RECHECK_MS));
-        pass.checked(Some(false), 2000);
+        let check = pass.begin_check(10).expect("never checked");
+        assert!(
+            pass.begin_check(20).is_none(),
+            "another request is checking"
+        );
+        check.finish(Some(true), 20);
+        assert!(pass.begin_check(20 + RECHECK_MS - 1).is_none());
+        let check = pass.begin_check(20 + RECHECK_MS).expect("a second later");
+        check.finish(Some(false), 2000);
         assert!(pass.revoked.load(Ordering::Acquire));
 
-        assert!(!pass.begin_renewal(4_999));
-        assert!(pass.begin_renewal(5_000));
-        assert!(!pass.begin_renewal(5_000), "another request is renewing");
-        pass.renewed(None, Some(9_000));
-        assert!(!pass.begin_renewal(8_999));
-        assert!(pass.begin_renewal(9_000));
-        pass.renewed(Some(("new".into(), 60)), None);
-        assert!(!pass.begin_renewal(u64::MAX - 1));
+        assert!(pass.begin_renewal(4_999).is_none());
+        let renewal = pass.begin_renewal(5_000).expect("due");
+        assert!(
+            pass.begin_renewal(5_000).is_none(),
+            "another request is renewing"
+        );
+        renewal.finish(None, Some(9_000));
+        assert!(pass.begin_renewal(8_999).is_none());
+        let renewal = pass.begin_renewal(9_000).expect("due again");
+        renewal.finish(Some(("new".into(), 60)), None);
+        assert!(pass.begin_renewal(u64::MAX - 1).is_none());
         assert_eq!(pass.replacement(), Some(("new".into(), 60)));
+    }
+
+    #[test]
+    fn a_check_or_renewal_whose_request_went_away_lets_the_next_request_do_it() {
+        let pass = pass(100);
+        // The request looking the session up is dropped while the store answers.
+        drop(pass.begin_check(10).expect("never checked"));
+        let check = pass.begin_check(20).expect("the next request looks");
+        check.finish(Some(true), 20);
+        assert!(
+            pass.begin_check(30).is_none(),
+            "looked up within the second"
+        );
+
+        drop(pass.begin_renewal(5_000).expect("due"));
+        assert!(
+            pass.begin_renewal(5_000).is_some(),
+            "the next request renews"
+        );
     }
 }

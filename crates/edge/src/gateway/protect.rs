@@ -452,26 +452,22 @@ async fn session_holds(
         pass.revoke();
         return false;
     }
-    if !pass.begin_check(now_ms) {
+    let Some(check) = pass.begin_check(now_ms) else {
         return true;
-    }
+    };
     match gateway.app().store().session(room, pass.session).await {
         Ok(Some(session)) => {
             let active = session.state == SessionState::Active && session.expires_at > now;
-            pass.checked(Some(active), now_ms);
+            check.finish(Some(active), now_ms);
             active
         }
-        Ok(None) => {
-            pass.checked(Some(false), now_ms);
-            false
-        }
-        Err(StoreError::RoomNotFound(_)) => {
-            pass.checked(Some(false), now_ms);
+        Ok(None) | Err(StoreError::RoomNotFound(_)) => {
+            check.finish(Some(false), now_ms);
             false
         }
         Err(error) => {
             tracing::warn!(%room, %error, "cannot check a pass's session; honouring the pass");
-            pass.checked(None, now_ms);
+            check.finish(None, now_ms);
             true
         }
     }
@@ -542,24 +538,22 @@ async fn renew(
         return cookie(&token, expires_at_secs.saturating_sub(now.as_secs()));
     }
     let now_ms = now.as_millis();
-    if !pass.begin_renewal(now_ms) {
-        return None;
-    }
+    let renewal = pass.begin_renewal(now_ms)?;
     match app.store().renew_session(room, pass.session).await {
         Ok((session, true)) => match join_path::sign_pass(app, room, &session) {
             Ok(token) => {
                 remember_issued(gateway, room, info, &token, &session, now);
                 let expires_at_secs = session.expires_at.as_secs();
-                pass.renewed(Some((token.clone(), expires_at_secs)), None);
+                renewal.finish(Some((token.clone(), expires_at_secs)), None);
                 cookie(&token, expires_at_secs.saturating_sub(now.as_secs()))
             }
             Err(_) => {
-                pass.renewed(None, Some(now_ms + 1000));
+                renewal.finish(None, Some(now_ms + 1000));
                 None
             }
         },
         Ok((session, false)) => {
-            pass.renewed(
+            renewal.finish(
                 None,
                 Some(renewal_due(session.renewed_at.as_millis(), &info.config)),
             );
@@ -567,12 +561,12 @@ async fn renew(
         }
         Err(StoreError::Engine(_)) => {
             pass.revoke();
-            pass.renewed(None, None);
+            renewal.finish(None, None);
             None
         }
         Err(error) => {
             tracing::warn!(%room, %error, "cannot renew a session; trying again in a second");
-            pass.renewed(None, Some(now_ms + 1000));
+            renewal.finish(None, Some(now_ms + 1000));
             None
         }
     }
