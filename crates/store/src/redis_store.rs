@@ -41,9 +41,10 @@
 //!   each and ticks once (one refill for all of them instead of a tick per end). Statuses
 //!   (polls) likewise (`status_batch.rs`): one `status.lua` call answers the polls a node
 //!   queued for the room while four of its status calls were in flight, reading and writing
-//!   the room's meta once for all of them, and session checks (the gateway's, when a pass is
-//!   not in its cache) are read with one `HMGET` a call (`session_batch.rs`; `room_queue.rs`
-//!   is the queue all three use).
+//!   the room's meta once for all of them, and session checks (the gateway's, when a pass's
+//!   last check is a second old, and the OpenID Connect endpoints') are read with one `HMGET`
+//!   a call (`session_batch.rs`). Each kind has its own queue per room, all three built by
+//!   `room_queue.rs`.
 //! - **Layout** 3 (`room.lua`): a waiting ticket is its id and a short record in a
 //!   listpack-encoded hash of 128 positions (`:line:<n>`), its id's entry in an index of small
 //!   hashes (`:line:id:<n>`, id -> position, linear hashing), and a bit in its lane's count hash

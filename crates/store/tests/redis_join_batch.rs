@@ -890,17 +890,25 @@ async fn session_checks_queued_together_go_as_one_call_each_answered_as_alone() 
             let Ok(Entry::Admitted(admitted)) = entry else {
                 panic!("admitted at the join: {entry:?}");
             };
-            ids.push(admitted.session.id);
+            ids.push(admitted.session);
         }
         store
-            .end_session(&id, ids[0], SessionEnd::Completed)
+            .end_session(&id, ids[0].id, SessionEnd::Completed)
             .await
             .unwrap();
         sessions.push(ids);
     }
     let unknown = SessionId::from_bytes([9; 16]);
     // The ended one, the two open ones (one asked twice) and one the room never had.
-    let asks = |ids: &[SessionId]| vec![ids[0], ids[1], ids[2], unknown, ids[1]];
+    let asks = |opened: &[Session]| {
+        vec![
+            opened[0].id,
+            opened[1].id,
+            opened[2].id,
+            unknown,
+            opened[1].id,
+        ]
+    };
 
     let calls_before = script_calls(&server);
     let answers = join_all(
@@ -940,8 +948,9 @@ async fn session_checks_queued_together_go_as_one_call_each_answered_as_alone() 
         Some(SessionState::Ended { .. })
     ));
     assert_eq!(
-        answers[1].as_ref().map(|session| session.id),
-        Some(sessions[0][1])
+        answers[1].as_ref(),
+        Some(&sessions[0][1]),
+        "an open session's record as its join made it"
     );
     assert_eq!(answers[3], None, "a session the room never had");
 

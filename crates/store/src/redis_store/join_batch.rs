@@ -48,7 +48,6 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::connection::bounded;
-use super::packed_answers::outcomes;
 use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, millis};
 use super::scripts::RoomFunction;
 use crate::StoreError;
@@ -456,11 +455,7 @@ async fn run_call(sender: &RoomCaller, batch: Vec<QueuedJoin>) -> FinishedCall {
             reply: join.reply,
         });
     }
-    let outcomes = sender
-        .batched(RoomFunction::Join, args, count, |packed: Vec<u8>, count| {
-            outcomes("join", &packed, count)
-        })
-        .await;
+    let outcomes = sender.packed(RoomFunction::Join, args, count).await;
     FinishedCall {
         joins,
         outcomes,

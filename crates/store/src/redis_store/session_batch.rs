@@ -2,18 +2,18 @@
 //! go to Redis together, as one call of `session.lua`, which reads their records with one
 //! command.
 //!
-//! The gateway checks a visitor's session in the store when its pass is not in the node's
-//! pass cache, at most once a second a pass (`gateway/protect.rs`), and the OpenID Connect
+//! The gateway checks a visitor's session in the store when the pass's last check is a second
+//! old, so at most once a second a pass (`gateway/protect.rs`), and the OpenID Connect
 //! endpoints check the session their token names. In a crowd thousands of sessions are open,
 //! so a node makes hundreds of checks a second; each call alone costs Redis the call itself
 //! (its prelude, its keys) for one `HGET`. A call that answers many costs that once.
 //!
-//! The checks are queued and sent by the room's queue (`room_queue.rs`): a check into a room
+//! The checks are queued and sent by a queue of their own per room (`room_queue.rs`, the kind
+//! statuses and ends have too): a check into a room
 //! with fewer than four session calls in flight goes at once, and those that arrive while four
 //! are in flight go together in the next call. A check whose caller stopped waiting before it
 //! was sent is left out: it changes nothing.
 
-use super::packed_answers::outcomes;
 use super::room_call::{Outcome, RoomCaller};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
@@ -45,13 +45,6 @@ impl BatchedCall for SessionCall {
         let mut args = Vec::with_capacity(1 + count);
         args.push(count.to_string());
         args.extend(batch);
-        sender
-            .batched(
-                RoomFunction::Session,
-                args,
-                count,
-                |packed: Vec<u8>, count| outcomes("session", &packed, count),
-            )
-            .await
+        sender.packed(RoomFunction::Session, args, count).await
     }
 }

@@ -15,7 +15,6 @@
 //! four are in flight go together in the next call. A status whose caller stopped waiting
 //! before it was sent is left out.
 
-use super::packed_answers::outcomes;
 use super::room_call::{Outcome, RoomCaller, lottery_seed};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
@@ -64,13 +63,6 @@ impl BatchedCall for StatusCall {
             args.push(status.generation);
             args.push(status.session);
         }
-        sender
-            .batched(
-                RoomFunction::Status,
-                args,
-                count,
-                |packed: Vec<u8>, count| outcomes("status", &packed, count),
-            )
-            .await
+        sender.packed(RoomFunction::Status, args, count).await
     }
 }
