@@ -13,8 +13,8 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
-/// How long a store call may take by default, connecting included.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a store call may take by default, connecting included (`[store] timeout`).
+pub(crate) const DEFAULT_TIMEOUT: Duration = anteroom_core::config::DEFAULT_REDIS_TIMEOUT;
 
 /// The key prefix by default: keys are `anteroom:{<room>}:…`.
 pub(crate) const DEFAULT_KEY_PREFIX: &str = "anteroom";

@@ -48,6 +48,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::connection::bounded;
+use super::packed_answers;
 use super::room_call::{Outcome, RoomCaller, admission_seed, lottery_seed, millis};
 use super::scripts::RoomFunction;
 use crate::StoreError;
@@ -455,7 +456,7 @@ async fn run_call(sender: &RoomCaller, batch: Vec<QueuedJoin>) -> FinishedCall {
             reply: join.reply,
         });
     }
-    let outcomes = sender.packed(RoomFunction::Join, args, count).await;
+    let outcomes = packed_answers::call(sender, RoomFunction::Join, args, count).await;
     FinishedCall {
         joins,
         outcomes,

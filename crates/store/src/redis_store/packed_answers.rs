@@ -9,7 +9,8 @@
 //! never becomes an answer.
 
 use super::records::{Answer, MalformedAnswer};
-use super::room_call::{Outcome, malformed};
+use super::room_call::{Outcome, RoomCaller, malformed};
+use super::scripts::RoomFunction;
 use crate::StoreError;
 
 /// What a batched call answered.
@@ -57,6 +58,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<PackedAnswers, MalformedAnswer> {
         )));
     }
     Ok(answers)
+}
+
+/// Makes a batched call of `function` (`join`, `status`, `session`: the functions that answer
+/// as one MessagePack string) for `count` requests through [`RoomCaller::batched`], and reads
+/// its reply with [`outcomes`].
+pub(super) async fn call(
+    sender: &RoomCaller,
+    function: RoomFunction,
+    args: Vec<String>,
+    count: usize,
+) -> Vec<Outcome> {
+    sender
+        .batched(function, args, count, |packed: Vec<u8>, count| {
+            outcomes(function.name(), &packed, count)
+        })
+        .await
 }
 
 /// Reads the reply of a batched call of `function` (`join`, `status`, `session`): one outcome

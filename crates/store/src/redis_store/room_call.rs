@@ -14,7 +14,6 @@ use rand::rngs::ThreadRng;
 
 use super::connection::{Connection, bounded};
 use super::outbox::RedisOutbox;
-use super::packed_answers::outcomes;
 use super::records::{Answer, MalformedAnswer, Refusal};
 use super::scripts::RoomFunction;
 use crate::StoreError;
@@ -100,20 +99,6 @@ impl RoomCaller {
             Ok(outcomes) => outcomes,
             Err(error) => shared_failure(&error, count),
         }
-    }
-
-    /// [`batched`](Self::batched) for a function that answers as one MessagePack string
-    /// (`packed_answers.rs`): joins, statuses and session checks.
-    pub(crate) async fn packed(
-        &self,
-        function: RoomFunction,
-        args: Vec<String>,
-        count: usize,
-    ) -> Vec<Outcome> {
-        self.batched(function, args, count, |packed: Vec<u8>, count| {
-            outcomes(function.name(), &packed, count)
-        })
-        .await
     }
 }
 

@@ -14,6 +14,7 @@
 //! are in flight go together in the next call. A check whose caller stopped waiting before it
 //! was sent is left out: it changes nothing.
 
+use super::packed_answers;
 use super::room_call::{Outcome, RoomCaller};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
@@ -45,6 +46,6 @@ impl BatchedCall for SessionCall {
         let mut args = Vec::with_capacity(1 + count);
         args.push(count.to_string());
         args.extend(batch);
-        sender.packed(RoomFunction::Session, args, count).await
+        packed_answers::call(sender, RoomFunction::Session, args, count).await
     }
 }

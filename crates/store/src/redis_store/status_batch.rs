@@ -15,6 +15,7 @@
 //! four are in flight go together in the next call. A status whose caller stopped waiting
 //! before it was sent is left out.
 
+use super::packed_answers;
 use super::room_call::{Outcome, RoomCaller, lottery_seed};
 use super::room_queue::{BatchedCall, RoomQueues};
 use super::scripts::RoomFunction;
@@ -63,6 +64,6 @@ impl BatchedCall for StatusCall {
             args.push(status.generation);
             args.push(status.session);
         }
-        sender.packed(RoomFunction::Status, args, count).await
+        packed_answers::call(sender, RoomFunction::Status, args, count).await
     }
 }
