@@ -15,7 +15,12 @@ pub(crate) fn key_source(config: &Config) -> Result<KeySource, BadConfig> {
     let Some(shared) = &config.keys.shared else {
         return Ok(KeySource::Dir(config.keys.dir.clone()));
     };
-    let StoreConfig::Redis { urls, cluster } = &config.store else {
+    let StoreConfig::Redis {
+        urls,
+        cluster,
+        timeout,
+    } = &config.store
+    else {
         // The config parser refuses `storage = "redis"` without a Redis store.
         return Err(BadConfig(
             "[keys] storage = \"redis\" needs [store] backend = \"redis\"".into(),
@@ -30,7 +35,7 @@ pub(crate) fn key_source(config: &Config) -> Result<KeySource, BadConfig> {
     })?;
     let kek = KeyEncryptionKey::from_text(&text)
         .map_err(|error| BadConfig(format!("[keys] kek_file {}: {error}", path.display())))?;
-    KeySource::redis(&redis_config(urls, *cluster), kek)
+    KeySource::redis(&redis_config(urls, *cluster, *timeout), kek)
         .map_err(|error| BadConfig(format!("[store] redis for the signing keys: {error}")))
 }
 

@@ -269,9 +269,13 @@ fn rate_limiter(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<RateLi
     // Connecting is lazy: a redis that is down fails the calls (each rule's on_store_error),
     // not the start.
     let redis_store = match &config.store {
-        StoreConfig::Redis { urls, cluster } => {
+        StoreConfig::Redis {
+            urls,
+            cluster,
+            timeout,
+        } => {
             // The room store's servers and key prefix, the rate limits' own timeout.
-            let limits = RedisLimitConfig::for_store(&redis_config(urls, *cluster));
+            let limits = RedisLimitConfig::for_store(&redis_config(urls, *cluster, *timeout));
             tracing::info!(
                 nodes = urls.len(),
                 cluster = *cluster,

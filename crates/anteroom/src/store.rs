@@ -2,6 +2,7 @@
 //! redeemed), and the Redis servers every Redis user of the node connects to.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -42,10 +43,19 @@ pub(crate) fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Res
             let store: Arc<dyn RoomStore> = Arc::new(MemoryStore::new(clock.clone()));
             (store, None)
         }
-        StoreConfig::Redis { urls, cluster } => {
+        StoreConfig::Redis {
+            urls,
+            cluster,
+            timeout,
+        } => {
             // Scripts read the server's TIME (no clock passed): every node shares one clock.
-            let redis = redis_config(urls, *cluster);
-            tracing::info!(nodes = urls.len(), cluster = *cluster, "redis store");
+            let redis = redis_config(urls, *cluster, *timeout);
+            tracing::info!(
+                nodes = urls.len(),
+                cluster = *cluster,
+                timeout_ms = timeout.as_millis() as u64,
+                "redis store"
+            );
             let redis = Arc::new(
                 anteroom_store::RedisStore::new(redis, None)
                     .map_err(|error| BadConfig(format!("[store] redis: {error}")))?,
@@ -62,10 +72,15 @@ pub(crate) fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Res
 
 /// The redis `[store]` names: one server or a Cluster's seed nodes. The room store and the
 /// redis rate-limit store both connect with it.
-pub(crate) fn redis_config(urls: &[String], cluster: bool) -> anteroom_store::RedisConfig {
-    if cluster {
+pub(crate) fn redis_config(
+    urls: &[String],
+    cluster: bool,
+    timeout: Duration,
+) -> anteroom_store::RedisConfig {
+    let config = if cluster {
         anteroom_store::RedisConfig::cluster(urls.iter().cloned())
     } else {
         anteroom_store::RedisConfig::standalone(urls.first().cloned().unwrap_or_default())
-    }
+    };
+    config.with_timeout(timeout)
 }

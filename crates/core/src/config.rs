@@ -83,9 +83,10 @@ pub use gateway::{
 
 pub use log::{AccessLogFormat, LogConfig};
 pub use node_sections::{
-    AuthConfig, DEFAULT_CHECKPOINT_BYTES, DEFAULT_MAX_ONCE_MARKS, DEFAULT_TICKET_SECRET_RETENTION,
-    HttpEngine, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
-    SharedKeysConfig, SseLimits, StoreConfig,
+    AuthConfig, DEFAULT_CHECKPOINT_BYTES, DEFAULT_MAX_ONCE_MARKS, DEFAULT_REDIS_TIMEOUT,
+    DEFAULT_TICKET_SECRET_RETENTION, HttpEngine, KeysConfig, MAX_REDIS_TIMEOUT,
+    MIN_CHECKPOINT_BYTES, MIN_REDIS_TIMEOUT, SIGNING_ALGORITHMS, ServerConfig, SharedKeysConfig,
+    SseLimits, StoreConfig,
 };
 pub use rate_limit::{
     JOIN_RULE_BURST, JOIN_RULE_LIMIT, JOIN_RULE_NAME, JOIN_RULE_PERIOD, default_join_rule,

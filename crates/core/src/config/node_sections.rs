@@ -142,6 +142,9 @@ pub enum StoreConfig {
         urls: Vec<String>,
         /// Whether `urls` are Redis Cluster nodes.
         cluster: bool,
+        /// `timeout`: how long one call to Redis may take, connecting included, before it
+        /// fails (and the room follows its `on_store_error`).
+        timeout: Duration,
     },
 }
 
@@ -158,6 +161,16 @@ impl Default for StoreConfig {
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 << 20;
 /// The smallest `[store] checkpoint_bytes` accepted.
 pub const MIN_CHECKPOINT_BYTES: u64 = 4096;
+
+/// The default `[store] timeout` of the Redis store: long enough for a Redis that a crowd keeps
+/// busy (a join waits there behind its room's calls), short enough that a Redis gone quiet is
+/// noticed within a visitor's patience.
+pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The shortest `[store] timeout` accepted: below it a loaded Redis fails calls it answers.
+pub const MIN_REDIS_TIMEOUT: Duration = Duration::from_millis(10);
+/// The longest `[store] timeout` accepted: every request waiting on Redis holds its
+/// connection that long.
+pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The signing algorithms `[keys] algorithm` accepts.
 pub const SIGNING_ALGORITHMS: &[&str] = &["EdDSA", "ES256", "RS256", "HS256"];

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::node_sections::{
-    AuthConfig, HttpEngine, KeysConfig, MIN_CHECKPOINT_BYTES, SIGNING_ALGORITHMS, ServerConfig,
-    SharedKeysConfig, SseLimits, StoreConfig,
+    AuthConfig, DEFAULT_REDIS_TIMEOUT, HttpEngine, KeysConfig, MAX_REDIS_TIMEOUT,
+    MIN_CHECKPOINT_BYTES, MIN_REDIS_TIMEOUT, SIGNING_ALGORITHMS, ServerConfig, SharedKeysConfig,
+    SseLimits, StoreConfig,
 };
 use super::tree::{Entry, Origin, Problems, Table, Value, closest};
 use super::{Cidr, KeyHash};
@@ -37,7 +38,14 @@ const SERVER_KEYS: &[&str] = &[
     "tick_interval",
     "sse_touch_interval",
 ];
-const STORE_KEYS: &[&str] = &["backend", "path", "checkpoint_bytes", "url", "cluster"];
+const STORE_KEYS: &[&str] = &[
+    "backend",
+    "path",
+    "checkpoint_bytes",
+    "url",
+    "cluster",
+    "timeout",
+];
 const STORE_BACKENDS: &[&str] = &["embedded", "memory", "redis"];
 const KEYS_KEYS: &[&str] = &[
     "dir",
@@ -314,10 +322,10 @@ fn refuse_other_backends_keys(table: &Table, backend: &str, problems: &mut Probl
     }
     let used_keys: &[&str] = match backend {
         "embedded" => &["path", "checkpoint_bytes"],
-        "redis" => &["url", "cluster"],
+        "redis" => &["url", "cluster", "timeout"],
         _ => &[],
     };
-    for key in ["path", "checkpoint_bytes", "url", "cluster"]
+    for key in ["path", "checkpoint_bytes", "url", "cluster", "timeout"]
         .into_iter()
         .filter(|key| !used_keys.contains(key))
     {
@@ -413,9 +421,36 @@ fn read_redis(
             valid = false;
         }
     }
+    let timeout = match table
+        .get("timeout")
+        .map(|entry| (entry, read_duration(entry, problems)))
+    {
+        None => DEFAULT_REDIS_TIMEOUT,
+        Some((_, None)) => {
+            valid = false;
+            DEFAULT_REDIS_TIMEOUT
+        }
+        Some((entry, Some(timeout)))
+            if !(MIN_REDIS_TIMEOUT..=MAX_REDIS_TIMEOUT).contains(&timeout) =>
+        {
+            problems.add(
+                &entry.key_origin,
+                format!(
+                    "`timeout` must be between {} ms and {} s, found {} ms",
+                    MIN_REDIS_TIMEOUT.as_millis(),
+                    MAX_REDIS_TIMEOUT.as_secs(),
+                    timeout.as_millis()
+                ),
+            );
+            valid = false;
+            DEFAULT_REDIS_TIMEOUT
+        }
+        Some((_, Some(timeout))) => timeout,
+    };
     valid.then(|| StoreConfig::Redis {
         urls: urls.into_iter().map(|(url, _)| url).collect(),
         cluster,
+        timeout,
     })
 }
 

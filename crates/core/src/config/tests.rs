@@ -663,7 +663,8 @@ fn server_store_keys_and_auth_rules() {
         store("[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n"),
         Ok(StoreConfig::Redis {
             urls: vec!["redis://127.0.0.1:6379".to_owned()],
-            cluster: false
+            cluster: false,
+            timeout: DEFAULT_REDIS_TIMEOUT
         })
     );
     assert_eq!(
@@ -672,8 +673,38 @@ fn server_store_keys_and_auth_rules() {
         ),
         Ok(StoreConfig::Redis {
             urls: vec!["redis://a:7000".to_owned(), "rediss://b:7001".to_owned()],
-            cluster: true
+            cluster: true,
+            timeout: DEFAULT_REDIS_TIMEOUT
         })
+    );
+    assert_eq!(
+        store("[store]\nbackend = \"redis\"\nurl = \"redis://a\"\ntimeout = \"500ms\"\n"),
+        Ok(StoreConfig::Redis {
+            urls: vec!["redis://a".to_owned()],
+            cluster: false,
+            timeout: Duration::from_millis(500)
+        })
+    );
+    check_problems(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://a\"\ntimeout = \"5ms\"\n",
+        &[],
+        &[(
+            Some(4),
+            "`timeout` must be between 10 ms and 60 s, found 5 ms",
+        )],
+    );
+    check_problems(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://a\"\ntimeout = \"soon\"\n",
+        &[],
+        &[(Some(4), "`timeout`")],
+    );
+    check_problems(
+        "[store]\nbackend = \"embedded\"\ntimeout = \"1s\"\n",
+        &[],
+        &[(
+            Some(3),
+            "`timeout` does not apply to the \"embedded\" store backend",
+        )],
     );
     check_problems(
         "[store]\nbackend = \"redis\"\nurl = \"redis://a\"\ncluster = [\"redis://b\"]\n",
