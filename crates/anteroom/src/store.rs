@@ -70,8 +70,9 @@ pub(crate) fn open_store(config: &Config, clock: &Arc<dyn Clock>) -> anyhow::Res
     })
 }
 
-/// The redis `[store]` names: one server or a Cluster's seed nodes. The room store and the
-/// redis rate-limit store both connect with it.
+/// The redis `[store]` names: one server or a Cluster's seed nodes, and the bound on each call
+/// (`timeout`). The room store and the redis rate-limit store both connect with it (the rate
+/// limits keep their own, shorter bound).
 pub(crate) fn redis_config(
     urls: &[String],
     cluster: bool,
