@@ -421,6 +421,34 @@ async fn a_leave_whose_client_closes_before_its_answer_is_made() {
     );
 }
 
+/// The same when the node's connection to Redis is gone as the beacon comes: the leave waits
+/// for the node to connect again, which it cannot while Redis is held up, and the visitor's
+/// connection closes first. The leave is made once Redis is back.
+#[tokio::test]
+async fn a_leave_that_comes_while_the_store_reconnects_is_made_once_it_is_back() {
+    let origin = SlowOrigin::start(Duration::from_secs(1)).await;
+    let node = Node::start(&origin).await;
+    let visitor = support::join(&client(), &node.server.url(), "shop").await;
+    assert_eq!(visitor.state, "admitted");
+    assert_eq!(node.active(), 1);
+
+    // The node's command connections are cut (a Redis restart, a network blip), and Redis
+    // is held up before the node can connect again.
+    node.redis.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    let beacon = format!(
+        "POST /_anteroom/v1/rooms/shop/leave?ticket={} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        visitor.ticket
+    );
+    sent_and_left_while_redis_holds_it_up(&node, beacon.as_bytes()).await;
+
+    assert_eq!(
+        active_becomes(&node, 0, Duration::from_secs(5)).await,
+        0,
+        "the visitor who left still holds a place; log:\n{}",
+        node.server.log()
+    );
+}
+
 /// A backend's end of a session frees its place however soon the backend's client gives up
 /// on the answer.
 #[tokio::test]

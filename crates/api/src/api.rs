@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use anteroom_core::config::format_time;
-use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, WaitingView};
+use anteroom_core::engine::{AdmittedView, Entry, Session, SessionEnd, TicketRef, WaitingView};
 use anteroom_core::eta::{
     ConfiguredPace, Estimate, next_poll_ms, next_poll_ms_within, with_configured_fallback,
 };
@@ -235,7 +235,7 @@ pub(crate) async fn leave(
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
     let reference = app.verify_ticket(&room, token)?;
-    match app.store().leave(&room, reference).await {
+    match owed_leave(&app, &room, reference).await {
         // Leaving twice, or after the ticket expired, is not an error: the visitor is out.
         Ok(()) | Err(anteroom_store::StoreError::Engine(_)) => {}
         Err(other) => return Err(app.store_error(&room, "leave", other)),
@@ -248,6 +248,27 @@ pub(crate) async fn leave(
         response.headers_mut().append(header::SET_COOKIE, clear);
     }
     Ok(response)
+}
+
+/// Makes a verified ticket's leave in a task of its own, so it is made even if the request
+/// goes away first: a page's leave beacon does not wait for the answer, and a place kept for
+/// someone gone holds up the line behind it until the ticket expires. Without the task, a
+/// leave that had to wait (the store connecting again after a cut) went with its request.
+async fn owed_leave(
+    app: &AppState,
+    room: &RoomId,
+    reference: TicketRef,
+) -> Result<(), anteroom_store::StoreError> {
+    let store = app.store().clone();
+    let room = room.clone();
+    tokio::spawn(async move { store.leave(&room, reference).await })
+        .await
+        .unwrap_or_else(|failed| {
+            Err(anteroom_store::StoreError::Backend {
+                message: "the leave's task failed".to_owned(),
+                source: Some(Box::new(failed)),
+            })
+        })
 }
 
 /// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).

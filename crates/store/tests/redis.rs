@@ -138,6 +138,35 @@ async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
     store.put_room(closed).await.unwrap();
 }
 
+/// A cut connection (Redis restarted, a proxy or the network dropped it): a call that may be
+/// made twice (a status, a leave, a snapshot) is made again on the connection made anew
+/// instead of failing as the first call after the cut. Each call below is the first after
+/// its own cut.
+#[tokio::test]
+async fn calls_that_may_be_made_twice_are_made_again_after_a_cut_connection() {
+    let server = RedisServer::start();
+    let config = RedisConfig::standalone(server.url()).with_key_prefix(unique_prefix());
+    let store = RedisStore::new(config, None).unwrap();
+    let id = room_id("cut");
+    let mut room = RoomConfig::with_defaults(id.clone());
+    room.max_active = 1;
+    store.put_room(room).await.unwrap();
+    store.join(&id, JoinRequest::default()).await.unwrap();
+    let waiting = waiting_ref(&store.join(&id, JoinRequest::default()).await.unwrap());
+    let cut = || server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+
+    cut();
+    let status = store.status(&id, waiting).await;
+    assert!(matches!(status, Ok(Entry::Waiting(_))), "{status:?}");
+    cut();
+    let snapshot = store.snapshot(&id).await;
+    assert_eq!(snapshot.map(|snapshot| snapshot.waiting).ok(), Some(1));
+    cut();
+    let left = store.leave(&id, waiting).await;
+    assert!(left.is_ok(), "{left:?}");
+    assert_eq!(store.snapshot(&id).await.unwrap().waiting, 0);
+}
+
 /// The room library's names on `server` (`FUNCTION LIST`).
 fn room_libraries(server: &RedisServer) -> Vec<String> {
     let listed = server.cli(&["FUNCTION", "LIST"]);

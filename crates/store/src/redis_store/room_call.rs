@@ -118,7 +118,10 @@ impl RoomCall {
         Answer::new(fields).map_err(|error| malformed(self.function.name(), error))
     }
 
-    /// Calls the function and reads its reply as a `T`.
+    /// Calls the function and reads its reply as a `T`. A call that found its connection
+    /// dropped (Redis restarted, or the connection was cut) is made once more, on the
+    /// connection made again, when the function may be sent twice: otherwise the first call
+    /// of each kind after a cut would fail (a leave lost, a status answered 503).
     pub(super) async fn reply<T: redis::FromRedisValue>(
         &self,
         connection: &Connection,
@@ -129,7 +132,15 @@ impl RoomCall {
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);
-        connection.fcall(&command).await.map_err(|error| {
+        let reply = match connection.fcall(&command).await {
+            Err(error) if error.is_connection_dropped() && self.function.may_be_sent_again() => {
+                let function = self.function.name();
+                tracing::debug!(function, %error, "the Redis connection dropped; calling again");
+                connection.fcall(&command).await
+            }
+            reply => reply,
+        };
+        reply.map_err(|error| {
             StoreError::backend(
                 format!("redis function {} failed", self.function.name()),
                 error,

@@ -71,6 +71,26 @@ impl RoomFunction {
         RoomFunction::LoadSignal,
     ];
 
+    /// Whether a call may be made again when its connection dropped before its answer came
+    /// (the first call may or may not have run): the function only reads, or running it twice
+    /// leaves what running it once does (a ticket that left or was kept alive, a session
+    /// page's index). A join, a session issued or renewed, a tick or a room change made twice
+    /// would do twice what was asked once.
+    pub(crate) fn may_be_sent_again(self) -> bool {
+        matches!(
+            self,
+            RoomFunction::Status
+                | RoomFunction::Leave
+                | RoomFunction::Session
+                | RoomFunction::Snapshot
+                | RoomFunction::Records
+                | RoomFunction::SessionPage
+                | RoomFunction::Touch
+                | RoomFunction::LineMasks
+                | RoomFunction::LoadSignal
+        )
+    }
+
     /// The operation's name, in errors and in its function's name.
     pub(crate) fn name(self) -> &'static str {
         self.operation().0
