@@ -403,22 +403,9 @@ async fn an_admin_request_whose_client_leaves_runs_to_its_end() {
 async fn a_leave_whose_client_closes_before_its_answer_is_made() {
     let origin = SlowOrigin::start(Duration::from_secs(1)).await;
     let node = Node::start(&origin).await;
-    let visitor = support::join(&client(), &node.server.url(), "shop").await;
-    assert_eq!(visitor.state, "admitted");
-    assert_eq!(node.active(), 1);
-
-    let beacon = format!(
-        "POST /_anteroom/v1/rooms/shop/leave?ticket={} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
-        visitor.ticket
-    );
+    let beacon = admitted_visitors_beacon(&node).await;
     sent_and_left_while_redis_holds_it_up(&node, beacon.as_bytes()).await;
-
-    assert_eq!(
-        active_becomes(&node, 0, Duration::from_secs(5)).await,
-        0,
-        "the visitor who left still holds a place; log:\n{}",
-        node.server.log()
-    );
+    assert_place_freed(&node).await;
 }
 
 /// The same when the node's connection to Redis is gone as the beacon comes: the leave waits
@@ -428,21 +415,30 @@ async fn a_leave_whose_client_closes_before_its_answer_is_made() {
 async fn a_leave_that_comes_while_the_store_reconnects_is_made_once_it_is_back() {
     let origin = SlowOrigin::start(Duration::from_secs(1)).await;
     let node = Node::start(&origin).await;
-    let visitor = support::join(&client(), &node.server.url(), "shop").await;
-    assert_eq!(visitor.state, "admitted");
-    assert_eq!(node.active(), 1);
-
+    let beacon = admitted_visitors_beacon(&node).await;
     // The node's command connections are cut (a Redis restart, a network blip), and Redis
     // is held up before the node can connect again.
     node.redis.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
-    let beacon = format!(
+    sent_and_left_while_redis_holds_it_up(&node, beacon.as_bytes()).await;
+    assert_place_freed(&node).await;
+}
+
+/// The leave beacon (`POST …/leave`, as `navigator.sendBeacon` sends it) of a visitor who has
+/// just joined and been admitted.
+async fn admitted_visitors_beacon(node: &Node) -> String {
+    let visitor = support::join(&client(), &node.server.url(), "shop").await;
+    assert_eq!(visitor.state, "admitted");
+    assert_eq!(node.active(), 1);
+    format!(
         "POST /_anteroom/v1/rooms/shop/leave?ticket={} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
         visitor.ticket
-    );
-    sent_and_left_while_redis_holds_it_up(&node, beacon.as_bytes()).await;
+    )
+}
 
+/// Fails unless the room's one active place is freed within 5 s.
+async fn assert_place_freed(node: &Node) {
     assert_eq!(
-        active_becomes(&node, 0, Duration::from_secs(5)).await,
+        active_becomes(node, 0, Duration::from_secs(5)).await,
         0,
         "the visitor who left still holds a place; log:\n{}",
         node.server.log()
