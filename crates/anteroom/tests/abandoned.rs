@@ -4,8 +4,10 @@
 //! closed (499). A join held up in Redis whose client left leaves nothing behind once Redis
 //! runs again (no ticket nobody holds, later admitted as a no-show, no session holding a
 //! place); a proxied request whose client left is dropped at the origin. A leave or a backend's
-//! session end whose client closes while Redis holds it up is still made: it reaches the store
-//! with the request's first step, and the place it frees is not held for someone gone. A client
+//! session end whose client closes while Redis holds it up is still made (a leave in a task of
+//! its own, an end through its room's queue, which sends it whether or not its caller waits;
+//! a leave also when the node has to connect to Redis again first), and the place it frees is
+//! not held for someone gone. A client
 //! that stays, or sends its next request while the first waits (pipelining, a half-close after
 //! it included), is answered as before, in order. Run with either engine
 //! (`ANTEROOM_TEST_HTTP_ENGINE`).

@@ -250,6 +250,14 @@ pub(crate) async fn leave(
     Ok(response)
 }
 
+/// Leaves made in tasks of their own at once, at most, in the process. A task outlives its
+/// request and the request's per-address permit, so while the store is held up, leaves whose
+/// clients close could otherwise gather tasks as fast as they come (each ends within the
+/// store's call bound); past this, a leave is made within its request.
+const MAX_OWED_LEAVES: usize = 4096;
+
+static OWED_LEAVES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_OWED_LEAVES);
+
 /// Makes a verified ticket's leave in a task of its own, so it is made even if the request
 /// goes away first: a page's leave beacon does not wait for the answer, and a place kept for
 /// someone gone holds up the line behind it until the ticket expires. Without the task, a
@@ -259,16 +267,22 @@ async fn owed_leave(
     room: &RoomId,
     reference: TicketRef,
 ) -> Result<(), anteroom_store::StoreError> {
+    let Ok(permit) = OWED_LEAVES.try_acquire() else {
+        return app.store().leave(room, reference).await;
+    };
     let store = app.store().clone();
     let room = room.clone();
-    tokio::spawn(async move { store.leave(&room, reference).await })
-        .await
-        .unwrap_or_else(|failed| {
-            Err(anteroom_store::StoreError::Backend {
-                message: "the leave's task failed".to_owned(),
-                source: Some(Box::new(failed)),
-            })
+    tokio::spawn(async move {
+        let _permit = permit;
+        store.leave(&room, reference).await
+    })
+    .await
+    .unwrap_or_else(|failed| {
+        Err(anteroom_store::StoreError::Backend {
+            message: "the leave's task failed".to_owned(),
+            source: Some(Box::new(failed)),
         })
+    })
 }
 
 /// The same as `DELETE …/ticket`, for `navigator.sendBeacon` (which can only POST).

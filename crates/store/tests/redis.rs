@@ -139,7 +139,7 @@ async fn calls_fail_within_the_timeout_and_recover_after_a_restart() {
 }
 
 /// A cut connection (Redis restarted, a proxy or the network dropped it): a call that may be
-/// made twice (a status, a leave, a snapshot) is made again on the connection made anew
+/// made twice (a status, a snapshot, a leave, a session's end) is made again on the connection made anew
 /// instead of failing as the first call after the cut. Each call below is the first after
 /// its own cut.
 #[tokio::test]
@@ -151,7 +151,9 @@ async fn calls_that_may_be_made_twice_are_made_again_after_a_cut_connection() {
     let mut room = RoomConfig::with_defaults(id.clone());
     room.max_active = 1;
     store.put_room(room).await.unwrap();
-    store.join(&id, JoinRequest::default()).await.unwrap();
+    let Entry::Admitted(first) = store.join(&id, JoinRequest::default()).await.unwrap() else {
+        panic!("the first visitor waits");
+    };
     let waiting = waiting_ref(&store.join(&id, JoinRequest::default()).await.unwrap());
     let cut = || server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
 
@@ -165,6 +167,12 @@ async fn calls_that_may_be_made_twice_are_made_again_after_a_cut_connection() {
     let left = store.leave(&id, waiting).await;
     assert!(left.is_ok(), "{left:?}");
     assert_eq!(store.snapshot(&id).await.unwrap().waiting, 0);
+    cut();
+    let ended = store
+        .end_session(&id, first.session.id, SessionEnd::Completed)
+        .await;
+    assert!(ended.is_ok(), "{ended:?}");
+    assert_eq!(store.snapshot(&id).await.unwrap().active, 0);
 }
 
 /// The room library's names on `server` (`FUNCTION LIST`).

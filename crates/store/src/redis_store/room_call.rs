@@ -41,14 +41,8 @@ impl RoomPrelude {
             Some(clock) => clock.now().as_millis().to_string(),
             None => String::new(),
         };
-        // Events on: the cap, this call's random id prefix and the room (`room.lua`, `emit`).
         let events = match self.outbox.get() {
-            Some(outbox) => format!(
-                "{}|{}|{}",
-                outbox.limits().max_entries,
-                crate::visitor_events::random_prefix(),
-                self.room
-            ),
+            Some(outbox) => events_setting(outbox.limits().max_entries, &self.room),
             None => String::new(),
         };
         let mut all_args = vec![
@@ -118,25 +112,32 @@ impl RoomCall {
         Answer::new(fields).map_err(|error| malformed(self.function.name(), error))
     }
 
-    /// Calls the function and reads its reply as a `T`. A call that found its connection
-    /// dropped (Redis restarted, or the connection was cut) is made once more, on the
-    /// connection made again, when the function may be sent twice: otherwise the first call
-    /// of each kind after a cut would fail (a leave lost, a status answered 503).
-    pub(super) async fn reply<T: redis::FromRedisValue>(
-        &self,
-        connection: &Connection,
-    ) -> Result<T, StoreError> {
+    /// The function's `FCALL` with `args` after the room's keys.
+    fn command(&self, args: &[String]) -> redis::Cmd {
         let mut command = redis::cmd("FCALL");
         command
             .arg(self.function.function_name())
             .arg(self.keys.len())
             .arg(&self.keys)
-            .arg(&self.args);
-        let reply = match connection.fcall(&command).await {
+            .arg(args);
+        command
+    }
+
+    /// Calls the function and reads its reply as a `T`. A call that met a cut connection
+    /// (Redis restarted, or the connection was dropped) is made once more, on the connection
+    /// made again, when the function may be run twice: otherwise the call that met the cut
+    /// would fail (a leave lost, a status answered 503). The second call's events get ids of
+    /// their own, since the first may have run and given its ids away.
+    pub(super) async fn reply<T: redis::FromRedisValue>(
+        &self,
+        connection: &Connection,
+    ) -> Result<T, StoreError> {
+        let reply = match connection.fcall(&self.command(&self.args)).await {
             Err(error) if error.is_connection_dropped() && self.function.may_be_sent_again() => {
                 let function = self.function.name();
                 tracing::debug!(function, %error, "the Redis connection dropped; calling again");
-                connection.fcall(&command).await
+                let args = with_new_event_ids(self.args.clone());
+                connection.fcall(&self.command(&args)).await
             }
             reply => reply,
         };
@@ -147,6 +148,33 @@ impl RoomCall {
             )
         })
     }
+}
+
+/// Where a call's arguments carry its events' settings (`room.lua`: the cap, the call's
+/// random id prefix and the room, separated by `|`; empty with events off).
+const EVENTS_ARG: usize = 3;
+
+/// The events' setting of one call with events on (`room.lua`, `emit`): the outbox's cap, a
+/// new random prefix for the ids of the call's events, and the room.
+fn events_setting(cap: impl std::fmt::Display, room: impl std::fmt::Display) -> String {
+    format!("{cap}|{}|{room}", crate::visitor_events::random_prefix())
+}
+
+/// `args` with a new random id prefix for the call's events (events off: as they were).
+fn with_new_event_ids(mut args: Vec<String>) -> Vec<String> {
+    if let Some(events) = args.get_mut(EVENTS_ARG) {
+        let renewed = {
+            let mut fields = events.splitn(3, '|');
+            match (fields.next(), fields.next(), fields.next()) {
+                (Some(cap), Some(_), Some(room)) => Some(events_setting(cap, room)),
+                _ => None,
+            }
+        };
+        if let Some(renewed) = renewed {
+            *events = renewed;
+        }
+    }
+    args
 }
 
 /// The failure of a batched call, told to each of its `count` requests (joins, session ends,
@@ -202,4 +230,36 @@ pub(super) fn lottery_seed() -> String {
     let mut seed: Seed = [0; 32];
     thread_rng().fill(&mut seed);
     seed_to_hex(&seed)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_call_gets_new_event_ids_and_keeps_the_rest() {
+        let events = events_setting(500, "shop");
+        let args = vec![
+            "1700000000000".to_owned(),
+            "channel".to_owned(),
+            "3600000".to_owned(),
+            events.clone(),
+            "ticket".to_owned(),
+        ];
+        let again = with_new_event_ids(args.clone());
+        let fields: Vec<&str> = again[EVENTS_ARG].split('|').collect();
+        let first: Vec<&str> = events.split('|').collect();
+        assert_eq!(fields.len(), 3, "{again:?}");
+        assert_eq!((fields[0], fields[2]), ("500", "shop"));
+        assert_eq!(fields[1].len(), first[1].len());
+        assert_ne!(fields[1], first[1], "the ids' prefix is new");
+        assert_eq!(again[..EVENTS_ARG], args[..EVENTS_ARG]);
+        assert_eq!(again[EVENTS_ARG + 1..], args[EVENTS_ARG + 1..]);
+
+        // Events off: nothing to renew.
+        let mut off = args;
+        off[EVENTS_ARG] = String::new();
+        assert_eq!(with_new_event_ids(off.clone()), off);
+    }
 }

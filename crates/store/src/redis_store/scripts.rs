@@ -73,14 +73,16 @@ impl RoomFunction {
 
     /// Whether a call may be made again when its connection dropped before its answer came
     /// (the first call may or may not have run): the function only reads, or running it twice
-    /// leaves what running it once does (a ticket that left or was kept alive, a session
-    /// page's index). A join, a session issued or renewed, a tick or a room change made twice
-    /// would do twice what was asked once.
+    /// leaves what running it once does (a ticket that left or was kept alive, a session that
+    /// ended, a session page's index; a second tick works from the room as the first left
+    /// it). A join, a session issued or renewed, a tick of its own or a room change made twice
+    /// would do twice what was asked once, or answer that it could not.
     pub(crate) fn may_be_sent_again(self) -> bool {
         matches!(
             self,
             RoomFunction::Status
                 | RoomFunction::Leave
+                | RoomFunction::EndSession
                 | RoomFunction::Session
                 | RoomFunction::Snapshot
                 | RoomFunction::Records
