@@ -421,32 +421,25 @@ fn read_redis(
             valid = false;
         }
     }
-    let timeout = match table
-        .get("timeout")
-        .map(|entry| (entry, read_duration(entry, problems)))
-    {
-        None => DEFAULT_REDIS_TIMEOUT,
-        Some((_, None)) => {
-            valid = false;
-            DEFAULT_REDIS_TIMEOUT
+    let mut timeout = DEFAULT_REDIS_TIMEOUT;
+    if let Some(entry) = table.get("timeout") {
+        match read_duration(entry, problems) {
+            Some(read) if (MIN_REDIS_TIMEOUT..=MAX_REDIS_TIMEOUT).contains(&read) => timeout = read,
+            Some(read) => {
+                problems.add(
+                    &entry.key_origin,
+                    format!(
+                        "`timeout` must be between {} ms and {} s, found {} ms",
+                        MIN_REDIS_TIMEOUT.as_millis(),
+                        MAX_REDIS_TIMEOUT.as_secs(),
+                        read.as_millis()
+                    ),
+                );
+                valid = false;
+            }
+            None => valid = false,
         }
-        Some((entry, Some(timeout)))
-            if !(MIN_REDIS_TIMEOUT..=MAX_REDIS_TIMEOUT).contains(&timeout) =>
-        {
-            problems.add(
-                &entry.key_origin,
-                format!(
-                    "`timeout` must be between {} ms and {} s, found {} ms",
-                    MIN_REDIS_TIMEOUT.as_millis(),
-                    MAX_REDIS_TIMEOUT.as_secs(),
-                    timeout.as_millis()
-                ),
-            );
-            valid = false;
-            DEFAULT_REDIS_TIMEOUT
-        }
-        Some((_, Some(timeout))) => timeout,
-    };
+    }
     valid.then(|| StoreConfig::Redis {
         urls: urls.into_iter().map(|(url, _)| url).collect(),
         cluster,
