@@ -41,22 +41,22 @@ impl RoomPrelude {
             Some(clock) => clock.now().as_millis().to_string(),
             None => String::new(),
         };
-        let events = match self.outbox.get() {
-            Some(outbox) => events_setting(outbox.limits().max_entries, &self.room),
-            None => String::new(),
-        };
+        let events = self
+            .outbox
+            .get()
+            .map(|outbox| (outbox.limits().max_entries, self.room.clone()));
         let mut all_args = vec![
             now,
             self.channel.clone(),
             // For a room stored before it had its own `history_retention`.
             duration_millis(DEFAULT_HISTORY_RETENTION).to_string(),
-            events,
         ];
         all_args.extend(args);
         RoomCall {
             function,
             keys: self.keys.clone(),
             args: all_args,
+            events,
         }
     }
 }
@@ -100,7 +100,10 @@ impl RoomCaller {
 pub(super) struct RoomCall {
     function: RoomFunction,
     keys: Vec<String>,
+    /// Every argument but the events' setting, which goes at [`EVENTS_ARG`].
     args: Vec<String>,
+    /// With events on: the outbox's cap and the room, for the events' setting of each send.
+    events: Option<(u64, RoomId)>,
 }
 
 impl RoomCall {
@@ -112,14 +115,25 @@ impl RoomCall {
         Answer::new(fields).map_err(|error| malformed(self.function.name(), error))
     }
 
-    /// The function's `FCALL` with `args` after the room's keys.
-    fn command(&self, args: &[String]) -> redis::Cmd {
+    /// The function's `FCALL`: the room's keys, then the arguments with the events' setting
+    /// (`room.lua`, `emit`: the outbox's cap, a new random prefix for the ids of this send's
+    /// events, and the room; empty with events off).
+    fn command(&self) -> redis::Cmd {
+        let events = self
+            .events
+            .as_ref()
+            .map_or_else(String::new, |(cap, room)| {
+                format!("{cap}|{}|{room}", crate::visitor_events::random_prefix())
+            });
+        let (before, after) = self.args.split_at(EVENTS_ARG.min(self.args.len()));
         let mut command = redis::cmd("FCALL");
         command
             .arg(self.function.function_name())
             .arg(self.keys.len())
             .arg(&self.keys)
-            .arg(args);
+            .arg(before)
+            .arg(events)
+            .arg(after);
         command
     }
 
@@ -127,17 +141,17 @@ impl RoomCall {
     /// (Redis restarted, or the connection was dropped) is made once more, on the connection
     /// made again, when the function may be run twice: otherwise the call that met the cut
     /// would fail (a leave lost, a status answered 503). The second call's events get ids of
-    /// their own, since the first may have run and given its ids away.
+    /// their own ([`command`](Self::command)), since the first may have run and given its ids
+    /// away.
     pub(super) async fn reply<T: redis::FromRedisValue>(
         &self,
         connection: &Connection,
     ) -> Result<T, StoreError> {
-        let reply = match connection.fcall(&self.command(&self.args)).await {
+        let reply = match connection.fcall(&self.command()).await {
             Err(error) if error.is_connection_dropped() && self.function.may_be_sent_again() => {
                 let function = self.function.name();
                 tracing::debug!(function, %error, "the Redis connection dropped; calling again");
-                let args = with_new_event_ids(self.args.clone());
-                connection.fcall(&self.command(&args)).await
+                connection.fcall(&self.command()).await
             }
             reply => reply,
         };
@@ -150,32 +164,8 @@ impl RoomCall {
     }
 }
 
-/// Where a call's arguments carry its events' settings (`room.lua`: the cap, the call's
-/// random id prefix and the room, separated by `|`; empty with events off).
+/// Where a call's arguments carry its events' setting (`room.lua`).
 const EVENTS_ARG: usize = 3;
-
-/// The events' setting of one call with events on (`room.lua`, `emit`): the outbox's cap, a
-/// new random prefix for the ids of the call's events, and the room.
-fn events_setting(cap: impl std::fmt::Display, room: impl std::fmt::Display) -> String {
-    format!("{cap}|{}|{room}", crate::visitor_events::random_prefix())
-}
-
-/// `args` with a new random id prefix for the call's events (events off: as they were).
-fn with_new_event_ids(mut args: Vec<String>) -> Vec<String> {
-    if let Some(events) = args.get_mut(EVENTS_ARG) {
-        let renewed = {
-            let mut fields = events.splitn(3, '|');
-            match (fields.next(), fields.next(), fields.next()) {
-                (Some(cap), Some(_), Some(room)) => Some(events_setting(cap, room)),
-                _ => None,
-            }
-        };
-        if let Some(renewed) = renewed {
-            *events = renewed;
-        }
-    }
-    args
-}
 
 /// The failure of a batched call, told to each of its `count` requests (joins, session ends,
 /// statuses, session checks).
@@ -237,29 +227,52 @@ pub(super) fn lottery_seed() -> String {
 mod tests {
     use super::*;
 
+    /// A command's arguments after `FCALL` and the function's name, as text.
+    fn sent_args(command: &redis::Cmd) -> Vec<String> {
+        command
+            .args_iter()
+            .skip(2)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                _ => panic!("only plain arguments in an FCALL"),
+            })
+            .collect()
+    }
+
     #[test]
     fn a_second_call_gets_new_event_ids_and_keeps_the_rest() {
-        let events = events_setting(500, "shop");
         let args = vec![
             "1700000000000".to_owned(),
             "channel".to_owned(),
             "3600000".to_owned(),
-            events.clone(),
             "ticket".to_owned(),
         ];
-        let again = with_new_event_ids(args.clone());
-        let fields: Vec<&str> = again[EVENTS_ARG].split('|').collect();
-        let first: Vec<&str> = events.split('|').collect();
+        let call = RoomCall {
+            function: RoomFunction::Leave,
+            keys: vec!["key".to_owned()],
+            args: args.clone(),
+            events: Some((500, RoomId::new("shop").unwrap())),
+        };
+        let (first, again) = (sent_args(&call.command()), sent_args(&call.command()));
+        // The key count and the key, then the arguments.
+        let events_at = 2 + EVENTS_ARG;
+        let first_events: Vec<&str> = first[events_at].split('|').collect();
+        let fields: Vec<&str> = again[events_at].split('|').collect();
         assert_eq!(fields.len(), 3, "{again:?}");
         assert_eq!((fields[0], fields[2]), ("500", "shop"));
-        assert_eq!(fields[1].len(), first[1].len());
-        assert_ne!(fields[1], first[1], "the ids' prefix is new");
-        assert_eq!(again[..EVENTS_ARG], args[..EVENTS_ARG]);
-        assert_eq!(again[EVENTS_ARG + 1..], args[EVENTS_ARG + 1..]);
+        assert_eq!(fields[1].len(), first_events[1].len());
+        assert_ne!(fields[1], first_events[1], "the ids' prefix is new");
+        assert_eq!(again[..events_at], first[..events_at]);
+        assert_eq!(again[events_at + 1..], first[events_at + 1..]);
+        assert_eq!(again[2..events_at], args[..EVENTS_ARG]);
+        assert_eq!(again[events_at + 1..], args[EVENTS_ARG..]);
 
         // Events off: nothing to renew.
-        let mut off = args;
-        off[EVENTS_ARG] = String::new();
-        assert_eq!(with_new_event_ids(off.clone()), off);
+        let off = RoomCall {
+            events: None,
+            ..call
+        };
+        assert_eq!(sent_args(&off.command())[events_at], "");
+        assert_eq!(sent_args(&off.command()), sent_args(&off.command()));
     }
 }
