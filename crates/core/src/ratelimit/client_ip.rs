@@ -140,7 +140,26 @@ pub fn push_ip_key(
 /// assert_eq!(text, "for=203.0.10.7");
 /// ```
 pub fn push_ipv4(out: &mut impl std::fmt::Write, ip: Ipv4Addr) -> std::fmt::Result {
-    // Put together first and written once: a write per digit costs a call each.
+    let (text, len) = ipv4_digits(ip);
+    out.write_str(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
+}
+
+/// Appends `ip` in dotted decimal to bytes (a head being written): as [`push_ipv4`], without
+/// checking as text what is ASCII by construction.
+///
+/// ```
+/// let mut head = b"for=".to_vec();
+/// anteroom_core::ratelimit::client_ip::push_ipv4_bytes(&mut head, "203.0.10.7".parse().expect("valid"));
+/// assert_eq!(head, b"for=203.0.10.7");
+/// ```
+pub fn push_ipv4_bytes(out: &mut Vec<u8>, ip: Ipv4Addr) {
+    let (text, len) = ipv4_digits(ip);
+    out.extend_from_slice(&text[..len]);
+}
+
+/// `ip` in dotted decimal: the bytes and how many of them are used. Put together first and
+/// written once: a write per digit costs a call each.
+fn ipv4_digits(ip: Ipv4Addr) -> ([u8; 15], usize) {
     let mut text = [0u8; 15];
     let mut len = 0;
     let mut put = |byte: u8| {
@@ -161,7 +180,7 @@ pub fn push_ipv4(out: &mut impl std::fmt::Write, ip: Ipv4Addr) -> std::fmt::Resu
         }
         put(b'0' + octet % 10);
     }
-    out.write_str(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
+    (text, len)
 }
 
 /// One `X-Forwarded-For` entry (or the node of a `for=`): an address, optionally with a port

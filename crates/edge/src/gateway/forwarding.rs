@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use bytes::Bytes;
 
 use anteroom_core::config::Cidr;
-use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4};
+use anteroom_core::ratelimit::client_ip::{is_trusted, push_ipv4_bytes};
 
 use crate::client_scheme::ClientScheme;
 
@@ -209,25 +209,13 @@ fn push_address(out: &mut Vec<u8>, peer: Option<IpAddr>, quoted: bool) {
     // Writing into a vector cannot fail.
     match peer {
         None => out.extend_from_slice(b"unknown"),
-        Some(IpAddr::V4(v4)) => {
-            let _ = push_ipv4(&mut Appended(out), v4);
-        }
+        Some(IpAddr::V4(v4)) => push_ipv4_bytes(out, v4),
         Some(IpAddr::V6(v6)) if quoted => {
             let _ = write!(out, "\"[{v6}]\"");
         }
         Some(IpAddr::V6(v6)) => {
             let _ = write!(out, "{v6}");
         }
-    }
-}
-
-/// Text appended to the bytes of a head being written.
-struct Appended<'o>(&'o mut Vec<u8>);
-
-impl std::fmt::Write for Appended<'_> {
-    fn write_str(&mut self, text: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(text.as_bytes());
-        Ok(())
     }
 }
 

@@ -389,7 +389,10 @@ impl Connection {
         } = self;
         let write_by = answer_by.min(Instant::now() + write_timeout);
         deadline.set(write_by);
+        // `biased` here and below: the work first, then its deadline, without the random
+        // start `select!` draws otherwise (see `h1/server.rs`).
         tokio::select! {
+            biased;
             written = stream.write_all(request) => written.map_err(Failure::BeforeAnswer)?,
             () = deadline.passed() => {
                 return Err(Failure::After(if write_by < answer_by {
@@ -401,6 +404,7 @@ impl Connection {
         }
         deadline.set(answer_by);
         tokio::select! {
+            biased;
             head = read_head(stream, buffer, fields) => head,
             () = deadline.passed() => Err(Failure::After(UpstreamError::HeadTimeout)),
         }
@@ -669,6 +673,7 @@ async fn fill(
     buffer.reserve(READ_STEP);
     deadline.set(Instant::now() + idle);
     let read = tokio::select! {
+        biased;
         read = stream.read_buf(buffer) => read,
         () = deadline.passed() => return Err(BodyFailure::Idle),
     };

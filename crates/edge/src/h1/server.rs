@@ -292,7 +292,11 @@ async fn next_head<S: Transport>(
     if !first && input.is_empty() {
         // Kept alive: the next request's first byte must come within the idle timeout.
         deadline.set(within(timeouts.idle_timeout));
+        // `biased`: polled in the order written (each branch ends or waits on its own, so
+        // none starves the others), which spares the random start `select!` draws for
+        // every request.
         tokio::select! {
+            biased;
             came = next_bytes(stream, input) => if !came { return None },
             () = deadline.passed() => return None,
             () = stopped.as_mut() => return None,
@@ -300,6 +304,7 @@ async fn next_head<S: Transport>(
         deadline.set(within(timeouts.header_timeout));
     }
     tokio::select! {
+        biased;
         head = read_head(stream, input) => Some(head),
         () = deadline.passed() => None,
         () = stopped => None,
@@ -519,6 +524,7 @@ async fn read_body<S: Transport>(
         input.reserve(READ_STEP.min(wanted - input.len()));
         deadline.set(tokio::time::Instant::now() + timeout);
         tokio::select! {
+            biased;
             read = stream.read_buf(input) => if read? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             },

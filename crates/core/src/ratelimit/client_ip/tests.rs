@@ -341,6 +341,9 @@ fn ipv4_addresses_are_written_as_display_writes_them() {
             let mut text = String::new();
             push_ipv4(&mut text, ip).unwrap();
             assert_eq!(text, ip.to_string());
+            let mut bytes = Vec::new();
+            push_ipv4_bytes(&mut bytes, ip);
+            assert_eq!(bytes, ip.to_string().as_bytes());
         }
     }
 }
