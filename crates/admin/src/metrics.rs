@@ -290,6 +290,12 @@ fn render_websocket(websocket: &anteroom_edge::WebSocketStatsSnapshot, text: &mu
             "WebSocket connections closed (1008) over the limit.",
             websocket.closed_over_limit,
         ),
+        (
+            "anteroom_websocket_closed_pass_ended_total",
+            "counter",
+            "WebSocket connections closed (1008) when a pass they were let through with no longer held.",
+            websocket.closed_pass_ended,
+        ),
     ];
     for (name, kind, help, value) in node {
         render_header(text, name, kind, help);

@@ -2,7 +2,9 @@
 //! flooding 1,000 messages a second through a 20-a-second limit gets about 20 a second to the
 //! upstream, the rest dropped and counted; a well-behaved client on another connection loses
 //! nothing; with `on_exceed = "close"` the flood ends with 1008; a reload's limits apply to
-//! connections opened after it.
+//! connections opened after it. A socket on a protected route lives no longer than its pass: a
+//! session ended or a room reset closes it with 1008 within about a second, while a session
+//! still on is renewed as long as its socket is open.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -18,11 +20,13 @@ use tokio_tungstenite::tungstenite;
 
 use anteroom_api::{AppState, PublicSettings};
 use anteroom_core::config::{OnExceed, UpstreamConfig, WebSocketConfig};
+use anteroom_core::engine::SessionEnd;
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::default_params;
-use anteroom_core::{Clock, ManualClock, Timestamp};
+use anteroom_core::room::RoomConfig;
+use anteroom_core::{Clock, ManualClock, RoomId, SessionId, Timestamp};
 use anteroom_edge::{Gateway, GatewayOptions, GatewayReload};
-use anteroom_store::MemoryStore;
+use anteroom_store::{MemoryStore, RoomStore};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 /// Messages the upstream received, per connection id.
@@ -51,6 +55,27 @@ async fn upstream_socket(
 async fn start(
     websocket: WebSocketConfig,
 ) -> (Gateway, Received, std::net::SocketAddr, UpstreamConfig) {
+    let started = start_with(websocket, Vec::new()).await;
+    (
+        started.gateway,
+        started.received,
+        started.addr,
+        started.upstream,
+    )
+}
+
+/// What [`start_with`] started.
+struct Started {
+    gateway: Gateway,
+    received: Received,
+    addr: std::net::SocketAddr,
+    upstream: UpstreamConfig,
+    store: Arc<MemoryStore>,
+    clock: Arc<ManualClock>,
+}
+
+/// [`start`] with `rooms` in the store, each protecting the routes its `routes` names.
+async fn start_with(websocket: WebSocketConfig, rooms: Vec<RoomConfig>) -> Started {
     let received = Received::default();
     let app = axum::Router::new()
         .route("/socket", axum::routing::get(upstream_socket))
@@ -59,24 +84,29 @@ async fn start(
     let upstream_addr = upstream.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(upstream, app).await });
 
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let manual_clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let clock: Arc<dyn Clock> = manual_clock.clone();
     let keys_dir = tempfile::tempdir().unwrap();
     let keys =
         KeySet::load_or_generate(keys_dir.path(), SigningAlgorithm::EdDsa, 1_700_000_000).unwrap();
     let store = Arc::new(MemoryStore::new(clock.clone()));
+    for room in &rooms {
+        store.put_room(room.clone()).await.unwrap();
+    }
     let settings = PublicSettings {
         public_url: "http://127.0.0.1".to_owned(),
         issuer: "http://127.0.0.1".to_owned(),
         service_keys: Vec::new(),
         trusted_proxies: Vec::new(),
     };
-    let state = AppState::new(store, keys, clock, settings);
+    let state = AppState::new(store.clone(), keys, clock, settings);
     let upstream_config = UpstreamConfig::new(format!("http://{upstream_addr}"));
     let gateway = Gateway::new(
         state.clone(),
         GatewayOptions {
             upstream: Some(upstream_config.clone()),
             websocket: Some(websocket),
+            rooms,
             ..GatewayOptions::default()
         },
     );
@@ -89,7 +119,14 @@ async fn start(
         std::future::pending(),
     ));
     std::mem::forget(keys_dir);
-    (gateway, received, addr, upstream_config)
+    Started {
+        gateway,
+        received,
+        addr,
+        upstream: upstream_config,
+        store,
+        clock: manual_clock,
+    }
 }
 
 fn twenty_a_second(on_exceed: OnExceed) -> WebSocketConfig {
@@ -222,4 +259,138 @@ async fn a_reload_limits_connections_opened_after_it() {
     let received = received.lock().clone();
     assert_eq!(received.get("before"), Some(&200), "no limit before");
     assert_eq!(received.get("after"), Some(&20), "the burst, then closed");
+}
+
+/// `launch`, protecting `/socket`: sessions of a minute.
+fn launch() -> RoomConfig {
+    RoomConfig {
+        routes: vec!["/socket".to_owned()],
+        session_ttl: Duration::from_secs(60),
+        ..RoomConfig::with_defaults(RoomId::new("launch").unwrap())
+    }
+}
+
+/// A socket through the gateway to `/socket`, admitted into `launch` on its handshake: the
+/// socket, and the session of the pass its handshake's answer set.
+async fn admitted_socket(
+    addr: std::net::SocketAddr,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    SessionId,
+) {
+    let url = format!("ws://{addr}/socket?id=admitted");
+    let (socket, answer) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let pass = answer
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|cookie| {
+            let cookie = cookie.to_str().ok()?;
+            let value = cookie.strip_prefix("anteroom_p_launch=")?;
+            value.split(';').next().map(str::to_owned)
+        })
+        .expect("the handshake's answer admits with a pass");
+    use base64::Engine as _;
+    let payload = pass.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    (socket, claims["sub"].as_str().unwrap().parse().unwrap())
+}
+
+/// Reads `socket` until the gateway closes it, for at most `within`: the close code, or
+/// `None` when it stayed open (messages are answered as they come; nothing is sent).
+async fn closed_within(
+    socket: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    within: Duration,
+) -> Option<u16> {
+    let read = async {
+        while let Some(message) = socket.next().await {
+            match message {
+                Ok(tungstenite::Message::Close(frame)) => {
+                    return frame.map(|frame| u16::from(frame.code));
+                }
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    };
+    tokio::time::timeout(within, read).await.ok().flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_is_closed_within_a_second_or_two_of_its_session_s_end() {
+    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
+    let room = RoomId::new("launch").unwrap();
+    let (mut socket, session) = admitted_socket(started.addr).await;
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_millis(2_500)).await,
+        None,
+        "a socket whose session is on stays open"
+    );
+    started
+        .store
+        .end_session(&room, session, SessionEnd::Completed)
+        .await
+        .unwrap();
+    // The session is looked up at most once a second (of the node's clock).
+    started.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_secs(3)).await,
+        Some(1008),
+        "the session's end closes its socket"
+    );
+    let stats = started.gateway.websocket_stats().snapshot();
+    assert_eq!(stats.closed_pass_ended, 1, "{stats:?}");
+    assert_eq!(stats.closed_over_limit, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_reset_closes_the_sockets_its_passes_let_through() {
+    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
+    let room = RoomId::new("launch").unwrap();
+    let (mut socket, _session) = admitted_socket(started.addr).await;
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_millis(1_500)).await,
+        None
+    );
+    started.store.reset(&room, false).await.unwrap();
+    // The gateway's copy of the room is at most a second old (of the node's clock), the pass
+    // looked at every second.
+    started.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_secs(4)).await,
+        Some(1008)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_socket_keeps_its_session_renewed_past_the_pass_s_expiry() {
+    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
+    let room = RoomId::new("launch").unwrap();
+    let (mut socket, _session) = admitted_socket(started.addr).await;
+    // Three steps of 40 s (each past half the minute's session, so each look renews): two
+    // minutes in all, past the first pass's expiry and its 30 s of leeway.
+    for _ in 0..3 {
+        started.clock.advance(Duration::from_secs(40));
+        assert_eq!(
+            closed_within(&mut socket, Duration::from_millis(2_500)).await,
+            None,
+            "renewed while open"
+        );
+    }
+    let snapshot = started.store.snapshot(&room).await.unwrap();
+    assert_eq!(snapshot.active, 1, "the session still holds its slot");
+    // Left alone past the renewed session's end: closed.
+    started.clock.advance(Duration::from_secs(200));
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_secs(3)).await,
+        Some(1008)
+    );
 }

@@ -449,7 +449,7 @@ async fn proxy_or_upgrade(
         correlation.insert_into(request.headers_mut());
         // The upgrade's steps read the connection from the extensions.
         visitor.mark(request.extensions_mut());
-        let upgraded = websocket::proxy(gateway, upstream, &live.websocket, request).await;
+        let upgraded = websocket::proxy(gateway, upstream, &live.websocket, request, passes).await;
         return (upgraded, PassedFields::default());
     }
     let pools = pools.for_upstream(upstream);

@@ -33,7 +33,7 @@ use anteroom_core::engine::{AdmittedView, Entry, SessionState};
 use anteroom_core::room::{Identity, RoomConfig, StoreErrorPolicy};
 use anteroom_core::{RoomId, SessionId, Timestamp};
 use anteroom_store::StoreError;
-use anteroom_token::{PassError, PassExpectations};
+use anteroom_token::{LEEWAY_SECS, PassError, PassExpectations};
 
 use crate::access_log::{Decided, Decision};
 use anteroom_api::AppState;
@@ -471,6 +471,53 @@ async fn session_holds(
             true
         }
     }
+}
+
+/// Whether a pass an open WebSocket holds still lets it through, asked again while the socket
+/// is open as each request carrying the pass asks: the room still has it (not closed, same
+/// generation), the pass has not expired, its session holds (revocations at once, the store at
+/// most once a second). The session is renewed when due, as by a request: an open socket is a
+/// visitor on the site. Once renewed, the socket holds the new pass (its cookie cannot reach
+/// the visitor over the socket; their next request gets it). While the store cannot be read,
+/// the last known figures decide, as for requests with a pass.
+pub(crate) async fn pass_still_holds(gateway: &Gateway, held: &mut HeldPass) -> bool {
+    let app = gateway.app();
+    let now = app.now();
+    let room = held.room().clone();
+    let info = match gateway
+        .inner
+        .rooms
+        .get(app.store().as_ref(), &room, now)
+        .await
+    {
+        RoomLookup::Found(info)
+        | RoomLookup::StoreDown {
+            last: Some(info), ..
+        } => info,
+        RoomLookup::Missing => return false,
+        // Nothing known of the room yet: only the pass's own expiry can be checked.
+        RoomLookup::StoreDown { last: None, .. } => {
+            return now.as_secs() < held.pass.claims.exp.saturating_add(LEEWAY_SECS);
+        }
+    };
+    if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
+        return false;
+    }
+    if let Some((token, _expires)) = held.pass.replacement()
+        && let Some(renewed) = cached_or_verified(gateway, &room, &info, &token, now).await
+    {
+        held.pass = renewed;
+    }
+    if !held
+        .pass
+        .usable(&room, info.snapshot.generation, now.as_millis())
+        || !session_holds(gateway, &room, &held.pass, now).await
+    {
+        return false;
+    }
+    // The new pass's cookie is for the visitor's next request, not for the socket.
+    let _cookie = renew(gateway, &room, &info, &held.pass, now).await;
+    true
 }
 
 /// Mutating requests in a room with an identity must come from the pass's `uid`.

@@ -10,6 +10,13 @@
 //! with 1008. Control frames are not limited. Messages larger than `max_message_size` are
 //! refused by both legs. A connection keeps the `[websocket]` settings it was opened with; a
 //! reload applies to connections opened after it.
+//!
+//! A socket on a protected route lives no longer than the passes it was let through with: every
+//! second they are asked again as a request carrying them would be
+//! ([`protect::pass_still_holds`]: expiry, revocation, the session's end, a reset or closed
+//! room), its session renewed when due while it is open, and once one no longer holds the
+//! visitor is closed with 1008 and the site's leg closed. A pass checked only at the handshake
+//! would let a visitor stay on the site past their session, its slot already given to the next.
 
 use std::sync::atomic::Ordering;
 
@@ -30,6 +37,8 @@ use anteroom_core::ratelimit::{LimitParams, LimitState, decide_in_place};
 use anteroom_api::error::ApiError;
 
 use super::Gateway;
+use super::passes::{HeldPasses, RECHECK_MS};
+use super::protect;
 use anteroom_h1::remove_hop_by_hop;
 
 use super::forwarding::set_forwarding;
@@ -56,12 +65,14 @@ const HANDSHAKE_HEADERS: [&str; 4] = [
     "sec-websocket-accept",
 ];
 
-/// Opens the upstream leg, then upgrades the visitor and pumps messages.
+/// Opens the upstream leg, then upgrades the visitor and pumps messages while `passes` (those
+/// the request was let through with) hold.
 pub(crate) async fn proxy(
     gateway: &Gateway,
     upstream: &Upstream,
     settings: &WebSocketConfig,
     request: Request<Body>,
+    passes: HeldPasses,
 ) -> Response {
     let (mut parts, _body) = request.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
@@ -88,7 +99,8 @@ pub(crate) async fn proxy(
         let stats = &gateway.inner.websocket_stats;
         stats.connections.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
-        pump(visitor, site, MessageRate::new(limit, on_exceed), stats).await;
+        let rate = MessageRate::new(limit, on_exceed);
+        pump(visitor, site, rate, (&gateway, passes)).await;
         stats.open.fetch_sub(1, Ordering::Relaxed);
     })
 }
@@ -248,22 +260,57 @@ impl MessageRate {
 type VisitorSink = futures_util::stream::SplitSink<WebSocket, ws::Message>;
 type SiteSink = futures_util::stream::SplitSink<SiteSocket, UpstreamMessage>;
 
-/// Pumps messages until either side closes.
-async fn pump(visitor: WebSocket, site: SiteSocket, rate: MessageRate, stats: &WebSocketStats) {
+/// Pumps messages until either side closes, the visitor goes over the limit, or one of the
+/// `passes` the socket was let through with no longer holds.
+async fn pump(
+    visitor: WebSocket,
+    site: SiteSocket,
+    rate: MessageRate,
+    (gateway, passes): (&Gateway, HeldPasses),
+) {
+    let stats = &gateway.inner.websocket_stats;
     let (mut to_visitor, from_visitor) = visitor.split();
     let (mut to_site, from_site) = site.split();
-    let over_limit = {
+    let closing = {
         let visitor_to_site = visitor_to_site(from_visitor, &mut to_site, rate, stats);
         let site_to_visitor = site_to_visitor(from_site, &mut to_visitor);
-        tokio::pin!(visitor_to_site, site_to_visitor);
+        let passes_end = until_a_pass_ends(gateway, passes);
+        tokio::pin!(visitor_to_site, site_to_visitor, passes_end);
         tokio::select! {
             over_limit = &mut visitor_to_site => over_limit,
             () = &mut site_to_visitor => None,
+            pass_ended = &mut passes_end => {
+                stats.closed_pass_ended.fetch_add(1, Ordering::Relaxed);
+                Some(pass_ended)
+            }
         }
     };
-    if let Some(frame) = over_limit {
+    if let Some(frame) = closing {
         let _ = to_visitor.send(ws::Message::Close(Some(frame))).await;
         let _ = to_site.close().await;
+    }
+}
+
+/// Asks the socket's `passes` again every [`RECHECK_MS`] (the most a session's end may go
+/// unseen by requests, too) until one no longer holds: the frame the visitor is closed with.
+/// Never ends for a socket that needed no pass.
+async fn until_a_pass_ends(gateway: &Gateway, mut passes: HeldPasses) -> CloseFrame {
+    if passes.is_empty() {
+        return std::future::pending().await;
+    }
+    let every = std::time::Duration::from_millis(RECHECK_MS);
+    let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        checks.tick().await;
+        for held in &mut passes {
+            if !protect::pass_still_holds(gateway, held).await {
+                return CloseFrame {
+                    code: ws::close_code::POLICY,
+                    reason: "the pass no longer holds".into(),
+                };
+            }
+        }
     }
 }
 

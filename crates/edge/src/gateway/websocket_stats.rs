@@ -11,6 +11,7 @@ pub struct WebSocketStats {
     pub(super) forwarded: AtomicU64,
     pub(super) dropped: AtomicU64,
     pub(super) closed_over_limit: AtomicU64,
+    pub(super) closed_pass_ended: AtomicU64,
 }
 
 /// A copy of [`WebSocketStats`].
@@ -26,6 +27,9 @@ pub struct WebSocketStatsSnapshot {
     pub dropped: u64,
     /// Connections closed with 1008 for going over the limit.
     pub closed_over_limit: u64,
+    /// Connections closed with 1008 because a pass they were let through with no longer held
+    /// (expired, revoked, its session ended, its room reset or closed).
+    pub closed_pass_ended: u64,
 }
 
 impl WebSocketStats {
@@ -37,6 +41,7 @@ impl WebSocketStats {
             forwarded: self.forwarded.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             closed_over_limit: self.closed_over_limit.load(Ordering::Relaxed),
+            closed_pass_ended: self.closed_pass_ended.load(Ordering::Relaxed),
         }
     }
 }
