@@ -12,8 +12,12 @@
 //! answer it reads the end of the connection there, and when it shuts the connection down the
 //! sentry writes the refusal (the same answer the own loop writes) first.
 //!
-//! HTTP/2 (its preface) and anything after an upgrade or `CONNECT` pass through unread; so
-//! does a chunked body whose coding is broken, which hyper then refuses itself.
+//! HTTP/2 (its preface) and anything after an upgrade or `CONNECT` pass through unread (an
+//! upgrade hyper does not switch to ends its connection after its answer: `server.rs`). A
+//! chunked body the codec cannot read (a broken coding, or one hyper would read past the
+//! codec's bounds: a chunk size padded beyond 15 digits, a line over 4 KiB, trailers or
+//! extensions over 16 KiB) ends the connection there: hyper reads its end at once, so the
+//! request fails, and no byte after it is read unchecked.
 
 use std::io;
 use std::pin::Pin;
@@ -59,10 +63,13 @@ enum Reading {
     Length(u64),
     /// Inside a chunked body.
     Chunked(ChunkedDecoder),
-    /// Not HTTP/1 requests any more (HTTP/2, an upgrade, `CONNECT`, a broken chunked body).
+    /// Not HTTP/1 requests any more (HTTP/2, an upgrade, `CONNECT`).
     PassThrough,
     /// A head was refused: hyper reads the end of the connection.
     Refused,
+    /// A chunked body the codec cannot read: hyper reads the end of the connection at once
+    /// (the request it is reading fails), and nothing after it.
+    Cut,
 }
 
 impl<S> Sentry<S> {
@@ -102,14 +109,18 @@ impl<S> Sentry<S> {
                     match pass_chunks(decoder, &mut self.unchecked, &mut self.checked) {
                         Chunks::Unfinished => return,
                         Chunks::Ended => self.reading = Reading::Head,
-                        Chunks::Broken => self.reading = Reading::PassThrough,
+                        Chunks::Broken => {
+                            self.reading = Reading::Cut;
+                            self.unchecked.clear();
+                            return;
+                        }
                     }
                 }
                 Reading::PassThrough => {
                     let rest = self.unchecked.split();
                     self.checked.extend_from_slice(&rest);
                 }
-                Reading::Refused => {
+                Reading::Refused | Reading::Cut => {
                     self.unchecked.clear();
                     return;
                 }
@@ -170,15 +181,17 @@ fn pass_chunks(
     // The decoder takes what it reads: run it on a copy to learn how far the body goes, and
     // pass the bytes on as they came.
     let mut view = unchecked.clone();
-    let ended = loop {
+    let (ended, left) = loop {
+        let before = view.len();
         match decoder.next(&mut view) {
             Ok(Decoded::Data(_)) => {}
-            Ok(Decoded::NeedMore) => break Chunks::Unfinished,
-            Ok(Decoded::End) => break Chunks::Ended,
-            Err(_) => break Chunks::Broken,
+            Ok(Decoded::NeedMore) => break (Chunks::Unfinished, view.len()),
+            Ok(Decoded::End) => break (Chunks::Ended, view.len()),
+            // What the failed step took is not passed on.
+            Err(_) => break (Chunks::Broken, before),
         }
     };
-    let read = unchecked.len() - view.len();
+    let read = unchecked.len() - left;
     let body = unchecked.split_to(read);
     checked.extend_from_slice(&body);
     ended
@@ -229,6 +242,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Sentry<S> {
                     ready!(this.requests.poll_idle(context));
                     return Poll::Ready(Ok(()));
                 }
+                // Mid-body: hyper owes no answer before it has read the request.
+                Reading::Cut => return Poll::Ready(Ok(())),
                 Reading::PassThrough if this.unchecked.is_empty() => {
                     return Pin::new(&mut this.inner).poll_read(context, buf);
                 }
@@ -343,6 +358,23 @@ mod tests {
             let answer = String::from_utf8(answer).unwrap();
             assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
             assert!(answer.contains("invalid_framing"), "{answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_the_codec_cannot_read_ends_what_hyper_reads() {
+        let head: &[u8] = b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let smuggled: &[u8] = b"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\
+            Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        // hyper reads a size padded with zeros past 15 digits; the codec does not.
+        let padded = [head, b"00000000000000001\r\na\r\n0\r\n\r\n", smuggled].concat();
+        for piece in [1, 9, padded.len()] {
+            let (seen, answer) = through(&padded, piece).await;
+            assert_eq!(seen, head, "pieces of {piece}");
+            assert!(
+                answer.is_empty(),
+                "mid-request: hyper answers, not the sentry"
+            );
         }
     }
 

@@ -567,6 +567,10 @@ pub(crate) fn serve_with_hyper<I>(
                         return Ok(refused);
                     }
                 };
+                // The sentry reads nothing after an upgrade's or `CONNECT`'s head (after a
+                // switch, the bytes are not HTTP/1): one not switched ends the connection.
+                let switches = request.method() == Method::CONNECT
+                    || request.headers().contains_key(axum::http::header::UPGRADE);
                 let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
                 if scheme == ClientScheme::Https {
@@ -574,11 +578,15 @@ pub(crate) fn serve_with_hyper<I>(
                 }
                 // hyper drops this future when the client closes the connection first.
                 let unanswered = Unanswered(counted);
-                let response = router.call(request).await?;
+                let mut response = router.call(request).await?;
                 std::mem::forget(unanswered);
                 counted.answered(response.status(), started);
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     requests.switched();
+                } else if switches {
+                    response
+                        .headers_mut()
+                        .insert(CONNECTION, HeaderValue::from_static("close"));
                 }
                 Ok::<_, std::convert::Infallible>(
                     response.map(|body| Body::new(Holding::new(body, (in_flight, permit)))),
