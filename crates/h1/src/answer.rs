@@ -308,7 +308,7 @@ pub fn parse_answer_head(
             });
         }
     }
-    let framing = connection.framing()?;
+    let framing = connection.framing(version)?;
     let coded_length = connection.coding.is_some() && connection.lengths.is_some();
     if coded_length || !connection.named.is_empty() {
         let buffer = &buffer[..];
@@ -410,6 +410,8 @@ struct ConnectionFields<'h> {
     named: Vec<&'h [u8]>,
     /// The last `Transfer-Encoding` line.
     coding: Option<&'h [u8]>,
+    /// How many `Transfer-Encoding` lines there were.
+    coding_lines: usize,
     /// The `Content-Length` value, and whether there was more than one.
     lengths: Option<(&'h [u8], bool)>,
 }
@@ -426,6 +428,7 @@ impl<'h> ConnectionFields<'h> {
             false
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.coding = Some(value);
+            self.coding_lines += 1;
             true
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in connection_tokens(value) {
@@ -443,20 +446,20 @@ impl<'h> ConnectionFields<'h> {
         }
     }
 
-    /// How the body ends: by its coding when there is one (chunked last means chunked; any
-    /// other coding runs until the close), else by its one length, else at the close; two
-    /// lengths are malformed.
-    fn framing(&self) -> Result<BodyFraming, MalformedAnswer> {
+    /// How the body ends: chunked when it says `Transfer-Encoding: chunked`, else by its one
+    /// length, else at the close. Two lengths are malformed, and so is any other coding (the
+    /// visitor would get the body still coded, with nothing saying so: the gateway asks for
+    /// no coding, RFC 9110 §10.1.4) and a coding in an HTTP/1.0 answer (RFC 9112 §6.1: a hop
+    /// that did not know it may have passed it on unapplied; hyper's client refuses it too).
+    fn framing(&self, version: Version) -> Result<BodyFraming, MalformedAnswer> {
         if let Some(coding) = self.coding {
-            let last = coding
-                .rsplit(|byte| *byte == b',')
-                .next()
-                .unwrap_or_default();
-            return Ok(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                BodyFraming::Chunked
+            let chunked =
+                self.coding_lines == 1 && coding.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            return if chunked && version == Version::HTTP_11 {
+                Ok(BodyFraming::Chunked)
             } else {
-                BodyFraming::UntilClose
-            });
+                Err(MalformedAnswer)
+            };
         }
         match self.lengths {
             None => Ok(BodyFraming::UntilClose),
@@ -524,7 +527,7 @@ mod tests {
             "Connection: keep-alive",
             "Connection: X-Secret, close",
             "x-secret: 1",
-            "Transfer-Encoding: gzip, chunked",
+            "Transfer-Encoding: chunked",
             "Keep-Alive: timeout=5",
             "Set-Cookie: a=1",
             "X-Request-Id: from-the-origin",
@@ -687,11 +690,21 @@ mod tests {
             (200, BodyFraming::Length(5), true)
         );
         assert_eq!(
-            framing(
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
-            ),
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n"),
             (200, BodyFraming::Chunked, false)
         );
+        // Codings the gateway cannot take off, and a coding an HTTP/1.0 hop may have passed
+        // on unapplied: the body cannot be read.
+        for coded in [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            let mut head = BytesMut::from(coded.as_bytes());
+            assert!(parse_answer_head(&mut head, MAP).is_err(), "{coded:?}");
+        }
         assert_eq!(
             framing("HTTP/1.0 200 OK\r\n\r\n"),
             (200, BodyFraming::UntilClose, false)
@@ -718,18 +731,21 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
             // Two lengths beside a coding: the coding frames the body, no length travels.
-            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip\r\nContent-Length: 4\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n",
         ] {
             let head = parsed(text);
-            assert_ne!(head.framing, BodyFraming::Length(3), "{text}");
+            assert_eq!(head.framing, BodyFraming::Chunked, "{text}");
             assert!(!head.headers.contains_key(CONTENT_LENGTH), "{text}");
             assert!(!head.headers.contains_key(TRANSFER_ENCODING), "{text}");
         }
-        // The last coding of the last line decides.
-        let head = parsed(
+        // A coding other than chunked, on one line or two, frames nothing the gateway reads.
+        for text in [
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
-        );
-        assert_eq!(head.framing, BodyFraming::UntilClose);
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip\r\n\r\n",
+        ] {
+            let mut head = BytesMut::from(text.as_bytes());
+            assert!(parse_answer_head(&mut head, MAP).is_err(), "{text}");
+        }
     }
 
     #[test]

@@ -38,9 +38,16 @@ pub enum Decoded {
 }
 
 /// A chunked body's decoder: chunk sizes with extensions ignored, trailers read and dropped.
+/// The extensions of a body and its trailers are bounded ([`MAX_EXTENSION_BYTES`],
+/// [`MAX_TRAILER_BYTES`], as hyper bounds them): without, a peer could send them for ever
+/// (each line resets the reader's idle timer and no data is counted against a body limit).
 #[derive(Debug, Default)]
 pub struct ChunkedDecoder {
     state: ChunkState,
+    /// Bytes of chunk extensions read so far (all of a size line but its size).
+    extension_bytes: usize,
+    /// Bytes of trailer lines read so far, their line ends included.
+    trailer_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +66,12 @@ enum ChunkState {
 /// The longest chunk-size line (size and extensions) or trailer line accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 
+/// The most bytes of chunk extensions a body may carry in all.
+const MAX_EXTENSION_BYTES: usize = 16 * 1024;
+
+/// The most bytes of trailer lines a body may end with.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
 impl ChunkedDecoder {
     /// Takes what it can from the front of `buffer`: the next piece of data, the end of the
     /// body, or the need for more bytes. Bytes after the end stay in `buffer`.
@@ -75,6 +88,10 @@ impl ChunkedDecoder {
                         .unwrap_or_default()
                         .trim_ascii();
                     if digits.is_empty() || digits.len() > 15 {
+                        return Err(MalformedChunk);
+                    }
+                    self.extension_bytes += line.len() - digits.len();
+                    if self.extension_bytes > MAX_EXTENSION_BYTES {
                         return Err(MalformedChunk);
                     }
                     let mut size = 0u64;
@@ -116,6 +133,10 @@ impl ChunkedDecoder {
                     };
                     if line.is_empty() {
                         return Ok(Decoded::End);
+                    }
+                    self.trailer_bytes += line.len() + 2;
+                    if self.trailer_bytes > MAX_TRAILER_BYTES {
+                        return Err(MalformedChunk);
                     }
                 }
             }
@@ -202,6 +223,51 @@ mod tests {
                 "{piece}"
             );
         }
+    }
+
+    #[test]
+    fn trailers_and_extensions_are_bounded_in_all() {
+        // Trailer lines, each short, up to the bound in all: read; one more byte: refused.
+        let trailers_of = |total: usize| {
+            let mut wire = b"1\r\na\r\n0\r\n".to_vec();
+            let mut left = total;
+            while left > 0 {
+                let line = left.min(1000);
+                // `x: ` and the value, then CRLF: `line` bytes in all.
+                let value = "v".repeat(line - 5);
+                wire.extend_from_slice(format!("x: {value}\r\n").as_bytes());
+                left -= line;
+            }
+            wire.extend_from_slice(b"\r\n");
+            wire
+        };
+        for piece in [7, 4096] {
+            assert_eq!(
+                decode_in_pieces(&trailers_of(MAX_TRAILER_BYTES), piece),
+                Ok(Some(b"a".to_vec()))
+            );
+            assert_eq!(
+                decode_in_pieces(&trailers_of(MAX_TRAILER_BYTES + 1), piece),
+                Err(MalformedChunk)
+            );
+        }
+        // Extensions on chunks of one byte: 16 KiB of them in all, then no more.
+        let extensions_of = |chunks: usize, each: usize| {
+            let mut wire = Vec::new();
+            for _ in 0..chunks {
+                wire.extend_from_slice(format!("1;{}\r\na\r\n", "e".repeat(each - 1)).as_bytes());
+            }
+            wire.extend_from_slice(b"0\r\n\r\n");
+            wire
+        };
+        assert_eq!(
+            decode_in_pieces(&extensions_of(16, 1024), 512),
+            Ok(Some(b"a".repeat(16)))
+        );
+        assert_eq!(
+            decode_in_pieces(&extensions_of(17, 1024), 512),
+            Err(MalformedChunk)
+        );
     }
 
     #[test]

@@ -48,6 +48,14 @@ enum Hostility {
     /// A well-formed answer carrying its own `X-Request-Id`, `Date`, two `Set-Cookie` and a
     /// field on two lines, in mixed case ([`OWN_FIELDS`]).
     OwnFields,
+    /// A chunked body whose last chunk is followed by trailer lines for ever, a kilobyte every
+    /// 10 ms.
+    EndlessTrailers,
+    /// A chunked body coded with gzip too (`Transfer-Encoding: gzip, chunked`), which nobody
+    /// asked for.
+    CodedBody,
+    /// An HTTP/1.0 answer framed by `Transfer-Encoding: chunked`, keeping the connection alive.
+    ChunkedHttp10,
 }
 
 /// What the origin saw.
@@ -191,6 +199,29 @@ async fn serve(mut stream: TcpStream, hostility: Hostility, seen: &Seen) {
                 answer.extend(body.bytes());
                 answer
             }
+            Hostility::EndlessTrailers => {
+                let mut answer = head("200 OK", "transfer-encoding: chunked\r\n");
+                answer.extend(format!("{:x}\r\n{body}\r\n0\r\n", body.len()).bytes());
+                if stream.write_all(&answer).await.is_err() {
+                    return;
+                }
+                let trailer = format!("x-t: {}\r\n", "v".repeat(1000));
+                while stream.write_all(trailer.as_bytes()).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                return;
+            }
+            Hostility::CodedBody => {
+                let mut answer = head("200 OK", "transfer-encoding: gzip, chunked\r\n");
+                answer.extend(format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len()).bytes());
+                answer
+            }
+            Hostility::ChunkedHttp10 => format!(
+                "HTTP/1.0 200 OK\r\nx-for: v/{n}\r\nconnection: keep-alive\r\n\
+                 transfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                body.len()
+            )
+            .into_bytes(),
             Hostility::Late | Hostility::IdleClose | Hostility::Slow => {
                 if hostility == Hostility::Slow {
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -680,6 +711,53 @@ async fn a_body_cut_off_by_the_origin_is_cut_off_for_its_visitor_only() {
                 assert!(answer.body.len() <= own.len(), "{answer:?}");
             } else {
                 assert_eq!(answer.status, 502, "visitor {n} on {engine}: {answer:?}");
+            }
+        }
+    }
+}
+
+/// The origin follows an answer's last chunk with trailer lines for ever, each arriving well
+/// within the idle timeout. Must hold: the visitor's answer ends (cut off, or a 502) within
+/// seconds, and the gateway lets go of the origin's connection (it had read trailers for as
+/// long as the origin sent them, holding the visitor's request open).
+#[tokio::test]
+async fn endless_trailers_end_the_answer() {
+    for engine in ENGINES {
+        let origin = Origin::start(Hostility::EndlessTrailers).await;
+        let gate = gate(engine, &origin).await;
+        let mut visitor = Visitor::connect(&gate).await;
+        if let Some(answer) = visitor.try_ask("GET", "/v/0", "").await {
+            assert!(
+                answer.status == 502 || (answer.status == 200 && answer.cut),
+                "on {engine}: {answer:?}"
+            );
+        }
+        let mut let_go = false;
+        for _ in 0..50 {
+            if origin.seen.open.load(Ordering::SeqCst) == 0 {
+                let_go = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(let_go, "the origin's connection is let go on {engine}");
+    }
+}
+
+/// The origin codes its answers with gzip under the chunks (`Transfer-Encoding: gzip,
+/// chunked`, which the gateway never asks for), or frames an HTTP/1.0 answer with
+/// `chunked`. Must hold: both engines answer 502 rather than pass on a body still coded with
+/// nothing saying so, or read a 1.0 hop's framing.
+#[tokio::test]
+async fn answers_the_gateway_cannot_decode_are_502() {
+    for hostility in [Hostility::CodedBody, Hostility::ChunkedHttp10] {
+        for engine in ENGINES {
+            let origin = Origin::start(hostility).await;
+            let gate = gate(engine, &origin).await;
+            for n in 0..2 {
+                let mut visitor = Visitor::connect(&gate).await;
+                let answer = visitor.ask("GET", &format!("/v/{n}"), "").await;
+                assert_eq!(answer.status, 502, "{hostility:?} on {engine}: {answer:?}");
             }
         }
     }

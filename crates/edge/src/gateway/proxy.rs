@@ -430,6 +430,17 @@ async fn send_hyper(
     // false, and the visitor's connection would be framed by it once the coding is removed.
     // (The own client's answers come without either: `anteroom_h1::parse_answer_head`.)
     if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        // hyper took off `chunked` only: the visitor would get a body still coded otherwise
+        // (the own client refuses the same answers).
+        if !only_chunked(&parts.headers) {
+            tracing::debug!("the site's answer is coded with more than chunked");
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_failed",
+                "the site's answer could not be read",
+            )
+            .into_response());
+        }
         parts.headers.remove(header::CONTENT_LENGTH);
     }
     remove_hop_by_hop(&mut parts.headers);
@@ -437,6 +448,15 @@ async fn send_hyper(
     let body =
         GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
     Ok(Response::from_parts(parts, Body::new(body)))
+}
+
+/// Whether an answer's `Transfer-Encoding` is one line saying `chunked` and nothing else.
+fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    matches!(
+        (codings.next(), codings.next()),
+        (Some(coding), None) if coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked")
+    )
 }
 
 /// The request as hyper's client sends it: to the upstream's absolute URI, its body guarded,
