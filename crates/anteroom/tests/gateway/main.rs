@@ -407,6 +407,13 @@ url = "{upstream}"
         ("x-forwarded-for", "203.0.113.9"),
         ("forwarded", "for=203.0.113.9"),
         ("x-forwarded-proto", "https"),
+        // What other proxies tell a site about the visitor: planted by a client, a site
+        // behind the gateway would believe them as the gateway's.
+        ("x-real-ip", "10.0.0.1"),
+        ("x-forwarded-prefix", "//evil.example"),
+        ("x-forwarded-port", "443"),
+        ("x-original-uri", "/admin"),
+        ("true-client-ip", "10.0.0.2"),
     ];
     let response = gate
         .send(reqwest::Method::GET, "/", &mut Jar::default(), HTML, &sent)
@@ -421,6 +428,15 @@ async fn forwarding_headers_are_believed_only_from_the_node_s_trusted_proxies() 
     let headers = forwarding_seen_by_the_site("").await;
     assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
     assert_eq!(headers["x-forwarded-proto"], "http");
+    for planted in [
+        "x-real-ip",
+        "x-forwarded-prefix",
+        "x-forwarded-port",
+        "x-original-uri",
+        "true-client-ip",
+    ] {
+        assert!(headers.get(planted).is_none(), "{planted}: {headers}");
+    }
     assert!(
         headers["forwarded"]
             .as_str()
@@ -432,6 +448,9 @@ async fn forwarding_headers_are_believed_only_from_the_node_s_trusted_proxies() 
     let headers = forwarding_seen_by_the_site(r#"trusted_proxies = ["127.0.0.1/32"]"#).await;
     assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
     assert_eq!(headers["x-forwarded-proto"], "https");
+    assert_eq!(headers["x-real-ip"], "10.0.0.1");
+    assert_eq!(headers["x-forwarded-prefix"], "//evil.example");
+    assert_eq!(headers["x-original-uri"], "/admin");
     assert!(
         headers["forwarded"]
             .as_str()

@@ -3,6 +3,12 @@
 //! dropped from anybody else, written straight into the request head by the own client
 //! (`upstream_client.rs`) or put in the header map for hyper's (`proxy.rs`) and WebSocket
 //! handshakes (`websocket.rs`).
+//!
+//! The site trusts the gateway as its proxy, so every other field by which a proxy tells
+//! the site about the visitor (any `X-Forwarded-*`, `X-Real-IP`, `X-Original-*`, the
+//! client-address fields of CDNs) reaches it only from a trusted proxy (SPEC §14.1): from
+//! anybody else it is dropped, or a visitor could name their own address, prefix or
+//! original URI to a site that believes its proxy.
 
 use std::net::IpAddr;
 
@@ -18,11 +24,24 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// Whether `name` is a field by which a proxy tells the site about the visitor (names in a
+/// map are lower case).
 fn is_forwarding(name: &HeaderName) -> bool {
-    name == header::FORWARDED
-        || name == X_FORWARDED_FOR
-        || name == X_FORWARDED_PROTO
-        || name == X_FORWARDED_HOST
+    let name = name.as_str();
+    name == "forwarded"
+        || name.starts_with("x-forwarded-")
+        || name.starts_with("x-original-")
+        || matches!(
+            name,
+            "x-real-ip"
+                | "x-client-ip"
+                | "x-cluster-client-ip"
+                | "true-client-ip"
+                | "cf-connecting-ip"
+                | "fastly-client-ip"
+                | "x-envoy-original-path"
+                | "x-envoy-external-address"
+        )
 }
 
 /// Sets `X-Forwarded-For/Proto/Host` and `Forwarded` (see [`Forwarding::take`]).
@@ -102,8 +121,14 @@ impl Forwarding {
             headers.remove(&X_FORWARDED_FOR);
             headers.remove(header::FORWARDED);
             if !trusted {
-                headers.remove(&X_FORWARDED_PROTO);
-                headers.remove(&X_FORWARDED_HOST);
+                let planted: Vec<HeaderName> = headers
+                    .keys()
+                    .filter(|name| is_forwarding(name))
+                    .cloned()
+                    .collect();
+                for name in planted {
+                    headers.remove(name);
+                }
             }
         }
         Forwarding {
