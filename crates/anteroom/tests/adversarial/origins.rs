@@ -859,3 +859,53 @@ async fn at_once(gate: &Gate, numbers: std::ops::Range<usize>) -> Vec<u16> {
     });
     futures_util::future::join_all(asks).await
 }
+
+/// A visitor starts a chunked upload to the site and stops sending. Must hold: the visitor
+/// gets 408 once `body_timeout` has passed, on both engines, and the site is not counted a
+/// 5xx (`anteroom_upstream_server_errors_total`, which adaptive admission reads: by stalling
+/// uploads a visitor could otherwise slow a room's admissions). Before: 502 `upstream_failed`,
+/// counted as the site's.
+#[tokio::test]
+async fn a_stalled_upload_is_the_visitors_408_not_the_sites_5xx() {
+    for engine in ENGINES {
+        let admin_port = super::support::free_port();
+        let gate = Gate::start_edited("[upstream]\nurl = \"{upstream}\"\n", |text| {
+            with_server_lines(&on_engine(&text, engine), "body_timeout = \"1s\"").replacen(
+                "admin_listen = \"127.0.0.1:0\"",
+                &format!("admin_listen = \"127.0.0.1:{admin_port}\""),
+                1,
+            )
+        })
+        .await;
+        let mut stream = TcpStream::connect(gate.addr()).await.unwrap();
+        stream
+            .write_all(
+                b"POST /upload HTTP/1.1\r\nhost: shop.example\r\n\
+                  transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let head = async {
+            while find(&answer, b"\r\n\r\n").is_none() {
+                if !matches!(stream.read_buf(&mut answer).await, Ok(read) if read > 0) {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), head).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(super::raw_status(&answer), 408, "on {engine}: {answer}");
+        let admin_url = format!("http://127.0.0.1:{admin_port}");
+        let metrics = super::support::scrape_metrics(&gate.client, &admin_url).await;
+        let server_errors: Vec<&str> = metrics
+            .lines()
+            .filter(|line| line.starts_with("anteroom_upstream_server_errors_total"))
+            .collect();
+        assert!(!server_errors.is_empty(), "{metrics}");
+        assert!(
+            server_errors.iter().all(|line| line.ends_with(" 0")),
+            "on {engine}: {server_errors:?}"
+        );
+    }
+}

@@ -630,15 +630,21 @@ fn upstream_timeout(after: Duration) -> Response {
     .into_response()
 }
 
-/// 413 when the request body outgrew its limit on the way, 504 when connecting timed out,
-/// 502 for anything else.
+/// 413 when the request body outgrew its limit on the way, 408 when it stopped arriving, 400
+/// when it failed otherwise (the visitor's doing: not counted as the site's 5xx); 504 when
+/// connecting or the site timed out, 502 for anything else.
 fn upstream_failure(
     error: &hyper_util::client::legacy::Error,
     config: &UpstreamConfig,
 ) -> Response {
     let mut source: Option<&(dyn std::error::Error + 'static)> = error.source();
     let mut timed_out = false;
+    // The request's own body failed (hyper's "user body" error): the visitor's, not the site's.
+    let mut visitors_body = false;
     while let Some(cause) = source {
+        visitors_body |= cause
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user);
         if let Some(body) = cause.downcast_ref::<BodyError>() {
             if *body == BodyError::TooLarge
                 && let Some(limit) = config.max_request_body
@@ -651,6 +657,20 @@ fn upstream_failure(
             timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
         }
         source = cause.source();
+    }
+    if visitors_body {
+        tracing::debug!(%error, "the request body failed");
+        return if timed_out {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body stopped arriving",
+            )
+            .into_response()
+        } else {
+            ApiError::bad_request("invalid_body", "the request body could not be read")
+                .into_response()
+        };
     }
     if timed_out {
         tracing::debug!(%error, "upstream timed out");

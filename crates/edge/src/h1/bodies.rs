@@ -11,7 +11,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-/// The error a request body fails with when no byte arrived for `body_timeout`.
+/// Why a request body fails when no byte arrived for `body_timeout`: the source of the
+/// `TimedOut` I/O error it fails with (so whoever reads it, such as the gateway's proxy, can
+/// tell a visitor's stall by its kind).
 #[derive(Debug, thiserror::Error)]
 #[error("the request body sent nothing for {0:?}")]
 pub(crate) struct BodyTimedOut(Duration);
@@ -65,7 +67,9 @@ where
             .as_mut()
             .is_some_and(|timer| timer.as_mut().poll(context).is_ready());
         if expired {
-            return Poll::Ready(Some(Err(BodyTimedOut(this.timeout).into())));
+            let stalled =
+                std::io::Error::new(std::io::ErrorKind::TimedOut, BodyTimedOut(this.timeout));
+            return Poll::Ready(Some(Err(stalled.into())));
         }
         Poll::Pending
     }
