@@ -261,6 +261,33 @@ async fn a_reload_limits_connections_opened_after_it() {
     assert_eq!(received.get("after"), Some(&20), "the burst, then closed");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_the_site_refuses_gets_the_site_s_answer_not_a_502() {
+    let (gateway, _received, addr, _) = start(WebSocketConfig::default()).await;
+    // The site has no socket at `/nothing`: it answers the handshake 404.
+    let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/nothing")).await;
+    match refused {
+        Err(tungstenite::Error::Http(answer)) => {
+            assert_eq!(answer.status(), 404, "{answer:?}");
+        }
+        other => panic!("the site's 404 expected: {other:?}"),
+    }
+    // The site's own answer is measured as the site's: no 5xx for adaptive admission to
+    // read (a visitor asking for sockets the site does not have would otherwise slow the
+    // room's admissions).
+    let routes = gateway.route_stats();
+    let stats: Vec<_> = routes.iter().map(|route| route.snapshot()).collect();
+    assert_eq!(
+        stats.iter().map(|route| route.responses).sum::<u64>(),
+        1,
+        "{stats:?}"
+    );
+    assert!(
+        stats.iter().all(|route| route.server_errors == 0),
+        "{stats:?}"
+    );
+}
+
 /// `launch`, protecting `/socket`: sessions of a minute.
 fn launch() -> RoomConfig {
     RoomConfig {

@@ -1,7 +1,8 @@
 //! WebSocket proxying (SPEC §7.2, §10.4). The gateway ends both legs: it opens the upstream
-//! connection first (so a site that refuses becomes a clean 502, and the subprotocol the site
-//! picks is the one the visitor gets), then completes the visitor's upgrade and pumps messages
-//! both ways.
+//! connection first (so a site that answers the handshake with anything but 101 has that
+//! answer passed to the visitor as it is, its status measured as the site's, and the
+//! subprotocol the site picks is the one the visitor gets), then completes the visitor's
+//! upgrade and pumps messages both ways.
 //!
 //! Each connection's visitor→site data messages go through the `[websocket]` limit with the
 //! rate-limit algorithms on a state local to the connection: one task reads the visitor's
@@ -194,17 +195,36 @@ impl IntoResponse for Leg {
                 "upstream_unreachable",
                 "the site cannot be reached",
             ),
+            // The site answered the handshake with something else than 101 (a 404 for a path
+            // without a socket, a 401, a redirect): its answer is the visitor's, and its
+            // status, not a 502, is what the site's measurements count.
+            Leg::Refused(tungstenite::Error::Http(answer)) => return site_answer(*answer),
             Leg::Refused(error) => {
-                tracing::debug!(%error, "the site refused the WebSocket");
+                tracing::debug!(%error, "the site's WebSocket handshake failed");
                 ApiError::new(
                     StatusCode::BAD_GATEWAY,
                     "upstream_refused",
-                    "the site refused the WebSocket",
+                    "the site's WebSocket handshake failed",
                 )
             }
         }
         .into_response()
     }
+}
+
+/// The site's answer to a handshake it did not take, as the visitor gets it: its status, its
+/// fields but those of its connection, and its body.
+fn site_answer(answer: tungstenite::http::Response<Option<Vec<u8>>>) -> Response {
+    let (parts, body) = answer.into_parts();
+    let mut response = Response::new(Body::from(body.unwrap_or_default()));
+    *response.status_mut() = parts.status;
+    let headers = response.headers_mut();
+    for (name, value) in &parts.headers {
+        headers.append(name.clone(), value.clone());
+    }
+    remove_hop_by_hop(headers);
+    headers.remove(header::CONTENT_LENGTH);
+    response
 }
 
 type SiteSocket = WebSocketStream<UpstreamStream>;
