@@ -529,8 +529,9 @@ on_every_store!(
     a_waiting_visitor_is_let_in_when_a_session_ends,
 );
 
-/// With Redis gone, a visitor holding a pass still goes through; one without follows the
-/// room's `on_store_error` (SPEC §9.4): `open` lets them through, `closed` answers 503.
+/// With Redis gone, a visitor holding a pass still goes through (unless the node already
+/// heard that its session ended); one without follows the room's `on_store_error` (SPEC
+/// §9.4): `open` lets them through, `closed` answers 503.
 #[tokio::test]
 async fn an_unreachable_store_follows_on_store_error() {
     let server = RedisServer::start();
@@ -546,6 +547,15 @@ async fn an_unreachable_store_follows_on_store_error() {
         .await
         .pass("launch")
         .unwrap();
+    let other_pass = site
+        .send(api("/other/first", None))
+        .await
+        .pass("other")
+        .unwrap();
+    let other_cookie = format!("anteroom_p_other={other_pass}");
+    // The node keeps a copy of the room (the join made it read the room again).
+    let reply = site.send(api("/other/item", Some(&other_cookie))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     drop(server);
     site.advance(Duration::from_secs(2));
     let reply = site
@@ -567,6 +577,21 @@ async fn an_unreachable_store_follows_on_store_error() {
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(reply.body.contains("<html"), "the page's unavailable state");
     assert_eq!(site.calls(), calls);
+    // A pass of `other` goes through; once the node hears its session ended (another node
+    // said so before the outage), it is refused though the store cannot be asked.
+    let reply = site.send(api("/other/item", Some(&other_cookie))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    site.waiting_room
+        .state()
+        .revocations()
+        .record(session_of(&other_pass));
+    let reply = site.send(api("/other/item", Some(&other_cookie))).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        reply.body
+    );
 }
 
 /// Rooms and routes from a config file: a room's `routes` shorthand shows the waiting page

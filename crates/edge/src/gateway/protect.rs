@@ -18,8 +18,9 @@
 //! request, each of which would later be admitted and hold a slot until it is a no-show.
 //!
 //! A room the store does not have answers 503 like a store failing closed. When the store
-//! cannot be reached, a pass that verifies still goes through (its revocation
-//! cannot be checked); a request without one follows the room's `on_store_error`: `open` lets
+//! cannot be reached, a pass that verifies still goes through (its session cannot be looked
+//! up; a revocation the node already heard still holds); a request without one follows the
+//! room's `on_store_error`: `open` lets
 //! it through (logged and counted), `closed` answers 503 with the "temporarily unavailable"
 //! page.
 
@@ -181,10 +182,16 @@ async fn look_up(
     };
     if let Some(info) = last.as_ref() {
         for token in asked_passes(asked.headers, room) {
-            if let Some(pass) = cached_or_verified(gateway, room, info, token, now).await {
-                gathered.passes.push(HeldPass { pass });
-                return Looked::GoOn;
+            let Some(pass) = cached_or_verified(gateway, room, info, token, now).await else {
+                continue;
+            };
+            // The session cannot be looked up, but a revocation already heard still holds.
+            if app.revocations().contains(&pass.session) {
+                pass.revoke();
+                continue;
             }
+            gathered.passes.push(HeldPass { pass });
+            return Looked::GoOn;
         }
     }
     app.store_failures().record(Some(room), "room", &error);
