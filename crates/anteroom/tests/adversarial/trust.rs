@@ -103,6 +103,50 @@ async fn a_visitor_cannot_name_another_uri_through_a_header_their_proxy_passes_o
     assert_eq!(allowed.status(), StatusCode::OK);
 }
 
+/// A client floods a path the site lets through without a room (`bypass = true`) but a
+/// rate-limit rule covers. Must hold: the verify endpoint limits it as the gateway does (the
+/// third request in the minute is refused 429 in both). Before, verify answered 200 to every
+/// request on a bypass route before any rate limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bypass_routes_are_rate_limited_at_verify_as_at_the_gateway() {
+    let gate = Gate::start_with(
+        TRUST_PROXY,
+        "[upstream]\nurl = \"{upstream}\"\n\n\
+         [[rate_limit]]\nname = \"health\"\nmatch = { paths = [\"/health\"] }\nkey = [\"ip\"]\n\
+         algorithm = \"fixed_window\"\nlimit = 2\nperiod = \"1m\"\n\n\
+         [[route]]\npaths = [\"/health\"]\nbypass = true\n",
+    )
+    .await;
+    let proxy = client_from(PROXY_ADDRESS);
+    let mut verified = Vec::new();
+    for _ in 0..3 {
+        let answer = verify(&proxy, &gate, &[("x-original-uri", "/health")]).await;
+        verified.push(answer.status());
+    }
+    assert_eq!(
+        verified,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let visitor = client_from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let mut proxied = Vec::new();
+    for _ in 0..3 {
+        let answer = visitor.get(gate.url("/health")).send().await.unwrap();
+        proxied.push(answer.status());
+    }
+    assert_eq!(
+        proxied,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
 /// In a room with `identity = "header:X-User-Id"`, a visitor sends `X-User-Id: alice` to take
 /// over alice's place (and so her pass). The header is believed only from the trusted proxy:
 /// the visitor is refused (403 `untrusted_proxy`) and alice's place is untouched. Before, the
