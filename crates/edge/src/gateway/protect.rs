@@ -25,6 +25,7 @@
 //! page.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -480,51 +481,99 @@ async fn session_holds(
     }
 }
 
-/// Whether a pass an open WebSocket holds still lets it through, asked again while the socket
-/// is open as each request carrying the pass asks: the room still has it (not closed, same
-/// generation), the pass has not expired, its session holds (revocations at once, the store at
-/// most once a second). The session is renewed when due, as by a request: an open socket is a
-/// visitor on the site. Once renewed, the socket holds the new pass (its cookie cannot reach
-/// the visitor over the socket; their next request gets it). While the store cannot be read,
-/// the last known figures decide, as for requests with a pass.
-pub(crate) async fn pass_still_holds(gateway: &Gateway, held: &mut HeldPass) -> bool {
-    let app = gateway.app();
-    let now = app.now();
-    let room = held.room().clone();
-    let info = match gateway
-        .inner
-        .rooms
-        .get(app.store().as_ref(), &room, now)
-        .await
-    {
-        RoomLookup::Found(info)
-        | RoomLookup::StoreDown {
-            last: Some(info), ..
-        } => info,
-        RoomLookup::Missing => return false,
-        // Nothing known of the room yet: only the pass's own expiry can be checked.
-        RoomLookup::StoreDown { last: None, .. } => {
-            return now.as_secs() < held.pass.claims.exp.saturating_add(LEEWAY_SECS);
+/// How often the session of a pass an open WebSocket holds is looked up in the store while
+/// it is known to run on. Every open socket looks (an idle visitor's requests do not), so
+/// less often than a request's pass: a session ended on any node is still seen within a
+/// second by the revocations the nodes announce, and a reset or closed room without the
+/// store; once the session's known end has come, the store is asked every second.
+const SOCKET_STORE_RECHECK: Duration = Duration::from_secs(10);
+
+/// A pass an open WebSocket was let through with, asked again every second while the socket
+/// is open ([`SocketPass::still_holds`]).
+///
+/// The socket does not renew the session: as for the visitor's cookie, only their requests do
+/// (activity is requests, as in other waiting rooms). The session's end is what the store
+/// says: a request of the visitor's renewed it, on any node, and the store says it runs on,
+/// or nothing did and the socket ends with the session, as the visitor's cookie does.
+pub(crate) struct SocketPass {
+    held: HeldPass,
+    /// When the session ends as last known: the pass's expiry, later once the store said it
+    /// was renewed.
+    session_until: Timestamp,
+    /// When the store was last asked about the session.
+    looked_at: Option<Timestamp>,
+}
+
+impl SocketPass {
+    pub(crate) fn new(held: HeldPass) -> SocketPass {
+        let session_until = Timestamp(held.pass.claims.exp.saturating_mul(1000));
+        SocketPass {
+            held,
+            session_until,
+            looked_at: None,
         }
-    };
-    if info.config.mode_at(now) == anteroom_core::room::Mode::Closed {
-        return false;
     }
-    if let Some((token, _expires)) = held.pass.replacement()
-        && let Some(renewed) = cached_or_verified(gateway, &room, &info, &token, now).await
-    {
-        held.pass = renewed;
+
+    /// Whether the pass still lets the socket through: no revocation heard for its session,
+    /// its room still there and neither closed nor reset, and its session running as far as
+    /// the store says (asked every [`SOCKET_STORE_RECHECK`], and every second once its known
+    /// end has come). While the store cannot be read, the last known end stands (with the
+    /// leeway passes are verified with).
+    pub(crate) async fn still_holds(&mut self, gateway: &Gateway) -> bool {
+        let app = gateway.app();
+        let now = app.now();
+        let pass = &self.held.pass;
+        if app.revocations().contains(&pass.session) {
+            pass.revoke();
+            return false;
+        }
+        let room = self.held.room().clone();
+        let lookup = gateway
+            .inner
+            .rooms
+            .get(app.store().as_ref(), &room, now)
+            .await;
+        let info = match lookup {
+            RoomLookup::Found(info)
+            | RoomLookup::StoreDown {
+                last: Some(info), ..
+            } => Some(info),
+            RoomLookup::Missing => return false,
+            RoomLookup::StoreDown { last: None, .. } => None,
+        };
+        if info.is_some_and(|info| {
+            info.config.mode_at(now) == anteroom_core::room::Mode::Closed
+                || pass.claims.r#gen != info.snapshot.generation
+        }) {
+            return false;
+        }
+        let every = if now >= self.session_until {
+            Duration::from_secs(1)
+        } else {
+            SOCKET_STORE_RECHECK
+        };
+        if self.looked_at.is_some_and(|at| now.since(at) < every) {
+            return true;
+        }
+        self.looked_at = Some(now);
+        let pass = &self.held.pass;
+        match app.store().session(&room, pass.session).await {
+            Ok(Some(session))
+                if session.state == SessionState::Active && session.expires_at > now =>
+            {
+                self.session_until = session.expires_at;
+                true
+            }
+            Ok(_) | Err(StoreError::RoomNotFound(_)) => {
+                pass.revoke();
+                false
+            }
+            Err(error) => {
+                app.store_failures().record(Some(&room), "session", &error);
+                now.as_secs() < self.session_until.as_secs().saturating_add(LEEWAY_SECS)
+            }
+        }
     }
-    if !held
-        .pass
-        .usable(&room, info.snapshot.generation, now.as_millis())
-        || !session_holds(gateway, &room, &held.pass, now).await
-    {
-        return false;
-    }
-    // The new pass's cookie is for the visitor's next request, not for the socket.
-    let _cookie = renew(gateway, &room, &info, &held.pass, now).await;
-    true
 }
 
 /// Mutating requests in a room with an identity must come from the pass's `uid`.

@@ -28,7 +28,7 @@ use axum::http::uri::{Authority, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
 use http_body::{Body as _, Frame, SizeHint};
-use http_body_util::{BodyExt as _, Collected};
+use http_body_util::BodyExt as _;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -373,11 +373,10 @@ async fn send_own(
     outgoing: Outgoing<'_>,
     fields: AnswerFields<'static>,
 ) -> Result<(Response, PassedFields), Response> {
-    let Ok(bytes) = outgoing.body.collect().await.map(Collected::to_bytes) else {
-        return Err(
-            ApiError::bad_request("invalid_body", "the request body could not be read")
-                .into_response(),
-        );
+    // A small body hyper reads (sent with `Expect`, say) may still stall on the way.
+    let bytes = match outgoing.body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => return Err(visitors_body_failed(is_timeout(&error))),
     };
     if let Some(limit) = config.max_request_body
         && bytes.len() as u64 > limit
@@ -642,9 +641,11 @@ fn upstream_failure(
     // The request's own body failed (hyper's "user body" error): the visitor's, not the site's.
     let mut visitors_body = false;
     while let Some(cause) = source {
+        // A user error with a cause is the body's (one without, such as the connection's
+        // task gone, is not the visitor's doing).
         visitors_body |= cause
             .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_user);
+            .is_some_and(|error| error.is_user() && error.source().is_some());
         if let Some(body) = cause.downcast_ref::<BodyError>() {
             if *body == BodyError::TooLarge
                 && let Some(limit) = config.max_request_body
@@ -660,17 +661,7 @@ fn upstream_failure(
     }
     if visitors_body {
         tracing::debug!(%error, "the request body failed");
-        return if timed_out {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "the request body stopped arriving",
-            )
-            .into_response()
-        } else {
-            ApiError::bad_request("invalid_body", "the request body could not be read")
-                .into_response()
-        };
+        return visitors_body_failed(timed_out);
     }
     if timed_out {
         tracing::debug!(%error, "upstream timed out");
@@ -687,6 +678,37 @@ fn upstream_failure(
         ("upstream_failed", "the site's answer could not be read")
     };
     ApiError::new(StatusCode::BAD_GATEWAY, code, detail).into_response()
+}
+
+/// The answer to a request whose own body failed on the way: 408 when it stopped arriving,
+/// else 400. The visitor's doing, so not one of the site's 5xx that adaptive admission reads.
+fn visitors_body_failed(timed_out: bool) -> Response {
+    if timed_out {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body stopped arriving",
+        )
+        .into_response()
+    } else {
+        ApiError::bad_request("invalid_body", "the request body could not be read").into_response()
+    }
+}
+
+/// Whether `error` or one of its sources is an I/O time-out (a request body's
+/// `body_timeout`, `h1/bodies.rs`).
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Why [`GuardedBody`] cut a body off.

@@ -13,11 +13,12 @@
 //! reload applies to connections opened after it.
 //!
 //! A socket on a protected route lives no longer than the passes it was let through with: every
-//! second they are asked again as a request carrying them would be
-//! ([`protect::pass_still_holds`]: expiry, revocation, the session's end, a reset or closed
-//! room), its session renewed when due while it is open, and once one no longer holds the
-//! visitor is closed with 1008 and the site's leg closed. A pass checked only at the handshake
-//! would let a visitor stay on the site past their session, its slot already given to the next.
+//! second they are asked again ([`SocketPass::still_holds`]: a revocation heard, a reset or
+//! closed room, and the session's end as the store says it), and once one no longer holds the
+//! visitor is closed with 1008 and the site's leg closed. The socket does not renew its
+//! session (the visitor's requests do, on any node), so it ends with the session, as the
+//! visitor's cookie does. A pass checked only at the handshake would let a visitor stay on
+//! the site past their session, its slot already given to the next.
 
 use std::sync::atomic::Ordering;
 
@@ -39,11 +40,11 @@ use anteroom_api::error::ApiError;
 
 use super::Gateway;
 use super::passes::{HeldPasses, RECHECK_MS};
-use super::protect;
+use super::protect::SocketPass;
 use anteroom_h1::remove_hop_by_hop;
 
 use super::forwarding::set_forwarding;
-use super::proxy::{Upstream, request_host};
+use super::proxy::{Upstream, release_if_asked, request_host};
 use super::upstream_stream::UpstreamStream;
 use super::websocket_stats::WebSocketStats;
 use crate::client_scheme::ClientScheme;
@@ -86,6 +87,15 @@ pub(crate) async fn proxy(
     };
     let (site, site_response) = match connect_site(upstream, settings, handshake).await {
         Ok(connected) => connected,
+        // The site answered the handshake with something else than 101 (a 404 for a path
+        // without a socket, a 401, a redirect): its answer is the visitor's, its
+        // `Anteroom-Release` acted on, and its status, not a 502, is what the site's
+        // measurements count.
+        Err(Leg::Refused(tungstenite::Error::Http(answer))) => {
+            let mut answer = site_answer(*answer);
+            release_if_asked(gateway.app(), passes, &mut answer).await;
+            return answer;
+        }
         Err(failed) => return failed.into_response(),
     };
     let mut upgrade = upgrade
@@ -195,10 +205,6 @@ impl IntoResponse for Leg {
                 "upstream_unreachable",
                 "the site cannot be reached",
             ),
-            // The site answered the handshake with something else than 101 (a 404 for a path
-            // without a socket, a 401, a redirect): its answer is the visitor's, and its
-            // status, not a 502, is what the site's measurements count.
-            Leg::Refused(tungstenite::Error::Http(answer)) => return site_answer(*answer),
             Leg::Refused(error) => {
                 tracing::debug!(%error, "the site's WebSocket handshake failed");
                 ApiError::new(
@@ -212,18 +218,34 @@ impl IntoResponse for Leg {
     }
 }
 
-/// The site's answer to a handshake it did not take, as the visitor gets it: its status, its
-/// fields but those of its connection, and its body.
+/// The site's answer to a handshake it did not take, as the visitor gets it: its status and
+/// its fields but those of its connection, with its body when the bytes the handshake read
+/// hold all of it (a length, no coding, all there); otherwise without (the handshake reads
+/// the head and whatever came with it, not the rest: a cut or still chunked body would be
+/// passed on as whole).
 fn site_answer(answer: tungstenite::http::Response<Option<Vec<u8>>>) -> Response {
-    let (parts, body) = answer.into_parts();
-    let mut response = Response::new(Body::from(body.unwrap_or_default()));
-    *response.status_mut() = parts.status;
-    let headers = response.headers_mut();
-    for (name, value) in &parts.headers {
-        headers.append(name.clone(), value.clone());
-    }
-    remove_hop_by_hop(headers);
+    let (parts, read) = answer.into_parts();
+    let read = read.unwrap_or_default();
+    let whole = !parts.headers.contains_key(header::TRANSFER_ENCODING)
+        && parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|length| anteroom_h1::parse_length(length.as_bytes()))
+            .is_some_and(|length| length == read.len() as u64);
+    let mut headers = parts.headers;
+    remove_hop_by_hop(&mut headers);
     headers.remove(header::CONTENT_LENGTH);
+    let body = if whole {
+        Body::from(read)
+    } else {
+        for representation in [header::CONTENT_TYPE, header::CONTENT_ENCODING] {
+            headers.remove(representation);
+        }
+        Body::empty()
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = parts.status;
+    *response.headers_mut() = headers;
     response
 }
 
@@ -314,17 +336,18 @@ async fn pump(
 /// Asks the socket's `passes` again every [`RECHECK_MS`] (the most a session's end may go
 /// unseen by requests, too) until one no longer holds: the frame the visitor is closed with.
 /// Never ends for a socket that needed no pass.
-async fn until_a_pass_ends(gateway: &Gateway, mut passes: HeldPasses) -> CloseFrame {
+async fn until_a_pass_ends(gateway: &Gateway, passes: HeldPasses) -> CloseFrame {
     if passes.is_empty() {
         return std::future::pending().await;
     }
+    let mut passes: Vec<SocketPass> = passes.into_iter().map(SocketPass::new).collect();
     let every = std::time::Duration::from_millis(RECHECK_MS);
     let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         checks.tick().await;
-        for held in &mut passes {
-            if !protect::pass_still_holds(gateway, held).await {
+        for pass in &mut passes {
+            if !pass.still_holds(gateway).await {
                 return CloseFrame {
                     code: ws::close_code::POLICY,
                     reason: "the pass no longer holds".into(),

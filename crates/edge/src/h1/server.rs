@@ -569,8 +569,10 @@ pub(crate) fn serve_with_hyper<I>(
                 };
                 // The sentry reads nothing after an upgrade's or `CONNECT`'s head (after a
                 // switch, the bytes are not HTTP/1): one not switched ends the connection.
-                let switches = request.method() == Method::CONNECT
-                    || request.headers().contains_key(axum::http::header::UPGRADE);
+                // (HTTP/2's extended `CONNECT` streams share no bytes with the next request.)
+                let switches = request.version() <= Version::HTTP_11
+                    && (request.method() == Method::CONNECT
+                        || request.headers().contains_key(axum::http::header::UPGRADE));
                 let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
                 if scheme == ClientScheme::Https {
