@@ -163,19 +163,8 @@ fn twenty_a_second(on_exceed: OnExceed) -> WebSocketConfig {
 async fn send(addr: std::net::SocketAddr, id: &str, count: u32, every: Duration) -> Option<u16> {
     let url = format!("ws://{addr}/socket?id={id}");
     let (socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-    let (mut sink, mut stream) = socket.split();
-    let closed = tokio::spawn(async move {
-        while let Some(message) = stream.next().await {
-            match message {
-                Ok(tungstenite::Message::Close(frame)) => {
-                    return frame.map(|frame| u16::from(frame.code));
-                }
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-        None
-    });
+    let (mut sink, stream) = socket.split();
+    let closed = tokio::spawn(close_code(stream));
     let mut ticks = tokio::time::interval(every);
     for n in 0..count {
         ticks.tick().await;
@@ -346,15 +335,15 @@ fn launch_pass(set_cookie: &str) -> Option<String> {
 
 /// The session a pass names.
 fn session_of(pass: &str) -> SessionId {
-    use base64::Engine as _;
-    let payload = pass.split('.').nth(1).unwrap();
-    let claims: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap();
-    claims["sub"].as_str().unwrap().parse().unwrap()
+    anteroom_test_support::jwt::subject(pass).parse().unwrap()
+}
+
+/// A gateway with `launch`, and a socket through it admitted on its handshake: what was
+/// started, the room, the socket and its pass.
+async fn launch_and_a_socket() -> (Started, RoomId, Socket, String) {
+    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
+    let (socket, pass) = admitted_socket(started.addr).await;
+    (started, RoomId::new("launch").unwrap(), socket, pass)
 }
 
 /// A socket through the gateway to `/socket`, admitted into `launch` on its handshake: the
@@ -399,25 +388,32 @@ async fn request_with(addr: std::net::SocketAddr, pass: &str) -> Option<String> 
 /// Reads `socket` until the gateway closes it, for at most `within`: the close code, or
 /// `None` when it stayed open (messages are answered as they come; nothing is sent).
 async fn closed_within(socket: &mut Socket, within: Duration) -> Option<u16> {
-    let read = async {
-        while let Some(message) = socket.next().await {
-            match message {
-                Ok(tungstenite::Message::Close(frame)) => {
-                    return frame.map(|frame| u16::from(frame.code));
-                }
-                Ok(_) => {}
-                Err(_) => return None,
+    tokio::time::timeout(within, close_code(socket))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Reads `messages` until the connection closes: the close code the gateway sent, if any.
+async fn close_code(
+    mut messages: impl futures_util::Stream<Item = Result<tungstenite::Message, tungstenite::Error>>
+    + Unpin,
+) -> Option<u16> {
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tungstenite::Message::Close(frame)) => {
+                return frame.map(|frame| u16::from(frame.code));
             }
+            Ok(_) => {}
+            Err(_) => return None,
         }
-        None
-    };
-    tokio::time::timeout(within, read).await.ok().flatten()
+    }
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_is_closed_within_a_second_or_two_of_a_revocation() {
-    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
-    let (mut socket, pass) = admitted_socket(started.addr).await;
+    let (started, _room, mut socket, pass) = launch_and_a_socket().await;
     assert_eq!(
         closed_within(&mut socket, Duration::from_millis(2_500)).await,
         None,
@@ -437,9 +433,7 @@ async fn a_socket_is_closed_within_a_second_or_two_of_a_revocation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_ended_in_the_store_closes_its_socket_at_the_next_look() {
-    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
-    let room = RoomId::new("launch").unwrap();
-    let (mut socket, pass) = admitted_socket(started.addr).await;
+    let (started, room, mut socket, pass) = launch_and_a_socket().await;
     started
         .store
         .end_session(&room, session_of(&pass), SessionEnd::Completed)
@@ -456,9 +450,7 @@ async fn a_session_ended_in_the_store_closes_its_socket_at_the_next_look() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_reset_closes_the_sockets_its_passes_let_through() {
-    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
-    let room = RoomId::new("launch").unwrap();
-    let (mut socket, _pass) = admitted_socket(started.addr).await;
+    let (started, room, mut socket, _pass) = launch_and_a_socket().await;
     assert_eq!(
         closed_within(&mut socket, Duration::from_millis(1_500)).await,
         None
@@ -475,9 +467,7 @@ async fn a_room_reset_closes_the_sockets_its_passes_let_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_lives_while_its_visitor_s_requests_renew_the_session_on_any_node() {
-    let started = start_with(WebSocketConfig::default(), vec![launch()]).await;
-    let room = RoomId::new("launch").unwrap();
-    let (mut socket, pass) = admitted_socket(started.addr).await;
+    let (started, room, mut socket, pass) = launch_and_a_socket().await;
     // 40 s on (past half the minute's session), a request of the visitor's page renews the
     // session through this node: the socket holds the new pass.
     started.clock.advance(Duration::from_secs(40));

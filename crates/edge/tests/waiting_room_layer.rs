@@ -18,7 +18,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::routing::{any, get};
-use base64::Engine as _;
 use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use tempfile::TempDir;
@@ -235,14 +234,7 @@ fn launch_cookie(pass: &str) -> String {
 
 /// The session a pass names (its `sub` claim).
 fn session_of(pass: &str) -> SessionId {
-    let payload = pass.split('.').nth(1).unwrap();
-    let claims: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap();
-    claims["sub"].as_str().unwrap().parse().unwrap()
+    anteroom_test_support::jwt::subject(pass).parse().unwrap()
 }
 
 /// Takes `launch`'s one slot: the pass of the visitor who holds it.

@@ -1,9 +1,10 @@
 //! What the workspace's tests start for real, each kept once: free loopback ports, Redis
-//! servers and clusters, `anteroom serve` processes and TLS origins.
+//! servers and clusters, `anteroom serve` processes and TLS origins; and the parts of a JWT.
 //!
 //! A dev-dependency only (`publish = false`). The parts that need an HTTP stack sit behind
 //! features (`node`, `tls`), so a crate whose tests need only Redis builds none of it.
 
+pub mod jwt;
 pub mod ports;
 pub mod redis;
 

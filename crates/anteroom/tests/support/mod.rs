@@ -12,9 +12,6 @@ pub(crate) mod slow_origin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
 pub(crate) use anteroom_test_support::config_text::{key_hash, toml_string};
 pub(crate) use anteroom_test_support::node::{
     READY_TIMEOUT, Server, anteroom_command, client, test_engine,
@@ -181,21 +178,7 @@ pub(crate) async fn scrape_metrics(client: &reqwest::Client, admin_url: &str) ->
     response.text().await.expect("the metrics text")
 }
 
-/// The payload of a JWT, decoded without checking anything.
-pub(crate) fn jwt_claims(token: &str) -> serde_json::Value {
-    jwt_part(token, 1)
-}
-
-/// The header of a JWT (`alg`, `kid`), decoded without checking anything.
-pub(crate) fn jwt_header(token: &str) -> serde_json::Value {
-    jwt_part(token, 0)
-}
-
-fn jwt_part(token: &str, index: usize) -> serde_json::Value {
-    let part = token.split('.').nth(index).expect("a JWT has three parts");
-    let bytes = URL_SAFE_NO_PAD.decode(part).expect("the part is base64url");
-    serde_json::from_slice(&bytes).expect("the part is JSON")
-}
+pub(crate) use anteroom_test_support::jwt::{claims as jwt_claims, header as jwt_header};
 
 /// The kid `anteroom keys generate` printed: `active key <kid> (<alg>) in <dir>`.
 pub(crate) fn printed_kid(output: &Output) -> String {
