@@ -9,7 +9,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
 use crate::date::append_now;
-use crate::fields::{connection_tokens, is_hop_by_hop_name, parse_length, span_in};
+use crate::fields::{connection_tokens, is_hop_by_hop_name, parse_length, says_chunked, span_in};
 
 /// How an answer's body is framed on the wire to the visitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -453,8 +453,7 @@ impl<'h> ConnectionFields<'h> {
     /// that did not know it may have passed it on unapplied; hyper's client refuses it too).
     fn framing(&self, version: Version) -> Result<BodyFraming, MalformedAnswer> {
         if let Some(coding) = self.coding {
-            let chunked =
-                self.coding_lines == 1 && coding.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            let chunked = self.coding_lines == 1 && says_chunked(coding);
             return if chunked && version == Version::HTTP_11 {
                 Ok(BodyFraming::Chunked)
             } else {

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use http::header::CONNECTION;
+use http::header::{CONNECTION, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 
 /// A `Content-Length` value: digits only (no sign, no spaces, no list).
@@ -70,6 +70,22 @@ where
         );
     }
     Some(headers)
+}
+
+/// Whether a `Transfer-Encoding` value says exactly `chunked`: the one coding this crate
+/// reads, for requests and answers alike.
+pub(crate) fn says_chunked(coding: &[u8]) -> bool {
+    coding.trim_ascii().eq_ignore_ascii_case(b"chunked")
+}
+
+/// Whether `headers` carry one `Transfer-Encoding` line saying exactly `chunked` (an answer
+/// read by another HTTP stack, which took off that coding and no other).
+pub fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(TRANSFER_ENCODING).iter();
+    matches!(
+        (codings.next(), codings.next()),
+        (Some(coding), None) if says_chunked(coding.as_bytes())
+    )
 }
 
 /// Removes the fields that concern one connection only (RFC 9110 §7.6.1): every `Connection`

@@ -25,7 +25,7 @@ pub use bad_head::BadHead;
 pub use chunked::{ChunkedDecoder, Decoded, MalformedChunk, push_chunk};
 pub use date::append_now as append_date;
 pub use fields::{
-    connection_says, header_map, keeps_alive, parse_length, remove_hop_by_hop,
+    connection_says, header_map, keeps_alive, only_chunked, parse_length, remove_hop_by_hop,
     request_states_length, span_in,
 };
 pub use request::{Framing, MAX_HEAD_BYTES, MAX_HEADERS, MAX_INLINE_BODY, RequestHead, take_head};

@@ -23,7 +23,7 @@ use http::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, Version};
 
 use crate::bad_head::BadHead;
-use crate::fields::parse_length;
+use crate::fields::{parse_length, says_chunked};
 
 /// Whether a request names one `Host` (RFC 9112 §3.2), or none in HTTP/1.0 and HTTP/2 (whose
 /// authority is in the target): with none or several, the route anteroom matches and the
@@ -89,7 +89,7 @@ impl RequestFields {
             self.lengths += 1;
         } else if *name == TRANSFER_ENCODING {
             self.codings += 1;
-            self.chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            self.chunked = says_chunked(value);
         } else if *name == UPGRADE || *name == EXPECT {
             self.upgrade_or_expect = true;
         }

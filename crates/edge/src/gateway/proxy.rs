@@ -431,7 +431,7 @@ async fn send_hyper(
     if parts.headers.contains_key(header::TRANSFER_ENCODING) {
         // hyper took off `chunked` only: the visitor would get a body still coded otherwise
         // (the own client refuses the same answers).
-        if !only_chunked(&parts.headers) {
+        if !anteroom_h1::only_chunked(&parts.headers) {
             tracing::debug!("the site's answer is coded with more than chunked");
             return Err(ApiError::new(
                 StatusCode::BAD_GATEWAY,
@@ -447,15 +447,6 @@ async fn send_hyper(
     let body =
         GuardedBody::new(body, config.max_response_body, config.idle_timeout).holding(permit);
     Ok(Response::from_parts(parts, Body::new(body)))
-}
-
-/// Whether an answer's `Transfer-Encoding` is one line saying `chunked` and nothing else.
-fn only_chunked(headers: &HeaderMap) -> bool {
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    matches!(
-        (codings.next(), codings.next()),
-        (Some(coding), None) if coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked")
-    )
 }
 
 /// The request as hyper's client sends it: to the upstream's absolute URI, its body guarded,
@@ -637,7 +628,6 @@ fn upstream_failure(
     config: &UpstreamConfig,
 ) -> Response {
     let mut source: Option<&(dyn std::error::Error + 'static)> = error.source();
-    let mut timed_out = false;
     // The request's own body failed (hyper's "user body" error): the visitor's, not the site's.
     let mut visitors_body = false;
     while let Some(cause) = source {
@@ -646,19 +636,14 @@ fn upstream_failure(
         visitors_body |= cause
             .downcast_ref::<hyper::Error>()
             .is_some_and(|error| error.is_user() && error.source().is_some());
-        if let Some(body) = cause.downcast_ref::<BodyError>() {
-            if *body == BodyError::TooLarge
-                && let Some(limit) = config.max_request_body
-            {
-                return body_too_large(limit);
-            }
-            timed_out |= *body == BodyError::Idle;
-        }
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
+        if cause.downcast_ref::<BodyError>() == Some(&BodyError::TooLarge)
+            && let Some(limit) = config.max_request_body
+        {
+            return body_too_large(limit);
         }
         source = cause.source();
     }
+    let timed_out = is_timeout(error);
     if visitors_body {
         tracing::debug!(%error, "the request body failed");
         return visitors_body_failed(timed_out);
@@ -695,15 +680,15 @@ fn visitors_body_failed(timed_out: bool) -> Response {
     }
 }
 
-/// Whether `error` or one of its sources is an I/O time-out (a request body's
-/// `body_timeout`, `h1/bodies.rs`).
+/// Whether `error` or one of its sources is a time-out: an I/O one (a connect, or a request
+/// body's `body_timeout`, `h1/bodies.rs`) or a guarded body's idle bound ([`BodyError::Idle`]).
 fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(error) = cause {
-        if error
+        let io_timeout = error
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+        if io_timeout || error.downcast_ref::<BodyError>() == Some(&BodyError::Idle) {
             return true;
         }
         cause = error.source();
