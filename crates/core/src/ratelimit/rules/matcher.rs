@@ -14,7 +14,7 @@ pub struct RequestMatcher {
     pub hosts: Vec<HostPattern>,
     /// Any of these path globs; empty = any path.
     pub paths: Vec<PathGlob>,
-    /// Any of these methods (upper case); empty = any method.
+    /// Any of these methods (upper case, matched without case); empty = any method.
     pub methods: Vec<String>,
     /// All of these conditions.
     pub headers: Vec<HeaderCondition>,
@@ -159,7 +159,10 @@ impl RequestMatcher {
     /// Whether `request` satisfies every list of the matcher.
     pub fn matches(&self, request: &impl RequestView) -> bool {
         let method = request.method();
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == method) {
+        // Compared without case: an origin that reads `post` as `POST` must not see it pass
+        // a rule or route written for `POST` unchecked.
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+        {
             return false;
         }
         if !self.hosts.is_empty() {

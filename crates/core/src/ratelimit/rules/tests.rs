@@ -300,11 +300,19 @@ fn matchers() {
         false,
     );
 
-    // Methods are upper-cased in the matcher and compared as sent.
+    // Methods are upper-cased in the matcher and compared without case: an origin that reads
+    // `post` as `POST` must not see a `post` pass a rule for `POST` unchecked.
     let lower = RequestMatcher::default().with_methods(["post"]).unwrap();
     assert_eq!(lower.methods, vec!["POST".to_owned()]);
     check(&lower, &join, true);
-    check(&lower, &Request::new("post", "/"), false);
+    check(&lower, &Request::new("post", "/"), true);
+    check(&lower, &Request::new("pOsT", "/"), true);
+    check(&lower, &Request::new("PUT", "/"), false);
+    check(
+        &spec_example,
+        &Request::new("post", "/_anteroom/v1/rooms/launch/join"),
+        true,
+    );
 
     // Any path, any host, any method of each list.
     let either = RequestMatcher::default()
