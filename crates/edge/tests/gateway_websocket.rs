@@ -4,7 +4,8 @@
 //! nothing; with `on_exceed = "close"` the flood ends with 1008; a reload's limits apply to
 //! connections opened after it. A socket on a protected route lives no longer than its pass: a
 //! revocation, a session ended in the store or a room reset closes it with 1008, and it
-//! follows the pass the visitor's requests renew, ending with the session when they stop.
+//! follows the pass the visitor's requests renew, ending with the session when they stop. A
+//! socket let through without a pass by a store outage ends once the store answers again.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -26,7 +27,8 @@ use anteroom_core::ratelimit::rules::default_params;
 use anteroom_core::room::RoomConfig;
 use anteroom_core::{Clock, ManualClock, RoomId, SessionId, Timestamp};
 use anteroom_edge::{Gateway, GatewayOptions, GatewayReload};
-use anteroom_store::{MemoryStore, RoomStore};
+use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore};
+use anteroom_test_support::redis::{RedisServer, unique_prefix};
 use anteroom_token::{KeySet, SigningAlgorithm};
 
 /// Messages the upstream received, per connection id.
@@ -84,13 +86,22 @@ struct Started {
     received: Received,
     addr: std::net::SocketAddr,
     upstream: UpstreamConfig,
-    store: Arc<MemoryStore>,
+    store: Arc<dyn RoomStore>,
     clock: Arc<ManualClock>,
     state: AppState,
 }
 
 /// [`start`] with `rooms` in the store, each protecting the routes its `routes` names.
 async fn start_with(websocket: WebSocketConfig, rooms: Vec<RoomConfig>) -> Started {
+    start_on(websocket, rooms, |clock| Arc::new(MemoryStore::new(clock))).await
+}
+
+/// [`start_with`] on the store `open` opens on the node's clock.
+async fn start_on(
+    websocket: WebSocketConfig,
+    rooms: Vec<RoomConfig>,
+    open: impl FnOnce(Arc<dyn Clock>) -> Arc<dyn RoomStore>,
+) -> Started {
     let received = Received::default();
     let app = axum::Router::new()
         .route("/socket", axum::routing::get(upstream_socket))
@@ -105,7 +116,7 @@ async fn start_with(websocket: WebSocketConfig, rooms: Vec<RoomConfig>) -> Start
     let keys_dir = tempfile::tempdir().unwrap();
     let keys =
         KeySet::load_or_generate(keys_dir.path(), SigningAlgorithm::EdDsa, 1_700_000_000).unwrap();
-    let store = Arc::new(MemoryStore::new(clock.clone()));
+    let store = open(clock.clone());
     for room in &rooms {
         store.put_room(room.clone()).await.unwrap();
     }
@@ -497,5 +508,45 @@ async fn a_socket_lives_while_its_visitor_s_requests_renew_the_session_on_any_no
     assert_eq!(
         closed_within(&mut socket, Duration::from_secs(3)).await,
         Some(1008)
+    );
+}
+
+/// A socket let through without a pass while its room's store could not be read
+/// (`on_store_error = "open"`) lives no longer than the outage: once Redis answers again the
+/// room decides, and the socket, which holds no place in it, is closed with 1008.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_let_through_by_an_outage_ends_with_the_outage() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let full = RoomConfig {
+        // Nobody gets in while the store answers.
+        max_active: 0,
+        ..launch()
+    };
+    let started = start_on(WebSocketConfig::default(), vec![full], |clock| {
+        let config = RedisConfig::standalone(url)
+            .with_key_prefix(unique_prefix())
+            .with_timeout(Duration::from_millis(300));
+        Arc::new(RedisStore::new(config, Some(clock)).unwrap())
+    })
+    .await;
+    let paused = redis.pause();
+    // The gateway's copy of the room is stale: the store is asked, and cannot answer.
+    started.clock.advance(Duration::from_secs(2));
+    let url = format!("ws://{}/socket?id=outage", started.addr);
+    let (mut socket, _answer) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("on_store_error = \"open\" lets the handshake through");
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_millis(2_500)).await,
+        None,
+        "the socket stays open while the outage lasts"
+    );
+    RedisServer::resume(paused);
+    started.clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        closed_within(&mut socket, Duration::from_secs(4)).await,
+        Some(1008),
+        "the room decides again once its store answers"
     );
 }

@@ -356,7 +356,7 @@ impl Gateway {
             self,
             &live,
             client,
-            request,
+            (request, &route.rooms),
             visitor,
             (passes, correlation),
             fields,
@@ -429,14 +429,15 @@ impl Gateway {
 
 /// The last step: proxies `request` from `visitor` (or its WebSocket upgrade), with the
 /// `correlation` ids, to the upstream through `pools`, the answer's fields as `fields` says.
-/// `passes` are those the request holds (an `Anteroom-Release` answer ends one). Here rather
+/// `passes` are those the request holds (an `Anteroom-Release` answer ends one), `rooms` its
+/// route's (an upgrade's socket is watched for them). Here rather
 /// than in `proxy.rs`, so that `websocket.rs`, which builds on the proxy's `Upstream`, is
 /// not named by it in turn.
 async fn proxy_or_upgrade(
     gateway: &Gateway,
     live: &live::LiveSettings,
     pools: Option<&UpstreamPools>,
-    mut request: Request<Body>,
+    (mut request, rooms): (Request<Body>, &[RoomId]),
     visitor: &Visitor,
     (passes, correlation): (passes::HeldPasses, &correlation::Correlation),
     fields: anteroom_h1::AnswerFields<'static>,
@@ -449,7 +450,8 @@ async fn proxy_or_upgrade(
         correlation.insert_into(request.headers_mut());
         // The upgrade's steps read the connection from the extensions.
         visitor.mark(request.extensions_mut());
-        let upgraded = websocket::proxy(gateway, upstream, &live.websocket, request, passes).await;
+        let upgraded =
+            websocket::proxy(gateway, upstream, &live.websocket, (request, rooms), passes).await;
         return (upgraded, PassedFields::default());
     }
     let pools = pools.for_upstream(upstream);

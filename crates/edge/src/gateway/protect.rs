@@ -576,6 +576,42 @@ impl SocketPass {
     }
 }
 
+/// A room a WebSocket went on through without a pass: its store could not be read and its
+/// `on_store_error` is `open`. The socket lives no longer than the outage, asked again every
+/// second ([`SocketLetThrough::still_holds`]): once the store answers for the room again,
+/// the room decides who is on the site, and a socket opened past it would hold a place the
+/// room never gave (the visitor's next handshake goes through the room).
+pub(crate) struct SocketLetThrough {
+    room: RoomId,
+}
+
+impl SocketLetThrough {
+    pub(crate) fn new(room: RoomId) -> SocketLetThrough {
+        SocketLetThrough { room }
+    }
+
+    /// Whether the room still lets the socket through without a pass: its store still cannot
+    /// be read, and its last known `on_store_error` is still `open`.
+    pub(crate) async fn still_holds(&self, gateway: &Gateway) -> bool {
+        let app = gateway.app();
+        let lookup = gateway
+            .inner
+            .rooms
+            .get(app.store().as_ref(), &self.room, app.now())
+            .await;
+        match lookup {
+            RoomLookup::StoreDown { config, .. } => {
+                let policy = config.map_or_else(
+                    || app.on_store_error(&self.room),
+                    |config| config.on_store_error,
+                );
+                policy == StoreErrorPolicy::Open
+            }
+            RoomLookup::Found(_) | RoomLookup::Missing => false,
+        }
+    }
+}
+
 /// Mutating requests in a room with an identity must come from the pass's `uid`.
 async fn check_identity(
     app: &AppState,

@@ -18,7 +18,9 @@
 //! visitor is closed with 1008 and the site's leg closed. The socket does not renew its
 //! session (the visitor's requests do, on any node), so it ends with the session, as the
 //! visitor's cookie does. A pass checked only at the handshake would let a visitor stay on
-//! the site past their session, its slot already given to the next.
+//! the site past their session, its slot already given to the next. A socket let through
+//! without a pass (its room's store unreachable, `on_store_error = "open"`) lives no longer
+//! than the outage ([`SocketLetThrough`]).
 
 use std::sync::atomic::Ordering;
 
@@ -40,7 +42,8 @@ use anteroom_api::error::ApiError;
 
 use super::Gateway;
 use super::passes::{HeldPasses, RECHECK_MS};
-use super::protect::SocketPass;
+use super::protect::{SocketLetThrough, SocketPass};
+use anteroom_core::RoomId;
 use anteroom_h1::remove_hop_by_hop;
 
 use super::forwarding::set_forwarding;
@@ -68,12 +71,13 @@ const HANDSHAKE_HEADERS: [&str; 4] = [
 ];
 
 /// Opens the upstream leg, then upgrades the visitor and pumps messages while `passes` (those
-/// the request was let through with) hold.
+/// the request was let through with) hold, and while the route's `rooms` that let it through
+/// without a pass (their store down) still would.
 pub(crate) async fn proxy(
     gateway: &Gateway,
     upstream: &Upstream,
     settings: &WebSocketConfig,
-    request: Request<Body>,
+    (request, rooms): (Request<Body>, &[RoomId]),
     passes: HeldPasses,
 ) -> Response {
     let (mut parts, _body) = request.into_parts();
@@ -105,13 +109,23 @@ pub(crate) async fn proxy(
         upgrade.set_selected_protocol(protocol.clone());
     }
     let (limit, on_exceed) = (settings.limit, settings.on_exceed);
+    // Every room of the route lets a request on with a pass, save one whose store is down
+    // and which is `open`.
+    let let_through: Vec<SocketLetThrough> = gateway
+        .inner
+        .rooms
+        .with_requirements(rooms)
+        .iter()
+        .filter(|room| !passes.iter().any(|held| held.room() == *room))
+        .map(|room| SocketLetThrough::new(room.clone()))
+        .collect();
     let gateway = gateway.clone();
     upgrade.on_upgrade(move |visitor| async move {
         let stats = &gateway.inner.websocket_stats;
         stats.connections.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
         let rate = MessageRate::new(limit, on_exceed);
-        pump(visitor, site, rate, (&gateway, passes)).await;
+        pump(visitor, site, rate, (&gateway, passes, let_through)).await;
         stats.open.fetch_sub(1, Ordering::Relaxed);
     })
 }
@@ -303,12 +317,13 @@ type VisitorSink = futures_util::stream::SplitSink<WebSocket, ws::Message>;
 type SiteSink = futures_util::stream::SplitSink<SiteSocket, UpstreamMessage>;
 
 /// Pumps messages until either side closes, the visitor goes over the limit, or one of the
-/// `passes` the socket was let through with no longer holds.
+/// `passes` (or rooms' outages, `let_through`) the socket was let through with no longer
+/// holds.
 async fn pump(
     visitor: WebSocket,
     site: SiteSocket,
     rate: MessageRate,
-    (gateway, passes): (&Gateway, HeldPasses),
+    (gateway, passes, let_through): (&Gateway, HeldPasses, Vec<SocketLetThrough>),
 ) {
     let stats = &gateway.inner.websocket_stats;
     let (mut to_visitor, from_visitor) = visitor.split();
@@ -316,7 +331,7 @@ async fn pump(
     let closing = {
         let visitor_to_site = visitor_to_site(from_visitor, &mut to_site, rate, stats);
         let site_to_visitor = site_to_visitor(from_site, &mut to_visitor);
-        let passes_end = until_a_pass_ends(gateway, passes);
+        let passes_end = until_a_pass_ends(gateway, passes, let_through);
         tokio::pin!(visitor_to_site, site_to_visitor, passes_end);
         tokio::select! {
             over_limit = &mut visitor_to_site => over_limit,
@@ -333,11 +348,15 @@ async fn pump(
     }
 }
 
-/// Asks the socket's `passes` again every [`RECHECK_MS`] (the most a session's end may go
-/// unseen by requests, too) until one no longer holds: the frame the visitor is closed with.
-/// Never ends for a socket that needed no pass.
-async fn until_a_pass_ends(gateway: &Gateway, passes: HeldPasses) -> CloseFrame {
-    if passes.is_empty() {
+/// Asks the socket's `passes` and `let_through` rooms again every [`RECHECK_MS`] (the most a
+/// session's end may go unseen by requests, too) until one no longer holds: the frame the
+/// visitor is closed with. Never ends for a socket that needed no pass.
+async fn until_a_pass_ends(
+    gateway: &Gateway,
+    passes: HeldPasses,
+    let_through: Vec<SocketLetThrough>,
+) -> CloseFrame {
+    if passes.is_empty() && let_through.is_empty() {
         return std::future::pending().await;
     }
     let mut passes: Vec<SocketPass> = passes.into_iter().map(SocketPass::new).collect();
@@ -351,6 +370,14 @@ async fn until_a_pass_ends(gateway: &Gateway, passes: HeldPasses) -> CloseFrame 
                 return CloseFrame {
                     code: ws::close_code::POLICY,
                     reason: "the pass no longer holds".into(),
+                };
+            }
+        }
+        for room in &let_through {
+            if !room.still_holds(gateway).await {
+                return CloseFrame {
+                    code: ws::close_code::POLICY,
+                    reason: "the room lets nobody in without a pass again".into(),
                 };
             }
         }
