@@ -128,6 +128,9 @@ pub enum IdentityRefusal {
     HeaderMissing(String),
     /// The identity header is longer than the engine keeps.
     HeaderTooLong(String),
+    /// The identity header came more than once (a proxy that appends its value behind the
+    /// client's instead of replacing it).
+    HeaderRepeated(String),
     /// The site's token gives no identity in a room that requires one.
     SiteToken(SiteTokenError),
     /// A mutating request whose pass of this room belongs to another user.
@@ -153,7 +156,9 @@ impl IdentityRefusal {
             IdentityRefusal::HeaderTooLong(_) | IdentityRefusal::SiteToken(_) => {
                 Some(SignIn::Again)
             }
-            IdentityRefusal::UntrustedProxy(_) | IdentityRefusal::Mismatch(_) => None,
+            IdentityRefusal::UntrustedProxy(_)
+            | IdentityRefusal::HeaderRepeated(_)
+            | IdentityRefusal::Mismatch(_) => None,
         }
     }
 }
@@ -193,6 +198,10 @@ impl From<IdentityRefusal> for ApiError {
             IdentityRefusal::HeaderTooLong(name) => ApiError::bad_request(
                 "identity_invalid",
                 format!("the {name} header is longer than {MAX_IDENTITY_LEN} bytes"),
+            ),
+            IdentityRefusal::HeaderRepeated(name) => ApiError::bad_request(
+                "identity_invalid",
+                format!("the {name} header came more than once"),
             ),
             IdentityRefusal::SiteToken(error) => error.into(),
             IdentityRefusal::Mismatch(room) => ApiError::new(
@@ -306,21 +315,30 @@ async fn identity_of(
     match &config.identity {
         Identity::Anonymous => Ok(None),
         Identity::Header(name) => {
-            if !app.is_trusted_peer(caller.extensions) {
-                return Err(IdentityRefusal::UntrustedProxy(name.clone()));
-            }
-            identity_from_header(caller.headers, name).map(Some)
+            identity_from_header(app, caller.extensions, caller.headers, name).map(Some)
         }
         Identity::JwtClaim(site) => site_identity(app, config, site, caller.headers).await,
     }
 }
 
-pub(crate) fn identity_from_header(
+/// The identity in the header `name` of a request with these connection details, believed
+/// only from a trusted proxy (SPEC §14.1) and only when it came once: a proxy that appends
+/// its value behind a client's copy would otherwise have the client's believed.
+pub fn identity_from_header(
+    app: &AppState,
+    extensions: &axum::http::Extensions,
     headers: &HeaderMap,
     name: &str,
 ) -> Result<String, IdentityRefusal> {
-    let value = headers
-        .get(name)
+    if !app.is_trusted_peer(extensions) {
+        return Err(IdentityRefusal::UntrustedProxy(name.to_owned()));
+    }
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(IdentityRefusal::HeaderRepeated(name.to_owned()));
+    }
+    let value = first
         .and_then(|value| value.to_str().ok())
         .map(str::trim)
         .filter(|value| !value.is_empty())

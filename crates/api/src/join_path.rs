@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk};
 use crate::page;
 
-pub use crate::join_gate::{IdentityRefusal, JoinRefusal, SignIn};
+pub use crate::join_gate::{IdentityRefusal, JoinRefusal, SignIn, identity_from_header};
 pub use crate::page::HeldBack;
 
 /// A visitor without a pass at the gateway, asking for a protected page.

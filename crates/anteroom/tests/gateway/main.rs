@@ -528,6 +528,39 @@ rooms = ["account"]
         )
         .await;
     assert!(echoed(response).await.is_some());
+
+    // Sent straight to the node by a peer that is not a trusted proxy, the owner's name is
+    // nobody's word: the stolen pass does not become the sender's.
+    let direct = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = direct
+        .post(gate.url("/account/transfer"))
+        .header(ACCEPT, JSON)
+        .header(COOKIE, format!("anteroom_p_account={pass}"))
+        .header("x-user-id", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "untrusted_proxy");
+
+    // A proxy that appends its value behind the client's copy: neither is believed.
+    let response = gate
+        .send(
+            reqwest::Method::POST,
+            "/account/transfer",
+            &mut stolen,
+            JSON,
+            &[("x-user-id", "alice"), ("x-user-id", "mallory")],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "identity_invalid");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -191,6 +191,10 @@ async fn look_up(
                 pass.revoke();
                 continue;
             }
+            // Nor does an outage lend a pass to another user.
+            if let Err(refusal) = check_identity(app, &info.config, asked, &pass).await {
+                return Looked::Answer(Verdict::Refuse(JoinRefusal::Identity(refusal)));
+            }
             gathered.passes.push(HeldPass { pass });
             return Looked::GoOn;
         }
@@ -630,12 +634,11 @@ async fn check_identity(
     match &config.identity {
         Identity::Anonymous => Ok(()),
         Identity::Header(name) => {
-            let presented = asked
-                .headers
-                .get(name.as_str())
-                .and_then(|value| value.to_str().ok())
-                .map(str::trim);
-            if presented.is_some() && presented == pass.claims.uid.as_deref() {
+            // Believed only from a trusted proxy, as at the join: from anyone else it would
+            // let a pass bound to one user be used by whoever names them.
+            let extensions = asked.visitor.marked(asked.extensions);
+            let presented = join_path::identity_from_header(app, &extensions, asked.headers, name)?;
+            if pass.claims.uid.as_deref() == Some(presented.as_str()) {
                 Ok(())
             } else {
                 Err(mismatch())
