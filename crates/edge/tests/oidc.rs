@@ -234,3 +234,51 @@ async fn requests_that_cannot_be_trusted_are_refused() {
     // Nothing was joined by the refused requests.
     assert_eq!(harness.counters("plain").await.waiting, 0);
 }
+
+/// `launch` is given `requires = ["site"]` at run time, after a visitor got its pass. Must
+/// hold: the authorize endpoint gives no code on the `launch` pass alone (`prompt=none`:
+/// `login_required`), and gives one once the visitor holds a pass of `site` too.
+#[tokio::test]
+async fn a_code_needs_the_passes_its_room_requires() {
+    let ttl = Duration::from_secs(60);
+    let harness = Harness::new(vec![client_room("launch", ttl), room("site")]).await;
+    let (_, pass) = code_for(&harness, "launch").await;
+    let required = RoomConfig {
+        requires: vec![room_id("site")],
+        ..client_room("launch", ttl)
+    };
+    harness.store.put_room(required).await.unwrap();
+    harness.advance(Duration::from_secs(2));
+    let ask = |cookies: String| {
+        Call::get(&authorize_uri("launch", "&prompt=none")).header("cookie", &cookies)
+    };
+    let asked = harness
+        .check(ask(format!("anteroom_p_launch={pass}")))
+        .await;
+    assert_eq!(asked.status, StatusCode::FOUND, "{}", asked.body);
+    assert_eq!(
+        location_parameter(&asked, "error").as_deref(),
+        Some("login_required"),
+        "{:?}",
+        asked.header("location")
+    );
+    assert_eq!(location_parameter(&asked, "code"), None);
+
+    let admitted = harness.check(Call::get("/_anteroom/wait/site")).await;
+    let site_pass = admitted.set_cookie("anteroom_p_site").unwrap();
+    let site_pass = site_pass["anteroom_p_site=".len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let asked = harness
+        .check(ask(format!(
+            "anteroom_p_launch={pass}; anteroom_p_site={site_pass}"
+        )))
+        .await;
+    assert!(
+        location_parameter(&asked, "code").is_some(),
+        "{:?}",
+        asked.header("location")
+    );
+}

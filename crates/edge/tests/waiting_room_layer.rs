@@ -508,6 +508,38 @@ macro_rules! on_every_store {
     };
 }
 
+/// `other` is given `requires = ["launch"]` at run time (as the admin API does), after a
+/// visitor got its pass: the node's list of the route's rooms, made from the configured rooms
+/// and its copies, does not know the requirement. Must hold: the copy read from the store
+/// names it, and the visitor without a `launch` pass is held back by the full `launch`, never
+/// let through on the `other` pass alone.
+async fn a_requirement_given_at_run_time_is_checked_before_a_pass(backend: Backend) {
+    let site = Site::new(backend, rooms()).await;
+    fill_launch(&site).await;
+    let reply = site.send(api("/other/first", None)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let other = format!("anteroom_p_other={}", reply.pass("other").unwrap());
+    let reply = site.send(api("/other/item", Some(&other))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let required = RoomConfig {
+        requires: vec![id("launch")],
+        ..RoomConfig::with_defaults(id("other"))
+    };
+    site.store.put_room(required).await.unwrap();
+    // The node's copy of `other` is read again.
+    site.advance(Duration::from_secs(2));
+    let calls = site.calls();
+    let reply = site.send(api("/other/item", Some(&other))).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        reply.body
+    );
+    assert_eq!(reply.json()["code"], "waiting_room");
+    assert_eq!(site.calls(), calls, "the inner service was called");
+}
+
 on_every_store!(
     uncovered_routes_go_through_untouched,
     a_room_with_room_admits_and_the_pass_lets_through,
@@ -519,6 +551,7 @@ on_every_store!(
     passes_of_an_older_generation_are_refused,
     the_inner_service_releases_the_session,
     a_waiting_visitor_is_let_in_when_a_session_ends,
+    a_requirement_given_at_run_time_is_checked_before_a_pass,
 );
 
 /// With Redis gone, a visitor holding a pass still goes through (unless the node already

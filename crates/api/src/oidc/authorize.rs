@@ -260,6 +260,17 @@ async fn proceed(
         Ok(session) => session,
         Err(error) => return store_failed(app, room, error),
     };
+    // A code stands for the room's pass and the passes it requires, as the gateway asks
+    // of every request: a visitor whose pass of a required room ended (revoked, reset,
+    // expired) goes through the pages again, which send them to that room first.
+    let session = match session {
+        Some(session) => match requirements_held(app, room, headers).await {
+            Ok(true) => Some(session),
+            Ok(false) => None,
+            Err(error) => return store_failed(app, room, error),
+        },
+        None => None,
+    };
     if let Some(session) = session {
         return code_redirect(app, room, client, redirect_uri, pending, &session);
     }
@@ -303,6 +314,22 @@ async fn held_session(
     };
     let session = app.store().session(room, session_id).await?;
     Ok(session.filter(|session| session.state == SessionState::Active && session.expires_at > now))
+}
+
+/// Whether the visitor holds a valid pass with an active session ([`held_session`]) of every
+/// room `room` requires.
+async fn requirements_held(
+    app: &AppState,
+    room: &RoomId,
+    headers: &HeaderMap,
+) -> Result<bool, StoreError> {
+    let config = app.room_config(room).await?;
+    for required in &config.requires {
+        if held_session(app, required, headers).await?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Redirects to the client with a fresh one-time code and the request's `state`.

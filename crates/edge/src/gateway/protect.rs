@@ -129,16 +129,46 @@ pub(crate) async fn decide(
 ) -> Verdict {
     let now = gateway.app().now();
     let mut gathered = Gathered::default();
-    for room in gateway.inner.rooms.with_requirements(&route.rooms).iter() {
+    let mut rooms = gateway.inner.rooms.with_requirements(&route.rooms);
+    let mut added = 0;
+    let mut at = 0;
+    while let Some(room) = rooms.get(at) {
         let info = match look_up(gateway, route, asked, room, now, &mut gathered).await {
             Looked::Found(info) => info,
-            Looked::GoOn => continue,
+            Looked::GoOn => {
+                at += 1;
+                continue;
+            }
             Looked::Answer(verdict) => return verdict,
         };
+        // The list was made from the rooms configured and the copies the node had: a room
+        // given `requires` at run time whose copy it had not read yet names them only now.
+        // Each such room is decided first, then this one again, so that a pass of this room
+        // never goes on without the passes it requires.
+        let unlisted = info
+            .config
+            .requires
+            .iter()
+            .find(|required| !rooms[..at].contains(required));
+        if let Some(required) = unlisted {
+            if added == MAX_ROOMS_ADDED {
+                let cookies = std::mem::take(&mut gathered.cookies);
+                let room = rooms[at].clone();
+                return Verdict::Wait(Box::new(waiting_without_entry(room, &info, cookies)));
+            }
+            let required = required.clone();
+            let list = rooms.to_mut();
+            list.retain(|room| *room != required);
+            list.insert(at, required);
+            added += 1;
+            continue;
+        }
+        let room = &rooms[at];
         let verdict = decide_room(gateway, asked, join, room, &info, now, &mut gathered).await;
         if let Some(verdict) = verdict {
             return verdict;
         }
+        at += 1;
     }
     Verdict::Allow {
         cookies: gathered.cookies,
@@ -146,6 +176,11 @@ pub(crate) async fn decide(
         admitted: gathered.admitted,
     }
 }
+
+/// The most rooms [`decide`] adds to a route's list for requirements it learns of from the
+/// store (as deep a chain of `requires` as the list follows); past it the request is held
+/// back rather than decided on a list that may still lack one.
+const MAX_ROOMS_ADDED: usize = super::rooms::MAX_REQUIRES_DEPTH;
 
 /// A room looked up for a request.
 enum Looked {

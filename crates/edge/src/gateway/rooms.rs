@@ -22,7 +22,7 @@ const FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// The most `requires` levels followed (the config refuses cycles; this bounds rooms changed at
 /// run time).
-const MAX_REQUIRES_DEPTH: usize = 8;
+pub(crate) const MAX_REQUIRES_DEPTH: usize = 8;
 
 /// A map by room id. Ids are the operator's (config file, admin API), not the visitors', and
 /// every protected request looks its rooms up: ahash rather than SipHash (which cost about 160
