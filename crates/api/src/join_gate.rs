@@ -461,7 +461,13 @@ async fn check_code_attempts(
     room: &RoomId,
     caller: &Caller<'_>,
 ) -> Result<(), JoinRefusal> {
-    let key = format!("priority-code|{room}|{}", caller.client_ip(app));
+    // An IPv6 client by its /64, as the rate limiter keys it: one subscriber holds all of it,
+    // and counting each address apart would give them 2^64 times the attempts.
+    let address = anteroom_core::ratelimit::client_ip::ip_key(
+        caller.client_ip(app),
+        anteroom_core::ratelimit::rules::DEFAULT_IPV6_PREFIX,
+    );
+    let key = format!("priority-code|{room}|{address}");
     match app
         .spend_attempt(&key, CODE_ATTEMPTS, CODE_ATTEMPT_PERIOD)
         .await
