@@ -18,6 +18,11 @@ use anteroom_store::StoreError;
 /// A room's store failures are logged at most this often.
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// The most rooms followed apart while they fail: room ids come from requests, and a made-up
+/// one is never ticked, so it would stay failing (and be logged once) for each id sent while
+/// the store fails. Past this many, failures are followed as the node's (no room).
+const MAX_FAILING_ROOMS: usize = 1024;
+
 /// How many store calls failed on this node, and what the rooms did about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreErrorCounts {
@@ -65,7 +70,10 @@ impl StoreFailures {
         *self.by_operation.lock().entry(operation).or_insert(0) += 1;
         let now = Instant::now();
         let mut failing = self.failing.lock();
-        let key = room.cloned();
+        let followed = room.filter(|room| {
+            failing.len() < MAX_FAILING_ROOMS || failing.contains_key(&Some((*room).clone()))
+        });
+        let key = followed.cloned();
         let state = failing.entry(key).or_insert(Failing {
             since: now,
             logged_at: now,
@@ -178,5 +186,25 @@ mod tests {
         );
         failures.succeeded(Some(&room));
         assert!(!failures.failing.lock().contains_key(&Some(room)));
+    }
+
+    #[test]
+    fn made_up_rooms_cannot_grow_the_failing_rooms_past_their_bound() {
+        let failures = StoreFailures::default();
+        for n in 0..MAX_FAILING_ROOMS * 2 {
+            let room = RoomId::new(&format!("r{n}")).unwrap();
+            failures.record(Some(&room), "room", &backend());
+        }
+        let failing = failures.failing.lock();
+        assert_eq!(failing.len(), MAX_FAILING_ROOMS + 1);
+        assert_eq!(
+            failing.get(&None).map(|state| state.total),
+            Some(MAX_FAILING_ROOMS as u64)
+        );
+        drop(failing);
+        // A room already followed goes on being followed apart.
+        let first = RoomId::new("r0").unwrap();
+        failures.record(Some(&first), "room", &backend());
+        assert_eq!(failures.failing.lock()[&Some(first)].total, 2);
     }
 }
