@@ -29,11 +29,13 @@ use anteroom_core::{RoomId, TicketId};
 use anteroom_token::{PassClaims, PassClaimsView};
 
 use crate::AppState;
-use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX};
+use crate::cookies::{PASS_COOKIE_PREFIX, TICKET_COOKIE_PREFIX, read_room_cookie};
 use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk};
 use crate::status_json::{EtaBasisName, StatusBody, TicketState};
-use crate::ticket_request::{TicketQuery, held_ticket, parse_room, parse_session, ticket_query};
+use crate::ticket_request::{
+    TicketQuery, held_ticket, parse_room, parse_session, ticket_in_url, ticket_query,
+};
 use crate::view_status;
 
 /// How long the ticket cookie lives in the browser; the store decides whether it still counts.
@@ -169,7 +171,13 @@ pub(crate) async fn join(
         solution: join_body.challenge,
     };
     match join_gate::join(&app, &room, &config, &caller, Door::Api, ask).await {
-        Ok(entry) => Ok(entry_response(&app, &room, &config, entry)),
+        Ok(entry) => {
+            let response = entry_response(&app, &room, &config, entry);
+            Ok(without_cookies_unless(
+                !ticket_in_url(&headers, &query),
+                response,
+            ))
+        }
         Err(refusal) => Ok(refusal.into_response()),
     }
 }
@@ -197,6 +205,7 @@ pub(crate) async fn status(
     let token = held_ticket(request.headers(), &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket: join the room first"))?;
     let shown_ahead = view_status::shown_ahead(request.headers())?;
+    let cookies = !ticket_in_url(request.headers(), &query);
     let (reference, position) = app.verify_ticket_at(&room, token)?;
     let config = app.api_room_config(&room).await?;
     if let Some(answer) =
@@ -207,14 +216,23 @@ pub(crate) async fn status(
         response
             .headers_mut()
             .insert(header::AGE, HeaderValue::from(answer.age.as_secs()));
-        return Ok(response);
+        return Ok(without_cookies_unless(cookies, response));
     }
     let entry = app
         .store()
         .status(&room, reference)
         .await
         .map_err(|error| app.store_error(&room, "status", error))?;
-    Ok(entry_response(&app, &room, &config, entry))
+    let response = entry_response(&app, &room, &config, entry);
+    Ok(without_cookies_unless(cookies, response))
+}
+
+/// `response`, its cookies taken out unless `cookies` (see [`ticket_in_url`]).
+fn without_cookies_unless(cookies: bool, mut response: Response) -> Response {
+    if !cookies {
+        response.headers_mut().remove(header::SET_COOKIE);
+    }
+    response
 }
 
 /// Leaves the queue (or gives up an admitted slot or a session). Leaving twice is fine.
@@ -241,9 +259,14 @@ pub(crate) async fn leave(
         Err(other) => return Err(app.store_error(&room, "leave", other)),
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Some(clear) = app
-        .cookies()
-        .clear_for_room(TICKET_COOKIE_PREFIX, room.as_str())
+    // The visitor's cookie is cleared only when it named the ticket that left: a ticket
+    // named in the URL may be anybody's.
+    let cookie_left = read_room_cookie(&headers, TICKET_COOKIE_PREFIX, room.as_str())
+        .is_some_and(|cookie| cookie.trim() == token.trim());
+    if cookie_left
+        && let Some(clear) = app
+            .cookies()
+            .clear_for_room(TICKET_COOKIE_PREFIX, room.as_str())
     {
         response.headers_mut().append(header::SET_COOKIE, clear);
     }

@@ -65,6 +65,22 @@ pub(crate) fn held_ticket<'a>(
         })
 }
 
+/// Whether the ticket [`held_ticket`] gives is the one in the URL (`?ticket=`): anyone can
+/// make a link or a form with a ticket of theirs in it, so an answer about it must not touch
+/// the visitor's cookies (put the ticket or its pass in the browser, or clear the visitor's own).
+pub(crate) fn ticket_in_url(headers: &HeaderMap, query: &TicketQuery) -> bool {
+    let non_empty = |token: &&str| !token.trim().is_empty();
+    let in_header = headers
+        .get(&TICKET_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|token| non_empty(&token));
+    !in_header
+        && query
+            .ticket
+            .as_deref()
+            .is_some_and(|token| non_empty(&token))
+}
+
 /// Turns a verified ticket token into the store's reference.
 pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
     let id: TicketId = claims.ticket_id.parse().ok()?;

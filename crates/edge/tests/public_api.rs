@@ -1454,3 +1454,77 @@ async fn readyz_needs_the_configured_rooms_and_says_503_while_draining() {
     let alive = harness.check(Call::get("/_anteroom/healthz")).await;
     assert_eq!(alive.status, StatusCode::OK);
 }
+
+/// Another site tries to knock a waiting visitor out of the line: links and forms that name a
+/// ticket of the attacker's in the URL, and a join or leave sent cross-site. Must hold: the
+/// answers about a ticket named in the URL set and clear no cookie, a leave clears the cookie
+/// only when the cookie named the ticket that left, requests that change the line and that a
+/// browser sent for another site are refused with 403, and the visitor keeps their place.
+#[tokio::test]
+async fn another_site_cannot_replace_or_clear_a_visitor_s_ticket_cookie() {
+    let harness = Harness::new(vec![capped_room("sale", 1)]).await;
+    fill_the_only_slot(&harness, "sale").await;
+    let visitor = join(&harness, "sale").await;
+    let own = visitor.text("ticket").to_owned();
+    let attacker = join(&harness, "sale").await;
+    let theirs = attacker.text("ticket").to_owned();
+    let cookie = ticket_cookie("sale");
+
+    let shown = harness
+        .check(Call::get(&format!("{}?ticket={theirs}", status_uri("sale"))).cookie(&cookie, &own))
+        .await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert_eq!(
+        shown.set_cookie(&cookie),
+        None,
+        "a status of the URL's ticket"
+    );
+    let joined = harness
+        .check(Call::post(&format!("{}?ticket={theirs}", join_uri("sale"))).cookie(&cookie, &own))
+        .await;
+    assert_eq!(joined.status, StatusCode::OK, "{}", joined.body);
+    assert_eq!(joined.text("ticket"), theirs);
+    assert_eq!(
+        joined.set_cookie(&cookie),
+        None,
+        "a join of the URL's ticket"
+    );
+
+    let left = harness
+        .check(
+            Call::post(&format!("/_anteroom/v1/rooms/sale/leave?ticket={theirs}"))
+                .cookie(&cookie, &own),
+        )
+        .await;
+    assert_eq!(left.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        left.set_cookie(&cookie),
+        None,
+        "the visitor's cookie is theirs"
+    );
+
+    for call in [
+        Call::post(&join_uri("sale")),
+        Call::post("/_anteroom/v1/rooms/sale/leave").cookie(&cookie, &own),
+        Call::delete(&ticket_uri("sale")).cookie(&cookie, &own),
+    ] {
+        let refused = harness
+            .check(call.header("sec-fetch-site", "cross-site"))
+            .await;
+        refused.assert_problem(StatusCode::FORBIDDEN, "cross_site_request");
+        assert_eq!(refused.set_cookie(&cookie), None);
+    }
+    let still = status(&harness, "sale", &own).await;
+    assert_eq!(still.text("state"), "waiting", "{}", still.body);
+
+    // The waiting page's own leave (same origin, the cookie's ticket) clears the cookie.
+    let left = harness
+        .check(
+            Call::post("/_anteroom/v1/rooms/sale/leave")
+                .cookie(&cookie, &own)
+                .header("sec-fetch-site", "same-origin"),
+        )
+        .await;
+    assert_eq!(left.status, StatusCode::NO_CONTENT);
+    assert!(left.set_cookie(&cookie).is_some(), "cleared");
+}
