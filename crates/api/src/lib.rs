@@ -60,7 +60,7 @@ pub use revocations::Revocations;
 pub use router::{public_router, public_router_with_site, waiting_room_routes};
 pub use sse_hub::SseHub;
 pub use state::{AppState, KeysChange, NodeOptions, PublicSettings, key_matches};
-pub use store_failure::{StoreErrorCounts, StoreFailures};
+pub use store_failure::{STORE_GONE_AFTER, StoreErrorCounts, StoreFailures};
 pub use ticker::run_ticker;
 pub use ticket_request::{parse_room, parse_session};
 pub use webhook_client::{WebhookClient, WebhookClientError, webhook_client};

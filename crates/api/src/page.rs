@@ -483,9 +483,12 @@ fn store_failed(
     error: ApiError,
 ) -> Response {
     let config = app.room_cache().last_known(room);
+    // Only a store gone for a while lets the visitor go on: one that fails while it still
+    // answers the node's ticks is too busy for the crowd, which `open` would let through.
     if !wants_json
         && let Some(path) = return_path
         && app.on_store_error(room) == anteroom_core::room::StoreErrorPolicy::Open
+        && app.store_failures().gone_for(room)
     {
         app.store_failures().let_through();
         let mut response = Redirect::to(path).into_response();

@@ -381,9 +381,12 @@ impl AppState {
             return error.into();
         }
         self.inner.failures.record(Some(room), operation, &error);
+        // An `open` room lets visitors through only once its store is gone, not busy.
         match self.on_store_error(room) {
-            StoreErrorPolicy::Closed => ApiError::store_unavailable(),
-            StoreErrorPolicy::Open => ApiError::store_unavailable_open(),
+            StoreErrorPolicy::Open if self.inner.failures.gone_for(room) => {
+                ApiError::store_unavailable_open()
+            }
+            StoreErrorPolicy::Closed | StoreErrorPolicy::Open => ApiError::store_unavailable(),
         }
     }
 

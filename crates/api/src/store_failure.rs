@@ -7,13 +7,22 @@
 //! handlers from the room's last known configuration (`AppState::on_store_error`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use anteroom_core::RoomId;
 use anteroom_store::StoreError;
+
+/// How long the store must have failed for a room (no call about it answered since, as far
+/// as the node follows: its ticks, its copies) before the room's `on_store_error` applies to a
+/// visitor without a pass. A store that answered moments ago and now fails a call is
+/// overloaded (a crowd's joins waiting past their bound in the node's queue) or had a blip,
+/// not gone: `open` then would hand the site the very crowd the room is there to hold back,
+/// and anyone able to slow the store down could switch the room off. Until then such a
+/// visitor is answered 503, as in a `closed` room.
+pub const STORE_GONE_AFTER: Duration = Duration::from_secs(5);
 
 /// A room's store failures are logged at most this often.
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -47,8 +56,11 @@ pub struct StoreFailures {
     by_operation: Mutex<BTreeMap<&'static str, u64>>,
     let_through: AtomicU64,
     refused: AtomicU64,
-    /// Rooms (or `None`: calls about no room) currently failing, for rate-limited logs.
+    /// Rooms (or `None`: calls about no room) currently failing, for rate-limited logs and
+    /// [`gone_for`](Self::gone_for).
     failing: Mutex<HashMap<Option<RoomId>, Failing>>,
+    /// The ticker has had an answer from the store at least once.
+    answered_once: AtomicBool,
 }
 
 struct Failing {
@@ -105,6 +117,7 @@ impl StoreFailures {
 
     /// Notes that a store call about `room` succeeded; logs the recovery of a failing room.
     pub(crate) fn succeeded(&self, room: Option<&RoomId>) {
+        self.answered_once.store(true, Ordering::Release);
         let mut failing = self.failing.lock();
         if failing.is_empty() {
             return;
@@ -119,6 +132,23 @@ impl StoreFailures {
                 "store answers again"
             );
         }
+    }
+
+    /// Whether the store is gone for `room`, not only failing now: it has failed for the room
+    /// (or to list the rooms) for [`STORE_GONE_AFTER`] with no tick answered since, or it has
+    /// never answered this node's ticker.
+    pub fn gone_for(&self, room: &RoomId) -> bool {
+        if !self.answered_once.load(Ordering::Acquire) {
+            return true;
+        }
+        let failing = self.failing.lock();
+        let since = |key: Option<RoomId>| failing.get(&key).map(|state| state.since);
+        // Rooms past the bound of those followed apart are followed as the node's.
+        [since(Some(room.clone())), since(None)]
+            .into_iter()
+            .flatten()
+            .min()
+            .is_some_and(|since| since.elapsed() >= STORE_GONE_AFTER)
     }
 
     /// Counts a request let through without a pass (`on_store_error = "open"`).
@@ -186,6 +216,35 @@ mod tests {
         );
         failures.succeeded(Some(&room));
         assert!(!failures.failing.lock().contains_key(&Some(room)));
+    }
+
+    #[test]
+    fn a_store_is_gone_for_a_room_once_it_failed_for_a_while_with_no_tick_answered() {
+        let failures = StoreFailures::default();
+        let room = RoomId::new("launch").unwrap();
+        assert!(failures.gone_for(&room), "never answered this node");
+        failures.succeeded(None);
+        assert!(!failures.gone_for(&room), "not failing");
+        failures.record(Some(&room), "join", &backend());
+        assert!(
+            !failures.gone_for(&room),
+            "failing just now: busy, not gone"
+        );
+        let long_ago = Instant::now() - STORE_GONE_AFTER;
+        failures
+            .failing
+            .lock()
+            .get_mut(&Some(room.clone()))
+            .unwrap()
+            .since = long_ago;
+        assert!(failures.gone_for(&room), "failing for the bound");
+        failures.succeeded(Some(&room));
+        assert!(!failures.gone_for(&room), "a tick answered");
+        // The listing failing that long says so for every room.
+        failures.record(None, "rooms", &backend());
+        failures.failing.lock().get_mut(&None).unwrap().since = long_ago;
+        failures.record(Some(&room), "join", &backend());
+        assert!(failures.gone_for(&room));
     }
 
     #[test]

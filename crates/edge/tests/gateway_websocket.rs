@@ -24,7 +24,7 @@ use anteroom_core::config::{OnExceed, UpstreamConfig, WebSocketConfig};
 use anteroom_core::engine::SessionEnd;
 use anteroom_core::ratelimit::Algorithm;
 use anteroom_core::ratelimit::rules::default_params;
-use anteroom_core::room::RoomConfig;
+use anteroom_core::room::{Mode, RoomConfig};
 use anteroom_core::{Clock, ManualClock, RoomId, SessionId, Timestamp};
 use anteroom_edge::{Gateway, GatewayOptions, GatewayReload};
 use anteroom_store::{MemoryStore, RedisConfig, RedisStore, RoomStore};
@@ -519,8 +519,8 @@ async fn a_socket_let_through_by_an_outage_ends_with_the_outage() {
     let redis = RedisServer::start();
     let url = redis.url();
     let full = RoomConfig {
-        // Nobody gets in while the store answers.
-        max_active: 0,
+        // Nobody is let in while the store answers.
+        mode: Mode::QueueAll,
         ..launch()
     };
     let started = start_on(WebSocketConfig::default(), vec![full], |clock| {

@@ -38,13 +38,13 @@ use anteroom_store::StoreError;
 use anteroom_token::{LEEWAY_SECS, PassError, PassExpectations};
 
 use crate::access_log::{Decided, Decision};
-use anteroom_api::AppState;
 use anteroom_api::cookies::{asked_passes, pass_cookie_name};
 use anteroom_api::error::ApiError;
 use anteroom_api::join_path::{
     self, GatewayVisitor, HeldBack, IdentityRefusal, JoinRefusal, wait_location,
 };
 use anteroom_api::site_identity::SiteTokenError;
+use anteroom_api::{AppState, STORE_GONE_AFTER};
 
 use super::Gateway;
 use super::passes::{CachedPass, HeldPass, HeldPasses};
@@ -235,7 +235,14 @@ async fn look_up(
         }
     }
     app.store_failures().record(Some(room), "room", &error);
-    match store_down(gateway, room.clone(), config.map(|config| *config)) {
+    let read_at_last = last.as_deref();
+    match store_down(
+        gateway,
+        room.clone(),
+        config.map(|config| *config),
+        read_at_last,
+        now,
+    ) {
         None => Looked::GoOn,
         Some(verdict) => Looked::Answer(verdict),
     }
@@ -335,9 +342,13 @@ async fn join_room(
             room: room.clone(),
             config: Box::new(info.config.clone()),
         }),
-        Err(JoinRefusal::StoreUnavailable(_)) => {
-            store_down(gateway, room.clone(), Some(info.config.clone()))
-        }
+        Err(JoinRefusal::StoreUnavailable(_)) => store_down(
+            gateway,
+            room.clone(),
+            Some(info.config.clone()),
+            Some(info),
+            now,
+        ),
         Err(refusal) => Some(Verdict::Refuse(refusal)),
     }
 }
@@ -749,14 +760,28 @@ async fn renew(
     }
 }
 
-/// The store cannot be reached for `room` (the failure is already recorded): `None` to go
-/// on (`on_store_error = "open"`, counted as let through), or the 503 verdict (`closed`,
-/// counted as refused). The policy comes from the room's last known configuration.
-fn store_down(gateway: &Gateway, room: RoomId, config: Option<RoomConfig>) -> Option<Verdict> {
+/// The store could not do what `room` needed for a visitor without a pass (the failure is
+/// already recorded): `None` to go on (`on_store_error = "open"`, counted as let through), or
+/// the 503 verdict (`closed`, or a store that answered for the room within
+/// [`STORE_GONE_AFTER`] of `now`, as `last` was read, so busy rather than gone: counted as
+/// refused). The policy comes
+/// from the room's last known configuration.
+fn store_down(
+    gateway: &Gateway,
+    room: RoomId,
+    config: Option<RoomConfig>,
+    last: Option<&RoomInfo>,
+    now: Timestamp,
+) -> Option<Verdict> {
     let app = gateway.app();
-    let policy = config
-        .as_ref()
-        .map_or_else(|| app.on_store_error(&room), |config| config.on_store_error);
+    let answered_lately = last.is_some_and(|info| info.read_within(now, STORE_GONE_AFTER));
+    let policy = if answered_lately {
+        StoreErrorPolicy::Closed
+    } else {
+        config
+            .as_ref()
+            .map_or_else(|| app.on_store_error(&room), |config| config.on_store_error)
+    };
     match policy {
         StoreErrorPolicy::Open => {
             app.store_failures().let_through();

@@ -35,14 +35,21 @@ pub(crate) struct RoomInfo {
     pub(crate) snapshot: RoomSnapshot,
     read_at: Timestamp,
     refreshing: AtomicBool,
+    /// This node changed the room since it was read (a join): its figures are read again
+    /// before they are believed.
+    changed_here: AtomicBool,
 }
 
 impl RoomInfo {
     /// Whether a visitor joining now would most likely be admitted at once: nobody waits and
     /// capacity is free (`queue`), or the room only counts (`passthrough`). Figures are at most
-    /// a second old; the join itself decides.
+    /// a second old; the join itself decides. A copy this node changed since says no: its
+    /// "nobody waits" may be out of date by the join just made.
     /// A scheduled room is judged by its schedule at `now` (SPEC §5.3).
     pub(crate) fn admits_at_once(&self, now: Timestamp) -> bool {
+        if self.changed_here.load(Ordering::Acquire) {
+            return false;
+        }
         match self.config.mode_at(now) {
             Mode::Passthrough => true,
             Mode::Queue => {
@@ -52,6 +59,12 @@ impl RoomInfo {
             }
             Mode::QueueAll | Mode::Closed => false,
         }
+    }
+
+    /// Whether the store answered for the room (this copy was read) less than `within` before
+    /// `now`.
+    pub(crate) fn read_within(&self, now: Timestamp, within: Duration) -> bool {
+        now.since(self.read_at) < within
     }
 }
 
@@ -107,7 +120,8 @@ impl RoomsReadEverySecond {
         }
         let cached = self.rooms.read().get(room).cloned();
         if let Some(info) = &cached {
-            let fresh = now.since(info.read_at) < FRESH_FOR;
+            let fresh =
+                now.since(info.read_at) < FRESH_FOR && !info.changed_here.load(Ordering::Acquire);
             // One request refreshes; the others go on with the copy they have.
             if fresh || info.refreshing.swap(true, Ordering::AcqRel) {
                 return RoomLookup::Found(info.clone());
@@ -141,6 +155,7 @@ impl RoomsReadEverySecond {
             snapshot,
             read_at: now,
             refreshing: AtomicBool::new(false),
+            changed_here: AtomicBool::new(false),
         });
         self.rooms.write().insert(room.clone(), info.clone());
         RoomLookup::Found(info)
@@ -188,12 +203,18 @@ impl RoomsReadEverySecond {
         self.configured.store(Arc::new(by_id(configured)));
     }
 
-    /// Forgets the copy of `room`, so the next request reads it again: this node just changed
-    /// the room (a join), and a copy saying "nobody waits" must not let the next requests join
-    /// as if the room were empty.
+    /// Marks the copy of `room` as changed, so the next request reads it again: this node just
+    /// changed the room (a join), and a copy saying "nobody waits" must not let the next
+    /// requests join as if the room were empty. The copy itself is kept: while one request
+    /// reads the room again the others go on with it (a crowd's joins do not each read the
+    /// room), and should the store fail meanwhile, it is still the room as last known.
     pub(crate) fn invalidate(&self, room: &RoomId) {
-        self.rooms.write().remove(room);
-        self.missing.write().remove(room);
+        if let Some(info) = self.rooms.read().get(room) {
+            info.changed_here.store(true, Ordering::Release);
+        }
+        if self.missing.read().contains_key(room) {
+            self.missing.write().remove(room);
+        }
     }
 
     /// The rooms whose passes a request on a route naming `rooms` needs, in order: each room's
