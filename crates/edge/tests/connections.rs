@@ -573,6 +573,40 @@ async fn a_client_that_stops_reading_is_closed_after_the_write_timeout_by_both_e
     }
 }
 
+/// An HTTP/2 client that never opens a stream's flow-control window takes no answer, though
+/// no write of the server's ever stalls (it has nothing it may write). Must hold on both
+/// engines: the connection is closed after the write timeout, and with it what the answer
+/// held (here a streamed body; through the gateway, an upstream connection).
+#[tokio::test]
+async fn an_http2_client_that_opens_no_window_is_closed_after_the_write_timeout() {
+    for engine in ENGINES {
+        let server = Server::start_with(engine, short_timeouts()).await;
+        let stream = hyper_util::rt::TokioIo::new(server.connect().await);
+        let (mut sender, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .initial_stream_window_size(0)
+                .handshake::<_, http_body_util::Empty<Bytes>>(stream)
+                .await
+                .unwrap();
+        let connection = tokio::spawn(connection);
+        let request = http::Request::get(format!("http://{}/big", server.address))
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200, "{engine:?}");
+        // Its body is never read, and no window is ever given for it.
+        let started = tokio::time::Instant::now();
+        let ended = tokio::time::timeout(PATIENCE, connection).await;
+        assert!(ended.is_ok(), "{engine:?}: the connection stayed open");
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{engine:?} {:?}",
+            started.elapsed()
+        );
+        drop(response);
+    }
+}
+
 /// Behind a trusted proxy (the test, on 127.0.0.1), the per-address cap counts each forwarded
 /// client's requests in flight, not the proxy's connections: with a cap of 2, three
 /// connections of the proxy are served, and a forwarded client's third concurrent request gets

@@ -9,8 +9,9 @@
 //! - Reads, for connections hyper serves: hyper times a request head (`header_read_timeout`)
 //!   but not a kept-alive connection waiting for its next request. With [`ClientIo::watch_idle`]
 //!   a read that waits `idle_timeout` while no request is in flight ([`InFlight`], kept by
-//!   hyper's service) fails with `TimedOut`; a connection that switched protocols (a
-//!   WebSocket) is never idle in this sense. The own loop times its reads itself.
+//!   hyper's service) fails with `TimedOut`, counted from the end of the last request: bytes
+//!   that start no request (HTTP/2 PINGs) do not reset it. A connection that switched
+//!   protocols (a WebSocket) is never idle in this sense. The own loop times its reads itself.
 
 use std::io;
 use std::pin::Pin;
@@ -182,7 +183,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
             return polled;
         };
         if polled.is_ready() {
-            idle.stall.progressed();
+            // Bytes while no request is in flight (an HTTP/2 PING or SETTINGS frame, a head
+            // trickled in) do not make the connection busy: its idle time runs from the end of
+            // its last request, or a client could hold its place by pinging.
+            if !idle.requests.is_idle() {
+                idle.stall.progressed();
+            }
             return polled;
         }
         idle.requests.reader.register(context.waker());
@@ -293,5 +299,29 @@ mod tests {
                 .await
                 .is_err()
         );
+        // Bytes that start no request (an HTTP/2 PING) do not keep an idle connection open.
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut io = ClientIo::new(near, None, Duration::from_secs(30));
+        let requests = Arc::new(InFlight::default());
+        io.watch_idle(Duration::from_secs(10), requests.clone());
+        let pinger = tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if far.write_all(b"p").await.is_err() {
+                    break;
+                }
+            }
+            far
+        });
+        let started = Instant::now();
+        let error = loop {
+            match io.read(&mut buffer).await {
+                Ok(_) => {}
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        let _far = pinger.await.unwrap();
     }
 }

@@ -17,9 +17,14 @@
 //! Under `[server.tls]` the handshake runs in the connection's own task, within
 //! `header_timeout`; ALPN `h2` goes to hyper, HTTP/1.1 to the same own loop over TLS, and its
 //! requests carry `ClientScheme::Https`, so the origin hears `proto=https`.
+//!
+//! On connections hyper serves, `client_io.rs` times the socket (writes that stall, a
+//! connection idle between requests) and `delivery.rs` the answers (an HTTP/2 client that
+//! stops taking them without stopping a write).
 
 mod bodies;
 mod client_io;
+mod delivery;
 mod sentry;
 pub(crate) mod server;
 pub(crate) mod stream;
@@ -103,6 +108,13 @@ pub async fn serve(
     Ok(())
 }
 
+/// The most streams an HTTP/2 client may have open at once on one connection (nginx's
+/// `http2_max_concurrent_streams` by default; hyper's own default is 200).
+const MAX_HTTP2_STREAMS: u32 = 128;
+
+/// How often an HTTP/2 connection's peer is pinged, and how long its answer may take.
+const HTTP2_PING_EVERY: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// hyper's server for the connections it serves, with the listener's header timeout.
 fn connection_builder(
     limits: &ServerLimits,
@@ -113,7 +125,14 @@ fn connection_builder(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.timeouts.header_timeout);
-    builder.http2().timer(hyper_util::rt::TokioTimer::new());
+    // nginx's default of streams at once; a PING every 20 s closes a connection whose peer
+    // is gone (an answer the peer leaves untaken is timed by `delivery`).
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(MAX_HTTP2_STREAMS)
+        .keep_alive_interval(Some(HTTP2_PING_EVERY))
+        .keep_alive_timeout(HTTP2_PING_EVERY);
     Arc::new(builder)
 }
 

@@ -68,6 +68,7 @@ use anteroom_h1::{
 
 use super::bodies::{Holding, TimedBody};
 use super::client_io::{ClientIo, InFlight};
+use super::delivery::Deliveries;
 use super::sentry::Sentry;
 use crate::client_scheme::ClientScheme;
 use crate::deadline::Deadline;
@@ -548,8 +549,11 @@ pub(crate) fn serve_with_hyper<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = hand_over.limits.clone();
+    let write_timeout = limits.timeouts.write_timeout;
     let counted = hand_over.requests;
     let requests_watched = requests.clone();
+    let deliveries = Deliveries::new();
+    let answers = deliveries.clone();
     let service =
         hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
             let started = std::time::Instant::now();
@@ -559,6 +563,9 @@ pub(crate) fn serve_with_hyper<I>(
                 check_for_hyper(&limits, peer, &request).map_err(HyperRefusal::into_response);
             let body_timeout = limits.timeouts.body_timeout;
             let mut router = router.clone();
+            let answers = answers.clone();
+            // A HEAD's answer carries no body for hyper to ask for.
+            let head_only = request.method() == Method::HEAD;
             async move {
                 let permit = match checked {
                     Ok(permit) => permit,
@@ -590,9 +597,22 @@ pub(crate) fn serve_with_hyper<I>(
                         .headers_mut()
                         .insert(CONNECTION, HeaderValue::from_static("close"));
                 }
-                Ok::<_, std::convert::Infallible>(
-                    response.map(|body| Body::new(Holding::new(body, (in_flight, permit)))),
-                )
+                let bodiless = head_only
+                    || response.status().is_informational()
+                    || matches!(
+                        response.status(),
+                        StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+                    );
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    let body = Holding::new(body, (in_flight, permit));
+                    if bodiless {
+                        Body::new(body)
+                    } else {
+                        // Watched for the client taking it (an HTTP/2 client can stop taking
+                        // answers without stopping a write).
+                        Body::new(answers.watch(body))
+                    }
+                }))
             }
         });
     let connection = hand_over
@@ -601,8 +621,16 @@ pub(crate) fn serve_with_hyper<I>(
         .into_owned();
     let connection = hand_over.watcher.watch(connection);
     tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%peer, error = %error, "connection ended with an error");
+        tokio::select! {
+            ended = connection => {
+                if let Err(error) = ended {
+                    tracing::debug!(%peer, error = %error, "connection ended with an error");
+                }
+            }
+            // Dropping the connection closes it, its answers and what they hold.
+            () = deliveries.stalled(write_timeout) => {
+                tracing::debug!(%peer, "closing a connection whose client took no answer for the write timeout");
+            }
         }
     });
 }
