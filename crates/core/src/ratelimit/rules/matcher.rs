@@ -14,7 +14,8 @@ pub struct RequestMatcher {
     pub hosts: Vec<HostPattern>,
     /// Any of these path globs; empty = any path.
     pub paths: Vec<PathGlob>,
-    /// Any of these methods (upper case, matched without case); empty = any method.
+    /// Any of these methods (upper case, matched without case, `GET` selecting `HEAD` too);
+    /// empty = any method.
     pub methods: Vec<String>,
     /// All of these conditions.
     pub headers: Vec<HeaderCondition>,
@@ -158,11 +159,7 @@ impl RequestMatcher {
 
     /// Whether `request` satisfies every list of the matcher.
     pub fn matches(&self, request: &impl RequestView) -> bool {
-        let method = request.method();
-        // Compared without case: an origin that reads `post` as `POST` must not see it pass
-        // a rule or route written for `POST` unchecked.
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
-        {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| selects(m, request.method())) {
             return false;
         }
         if !self.hosts.is_empty() {
@@ -289,6 +286,15 @@ impl std::fmt::Display for HeaderCondition {
             HeaderCondition::Equals(name, value) => write!(f, "{name}={value}"),
         }
     }
+}
+
+/// Whether the listed method `listed` (upper case) selects a request sent with `method`.
+/// Compared without case: an origin that reads `post` as `POST` must not see it pass a rule or
+/// route written for `POST` unchecked. `GET` selects `HEAD` too: a HEAD is the GET without its
+/// body (RFC 9110 §9.3.2), and origins run the GET's handler for it, so a route protecting
+/// GET must not let HEAD walk past.
+fn selects(listed: &str, method: &str) -> bool {
+    listed.eq_ignore_ascii_case(method) || (listed == "GET" && method.eq_ignore_ascii_case("HEAD"))
 }
 
 /// A method as matched: an HTTP token, upper-cased (methods are conventionally upper case and

@@ -308,6 +308,13 @@ fn matchers() {
     check(&lower, &Request::new("post", "/"), true);
     check(&lower, &Request::new("pOsT", "/"), true);
     check(&lower, &Request::new("PUT", "/"), false);
+    // A HEAD is the GET without its body: a rule or route for GET selects it too.
+    let get = RequestMatcher::default().with_methods(["GET"]).unwrap();
+    check(&get, &Request::new("HEAD", "/"), true);
+    check(&get, &Request::new("head", "/"), true);
+    check(&get, &Request::new("POST", "/"), false);
+    let head = RequestMatcher::default().with_methods(["HEAD"]).unwrap();
+    check(&head, &Request::new("GET", "/"), false);
     check(
         &spec_example,
         &Request::new("post", "/_anteroom/v1/rooms/launch/join"),
