@@ -21,7 +21,7 @@
 //! are counted in `anteroom_sse_refused_total{reason}`.
 
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,13 +74,7 @@ fn stream_address(extensions: &Extensions) -> IpAddr {
         .map(|ClientIp(address)| *address)
         .or_else(|| peer_address(extensions))
         .unwrap_or(UNKNOWN_PEER);
-    match address {
-        IpAddr::V4(_) => address,
-        IpAddr::V6(v6) => {
-            let prefix = u128::from(v6) & (u128::MAX << 64);
-            IpAddr::V6(Ipv6Addr::from(prefix))
-        }
-    }
+    anteroom_core::ratelimit::client_ip::subscriber(address)
 }
 
 /// Server-Sent Events for one ticket: `status` (the status JSON, at most once a second),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use anteroom_core::config::{Cidr, ConnectionLimits};
-use anteroom_core::ratelimit::client_ip::is_trusted;
+use anteroom_core::ratelimit::client_ip::{is_trusted, subscriber};
 
 /// Independent locks the per-address counts are spread over, so workers accepting at once
 /// seldom wait for each other.
@@ -91,12 +91,13 @@ impl ServerLimits {
         }
         let address = peer.ip().to_canonical();
         // A trusted proxy's connections carry many visitors: its requests are counted instead.
-        // Uncapped (the admin listener), no address is counted at all.
+        // Uncapped (the admin listener), no address is counted at all. An IPv6 peer counts by
+        // its /64, as rate limits count it.
         let address =
             if open.per_address == usize::MAX || is_trusted(address, &open.trusted_proxies) {
                 None
-            } else if open.enter(address) {
-                Some(address)
+            } else if open.enter(subscriber(address)) {
+                Some(subscriber(address))
             } else {
                 open.total.fetch_sub(1, Ordering::AcqRel);
                 return None;
@@ -145,7 +146,7 @@ impl ServerLimits {
     /// Counts a request in flight for the forwarded client `client`; `None` over the
     /// per-address cap.
     pub(crate) fn admit_request(&self, client: IpAddr) -> Option<AddressPermit> {
-        let client = client.to_canonical();
+        let client = subscriber(client);
         self.open.enter(client).then(|| AddressPermit {
             open: self.open.clone(),
             address: client,
@@ -314,6 +315,27 @@ mod tests {
         drop(first);
         assert_eq!(limits.open_connections(), 2);
         assert!(limits.admit(peer("192.0.2.1")).is_some());
+    }
+
+    #[test]
+    fn an_ipv6_subscriber_is_capped_by_its_64_not_by_each_address() {
+        let limits = limits(10, 2, &["2001:db8:ffff::/48"]);
+        let _first = limits.admit(peer("[2001:db8:1:2::1]")).unwrap();
+        let _second = limits.admit(peer("[2001:db8:1:2::2]")).unwrap();
+        assert!(limits.admit(peer("[2001:db8:1:2:ffff::3]")).is_none());
+        assert!(limits.admit(peer("[2001:db8:1:3::1]")).is_some());
+        let client: IpAddr = "2001:db8:5:6::1".parse().unwrap();
+        let _held = [
+            limits.admit_request(client).unwrap(),
+            limits
+                .admit_request("2001:db8:5:6::2".parse().unwrap())
+                .unwrap(),
+        ];
+        assert!(
+            limits
+                .admit_request("2001:db8:5:6:7::8".parse().unwrap())
+                .is_none()
+        );
     }
 
     #[test]

@@ -92,6 +92,24 @@ pub fn is_trusted(ip: IpAddr, trusted_proxies: &[Cidr]) -> bool {
     trusted_proxies.iter().any(|cidr| cidr.contains(ip))
 }
 
+/// The address a client is counted by in per-address caps: an IPv4 address (one mapped into
+/// IPv6 included) as itself, an IPv6 address by its /64, as [`ip_key`] keys rate limits by
+/// default: one subscriber holds a whole /64, and counting its addresses apart would give it
+/// 2^64 times the cap.
+///
+/// ```
+/// use anteroom_core::ratelimit::client_ip::subscriber;
+///
+/// assert_eq!(subscriber("2001:db8:1:2:aaaa::1".parse().expect("valid")), "2001:db8:1:2::".parse::<std::net::IpAddr>().expect("valid"));
+/// assert_eq!(subscriber("::ffff:192.0.2.1".parse().expect("valid")), "192.0.2.1".parse::<std::net::IpAddr>().expect("valid"));
+/// ```
+pub fn subscriber(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
+    }
+}
+
 /// The key part of a client address: an IPv4 address as itself, an IPv6 address by its first
 /// `ipv6_prefix` bits (`2001:db8:1:2::/64`), so the many addresses one subscriber holds count
 /// as one.
