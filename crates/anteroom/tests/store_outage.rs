@@ -408,7 +408,8 @@ async fn rooms_follow_on_store_error_while_redis_is_stopped_and_recover() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = redis.pause();
     let outage_started = Instant::now();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Past the second readiness's last store answer stands.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     check_outage_answers(&client, &base, &held, false).await;
     // The first failures are recorded when the first calls time out, up to 2 s in.
     let gone_at = anteroom_api::STORE_GONE_AFTER + Duration::from_millis(2_500);
@@ -468,7 +469,8 @@ async fn a_durable_redis_killed_and_restarted_loses_nothing() {
     let load = Load::start(&client, &base, 4);
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Past the second readiness's last store answer stands.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     check_outage_answers(&client, &base, &held, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let _redis = RedisServer::start_durable(port, data.path());

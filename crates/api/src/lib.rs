@@ -43,6 +43,7 @@ mod router;
 mod sse_hub;
 mod state;
 mod status_json;
+mod store_check;
 mod store_failure;
 mod ticker;
 mod ticket_request;

@@ -5,8 +5,6 @@
 //! that it would refuse or queue wrongly. The rooms are known through `AppState::know_rooms`;
 //! draining starts with `AppState::start_draining`, called by the binary at SIGTERM.
 
-use std::collections::BTreeSet;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -59,9 +57,8 @@ pub async fn not_ready_because(app: &AppState) -> Vec<String> {
     if keys["keys"].as_array().is_none_or(Vec::is_empty) {
         reasons.push("no signing key is loaded".to_owned());
     }
-    match app.store().rooms().await {
-        Ok(rooms) => {
-            let installed: BTreeSet<_> = rooms.into_iter().map(|room| room.id).collect();
+    match app.store_check().installed(app.store().as_ref()).await {
+        Some(installed) => {
             let missing: Vec<_> = app
                 .expected_rooms()
                 .into_iter()
@@ -75,12 +72,7 @@ pub async fn not_ready_because(app: &AppState) -> Vec<String> {
                 ));
             }
         }
-        Err(error) => {
-            // The detail (servers, timeouts) is for the log, not for anyone who can reach
-            // the public listener.
-            tracing::debug!(%error, "readiness: the store does not answer");
-            reasons.push("the store does not answer".to_owned());
-        }
+        None => reasons.push("the store does not answer".to_owned()),
     }
     reasons
 }

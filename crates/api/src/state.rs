@@ -131,6 +131,8 @@ struct Shared {
     /// The ticker's latest listing of every room in the store (`None` before the first).
     room_listing: tokio::sync::watch::Sender<Option<Arc<Vec<RoomConfig>>>>,
     ticker: TickerIntervals,
+    /// The store's part of readiness, asked at most once a second.
+    store_check: crate::store_check::StoreCheck,
 }
 
 impl AppState {
@@ -193,6 +195,7 @@ impl AppState {
                 site_keys: site_identity::SiteKeyCache::default(),
                 room_listing: tokio::sync::watch::Sender::new(None),
                 ticker: options.ticker,
+                store_check: crate::store_check::StoreCheck::default(),
             }),
         }
     }
@@ -337,6 +340,11 @@ impl AppState {
         self.inner
             .draining
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The store's part of readiness ([`crate::store_check`]).
+    pub(crate) fn store_check(&self) -> &crate::store_check::StoreCheck {
+        &self.inner.store_check
     }
 
     /// What `room` does while its store is unreachable (SPEC §9.4), from its last known

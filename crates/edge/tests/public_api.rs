@@ -1436,6 +1436,11 @@ async fn readyz_needs_the_configured_rooms_and_says_503_while_draining() {
         missing.body
     );
     harness.store.put_room(room("encore")).await.unwrap();
+    // The store's answer stands for a second (readiness needs no key: it must not read every
+    // room from the store on each request).
+    let cached = harness.check(Call::get("/_anteroom/readyz")).await;
+    assert_eq!(cached.status, StatusCode::SERVICE_UNAVAILABLE);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let installed = harness.check(Call::get("/_anteroom/readyz")).await;
     assert_eq!(installed.status, StatusCode::OK);
 
