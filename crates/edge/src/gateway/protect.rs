@@ -313,7 +313,7 @@ async fn join_room(
         return_to: return_path(asked.uri),
     };
     let joined = join_path::join(app, room, &info.config, visitor).await;
-    gateway.inner.rooms.invalidate(room);
+    gateway.inner.rooms.joined(room);
     match joined {
         Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
         Ok(Entry::Waiting(view)) => {

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -35,25 +35,24 @@ pub(crate) struct RoomInfo {
     pub(crate) snapshot: RoomSnapshot,
     read_at: Timestamp,
     refreshing: AtomicBool,
-    /// This node changed the room since it was read (a join): its figures are read again
-    /// before they are believed.
-    changed_here: AtomicBool,
+    /// Joins this node made into the room since it was read: each may have taken a place the
+    /// figures still show free. While there are any, the room is read again by the next
+    /// request.
+    joined_here: AtomicU32,
 }
 
 impl RoomInfo {
     /// Whether a visitor joining now would most likely be admitted at once: nobody waits and
     /// capacity is free (`queue`), or the room only counts (`passthrough`). Figures are at most
-    /// a second old; the join itself decides. A copy this node changed since says no: its
-    /// "nobody waits" may be out of date by the join just made.
+    /// a second old, each join this node made since counted as a place taken; the join itself
+    /// decides.
     /// A scheduled room is judged by its schedule at `now` (SPEC §5.3).
     pub(crate) fn admits_at_once(&self, now: Timestamp) -> bool {
-        if self.changed_here.load(Ordering::Acquire) {
-            return false;
-        }
         match self.config.mode_at(now) {
             Mode::Passthrough => true,
             Mode::Queue => {
-                let used = self.snapshot.active + self.snapshot.admitted_unclaimed;
+                let joined_here = u64::from(self.joined_here.load(Ordering::Acquire));
+                let used = self.snapshot.active + self.snapshot.admitted_unclaimed + joined_here;
                 let max_active = self.config.limits_at(now).max_active;
                 self.snapshot.waiting == 0 && (max_active == 0 || used < max_active)
             }
@@ -120,8 +119,8 @@ impl RoomsReadEverySecond {
         }
         let cached = self.rooms.read().get(room).cloned();
         if let Some(info) = &cached {
-            let fresh =
-                now.since(info.read_at) < FRESH_FOR && !info.changed_here.load(Ordering::Acquire);
+            let fresh = now.since(info.read_at) < FRESH_FOR
+                && info.joined_here.load(Ordering::Acquire) == 0;
             // One request refreshes; the others go on with the copy they have.
             if fresh || info.refreshing.swap(true, Ordering::AcqRel) {
                 return RoomLookup::Found(info.clone());
@@ -155,7 +154,7 @@ impl RoomsReadEverySecond {
             snapshot,
             read_at: now,
             refreshing: AtomicBool::new(false),
-            changed_here: AtomicBool::new(false),
+            joined_here: AtomicU32::new(0),
         });
         self.rooms.write().insert(room.clone(), info.clone());
         RoomLookup::Found(info)
@@ -203,14 +202,15 @@ impl RoomsReadEverySecond {
         self.configured.store(Arc::new(by_id(configured)));
     }
 
-    /// Marks the copy of `room` as changed, so the next request reads it again: this node just
-    /// changed the room (a join), and a copy saying "nobody waits" must not let the next
-    /// requests join as if the room were empty. The copy itself is kept: while one request
-    /// reads the room again the others go on with it (a crowd's joins do not each read the
-    /// room), and should the store fail meanwhile, it is still the room as last known.
-    pub(crate) fn invalidate(&self, room: &RoomId) {
+    /// Notes that this node joined a visitor to `room`, so the next request reads it again: a
+    /// copy saying "nobody waits" must not let the next requests join as if the join just
+    /// made had taken no place. The copy itself is kept, the join counted against its free
+    /// places: while one request reads the room again the others go on with it (a crowd's
+    /// joins do not each read the room), and should the store fail meanwhile, it is still the
+    /// room as last known.
+    pub(crate) fn joined(&self, room: &RoomId) {
         if let Some(info) = self.rooms.read().get(room) {
-            info.changed_here.store(true, Ordering::Release);
+            info.joined_here.fetch_add(1, Ordering::AcqRel);
         }
         if self.missing.read().contains_key(room) {
             self.missing.write().remove(room);
@@ -279,6 +279,7 @@ fn add_with_requirements<'a>(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use anteroom_core::Clock;
 
     fn id(text: &str) -> RoomId {
         RoomId::new(text).unwrap()
@@ -315,5 +316,43 @@ mod tests {
             cache.with_requirements(&[id("site"), id("checkout")]),
             Cow::Owned(_)
         ));
+    }
+
+    /// A join this node made counts as a place taken until the room is read again, and makes
+    /// the next request read it; the copy is kept meanwhile.
+    #[tokio::test]
+    async fn a_join_here_takes_a_place_in_the_copy_until_the_room_is_read_again() {
+        let clock = Arc::new(anteroom_core::ManualClock::new(Timestamp(
+            1_700_000_000_000,
+        )));
+        let store = anteroom_store::MemoryStore::new(clock.clone());
+        let room = RoomConfig {
+            max_active: 2,
+            ..RoomConfig::with_defaults(id("launch"))
+        };
+        store.put_room(room.clone()).await.unwrap();
+        let cache = RoomsReadEverySecond::new(vec![room]);
+        let now = clock.now();
+        let RoomLookup::Found(first) = cache.get(&store, &id("launch"), now).await else {
+            panic!("the room is read");
+        };
+        assert!(first.admits_at_once(now));
+        cache.joined(&id("launch"));
+        assert!(first.admits_at_once(now), "one place of two taken");
+        cache.joined(&id("launch"));
+        assert!(
+            !first.admits_at_once(now),
+            "both taken, as far as this node knows"
+        );
+        // Read again at once (no real join was made: the store's figures say both are free).
+        let RoomLookup::Found(again) = cache.get(&store, &id("launch"), now).await else {
+            panic!("the room is read");
+        };
+        assert!(!Arc::ptr_eq(&first, &again), "read again");
+        assert!(again.admits_at_once(now));
+        let RoomLookup::Found(same) = cache.get(&store, &id("launch"), now).await else {
+            panic!("the copy is used");
+        };
+        assert!(Arc::ptr_eq(&again, &same), "fresh: not read a third time");
     }
 }
