@@ -34,7 +34,8 @@ use crate::error::ApiError;
 use crate::join_gate::{self, Caller, Door, JoinAsk};
 use crate::status_json::{EtaBasisName, StatusBody, TicketState};
 use crate::ticket_request::{
-    TicketQuery, held_ticket, parse_room, parse_session, ticket_in_url, ticket_query,
+    TicketQuery, held_ticket, parse_room, parse_session, refuse_cross_site, ticket_in_url,
+    ticket_query,
 };
 use crate::view_status;
 
@@ -130,6 +131,7 @@ pub(crate) async fn join(
     // Takes the request itself rather than a `HeaderMap` and a body: the headers are read in
     // place (the extractor copies them), and a request without a body is not collected.
     let (room, query) = room_and_ticket_query(&room, query)?;
+    refuse_cross_site(request.headers())?;
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
     let (extensions, body) = if body.is_end_stream() {
@@ -250,6 +252,7 @@ pub(crate) async fn leave(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (room, query) = room_and_ticket_query(&room, query)?;
+    refuse_cross_site(&headers)?;
     let token = held_ticket(&headers, &query, &room)
         .ok_or_else(|| ApiError::bad_request("ticket_missing", "no ticket to leave with"))?;
     let reference = app.verify_ticket(&room, token)?;

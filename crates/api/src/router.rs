@@ -1,20 +1,9 @@
 //! The public routes: which handler answers which path of the reserved `/_anteroom/` prefix,
 //! the JWKS and the OpenID Connect discovery, behind the body limit and the rate limiter.
-//!
-//! A browser's request that would change a visitor's place in a line (a join, a leave, a
-//! challenge) and that another site made it send (`Sec-Fetch-Site: cross-site`: a form or a
-//! beacon on an attacker's page) is refused with 403 `cross_site_request`: its answer would
-//! replace or clear the visitor's ticket cookie, knocking them out of the line. The waiting
-//! page's own requests are same-origin, and clients that are not browsers send no such field.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderName, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-
-use crate::error::ApiError;
 
 use crate::ratelimit::RateLimiter;
 use crate::state::AppState;
@@ -102,31 +91,5 @@ fn reserved_routes(state: AppState) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         // Bodies are tiny JSON documents; anything larger is refused before it is buffered.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .route_layer(axum::middleware::from_fn(refuse_cross_site_changes))
         .with_state(state)
-}
-
-/// The field browsers send to say which site made them send a request (Fetch Metadata).
-static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
-
-/// Refuses a request other than GET or HEAD that a browser sent for another site (see the
-/// module docs); passes everything else on.
-async fn refuse_cross_site_changes(request: Request, next: Next) -> Response {
-    let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
-    if changes && is_cross_site(&request) {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "cross_site_request",
-            "another site cannot make this request for the visitor",
-        )
-        .into_response();
-    }
-    next.run(request).await
-}
-
-fn is_cross_site(request: &Request) -> bool {
-    request
-        .headers()
-        .get(&SEC_FETCH_SITE)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"cross-site"))
 }

@@ -81,6 +81,28 @@ pub(crate) fn ticket_in_url(headers: &HeaderMap, query: &TicketQuery) -> bool {
             .is_some_and(|token| non_empty(&token))
 }
 
+/// The field browsers send to say which site made them send a request (Fetch Metadata).
+static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
+
+/// Refuses a join or leave that a browser sent for another site (`Sec-Fetch-Site:
+/// cross-site`: a form or a beacon on an attacker's page) with 403 `cross_site_request`: its
+/// answer would replace or clear the visitor's ticket cookie, knocking them out of the line.
+/// The waiting page's own requests are same-origin, and clients that are not browsers send no
+/// such field.
+pub(crate) fn refuse_cross_site(headers: &HeaderMap) -> Result<(), ApiError> {
+    let cross_site = headers
+        .get(&SEC_FETCH_SITE)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    if cross_site {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_site_request",
+            "another site cannot make this request for the visitor",
+        ));
+    }
+    Ok(())
+}
+
 /// Turns a verified ticket token into the store's reference.
 pub(crate) fn ticket_reference(claims: &TicketClaims) -> Option<TicketRef> {
     let id: TicketId = claims.ticket_id.parse().ok()?;
