@@ -237,7 +237,8 @@ async fn requests_that_cannot_be_trusted_are_refused() {
 
 /// `launch` is given `requires = ["site"]` at run time, after a visitor got its pass. Must
 /// hold: the authorize endpoint gives no code on the `launch` pass alone (`prompt=none`:
-/// `login_required`), and gives one once the visitor holds a pass of `site` too.
+/// `login_required`; otherwise `site`'s page, which returns to `launch`'s), and gives one
+/// once the visitor holds a pass of `site` too.
 #[tokio::test]
 async fn a_code_needs_the_passes_its_room_requires() {
     let ttl = Duration::from_secs(60);
@@ -263,6 +264,35 @@ async fn a_code_needs_the_passes_its_room_requires() {
         asked.header("location")
     );
     assert_eq!(location_parameter(&asked, "code"), None);
+    // Without `prompt=none`, to `site`'s page first, which returns to `launch`'s (that page
+    // alone would resume the admitted ticket and send the visitor straight back here).
+    let asked = harness
+        .check(
+            Call::get(&authorize_uri("launch", ""))
+                .header("cookie", &format!("anteroom_p_launch={pass}")),
+        )
+        .await;
+    assert_eq!(asked.status, StatusCode::FOUND, "{}", asked.body);
+    let location = asked.header("location").unwrap().to_owned();
+    assert!(
+        location.starts_with("/_anteroom/wait/site?return=/_anteroom/wait/launch%3Freturn%3D"),
+        "{location}"
+    );
+    let site_page = harness.check(Call::get(&location)).await;
+    assert_eq!(
+        site_page.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        site_page.body
+    );
+    assert!(
+        site_page
+            .header("location")
+            .unwrap()
+            .starts_with("/_anteroom/wait/launch?return="),
+        "{:?}",
+        site_page.header("location")
+    );
 
     let admitted = harness.check(Call::get("/_anteroom/wait/site")).await;
     let site_pass = admitted.set_cookie("anteroom_p_site").unwrap();

@@ -262,17 +262,16 @@ async fn proceed(
     };
     // A code stands for the room's pass and the passes it requires, as the gateway asks
     // of every request: a visitor whose pass of a required room ended (revoked, reset,
-    // expired) goes through the pages again, which send them to that room first.
-    let session = match session {
-        Some(session) => match requirements_held(app, room, headers).await {
-            Ok(true) => Some(session),
-            Ok(false) => None,
+    // expired) goes through that room's page first, then this room's, then here again.
+    let missing = match session {
+        Some(_) => match missing_requirement(app, room, headers).await {
+            Ok(missing) => missing,
             Err(error) => return store_failed(app, room, error),
         },
         None => None,
     };
-    if let Some(session) = session {
-        return code_redirect(app, room, client, redirect_uri, pending, &session);
+    if let (Some(session), None) = (&session, &missing) {
+        return code_redirect(app, room, client, redirect_uri, pending, session);
     }
     if prompt_none {
         return redirect_error(
@@ -287,7 +286,13 @@ async fn proceed(
         pending.seal(app.keys().ticket_signer())
     );
     let return_to: String = form_urlencoded::byte_serialize(continuation.as_bytes()).collect();
-    found(&format!("/_anteroom/wait/{room}?return={return_to}"))
+    let page = format!("/_anteroom/wait/{room}?return={return_to}");
+    match missing {
+        // This room's page would resume the visitor's admitted ticket and send them straight
+        // back here: the required room's page comes first, and returns to this room's.
+        Some(required) => found(&crate::join_path::wait_location(&required, &page)),
+        None => found(&page),
+    }
 }
 
 /// The session of the visitor's valid pass for `room`, if it is still active.
@@ -316,20 +321,20 @@ async fn held_session(
     Ok(session.filter(|session| session.state == SessionState::Active && session.expires_at > now))
 }
 
-/// Whether the visitor holds a valid pass with an active session ([`held_session`]) of every
-/// room `room` requires.
-async fn requirements_held(
+/// The first room `room` requires of which the visitor holds no valid pass with an active
+/// session ([`held_session`]), if any.
+async fn missing_requirement(
     app: &AppState,
     room: &RoomId,
     headers: &HeaderMap,
-) -> Result<bool, StoreError> {
+) -> Result<Option<RoomId>, StoreError> {
     let config = app.room_config(room).await?;
     for required in &config.requires {
         if held_session(app, required, headers).await?.is_none() {
-            return Ok(false);
+            return Ok(Some(required.clone()));
         }
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// Redirects to the client with a fresh one-time code and the request's `state`.
