@@ -65,6 +65,21 @@ impl RoomInfo {
     pub(crate) fn read_within(&self, now: Timestamp, within: Duration) -> bool {
         now.since(self.read_at) < within
     }
+
+    /// Whether this copy was read from the store at `at` or later.
+    pub(crate) fn read_since(&self, at: Timestamp) -> bool {
+        self.read_at >= at
+    }
+}
+
+/// A copy being read again by one request: marked so while the request reads, and unmarked
+/// when it is done or dropped.
+struct Refreshing(Arc<RoomInfo>);
+
+impl Drop for Refreshing {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::Release);
+    }
 }
 
 /// What the cache knows about a room.
@@ -126,6 +141,9 @@ impl RoomsReadEverySecond {
                 return RoomLookup::Found(info.clone());
             }
         }
+        // Whatever becomes of this request (it is dropped when its client leaves), the copy is
+        // not left marked as being read: no other request would ever read the room again.
+        let _refreshing = cached.clone().map(Refreshing);
         let read = async {
             let config = store.room(room).await?;
             let snapshot = store.snapshot(room).await?;
@@ -177,9 +195,6 @@ impl RoomsReadEverySecond {
         cached: Option<Arc<RoomInfo>>,
         error: StoreError,
     ) -> RoomLookup {
-        if let Some(info) = &cached {
-            info.refreshing.store(false, Ordering::Release);
-        }
         let config = cached
             .as_ref()
             .map(|info| info.config.clone())
@@ -354,5 +369,40 @@ mod tests {
             panic!("the copy is used");
         };
         assert!(Arc::ptr_eq(&again, &same), "fresh: not read a third time");
+    }
+
+    /// The request reading a stale copy again is dropped halfway (its client left). Must hold:
+    /// the next request reads the room again; the copy is not left marked as being read, which
+    /// would have frozen it for good.
+    #[tokio::test]
+    async fn a_read_dropped_halfway_leaves_the_room_to_be_read_again() {
+        use anteroom_test_support::redis::{RedisServer, unique_prefix};
+        let server = RedisServer::start();
+        let clock = Arc::new(anteroom_core::ManualClock::new(Timestamp(
+            1_700_000_000_000,
+        )));
+        let config = anteroom_store::RedisConfig::standalone(server.url())
+            .with_key_prefix(unique_prefix())
+            .with_timeout(Duration::from_secs(2));
+        let store = anteroom_store::RedisStore::new(config, Some(clock.clone())).unwrap();
+        let room = RoomConfig::with_defaults(id("launch"));
+        store.put_room(room.clone()).await.unwrap();
+        let cache = RoomsReadEverySecond::new(vec![room]);
+        let RoomLookup::Found(first) = cache.get(&store, &id("launch"), clock.now()).await else {
+            panic!("the room is read");
+        };
+        clock.advance(Duration::from_secs(2));
+        let paused = server.pause();
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(100),
+            cache.get(&store, &id("launch"), clock.now()),
+        )
+        .await;
+        RedisServer::resume(paused);
+        assert!(dropped.is_err(), "the read was under way");
+        let RoomLookup::Found(again) = cache.get(&store, &id("launch"), clock.now()).await else {
+            panic!("the room is read");
+        };
+        assert!(!Arc::ptr_eq(&first, &again), "read again");
     }
 }
