@@ -396,6 +396,19 @@ async fn request_with(addr: std::net::SocketAddr, pass: &str) -> Option<String> 
     })
 }
 
+/// A plain request to `/socket` without a pass, as another visitor's page would make.
+async fn request_without_pass(addr: std::net::SocketAddr) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    let request = b"GET /socket HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request).await.is_ok() {
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+    }
+}
+
 /// Reads `socket` until the gateway closes it, for at most `within`: the close code, or
 /// `None` when it stayed open (messages are answered as they come; nothing is sent).
 async fn closed_within(socket: &mut Socket, within: Duration) -> Option<u16> {
@@ -530,18 +543,30 @@ async fn a_socket_let_through_by_an_outage_ends_with_the_outage() {
         Arc::new(RedisStore::new(config, Some(clock)).unwrap())
     })
     .await;
+    // The gateway reads the room once, then the store goes; the copy is stale past the time
+    // a failing store is taken for busy rather than gone.
+    request_without_pass(started.addr).await;
     let paused = redis.pause();
-    // The gateway's copy of the room is stale: the store is asked, and cannot answer.
-    started.clock.advance(Duration::from_secs(2));
+    started.clock.advance(Duration::from_secs(6));
     let url = format!("ws://{}/socket?id=outage", started.addr);
     let (mut socket, _answer) = tokio_tungstenite::connect_async(url)
         .await
         .expect("on_store_error = \"open\" lets the handshake through");
+    // Other visitors' requests meanwhile: while one of them reads the room again (and waits
+    // out the store's bound), the socket's check is given the copy from before the outage.
+    let addr = started.addr;
+    let traffic = tokio::spawn(async move {
+        for _ in 0..50 {
+            let _ = tokio::time::timeout(Duration::from_secs(1), request_without_pass(addr)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
     assert_eq!(
         closed_within(&mut socket, Duration::from_millis(2_500)).await,
         None,
         "the socket stays open while the outage lasts"
     );
+    traffic.abort();
     RedisServer::resume(paused);
     started.clock.advance(Duration::from_secs(2));
     assert_eq!(

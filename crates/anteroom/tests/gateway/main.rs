@@ -505,6 +505,17 @@ rooms = ["account"]
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], "identity_mismatch");
+    // Sent as `post` (which some origins read as POST), it is checked all the same.
+    let response = gate
+        .send(
+            reqwest::Method::from_bytes(b"post").unwrap(),
+            "/account/transfer",
+            &mut stolen,
+            JSON,
+            &[("x-user-id", "mallory")],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
 
     let response = gate
         .send(

@@ -633,15 +633,19 @@ impl SocketPass {
 /// room never gave (the visitor's next handshake goes through the room).
 pub(crate) struct SocketLetThrough {
     room: RoomId,
+    /// When the socket was let through: a copy of the room read since says the store answers.
+    since: Timestamp,
 }
 
 impl SocketLetThrough {
-    pub(crate) fn new(room: RoomId) -> SocketLetThrough {
-        SocketLetThrough { room }
+    pub(crate) fn new(room: RoomId, since: Timestamp) -> SocketLetThrough {
+        SocketLetThrough { room, since }
     }
 
-    /// Whether the room still lets the socket through without a pass: its store still cannot
-    /// be read, and its last known `on_store_error` is still `open`.
+    /// Whether the room still lets the socket through without a pass: its store has not been
+    /// read since the socket was let through, and its last known `on_store_error` is still
+    /// `open`. (A copy from before, given while another request reads the room again, says
+    /// nothing of the store now.)
     pub(crate) async fn still_holds(&self, gateway: &Gateway) -> bool {
         let app = gateway.app();
         let lookup = gateway
@@ -649,31 +653,30 @@ impl SocketLetThrough {
             .rooms
             .get(app.store().as_ref(), &self.room, app.now())
             .await;
-        match lookup {
-            RoomLookup::StoreDown { config, .. } => {
-                let policy = config.map_or_else(
-                    || app.on_store_error(&self.room),
-                    |config| config.on_store_error,
-                );
-                policy == StoreErrorPolicy::Open
-            }
-            RoomLookup::Found(_) | RoomLookup::Missing => false,
-        }
+        let config = match lookup {
+            RoomLookup::Found(info) if info.read_since(self.since) => return false,
+            RoomLookup::Missing => return false,
+            RoomLookup::Found(info) => Some(info.config.on_store_error),
+            RoomLookup::StoreDown { config, .. } => config.map(|config| config.on_store_error),
+        };
+        config.unwrap_or_else(|| app.on_store_error(&self.room)) == StoreErrorPolicy::Open
     }
 }
 
-/// Mutating requests in a room with an identity must come from the pass's `uid`.
+/// Requests that may change something (every method but GET, HEAD, OPTIONS and TRACE) in a
+/// room with an identity must come from the pass's `uid`.
 async fn check_identity(
     app: &AppState,
     config: &RoomConfig,
     asked: &Asked<'_>,
     pass: &CachedPass,
 ) -> Result<(), IdentityRefusal> {
-    let mutating = matches!(
-        *asked.method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    );
-    if !mutating {
+    // Every method but the safe ones, whatever its case: an origin that reads `post` as
+    // POST must not see it skip the check.
+    let safe = ["GET", "HEAD", "OPTIONS", "TRACE"]
+        .iter()
+        .any(|safe| asked.method.as_str().eq_ignore_ascii_case(safe));
+    if safe {
         return Ok(());
     }
     let mismatch = || IdentityRefusal::Mismatch(config.id.clone());

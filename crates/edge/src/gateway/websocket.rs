@@ -117,7 +117,7 @@ pub(crate) async fn proxy(
         .with_requirements(rooms)
         .iter()
         .filter(|room| !passes.iter().any(|held| held.room() == *room))
-        .map(|room| SocketLetThrough::new(room.clone()))
+        .map(|room| SocketLetThrough::new(room.clone(), gateway.app().now()))
         .collect();
     let gateway = gateway.clone();
     upgrade.on_upgrade(move |visitor| async move {
