@@ -151,6 +151,20 @@ impl StoreFailures {
             .is_some_and(|since| since.elapsed() >= STORE_GONE_AFTER)
     }
 
+    /// Forgets the rooms followed as failing that the store, listing its rooms just now, does
+    /// not have (ids made up by requests): they are never ticked, so nothing else would, and
+    /// they would fill the rooms followed apart for good.
+    pub(crate) fn forget_unlisted(&self, listed: &[anteroom_core::room::RoomConfig]) {
+        let mut failing = self.failing.lock();
+        if failing.is_empty() {
+            return;
+        }
+        failing.retain(|room, _| {
+            room.as_ref()
+                .is_none_or(|room| listed.iter().any(|config| config.id == *room))
+        });
+    }
+
     /// Counts a request let through without a pass (`on_store_error = "open"`).
     pub fn let_through(&self) {
         self.let_through.fetch_add(1, Ordering::Relaxed);
@@ -264,6 +278,14 @@ mod tests {
         // A room already followed goes on being followed apart.
         let first = RoomId::new("r0").unwrap();
         failures.record(Some(&first), "room", &backend());
-        assert_eq!(failures.failing.lock()[&Some(first)].total, 2);
+        assert_eq!(failures.failing.lock()[&Some(first.clone())].total, 2);
+        // A listing of the store's rooms forgets those it does not have.
+        let listed = [anteroom_core::room::RoomConfig::with_defaults(
+            first.clone(),
+        )];
+        failures.forget_unlisted(&listed);
+        let failing = failures.failing.lock();
+        assert_eq!(failing.len(), 2, "r0 and the node's");
+        assert!(failing.contains_key(&Some(first)));
     }
 }

@@ -106,6 +106,7 @@ async fn tick_every_room(app: &AppState) -> Option<Vec<RoomConfig>> {
         }
     };
     failures.succeeded(None);
+    failures.forget_unlisted(&rooms);
     app.room_cache().replace_all(&rooms, epoch, version);
     for room in &rooms {
         let ticked = store.tick(&room.id).await;

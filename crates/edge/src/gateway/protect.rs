@@ -313,7 +313,12 @@ async fn join_room(
         return_to: return_path(asked.uri),
     };
     let joined = join_path::join(app, room, &info.config, visitor).await;
-    gateway.inner.rooms.joined(room);
+    match &joined {
+        Ok(Entry::Admitted(_)) => gateway.inner.rooms.joined(room, true),
+        Ok(Entry::Waiting(_)) => gateway.inner.rooms.joined(room, false),
+        // Refused or failed: the room did not change.
+        Err(_) => {}
+    }
     match joined {
         Ok(Entry::Admitted(view)) => admit(gateway, room, info, view, now, gathered),
         Ok(Entry::Waiting(view)) => {
@@ -766,8 +771,8 @@ async fn renew(
 /// The store could not do what `room` needed for a visitor without a pass (the failure is
 /// already recorded): `None` to go on (`on_store_error = "open"`, counted as let through), or
 /// the 503 verdict (`closed`, or a store that answered for the room within
-/// [`STORE_GONE_AFTER`] of `now`, as `last` was read, so busy rather than gone: counted as
-/// refused). The policy comes
+/// [`STORE_GONE_AFTER`] of `now`, as `last` was read or the node's ticks say, so busy rather
+/// than gone: counted as refused). The policy comes
 /// from the room's last known configuration.
 fn store_down(
     gateway: &Gateway,
@@ -777,8 +782,12 @@ fn store_down(
     now: Timestamp,
 ) -> Option<Verdict> {
     let app = gateway.app();
-    let answered_lately = last.is_some_and(|info| info.read_within(now, STORE_GONE_AFTER));
-    let policy = if answered_lately {
+    // Gone: no copy of the room read lately, and the node's ticks have failed as long (or the
+    // store never answered this node): a node without a copy (just started, or scaled in
+    // during a rush) does not take a busy store for a gone one either.
+    let gone = !last.is_some_and(|info| info.read_within(now, STORE_GONE_AFTER))
+        && app.store_failures().gone_for(&room);
+    let policy = if !gone {
         StoreErrorPolicy::Closed
     } else {
         config

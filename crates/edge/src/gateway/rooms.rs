@@ -35,10 +35,13 @@ pub(crate) struct RoomInfo {
     pub(crate) snapshot: RoomSnapshot,
     read_at: Timestamp,
     refreshing: AtomicBool,
-    /// Joins this node made into the room since it was read: each may have taken a place the
-    /// figures still show free. While there are any, the room is read again by the next
-    /// request.
+    /// Visitors this node admitted into the room since it was read: each may have taken a
+    /// place the figures still show free. While there are any, the room is read again by the
+    /// next request.
     joined_here: AtomicU32,
+    /// This node queued a visitor since the room was read: it admits nobody at once, whatever
+    /// the figures say.
+    queued_here: AtomicBool,
 }
 
 impl RoomInfo {
@@ -48,6 +51,9 @@ impl RoomInfo {
     /// decides.
     /// A scheduled room is judged by its schedule at `now` (SPEC §5.3).
     pub(crate) fn admits_at_once(&self, now: Timestamp) -> bool {
+        if self.queued_here.load(Ordering::Acquire) {
+            return false;
+        }
         match self.config.mode_at(now) {
             Mode::Passthrough => true,
             Mode::Queue => {
@@ -135,7 +141,8 @@ impl RoomsReadEverySecond {
         let cached = self.rooms.read().get(room).cloned();
         if let Some(info) = &cached {
             let fresh = now.since(info.read_at) < FRESH_FOR
-                && info.joined_here.load(Ordering::Acquire) == 0;
+                && info.joined_here.load(Ordering::Acquire) == 0
+                && !info.queued_here.load(Ordering::Acquire);
             // One request refreshes; the others go on with the copy they have.
             if fresh || info.refreshing.swap(true, Ordering::AcqRel) {
                 return RoomLookup::Found(info.clone());
@@ -173,6 +180,7 @@ impl RoomsReadEverySecond {
             read_at: now,
             refreshing: AtomicBool::new(false),
             joined_here: AtomicU32::new(0),
+            queued_here: AtomicBool::new(false),
         });
         self.rooms.write().insert(room.clone(), info.clone());
         RoomLookup::Found(info)
@@ -217,15 +225,20 @@ impl RoomsReadEverySecond {
         self.configured.store(Arc::new(by_id(configured)));
     }
 
-    /// Notes that this node joined a visitor to `room`, so the next request reads it again: a
-    /// copy saying "nobody waits" must not let the next requests join as if the join just
-    /// made had taken no place. The copy itself is kept, the join counted against its free
-    /// places: while one request reads the room again the others go on with it (a crowd's
-    /// joins do not each read the room), and should the store fail meanwhile, it is still the
-    /// room as last known.
-    pub(crate) fn joined(&self, room: &RoomId) {
+    /// Notes that this node joined a visitor to `room`, `admitted` at once or queued, so the
+    /// next request reads it again: a copy saying "nobody waits" must not let the next
+    /// requests join as if the join just made had changed nothing. The copy itself is kept,
+    /// an admission counted against its free places, a queued join making it admit nobody at
+    /// once: while one request reads the room again the others go on with it (a crowd's joins
+    /// do not each read the room), and should the store fail meanwhile, it is still the room
+    /// as last known.
+    pub(crate) fn joined(&self, room: &RoomId, admitted: bool) {
         if let Some(info) = self.rooms.read().get(room) {
-            info.joined_here.fetch_add(1, Ordering::AcqRel);
+            if admitted {
+                info.joined_here.fetch_add(1, Ordering::AcqRel);
+            } else {
+                info.queued_here.store(true, Ordering::Release);
+            }
         }
         if self.missing.read().contains_key(room) {
             self.missing.write().remove(room);
@@ -352,9 +365,9 @@ mod tests {
             panic!("the room is read");
         };
         assert!(first.admits_at_once(now));
-        cache.joined(&id("launch"));
+        cache.joined(&id("launch"), true);
         assert!(first.admits_at_once(now), "one place of two taken");
-        cache.joined(&id("launch"));
+        cache.joined(&id("launch"), true);
         assert!(
             !first.admits_at_once(now),
             "both taken, as far as this node knows"
@@ -369,6 +382,9 @@ mod tests {
             panic!("the copy is used");
         };
         assert!(Arc::ptr_eq(&again, &same), "fresh: not read a third time");
+        // A queued join: nobody is admitted at once until the room is read again.
+        cache.joined(&id("launch"), false);
+        assert!(!again.admits_at_once(now));
     }
 
     /// The request reading a stale copy again is dropped halfway (its client left). Must hold:

@@ -40,6 +40,9 @@ struct IdleWatch {
     timeout: Duration,
     requests: Arc<InFlight>,
     stall: Stall,
+    /// The requests started when the timer was last looked at: one started since (pipelined
+    /// behind the last, read with no wait in between) means the connection was busy.
+    started: usize,
 }
 
 impl<S> ClientIo<S> {
@@ -64,6 +67,7 @@ impl<S> ClientIo<S> {
             timeout,
             requests,
             stall: Stall::default(),
+            started: 0,
         });
     }
 }
@@ -73,6 +77,8 @@ impl<S> ClientIo<S> {
 #[derive(Default)]
 pub(crate) struct InFlight {
     count: AtomicUsize,
+    /// Every request started on the connection, counted.
+    started: AtomicUsize,
     /// Set once the connection switched protocols: it is no longer HTTP's to time.
     switched: AtomicBool,
     /// The connection's reader, woken when the last request ends so its idle timer starts.
@@ -82,6 +88,7 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// Counts a request until the returned guard is dropped.
     pub(crate) fn start(self: &Arc<Self>) -> RequestInFlight {
+        self.started.fetch_add(1, Ordering::AcqRel);
         self.count.fetch_add(1, Ordering::AcqRel);
         RequestInFlight(self.clone())
     }
@@ -182,6 +189,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
         let Some(idle) = &mut this.idle else {
             return polled;
         };
+        let started = idle.requests.started.load(Ordering::Acquire);
+        if started != idle.started {
+            idle.started = started;
+            idle.stall.progressed();
+        }
         if polled.is_ready() {
             // Bytes while no request is in flight (an HTTP/2 PING or SETTINGS frame, a head
             // trickled in) do not make the connection busy: its idle time runs from the end of
@@ -323,5 +335,26 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         let _far = pinger.await.unwrap();
+        // A request read and started with no wait in between (pipelined, or in the same read
+        // as the bytes before it) makes the connection busy: its idle time runs afresh from
+        // the end of that request.
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut io = ClientIo::new(near, None, Duration::from_secs(30));
+        let requests = Arc::new(InFlight::default());
+        io.watch_idle(Duration::from_secs(10), requests.clone());
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), io.read(&mut buffer))
+                .await
+                .is_err()
+        );
+        far.write_all(b"GET").await.unwrap();
+        assert_eq!(io.read(&mut buffer).await.unwrap(), 3);
+        let request = requests.start();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        drop(request);
+        let started = Instant::now();
+        let error = io.read(&mut buffer).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 }

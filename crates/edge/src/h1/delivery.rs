@@ -8,7 +8,7 @@
 //! per-address place, the connection's "request in flight" that keeps it from idling) for as
 //! long as the client likes, up to a stream per answer.
 //!
-//! So every answer hyper sends is watched ([`Watched`]): from when hyper is given it, and
+//! So every HTTP/2 answer hyper sends is watched ([`Watched`]): from when hyper is given it, and
 //! again from each piece of its body hyper takes, until hyper asks for the next piece, it is
 //! the client that is waited for; once an answer has waited so for `write_timeout`, the whole
 //! connection is closed ([`Deliveries::stalled`]), as the HTTP/1 loop closes a connection

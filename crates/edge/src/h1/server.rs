@@ -564,8 +564,11 @@ pub(crate) fn serve_with_hyper<I>(
             let body_timeout = limits.timeouts.body_timeout;
             let mut router = router.clone();
             let answers = answers.clone();
-            // A HEAD's answer carries no body for hyper to ask for.
-            let head_only = request.method() == Method::HEAD;
+            // Only HTTP/2 answers are watched: an HTTP/1 client that stops taking an answer
+            // stalls a write (timed by `ClientIo`), and hyper takes an HTTP/1 answer's body in
+            // large pieces, which a slow but honest reader may take longer than the bound to
+            // drain. A HEAD's answer carries no body for hyper to ask for.
+            let watched = request.version() == Version::HTTP_2 && request.method() != Method::HEAD;
             async move {
                 let permit = match checked {
                     Ok(permit) => permit,
@@ -597,7 +600,7 @@ pub(crate) fn serve_with_hyper<I>(
                         .headers_mut()
                         .insert(CONNECTION, HeaderValue::from_static("close"));
                 }
-                let bodiless = head_only
+                let bodiless = !watched
                     || response.status().is_informational()
                     || matches!(
                         response.status(),
