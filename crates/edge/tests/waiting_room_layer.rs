@@ -246,8 +246,14 @@ async fn fill_launch(site: &Site) -> String {
 
 /// `launch` is full: a request with `cookie` is held back, and never reaches the service.
 async fn assert_held_back(site: &Site, cookie: Option<&str>) {
+    assert_held_back_at(site, "/shop/item", "launch", cookie).await;
+}
+
+/// A request to `path` with `cookie` is held back by `room` (429 `waiting_room`, no pass), and
+/// never reaches the service.
+async fn assert_held_back_at(site: &Site, path: &str, room: &str, cookie: Option<&str>) {
     let calls = site.calls();
-    let reply = site.send(api("/shop/item", cookie)).await;
+    let reply = site.send(api(path, cookie)).await;
     assert_eq!(
         reply.status,
         StatusCode::TOO_MANY_REQUESTS,
@@ -255,7 +261,7 @@ async fn assert_held_back(site: &Site, cookie: Option<&str>) {
         reply.body
     );
     assert_eq!(reply.json()["code"], "waiting_room");
-    assert_eq!(reply.pass("launch"), None);
+    assert_eq!(reply.pass(room), None);
     assert_eq!(site.calls(), calls, "the inner service was called");
 }
 
@@ -528,16 +534,7 @@ async fn a_requirement_given_at_run_time_is_checked_before_a_pass(backend: Backe
     site.store.put_room(required).await.unwrap();
     // The node's copy of `other` is read again.
     site.advance(Duration::from_secs(2));
-    let calls = site.calls();
-    let reply = site.send(api("/other/item", Some(&other))).await;
-    assert_eq!(
-        reply.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{}",
-        reply.body
-    );
-    assert_eq!(reply.json()["code"], "waiting_room");
-    assert_eq!(site.calls(), calls, "the inner service was called");
+    assert_held_back_at(&site, "/other/item", "launch", Some(&other)).await;
 }
 
 on_every_store!(
