@@ -54,31 +54,33 @@ pub(crate) fn held_ticket<'a>(
     query: &'a TicketQuery,
     room: &RoomId,
 ) -> Option<&'a str> {
-    let non_empty = |token: &&str| !token.trim().is_empty();
-    headers
-        .get(&TICKET_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .filter(non_empty)
-        .or(query.ticket.as_deref().filter(non_empty))
-        .or_else(|| {
-            read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str()).filter(non_empty)
-        })
+    header_ticket(headers).or(query_ticket(query)).or_else(|| {
+        read_room_cookie(headers, TICKET_COOKIE_PREFIX, room.as_str())
+            .filter(|token| !token.trim().is_empty())
+    })
 }
 
 /// Whether the ticket [`held_ticket`] gives is the one in the URL (`?ticket=`): anyone can
 /// make a link or a form with a ticket of theirs in it, so an answer about it must not touch
 /// the visitor's cookies (put the ticket or its pass in the browser, or clear the visitor's own).
 pub(crate) fn ticket_in_url(headers: &HeaderMap, query: &TicketQuery) -> bool {
-    let non_empty = |token: &&str| !token.trim().is_empty();
-    let in_header = headers
+    header_ticket(headers).is_none() && query_ticket(query).is_some()
+}
+
+/// The ticket of `X-Anteroom-Ticket`, if one is there.
+fn header_ticket(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(&TICKET_HEADER)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|token| non_empty(&token));
-    !in_header
-        && query
-            .ticket
-            .as_deref()
-            .is_some_and(|token| non_empty(&token))
+        .filter(|token| !token.trim().is_empty())
+}
+
+/// The ticket of `?ticket=`, if one is there.
+fn query_ticket(query: &TicketQuery) -> Option<&str> {
+    query
+        .ticket
+        .as_deref()
+        .filter(|token| !token.trim().is_empty())
 }
 
 /// The field browsers send to say which site made them send a request (Fetch Metadata).
